@@ -1,0 +1,14 @@
+-- dead_delete: remove dead records.
+--
+-- KEYS[1] -> ns:{q}:dead        HASH id -> dead record
+-- KEYS[2] -> ns:{q}:dead:index  ZSET id -> died-at ms
+-- ARGV[1] -> now ms (unused)
+-- ARGV[2..] -> ids
+--
+-- Returns one integer per id: 1 deleted, 0 not found.
+local out = {}
+for i = 2, #ARGV do
+  redis.call('ZREM', KEYS[2], ARGV[i])
+  out[#out + 1] = redis.call('HDEL', KEYS[1], ARGV[i])
+end
+return out

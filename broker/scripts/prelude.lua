@@ -1,0 +1,58 @@
+-- Shared by every script (prepended at load time).
+--
+-- ARGV[1] of every script is "now" in ms since the epoch: empty or "0" means
+-- the Redis server's TIME, which is what production uses so that every worker
+-- agrees on one clock; tests with a simulated clock pass an explicit value.
+local function now_ms()
+  local explicit = tonumber(ARGV[1])
+  if explicit and explicit > 0 then
+    return explicit
+  end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Publish score on channel when a job at score becomes the earliest of the
+-- scheduled set and nothing there is due yet, so sleeping workers wake up
+-- early. Call it before adding the member.
+local function wake_if_earliest(scheduled, channel, score, now)
+  if channel == nil or channel == '' then
+    return
+  end
+  local first = redis.call('ZRANGE', scheduled, 0, 0, 'WITHSCORES')
+  if first[2] == nil or (score < tonumber(first[2]) and tonumber(first[2]) > now) then
+    redis.call('PUBLISH', channel, score)
+  end
+end
+
+-- A lease is held when leases[id] equals the token the claim handed out.
+local function holds(leases, id, token)
+  local current = redis.call('HGET', leases, id)
+  return current and current == token
+end
+
+-- Drop dead records beyond cap (oldest first) and older than now - max_age.
+-- cap <= 0 or max_age <= 0 disables that rule. Returns how many were dropped.
+local function trim_dead(dead, index, cap, max_age, now)
+  local dropped = 0
+  if max_age > 0 then
+    local old = redis.call('ZRANGEBYSCORE', index, '-inf', '(' .. (now - max_age))
+    for _, id in ipairs(old) do
+      redis.call('HDEL', dead, id)
+      redis.call('ZREM', index, id)
+      dropped = dropped + 1
+    end
+  end
+  if cap > 0 then
+    local excess = redis.call('ZCARD', index) - cap
+    if excess > 0 then
+      local ids = redis.call('ZRANGE', index, 0, excess - 1)
+      for _, id in ipairs(ids) do
+        redis.call('HDEL', dead, id)
+      end
+      redis.call('ZREMRANGEBYRANK', index, 0, excess - 1)
+      dropped = dropped + excess
+    end
+  end
+  return dropped
+end

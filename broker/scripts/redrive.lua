@@ -1,0 +1,35 @@
+-- redrive: move dead jobs back to the schedule, attempts reset.
+--
+-- KEYS[1] -> ns:{q}:scheduled   ZSET id -> ready ms
+-- KEYS[2] -> ns:{q}:jobs        HASH id -> envelope
+-- KEYS[3] -> ns:{q}:attempts    HASH id -> attempts spent
+-- KEYS[4] -> ns:{q}:dead        HASH id -> dead record
+-- KEYS[5] -> ns:{q}:dead:index  ZSET id -> died-at ms
+-- ARGV[1] -> now ms ("" = server TIME)
+-- ARGV[2] -> wake channel
+-- ARGV[3] -> delay ms
+-- ARGV[4+3i .. 6+3i] -> id, the dead record as read, the envelope to schedule
+--
+-- Returns one integer per job: its ready time in ms; 0 when the dead record
+-- is gone or changed since it was read; -1 when a job with that id is pending
+-- again. Nothing changes for a job unless its result is > 0.
+local now = now_ms()
+local ready = now + tonumber(ARGV[3])
+local out = {}
+for i = 4, #ARGV, 3 do
+  local id, record, body = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  if redis.call('HGET', KEYS[4], id) ~= record then
+    out[#out + 1] = 0
+  elseif redis.call('HEXISTS', KEYS[2], id) == 1 then
+    out[#out + 1] = -1
+  else
+    redis.call('HDEL', KEYS[4], id)
+    redis.call('ZREM', KEYS[5], id)
+    redis.call('HDEL', KEYS[3], id)
+    redis.call('HSET', KEYS[2], id, body)
+    wake_if_earliest(KEYS[1], ARGV[2], ready, now)
+    redis.call('ZADD', KEYS[1], ready, id)
+    out[#out + 1] = ready
+  end
+end
+return out

@@ -1,0 +1,29 @@
+-- release: hand held jobs back without spending an attempt (shutdown).
+--
+-- KEYS[1] -> ns:{q}:scheduled   ZSET id -> ready ms
+-- KEYS[2] -> ns:{q}:processing  ZSET id -> lease deadline ms
+-- KEYS[3] -> ns:{q}:attempts    HASH id -> attempts spent
+-- KEYS[4] -> ns:{q}:leases      HASH id -> fencing token
+-- ARGV[1] -> now ms ("" = server TIME)
+-- ARGV[2] -> wake channel
+-- ARGV[3+2i], ARGV[4+2i] -> id, token
+--
+-- Returns one integer per job: 1 released (ready now), 0 lease lost.
+local now = now_ms()
+local out = {}
+for i = 3, #ARGV, 2 do
+  local id, token = ARGV[i], ARGV[i + 1]
+  if holds(KEYS[4], id, token) then
+    redis.call('ZREM', KEYS[2], id)
+    redis.call('HDEL', KEYS[4], id)
+    if redis.call('HINCRBY', KEYS[3], id, -1) <= 0 then
+      redis.call('HDEL', KEYS[3], id)
+    end
+    wake_if_earliest(KEYS[1], ARGV[2], now, now)
+    redis.call('ZADD', KEYS[1], now, id)
+    out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
+  end
+end
+return out

@@ -1,0 +1,34 @@
+-- retry: put a failed job back in the schedule with its new envelope.
+--
+-- KEYS[1] -> ns:{q}:scheduled   ZSET id -> ready ms
+-- KEYS[2] -> ns:{q}:processing  ZSET id -> lease deadline ms
+-- KEYS[3] -> ns:{q}:jobs        HASH id -> envelope
+-- KEYS[4] -> ns:{q}:leases      HASH id -> fencing token
+-- ARGV[1] -> now ms ("" = server TIME)
+-- ARGV[2] -> id
+-- ARGV[3] -> token
+-- ARGV[4] -> delay ms
+-- ARGV[5] -> envelope (with the last error)
+-- ARGV[6] -> "1" when the reaper calls: the lease must have expired
+-- ARGV[7] -> wake channel
+--
+-- Returns the new ready time in ms, -1 when the lease is lost, -2 when the
+-- reaper found the lease live again. Nothing changes unless it returns >= 0.
+local now = now_ms()
+local id, token = ARGV[2], ARGV[3]
+if not holds(KEYS[4], id, token) then
+  return -1
+end
+if ARGV[6] == '1' then
+  local deadline = tonumber(redis.call('ZSCORE', KEYS[2], id))
+  if deadline and deadline >= now then
+    return -2
+  end
+end
+local ready = now + tonumber(ARGV[4])
+redis.call('ZREM', KEYS[2], id)
+redis.call('HDEL', KEYS[4], id)
+redis.call('HSET', KEYS[3], id, ARGV[5])
+wake_if_earliest(KEYS[1], ARGV[7], ready, now)
+redis.call('ZADD', KEYS[1], ready, id)
+return ready

@@ -1,0 +1,23 @@
+-- stats: the state of one queue, read at one instant.
+--
+-- KEYS[1] -> ns:{q}:scheduled   ZSET id -> ready ms
+-- KEYS[2] -> ns:{q}:processing  ZSET id -> lease deadline ms
+-- KEYS[3] -> ns:{q}:dead:index  ZSET id -> died-at ms
+-- ARGV[1] -> now ms ("" = server TIME)
+--
+-- Returns {now, scheduled, due, processing, dead, oldest due ready ms (-1 when
+-- none is due), next ready ms in the future (-1 when none)}. Every count is
+-- O(1) or O(log N).
+local now = now_ms()
+local scheduled = redis.call('ZCARD', KEYS[1])
+local due = redis.call('ZCOUNT', KEYS[1], '-inf', now)
+local oldest, next = -1, -1
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if first[2] and tonumber(first[2]) <= now then
+  oldest = tonumber(first[2])
+end
+local upcoming = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+if upcoming[2] then
+  next = tonumber(upcoming[2])
+end
+return {now, scheduled, due, redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]), oldest, next}

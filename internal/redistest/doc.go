@@ -1,0 +1,26 @@
+// Package redistest gives tests a Redis server to run against, isolated per
+// test by key namespace instead of by flushing.
+//
+// # Shared server
+//
+// [New], [Addr] and [URL] use one server per test binary, chosen the first
+// time any of them is called:
+//
+//  1. If REDIS_URL is set, that server is used and nothing is started.
+//  2. Otherwise, if redis-server is on PATH, it is started on a free
+//     127.0.0.1 port with persistence off and a temporary directory.
+//  3. Otherwise, if DELAYQ_REQUIRE_REDIS=1, the test fails. If not, an
+//     in-process miniredis is started and the test log says so.
+//
+// Each call to [New] gets its own key namespace; keys under it are deleted
+// when the test ends, so tests can share the server and run in parallel.
+// Packages that call [New], [Addr] or [URL] must call [Main] from TestMain
+// so the server is stopped and leaked goroutines are reported:
+//
+//	func TestMain(m *testing.M) { redistest.Main(m) }
+//
+// # Dedicated servers
+//
+// Fault tests that kill or restart Redis use [Start], which runs a
+// redis-server owned by one test; see [Server].
+package redistest

@@ -1,0 +1,277 @@
+package redistest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+)
+
+const (
+	// maxNamespaceLen caps the length of a namespace returned by New.
+	maxNamespaceLen = 60
+	// cleanupTimeout bounds deleting one namespace at test cleanup.
+	cleanupTimeout = 30 * time.Second
+	// scanCount is the COUNT hint for SCAN and unlinkBatch the keys per UNLINK.
+	scanCount   = 1000
+	unlinkBatch = 500
+)
+
+// sharedServer is the server New, Addr and URL connect to.
+type sharedServer struct {
+	opts *redis.Options // template; copied for every client
+	url  string
+
+	proc *process             // redis-server started by this package, or nil
+	dir  string               // its directory, removed by Main
+	mini *miniredis.Miniredis // embedded fallback, or nil
+}
+
+var (
+	sharedMu  sync.Mutex
+	shared    *sharedServer
+	sharedErr error // sticky: once starting failed, every caller fails alike
+)
+
+// errStopped is returned after Main has stopped the shared server.
+var errStopped = errors.New("shared server already stopped by Main")
+
+// getShared returns the shared server, starting it on first use, and fails
+// t if it cannot be had.
+func getShared(t testing.TB) *sharedServer {
+	t.Helper()
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	if shared == nil && sharedErr == nil {
+		shared, sharedErr = startShared(t)
+	}
+	if sharedErr != nil {
+		t.Fatalf("redistest: %v", sharedErr)
+	}
+	return shared
+}
+
+// startShared picks the shared server: REDIS_URL, then a redis-server from
+// PATH, then (unless DELAYQ_REQUIRE_REDIS=1) an embedded miniredis.
+func startShared(t testing.TB) (*sharedServer, error) {
+	t.Helper()
+	if u := os.Getenv("REDIS_URL"); u != "" {
+		opts, err := redis.ParseURL(u)
+		if err != nil {
+			return nil, fmt.Errorf("parse REDIS_URL: %w", err)
+		}
+		return &sharedServer{opts: opts, url: u}, nil
+	}
+
+	if bin, err := exec.LookPath("redis-server"); err == nil {
+		dir, err := os.MkdirTemp("", "redistest-")
+		if err != nil {
+			return nil, err
+		}
+		p, port, err := launchFreePort(bin, dir, logFile(dir), nil)
+		if err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, fmt.Errorf("start shared redis-server: %w", err)
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		return &sharedServer{
+			opts: &redis.Options{Addr: addr},
+			url:  "redis://" + addr + "/0",
+			proc: p,
+			dir:  dir,
+		}, nil
+	}
+
+	if os.Getenv("DELAYQ_REQUIRE_REDIS") == "1" {
+		return nil, errors.New("redis-server not found on PATH and DELAYQ_REQUIRE_REDIS=1 (install redis-server or set REDIS_URL)")
+	}
+	m, err := miniredis.Run()
+	if err != nil {
+		return nil, fmt.Errorf("start embedded miniredis: %w", err)
+	}
+	t.Logf("redistest: REDIS_URL not set and redis-server not found on PATH; using embedded miniredis at %s as a fallback (set DELAYQ_REQUIRE_REDIS=1 to require a real server)", m.Addr())
+	return &sharedServer{
+		opts: &redis.Options{Addr: m.Addr()},
+		url:  "redis://" + m.Addr() + "/0",
+		mini: m,
+	}, nil
+}
+
+// options returns a copy of the client options, since go-redis fills in
+// defaults on the Options it is given.
+func (s *sharedServer) options() *redis.Options {
+	o := *s.opts
+	return &o
+}
+
+// stopShared stops whatever the package started and makes later calls fail.
+func stopShared() {
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	if s := shared; s != nil {
+		if s.proc != nil {
+			s.proc.kill()
+		}
+		if s.dir != "" {
+			_ = os.RemoveAll(s.dir)
+		}
+		if s.mini != nil {
+			s.mini.Close()
+		}
+	}
+	shared, sharedErr = nil, errStopped
+}
+
+// Main runs the package's tests, stops the shared server if this package
+// started one, removes its directory, checks for leaked goroutines with
+// goleak when the tests passed, and exits with the resulting code. Call it
+// from TestMain:
+//
+//	func TestMain(m *testing.M) { redistest.Main(m) }
+//
+// No goroutines are ignored: go-redis clients stop theirs on Close and
+// miniredis on Close, so anything left is a leak in the code under test.
+func Main(m *testing.M) {
+	code := m.Run()
+	stopShared()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "redistest: goroutines leaked after the tests: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// New returns a client connected to the package's shared test server and a
+// key namespace unique to this call. The namespace is "t", a per-binary
+// random id, a sequence number and the sanitized test name, uses only
+// [A-Za-z0-9._-] and is at most 60 characters long. Tests keep their keys
+// under namespace+":".
+//
+// At cleanup every key whose name starts with namespace+":" is deleted and
+// the client is closed; keys outside the namespace are not touched. New
+// fails the test if no server is available (see the package doc).
+func New(t testing.TB) (redis.UniversalClient, string) {
+	t.Helper()
+	s := getShared(t)
+	ns := namespace(t.Name())
+	c := redis.NewClient(s.options())
+	t.Cleanup(func() {
+		_ = c.Close() // the test may have closed it already
+		if err := deleteNamespace(s, ns); err != nil {
+			t.Errorf("redistest: delete keys of namespace %q: %v", ns, err)
+		}
+	})
+	return c, ns
+}
+
+// Addr returns the "host:port" of the package's shared server, starting it
+// if needed. Tests that start subprocesses pass it on.
+func Addr(t testing.TB) string {
+	t.Helper()
+	return getShared(t).opts.Addr
+}
+
+// URL returns a URL for the package's shared server, starting it if needed:
+// REDIS_URL itself when that is set (so credentials and database carry
+// over), otherwise "redis://host:port/0".
+func URL(t testing.TB) string {
+	t.Helper()
+	return getShared(t).url
+}
+
+// runID tells apart test binaries that share one server through REDIS_URL.
+var runID = func() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:]) // never fails on supported platforms
+	return hex.EncodeToString(b[:])
+}()
+
+// nsSeq tells apart namespaces within one test binary.
+var nsSeq atomic.Uint64
+
+// namespace returns a fresh namespace for the test called name.
+func namespace(name string) string {
+	ns := "t" + runID + "-" + strconv.FormatUint(nsSeq.Add(1), 36) + "." + sanitize(name)
+	if len(ns) > maxNamespaceLen {
+		ns = ns[:maxNamespaceLen]
+	}
+	return ns
+}
+
+// sanitize maps a test name to [A-Za-z0-9._-]: "/" between subtests becomes
+// "." and any other character "_".
+func sanitize(name string) string {
+	var b strings.Builder
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9',
+			c == '.', c == '_', c == '-':
+			b.WriteByte(c)
+		case c == '/':
+			b.WriteByte('.')
+		default:
+			b.WriteByte('_')
+		}
+	}
+	return b.String()
+}
+
+// globEscape escapes the characters that are special in Redis glob
+// patterns outside a bracket expression, so the result matches only s.
+func globEscape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '*', '?', '[', ']', '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// deleteNamespace unlinks every key that starts with ns+":", using its own
+// connection so it works even if the test closed its client.
+func deleteNamespace(s *sharedServer, ns string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	c := redis.NewClient(s.options())
+	defer c.Close()
+
+	match := globEscape(ns+":") + "*"
+	var cursor uint64
+	for {
+		keys, next, err := c.Scan(ctx, cursor, match, scanCount).Result()
+		if err != nil {
+			return err
+		}
+		for len(keys) > 0 {
+			n := min(len(keys), unlinkBatch)
+			if err := c.Unlink(ctx, keys[:n]...).Err(); err != nil {
+				return err
+			}
+			keys = keys[n:]
+		}
+		if cursor = next; cursor == 0 {
+			return nil
+		}
+	}
+}

@@ -1,0 +1,354 @@
+package job
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"fmt"
+	"reflect"
+	"time"
+
+	"github.com/delayq/delayq/retry"
+)
+
+// Enqueuer stores envelopes. *broker.Broker implements it; producer
+// middleware wraps it.
+//
+// Enqueue stores every envelope or reports why not. With one envelope the
+// error is that envelope's; with several it is a *[BatchError]. On success it
+// fills in each envelope's ID (when empty), Queue, CreatedAt and ReadyAt.
+type Enqueuer interface {
+	Enqueue(ctx context.Context, envs ...*Envelope) error
+}
+
+// BatchError reports which items of a batch call failed (envelopes not
+// stored, leases not acked, …). Errs is aligned with the batch; nil entries
+// succeeded.
+type BatchError struct {
+	Errs []error
+}
+
+func (e *BatchError) Error() string {
+	n, first := 0, error(nil)
+	for _, err := range e.Errs {
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			n++
+		}
+	}
+	return fmt.Sprintf("%d of %d jobs failed, first: %v", n, len(e.Errs), first)
+}
+
+// Unwrap returns the non-nil errors, so errors.Is sees each of them.
+func (e *BatchError) Unwrap() []error {
+	var out []error
+	for _, err := range e.Errs {
+		if err != nil {
+			out = append(out, err)
+		}
+	}
+	return out
+}
+
+// Job is one delivery of a typed job.
+type Job[T any] struct {
+	*Message
+	Args T
+}
+
+// Type is a job type: a name bound to an argument type T, with defaults for
+// its jobs. Share one Type value between producers and consumers.
+type Type[T any] struct {
+	name     string
+	defaults settings
+}
+
+// New defines a job type. Options set defaults for every job of the type
+// (queue, max retries, timeout, codec, retry policy). New panics when the name
+// or an option is invalid, as types are defined once, at package level; use
+// [NewType] to get an error instead.
+func New[T any](name string, opts ...Option) *Type[T] {
+	t, err := NewType[T](name, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
+
+// NewType is [New] returning an error instead of panicking.
+func NewType[T any](name string, opts ...Option) (*Type[T], error) {
+	if err := ValidateType(name); err != nil {
+		return nil, err
+	}
+	s := settings{queue: DefaultQueue, maxRetries: DefaultMaxRetries, codec: JSON}
+	for _, o := range opts {
+		if o.typeScope == nil {
+			return nil, invalid("option %s cannot be set on job type %q, only per job", o.name, name)
+		}
+		if err := o.typeScope(&s); err != nil {
+			return nil, err
+		}
+	}
+	return &Type[T]{name: name, defaults: s}, nil
+}
+
+// DefaultMaxRetries is the retry budget of a type that sets none.
+const DefaultMaxRetries = 10
+
+// Name returns the type's name.
+func (t *Type[T]) Name() string { return t.name }
+
+// Envelope encodes args and applies opts, returning the envelope to enqueue.
+// Errors wrap ErrInvalid.
+func (t *Type[T]) Envelope(args T, opts ...Option) (*Envelope, error) {
+	s := t.defaults
+	for _, o := range opts {
+		if o.jobScope == nil {
+			return nil, invalid("option %s is set on the job type, not per job", o.name)
+		}
+		if err := o.jobScope(&s); err != nil {
+			return nil, err
+		}
+	}
+	payload, err := s.codec.Marshal(args)
+	if err != nil {
+		return nil, invalid("cannot encode arguments of job type %q: %v", t.name, err)
+	}
+	env := &Envelope{
+		ID:         s.id,
+		Queue:      s.queue,
+		Type:       t.name,
+		Payload:    payload,
+		MaxRetries: s.maxRetries,
+		Timeout:    s.timeout,
+		Backoff:    s.backoff,
+		Delay:      s.delay,
+		At:         s.at,
+	}
+	if len(s.headers) > 0 {
+		env.Headers = make(map[string]string, len(s.headers))
+		for k, v := range s.headers {
+			env.Headers[k] = v
+		}
+	}
+	return env, nil
+}
+
+// Enqueue encodes args and stores the job through e. It returns the stored
+// envelope (with its ID and ReadyAt) or an error: one wrapping ErrInvalid for
+// bad input, or the broker's (e.g. broker.ErrDuplicate for a pending id).
+func (t *Type[T]) Enqueue(ctx context.Context, e Enqueuer, args T, opts ...Option) (*Envelope, error) {
+	env, err := t.Envelope(args, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.Enqueue(ctx, env); err != nil {
+		return nil, err
+	}
+	return env, nil
+}
+
+// EnqueueMany stores one job per element of args in one round trip per
+// queue, all with the same options (an ID option is refused: ids must
+// differ). On a partial failure it returns the envelopes and a *BatchError.
+func (t *Type[T]) EnqueueMany(ctx context.Context, e Enqueuer, args []T, opts ...Option) ([]*Envelope, error) {
+	envs := make([]*Envelope, len(args))
+	for i, a := range args {
+		env, err := t.Envelope(a, opts...)
+		if err != nil {
+			return nil, err
+		}
+		if env.ID != "" {
+			return nil, invalid("option ID cannot be shared by a batch of %d jobs", len(args))
+		}
+		envs[i] = env
+	}
+	if len(envs) == 0 {
+		return envs, nil
+	}
+	return envs, e.Enqueue(ctx, envs...)
+}
+
+// Handle registers fn as the handler of this type in r. The payload is
+// decoded with the type's codec; a payload that does not decode fails
+// permanently with a *[DecodeError]. Handle panics if the type already has a
+// handler in r; use [Type.Register] to get an error instead.
+func (t *Type[T]) Handle(r *Registry, fn func(ctx context.Context, j *Job[T]) error) {
+	if err := t.Register(r, fn); err != nil {
+		panic(err)
+	}
+}
+
+// Register is [Type.Handle] returning an error.
+func (t *Type[T]) Register(r *Registry, fn func(ctx context.Context, j *Job[T]) error) error {
+	if fn == nil {
+		return invalid("nil handler for job type %q", t.name)
+	}
+	codec, name := t.defaults.codec, t.name
+	goType := reflect.TypeFor[T]().String()
+	h := HandlerFunc(func(ctx context.Context, m *Message) error {
+		j := &Job[T]{Message: m}
+		if err := codec.Unmarshal(m.Payload, &j.Args); err != nil {
+			return retry.Permanent(&DecodeError{Type: name, GoType: goType, Err: err})
+		}
+		return fn(ctx, j)
+	})
+	return r.Register(name, Entry{Handler: h, Retry: t.defaults.retry, Timeout: t.defaults.timeout})
+}
+
+// settings collects options.
+type settings struct {
+	id         string
+	queue      string
+	maxRetries int
+	timeout    time.Duration
+	delay      time.Duration
+	at         time.Time
+	backoff    *Backoff
+	headers    map[string]string
+	codec      Codec
+	retry      retry.Policy
+}
+
+// Option sets a property of a job, or the default of a job type. Each option
+// says where it applies; one used in the wrong place is an error.
+type Option struct {
+	name      string
+	typeScope func(*settings) error // nil: not valid on a type
+	jobScope  func(*settings) error // nil: not valid per job
+}
+
+func both(name string, f func(*settings) error) Option {
+	return Option{name: name, typeScope: f, jobScope: f}
+}
+
+// In makes the job ready d after the server's now. Per job only.
+func In(d time.Duration) Option {
+	return Option{name: "In", jobScope: func(s *settings) error {
+		if err := ValidateDelay(d); err != nil {
+			return err
+		}
+		s.delay, s.at = d, time.Time{}
+		return nil
+	}}
+}
+
+// At makes the job ready at t (a time in the past means now). Per job only.
+func At(t time.Time) Option {
+	return Option{name: "At", jobScope: func(s *settings) error {
+		if t.IsZero() {
+			return invalid("ready time At is the zero time")
+		}
+		s.at, s.delay = t, 0
+		return nil
+	}}
+}
+
+// ID sets the job's id; while a job with that id is pending in its queue,
+// enqueueing another fails with broker.ErrDuplicate. Per job only.
+func ID(id string) Option {
+	return Option{name: "ID", jobScope: func(s *settings) error {
+		if err := ValidateID(id); err != nil {
+			return err
+		}
+		s.id = id
+		return nil
+	}}
+}
+
+// Queue sets the queue ("default" when unset).
+func Queue(q string) Option {
+	return both("Queue", func(s *settings) error {
+		if err := ValidateQueue(q); err != nil {
+			return err
+		}
+		s.queue = q
+		return nil
+	})
+}
+
+// MaxRetries sets how many times a failed job is retried before it is
+// dead-lettered; 0 dead-letters on the first failure. Default 10.
+func MaxRetries(n int) Option {
+	return both("MaxRetries", func(s *settings) error {
+		if n < 0 {
+			return invalid("max retries %d is negative", n)
+		}
+		s.maxRetries = n
+		return nil
+	})
+}
+
+// Timeout sets the deadline of each attempt's context. 0 leaves it to the
+// worker's default.
+func Timeout(d time.Duration) Option {
+	return both("Timeout", func(s *settings) error {
+		if d < 0 {
+			return invalid("timeout %s is negative", d)
+		}
+		s.timeout = d
+		return nil
+	})
+}
+
+// WithBackoff stores a retry schedule with the job, overriding the type's
+// policy for this job.
+func WithBackoff(b retry.Exponential) Option {
+	return Option{name: "WithBackoff", jobScope: func(s *settings) error {
+		if err := b.Validate(); err != nil {
+			return fmt.Errorf("job: %w: %v", ErrInvalid, err)
+		}
+		s.backoff = &Backoff{Initial: b.Initial, Multiplier: b.Multiplier, Max: b.Max, Jitter: b.Jitter}
+		return nil
+	}}
+}
+
+// Header adds a metadata header carried with the job. Per job only.
+func Header(key, value string) Option {
+	return Option{name: "Header", jobScope: func(s *settings) error {
+		if key == "" {
+			return invalid("header key must not be empty")
+		}
+		h := make(map[string]string, len(s.headers)+1)
+		for k, v := range s.headers {
+			h[k] = v
+		}
+		h[key] = value
+		s.headers = h
+		return nil
+	}}
+}
+
+// WithCodec sets the payload codec of a type. Type only.
+func WithCodec(c Codec) Option {
+	return Option{name: "WithCodec", typeScope: func(s *settings) error {
+		if c == nil {
+			return invalid("nil codec")
+		}
+		s.codec = c
+		return nil
+	}}
+}
+
+// Retry sets the retry policy of a type. Type only; per job, use
+// [WithBackoff].
+func Retry(p retry.Policy) Option {
+	return Option{name: "Retry", typeScope: func(s *settings) error {
+		if p == nil {
+			return invalid("nil retry policy")
+		}
+		s.retry = p
+		return nil
+	}}
+}
+
+var idEncoding = base32.NewEncoding("0123456789abcdefghijklmnopqrstuv").WithPadding(base32.NoPadding)
+
+// NewID returns a random job id: 16 characters, 80 bits of randomness.
+func NewID() string {
+	var b [10]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return idEncoding.EncodeToString(b[:])
+}

@@ -1,0 +1,85 @@
+package job
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// ErrInvalid is wrapped by every error about input that delayq refuses before
+// anything is written: a bad id, queue name, type name, delay or option.
+var ErrInvalid = errors.New("invalid")
+
+// Limits on names. They keep every key inside its namespace and hash tag.
+const (
+	MaxIDLen    = 256 // bytes
+	MaxQueueLen = 64  // bytes
+	MaxTypeLen  = 128 // bytes
+)
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("job: %w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+// ValidateID checks a job id: 1 to MaxIDLen bytes of valid UTF-8 without
+// control characters or braces (braces would break the key's hash tag).
+func ValidateID(id string) error {
+	if err := checkName("id", id, MaxIDLen); err != nil {
+		return err
+	}
+	for _, r := range id {
+		if r < 0x20 || r == 0x7f || r == '{' || r == '}' {
+			return invalid("id %q contains %q; ids may not contain control characters, '{' or '}'", id, r)
+		}
+	}
+	return nil
+}
+
+// ValidateQueue checks a queue name: 1 to MaxQueueLen bytes of ASCII letters,
+// digits, '.', '_' and '-'.
+func ValidateQueue(q string) error {
+	return checkToken("queue name", q, MaxQueueLen, "")
+}
+
+// ValidateType checks a job type name: 1 to MaxTypeLen bytes of ASCII
+// letters, digits and '.', '_', '-', ':', '/'.
+func ValidateType(name string) error {
+	return checkToken("job type", name, MaxTypeLen, ":/")
+}
+
+func checkName(what, s string, maxLen int) error {
+	switch {
+	case s == "":
+		return invalid("%s must not be empty", what)
+	case len(s) > maxLen:
+		return invalid("%s is %d bytes long, the limit is %d", what, len(s), maxLen)
+	case !utf8.ValidString(s):
+		return invalid("%s %q is not valid UTF-8", what, s)
+	}
+	return nil
+}
+
+func checkToken(what, s string, maxLen int, extra string) error {
+	if err := checkName(what, s, maxLen); err != nil {
+		return err
+	}
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == '-':
+		case strings.ContainsRune(extra, r):
+		default:
+			return invalid("%s %q contains %q; allowed are letters, digits and '._-%s'", what, s, r, extra)
+		}
+	}
+	return nil
+}
+
+// ValidateDelay checks a delay given with [In]: it must not be negative.
+func ValidateDelay(d time.Duration) error {
+	if d < 0 {
+		return invalid("delay %s is negative", d)
+	}
+	return nil
+}

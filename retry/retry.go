@@ -1,0 +1,60 @@
+package retry
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// permanentError marks an error that must not be retried.
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// Permanent wraps err so that the job that returned it is dead-lettered at
+// once, whatever retries it has left. Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+// IsPermanent reports whether err, or an error it wraps, was made by
+// [Permanent].
+func IsPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
+}
+
+// afterError asks for the next attempt after a fixed delay.
+type afterError struct {
+	delay time.Duration
+	err   error
+}
+
+func (e *afterError) Error() string {
+	return fmt.Sprintf("retry after %s: %v", e.delay, e.err)
+}
+func (e *afterError) Unwrap() error { return e.err }
+
+// After wraps err so that the job's next attempt is scheduled exactly d after
+// this one failed, instead of the policy's delay. The attempt still counts
+// against the job's retry budget. A negative d is taken as zero. After(d, nil)
+// is nil.
+func After(d time.Duration, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &afterError{delay: max(d, 0), err: err}
+}
+
+// AfterDelay reports the delay requested by [After] in err's chain, if any.
+func AfterDelay(err error) (time.Duration, bool) {
+	var a *afterError
+	if errors.As(err, &a) {
+		return a.delay, true
+	}
+	return 0, false
+}

@@ -1,0 +1,190 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/job"
+	"github.com/delayq/delayq/middleware"
+	"github.com/delayq/delayq/retry"
+)
+
+// Broker is what a worker needs of the broker; *broker.Broker implements it.
+// Tests wrap it to inject failures.
+type Broker interface {
+	Claim(ctx context.Context, queue string, n int, lease time.Duration) (broker.ClaimResult, error)
+	Ack(ctx context.Context, leases ...broker.Lease) error
+	Extend(ctx context.Context, lease time.Duration, leases ...broker.Lease) error
+	Release(ctx context.Context, leases ...broker.Lease) error
+	Retry(ctx context.Context, l broker.Lease, delay time.Duration, env *job.Envelope) (time.Time, error)
+	RetryExpired(ctx context.Context, l broker.Lease, delay time.Duration, env *job.Envelope) (time.Time, error)
+	Kill(ctx context.Context, l broker.Lease, rec *broker.DeadRecord) (time.Time, error)
+	KillExpired(ctx context.Context, l broker.Lease, rec *broker.DeadRecord) (time.Time, error)
+	Reap(ctx context.Context, queue string, limit int) (broker.ReapResult, error)
+	Wakeups(ctx context.Context, queues []string) (<-chan string, func())
+}
+
+var _ Broker = (*broker.Broker)(nil)
+
+// Queue is a queue a worker serves.
+type Queue struct {
+	Name string
+	// Weight is the queue's share of claims when Config.StrictPriority is
+	// false: a queue of weight 3 is tried first three times as often as one
+	// of weight 1. 0 means 1.
+	Weight int
+}
+
+// Config configures a Worker. Broker and Registry are required; every other
+// field has a documented default.
+type Config struct {
+	Broker   Broker
+	Registry *job.Registry
+
+	// Queues to serve. Default: the queue "default".
+	Queues []Queue
+	// StrictPriority claims from Queues in the order given, moving to the
+	// next only when a queue has nothing due. Otherwise queues are tried in
+	// a random order drawn by weight on every claim round.
+	StrictPriority bool
+
+	// Concurrency is how many jobs run at once. Default 10.
+	Concurrency int
+	// BatchSize caps the jobs claimed in one call. Default min(Concurrency,
+	// 100). A worker never claims more than its free slots.
+	BatchSize int
+
+	// Lease is how long a claimed job stays with this worker without a
+	// heartbeat. A crashed worker's jobs come back after it. Default 30s.
+	Lease time.Duration
+	// HeartbeatInterval is how often the leases of running jobs are
+	// extended. Default Lease/3; negative disables the heartbeat (a job
+	// that outlives its lease is then redelivered).
+	HeartbeatInterval time.Duration
+	// ReapInterval is how often this worker looks for expired leases.
+	// Default Lease/3; negative disables reaping here.
+	ReapInterval time.Duration
+	// MaxIdle is the longest the worker sleeps without claiming when it
+	// knows of no due job: a safety net for lost wake-up notices. Default 5s.
+	MaxIdle time.Duration
+	// ShutdownTimeout is how long Run lets in-flight jobs finish after its
+	// context is cancelled before it cancels theirs and releases them.
+	// Default 10s.
+	ShutdownTimeout time.Duration
+
+	// Retry is the policy for types and jobs that set none. Default
+	// retry.Default.
+	Retry retry.Policy
+	// Timeout is the handler deadline for types and jobs that set none.
+	// 0 means none.
+	Timeout time.Duration
+	// Middleware wraps every handler, the first outermost. nil means
+	// [DefaultMiddleware]; an empty non-nil slice means none. The worker
+	// recovers panics beyond the chain in any case.
+	Middleware []job.Middleware
+
+	// Logger receives lifecycle events and failures. Default zerolog.Nop().
+	Logger *zerolog.Logger
+}
+
+// DefaultMiddleware is the chain used when Config.Middleware is nil:
+// Recover, then Timeout (which applies the job's, type's or worker's
+// timeout).
+func DefaultMiddleware() []job.Middleware {
+	return []job.Middleware{middleware.Recover(), middleware.Timeout(0)}
+}
+
+// Defaults of Config.
+const (
+	DefaultConcurrency     = 10
+	DefaultLease           = 30 * time.Second
+	DefaultMaxIdle         = 5 * time.Second
+	DefaultShutdownTimeout = 10 * time.Second
+	maxBatch               = 100
+)
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Broker == nil {
+		return c, errors.New("worker: Config.Broker is required")
+	}
+	if c.Registry == nil {
+		return c, errors.New("worker: Config.Registry is required")
+	}
+	if len(c.Queues) == 0 {
+		c.Queues = []Queue{{Name: job.DefaultQueue}}
+	}
+	seen := make(map[string]bool, len(c.Queues))
+	c.Queues = append([]Queue(nil), c.Queues...)
+	for i, q := range c.Queues {
+		if err := job.ValidateQueue(q.Name); err != nil {
+			return c, fmt.Errorf("worker: %w", err)
+		}
+		if seen[q.Name] {
+			return c, fmt.Errorf("worker: queue %q is listed twice", q.Name)
+		}
+		seen[q.Name] = true
+		if q.Weight < 0 {
+			return c, fmt.Errorf("worker: queue %q has negative weight %d", q.Name, q.Weight)
+		}
+		if q.Weight == 0 {
+			c.Queues[i].Weight = 1
+		}
+	}
+	neg := func(name string, d time.Duration) error {
+		return fmt.Errorf("worker: %s %s is negative", name, d)
+	}
+	switch {
+	case c.Concurrency < 0:
+		return c, fmt.Errorf("worker: Concurrency %d is negative", c.Concurrency)
+	case c.BatchSize < 0:
+		return c, fmt.Errorf("worker: BatchSize %d is negative", c.BatchSize)
+	case c.Lease < 0:
+		return c, neg("Lease", c.Lease)
+	case c.MaxIdle < 0:
+		return c, neg("MaxIdle", c.MaxIdle)
+	case c.ShutdownTimeout < 0:
+		return c, neg("ShutdownTimeout", c.ShutdownTimeout)
+	case c.Timeout < 0:
+		return c, neg("Timeout", c.Timeout)
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = min(c.Concurrency, maxBatch)
+	}
+	if c.Lease == 0 {
+		c.Lease = DefaultLease
+	}
+	if c.Lease < 10*time.Millisecond {
+		return c, fmt.Errorf("worker: Lease %s is below 10ms", c.Lease)
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = c.Lease / 3
+	}
+	if c.ReapInterval == 0 {
+		c.ReapInterval = c.Lease / 3
+	}
+	if c.MaxIdle == 0 {
+		c.MaxIdle = DefaultMaxIdle
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.Retry == nil {
+		c.Retry = retry.Default
+	}
+	if c.Middleware == nil {
+		c.Middleware = DefaultMiddleware()
+	}
+	if c.Logger == nil {
+		nop := zerolog.Nop()
+		c.Logger = &nop
+	}
+	return c, nil
+}
