@@ -372,3 +372,36 @@ func TestGettingStartedInNewModule(t *testing.T) {
 	out := run(filepath.Join(dir, "hello"))
 	expectLines(t, out, "REDIS_URL is unset: using an embedded Redis", "hello, Ada! (job ", "worker stopped")
 }
+
+// Relative links in README.md and docs/*.md point at files that exist.
+func TestDocLinks(t *testing.T) {
+	t.Parallel()
+	docs, err := filepath.Glob(filepath.Join("..", "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs = append(docs, filepath.Join("..", "README.md"))
+	linkRE := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	codeRE := regexp.MustCompile("(?s)```.*?```|`[^`\n]*`")
+	checked := 0
+	for _, doc := range docs {
+		text, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prose := codeRE.ReplaceAllString(string(text), "")
+		for _, m := range linkRE.FindAllStringSubmatch(prose, -1) {
+			target, _, _ := strings.Cut(m[1], "#")
+			if target == "" || strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			checked++
+			if _, err := os.Stat(filepath.Join(filepath.Dir(doc), target)); err != nil {
+				t.Errorf("%s links to %s, which does not exist", doc, m[1])
+			}
+		}
+	}
+	if checked == 0 {
+		t.Error("found no relative links to check")
+	}
+}
