@@ -125,7 +125,7 @@ func TestOrderTimeout(t *testing.T) {
 	out := runExample(t, "ordertimeout", 20*time.Second)
 	expectLines(t, out,
 		"using embedded redis",
-		"placed order-1001 (25.00 EUR); order.cancel_unpaid scheduled in 1s with job id order-1001",
+		"placed order-1001 (25.00 EUR); order.cancel_unpaid scheduled in 2s with job id order-1001",
 		// A duplicate schedule is refused.
 		"place order-1001 again (the client retried): the order exists already",
 		`the second timeout for order-1001 is refused as a duplicate: broker: a job with that id is already pending: id "order-1001" in queue "orders"`,
@@ -157,8 +157,8 @@ func TestOrderTimeout(t *testing.T) {
 		if late, _ := strconv.Atoi(m[2]); late > 5000 {
 			t.Errorf("%s cancelled %dms late", m[1], late)
 		}
-		if at := firstStamp(t, out, "order.cancel_unpaid "+m[1]+" (attempt 1)"); at < 1.0 {
-			t.Errorf("%s cancelled at %.3fs, before its 1s window closed", m[1], at)
+		if at := firstStamp(t, out, "order.cancel_unpaid "+m[1]+" (attempt 1)"); at < 2.0 {
+			t.Errorf("%s cancelled at %.3fs, before its 2s window closed", m[1], at)
 		}
 	}
 	if len(cancelled) != 2 || !cancelled["order-1002"] || !cancelled["order-1003"] {

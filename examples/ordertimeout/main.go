@@ -1,6 +1,6 @@
 // Command ordertimeout is a small order service that cancels orders left
 // unpaid past their payment window, the way a shop would with a 30-minute
-// window (here 1 second).
+// window (here 2 seconds).
 //
 // It shows the habits that make at-least-once delivery safe:
 //
@@ -69,12 +69,13 @@ func run() error {
 		return err
 	}
 	clock := demo.NewClock()
-	clock.Printf("using %s; payment window 1s", where)
+	const window = 2 * time.Second // a shop would give 30 minutes
+	clock.Printf("using %s; payment window %v", where, window)
 
 	svc := &Service{
 		store:  NewStore(),
 		jobs:   b,
-		window: time.Second,
+		window: window,
 		clock:  clock,
 		done:   make(chan string, 16),
 		// Order 1003's first attempt crashes right after its side effect.
