@@ -2,6 +2,23 @@
 // permanently: list them newest first with filters, read one, send them back
 // to the schedule (redrive), delete them, and apply retention.
 //
+//	dead := deadletter.New(b) // b is the *broker.Broker
+//	page, err := dead.List(ctx, "sms", deadletter.ListOptions{
+//		Filter: deadletter.Filter{Type: "sms.send", ErrorContains: "invalid phone"},
+//	})
+//	for _, r := range page.Records {
+//		fmt.Println(r.ID, r.DiedAt, r.Attempts, r.Error)
+//	}
+//	// After fixing the cause: back to the schedule now, attempts reset.
+//	err = dead.Redrive(ctx, "sms", 0, page.Records[0].ID)
+//	// Or every match, in batches:
+//	res, err := dead.RedriveAll(ctx, "sms", deadletter.Filter{Type: "sms.send"}, 0, 100, nil)
+//
+// A record keeps the job's envelope byte for byte (payload, type, retry
+// budget), its final error (with the stack for a panic) and the attempts it
+// spent. A redriven job runs with that payload again, so a fix that must
+// reach it belongs in the data the payload refers to, or in the handler.
+//
 // Dead records are written by workers through the broker; retention (a cap
 // on records per queue and a max age, see broker.Options) is applied each
 // time a job dies and on [Inspector.Trim].
