@@ -167,7 +167,7 @@ func (a *app) deadLsCommand() *cobra.Command {
 			}
 			t := newTable(a.stdout, "DIED", "AGO", "QUEUE", "ID", "TYPE", "ATTEMPTS", "ERROR")
 			for _, r := range page.Records {
-				t.row(fmtTime(r.DiedAt), fmtDur(now.Sub(r.DiedAt)), r.Queue, r.ID, orDash(r.Type), strconv.Itoa(r.Attempts), clip(r.Error, 72))
+				t.row(fmtTime(r.DiedAt), fmtDur(now.Sub(r.DiedAt)), r.Queue, r.ID, orDash(r.Type), strconv.Itoa(r.Attempts), firstLine(r.Error, 72))
 			}
 			if err := t.flush(); err != nil {
 				return err

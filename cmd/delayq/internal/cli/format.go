@@ -96,6 +96,18 @@ func clip(s string, n int) string {
 	return string(r[:n-1]) + "…"
 }
 
+// firstLine returns the first line of s, clipped to n runes, with "…" when
+// anything was left out.
+func firstLine(s string, n int) string {
+	s = strings.TrimSpace(s)
+	line, rest, more := strings.Cut(s, "\n")
+	line = strings.TrimSpace(line)
+	if more && strings.TrimSpace(rest) != "" && utf8.RuneCountInString(line) < n {
+		return line + " …"
+	}
+	return clip(line, n)
+}
+
 // orDash prints "-" for an empty string.
 func orDash(s string) string {
 	if s == "" {

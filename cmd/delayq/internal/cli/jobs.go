@@ -293,10 +293,13 @@ func (a *app) jobsShowCommand() *cobra.Command {
 	return cmd
 }
 
-// notFound shortens the broker's not-found errors.
+// notFound rewords the broker's errors about a job's state for people.
 func notFound(err error) error {
-	if errors.Is(err, broker.ErrNotFound) {
+	switch {
+	case errors.Is(err, broker.ErrNotFound):
 		return fmt.Errorf("not found: %s", strings.TrimPrefix(err.Error(), broker.ErrNotFound.Error()+": "))
+	case errors.Is(err, broker.ErrInProgress):
+		return fmt.Errorf("%s is in progress: a worker holds it, so it can no longer be changed", strings.TrimPrefix(err.Error(), broker.ErrInProgress.Error()+": "))
 	}
 	return err
 }

@@ -149,7 +149,7 @@ func (a *app) showStats(ctx context.Context, b *broker.Broker, queues []string, 
 		tot.Dead += s.Dead
 	}
 	if len(all) > 1 {
-		t.row("(total)", num(tot.Scheduled), num(tot.Due), num(tot.Processing), num(tot.Dead), "", "")
+		t.row("(total)", num(tot.Scheduled), num(tot.Due), num(tot.Processing), num(tot.Dead))
 	}
 	return t.flush()
 }
