@@ -83,7 +83,7 @@ func TestGoldenTables(t *testing.T) {
 	kill("mail", "panic-2", "email.render", "panic: runtime error: index out of range [3] with length 3\n\ngoroutine 42 [running]:\nmain.render(...)\n\t/app/render.go:17 +0x1d", t0.Add(-30*time.Second))
 
 	// A processing job, claimed 10s before T0 with a 30s lease.
-	clk.Advance(t0.Add(-10*time.Second).Sub(clk.Now()))
+	clk.Advance(t0.Add(-10 * time.Second).Sub(clk.Now()))
 	e := &job.Envelope{ID: "digest-3", Queue: "mail", Type: "email.digest", Payload: []byte(`{"week":1}`), MaxRetries: 5,
 		CreatedAt: t0.Add(-time.Minute), Headers: map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}
 	if err := b.Enqueue(tb.ctx, e); err != nil {
