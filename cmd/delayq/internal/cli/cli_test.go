@@ -341,7 +341,7 @@ func TestDeadRedriveConfirmation(t *testing.T) {
 
 	// rm by id, then purge with --yes.
 	tb.ok(t, "dead", "rm", "--queue", "q", "job-0001")
-	if out := tb.ok(t, "dead", "purge", "--yes"); !strings.Contains(out, "purged 3 dead job(s) in every queue") {
+	if out := tb.ok(t, "dead", "purge", "--yes"); !strings.Contains(out, "purged 3 dead job(s) across all queues") {
 		t.Fatalf("purge: %q", out)
 	}
 	tb.checkStats(t, "q", 7, 0, 0)

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -73,7 +74,7 @@ func (ff *filterFlags) describe() string {
 	if ff.until != "" {
 		parts = append(parts, "dead until "+ff.until)
 	}
-	where := "in every queue"
+	where := "across all queues"
 	if ff.queue != "" {
 		where = "in queue " + ff.queue
 	}
@@ -142,7 +143,7 @@ func (a *app) deadLsCommand() *cobra.Command {
 			}
 			page, err := deadletter.New(b).List(cmd.Context(), ff.queue, deadletter.ListOptions{Filter: f, Cursor: cursor, Limit: limit})
 			if err != nil {
-				if cursor != "" && strings.Contains(err.Error(), deadletter.ErrBadCursor.Error()) {
+				if errors.Is(err, deadletter.ErrBadCursor) {
 					return usagef("invalid --cursor %q: use the value a previous page printed", cursor)
 				}
 				return err
@@ -322,9 +323,12 @@ func (a *app) runBulk(ctx context.Context, in *deadletter.Inspector, bf *bulkFla
 		if res.Err != nil {
 			out["first_error"] = res.Err.Error()
 		}
-		return a.printJSON(out)
+		if err := a.printJSON(out); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(a.stdout, "%s %d dead job(s)\n", past, res.Done)
 	}
-	fmt.Fprintf(a.stdout, "%s %d dead job(s)\n", past, res.Done)
 	if res.Failed > 0 {
 		return fmt.Errorf("%d job(s) failed, first: %w", res.Failed, res.Err)
 	}
@@ -425,7 +429,7 @@ func (a *app) deadPurgeCommand() *cobra.Command {
 				return err
 			}
 			insp := deadletter.New(b)
-			where := "in every queue"
+			where := "across all queues"
 			if queue != "" {
 				where = "in queue " + queue
 			}
