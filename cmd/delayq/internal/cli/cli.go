@@ -44,7 +44,6 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		getenv:    os.Getenv,
 		stdoutTTY: isTerminal(stdout),
 		stderrTTY: isTerminal(stderr),
-		stdinTTY:  isTerminal(stdin),
 	}
 	return a.run(ctx, args)
 }
@@ -56,10 +55,10 @@ func isTerminal(v any) bool {
 
 // app holds the streams and global flags of one invocation.
 type app struct {
-	stdin                          io.Reader
-	stdout, stderr                 io.Writer
-	getenv                         func(string) string
-	stdoutTTY, stderrTTY, stdinTTY bool
+	stdin                io.Reader
+	stdout, stderr       io.Writer
+	getenv               func(string) string
+	stdoutTTY, stderrTTY bool
 
 	redisURL  string
 	namespace string
@@ -293,8 +292,9 @@ func (a *app) printJSON(v any) error {
 	return enc.Encode(v)
 }
 
-// confirm asks the operator a yes/no question on stderr unless yes is set.
-// Without a terminal or --yes it refuses, so scripts never hang.
+// confirm asks the operator a yes/no question on stderr unless yes is set,
+// and reads the answer from stdin. Anything but "y" or "yes", and the end of
+// input (a script without --yes), refuses.
 func (a *app) confirm(yes bool, question string) error {
 	if yes {
 		return nil
