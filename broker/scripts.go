@@ -38,4 +38,6 @@ var (
 	deadDeleteScript = load("dead_delete")
 	trimScript       = load("trim")
 	statsScript      = load("stats")
+	jobScript        = load("job")
+	pageScript       = load("page")
 )

@@ -98,6 +98,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.cfg.ReapInterval > 0 {
 		loops.Go(func() { w.every(ctx, w.cfg.ReapInterval, func() { w.reap(ctx, bg) }) })
 	}
+	loops.Go(func() { w.checkEviction(ctx) })
 
 	var handlers sync.WaitGroup
 	w.fetch(ctx, jobs, notices, &handlers)

@@ -1,0 +1,269 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delayq/delayq/job"
+)
+
+// JobState is where a job is in its life.
+type JobState string
+
+// States a job can be found in.
+const (
+	StateScheduled  JobState = "scheduled"  // waiting for its ready time, or due and not yet claimed
+	StateProcessing JobState = "processing" // leased to a worker
+	StateDead       JobState = "dead"       // in the dead-letter store
+)
+
+// JobInfo is one job as the inspection API sees it, read at one instant of
+// the server's clock.
+type JobInfo struct {
+	ID    string
+	Queue string
+	State JobState
+	Now   time.Time // the server's clock at the read
+
+	ReadyAt       time.Time // StateScheduled: when it is (or was) due
+	LeaseDeadline time.Time // StateProcessing: when its lease runs out
+	Attempts      int       // attempts spent (claims, less releases)
+
+	Body     []byte        // the envelope as stored (the record's body when dead)
+	Envelope *job.Envelope // Body decoded; nil when Err is set
+	Err      error         // Body did not decode: wraps job.ErrCorrupt
+
+	Dead *DeadRecord // StateDead: the dead record, with DiedAt
+}
+
+// LeaseRemaining is how long the lease of a processing job has left: 0 when
+// it ran out (the reaper will take the job back) or the job is not
+// processing.
+func (j *JobInfo) LeaseRemaining() time.Duration {
+	if j.State != StateProcessing {
+		return 0
+	}
+	return max(j.LeaseDeadline.Sub(j.Now), 0)
+}
+
+// Lateness is how long a scheduled job has been due without being claimed,
+// or 0.
+func (j *JobInfo) Lateness() time.Duration {
+	if j.State != StateScheduled {
+		return 0
+	}
+	return max(j.Now.Sub(j.ReadyAt), 0)
+}
+
+func newJobInfo(queue, id string, state JobState, now, at time.Time, attempts int64, body []byte) *JobInfo {
+	j := &JobInfo{ID: id, Queue: queue, State: state, Now: now, Attempts: int(attempts), Body: body}
+	switch state {
+	case StateScheduled:
+		j.ReadyAt = at
+	case StateProcessing:
+		j.LeaseDeadline = at
+	}
+	env, err := job.Decode(body)
+	if err != nil {
+		j.Err = fmt.Errorf("job %q in queue %q: %w", id, queue, err)
+		return j
+	}
+	env.ID, env.Queue = id, queue
+	if state == StateScheduled {
+		env.ReadyAt = at
+	}
+	j.Envelope = env
+	return j
+}
+
+// Job returns the job id of queue: scheduled, processing or dead, with its
+// envelope, its ready time or lease deadline, and its attempts. It returns
+// an error wrapping ErrNotFound when the queue has no such job. A job that
+// is pending is reported as such even if a dead record of the same id is
+// kept. One script call.
+func (b *Broker) Job(ctx context.Context, queue, id string) (*JobInfo, error) {
+	if err := validQueueID(queue, id); err != nil {
+		return nil, err
+	}
+	k := b.keys(queue)
+	res, err := b.run(ctx, jobScript, []string{k.scheduled, k.processing, k.jobs, k.attempts, k.dead, k.deadIndex}, id)
+	if err != nil {
+		return nil, queueErr(queue, err)
+	}
+	parts, ok := res.([]any)
+	if !ok || len(parts) != 5 {
+		return nil, fmt.Errorf("broker: job: unexpected reply %v", res)
+	}
+	now, _ := parts[0].(int64)
+	state, _ := parts[1].(int64)
+	at, _ := parts[2].(int64)
+	attempts, _ := parts[3].(int64)
+	body, _ := parts[4].(string)
+	switch state {
+	case 1:
+		return newJobInfo(queue, id, StateScheduled, fromMS(now), fromMS(at), attempts, []byte(body)), nil
+	case 2:
+		return newJobInfo(queue, id, StateProcessing, fromMS(now), fromMS(at), attempts, []byte(body)), nil
+	case 3:
+		rec, err := DecodeDeadRecord([]byte(body))
+		if err != nil {
+			rec = &DeadRecord{ID: id, Queue: queue, Body: []byte(body), Error: err.Error()}
+		}
+		rec.DiedAt = fromMS(at)
+		j := newJobInfo(queue, id, StateDead, fromMS(now), time.Time{}, int64(rec.Attempts), rec.Body)
+		j.Dead = rec
+		return j, nil
+	}
+	return nil, fmt.Errorf("%w: no job %q in queue %q", ErrNotFound, id, queue)
+}
+
+// JobCursor marks a position in a queue's scheduled or processing jobs,
+// which are ordered by (time, id). The zero value starts at the first job.
+type JobCursor struct {
+	At time.Time // ready time or lease deadline of the last job returned
+	ID string
+}
+
+// IsZero reports whether c is the start of the list.
+func (c JobCursor) IsZero() bool { return c.ID == "" }
+
+// JobPage is one page of scheduled or processing jobs.
+type JobPage struct {
+	Now  time.Time  // the server's clock at the read
+	Jobs []*JobInfo // in (time, id) order
+	Next JobCursor  // cursor of the next page; zero when this is the last
+}
+
+// MaxPageLimit is the most jobs one page call returns.
+const MaxPageLimit = 1000
+
+// ScheduledPage returns up to limit scheduled jobs of queue after the
+// cursor, earliest ready time first, with their envelopes. Jobs that are
+// claimed, rescheduled or enqueued meanwhile cause no gaps or repeats among
+// the others. One script call.
+func (b *Broker) ScheduledPage(ctx context.Context, queue string, after JobCursor, limit int) (JobPage, error) {
+	return b.jobPage(ctx, queue, StateScheduled, after, limit)
+}
+
+// ProcessingPage returns up to limit jobs of queue that are leased to
+// workers, after the cursor, earliest lease deadline first. See
+// ScheduledPage.
+func (b *Broker) ProcessingPage(ctx context.Context, queue string, after JobCursor, limit int) (JobPage, error) {
+	return b.jobPage(ctx, queue, StateProcessing, after, limit)
+}
+
+func (b *Broker) jobPage(ctx context.Context, queue string, state JobState, after JobCursor, limit int) (JobPage, error) {
+	if err := job.ValidateQueue(queue); err != nil {
+		return JobPage{}, err
+	}
+	if limit <= 0 || limit > MaxPageLimit {
+		return JobPage{}, fmt.Errorf("broker: %w: page limit %d is outside 1..%d", job.ErrInvalid, limit, MaxPageLimit)
+	}
+	k := b.keys(queue)
+	set := k.scheduled
+	if state == StateProcessing {
+		set = k.processing
+	}
+	score := ""
+	if !after.IsZero() {
+		score = strconv.FormatInt(ms(after.At), 10)
+	}
+	res, err := b.run(ctx, pageScript, []string{set, k.jobs, k.attempts}, score, after.ID, limit)
+	if err != nil {
+		return JobPage{}, queueErr(queue, err)
+	}
+	parts, ok := res.([]any)
+	if !ok || len(parts) != 3 {
+		return JobPage{}, fmt.Errorf("broker: page: unexpected reply %v", res)
+	}
+	now, _ := parts[0].(int64)
+	more, _ := parts[1].(int64)
+	flat, ok := parts[2].([]any)
+	if !ok || len(flat)%4 != 0 {
+		return JobPage{}, fmt.Errorf("broker: page: unexpected job list %v", parts[2])
+	}
+	page := JobPage{Now: fromMS(now), Jobs: make([]*JobInfo, 0, len(flat)/4)}
+	for i := 0; i < len(flat); i += 4 {
+		id, _ := flat[i].(string)
+		at, _ := flat[i+1].(int64)
+		attempts, _ := flat[i+2].(int64)
+		body, _ := flat[i+3].(string)
+		page.Jobs = append(page.Jobs, newJobInfo(queue, id, state, page.Now, fromMS(at), attempts, []byte(body)))
+	}
+	if more == 1 && len(page.Jobs) > 0 {
+		last := page.Jobs[len(page.Jobs)-1]
+		page.Next = JobCursor{At: fromMS(at(last)), ID: last.ID}
+	}
+	return page, nil
+}
+
+func at(j *JobInfo) int64 {
+	if j.State == StateProcessing {
+		return ms(j.LeaseDeadline)
+	}
+	return ms(j.ReadyAt)
+}
+
+// AllStats returns the stats of every known queue (see Queues), sorted by
+// queue name: one script call per queue, each O(log N).
+func (b *Broker) AllStats(ctx context.Context) ([]QueueStats, error) {
+	names, err := b.Queues(ctx)
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(names)
+	out := make([]QueueStats, 0, len(names))
+	for _, q := range names {
+		if job.ValidateQueue(q) != nil {
+			continue // not written by delayq
+		}
+		s, err := b.Stats(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// ErrConfigUnavailable is wrapped by EvictionPolicy when the server does not
+// let this client read its configuration (CONFIG is renamed, disabled or
+// not permitted by an ACL, as on many managed services).
+var ErrConfigUnavailable = errors.New("broker: server configuration cannot be read")
+
+// EvictionPolicy returns the server's maxmemory-policy. On servers where
+// CONFIG GET is refused it returns an error wrapping ErrConfigUnavailable;
+// callers treat that as "unknown", not as a failure.
+func (b *Broker) EvictionPolicy(ctx context.Context) (string, error) {
+	m, err := b.rdb.ConfigGet(ctx, "maxmemory-policy").Result()
+	if err != nil {
+		var reply redis.Error
+		if !errors.As(err, &reply) {
+			return "", err // not the server's answer: Redis is unreachable
+		}
+		return "", fmt.Errorf("%w: %v", ErrConfigUnavailable, err)
+	}
+	p, ok := m["maxmemory-policy"]
+	if !ok {
+		return "", fmt.Errorf("%w: CONFIG GET maxmemory-policy returned nothing", ErrConfigUnavailable)
+	}
+	return p, nil
+}
+
+// EvictionSafe reports whether a maxmemory-policy keeps delayq's keys: delayq
+// sets no TTLs, so "noeviction" and the volatile-* policies never evict them
+// (writes fail with an out-of-memory error instead, and no job is lost),
+// while the allkeys-* policies may drop jobs silently.
+func EvictionSafe(policy string) bool {
+	switch policy {
+	case "noeviction", "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl":
+		return true
+	}
+	return false
+}

@@ -1,0 +1,272 @@
+package broker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/job"
+)
+
+func TestJobInEachState(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	tb.enqueue(t, env("s", time.Minute), env("p", 0), env("d", 0))
+	tb.clock.Advance(2 * time.Second)
+	res := tb.claim(t, 2) // d then p: equal ready times go in id order
+	if _, err := tb.b.Kill(tb.ctx, res.Jobs[0].Lease, &broker.DeadRecord{Type: "t", Body: res.Jobs[0].Body, Error: "boom", Attempts: 1}); err != nil {
+		t.Fatal(err)
+	}
+	tb.clock.Advance(time.Second)
+
+	s, err := tb.b.Job(tb.ctx, "q", "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.State != broker.StateScheduled || !s.ReadyAt.Equal(epoch.Add(time.Minute)) || s.Attempts != 0 ||
+		s.Envelope == nil || s.Envelope.Type != "t" || s.Envelope.ID != "s" || !s.Now.Equal(epoch.Add(3*time.Second)) {
+		t.Fatalf("scheduled job: %+v", s)
+	}
+	if s.Lateness() != 0 || s.LeaseRemaining() != 0 {
+		t.Fatalf("scheduled job not yet due: lateness %v lease %v", s.Lateness(), s.LeaseRemaining())
+	}
+
+	p, err := tb.b.Job(tb.ctx, "q", "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.State != broker.StateProcessing || p.Attempts != 1 || p.LeaseRemaining() != 9*time.Second ||
+		string(p.Envelope.Payload) != `{"n":1}` {
+		t.Fatalf("processing job: %+v, lease remaining %v", p, p.LeaseRemaining())
+	}
+
+	d, err := tb.b.Job(tb.ctx, "q", "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.State != broker.StateDead || d.Dead == nil || d.Dead.Error != "boom" || d.Attempts != 1 ||
+		!d.Dead.DiedAt.Equal(epoch.Add(2*time.Second)) || d.Envelope == nil || d.Envelope.Type != "t" {
+		t.Fatalf("dead job: %+v (record %+v)", d, d.Dead)
+	}
+
+	if _, err := tb.b.Job(tb.ctx, "q", "nope"); !errors.Is(err, broker.ErrNotFound) {
+		t.Fatalf("unknown id: %v", err)
+	}
+	if _, err := tb.b.Job(tb.ctx, "q", "a{b"); !errors.Is(err, job.ErrInvalid) {
+		t.Fatalf("bad id: %v", err)
+	}
+
+	// A dead job enqueued again under its id is reported as pending.
+	tb.enqueue(t, env("d", time.Hour))
+	if again, err := tb.b.Job(tb.ctx, "q", "d"); err != nil || again.State != broker.StateScheduled {
+		t.Fatalf("re-enqueued dead id: %+v, %v", again, err)
+	}
+}
+
+func TestJobCorruptEnvelope(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	tb.enqueue(t, env("a", 0))
+	tb.rdb.HSet(tb.ctx, tb.key("q", "jobs"), "a", "not json")
+	j, err := tb.b.Job(tb.ctx, "q", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.Envelope != nil || !errors.Is(j.Err, job.ErrCorrupt) || string(j.Body) != "not json" {
+		t.Fatalf("corrupt job: %+v", j)
+	}
+}
+
+// pageAll reads every page of the scheduled set, calling between after each
+// page.
+func pageAll(t *testing.T, tb *testBundle, limit int, between func(page int)) []string {
+	t.Helper()
+	var seen []string
+	var cur broker.JobCursor
+	for page := 0; ; page++ {
+		p, err := tb.b.ScheduledPage(tb.ctx, "q", cur, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Jobs) > limit {
+			t.Fatalf("page of %d jobs, limit %d", len(p.Jobs), limit)
+		}
+		for _, j := range p.Jobs {
+			seen = append(seen, j.ID)
+		}
+		if p.Next.IsZero() {
+			return seen
+		}
+		cur = p.Next
+		if between != nil {
+			between(page)
+		}
+	}
+}
+
+func TestScheduledPageOrderAndCursor(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	// Many jobs share a ready time, so the cursor must order by id too.
+	var envs []*job.Envelope
+	var want []string
+	for i := range 120 {
+		id := fmt.Sprintf("j%03d", i)
+		envs = append(envs, env(id, time.Duration(i/40)*time.Second))
+		want = append(want, id)
+	}
+	tb.enqueue(t, envs...)
+	for _, limit := range []int{1, 7, 40, 1000} {
+		if got := pageAll(t, tb, limit, nil); !slices.Equal(got, want) {
+			t.Fatalf("limit %d: paged %d jobs %v, want %d in order", limit, len(got), got, len(want))
+		}
+	}
+
+	p, err := tb.b.ScheduledPage(tb.ctx, "q", broker.JobCursor{}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j := p.Jobs[1]; j.ID != "j001" || !j.ReadyAt.Equal(epoch) || j.Envelope.MaxRetries != 3 || !p.Now.Equal(epoch) {
+		t.Fatalf("page entry %+v now %v", j, p.Now)
+	}
+	for _, limit := range []int{0, -1, broker.MaxPageLimit + 1} {
+		if _, err := tb.b.ScheduledPage(tb.ctx, "q", broker.JobCursor{}, limit); !errors.Is(err, job.ErrInvalid) {
+			t.Fatalf("limit %d: %v", limit, err)
+		}
+	}
+}
+
+func TestScheduledPageWhileJobsMove(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	var envs []*job.Envelope
+	for i := range 100 {
+		envs = append(envs, env(fmt.Sprintf("j%03d", i), time.Duration(i/10)*time.Second))
+	}
+	tb.enqueue(t, envs...)
+	moved := map[string]bool{}
+	got := pageAll(t, tb, 9, func(page int) {
+		// Between pages: the cursor's own job and others leave or move.
+		switch page {
+		case 0:
+			// j008 is the cursor (the page's last job): cancel it.
+			if err := tb.b.Cancel(tb.ctx, "q", "j008"); err != nil {
+				t.Fatal(err)
+			}
+			moved["j008"] = true
+		case 1:
+			// Reschedule a job not yet seen far into the future, and one
+			// already seen to the end as well: each may then be seen again.
+			for _, id := range []string{"j050", "j003"} {
+				if _, err := tb.b.Reschedule(tb.ctx, "q", id, epoch.Add(time.Hour)); err != nil {
+					t.Fatal(err)
+				}
+				moved[id] = true
+			}
+		case 3:
+			// Enqueue new jobs before and after the cursor.
+			tb.enqueue(t, env("early", 0), env("late", 30*time.Second))
+			moved["early"], moved["late"] = true, true
+		}
+	})
+	count := map[string]int{}
+	for _, id := range got {
+		count[id]++
+	}
+	for _, e := range envs {
+		if !moved[e.ID] && count[e.ID] != 1 {
+			t.Errorf("job %s seen %d times, want once", e.ID, count[e.ID])
+		}
+	}
+	if count["late"] != 1 {
+		t.Errorf("job enqueued ahead of the cursor seen %d times, want once", count["late"])
+	}
+}
+
+func TestProcessingPage(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	tb.enqueue(t, env("a", 0), env("b", 0), env("c", 0))
+	tb.claim(t, 2)
+	tb.clock.Advance(4 * time.Second)
+	p, err := tb.b.ProcessingPage(tb.ctx, "q", broker.JobCursor{}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Jobs) != 1 || p.Next.IsZero() {
+		t.Fatalf("first page %+v", p)
+	}
+	a := p.Jobs[0]
+	if a.ID != "a" || a.State != broker.StateProcessing || a.Attempts != 1 || a.LeaseRemaining() != 6*time.Second {
+		t.Fatalf("processing job %+v, lease remaining %v", a, a.LeaseRemaining())
+	}
+	p, err = tb.b.ProcessingPage(tb.ctx, "q", p.Next, 1)
+	if err != nil || len(p.Jobs) != 1 || p.Jobs[0].ID != "b" || !p.Next.IsZero() {
+		t.Fatalf("second page %+v, %v", p, err)
+	}
+	tb.clock.Advance(time.Minute)
+	p, _ = tb.b.ProcessingPage(tb.ctx, "q", broker.JobCursor{}, 10)
+	if p.Jobs[0].LeaseRemaining() != 0 {
+		t.Fatalf("expired lease reports %v remaining", p.Jobs[0].LeaseRemaining())
+	}
+}
+
+func TestAllStats(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	a, b := env("1", 0), env("2", time.Minute)
+	a.Queue, b.Queue = "zeta", "alpha"
+	tb.enqueue(t, a, b)
+	all, err := tb.b.AllStats(tb.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 2 || all[0].Queue != "alpha" || all[0].Scheduled != 1 || all[0].Due != 0 ||
+		all[1].Queue != "zeta" || all[1].Due != 1 {
+		t.Fatalf("AllStats = %+v", all)
+	}
+}
+
+func TestEvictionPolicy(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+		safe bool
+	}{
+		{"noeviction", []string{"--maxmemory-policy", "noeviction"}, "noeviction", true},
+		{"allkeys", []string{"--maxmemory-policy", "allkeys-lru"}, "allkeys-lru", false},
+		{"volatile", []string{"--maxmemory-policy", "volatile-ttl"}, "volatile-ttl", true},
+		{"config disabled", []string{"--rename-command", "CONFIG", ""}, "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t, tc.args...)
+			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+			defer rdb.Close()
+			b, err := broker.New(rdb, broker.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := b.EvictionPolicy(ctx)
+			if tc.want == "" {
+				if !errors.Is(err, broker.ErrConfigUnavailable) {
+					t.Fatalf("EvictionPolicy = %q, %v; want ErrConfigUnavailable", got, err)
+				}
+				return
+			}
+			if err != nil || got != tc.want || broker.EvictionSafe(got) != tc.safe {
+				t.Fatalf("EvictionPolicy = %q, %v (safe %v); want %q (safe %v)", got, err, broker.EvictionSafe(got), tc.want, tc.safe)
+			}
+		})
+	}
+}

@@ -1,0 +1,45 @@
+-- job: where one job is, read at one instant.
+--
+-- KEYS[1] -> ns:{q}:scheduled   ZSET id -> ready ms
+-- KEYS[2] -> ns:{q}:processing  ZSET id -> lease deadline ms
+-- KEYS[3] -> ns:{q}:jobs        HASH id -> envelope
+-- KEYS[4] -> ns:{q}:attempts    HASH id -> attempts spent
+-- KEYS[5] -> ns:{q}:dead        HASH id -> dead record
+-- KEYS[6] -> ns:{q}:dead:index  ZSET id -> died-at ms
+-- ARGV[1] -> now ms ("" = server TIME)
+-- ARGV[2] -> id
+--
+-- Returns {now, state, time ms, attempts, body}: state is 1 scheduled (time
+-- is the ready time), 2 processing (the lease deadline), 3 dead (the died-at
+-- time; body is the dead record), 0 not found (the other fields are 0 and
+-- ""). A pending job is reported even when a dead record of the same id is
+-- kept. Nothing changes.
+local now = now_ms()
+local id = ARGV[2]
+local function pending(state, at)
+  local body = redis.call('HGET', KEYS[3], id)
+  if not body then
+    return nil
+  end
+  local attempts = tonumber(redis.call('HGET', KEYS[4], id) or '0')
+  return {now, state, tonumber(at), attempts, body}
+end
+local at = redis.call('ZSCORE', KEYS[1], id)
+if at then
+  local r = pending(1, at)
+  if r then
+    return r
+  end
+end
+at = redis.call('ZSCORE', KEYS[2], id)
+if at then
+  local r = pending(2, at)
+  if r then
+    return r
+  end
+end
+local record = redis.call('HGET', KEYS[5], id)
+if record then
+  return {now, 3, tonumber(redis.call('ZSCORE', KEYS[6], id) or '0'), 0, record}
+end
+return {now, 0, 0, 0, ''}

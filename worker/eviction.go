@@ -1,0 +1,41 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/delayq/delayq/broker"
+)
+
+// evictionChecker is implemented by brokers that can read the Redis
+// server's maxmemory-policy, as *broker.Broker does.
+type evictionChecker interface {
+	EvictionPolicy(ctx context.Context) (string, error)
+}
+
+// evictionCheckTimeout bounds the check at start.
+const evictionCheckTimeout = 5 * time.Second
+
+// checkEviction logs a warning when the server's eviction policy could drop
+// jobs under memory pressure. Servers that refuse CONFIG GET are noted at
+// info level; the worker runs either way.
+func (w *Worker) checkEviction(ctx context.Context) {
+	c, ok := w.cfg.Broker.(evictionChecker)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, evictionCheckTimeout)
+	defer cancel()
+	policy, err := c.EvictionPolicy(ctx)
+	switch {
+	case errors.Is(err, broker.ErrConfigUnavailable):
+		w.log.Info().Err(err).Msg("cannot read the Redis maxmemory-policy; make sure it is noeviction so that jobs are never evicted")
+	case err != nil:
+		w.log.Debug().Err(err).Msg("cannot read the Redis maxmemory-policy")
+	case !broker.EvictionSafe(policy):
+		w.log.Warn().Str("maxmemory_policy", policy).Msg("Redis may evict keys under memory pressure and so drop jobs; set maxmemory-policy to noeviction")
+	default:
+		w.log.Debug().Str("maxmemory_policy", policy).Msg("Redis eviction policy keeps jobs")
+	}
+}
