@@ -254,6 +254,11 @@ func (b *Broker) prepare(env *job.Envelope, now time.Time) ([]byte, error) {
 	if env.Timeout < 0 {
 		return nil, fmt.Errorf("broker: %w: timeout %s is negative", job.ErrInvalid, env.Timeout)
 	}
+	if env.Backoff != nil {
+		if err := env.Backoff.Validate(); err != nil {
+			return nil, err
+		}
+	}
 	if c := b.opts.MaxPayloadBytes; c > 0 && len(env.Payload) > c {
 		return nil, fmt.Errorf("broker: %w: %w: payload of job %q is %d bytes, the cap is %d", job.ErrInvalid, ErrPayloadTooLarge, env.ID, len(env.Payload), c)
 	}
