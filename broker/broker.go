@@ -282,7 +282,7 @@ type Claimed struct {
 	ReadyAt  time.Time     // when it became due (Claim) or its lease deadline (Reap)
 	Body     []byte        // the envelope as stored
 	Envelope *job.Envelope // decoded Body; nil when Err is set
-	Err      error         // Body did not decode: wraps job.ErrCorrupt
+	Err      error         // wraps job.ErrCorrupt: Body did not decode, or the attempts counter was garbage
 }
 
 // Message returns the delivery a handler sees. It panics if Err is set.
@@ -347,6 +347,13 @@ func decodeClaimed(queue string, v any) ([]Claimed, error) {
 			Attempt: int(attempt),
 			ReadyAt: fromMS(at),
 			Body:    []byte(body),
+		}
+		if attempt < 0 {
+			// The script found garbage in the attempts counter and reset it.
+			c.Attempt = 1
+			c.Err = fmt.Errorf("job %q in queue %q: %w: its attempts counter was not an integer", id, queue, job.ErrCorrupt)
+			out = append(out, c)
+			continue
 		}
 		env, err := job.Decode(c.Body)
 		if err != nil {
