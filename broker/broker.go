@@ -259,6 +259,11 @@ func (b *Broker) prepare(env *job.Envelope, now time.Time) ([]byte, error) {
 			return nil, err
 		}
 	}
+	for k, v := range env.Headers {
+		if err := job.ValidateHeader(k, v); err != nil {
+			return nil, err
+		}
+	}
 	if c := b.opts.MaxPayloadBytes; c > 0 && len(env.Payload) > c {
 		return nil, fmt.Errorf("broker: %w: %w: payload of job %q is %d bytes, the cap is %d", job.ErrInvalid, ErrPayloadTooLarge, env.ID, len(env.Payload), c)
 	}
