@@ -252,7 +252,9 @@ func FuzzOptions(f *testing.F) {
 		if err != nil {
 			t.Fatalf("Decode of a valid envelope: %v", err)
 		}
-		ceil := func(d time.Duration) time.Duration { return (d + time.Millisecond - 1) / time.Millisecond * time.Millisecond }
+		ceil := func(d time.Duration) time.Duration {
+			return (d + time.Millisecond - 1) / time.Millisecond * time.Millisecond
+		}
 		want := *env
 		want.Timeout = ceil(env.Timeout)
 		want.Backoff = &job.Backoff{Initial: ceil(b.Initial), Multiplier: b.Multiplier, Max: ceil(b.Max), Jitter: b.Jitter}
