@@ -109,10 +109,10 @@ func (e *Envelope) MarshalBinary() ([]byte, error) {
 	return rawjson.Marshal(&w)
 }
 
-// ceilMS returns d in milliseconds, rounded up.
+// ceilMS returns d in milliseconds, rounded up, at most maxDurationMS.
 func ceilMS(d time.Duration) int64 {
 	ms := d.Milliseconds()
-	if d > 0 && d%time.Millisecond != 0 {
+	if d > 0 && d%time.Millisecond != 0 && ms < maxDurationMS {
 		ms++
 	}
 	return ms

@@ -213,6 +213,7 @@ func FuzzOptions(f *testing.F) {
 	f.Add("order-42", "default", 3, int64(time.Second), int64(time.Minute), int64(0), "traceparent", "00-x", int64(time.Second), 2.0, int64(time.Hour), 0.2)
 	f.Add("", "", -1, int64(-1), int64(-1), int64(1), "", "", int64(0), 0.5, int64(0), 1.0)
 	f.Add("a{b}", "q q", 0, int64(1500), int64(0), int64(-62135596800000), "k", "\xff", int64(999), 1.0, int64(999), 0.0)
+	f.Add("max", "q", math.MaxInt, int64(math.MaxInt64), int64(math.MaxInt64), int64(math.MaxInt64), "k", "v", int64(math.MaxInt64-1), 1.0, int64(math.MaxInt64), 0.999)
 	f.Add("nan", "q", 1, int64(0), int64(0), int64(0), "k", "v", int64(time.Second), math.NaN(), int64(time.Hour), 0.1)
 	f.Add("inf", "q", 1, int64(0), int64(0), int64(0), "k", "v", int64(time.Second), math.Inf(1), int64(time.Hour), math.NaN())
 	typ := job.New[codecArgs]("fuzz.options")
@@ -253,7 +254,11 @@ func FuzzOptions(f *testing.F) {
 			t.Fatalf("Decode of a valid envelope: %v", err)
 		}
 		ceil := func(d time.Duration) time.Duration {
-			return (d + time.Millisecond - 1) / time.Millisecond * time.Millisecond
+			r := d.Truncate(time.Millisecond)
+			if r != d && r <= math.MaxInt64-time.Millisecond {
+				r += time.Millisecond
+			}
+			return r
 		}
 		want := *env
 		want.Timeout = ceil(env.Timeout)
