@@ -299,3 +299,16 @@ func TestPayloadIsData(t *testing.T) {
 		t.Fatalf("canary key = %q, %v: a payload was executed", v, err)
 	}
 }
+
+// TestSecurityDocShowsACLRules keeps docs/security.md's ACL line in step
+// with broker.ACLRules.
+func TestSecurityDocShowsACLRules(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "security.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "ACL SETUSER delayq reset on >password " + broker.ACLRules("delayq") + "\n"; !strings.Contains(string(doc), want) {
+		t.Fatalf("docs/security.md does not show the line\n%s", want)
+	}
+}
