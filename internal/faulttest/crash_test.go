@@ -104,9 +104,7 @@ type handling struct {
 // success beyond a job's first comes from a worker that was killed before it
 // could ack.
 func TestWorkerCrashes(t *testing.T) {
-	if testing.Short() {
-		t.Skip("slow fault suite; runs without -short")
-	}
+	skipSlow(t)
 	bin := buildFaultWorker(t)
 	srv := startServer(t)
 	const ns, queue, total = "fault", job.DefaultQueue, 20_000

@@ -8,8 +8,9 @@
 // (TLS, a namespace-restricted ACL user, payloads as data) and the
 // clock-skew check.
 //
-// The slow suites skip with -short. .ci/run runs them with -v, which prints
-// each suite's summary. The worker processes of the crash suite are the
+// The slow suites (crashes, restarts, network faults) run only with
+// DELAYQ_FAULT_SUITES=1 and without -short; .ci/run runs them that way, on
+// their own and with -race and -v, which prints each suite's summary. The worker processes of the crash suite are the
 // program in cmd/faultworker, built by the test.
 //
 // docs/guarantees.md names the test behind each promise.

@@ -3,6 +3,7 @@ package faulttest_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,6 +36,17 @@ func startServer(t *testing.T, args ...string) *redistest.Server {
 // memorySlack is how far Redis memory may end above where a suite started,
 // once its jobs are done and its dead records purged.
 const memorySlack = 32 << 10
+
+// skipSlow skips a slow fault suite unless DELAYQ_FAULT_SUITES=1 (which
+// .ci/run sets for the run that prints the summaries) and -short is off. They
+// load both cores for about a minute, so they run on their own rather than
+// beside every other package's tests.
+func skipSlow(t *testing.T) {
+	t.Helper()
+	if testing.Short() || os.Getenv("DELAYQ_FAULT_SUITES") != "1" {
+		t.Skip("slow fault suite: set DELAYQ_FAULT_SUITES=1 and leave -short off to run it (.ci/run does)")
+	}
+}
 
 // suite is what every fault suite shares: a dedicated redis-server, the
 // test's own client and broker, and the baselines the leak checks compare

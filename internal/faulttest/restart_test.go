@@ -22,9 +22,7 @@ import (
 // handled or dead-lettered; jobs whose Enqueue failed may or may not have
 // been stored (the reply can be lost after the write) and are counted.
 func TestRedisRestarts(t *testing.T) {
-	if testing.Short() {
-		t.Skip("slow fault suite; runs without -short")
-	}
+	skipSlow(t)
 	srv := startServer(t, "--appendonly", "yes", "--appendfsync", "always")
 	const ns, queue = "restart", job.DefaultQueue
 	s := newSuite(t, srv, ns, queue)
