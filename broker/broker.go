@@ -254,6 +254,16 @@ func (b *Broker) prepare(env *job.Envelope, now time.Time) ([]byte, error) {
 	if env.Timeout < 0 {
 		return nil, fmt.Errorf("broker: %w: timeout %s is negative", job.ErrInvalid, env.Timeout)
 	}
+	if env.Backoff != nil {
+		if err := env.Backoff.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	for k, v := range env.Headers {
+		if err := job.ValidateHeader(k, v); err != nil {
+			return nil, err
+		}
+	}
 	if c := b.opts.MaxPayloadBytes; c > 0 && len(env.Payload) > c {
 		return nil, fmt.Errorf("broker: %w: %w: payload of job %q is %d bytes, the cap is %d", job.ErrInvalid, ErrPayloadTooLarge, env.ID, len(env.Payload), c)
 	}
@@ -277,7 +287,7 @@ type Claimed struct {
 	ReadyAt  time.Time     // when it became due (Claim) or its lease deadline (Reap)
 	Body     []byte        // the envelope as stored
 	Envelope *job.Envelope // decoded Body; nil when Err is set
-	Err      error         // Body did not decode: wraps job.ErrCorrupt
+	Err      error         // wraps job.ErrCorrupt: Body did not decode, or the attempts counter was garbage
 }
 
 // Message returns the delivery a handler sees. It panics if Err is set.
@@ -342,6 +352,13 @@ func decodeClaimed(queue string, v any) ([]Claimed, error) {
 			Attempt: int(attempt),
 			ReadyAt: fromMS(at),
 			Body:    []byte(body),
+		}
+		if attempt < 0 {
+			// The script found garbage in the attempts counter and reset it.
+			c.Attempt = 1
+			c.Err = fmt.Errorf("job %q in queue %q: %w: its attempts counter was not an integer", id, queue, job.ErrCorrupt)
+			out = append(out, c)
+			continue
 		}
 		env, err := job.Decode(c.Body)
 		if err != nil {

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/delayq/delayq/internal/rawjson"
 	"github.com/delayq/delayq/job"
 )
 
@@ -41,14 +43,20 @@ const MaxDeadErrorLen = 64 << 10
 func (r *DeadRecord) marshal() ([]byte, error) {
 	w := deadWire{ID: r.ID, Queue: r.Queue, Type: r.Type, Error: r.Error, Attempts: r.Attempts}
 	if len(w.Error) > MaxDeadErrorLen {
-		w.Error = w.Error[:MaxDeadErrorLen] + "… (truncated)"
+		cut := MaxDeadErrorLen
+		for cut > 0 && !utf8.RuneStart(w.Error[cut]) {
+			cut--
+		}
+		w.Error = w.Error[:cut] + "… (truncated)"
 	}
-	if json.Valid(r.Body) {
+	// The body is kept byte for byte: corrupt bodies too, so that what
+	// another program wrote can be inspected as it was.
+	if rawjson.IsCompact(r.Body) {
 		w.Env = r.Body
 	} else {
 		w.EnvB = r.Body
 	}
-	return json.Marshal(&w)
+	return rawjson.Marshal(&w)
 }
 
 // ErrCorruptRecord is wrapped by DecodeDeadRecord errors.

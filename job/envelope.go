@@ -5,7 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
+	"unicode/utf8"
+
+	"github.com/delayq/delayq/internal/rawjson"
+	"github.com/delayq/delayq/retry"
 )
 
 // Envelope is one job as the broker stores it, plus where and when it goes.
@@ -43,6 +48,16 @@ type Backoff struct {
 	Jitter     float64
 }
 
+// Validate reports whether b is a usable schedule, by the rules of
+// retry.Exponential.Validate. Errors wrap ErrInvalid.
+func (b *Backoff) Validate() error {
+	e := retry.Exponential{Initial: b.Initial, Multiplier: b.Multiplier, Max: b.Max, Jitter: b.Jitter}
+	if err := e.Validate(); err != nil {
+		return fmt.Errorf("job: %w: %v", ErrInvalid, err)
+	}
+	return nil
+}
+
 // wire is the stored body: short keys keep Redis memory per job small. A
 // JSON payload is spliced in byte for byte as "p", in front of the rest.
 type wire struct {
@@ -68,31 +83,33 @@ type wireBackoff struct {
 const MaxErrorLen = 16 << 10
 
 // MarshalBinary encodes the stored body of e (without ID, Queue and the
-// scheduling fields). A JSON payload is kept byte for byte (white space
-// around it aside).
+// scheduling fields). The payload is kept byte for byte: it is embedded as
+// JSON only when it already is compact JSON, and stored as base64 otherwise.
+// Durations are stored in whole milliseconds, rounded up, so a positive
+// timeout or backoff stays positive.
 func (e *Envelope) MarshalBinary() ([]byte, error) {
 	w := wire{
 		Type:       e.Type,
 		MaxRetries: e.MaxRetries,
-		TimeoutMS:  e.Timeout.Milliseconds(),
+		TimeoutMS:  ceilMS(e.Timeout),
 		Headers:    e.Headers,
 		LastError:  truncate(e.LastError, MaxErrorLen),
 	}
 	if !e.CreatedAt.IsZero() {
 		w.CreatedMS = e.CreatedAt.UnixMilli()
 	}
-	raw := len(e.Payload) > 0 && json.Valid(e.Payload)
+	raw := len(e.Payload) > 0 && rawjson.IsCompact(e.Payload)
 	if len(e.Payload) > 0 && !raw {
 		w.PayloadB = e.Payload
 	}
 	if b := e.Backoff; b != nil {
-		w.Backoff = &wireBackoff{InitialMS: b.Initial.Milliseconds(), Multiplier: b.Multiplier, MaxMS: b.Max.Milliseconds(), Jitter: b.Jitter}
+		w.Backoff = &wireBackoff{InitialMS: ceilMS(b.Initial), Multiplier: b.Multiplier, MaxMS: ceilMS(b.Max), Jitter: b.Jitter}
 	}
 	var buf bytes.Buffer
 	if raw {
 		buf.Grow(len(e.Payload) + 64)
 		buf.WriteString(`{"p":`)
-		buf.Write(bytes.TrimSpace(e.Payload))
+		buf.Write(e.Payload)
 		buf.WriteByte(',')
 	}
 	enc := json.NewEncoder(&buf)
@@ -107,6 +124,15 @@ func (e *Envelope) MarshalBinary() ([]byte, error) {
 		out = append(out[:start], out[start+1:]...)
 	}
 	return out, nil
+}
+
+// ceilMS returns d in milliseconds, rounded up, at most maxDurationMS.
+func ceilMS(d time.Duration) int64 {
+	ms := d.Milliseconds()
+	if d > 0 && d%time.Millisecond != 0 && ms < maxDurationMS {
+		ms++
+	}
+	return ms
 }
 
 // ErrCorrupt is wrapped by [Decode] errors: the stored body is not an
@@ -127,6 +153,9 @@ func Decode(data []byte) (*Envelope, error) {
 	if w.MaxRetries < 0 || w.TimeoutMS < 0 {
 		return nil, fmt.Errorf("job: %w: negative max retries or timeout", ErrCorrupt)
 	}
+	if w.TimeoutMS > maxDurationMS {
+		return nil, fmt.Errorf("job: %w: timeout of %d ms is out of range", ErrCorrupt, w.TimeoutMS)
+	}
 	e := &Envelope{
 		Type:       w.Type,
 		MaxRetries: w.MaxRetries,
@@ -144,6 +173,10 @@ func Decode(data []byte) (*Envelope, error) {
 		e.Payload = w.PayloadB
 	}
 	if b := w.Backoff; b != nil {
+		if b.InitialMS <= 0 || b.InitialMS > maxDurationMS || b.MaxMS < b.InitialMS || b.MaxMS > maxDurationMS ||
+			!(b.Multiplier >= 1) || !(b.Jitter >= 0 && b.Jitter < 1) {
+			return nil, fmt.Errorf("job: %w: backoff %+v is out of range", ErrCorrupt, *b)
+		}
 		e.Backoff = &Backoff{
 			Initial:    time.Duration(b.InitialMS) * time.Millisecond,
 			Multiplier: b.Multiplier,
@@ -154,10 +187,19 @@ func Decode(data []byte) (*Envelope, error) {
 	return e, nil
 }
 
+// maxDurationMS is the longest duration in milliseconds that fits in a
+// time.Duration.
+const maxDurationMS = math.MaxInt64 / int64(time.Millisecond)
+
+// truncate cuts s to at most n bytes, on a rune boundary, marking the cut.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
 	const mark = "… (truncated)"
-	return s[:n-len(mark)] + mark
+	cut := n - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
 }

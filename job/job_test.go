@@ -130,7 +130,7 @@ func TestTypeOptions(t *testing.T) {
 		{[]job.Option{job.Timeout(-1)}, "timeout -1ns is negative"},
 		{[]job.Option{job.At(time.Time{})}, "zero time"},
 		{[]job.Option{job.WithCodec(job.JSON)}, "option WithCodec is set on the job type, not per job"},
-		{[]job.Option{job.WithBackoff(retry.Exponential{Initial: time.Second, Multiplier: 0.5, Max: time.Hour})}, "multiplier must be >= 1"},
+		{[]job.Option{job.WithBackoff(retry.Exponential{Initial: time.Second, Multiplier: 0.5, Max: time.Hour})}, "multiplier must be finite and >= 1"},
 	} {
 		if _, err := typ.Envelope(SMS{}, tc.opts...); !errors.Is(err, job.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("err = %v, want ErrInvalid mentioning %q", err, tc.want)

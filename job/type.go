@@ -305,11 +305,13 @@ func WithBackoff(b retry.Exponential) Option {
 	}}
 }
 
-// Header adds a metadata header carried with the job. Per job only.
+// Header adds a metadata header carried with the job. Key and value must be
+// valid UTF-8 (they are stored as JSON strings, which would change other
+// bytes); the key must not be empty. Per job only.
 func Header(key, value string) Option {
 	return Option{name: "Header", jobScope: func(s *settings) error {
-		if key == "" {
-			return invalid("header key must not be empty")
+		if err := ValidateHeader(key, value); err != nil {
+			return err
 		}
 		h := make(map[string]string, len(s.headers)+1)
 		for k, v := range s.headers {

@@ -76,6 +76,20 @@ func checkToken(what, s string, maxLen int, extra string) error {
 	return nil
 }
 
+// ValidateHeader checks a header: a non-empty key, and key and value of
+// valid UTF-8, so that storage gives them back unchanged.
+func ValidateHeader(key, value string) error {
+	switch {
+	case key == "":
+		return invalid("header key must not be empty")
+	case !utf8.ValidString(key):
+		return invalid("header key %q is not valid UTF-8", key)
+	case !utf8.ValidString(value):
+		return invalid("value of header %q is not valid UTF-8", key)
+	}
+	return nil
+}
+
 // ValidateDelay checks a delay given with [In]: it must not be negative.
 func ValidateDelay(d time.Duration) error {
 	if d < 0 {

@@ -2,6 +2,7 @@ package retry
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -55,11 +56,11 @@ func (e Exponential) Validate() error {
 	switch {
 	case e.Initial <= 0:
 		return fmt.Errorf("retry: exponential initial delay must be > 0, got %s", e.Initial)
-	case e.Multiplier < 1:
-		return fmt.Errorf("retry: exponential multiplier must be >= 1, got %g", e.Multiplier)
+	case !(e.Multiplier >= 1) || math.IsInf(e.Multiplier, 1):
+		return fmt.Errorf("retry: exponential multiplier must be finite and >= 1, got %g", e.Multiplier)
 	case e.Max < e.Initial:
 		return fmt.Errorf("retry: exponential max delay %s is below the initial delay %s", e.Max, e.Initial)
-	case e.Jitter < 0 || e.Jitter >= 1:
+	case !(e.Jitter >= 0 && e.Jitter < 1):
 		return fmt.Errorf("retry: exponential jitter must be in [0, 1), got %g", e.Jitter)
 	}
 	return nil

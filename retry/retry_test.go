@@ -48,7 +48,7 @@ func TestExponentialValidate(t *testing.T) {
 		want string
 	}{
 		{retry.Exponential{Multiplier: 2, Max: time.Second}, "initial delay must be > 0"},
-		{retry.Exponential{Initial: time.Second, Multiplier: 0.9, Max: time.Second}, "multiplier must be >= 1"},
+		{retry.Exponential{Initial: time.Second, Multiplier: 0.9, Max: time.Second}, "multiplier must be finite and >= 1"},
 		{retry.Exponential{Initial: time.Second, Multiplier: 2, Max: time.Millisecond}, "max delay 1ms is below the initial delay 1s"},
 		{retry.Exponential{Initial: time.Second, Multiplier: 2, Max: time.Second, Jitter: 1}, "jitter must be in [0, 1)"},
 	} {

@@ -25,6 +25,39 @@ local function wake_if_earliest(scheduled, channel, score, now)
   end
 end
 
+-- Whether v is an integer as Redis stores one (what INCR and HINCRBY
+-- accept) that a Lua number holds exactly. Counters that are not were
+-- written by another program; the scripts check before counting, because a
+-- script that fails half-way keeps the writes it made before the error.
+local function is_int(v)
+  if type(v) ~= 'string' or #v > 17 or not (v == '0' or string.match(v, '^-?[1-9]%d*$')) then
+    return false
+  end
+  local n = tonumber(v)
+  return n > -9007199254740992 and n < 9007199254740992
+end
+
+-- A sorted-set score as a finite number: ZADD accepts +inf and -inf, which
+-- would reach the caller as the smallest 64-bit integer. Both become
+-- fallback.
+local function finite(score, fallback)
+  local n = tonumber(score)
+  if n == nil or n ~= n or n == math.huge or n == -math.huge then
+    return fallback
+  end
+  return n
+end
+
+-- The earliest ready time in the scheduled set, or -1 when it is empty or
+-- holds only jobs that are never due (+inf). -inf counts as due now.
+local function next_ready(scheduled, now)
+  local first = redis.call('ZRANGE', scheduled, 0, 0, 'WITHSCORES')
+  if first[2] == nil or tonumber(first[2]) == math.huge then
+    return -1
+  end
+  return finite(first[2], now)
+end
+
 -- A lease is held when leases[id] equals the token the claim handed out.
 local function holds(leases, id, token)
   local current = redis.call('HGET', leases, id)

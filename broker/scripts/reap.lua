@@ -11,6 +11,9 @@
 -- deadline ms, envelope; nothing about them changes here (the caller retries
 -- or kills each with its token, and those scripts check the lease is still
 -- expired). orphans lists processing ids without envelope or lease, removed.
+-- A fencing token that is not an integer fences its holder out: the job is
+-- returned with token 0, which no claim hands out. An attempts counter that
+-- is not an integer gives attempt -1: the caller reports the job corrupt.
 local now = now_ms()
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[2]))
 local jobs, orphans = {}, {}
@@ -19,10 +22,22 @@ for i = 1, #expired, 2 do
   local body = redis.call('HGET', KEYS[2], id)
   local token = redis.call('HGET', KEYS[4], id)
   if body and token then
+    if not is_int(token) then
+      token = '0'
+      redis.call('HSET', KEYS[4], id, token)
+    end
+    local spent = redis.call('HGET', KEYS[3], id)
+    local attempt = 0
+    if spent and is_int(spent) then
+      attempt = tonumber(spent)
+    elseif spent then
+      redis.call('HSET', KEYS[3], id, 1)
+      attempt = -1
+    end
     jobs[#jobs + 1] = id
     jobs[#jobs + 1] = tonumber(token)
-    jobs[#jobs + 1] = tonumber(redis.call('HGET', KEYS[3], id) or '0')
-    jobs[#jobs + 1] = tonumber(expired[i + 1])
+    jobs[#jobs + 1] = attempt
+    jobs[#jobs + 1] = finite(expired[i + 1], now)
     jobs[#jobs + 1] = body
   else
     redis.call('ZREM', KEYS[1], id)

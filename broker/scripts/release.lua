@@ -16,7 +16,10 @@ for i = 3, #ARGV, 2 do
   if holds(KEYS[4], id, token) then
     redis.call('ZREM', KEYS[2], id)
     redis.call('HDEL', KEYS[4], id)
-    if redis.call('HINCRBY', KEYS[3], id, -1) <= 0 then
+    local spent = redis.call('HGET', KEYS[3], id)
+    if spent and is_int(spent) and tonumber(spent) > 1 then
+      redis.call('HINCRBY', KEYS[3], id, -1)
+    else
       redis.call('HDEL', KEYS[3], id)
     end
     wake_if_earliest(KEYS[1], ARGV[2], now, now)

@@ -14,10 +14,10 @@ local due = redis.call('ZCOUNT', KEYS[1], '-inf', now)
 local oldest, next = -1, -1
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if first[2] and tonumber(first[2]) <= now then
-  oldest = tonumber(first[2])
+  oldest = finite(first[2], now)
 end
 local upcoming = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
 if upcoming[2] then
-  next = tonumber(upcoming[2])
+  next = finite(upcoming[2], -1)
 end
 return {now, scheduled, due, redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]), oldest, next}

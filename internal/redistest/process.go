@@ -51,9 +51,15 @@ func serverArgs(port int, dir string, extra []string) []string {
 	return append(args, extra...)
 }
 
+// dialer opens the connection that PING is sent over: plain TCP, or TLS for
+// a server started by StartTLS.
+type dialer func(addr string) (net.Conn, error)
+
+func plainDial(addr string) (net.Conn, error) { return net.DialTimeout("tcp", addr, time.Second) }
+
 // launch starts redis-server on port with its output appended to logPath
-// and waits until it answers PING. On failure the process is gone.
-func launch(bin, dir, logPath string, port int, extra []string) (*process, error) {
+// and waits until it answers PING over dial. On failure the process is gone.
+func launch(bin, dir, logPath string, port int, extra []string, dial dialer) (*process, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
@@ -75,7 +81,7 @@ func launch(bin, dir, logPath string, port int, extra []string) (*process, error
 		close(p.done)
 	}()
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	if err := p.waitReady(addr, readyTimeout); err != nil {
+	if err := p.waitReady(addr, readyTimeout, dial); err != nil {
 		p.kill()
 		return nil, err
 	}
@@ -84,7 +90,7 @@ func launch(bin, dir, logPath string, port int, extra []string) (*process, error
 
 // launchFreePort starts redis-server on a free loopback port, trying a new
 // port when the server exits early, and returns the process and its port.
-func launchFreePort(bin, dir, logPath string, extra []string) (*process, int, error) {
+func launchFreePort(bin, dir, logPath string, extra []string, dial dialer) (*process, int, error) {
 	var (
 		lastErr  error
 		attempts int
@@ -95,7 +101,7 @@ func launchFreePort(bin, dir, logPath string, extra []string) (*process, int, er
 		if err != nil {
 			return nil, 0, err
 		}
-		p, err := launch(bin, dir, logPath, port, extra)
+		p, err := launch(bin, dir, logPath, port, extra, dial)
 		if err == nil {
 			return p, port, nil
 		}
@@ -111,7 +117,7 @@ func launchFreePort(bin, dir, logPath string, extra []string) (*process, int, er
 // waitReady polls addr with PING until it answers PONG, the process exits,
 // or timeout passes. A server still loading its AOF answers -LOADING and is
 // polled again.
-func (p *process) waitReady(addr string, timeout time.Duration) error {
+func (p *process) waitReady(addr string, timeout time.Duration, dial dialer) error {
 	deadline := time.Now().Add(timeout)
 	var lastErr error
 	for {
@@ -120,7 +126,7 @@ func (p *process) waitReady(addr string, timeout time.Duration) error {
 			return errExited
 		default:
 		}
-		if lastErr = ping(addr); lastErr == nil {
+		if lastErr = ping(addr, dial); lastErr == nil {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -131,8 +137,8 @@ func (p *process) waitReady(addr string, timeout time.Duration) error {
 }
 
 // ping sends one RESP PING over a fresh connection.
-func ping(addr string) error {
-	conn, err := net.DialTimeout("tcp", addr, time.Second)
+func ping(addr string, dial dialer) error {
+	conn, err := dial(addr)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"crypto/tls"
 	"errors"
 	"net"
 	"os/exec"
@@ -21,6 +22,8 @@ type Server struct {
 	logPath string
 	port    int
 	args    []string
+	tls     *tls.Config // nil for a plain TCP server
+	dial    dialer
 
 	mu   sync.Mutex
 	proc *process // nil or exited when the server is down
@@ -38,8 +41,8 @@ func Start(t testing.TB, args ...string) *Server {
 		t.Fatalf("redistest: Start needs redis-server on PATH: %v", err)
 	}
 	dir := t.TempDir()
-	s := &Server{bin: bin, dir: dir, logPath: logFile(dir), args: slices.Clone(args)}
-	p, port, err := launchFreePort(bin, dir, s.logPath, s.args)
+	s := &Server{bin: bin, dir: dir, logPath: logFile(dir), args: slices.Clone(args), dial: plainDial}
+	p, port, err := launchFreePort(bin, dir, s.logPath, s.args, s.dial)
 	if err != nil {
 		t.Fatalf("redistest: start redis-server: %v", err)
 	}
@@ -58,7 +61,7 @@ func (s *Server) Addr() string {
 // It reconnects by itself after Restart.
 func (s *Server) Client(t testing.TB) *redis.Client {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), TLSConfig: s.TLSConfig()})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
@@ -104,7 +107,7 @@ func (s *Server) Restart(t testing.TB) {
 	// moment, so an early exit is retried.
 	for range portAttempts {
 		var p *process
-		if p, err = launch(s.bin, s.dir, s.logPath, s.port, s.args); err == nil {
+		if p, err = launch(s.bin, s.dir, s.logPath, s.port, s.args, s.dial); err == nil {
 			s.proc = p
 			return
 		}

@@ -82,7 +82,7 @@ func startShared(t testing.TB) (*sharedServer, error) {
 		if err != nil {
 			return nil, err
 		}
-		p, port, err := launchFreePort(bin, dir, logFile(dir), nil)
+		p, port, err := launchFreePort(bin, dir, logFile(dir), nil, plainDial)
 		if err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, fmt.Errorf("start shared redis-server: %w", err)

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -545,7 +546,13 @@ is still pending fails with exit status 1 and leaves the pending job as it is.`,
 				err := json.Unmarshal(body, &v)
 				return usagef("invalid --payload: not JSON: %v", err)
 			}
-			env.Payload = body
+			// Typed or piped JSON is stored compact, so it stays readable
+			// in Redis (other bytes would be kept as base64).
+			var compact bytes.Buffer
+			if err := json.Compact(&compact, body); err != nil {
+				return usagef("invalid --payload: %v", err)
+			}
+			env.Payload = compact.Bytes()
 			if a.clock != nil {
 				env.CreatedAt = a.clock()
 			}

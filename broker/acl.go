@@ -1,0 +1,33 @@
+package broker
+
+import "strings"
+
+// aclCommands are the Redis commands a broker sends, directly or from its
+// scripts (Redis checks a script's commands against the caller's ACL too).
+var aclCommands = []string{
+	// sent by Go code
+	"evalsha", "eval", // scripts: EVALSHA, and EVAL when the script cache was emptied
+	"sadd", "smembers", // the namespace's set of queue names
+	"hmget", "hget", "zscore", "zrevrangebyscore", // reading dead records
+	"hlen", "unlink", "multi", "exec", // purging dead records
+	"subscribe", "unsubscribe", "ping", // wake-up notices (PING is the Pub/Sub health check)
+	// called by scripts
+	"time",
+	"get", "set", "incr",
+	"hset", "hsetnx", "hdel", "hexists", "hincrby",
+	"zadd", "zrem", "zrange", "zrangebyscore", "zremrangebyrank", "zcard", "zcount",
+	"publish",
+}
+
+// ACLRules returns the Redis ACL rules that let a user do everything a
+// broker with namespace ns does, and nothing else: its keys (ns:*), its
+// wake-up channels (ns:*) and the commands it sends. Give them to a user
+// with ACL SETUSER, e.g. for the default namespace:
+//
+//	ACL SETUSER delayq reset on >password <ACLRules("delayq")>
+//
+// A namespace that begins with ns followed by ':' matches the same pattern,
+// so namespaces that must not see each other should not nest that way.
+func ACLRules(ns string) string {
+	return "resetkeys ~" + ns + ":* resetchannels &" + ns + ":* -@all +" + strings.Join(aclCommands, " +")
+}

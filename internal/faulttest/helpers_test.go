@@ -1,0 +1,277 @@
+package faulttest_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+	"go.uber.org/goleak"
+
+	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/job"
+	"github.com/delayq/delayq/worker"
+)
+
+// serverArgs are the redis-server options of every suite's server, before
+// its own. Redis 7 allocates a latency histogram for each command the first
+// time it runs; that is server bookkeeping, not data, and would hide what the
+// memory check looks for, so it is off.
+var serverArgs = []string{"--latency-tracking", "no"}
+
+// startServer starts the suite's dedicated redis-server with serverArgs and
+// args.
+func startServer(t *testing.T, args ...string) *redistest.Server {
+	t.Helper()
+	return redistest.Start(t, append(slices.Clone(serverArgs), args...)...)
+}
+
+// memorySlack is how far Redis memory may end above where a suite started,
+// once its jobs are done and its dead records purged.
+const memorySlack = 32 << 10
+
+// skipSlow skips a slow fault suite unless DELAYQ_FAULT_SUITES=1 (which
+// .ci/run sets for the run that prints the summaries) and -short is off. They
+// load both cores for about a minute, so they run on their own rather than
+// beside every other package's tests.
+func skipSlow(t *testing.T) {
+	t.Helper()
+	if testing.Short() || os.Getenv("DELAYQ_FAULT_SUITES") != "1" {
+		t.Skip("slow fault suite: set DELAYQ_FAULT_SUITES=1 and leave -short off to run it (.ci/run does)")
+	}
+}
+
+// suite is what every fault suite shares: a dedicated redis-server, the
+// test's own client and broker, and the baselines the leak checks compare
+// against.
+type suite struct {
+	ctx context.Context
+	srv *redistest.Server
+	rdb *redis.Client
+	ns  string
+	b   *broker.Broker
+	mem int64 // used_memory after warm-up
+}
+
+// newSuite starts the leak checks of a suite on srv: goroutines are compared
+// at cleanup with those running now (suites are not parallel, so nothing
+// else starts any meanwhile), Redis keys and memory by finish.
+func newSuite(t *testing.T, srv *redistest.Server, ns string, queues ...string) *suite {
+	t.Helper()
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() {
+		if !t.Failed() {
+			// The waiter of a restarted redis-server belongs to the server,
+			// which is killed by its own cleanup after this one.
+			goleak.VerifyNone(t, ignore, goleak.IgnoreAnyFunction("github.com/delayq/delayq/internal/redistest.launch.func1"))
+		}
+	})
+	s := &suite{ctx: context.Background(), srv: srv, rdb: srv.Client(t), ns: ns}
+	b, err := broker.New(s.rdb, broker.Options{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.b = b
+	for _, q := range queues {
+		s.warmUp(t, q)
+	}
+	s.mem = s.usedMemory(t)
+	return s
+}
+
+// warmUp runs every script once on queue q, so that the script cache and the
+// queue's small permanent keys (the fencing counter, the set of queue
+// names) are part of the memory baseline.
+func (s *suite) warmUp(t *testing.T, q string) {
+	t.Helper()
+	ctx, b := s.ctx, s.b
+	var envs []*job.Envelope
+	for _, id := range []string{"warm-a", "warm-b", "warm-c"} {
+		envs = append(envs, &job.Envelope{ID: id, Queue: q, Type: "warm.up", Payload: []byte(`{}`)})
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("warm-up: %v", err)
+		}
+	}
+	must(b.Enqueue(ctx, envs...))
+	res, err := b.Claim(ctx, q, 3, time.Minute)
+	must(err)
+	if len(res.Jobs) != 3 {
+		t.Fatalf("warm-up claimed %d jobs, want 3", len(res.Jobs))
+	}
+	a, bb, c := res.Jobs[0], res.Jobs[1], res.Jobs[2]
+	must(b.Extend(ctx, time.Minute, a.Lease))
+	_, err = b.Retry(ctx, a.Lease, 0, a.Envelope)
+	must(err)
+	_, err = b.Kill(ctx, bb.Lease, &broker.DeadRecord{Body: bb.Body, Error: "warm-up"})
+	must(err)
+	must(b.Release(ctx, c.Lease))
+	_, err = b.Reap(ctx, q, 10)
+	must(err)
+	_, err = b.Stats(ctx, q)
+	must(err)
+	must(b.Cancel(ctx, q, a.ID))
+	_, err = b.Reschedule(ctx, q, c.ID, time.Time{})
+	must(err)
+	must(b.Redrive(ctx, q, 0, bb.ID))
+	res, err = b.Claim(ctx, q, 3, time.Minute)
+	must(err)
+	for _, j := range res.Jobs {
+		must(b.Ack(ctx, j.Lease))
+	}
+	_, err = b.DeadTrim(ctx, q)
+	must(err)
+	_, _, err = b.DeadPage(ctx, q, broker.DeadCursor{}, 10)
+	must(err)
+	_ = b.DeadDelete(ctx, q, "warm-none") // not found, by design
+	_, err = b.DeadPurge(ctx, q)
+	must(err)
+	if st, err := b.Stats(ctx, q); err != nil || st.Scheduled+st.Processing+st.Dead != 0 {
+		t.Fatalf("warm-up left %+v, %v", st, err)
+	}
+}
+
+// usedMemory returns what Redis holds for data: used_memory less the
+// buffers of connected clients (which come and go with connections, not with
+// jobs), read after emptying the slow log (which keeps the arguments of the
+// last slow commands, e.g. large enqueue batches, whatever the keys hold).
+func (s *suite) usedMemory(t *testing.T) int64 {
+	t.Helper()
+	if err := s.rdb.SlowLogReset(s.ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.rdb.InfoMap(s.ctx, "memory").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n [2]int64
+	for i, field := range []string{"used_memory", "mem_clients_normal"} {
+		if n[i], err = strconv.ParseInt(info["Memory"][field], 10, 64); err != nil {
+			t.Fatalf("INFO memory %s: %v", field, err)
+		}
+	}
+	return n[0] - n[1]
+}
+
+// finish checks that the queues hold no job any more: only dead records
+// (counted, then purged) and the small keys that stay by design. extra are
+// the test's own keys, deleted here. Then it waits for Redis memory to come
+// back to within memorySlack of the baseline and reports the difference.
+func (s *suite) finish(t *testing.T, queues []string, extra ...string) (dead int64) {
+	t.Helper()
+	if len(extra) > 0 {
+		if err := s.rdb.Del(s.ctx, extra...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	allowed := []string{s.ns + ":queues"}
+	for _, q := range queues {
+		p := s.ns + ":{" + q + "}:"
+		allowed = append(allowed, p+"seq", p+"dead", p+"dead:index")
+	}
+	keys, err := s.rdb.Keys(s.ctx, s.ns+":*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if !slices.Contains(allowed, k) {
+			n, _ := s.rdb.Type(s.ctx, k).Result()
+			t.Errorf("key %s (%s) left behind", k, n)
+		}
+	}
+	for _, q := range queues {
+		n, err := s.b.DeadPurge(s.ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dead += n
+	}
+	var mem int64
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mem = s.usedMemory(t)
+		if mem-s.mem <= memorySlack || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond) // closed clients are freed by the server's event loop
+	}
+	t.Logf("redis memory: %d bytes at start, %d at the end (%+d)", s.mem, mem, mem-s.mem)
+	if mem-s.mem > memorySlack {
+		t.Errorf("redis memory grew by %d bytes, more than %d", mem-s.mem, memorySlack)
+	}
+	return dead
+}
+
+// client returns a new client of the suite's server with opts applied,
+// closed at cleanup.
+func (s *suite) client(t *testing.T, addr string) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, TLSConfig: s.srv.TLSConfig()})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// runWorker runs an in-process worker until the returned stop is called
+// (stop waits for Run to return) or the test ends.
+func runWorker(t *testing.T, cfg worker.Config) (stop func()) {
+	t.Helper()
+	if cfg.Logger == nil {
+		// Faults make workers log errors by design; -v output keeps to the
+		// summaries.
+		l := zerolog.Nop()
+		cfg.Logger = &l
+	}
+	w, err := worker.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := w.Run(ctx); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	var stopped bool
+	stop = func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			<-done
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// waitDrained waits until queue has nothing scheduled or processing.
+func (s *suite) waitDrained(t *testing.T, queue string, timeout time.Duration) {
+	t.Helper()
+	redistest.WaitFor(t, timeout, "queue "+queue+" drained", func() bool {
+		st, err := s.b.Stats(s.ctx, queue)
+		return err == nil && st.Scheduled == 0 && st.Processing == 0
+	})
+}
+
+// summary logs one line of a suite's results in a form .ci/run shows.
+func summary(t *testing.T, fields ...any) {
+	t.Helper()
+	var b strings.Builder
+	for i := 0; i+1 < len(fields); i += 2 {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%v = %v", fields[i], fields[i+1])
+	}
+	t.Logf("SUMMARY %s: %s", t.Name(), b.String())
+}

@@ -1,0 +1,200 @@
+package faulttest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/job"
+	"github.com/delayq/delayq/retry"
+	"github.com/delayq/delayq/worker"
+)
+
+// fenceWatch wraps a worker's broker to see its claims and its acks that
+// were refused for a lost lease.
+type fenceWatch struct {
+	worker.Broker
+	mu      sync.Mutex
+	attempt map[broker.Lease]int
+	fenced  []fencedAck
+}
+
+type fencedAck struct {
+	id      string
+	attempt int
+}
+
+func (f *fenceWatch) Claim(ctx context.Context, queue string, n int, lease time.Duration) (broker.ClaimResult, error) {
+	res, err := f.Broker.Claim(ctx, queue, n, lease)
+	f.mu.Lock()
+	for _, c := range res.Jobs {
+		f.attempt[c.Lease] = c.Attempt
+	}
+	f.mu.Unlock()
+	return res, err
+}
+
+func (f *fenceWatch) Ack(ctx context.Context, leases ...broker.Lease) error {
+	err := f.Broker.Ack(ctx, leases...)
+	var be *job.BatchError
+	if errors.As(err, &be) {
+		f.mu.Lock()
+		for i, e := range be.Errs {
+			if errors.Is(e, broker.ErrLeaseLost) {
+				f.fenced = append(f.fenced, fencedAck{leases[i].ID, f.attempt[leases[i]]})
+			}
+		}
+		f.mu.Unlock()
+	}
+	return err
+}
+
+// TestNetworkFaults puts a TCP proxy between each of three workers and
+// Redis, and for 10 seconds drops all of a worker's connections, stalls them
+// (up to 2.5 s, past the 1 s lease) or slows them, at random. No job is lost;
+// no attempt is delivered twice; and an ack from a worker whose lease ran
+// out while it was cut off is refused (fenced), the job having been handled
+// again on a later attempt.
+func TestNetworkFaults(t *testing.T) {
+	skipSlow(t)
+	srv := startServer(t)
+	const ns, queue, total = "net", job.DefaultQueue, 3000
+	s := newSuite(t, srv, ns, queue)
+	typ := job.New[crashArgs]("fault.net", job.MaxRetries(20), job.Retry(retry.Constant(50*time.Millisecond)))
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 2))
+	t.Logf("seed %d", seed)
+
+	type run struct {
+		worker  int
+		attempt int
+	}
+	var mu sync.Mutex
+	runs := map[string][]run{}
+	proxies := make([]*proxy, 3)
+	watches := make([]*fenceWatch, 3)
+	var stops []func()
+	for i := range proxies {
+		proxies[i] = newProxy(t, srv.Addr())
+		b, err := broker.New(s.client(t, proxies[i].Addr()), broker.Options{Namespace: ns})
+		if err != nil {
+			t.Fatal(err)
+		}
+		watches[i] = &fenceWatch{Broker: b, attempt: map[broker.Lease]int{}}
+		w := i
+		wreg := job.NewRegistry()
+		typ.Handle(wreg, func(ctx context.Context, j *job.Job[crashArgs]) error {
+			time.Sleep(rand.N(20 * time.Millisecond))
+			mu.Lock()
+			runs[j.ID] = append(runs[j.ID], run{w, j.Attempt})
+			mu.Unlock()
+			return nil
+		})
+		stops = append(stops, runWorker(t, worker.Config{
+			Broker: watches[i], Registry: wreg, Concurrency: 8,
+			Lease: time.Second, HeartbeatInterval: 250 * time.Millisecond, ReapInterval: 300 * time.Millisecond,
+			MaxIdle: 300 * time.Millisecond,
+		}))
+	}
+
+	envs := make([]*job.Envelope, total)
+	for i := range envs {
+		e, err := typ.Envelope(crashArgs{N: i}, job.ID(fmt.Sprintf("n%05d", i)), job.In(time.Duration(rng.IntN(9000))*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		envs[i] = e
+	}
+	if err := s.b.Enqueue(s.ctx, envs...); err != nil {
+		t.Fatal(err)
+	}
+
+	var drops, dropped, stalls, slows int
+	var longest time.Duration
+	end := time.Now().Add(10 * time.Second)
+	// The first fault is a stall past the lease, so fencing is always tried.
+	proxies[0].Stall(2500 * time.Millisecond)
+	stalls, longest = 1, 2500*time.Millisecond
+	time.Sleep(time.Second)
+	for time.Now().Before(end) {
+		p := proxies[rng.IntN(len(proxies))]
+		switch rng.IntN(3) {
+		case 0:
+			drops++
+			dropped += p.Drop()
+		case 1:
+			d := 500*time.Millisecond + time.Duration(rng.IntN(2000))*time.Millisecond
+			stalls++
+			longest = max(longest, d)
+			p.Stall(d)
+		case 2:
+			slows++
+			p.Slow(time.Duration(10+rng.IntN(50))*time.Millisecond, time.Second+time.Duration(rng.IntN(1000))*time.Millisecond)
+		}
+		time.Sleep(300*time.Millisecond + time.Duration(rng.IntN(900))*time.Millisecond)
+	}
+	s.waitDrained(t, queue, 60*time.Second)
+	for _, stop := range stops {
+		stop()
+	}
+	for _, p := range proxies {
+		p.Close()
+	}
+
+	var lost []string
+	dups := 0
+	for _, e := range envs {
+		rs := runs[e.ID]
+		if len(rs) == 0 {
+			if _, err := s.b.DeadGet(s.ctx, queue, e.ID); err != nil {
+				lost = append(lost, e.ID)
+			}
+		}
+		dups += max(len(rs)-1, 0)
+		seen := map[int]bool{}
+		for _, r := range rs {
+			if seen[r.attempt] {
+				t.Errorf("job %s delivered twice on attempt %d: %v", e.ID, r.attempt, rs)
+			}
+			seen[r.attempt] = true
+		}
+	}
+	// A refused ack is either a stale worker fenced out (the job ran again
+	// on a later attempt) or go-redis resending an ack whose first send
+	// landed but whose reply was lost with a dropped connection (then the
+	// job is finished: no later attempt, no dead record, queue drained).
+	fenced, resent := 0, 0
+	for _, w := range watches {
+		for _, f := range w.fenced {
+			later := false
+			for _, r := range runs[f.id] {
+				later = later || r.attempt > f.attempt
+			}
+			_, deadErr := s.b.DeadGet(s.ctx, queue, f.id)
+			switch {
+			case later:
+				fenced++
+			case deadErr != nil:
+				resent++
+			default:
+				t.Errorf("ack of job %s (attempt %d) was refused, no later attempt ran and it is dead: %v", f.id, f.attempt, runs[f.id])
+			}
+		}
+	}
+	if len(lost) > 0 {
+		t.Errorf("%d jobs lost, e.g. %v", len(lost), lost[:min(10, len(lost))])
+	}
+	if fenced == 0 {
+		t.Error("no stale ack was fenced: no lease ran out during a stall")
+	}
+	deadLeft := s.finish(t, []string{queue})
+	summary(t, "jobs", total, "faults", fmt.Sprintf("%d drops (%d connections), %d stalls (longest %v), %d slowdowns", drops, dropped, stalls, longest, slows),
+		"lost", len(lost), "stale acks fenced", fmt.Sprintf("%d (each job handled again on a later attempt)", fenced),
+		"acks refused on resend", fmt.Sprintf("%d (first send landed, reply lost with the connection)", resent),
+		"duplicate handlings", fmt.Sprintf("%d (leases run out while cut off)", dups), "dead", deadLeft)
+}
