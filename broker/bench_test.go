@@ -2,8 +2,10 @@ package broker_test
 
 import (
 	"context"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -135,4 +137,25 @@ func BenchmarkClaimAck100(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/job")
 	reportRedisCPU(b, cpu, n)
+}
+
+// BenchmarkEnqueueParallel is single-job Enqueue calls from 8 goroutines at
+// once (4 per GOMAXPROCS on this 2-core machine), as producers of a busy
+// service would make them.
+func BenchmarkEnqueueParallel(b *testing.B) {
+	br := benchBroker(b)
+	ctx := context.Background()
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(max(1, 8/runtime.GOMAXPROCS(0)))
+	cpu0 := redisCPU(b, br.Client())
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := br.Enqueue(ctx, benchEnv(int(next.Add(1)), time.Hour)); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	reportRedisCPU(b, redisCPU(b, br.Client())-cpu0, int(next.Load()))
 }

@@ -53,6 +53,8 @@ type Broker struct {
 	ns     string
 	opts   Options
 	queues sync.Map // queue names already added to ns:queues by this broker
+
+	combiners sync.Map // queue name -> *combiner of single-job enqueues
 }
 
 var _ job.Enqueuer = (*Broker)(nil)
@@ -143,8 +145,16 @@ func queueErr(q string, err error) error { return fmt.Errorf("queue %q: %w", q, 
 // job.ErrInvalid that names it, and nothing is written. Ids that are still
 // pending fail with ErrDuplicate (in a *job.BatchError for a batch) and leave
 // the stored job unchanged. On success each envelope gets its ID (generated
-// when empty), Queue, CreatedAt and ReadyAt (server time).
+// when empty), Queue, CreatedAt and ReadyAt (server time). Single-job calls
+// that overlap in time share script calls (see combine.go).
 func (b *Broker) Enqueue(ctx context.Context, envs ...*job.Envelope) error {
+	if len(envs) == 1 {
+		body, err := b.prepare(envs[0], time.Now())
+		if err != nil {
+			return err
+		}
+		return b.enqueueCombined(ctx, envs[0], body)
+	}
 	bodies := make([][]byte, len(envs))
 	order := make([]string, 0, 1)
 	groups := make(map[string][]int, 1)
