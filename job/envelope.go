@@ -45,11 +45,13 @@ type Backoff struct {
 
 // wire is the stored body: short keys keep Redis memory per job small. A
 // JSON payload is spliced in byte for byte as "p", in front of the rest.
+// Fields at their defaults are left out; for "r" the default is
+// DefaultMaxRetries (so "r":0 is written out), for the others it is zero.
 type wire struct {
 	Payload    json.RawMessage   `json:"p,omitempty"` // decode only
 	Type       string            `json:"t"`
 	PayloadB   []byte            `json:"pb,omitempty"` // payloads that are not JSON, base64
-	MaxRetries int               `json:"r,omitempty"`
+	MaxRetries *int              `json:"r,omitempty"`  // nil = DefaultMaxRetries
 	TimeoutMS  int64             `json:"to,omitempty"`
 	CreatedMS  int64             `json:"c,omitempty"`
 	Backoff    *wireBackoff      `json:"b,omitempty"`
@@ -72,11 +74,14 @@ const MaxErrorLen = 16 << 10
 // around it aside).
 func (e *Envelope) MarshalBinary() ([]byte, error) {
 	w := wire{
-		Type:       e.Type,
-		MaxRetries: e.MaxRetries,
-		TimeoutMS:  e.Timeout.Milliseconds(),
-		Headers:    e.Headers,
-		LastError:  truncate(e.LastError, MaxErrorLen),
+		Type:      e.Type,
+		TimeoutMS: e.Timeout.Milliseconds(),
+		Headers:   e.Headers,
+		LastError: truncate(e.LastError, MaxErrorLen),
+	}
+	if e.MaxRetries != DefaultMaxRetries {
+		r := e.MaxRetries
+		w.MaxRetries = &r
 	}
 	if !e.CreatedAt.IsZero() {
 		w.CreatedMS = e.CreatedAt.UnixMilli()
@@ -124,12 +129,16 @@ func Decode(data []byte) (*Envelope, error) {
 	if err := ValidateType(w.Type); err != nil {
 		return nil, fmt.Errorf("job: %w: type: %v", ErrCorrupt, err)
 	}
-	if w.MaxRetries < 0 || w.TimeoutMS < 0 {
+	maxRetries := DefaultMaxRetries
+	if w.MaxRetries != nil {
+		maxRetries = *w.MaxRetries
+	}
+	if maxRetries < 0 || w.TimeoutMS < 0 {
 		return nil, fmt.Errorf("job: %w: negative max retries or timeout", ErrCorrupt)
 	}
 	e := &Envelope{
 		Type:       w.Type,
-		MaxRetries: w.MaxRetries,
+		MaxRetries: maxRetries,
 		Timeout:    time.Duration(w.TimeoutMS) * time.Millisecond,
 		Headers:    w.Headers,
 		LastError:  w.LastError,
