@@ -23,7 +23,7 @@ import (
 // enqueued with the timer stopped; the timer runs from the worker's start
 // until the last handler has run, so ns/op is per drain of 10,000 jobs and
 // jobs/s is the drain rate; redis-us/job is the server's CPU per job over
-// the same span. Compare runs with benchstat.
+// the same span; jobs/claim and jobs/ack are the mean batch sizes. Compare runs with benchstat.
 func BenchmarkBurstDrain(b *testing.B) {
 	const jobs = 10_000
 	rdb, ns := redistest.New(b)
@@ -46,6 +46,7 @@ func BenchmarkBurstDrain(b *testing.B) {
 		args[i] = json.RawMessage(`{"order_id":"ord-000123","amount_cents":4599}`)
 	}
 	ctx := context.Background()
+	counted := &callCounter{Broker: br}
 	var total time.Duration
 	var cpu float64
 	b.ReportAllocs()
@@ -57,7 +58,7 @@ func BenchmarkBurstDrain(b *testing.B) {
 			}
 		}
 		handled.Store(0)
-		w, err := worker.New(worker.Config{Broker: br, Registry: reg, Concurrency: 100})
+		w, err := worker.New(worker.Config{Broker: counted, Registry: reg, Concurrency: 100})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -83,6 +84,24 @@ func BenchmarkBurstDrain(b *testing.B) {
 	}
 	b.ReportMetric(float64(jobs)*float64(b.N)/total.Seconds(), "jobs/s")
 	b.ReportMetric(cpu*1e6/float64(jobs*b.N), "redis-us/job")
+	b.ReportMetric(float64(jobs*b.N)/float64(counted.claims.Load()), "jobs/claim")
+	b.ReportMetric(float64(jobs*b.N)/float64(counted.acks.Load()), "jobs/ack")
+}
+
+// callCounter counts the Claim and Ack calls a worker makes.
+type callCounter struct {
+	*broker.Broker
+	claims, acks atomic.Int64
+}
+
+func (c *callCounter) Claim(ctx context.Context, queue string, n int, lease time.Duration) (broker.ClaimResult, error) {
+	c.claims.Add(1)
+	return c.Broker.Claim(ctx, queue, n, lease)
+}
+
+func (c *callCounter) Ack(ctx context.Context, leases ...broker.Lease) error {
+	c.acks.Add(1)
+	return c.Broker.Ack(ctx, leases...)
 }
 
 // serverCPU returns the Redis server's CPU time (user + system) in seconds:
