@@ -146,7 +146,7 @@ func TestLatenessSVG(t *testing.T) {
 	if lines != 3 || panels != 3 { // one background, two panel frames
 		t.Fatalf("%d curves and %d rects, want 3 and 3", lines, panels)
 	}
-	for _, want := range []string{"a: p50 0.30", "max 1200 ms", "early 12.5%", "concurrency 100"} {
+	for _, want := range []string{"a: p50 0.30", "max 1200 ms", "negative 12.5%", "concurrency 100"} {
 		if !strings.Contains(string(data), want) {
 			t.Errorf("svg lacks %q", want)
 		}
