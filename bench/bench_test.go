@@ -1,14 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/xml"
 	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
 )
 
-// TestBurstEndToEnd runs the two hand-rolled baselines on a small burst
+// TestBurstEndToEnd runs the two hand-rolled baselines and delayq on a small burst
 // against a redis-server of its own and checks that every job is handled
 // exactly once.
 func TestBurstEndToEnd(t *testing.T) {
@@ -27,7 +30,7 @@ func TestBurstEndToEnd(t *testing.T) {
 	cfg := benchConfig{URL: srv.URL, N: 200, Producers: 8, BatchSize: 50, LostTimeout: 5 * time.Second, Settle: 100 * time.Millisecond}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	for i, sys := range []string{"zsetloop", "luabaseline"} {
+	for i, sys := range []string{"zsetloop", "luabaseline", "delayq"} {
 		t.Run(sys, func(t *testing.T) {
 			res, err := runOne(ctx, admin, cfg, sys, workloadSpec{Kind: "burst"}, 10, 1, "t"+string(rune('a'+i))+"-", false)
 			if err != nil {
@@ -91,5 +94,64 @@ func TestExpandWorkloads(t *testing.T) {
 	}
 	if _, err := expandWorkloads("nope", 1); err == nil {
 		t.Error("unknown workload accepted")
+	}
+}
+
+func TestLatenessSVG(t *testing.T) {
+	t.Parallel()
+	mk := func(sys string, conc int, lat ...float64) RunResult {
+		return RunResult{System: sys, Workload: "spread", Concurrency: conc, lateness: lat}
+	}
+	runs := []RunResult{
+		mk("a", 10, -0.5, 0.2, 1, 3, 40),
+		mk("a", 10, 0.1, 0.3, 2),
+		mk("b", 10, 500, 900, 1200),
+		mk("a", 100, 0.5),
+		{System: "b", Workload: "burst", Concurrency: 100, lateness: []float64{1}},
+	}
+	series := spreadSeries(runs, []string{"a", "b"}, []int{10, 100})
+	if len(series) != 3 {
+		t.Fatalf("got %d series, want a@10, b@10, a@100", len(series))
+	}
+	if s := series[0]; s.System != "a" || s.Rounds != 2 || len(s.Sorted) != 8 || s.Sorted[0] != -0.5 || s.Sorted[7] != 40 {
+		t.Fatalf("a@10 pooled wrong: %+v", s)
+	}
+	path := t.TempDir() + "/l.svg"
+	if err := writeLatenessSVG(path, series, 5, "t <&>"); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := xml.NewDecoder(bytes.NewReader(data))
+	lines, panels := 0, 0
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("not well-formed XML: %v\n%s", err, data)
+		}
+		if se, ok := tok.(xml.StartElement); ok {
+			switch se.Name.Local {
+			case "polyline":
+				lines++
+			case "rect":
+				panels++
+			}
+		}
+	}
+	if lines != 3 || panels != 3 { // one background, two panel frames
+		t.Fatalf("%d curves and %d rects, want 3 and 3", lines, panels)
+	}
+	for _, want := range []string{"a: p50 0.30", "max 1200 ms", "negative 12.5%", "concurrency 100"} {
+		if !strings.Contains(string(data), want) {
+			t.Errorf("svg lacks %q", want)
+		}
+	}
+	if err := writeLatenessSVG(path, nil, 5, "x"); err == nil {
+		t.Error("empty series accepted")
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -146,8 +147,10 @@ func run() int {
 		settle        = fs.Duration("settle", 500*time.Millisecond, "wait after the last job before stopping consumers, to catch duplicates")
 		jsonOut       = fs.String("json", "", "write raw per-round figures and medians to this file")
 		csvOut        = fs.String("lateness-csv", "", "write per-job times of the spread workload (first round) to this file")
+		svgOut        = fs.String("svg", "", "draw the spread lateness distribution of every system (all rounds pooled) as an SVG to this file")
 		redisBin      = fs.String("redis-server", "redis-server", "redis-server binary, when REDIS_URL is not set")
 		skipMemory    = fs.Bool("skip-memory", false, "skip the Redis memory-per-job measurement")
+		cpuProfile    = fs.String("cpuprofile", "", "write a CPU profile of the harness process (all systems' clients and workers) to this file")
 	)
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
@@ -170,6 +173,18 @@ func run() int {
 	}
 	if *n <= 0 || *rounds <= 0 || *producers <= 0 || *batchSize <= 0 || *backlog < 0 {
 		return fail("-n, -rounds, -producers and -batch-size must be positive, -backlog not negative")
+	}
+
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fail("%v", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return fail("cpuprofile: %v", err)
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
 
 	ctx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -260,6 +275,13 @@ rounds:
 
 	if *jsonOut != "" {
 		if err := writeJSON(*jsonOut, rep); err != nil {
+			fmt.Fprintf(stderr, "bench: %v\n", err)
+			code = 1
+		}
+	}
+	if *svgOut != "" {
+		title := fmt.Sprintf("Spread workload: lateness distribution (%s, redis %s, %d CPUs)", rep.Host.GoVersion, rep.Host.RedisVersion, rep.Host.NumCPU)
+		if err := writeLatenessSVG(*svgOut, spreadSeries(rep.Runs, systems, concs), *n, title); err != nil {
 			fmt.Fprintf(stderr, "bench: %v\n", err)
 			code = 1
 		}

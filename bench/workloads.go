@@ -99,7 +99,8 @@ type RunResult struct {
 	WallSeconds float64 `json:"wall_seconds"`
 	Figures     Figures `json:"figures"`
 
-	samples []jobSample // per-job times for -lateness-csv
+	samples  []jobSample // per-job times for -lateness-csv
+	lateness []float64   // spread: every handled job's lateness in ms, sorted, for -svg
 }
 
 // jobSample holds one job's times in ms since the start of enqueueing.
@@ -548,6 +549,9 @@ func runOne(ctx context.Context, admin *redisAdmin, cfg benchConfig, sysName str
 	if len(lat) > 0 {
 		p50, p99, mx := percentile(lat, 50), percentile(lat, 99), lat[len(lat)-1]
 		f.LatenessP50Ms, f.LatenessP99Ms, f.LatenessMaxMs = &p50, &p99, &mx
+	}
+	if w.Kind == "spread" {
+		res.lateness = lat
 	}
 	if keepSamples {
 		res.samples = make([]jobSample, n)

@@ -53,6 +53,8 @@ type Broker struct {
 	ns     string
 	opts   Options
 	queues sync.Map // queue names already added to ns:queues by this broker
+
+	combiners sync.Map // queue name -> *combiner of single-job enqueues
 }
 
 var _ job.Enqueuer = (*Broker)(nil)
@@ -138,13 +140,33 @@ func durMS(d time.Duration) int64        { return d.Milliseconds() }
 func tokenArg(token int64) string        { return strconv.FormatInt(token, 10) }
 func queueErr(q string, err error) error { return fmt.Errorf("queue %q: %w", q, err) }
 
+// readyMS is an absolute ready time in whole ms, rounded up so that a job
+// never becomes due before the instant it was given (scores are ms, and a
+// job is due once the server's ms clock reaches its score). It is at least
+// 1, as 0 means "use the delay" in the scripts.
+func readyMS(t time.Time) int64 {
+	v := t.UnixMilli()
+	if t.After(time.UnixMilli(v)) {
+		v++
+	}
+	return max(v, 1)
+}
+
 // Enqueue validates and stores envelopes: one script call per queue. A batch
 // with an invalid envelope is refused whole, with an error wrapping
 // job.ErrInvalid that names it, and nothing is written. Ids that are still
 // pending fail with ErrDuplicate (in a *job.BatchError for a batch) and leave
 // the stored job unchanged. On success each envelope gets its ID (generated
-// when empty), Queue, CreatedAt and ReadyAt (server time).
+// when empty), Queue, CreatedAt and ReadyAt (server time). Single-job calls
+// that overlap in time share script calls (see combine.go).
 func (b *Broker) Enqueue(ctx context.Context, envs ...*job.Envelope) error {
+	if len(envs) == 1 {
+		body, err := b.prepare(envs[0], time.Now())
+		if err != nil {
+			return err
+		}
+		return b.enqueueCombined(ctx, envs[0], body)
+	}
 	bodies := make([][]byte, len(envs))
 	order := make([]string, 0, 1)
 	groups := make(map[string][]int, 1)
@@ -202,7 +224,7 @@ func (b *Broker) enqueueQueue(ctx context.Context, q string, envs []*job.Envelop
 		for _, i := range part {
 			var at int64
 			if !envs[i].At.IsZero() {
-				at = max(ms(envs[i].At), 1)
+				at = readyMS(envs[i].At)
 			}
 			args = append(args, envs[i].ID, bodies[i], at, durMS(envs[i].Delay))
 		}
@@ -579,7 +601,7 @@ func (b *Broker) Reschedule(ctx context.Context, queue, id string, at time.Time)
 	}
 	var atMS int64
 	if !at.IsZero() {
-		atMS = max(ms(at), 1)
+		atMS = readyMS(at)
 	}
 	k := b.keys(queue)
 	res, err := b.run(ctx, rescheduleScript, []string{k.scheduled, k.processing}, id, atMS, 0, k.wake)

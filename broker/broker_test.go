@@ -116,6 +116,22 @@ func TestEnqueueAt(t *testing.T) {
 	if err != nil || int64(score) != at.UnixMilli() {
 		t.Fatalf("score %v, %v; want %d", score, err, at.UnixMilli())
 	}
+
+	// A time between two ms rounds up: the job is never due before it.
+	e = env("b", 0)
+	e.At = at.Add(300 * time.Microsecond)
+	tb.enqueue(t, e)
+	if want := at.Add(time.Millisecond); !e.ReadyAt.Equal(want) {
+		t.Fatalf("ReadyAt %v for At %v, want %v", e.ReadyAt, e.At, want)
+	}
+	tb.clock.Advance(90 * time.Minute)
+	if res := tb.claim(t, 5); len(res.Jobs) != 1 || res.Jobs[0].ID != "a" {
+		t.Fatalf("claimed %v at %v, want only a", ids(res.Jobs), epoch.Add(90*time.Minute))
+	}
+	rs, err := tb.b.Reschedule(tb.ctx, "q", "b", at.Add(time.Minute+time.Nanosecond))
+	if err != nil || !rs.Equal(at.Add(time.Minute+time.Millisecond)) {
+		t.Fatalf("Reschedule to a sub-ms time gave %v, %v", rs, err)
+	}
 }
 
 func TestEnqueueUsesServerClock(t *testing.T) {

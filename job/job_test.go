@@ -25,6 +25,7 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 			Headers: map[string]string{"traceparent": "00-abc-def-01"}, LastError: "boom"},
 		{Type: "raw", Payload: []byte{0, 1, 2, 0xff}}, // not JSON: stored as base64
 		{Type: "empty"}, // no payload
+		{Type: "default.retries", MaxRetries: job.DefaultMaxRetries, Payload: []byte(`1`)},
 		{Type: "a/b:c", Payload: []byte(`"<script>x</script>"`)}, // JSON string, not escaped
 		{Type: "spaced", Payload: []byte(`{ "a" : [1, 2.50] }`)}, // kept byte for byte
 	}
@@ -52,6 +53,20 @@ func TestEnvelopeWireIsCompact(t *testing.T) {
 	data, _ := e.MarshalBinary()
 	if want := `{"p":{"to":"+1"},"t":"sms.send","r":3,"c":1800000000000}`; string(data) != want {
 		t.Fatalf("wire %s, want %s", data, want)
+	}
+	// The default retry budget is left out; none at all is written out.
+	for retries, want := range map[int]string{
+		job.DefaultMaxRetries: `{"p":{"to":"+1"},"t":"sms.send"}`,
+		0:                     `{"p":{"to":"+1"},"t":"sms.send","r":0}`,
+	} {
+		e := &job.Envelope{Type: "sms.send", Payload: []byte(`{"to":"+1"}`), MaxRetries: retries}
+		data, _ := e.MarshalBinary()
+		if string(data) != want {
+			t.Errorf("MaxRetries %d: wire %s, want %s", retries, data, want)
+		}
+		if got, err := job.Decode(data); err != nil || got.MaxRetries != retries {
+			t.Errorf("MaxRetries %d decoded as %v (%v)", retries, got, err)
+		}
 	}
 }
 

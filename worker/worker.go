@@ -265,8 +265,8 @@ func (w *Worker) process(ctx context.Context, claimedAt time.Time, c *broker.Cla
 	defer w.finish(t)
 	// Outcomes are recorded even after the handler's context is cancelled.
 	bg := context.WithoutCancel(ctx)
-	logger := w.log.With().Str("job_id", c.ID).Str("queue", c.Queue).Int("attempt", c.Attempt).Logger()
 	if c.Err != nil {
+		logger := w.jobLogger(c)
 		logger.Error().Err(c.Err).Msg("envelope does not decode; dead-lettering")
 		rec := &broker.DeadRecord{Body: c.Body, Error: c.Err.Error(), Attempts: c.Attempt}
 		w.persist(bg, c.Lease, "kill", func(ctx context.Context) error {
@@ -297,7 +297,14 @@ func (w *Worker) process(ctx context.Context, claimedAt time.Time, c *broker.Cla
 		w.ack(t.lease)
 		return
 	}
-	w.fail(bg, logger, c, m, entry.Retry, err)
+	w.fail(bg, w.jobLogger(c), c, m, entry.Retry, err)
+}
+
+// jobLogger returns the logger for one job's outcome. It is built only when
+// there is something to log: a success logs nothing, and building it costs
+// allocations on the hot path.
+func (w *Worker) jobLogger(c *broker.Claimed) zerolog.Logger {
+	return w.log.With().Str("job_id", c.ID).Str("queue", c.Queue).Int("attempt", c.Attempt).Logger()
 }
 
 // call runs h, turning a panic that escaped the middleware into an error.
@@ -503,7 +510,7 @@ func (w *Worker) reap(ctx, bg context.Context) {
 
 // expire handles one job whose lease ran out, as a failed attempt.
 func (w *Worker) expire(bg context.Context, c *broker.Claimed) {
-	logger := w.log.With().Str("job_id", c.ID).Str("queue", c.Queue).Int("attempt", c.Attempt).Logger()
+	logger := w.jobLogger(c)
 	var err error
 	if c.Err != nil {
 		rec := &broker.DeadRecord{Body: c.Body, Error: c.Err.Error(), Attempts: c.Attempt}

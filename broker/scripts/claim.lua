@@ -15,6 +15,9 @@
 -- id, token, attempt, ready ms, envelope; orphans lists ids that were
 -- scheduled without an envelope, now removed. A job whose attempts counter
 -- is not an integer comes with attempt -1: the caller reports it corrupt.
+--
+-- A fixed number of commands per call, whatever n: each step below is one
+-- command over all claimed jobs (in chunks), O(log N) per job.
 local now = now_ms()
 local n, lease = tonumber(ARGV[2]), tonumber(ARGV[3])
 local jobs, orphans = {}, {}
@@ -27,30 +30,56 @@ if seq and not is_int(seq) then
 end
 if n > 0 then
   local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, n)
-  for i = 1, #due, 2 do
-    local id, ready = due[i], due[i + 1]
-    redis.call('ZREM', KEYS[1], id)
-    local body = redis.call('HGET', KEYS[3], id)
-    if body then
-      local token = redis.call('INCR', KEYS[6])
-      redis.call('ZADD', KEYS[2], now + lease, id)
-      redis.call('HSET', KEYS[5], id, token)
-      local attempt
-      local spent = redis.call('HGET', KEYS[4], id)
-      if spent and not is_int(spent) then
-        redis.call('HSET', KEYS[4], id, 1)
-        attempt = -1
+  if #due > 0 then
+    local ids, readies = {}, {}
+    for i = 1, #due, 2 do
+      ids[#ids + 1] = due[i]
+      readies[#readies + 1] = finite(due[i + 1], now)
+    end
+    call_chunked('ZREM', KEYS[1], ids)
+    local bodies = hmget(KEYS[3], ids)
+    local live, live_ready, live_body = {}, {}, {}
+    for k = 1, #ids do
+      if bodies[k] then
+        live[#live + 1] = ids[k]
+        live_ready[#live_ready + 1] = readies[k]
+        live_body[#live_body + 1] = bodies[k]
       else
-        attempt = redis.call('HINCRBY', KEYS[4], id, 1)
+        orphans[#orphans + 1] = ids[k]
       end
-      jobs[#jobs + 1] = id
-      jobs[#jobs + 1] = token
-      jobs[#jobs + 1] = attempt
-      jobs[#jobs + 1] = finite(ready, now)
-      jobs[#jobs + 1] = body
-    else
-      redis.call('HDEL', KEYS[4], id)
-      orphans[#orphans + 1] = id
+    end
+    if #orphans > 0 then
+      call_chunked('HDEL', KEYS[4], orphans)
+    end
+    if #live > 0 then
+      local first_token = redis.call('INCRBY', KEYS[6], #live) - #live + 1
+      local spent = hmget(KEYS[4], live)
+      local deadlines, tokens, attempts = {}, {}, {}
+      local deadline = now + lease
+      for k = 1, #live do
+        local id, token = live[k], first_token + k - 1
+        local attempt, stored
+        if spent[k] and not is_int(spent[k]) then
+          attempt, stored = -1, 1 -- reported corrupt by the caller
+        else
+          attempt = (tonumber(spent[k]) or 0) + 1
+          stored = attempt
+        end
+        deadlines[#deadlines + 1] = deadline
+        deadlines[#deadlines + 1] = id
+        tokens[#tokens + 1] = id
+        tokens[#tokens + 1] = token
+        attempts[#attempts + 1] = id
+        attempts[#attempts + 1] = stored
+        jobs[#jobs + 1] = id
+        jobs[#jobs + 1] = token
+        jobs[#jobs + 1] = attempt
+        jobs[#jobs + 1] = live_ready[k]
+        jobs[#jobs + 1] = live_body[k]
+      end
+      call_chunked('ZADD', KEYS[2], deadlines)
+      call_chunked('HSET', KEYS[5], tokens)
+      call_chunked('HSET', KEYS[4], attempts)
     end
   end
 end

@@ -58,6 +58,36 @@ local function next_ready(scheduled, now)
   return finite(first[2], now)
 end
 
+-- Redis's Lua unpack() takes a few thousand values at most, so commands with
+-- many arguments are sent in chunks of this many (an even number, so that
+-- score/member and field/value pairs stay together).
+local CHUNK = 1000
+
+-- Call cmd on key with the flat list args appended, in chunks.
+local function call_chunked(cmd, key, args)
+  for i = 1, #args, CHUNK do
+    redis.call(cmd, key, unpack(args, i, math.min(i + CHUNK - 1, #args)))
+  end
+end
+
+-- HMGET of many fields, in chunks; missing fields are false.
+local function hmget(key, fields)
+  local out = {}
+  for i = 1, #fields, CHUNK do
+    local part = redis.call('HMGET', key, unpack(fields, i, math.min(i + CHUNK - 1, #fields)))
+    for j = 1, #part do
+      out[#out + 1] = part[j]
+    end
+  end
+  return out
+end
+
+-- The score of the earliest member of a sorted set, or nil when it is empty.
+local function earliest(zset)
+  local first = redis.call('ZRANGE', zset, 0, 0, 'WITHSCORES')
+  return tonumber(first[2])
+end
+
 -- A lease is held when leases[id] equals the token the claim handed out.
 local function holds(leases, id, token)
   local current = redis.call('HGET', leases, id)

@@ -1,0 +1,161 @@
+package broker
+
+import (
+	"context"
+	"sync"
+
+	"github.com/delayq/delayq/job"
+)
+
+// Single-job Enqueue calls that overlap in time share script calls: while
+// one call to a queue is in flight, the jobs that arrive for that queue wait
+// and then go together in the next call (at most enqueueChunk of them). A
+// caller that finds no call in flight sends at once, so a lone producer
+// waits no longer than before; many concurrent producers cost Redis one
+// request per round trip instead of one per job, which on a busy server is
+// most of the work (each request costs more than the commands of a job).
+//
+// The caller whose job opens a call sends it; when it is done, the first
+// waiting caller takes over and sends everything that gathered meanwhile.
+// The call runs on the sender's context without its cancellation, so one
+// caller giving up does not fail the jobs of the others. A caller whose
+// context ends while its job waits (not yet sent) gets the context's error
+// and its job is not stored.
+
+// combiner gathers the single-job enqueues of one queue.
+type combiner struct {
+	mu      sync.Mutex
+	waiting []*pendingJob
+	busy    bool // a caller is sending; the next one is chosen from waiting
+}
+
+type pendingJob struct {
+	ctx  context.Context
+	env  *job.Envelope
+	body []byte
+	ch   chan turn // buffered 1: the result, or the lead
+}
+
+// turn tells a waiting caller that its job is done (err) or that it sends
+// the next call (lead).
+type turn struct {
+	lead bool
+	err  error
+}
+
+func (b *Broker) combinerFor(queue string) *combiner {
+	if c, ok := b.combiners.Load(queue); ok {
+		return c.(*combiner)
+	}
+	c, _ := b.combiners.LoadOrStore(queue, &combiner{})
+	return c.(*combiner)
+}
+
+// enqueueCombined stores one prepared envelope, sharing the script call with
+// other callers where they overlap.
+func (b *Broker) enqueueCombined(ctx context.Context, env *job.Envelope, body []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c := b.combinerFor(env.Queue)
+	p := &pendingJob{ctx: ctx, env: env, body: body, ch: make(chan turn, 1)}
+	c.mu.Lock()
+	c.waiting = append(c.waiting, p)
+	lead := !c.busy
+	c.busy = true
+	c.mu.Unlock()
+	for !lead {
+		select {
+		case t := <-p.ch:
+			if !t.lead {
+				return t.err
+			}
+			lead = true
+		case <-ctx.Done():
+			if c.withdraw(p) {
+				return ctx.Err()
+			}
+			// Already sent: the result follows.
+			t := <-p.ch
+			return t.err
+		}
+	}
+	return b.sendCombined(c, p)
+}
+
+// withdraw removes p from the waiting list; it reports false when p was
+// sent already. A lead handed to p passes on to the next waiting caller.
+func (c *combiner) withdraw(p *pendingJob) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, q := range c.waiting {
+		if q != p {
+			continue
+		}
+		c.waiting = append(c.waiting[:i], c.waiting[i+1:]...)
+		select {
+		case t := <-p.ch:
+			if t.lead {
+				c.handOnLocked()
+			}
+		default:
+		}
+		return true
+	}
+	return false
+}
+
+// handOnLocked gives the lead to the first waiting caller, or clears busy.
+func (c *combiner) handOnLocked() {
+	if len(c.waiting) > 0 {
+		c.waiting[0].ch <- turn{lead: true}
+		return
+	}
+	c.busy = false
+}
+
+// sendCombined sends the waiting jobs (own among them) in one script call,
+// hands each other caller its result, passes the lead on, and returns the
+// result of own.
+func (b *Broker) sendCombined(c *combiner, own *pendingJob) error {
+	c.mu.Lock()
+	take := min(len(c.waiting), enqueueChunk)
+	batch := make([]*pendingJob, 0, take)
+	rest := c.waiting[take:]
+	for _, p := range c.waiting[:take] {
+		if p != own && p.ctx.Err() != nil {
+			p.ch <- turn{err: p.ctx.Err()} // gave up before it was sent
+			continue
+		}
+		batch = append(batch, p)
+	}
+	// own is always among the first enqueueChunk: a caller leads only from
+	// the head of the list or when it found the list empty.
+	c.waiting = append([]*pendingJob(nil), rest...)
+	c.mu.Unlock()
+
+	envs := make([]*job.Envelope, len(batch))
+	bodies := make([][]byte, len(batch))
+	idx := make([]int, len(batch))
+	for i, p := range batch {
+		envs[i], bodies[i], idx[i] = p.env, p.body, i
+	}
+	errs := make([]error, len(batch))
+	if err := b.enqueueQueue(context.WithoutCancel(own.ctx), own.env.Queue, envs, bodies, idx, errs); err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+	}
+	var ownErr error
+	for i, p := range batch {
+		if p == own {
+			ownErr = errs[i]
+			continue
+		}
+		p.ch <- turn{err: errs[i]}
+	}
+	c.mu.Lock()
+	c.handOnLocked()
+	c.mu.Unlock()
+	return ownErr
+}

@@ -1,0 +1,207 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/job"
+)
+
+func combineBroker(t *testing.T) *Broker {
+	t.Helper()
+	rdb, ns := redistest.New(t)
+	b, err := New(rdb, Options{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func combineEnv(id string) *job.Envelope {
+	return &job.Envelope{ID: id, Queue: "q", Type: "t", Payload: []byte(`{"n":1}`), Delay: time.Hour}
+}
+
+func (b *Broker) stored(t *testing.T, id string) bool {
+	t.Helper()
+	ok, err := b.rdb.HExists(context.Background(), b.keys("q").jobs, id).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	inSchedule, err := b.rdb.ZScore(context.Background(), b.keys("q").scheduled, id).Result()
+	if ok != (err == nil && inSchedule > 0) {
+		t.Fatalf("job %s half stored: body %v, schedule %v (%v)", id, ok, inSchedule, err)
+	}
+	return ok
+}
+
+func TestConcurrentSingleEnqueuesAreAllStored(t *testing.T) {
+	t.Parallel()
+	b := combineBroker(t)
+	const producers, each = 32, 40
+	var wg sync.WaitGroup
+	errs := make(chan error, producers*each)
+	for p := range producers {
+		wg.Go(func() {
+			for i := range each {
+				e := combineEnv(fmt.Sprintf("p%d-%d", p, i))
+				if err := b.Enqueue(context.Background(), e); err != nil {
+					errs <- err
+				} else if e.ReadyAt.IsZero() {
+					errs <- fmt.Errorf("job %s stored without ReadyAt", e.ID)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if n, _ := b.rdb.HLen(context.Background(), b.keys("q").jobs).Result(); n != producers*each {
+		t.Fatalf("%d jobs stored, want %d", n, producers*each)
+	}
+	c := b.combinerFor("q")
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.busy || len(c.waiting) != 0 {
+		t.Fatalf("combiner left busy=%v with %d waiting", c.busy, len(c.waiting))
+	}
+}
+
+func TestConcurrentSameIDStoresOne(t *testing.T) {
+	t.Parallel()
+	b := combineBroker(t)
+	const callers = 24
+	start := make(chan struct{})
+	results := make(chan error, callers)
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			<-start
+			results <- b.Enqueue(context.Background(), combineEnv("same"))
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(results)
+	ok := 0
+	for err := range results {
+		switch {
+		case err == nil:
+			ok++
+		case !errors.Is(err, ErrDuplicate):
+			t.Errorf("err = %v, want nil or ErrDuplicate", err)
+		}
+	}
+	if ok != 1 {
+		t.Fatalf("%d of %d callers stored the same id, want 1", ok, callers)
+	}
+}
+
+func TestCancelledEnqueueStoresNothing(t *testing.T) {
+	t.Parallel()
+	b := combineBroker(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := b.Enqueue(ctx, combineEnv("gone")); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	if b.stored(t, "gone") {
+		t.Fatal("job of a cancelled call was stored")
+	}
+}
+
+// waitWaiting waits until n callers wait in c.
+func waitWaiting(t *testing.T, c *combiner, n int) {
+	t.Helper()
+	redistest.WaitFor(t, 5*time.Second, fmt.Sprintf("%d waiting callers", n), func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.waiting) == n
+	})
+}
+
+func TestWaitingCallerGivesUp(t *testing.T) {
+	t.Parallel()
+	b := combineBroker(t)
+	c := b.combinerFor("q")
+	c.mu.Lock()
+	c.busy = true // as if a call were in flight
+	c.mu.Unlock()
+
+	ctx1, cancel1 := context.WithCancel(context.Background())
+	done1, done2 := make(chan error, 1), make(chan error, 1)
+	go func() { done1 <- b.Enqueue(ctx1, combineEnv("first")) }()
+	waitWaiting(t, c, 1)
+	go func() { done2 <- b.Enqueue(context.Background(), combineEnv("second")) }()
+	waitWaiting(t, c, 2)
+
+	cancel1()
+	if err := <-done1; !errors.Is(err, context.Canceled) {
+		t.Fatalf("first: err = %v, want context.Canceled", err)
+	}
+	waitWaiting(t, c, 1)
+	// The call in flight ends: the next waiting caller sends.
+	c.mu.Lock()
+	c.handOnLocked()
+	c.mu.Unlock()
+	if err := <-done2; err != nil {
+		t.Fatalf("second: %v", err)
+	}
+	if b.stored(t, "first") || !b.stored(t, "second") {
+		t.Fatal("want only the second job stored")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.busy || len(c.waiting) != 0 {
+		t.Fatalf("combiner left busy=%v with %d waiting", c.busy, len(c.waiting))
+	}
+}
+
+// A caller that gives up just as the lead reaches it either sends (its job
+// is stored and it gets nil) or passes the lead on (not stored, its
+// context's error); either way the caller behind it is served.
+func TestLeadPassesOnFromACallerThatGivesUp(t *testing.T) {
+	t.Parallel()
+	b := combineBroker(t)
+	c := b.combinerFor("q")
+	for i := range 30 {
+		c.mu.Lock()
+		c.busy = true
+		c.mu.Unlock()
+		ctx1, cancel1 := context.WithCancel(context.Background())
+		id1, id2 := fmt.Sprintf("a%d", i), fmt.Sprintf("b%d", i)
+		done1, done2 := make(chan error, 1), make(chan error, 1)
+		go func() { done1 <- b.Enqueue(ctx1, combineEnv(id1)) }()
+		waitWaiting(t, c, 1)
+		go func() { done2 <- b.Enqueue(context.Background(), combineEnv(id2)) }()
+		waitWaiting(t, c, 2)
+		c.mu.Lock()
+		c.handOnLocked() // the lead goes to the first caller ...
+		c.mu.Unlock()
+		cancel1() // ... which gives up at the same moment
+		err1 := <-done1
+		if err1 != nil && !errors.Is(err1, context.Canceled) {
+			t.Fatalf("round %d: first: %v", i, err1)
+		}
+		if got := b.stored(t, id1); got != (err1 == nil) {
+			t.Fatalf("round %d: first returned %v but stored = %v", i, err1, got)
+		}
+		select {
+		case err := <-done2:
+			if err != nil {
+				t.Fatalf("round %d: second: %v", i, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: the second caller was never served", i)
+		}
+		if !b.stored(t, id2) {
+			t.Fatalf("round %d: second job not stored", i)
+		}
+	}
+}

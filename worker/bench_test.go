@@ -1,0 +1,126 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/job"
+	"github.com/delayq/delayq/worker"
+)
+
+// BenchmarkBurstDrain measures one worker with concurrency 100 draining
+// 10,000 jobs that are all due when it starts, against the real
+// redis-server: claims, handler starts and batched acks. The jobs are
+// enqueued with the timer stopped; the timer runs from the worker's start
+// until the last handler has run, so ns/op is per drain of 10,000 jobs and
+// jobs/s is the drain rate; redis-us/job is the server's CPU per job over
+// the same span; jobs/claim and jobs/ack are the mean batch sizes. Compare runs with benchstat.
+func BenchmarkBurstDrain(b *testing.B) {
+	const jobs = 10_000
+	rdb, ns := redistest.New(b)
+	br, err := broker.New(rdb, broker.Options{Namespace: ns})
+	if err != nil {
+		b.Fatal(err)
+	}
+	typ := job.New[json.RawMessage]("bench.drain")
+	var handled atomic.Int64
+	done := make(chan struct{}, 1)
+	reg := job.NewRegistry()
+	typ.Handle(reg, func(context.Context, *job.Job[json.RawMessage]) error {
+		if handled.Add(1) == jobs {
+			done <- struct{}{}
+		}
+		return nil
+	})
+	args := make([]json.RawMessage, 1000)
+	for i := range args {
+		args[i] = json.RawMessage(`{"order_id":"ord-000123","amount_cents":4599}`)
+	}
+	ctx := context.Background()
+	counted := &callCounter{Broker: br}
+	var total time.Duration
+	var cpu float64
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		for i := 0; i < jobs; i += len(args) {
+			if _, err := typ.EnqueueMany(ctx, br, args); err != nil {
+				b.Fatal(err)
+			}
+		}
+		handled.Store(0)
+		w, err := worker.New(worker.Config{Broker: counted, Registry: reg, Concurrency: 100})
+		if err != nil {
+			b.Fatal(err)
+		}
+		wctx, stop := context.WithCancel(ctx)
+		ran := make(chan error, 1)
+		cpu0 := serverCPU(b, rdb)
+		b.StartTimer()
+		start := time.Now()
+		go func() { ran <- w.Run(wctx) }()
+		select {
+		case <-done:
+		case <-time.After(2 * time.Minute):
+			b.Fatalf("handled %d of %d jobs in 2 minutes", handled.Load(), jobs)
+		}
+		total += time.Since(start)
+		b.StopTimer()
+		cpu += serverCPU(b, rdb) - cpu0
+		stop()
+		if err := <-ran; err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(jobs)*float64(b.N)/total.Seconds(), "jobs/s")
+	b.ReportMetric(cpu*1e6/float64(jobs*b.N), "redis-us/job")
+	b.ReportMetric(float64(jobs*b.N)/float64(counted.claims.Load()), "jobs/claim")
+	b.ReportMetric(float64(jobs*b.N)/float64(counted.acks.Load()), "jobs/ack")
+}
+
+// callCounter counts the Claim and Ack calls a worker makes.
+type callCounter struct {
+	*broker.Broker
+	claims, acks atomic.Int64
+}
+
+func (c *callCounter) Claim(ctx context.Context, queue string, n int, lease time.Duration) (broker.ClaimResult, error) {
+	c.claims.Add(1)
+	return c.Broker.Claim(ctx, queue, n, lease)
+}
+
+func (c *callCounter) Ack(ctx context.Context, leases ...broker.Lease) error {
+	c.acks.Add(1)
+	return c.Broker.Ack(ctx, leases...)
+}
+
+// serverCPU returns the Redis server's CPU time (user + system) in seconds:
+// on a shared machine a steadier measure of the server's work than wall time.
+func serverCPU(b *testing.B, rdb redis.UniversalClient) float64 {
+	s, err := rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(s, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if k == "used_cpu_user" || k == "used_cpu_sys" {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatalf("INFO cpu %s: %v", k, err)
+			}
+			total += f
+		}
+	}
+	return total
+}
