@@ -13,9 +13,9 @@ var aclCommands = []string{
 	"subscribe", "unsubscribe", "ping", // wake-up notices (PING is the Pub/Sub health check)
 	// called by scripts
 	"time",
-	"get", "set", "incr",
+	"get", "set", "incr", "incrby",
 	"hset", "hsetnx", "hdel", "hexists", "hincrby",
-	"zadd", "zrem", "zrange", "zrangebyscore", "zremrangebyrank", "zcard", "zcount",
+	"zadd", "zrem", "zrange", "zrangebyscore", "zremrangebyrank", "zcard", "zcount", "zrank",
 	"publish",
 }
 
