@@ -1,6 +1,7 @@
 package job
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -42,10 +43,11 @@ type Backoff struct {
 	Jitter     float64
 }
 
-// wire is the stored body: short keys keep Redis memory per job small.
+// wire is the stored body: short keys keep Redis memory per job small. A
+// JSON payload is spliced in byte for byte as "p", in front of the rest.
 type wire struct {
+	Payload    json.RawMessage   `json:"p,omitempty"` // decode only
 	Type       string            `json:"t"`
-	Payload    json.RawMessage   `json:"p,omitempty"`
 	PayloadB   []byte            `json:"pb,omitempty"` // payloads that are not JSON, base64
 	MaxRetries int               `json:"r,omitempty"`
 	TimeoutMS  int64             `json:"to,omitempty"`
@@ -66,7 +68,8 @@ type wireBackoff struct {
 const MaxErrorLen = 16 << 10
 
 // MarshalBinary encodes the stored body of e (without ID, Queue and the
-// scheduling fields).
+// scheduling fields). A JSON payload is kept byte for byte (white space
+// around it aside).
 func (e *Envelope) MarshalBinary() ([]byte, error) {
 	w := wire{
 		Type:       e.Type,
@@ -78,17 +81,32 @@ func (e *Envelope) MarshalBinary() ([]byte, error) {
 	if !e.CreatedAt.IsZero() {
 		w.CreatedMS = e.CreatedAt.UnixMilli()
 	}
-	if len(e.Payload) > 0 {
-		if json.Valid(e.Payload) {
-			w.Payload = e.Payload
-		} else {
-			w.PayloadB = e.Payload
-		}
+	raw := len(e.Payload) > 0 && json.Valid(e.Payload)
+	if len(e.Payload) > 0 && !raw {
+		w.PayloadB = e.Payload
 	}
 	if b := e.Backoff; b != nil {
 		w.Backoff = &wireBackoff{InitialMS: b.Initial.Milliseconds(), Multiplier: b.Multiplier, MaxMS: b.Max.Milliseconds(), Jitter: b.Jitter}
 	}
-	return json.Marshal(&w)
+	var buf bytes.Buffer
+	if raw {
+		buf.Grow(len(e.Payload) + 64)
+		buf.WriteString(`{"p":`)
+		buf.Write(bytes.TrimSpace(e.Payload))
+		buf.WriteByte(',')
+	}
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	start := buf.Len()
+	if err := enc.Encode(&w); err != nil {
+		return nil, err
+	}
+	out := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	if raw {
+		// Drop the "{" that opened the rest: the payload's object already did.
+		out = append(out[:start], out[start+1:]...)
+	}
+	return out, nil
 }
 
 // ErrCorrupt is wrapped by [Decode] errors: the stored body is not an

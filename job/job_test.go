@@ -1,0 +1,242 @@
+package job_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/delayq/delayq/job"
+	"github.com/delayq/delayq/retry"
+)
+
+type SMS struct {
+	To   string `json:"to"`
+	Text string `json:"text"`
+}
+
+func TestEnvelopeRoundTrip(t *testing.T) {
+	t.Parallel()
+	created := time.UnixMilli(1_800_000_000_123)
+	cases := []*job.Envelope{
+		{Type: "sms.send", Payload: []byte(`{"to":"+1"}`), MaxRetries: 8, Timeout: 3 * time.Second, CreatedAt: created,
+			Backoff: &job.Backoff{Initial: time.Second, Multiplier: 2, Max: time.Hour, Jitter: 0.1},
+			Headers: map[string]string{"traceparent": "00-abc-def-01"}, LastError: "boom"},
+		{Type: "raw", Payload: []byte{0, 1, 2, 0xff}}, // not JSON: stored as base64
+		{Type: "empty"}, // no payload
+		{Type: "a/b:c", Payload: []byte(`"<script>x</script>"`)}, // JSON string, not escaped
+		{Type: "spaced", Payload: []byte(`{ "a" : [1, 2.50] }`)}, // kept byte for byte
+	}
+	for _, want := range cases {
+		data, err := want.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := job.Decode(data)
+		if err != nil {
+			t.Fatalf("decode %s: %v", data, err)
+		}
+		if got.Type != want.Type || string(got.Payload) != string(want.Payload) || got.MaxRetries != want.MaxRetries ||
+			got.Timeout != want.Timeout || !got.CreatedAt.Equal(want.CreatedAt) || got.LastError != want.LastError ||
+			len(got.Headers) != len(want.Headers) || (want.Backoff != nil && *got.Backoff != *want.Backoff) {
+			t.Errorf("round trip of %+v gave %+v (wire %s)", want, got, data)
+		}
+	}
+}
+
+func TestEnvelopeWireIsCompact(t *testing.T) {
+	t.Parallel()
+	e := &job.Envelope{ID: "not-stored", Queue: "not-stored", Type: "sms.send", Payload: []byte(`{"to":"+1"}`), MaxRetries: 3,
+		CreatedAt: time.UnixMilli(1_800_000_000_000), Delay: time.Hour}
+	data, _ := e.MarshalBinary()
+	if want := `{"p":{"to":"+1"},"t":"sms.send","r":3,"c":1800000000000}`; string(data) != want {
+		t.Fatalf("wire %s, want %s", data, want)
+	}
+}
+
+func TestDecodeRejectsCorruptBodies(t *testing.T) {
+	t.Parallel()
+	for _, body := range []string{"", "\x00\xff", "[]", `{"t":""}`, `{"t":"x{y}"}`, `{"t":"ok","r":-1}`, `{"t":"ok","to":-5}`, `{"t":"ok","pb":"!!"}`} {
+		if _, err := job.Decode([]byte(body)); !errors.Is(err, job.ErrCorrupt) {
+			t.Errorf("Decode(%q) = %v, want ErrCorrupt", body, err)
+		}
+	}
+}
+
+func TestLastErrorIsCapped(t *testing.T) {
+	t.Parallel()
+	e := &job.Envelope{Type: "t", LastError: strings.Repeat("e", job.MaxErrorLen*2)}
+	data, _ := e.MarshalBinary()
+	got, _ := job.Decode(data)
+	if len(got.LastError) > job.MaxErrorLen || !strings.HasSuffix(got.LastError, "(truncated)") {
+		t.Fatalf("last error kept %d bytes", len(got.LastError))
+	}
+}
+
+func TestValidation(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{job.ValidateID(""), "id must not be empty"},
+		{job.ValidateID(strings.Repeat("i", 257)), "id is 257 bytes long, the limit is 256"},
+		{job.ValidateID("a}b"), `id "a}b" contains '}'`},
+		{job.ValidateID("a\nb"), `contains '\n'`},
+		{job.ValidateID("\xff"), "not valid UTF-8"},
+		{job.ValidateQueue("a b"), `queue name "a b" contains ' '`},
+		{job.ValidateQueue("q:x"), `queue name "q:x" contains ':'`},
+		{job.ValidateQueue("q#1"), `queue name "q#1" contains '#'`},
+		{job.ValidateType("sms send"), `job type "sms send" contains ' '`},
+		{job.ValidateDelay(-time.Millisecond), "delay -1ms is negative"},
+	} {
+		if !errors.Is(tc.err, job.ErrInvalid) || !strings.Contains(tc.err.Error(), tc.want) {
+			t.Errorf("err = %v, want ErrInvalid mentioning %q", tc.err, tc.want)
+		}
+	}
+	for _, ok := range []error{job.ValidateID("order-42/ünïcode ok"), job.ValidateQueue("emails.high_prio-2"), job.ValidateType("sms.send:v2/x")} {
+		if ok != nil {
+			t.Errorf("valid name refused: %v", ok)
+		}
+	}
+}
+
+func TestTypeOptions(t *testing.T) {
+	t.Parallel()
+	typ := job.New[SMS]("sms.send", job.Queue("sms"), job.MaxRetries(8), job.Timeout(time.Second))
+	at := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	env, err := typ.Envelope(SMS{To: "+1", Text: "hi"}, job.ID("id-1"), job.At(at), job.MaxRetries(2), job.Header("k", "v"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env.Queue != "sms" || env.ID != "id-1" || !env.At.Equal(at) || env.MaxRetries != 2 || env.Timeout != time.Second ||
+		env.Headers["k"] != "v" || string(env.Payload) != `{"to":"+1","text":"hi"}` {
+		t.Fatalf("envelope %+v", env)
+	}
+	env, _ = typ.Envelope(SMS{}, job.At(at), job.In(time.Minute))
+	if !env.At.IsZero() || env.Delay != time.Minute {
+		t.Fatalf("the last of In/At should win: %+v", env)
+	}
+
+	for _, tc := range []struct {
+		opts []job.Option
+		want string
+	}{
+		{[]job.Option{job.In(-time.Second)}, "delay -1s is negative"},
+		{[]job.Option{job.ID("")}, "id must not be empty"},
+		{[]job.Option{job.Queue("{x}")}, "contains '{'"},
+		{[]job.Option{job.MaxRetries(-2)}, "max retries -2 is negative"},
+		{[]job.Option{job.Timeout(-1)}, "timeout -1ns is negative"},
+		{[]job.Option{job.At(time.Time{})}, "zero time"},
+		{[]job.Option{job.WithCodec(job.JSON)}, "option WithCodec is set on the job type, not per job"},
+		{[]job.Option{job.WithBackoff(retry.Exponential{Initial: time.Second, Multiplier: 0.5, Max: time.Hour})}, "multiplier must be >= 1"},
+	} {
+		if _, err := typ.Envelope(SMS{}, tc.opts...); !errors.Is(err, job.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("err = %v, want ErrInvalid mentioning %q", err, tc.want)
+		}
+	}
+	if _, err := job.NewType[SMS]("x", job.In(time.Second)); err == nil || !strings.Contains(err.Error(), "option In cannot be set on job type") {
+		t.Errorf("per-job option on a type: %v", err)
+	}
+	if _, err := job.NewType[SMS]("bad name"); !errors.Is(err, job.ErrInvalid) {
+		t.Errorf("bad type name: %v", err)
+	}
+	if _, err := job.NewType[func()]("fn"); err != nil {
+		t.Fatal(err)
+	}
+	fn := job.New[func()]("fn")
+	if _, err := fn.Envelope(func() {}); !errors.Is(err, job.ErrInvalid) || !strings.Contains(err.Error(), `cannot encode arguments of job type "fn"`) {
+		t.Errorf("unencodable args: %v", err)
+	}
+}
+
+type memEnqueuer struct{ got []*job.Envelope }
+
+func (m *memEnqueuer) Enqueue(_ context.Context, envs ...*job.Envelope) error {
+	m.got = append(m.got, envs...)
+	return nil
+}
+
+func TestEnqueueMany(t *testing.T) {
+	t.Parallel()
+	typ := job.New[SMS]("sms.send")
+	var m memEnqueuer
+	envs, err := typ.EnqueueMany(context.Background(), &m, []SMS{{To: "1"}, {To: "2"}}, job.In(time.Second))
+	if err != nil || len(envs) != 2 || len(m.got) != 2 || m.got[1].Delay != time.Second {
+		t.Fatalf("EnqueueMany: %v %v", envs, err)
+	}
+	if _, err := typ.EnqueueMany(context.Background(), &m, []SMS{{}, {}}, job.ID("same")); !errors.Is(err, job.ErrInvalid) {
+		t.Fatalf("shared ID in a batch: %v", err)
+	}
+}
+
+func TestRegistry(t *testing.T) {
+	t.Parallel()
+	reg := job.NewRegistry()
+	typ := job.New[SMS]("sms.send", job.Retry(retry.Constant(time.Second)), job.Timeout(time.Minute))
+	var got SMS
+	typ.Handle(reg, func(ctx context.Context, j *job.Job[SMS]) error { got = j.Args; return nil })
+	if err := typ.Register(reg, func(context.Context, *job.Job[SMS]) error { return nil }); !errors.Is(err, job.ErrAlreadyRegistered) {
+		t.Fatalf("second registration: %v", err)
+	}
+	e, ok := reg.Lookup("sms.send")
+	if !ok || e.Timeout != time.Minute || e.Retry.Delay(3) != time.Second {
+		t.Fatalf("entry %+v", e)
+	}
+	m := &job.Message{Envelope: job.Envelope{Type: "sms.send", Payload: []byte(`{"to":"+1"}`)}, Attempt: 1}
+	if err := e.Handler.Handle(context.Background(), m); err != nil || got.To != "+1" {
+		t.Fatalf("handle: %v, args %+v", err, got)
+	}
+	m.Payload = []byte(`{"to":5}`)
+	err := e.Handler.Handle(context.Background(), m)
+	var de *job.DecodeError
+	if !errors.As(err, &de) || !retry.IsPermanent(err) || !strings.Contains(err.Error(), `payload of type "sms.send" does not decode into job_test.SMS`) {
+		t.Fatalf("bad payload: %v", err)
+	}
+	if err := reg.Register("x", job.Entry{}); !errors.Is(err, job.ErrInvalid) {
+		t.Fatalf("nil handler: %v", err)
+	}
+	if names := reg.Types(); len(names) != 1 || names[0] != "sms.send" {
+		t.Fatalf("types %v", names)
+	}
+}
+
+func TestChainOrder(t *testing.T) {
+	t.Parallel()
+	var trace []string
+	mw := func(name string) job.Middleware {
+		return func(next job.Handler) job.Handler {
+			return job.HandlerFunc(func(ctx context.Context, m *job.Message) error {
+				trace = append(trace, name)
+				return next.Handle(ctx, m)
+			})
+		}
+	}
+	h := job.Chain(job.HandlerFunc(func(context.Context, *job.Message) error { trace = append(trace, "handler"); return nil }), mw("outer"), mw("inner"))
+	_ = h.Handle(context.Background(), &job.Message{})
+	if strings.Join(trace, ",") != "outer,inner,handler" {
+		t.Fatalf("order %v", trace)
+	}
+}
+
+func TestNewID(t *testing.T) {
+	t.Parallel()
+	seen := map[string]bool{}
+	for range 1000 {
+		id := job.NewID()
+		if len(id) != 16 || job.ValidateID(id) != nil || seen[id] {
+			t.Fatalf("bad or repeated id %q", id)
+		}
+		seen[id] = true
+	}
+}
+
+func TestBatchError(t *testing.T) {
+	t.Parallel()
+	dup := errors.New("dup")
+	err := error(&job.BatchError{Errs: []error{nil, dup, nil}})
+	if !errors.Is(err, dup) || err.Error() != "1 of 3 jobs failed, first: dup" {
+		t.Fatalf("%v", err)
+	}
+}

@@ -1,0 +1,103 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/job"
+)
+
+var errInjected = errors.New("injected: connection reset")
+
+// flaky fails the first failAcks Ack calls and the first failRetries Retry
+// calls with errInjected, as a dropped connection would.
+type flaky struct {
+	*broker.Broker
+	failAcks, failRetries atomic.Int32
+	ackCalls, retryCalls  atomic.Int32
+}
+
+func (f *flaky) Ack(ctx context.Context, leases ...broker.Lease) error {
+	f.ackCalls.Add(1)
+	if f.failAcks.Add(-1) >= 0 {
+		return errInjected
+	}
+	return f.Broker.Ack(ctx, leases...)
+}
+
+func (f *flaky) Retry(ctx context.Context, l broker.Lease, d time.Duration, env *job.Envelope) (time.Time, error) {
+	f.retryCalls.Add(1)
+	if f.failRetries.Add(-1) >= 0 {
+		return time.Time{}, errInjected
+	}
+	return f.Broker.Retry(ctx, l, d, env)
+}
+
+func TestRedisErrorsOnAckAndRetryAreRetried(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	var calls atomic.Int32
+	job.New[payload]("wobbly").Handle(tb.reg, func(ctx context.Context, j *job.Job[payload]) error {
+		if calls.Add(1) == 1 {
+			return errors.New("first attempt fails")
+		}
+		return nil
+	})
+	f := &flaky{Broker: tb.b}
+	f.failAcks.Store(3)
+	f.failRetries.Store(2)
+	cfg := tb.config(t)
+	cfg.Broker = f
+	start(t, cfg)
+	if err := tb.b.Enqueue(tb.ctx, &job.Envelope{ID: "w", Type: "wobbly", Payload: []byte(`{}`), MaxRetries: 3,
+		Backoff: &job.Backoff{Initial: time.Millisecond, Multiplier: 1, Max: time.Millisecond}}); err != nil {
+		t.Fatal(err)
+	}
+	redistest.WaitFor(t, 10*time.Second, "job acked", func() bool {
+		ok, _ := tb.rdb.HExists(tb.ctx, tb.key("default", "jobs"), "w").Result()
+		return !ok && calls.Load() == 2
+	})
+	if f.retryCalls.Load() != 3 || f.ackCalls.Load() != 4 {
+		t.Fatalf("retry calls %d (want 2 failed + 1), ack calls %d (want 3 failed + 1)", f.retryCalls.Load(), f.ackCalls.Load())
+	}
+}
+
+func TestUnackableJobIsRedeliveredAfterLease(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	var calls atomic.Int32
+	job.New[payload]("unackable").Handle(tb.reg, func(ctx context.Context, j *job.Job[payload]) error {
+		calls.Add(1)
+		return nil
+	})
+	// The first worker can never ack: its Redis link for acks is down for
+	// longer than the lease. Its job must come back, not vanish.
+	broken := &flaky{Broker: tb.b}
+	broken.failAcks.Store(1 << 30)
+	cfg := tb.config(t)
+	cfg.Broker = broken
+	cfg.Concurrency = 1
+	cfg.Lease = 300 * time.Millisecond
+	cfg.ReapInterval = -1
+	stopBroken := start(t, cfg)
+	if err := tb.b.Enqueue(tb.ctx, &job.Envelope{ID: "u", Type: "unackable", Payload: []byte(`{}`), MaxRetries: 3}); err != nil {
+		t.Fatal(err)
+	}
+	redistest.WaitFor(t, 5*time.Second, "first delivery", func() bool { return calls.Load() == 1 })
+
+	healthy := tb.config(t)
+	healthy.Lease = 300 * time.Millisecond
+	healthy.ReapInterval = 50 * time.Millisecond
+	start(t, healthy)
+	redistest.WaitFor(t, 10*time.Second, "redelivered and acked", func() bool {
+		ok, _ := tb.rdb.HExists(tb.ctx, tb.key("default", "jobs"), "u").Result()
+		return !ok && calls.Load() >= 2
+	})
+	stopBroken()
+	tb.queueKeysEmpty(t, "default")
+}
