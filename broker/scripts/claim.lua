@@ -6,6 +6,8 @@
 -- KEYS[4] -> ns:{q}:attempts    HASH id -> attempts spent
 -- KEYS[5] -> ns:{q}:leases      HASH id -> fencing token of the live lease
 -- KEYS[6] -> ns:{q}:seq         STRING  -> last fencing token handed out
+-- KEYS[7] -> ns:{q}:hist:       prefix of the per-minute history (claimed,
+--                               late_sum, late_max: lateness = now - ready)
 -- ARGV[1] -> now ms ("" = server TIME)
 -- ARGV[2] -> n, the most jobs to claim
 -- ARGV[3] -> lease ms
@@ -17,6 +19,7 @@
 local now = now_ms()
 local n, lease = tonumber(ARGV[2]), tonumber(ARGV[3])
 local jobs, orphans = {}, {}
+local late_sum, late_max = 0, 0
 if n > 0 then
   local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, n)
   for i = 1, #due, 2 do
@@ -33,11 +36,19 @@ if n > 0 then
       jobs[#jobs + 1] = attempt
       jobs[#jobs + 1] = tonumber(ready)
       jobs[#jobs + 1] = body
+      local late = math.min(now - tonumber(ready), HISTORY_MAX_LATE)
+      late_sum = late_sum + late
+      late_max = math.max(late_max, late)
     else
       redis.call('HDEL', KEYS[4], id)
       orphans[#orphans + 1] = id
     end
   end
+end
+local hist = history(KEYS[7], now, 'claimed', #jobs / 5)
+if hist then
+  redis.pcall('HINCRBY', hist, 'late_sum', string.format('%d', late_sum))
+  history_max(hist, 'late_max', late_max)
 end
 local next = -1
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
