@@ -200,3 +200,30 @@ func TestStatsOfAfterScriptFlush(t *testing.T) {
 		}
 	}
 }
+
+func TestRescheduleAfter(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	tb.enqueue(t, env("a", time.Hour), env("p", 0))
+	ready, err := tb.b.RescheduleAfter(tb.ctx, "q", "a", 90*time.Second)
+	if err != nil || !ready.Equal(epoch.Add(90*time.Second)) {
+		t.Fatalf("RescheduleAfter: %v, %v", ready, err)
+	}
+	if ready, err = tb.b.RescheduleAfter(tb.ctx, "q", "a", 0); err != nil || !ready.Equal(epoch) {
+		t.Fatalf("RescheduleAfter 0: %v, %v", ready, err)
+	}
+	tb.claim(t, 2) // both due now: a and p are processing
+	if _, err := tb.b.RescheduleAfter(tb.ctx, "q", "p", time.Minute); !errors.Is(err, broker.ErrInProgress) {
+		t.Fatalf("processing job: %v", err)
+	}
+	if _, err := tb.b.RescheduleAfter(tb.ctx, "q", "nope", time.Minute); !errors.Is(err, broker.ErrNotFound) {
+		t.Fatalf("unknown job: %v", err)
+	}
+	tb.enqueue(t, env("b", time.Hour))
+	if _, err := tb.b.RescheduleAfter(tb.ctx, "q", "b", -time.Second); !errors.Is(err, job.ErrInvalid) {
+		t.Fatalf("negative delay: %v", err)
+	}
+	if j, _ := tb.b.Job(tb.ctx, "q", "b"); !j.ReadyAt.Equal(epoch.Add(time.Hour)) {
+		t.Fatalf("refused reschedule moved the job to %v", j.ReadyAt)
+	}
+}
