@@ -136,6 +136,9 @@ func do(t *testing.T, ctx context.Context, what string, steps ...chromedp.Action
 // docs/dashboard.png as well when DELAYQ_UPDATE_SCREENSHOT=1).
 func TestBrowser(t *testing.T) {
 	chrome := chromiumPath(t)
+	if _, err := exec.LookPath("redis-server"); err != nil && os.Getenv("DELAYQ_REQUIRE_REDIS") != "1" {
+		t.Skip("redis-server not found on PATH: the browser test needs a real one")
+	}
 	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)

@@ -135,3 +135,28 @@ func TestLatenessGaps(t *testing.T) {
 		t.Errorf("no empty tooltip for a minute without claims:\n%s", svg)
 	}
 }
+
+func TestCheckAddr(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		addr                 string
+		remote, auth, wantOK bool
+	}{
+		{"127.0.0.1:8080", false, false, true},
+		{"127.1.2.3:80", false, false, true},
+		{"[::1]:8080", false, false, true},
+		{"localhost:8080", false, false, true},
+		{":8080", false, true, false},
+		{"0.0.0.0:8080", false, true, false},
+		{"0.0.0.0:8080", true, false, false},
+		{"0.0.0.0:8080", true, true, true},
+		{"192.0.2.7:8080", true, true, true},
+		{"example.com:8080", true, true, true},
+		{"example.com:8080", false, true, false},
+	} {
+		err := checkAddr(c.addr, c.remote, c.auth)
+		if (err == nil) != c.wantOK {
+			t.Errorf("checkAddr(%q, remote %v, auth %v) = %v", c.addr, c.remote, c.auth, err)
+		}
+	}
+}
