@@ -268,6 +268,22 @@ func TestBrowser(t *testing.T) {
 	if got := text(t, ctx, "total-dead"); got != itoa(seeded.Dead-2) {
 		t.Fatalf("overview shows %s dead after one redrive and one delete, want %d", got, seeded.Dead-2)
 	}
+
+	// Auto-refresh: a job enqueued now shows up without a reload.
+	if err := b.Enqueue(context.Background(), &job.Envelope{ID: "late-comer", Queue: "emails", Type: "email.send", Payload: []byte(`{}`), Delay: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	want := itoa(seeded.Scheduled + 1)
+	deadline := time.Now().Add(3 * dashboard.DefaultRefreshInterval)
+	for text(t, ctx, "total-scheduled") != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("#total-scheduled still shows %s, not %s, after %v of auto-refresh", text(t, ctx, "total-scheduled"), want, 3*dashboard.DefaultRefreshInterval)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if eval[string](t, ctx, `document.body.getAttribute('data-refreshed') || ''`) == "" {
+		t.Fatal("the count changed without the refresh script running")
+	}
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }

@@ -60,7 +60,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	data := &overviewData{Queues: make([]queueRow, len(stats))}
-	v := &view{Title: "Overview", Nav: "overview", Refresh: 1, Flash: flash(r), Data: data}
+	v := &view{Title: "Overview", Nav: "overview", Live: true, Flash: flash(r), Data: data}
 	if len(stats) == 0 {
 		d.render(w, r, http.StatusOK, "overview", v)
 		return
@@ -124,7 +124,7 @@ func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	data := &queueData{}
-	v := &view{Title: "Queue " + q, Nav: q, Refresh: 1, Flash: flash(r), Data: data}
+	v := &view{Title: "Queue " + q, Nav: q, Live: true, Flash: flash(r), Data: data}
 	status := http.StatusOK
 	if id := strings.TrimSpace(r.URL.Query().Get("id")); id != "" {
 		_, err := d.b.Job(ctx, q, id)
@@ -140,7 +140,7 @@ func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
 			d.redisError(w, r, err)
 			return
 		}
-		v.Refresh = 0
+		v.Live = false // a search result stays as it is
 	}
 	qv := r.URL.Query()
 	sc, err1 := decodeJobCursor(qv.Get("s"))

@@ -41,7 +41,8 @@ type view struct {
 	Prefix    string
 	CSRF      string
 	ReadOnly  bool
-	Refresh   int // seconds between auto-refreshes; 0 for none
+	Live      bool // the page refreshes itself (when refreshing is on)
+	Refresh   int  // seconds between auto-refreshes; 0 for none (set by render)
 	Namespace string
 	Now       time.Time // server clock
 	Flash     string
@@ -60,10 +61,9 @@ func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, status int, n
 	if v.Now.IsZero() {
 		v.Now = time.Now()
 	}
-	if v.Refresh > 0 && d.opts.RefreshInterval > 0 {
+	v.Refresh = 0
+	if v.Live && d.opts.RefreshInterval > 0 {
 		v.Refresh = int(d.opts.RefreshInterval / time.Second)
-	} else {
-		v.Refresh = 0
 	}
 	var buf bytes.Buffer
 	if err := d.pages[name].ExecuteTemplate(&buf, "layout.html", v); err != nil {
