@@ -652,7 +652,28 @@ func (b *Broker) Wakeups(ctx context.Context, queues []string) (notices <-chan s
 		channels = append(channels, c)
 	}
 	ps := b.rdb.Subscribe(ctx, channels...)
-	out := make(chan string, len(queues))
+	// Wait (briefly) until the server confirms the subscriptions, so that a
+	// job enqueued right after this returns is not missed. If Redis is
+	// unreachable now, go on: go-redis subscribes again when it reconnects.
+	var early []string // notices that arrived among the confirmations
+	confirm, cancel := context.WithTimeout(ctx, 2*time.Second)
+	for confirmed := 0; confirmed < len(channels); {
+		msg, err := ps.ReceiveTimeout(confirm, 2*time.Second)
+		if err != nil {
+			break
+		}
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			confirmed++
+		case *redis.Message:
+			early = append(early, byChannel[m.Channel])
+		}
+	}
+	cancel()
+	out := make(chan string, len(queues)+len(early))
+	for _, q := range early {
+		out <- q
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(out)

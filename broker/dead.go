@@ -106,27 +106,24 @@ func (b *Broker) DeadPage(ctx context.Context, queue string, after DeadCursor, l
 	}
 	var entries []redis.Z
 	for {
-		// Records that share the cursor's millisecond come in descending id
-		// order; skip those at or above the cursor's id.
 		zs, err := b.rdb.ZRevRangeByScoreWithScores(ctx, k.deadIndex, &redis.ZRangeBy{
 			Max: maxScore, Min: "-inf", Offset: int64(skipped), Count: int64(limit + 1),
 		}).Result()
 		if err != nil {
 			return nil, DeadCursor{}, queueErr(queue, err)
 		}
-		if after.IsZero() {
+		// Records that share the cursor's millisecond come in descending id
+		// order; those at or above the cursor's id were listed already. Skip
+		// them and read again, so that the page is full.
+		cut := 0
+		for !after.IsZero() && cut < len(zs) && int64(zs[cut].Score) == ms(after.DiedAt) && zs[cut].Member.(string) >= after.ID {
+			cut++
+		}
+		if cut == 0 {
 			entries = zs
 			break
 		}
-		cut := 0
-		for cut < len(zs) && int64(zs[cut].Score) == ms(after.DiedAt) && zs[cut].Member.(string) >= after.ID {
-			cut++
-		}
 		skipped += cut
-		if cut < len(zs) || len(zs) < limit+1 {
-			entries = zs[cut:]
-			break
-		}
 	}
 	more := len(entries) > limit
 	if more {

@@ -1,6 +1,37 @@
 // Package broker stores delayed jobs in Redis and moves them through their
 // states with atomic Lua scripts.
 //
+// # Using it
+//
+// A [Broker] wraps a go-redis v9 client: a single server, a Sentinel
+// failover client or a Cluster client. Producers enqueue through it, workers
+// claim from it; a program makes one and shares it.
+//
+//	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+//	b, err := broker.New(rdb, broker.Options{}) // keys under "delayq:"
+//
+//	// Enqueue through a job type (package job): ready in 30 minutes.
+//	_, err = CancelUnpaid.Enqueue(ctx, b, Order{ID: "1001"}, job.ID("order-1001"), job.In(30*time.Minute))
+//
+//	err = b.Cancel(ctx, "default", "order-1001")            // before it starts
+//	_, err = b.Reschedule(ctx, "default", "order-1001", at) // move it
+//	st, err := b.Stats(ctx, "default")                      // counts and lateness
+//
+// Claim, Ack, Extend, Release, Retry, Kill and Reap are the worker's side of
+// the broker (package worker calls them); DeadPage, DeadGet, Redrive,
+// DeadDelete, DeadPurge and DeadTrim back package deadletter.
+//
+// # Errors
+//
+// Errors wrap sentinels, to test with errors.Is: [ErrDuplicate] (a pending
+// job has that id), [ErrNotFound], [ErrInProgress] (a worker holds the job,
+// so it can no longer be cancelled or moved), [ErrPayloadTooLarge], and
+// [ErrLeaseLost] and [ErrLeaseLive], which workers see when fencing refuses
+// a change. Bad input (an id, queue name, delay or option) gives an error
+// wrapping job.ErrInvalid, and nothing is written.
+//
+// # Keys
+//
 // It is the only package that talks to Redis. Every key of one queue carries
 // the queue's hash tag, so a queue lives in one Redis Cluster slot and each
 // script touches only the keys it declares:
@@ -15,9 +46,25 @@
 //	ns:{q}:dead:index  ZSET  id -> died-at (ms)
 //	ns:queues          SET   known queue names
 //
+// # Time and fencing
+//
 // Time is the Redis server's: scripts read TIME, so workers whose clocks
 // disagree still agree on when a job is due. Each state change after a claim
 // carries the fencing token the claim handed out; a worker whose lease was
 // lost (reaped and handed to another) changes nothing and gets an error
 // wrapping [ErrLeaseLost].
+//
+// Configure Redis as a store, not a cache: maxmemory-policy noeviction (an
+// evicted key is a lost job), and appendonly yes if jobs must survive a
+// restart of Redis.
+//
+// # Inspection
+//
+// Operators' tools read the queues without changing them: [Broker.Queues],
+// [Broker.Stats] and [Broker.AllStats] give counts (scheduled, due,
+// processing, dead), the oldest due job's lateness and the next ready time
+// in O(log N) per queue; [Broker.ScheduledPage] and [Broker.ProcessingPage]
+// page through jobs by ready time or lease deadline with a cursor;
+// [Broker.Job] finds one job in any state. [Broker.EvictionPolicy] reads the
+// server's maxmemory-policy, which must not evict jobs.
 package broker

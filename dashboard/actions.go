@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/deadletter"
+	"github.com/delayq/delayq/job"
 )
 
 // confirmField is set to "yes" by the confirmation dialog (or the
@@ -34,7 +35,7 @@ func (d *Dashboard) confirmed(w http.ResponseWriter, r *http.Request, question, 
 	}
 	c := &confirmData{Question: question, Action: r.URL.Path, Button: button, Back: back}
 	c.Action = strings.TrimPrefix(c.Action, d.opts.Prefix)
-	for _, name := range []string{"id", "type", "error"} {
+	for _, name := range []string{"id", "queue", "type", "error"} {
 		if r.PostForm.Has(name) {
 			c.Fields = append(c.Fields, field{name, r.PostForm.Get(name)})
 		}
@@ -112,23 +113,33 @@ func (d *Dashboard) redrive(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Dashboard) redriveAll(w http.ResponseWriter, r *http.Request) {
-	q := r.PathValue("queue")
+	q := r.PostForm.Get("queue") // "" means every queue
+	if q != "" {
+		if err := job.ValidateQueue(q); err != nil {
+			d.fail(w, r, http.StatusBadRequest, "Bad queue name: "+err.Error())
+			return
+		}
+	}
 	f := deadletter.Filter{Type: strings.TrimSpace(r.PostForm.Get("type")), ErrorContains: r.PostForm.Get("error")}
 	what := "every dead job"
-	if f.Type != "" || f.ErrorContains != "" {
+	if !f.IsZero() {
 		what = "every dead job that matches the filter"
 	}
+	where := "of every queue"
+	if q != "" {
+		where = fmt.Sprintf("of queue %q", q)
+	}
 	back := "/dead?" + url.Values{"queue": {q}, "type": {f.Type}, "error": {f.ErrorContains}}.Encode()
-	if !d.confirmed(w, r, fmt.Sprintf("Send %s of queue %q back to be run now?", what, q), "Redrive them", back) {
+	if !d.confirmed(w, r, fmt.Sprintf("Send %s %s back to be run now?", what, where), "Redrive them", back) {
 		return
 	}
-	res, err := d.dl.RedriveAll(r.Context(), q, f, 0, 0, nil)
+	res, err := d.dl.RedriveAll(r.Context(), q, f, deadletter.BulkOptions{})
 	if err != nil {
 		d.actionError(w, r, err)
 		return
 	}
 	d.redirect(w, r, "/dead", url.Values{"queue": {q}, "done": {"redrive-all"},
-		"n": {strconv.Itoa(res.Redriven)}, "failed": {strconv.Itoa(res.Failed)}})
+		"n": {strconv.Itoa(res.Done)}, "failed": {strconv.Itoa(res.Failed)}})
 }
 
 func (d *Dashboard) deleteDead(w http.ResponseWriter, r *http.Request) {

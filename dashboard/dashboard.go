@@ -167,7 +167,7 @@ func (d *Dashboard) routes() http.Handler {
 	get("/dead", d.dead)
 	get("/dead/{queue}/job", d.deadDetail)
 	post("/dead/{queue}/redrive", d.redrive)
-	post("/dead/{queue}/redrive-all", d.redriveAll)
+	post("/dead/redrive-all", d.redriveAll)
 	post("/dead/{queue}/delete", d.deleteDead)
 	post("/dead/{queue}/purge", d.purge)
 
@@ -267,7 +267,7 @@ func (d *Dashboard) guardPost(h http.HandlerFunc) http.Handler {
 			d.fail(w, r, http.StatusForbidden, "This cross-origin request was refused (CSRF protection).")
 			return
 		}
-		if q := r.PathValue("queue"); job.ValidateQueue(q) != nil {
+		if q := r.PathValue("queue"); strings.Contains(r.Pattern, "{queue}") && job.ValidateQueue(q) != nil {
 			d.fail(w, r, http.StatusBadRequest, fmt.Sprintf("Bad queue name %q.", q))
 			return
 		}

@@ -273,14 +273,37 @@ func TestDeadPage(t *testing.T) {
 	}
 	tb.kill(t, "hooks", "hook.post", `{}`, errs)
 
-	// No queue chosen: the first one (by name) with dead jobs.
+	// No queue chosen: every queue, newest first, with a queue column.
 	r := tb.get(t, "/dead")
 	wantStatus(t, "dead page", r, http.StatusOK)
-	mustContain(t, "dead page", r.body, `<option value="hooks" selected>hooks (55)</option>`, `<option value="mail">mail (3)</option>`, `<option value="alive">alive (0)</option>`)
+	mustContain(t, "dead page", r.body, `<option value="" selected>All queues (58)</option>`, `<option value="hooks">hooks (55)</option>`,
+		`<option value="mail">mail (3)</option>`, `<option value="alive">alive (0)</option>`, "<th>Queue</th>",
+		`name="queue" value=""`)
+	mustNotContain(t, "dead page of every queue", r.body, `id="purge"`)
+	if n := strings.Count(r.body, `/job?id=`); n != 50 {
+		t.Fatalf("first page of every queue lists %d dead jobs, want 50", n)
+	}
+	// The hooks jobs died last: they come first, the mail ones on the next page.
+	if n := strings.Count(r.body, `/dead/hooks/job?id=`); n != 50 {
+		t.Fatalf("first page of every queue lists %d jobs of hooks, want 50", n)
+	}
+	older := regexp.MustCompile(`cursor=([^"&]+)">Older`).FindStringSubmatch(r.body)
+	if older == nil {
+		t.Fatal("no link to older dead jobs of every queue")
+	}
+	r = tb.get(t, "/dead?cursor="+older[1])
+	mustContain(t, "second page of every queue", r.body, `/dead/mail/job?id=m1"`, `/dead/mail/job?id=d1"`)
+	if n := strings.Count(r.body, `/job?id=`); n != 8 {
+		t.Fatalf("second page of every queue lists %d dead jobs, want 8", n)
+	}
+
+	r = tb.get(t, "/dead?queue=hooks")
+	mustContain(t, "dead page of hooks", r.body, `<option value="hooks" selected>hooks (55)</option>`, `id="purge"`)
+	mustNotContain(t, "dead page of hooks", r.body, "<th>Queue</th>")
 	if n := strings.Count(r.body, `/dead/hooks/job?id=`); n != 50 {
 		t.Fatalf("first page lists %d dead jobs, want 50", n)
 	}
-	older := regexp.MustCompile(`cursor=([^"&]+)">Older`).FindStringSubmatch(r.body)
+	older = regexp.MustCompile(`cursor=([^"&]+)">Older`).FindStringSubmatch(r.body)
 	if older == nil {
 		t.Fatal("no link to older dead jobs")
 	}
@@ -334,23 +357,39 @@ func TestRedriveFiltered(t *testing.T) {
 	tb := setup(t, dashboard.Options{})
 	tb.kill(t, "q", "mail.send", `{}`, map[string]string{"m1": "smtp timeout", "m2": "smtp timeout", "m3": "bad address"})
 	tb.kill(t, "q", "sms.send", `{}`, map[string]string{"s1": "smtp timeout"})
-	form := url.Values{"type": {"mail.send"}, "error": {"timeout"}}
-	r := tb.post(t, "/dead/q/redrive-all", form)
+	tb.kill(t, "r", "mail.send", `{}`, map[string]string{"r1": "smtp timeout"})
+	form := url.Values{"queue": {"q"}, "type": {"mail.send"}, "error": {"timeout"}}
+	r := tb.post(t, "/dead/redrive-all", form)
 	wantStatus(t, "unconfirmed redrive-all", r, http.StatusOK)
-	mustContain(t, "confirmation", r.body, "every dead job that matches the filter", `name="type" value="mail.send"`, `name="error" value="timeout"`)
+	mustContain(t, "confirmation", r.body, "every dead job that matches the filter of queue &#34;q&#34;",
+		`name="queue" value="q"`, `name="type" value="mail.send"`, `name="error" value="timeout"`)
 	if s := tb.state(t, "q", "m1"); s != broker.StateDead {
 		t.Fatalf("unconfirmed redrive-all moved m1 to %q", s)
 	}
 	form.Set("confirmed", "yes")
-	r = tb.post(t, "/dead/q/redrive-all", form)
+	r = tb.post(t, "/dead/redrive-all", form)
 	wantStatus(t, "redrive-all", r, http.StatusSeeOther)
-	for id, want := range map[string]broker.JobState{"m1": broker.StateScheduled, "m2": broker.StateScheduled, "m3": broker.StateDead, "s1": broker.StateDead} {
-		if s := tb.state(t, "q", id); s != want {
-			t.Errorf("%s is %q, want %q", id, s, want)
+	states := func(want map[string]broker.JobState) {
+		t.Helper()
+		for id, w := range want {
+			q := "q"
+			if id[0] == 'r' {
+				q = "r"
+			}
+			if s := tb.state(t, q, id); s != w {
+				t.Errorf("%s is %q, want %q", id, s, w)
+			}
 		}
 	}
+	states(map[string]broker.JobState{"m1": broker.StateScheduled, "m2": broker.StateScheduled, "m3": broker.StateDead, "s1": broker.StateDead, "r1": broker.StateDead})
 	r = tb.get(t, r.header.Get("Location"))
 	mustContain(t, "page after redrive-all", r.body, "Sent 2 dead jobs back to their queue; 0 could not be")
+
+	// Every queue: the filter picks s1 and r1 (m3 does not match).
+	r = tb.post(t, "/dead/redrive-all", url.Values{"queue": {""}, "error": {"timeout"}, "confirmed": {"yes"}})
+	wantStatus(t, "redrive-all of every queue", r, http.StatusSeeOther)
+	states(map[string]broker.JobState{"m3": broker.StateDead, "s1": broker.StateScheduled, "r1": broker.StateScheduled})
+	wantStatus(t, "bad queue", tb.post(t, "/dead/redrive-all", url.Values{"queue": {"a b"}, "confirmed": {"yes"}}), http.StatusBadRequest)
 }
 
 func TestDeleteAndPurge(t *testing.T) {
@@ -483,7 +522,7 @@ func TestReadOnly(t *testing.T) {
 		mustContain(t, path, r.body, "read-only")
 		mustNotContain(t, path, r.body, `method="post"`, "Redrive", "Purge", "Cancel job", "Run now")
 	}
-	for _, path := range []string{"/queues/q/cancel", "/queues/q/reschedule", "/dead/q/redrive", "/dead/q/redrive-all", "/dead/q/delete", "/dead/q/purge"} {
+	for _, path := range []string{"/queues/q/cancel", "/queues/q/reschedule", "/dead/q/redrive", "/dead/redrive-all", "/dead/q/delete", "/dead/q/purge"} {
 		r := tb.post(t, path, url.Values{"id": {"a"}, "in": {"0"}, "confirmed": {"yes"}})
 		wantStatus(t, path, r, http.StatusForbidden)
 		mustContain(t, path, r.body, "read-only")

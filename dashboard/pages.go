@@ -223,7 +223,8 @@ type deadQueue struct {
 
 type deadData struct {
 	Queues  []deadQueue
-	Queue   string
+	Total   int64  // dead jobs in every queue
+	Queue   string // "" for every queue
 	Filter  deadletter.Filter
 	Cursor  string
 	Page    deadletter.Page
@@ -248,21 +249,16 @@ func (d *Dashboard) dead(w http.ResponseWriter, r *http.Request) {
 		Filter: deadletter.Filter{Type: strings.TrimSpace(qv.Get("type")), ErrorContains: qv.Get("error")},
 		Cursor: qv.Get("cursor"),
 	}
-	data.Matched = data.Filter.Type != "" || data.Filter.ErrorContains != ""
+	data.Matched = !data.Filter.IsZero()
 	for _, s := range stats {
 		data.Queues = append(data.Queues, deadQueue{s.Queue, s.Dead})
-		if data.Queue == "" && s.Dead > 0 {
-			data.Queue = s.Queue
-		}
-	}
-	if data.Queue == "" && len(names) > 0 {
-		data.Queue = names[0]
+		data.Total += s.Dead
 	}
 	v := &view{Title: "Dead letters", Nav: "dead", Flash: flash(r), Data: data}
 	if len(stats) > 0 {
 		v.Now = stats[0].Now
 	}
-	if data.Queue == "" {
+	if len(names) == 0 {
 		d.render(w, r, http.StatusOK, "dead", v)
 		return
 	}

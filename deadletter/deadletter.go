@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -29,6 +30,9 @@ type Filter struct {
 	DiedBefore    time.Time // exclusive
 }
 
+// IsZero reports whether f matches every record.
+func (f Filter) IsZero() bool { return f == Filter{} }
+
 // Match reports whether r passes the filter.
 func (f Filter) Match(r *broker.DeadRecord) bool {
 	switch {
@@ -44,7 +48,13 @@ func (f Filter) Match(r *broker.DeadRecord) bool {
 	return true
 }
 
-// ListOptions page through a queue's dead records.
+// exhausted reports whether every record after r (in newest-first order) is
+// too old for the filter.
+func (f Filter) exhausted(r *broker.DeadRecord) bool {
+	return !f.DiedAfter.IsZero() && r.DiedAt.Before(f.DiedAfter)
+}
+
+// ListOptions page through dead records.
 type ListOptions struct {
 	Filter
 	Cursor string // from Page.Next; "" starts at the newest
@@ -60,63 +70,194 @@ type Page struct {
 // ErrBadCursor is wrapped when a cursor was not made by List.
 var ErrBadCursor = errors.New("deadletter: malformed cursor")
 
+// DefaultLimit and MaxLimit bound ListOptions.Limit.
+const (
+	DefaultLimit = 50
+	MaxLimit     = 1000
+)
+
 const scanChunk = 200
 
-// List returns a page of the queue's dead records that match the filter,
-// newest first. Paging by cursor has no gaps or repeats, even while jobs die
-// or are redriven meanwhile.
+// List returns a page of dead records that match the filter, newest first:
+// those of queue, or of every known queue when queue is "". Records that
+// died in the same millisecond are ordered by queue, then id, both
+// descending. Paging by cursor has no gaps or repeats, even while jobs die
+// or are redriven meanwhile. Bad options give an error wrapping
+// job.ErrInvalid or ErrBadCursor.
 func (in *Inspector) List(ctx context.Context, queue string, opts ListOptions) (Page, error) {
 	limit := opts.Limit
 	switch {
 	case limit == 0:
-		limit = 50
-	case limit < 0 || limit > 1000:
-		return Page{}, fmt.Errorf("deadletter: %w: limit %d is outside 1..1000", job.ErrInvalid, limit)
+		limit = DefaultLimit
+	case limit < 0 || limit > MaxLimit:
+		return Page{}, fmt.Errorf("deadletter: %w: limit %d is outside 1..%d", job.ErrInvalid, limit, MaxLimit)
 	}
 	cur, err := decodeCursor(opts.Cursor)
 	if err != nil {
 		return Page{}, err
 	}
+	queues, err := in.queues(ctx, queue)
+	if err != nil {
+		return Page{}, err
+	}
+	streams := make([]*stream, len(queues))
+	for i, q := range queues {
+		streams[i] = &stream{b: in.b, queue: q, cur: cur.in(q)}
+	}
 	var out []*broker.DeadRecord
 	for {
-		recs, next, err := in.b.DeadPage(ctx, queue, cur, scanChunk)
-		if err != nil {
-			return Page{}, err
-		}
-		for _, r := range recs {
-			if !opts.Match(r) {
-				continue
+		// The next record is the newest head among the queues.
+		var best *stream
+		for _, s := range streams {
+			r, err := s.peek(ctx)
+			if err != nil {
+				return Page{}, err
 			}
-			out = append(out, r)
-			if len(out) == limit {
-				return Page{Records: out, Next: encodeCursor(broker.DeadCursor{DiedAt: r.DiedAt, ID: r.ID})}, nil
+			if r != nil && (best == nil || cursorOf(r).after(cursorOf(best.head()))) {
+				best = s
 			}
 		}
-		if next.IsZero() {
+		if best == nil {
 			return Page{Records: out}, nil
 		}
-		cur = next
+		r := best.pop()
+		if opts.exhausted(r) {
+			return Page{Records: out}, nil
+		}
+		if !opts.Match(r) {
+			continue
+		}
+		out = append(out, r)
+		if len(out) == limit {
+			return Page{Records: out, Next: cursorOf(r).encode()}, nil
+		}
 	}
 }
 
-func encodeCursor(c broker.DeadCursor) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.DiedAt.UnixMilli(), 10) + ":" + c.ID))
+// queues returns [queue] after checking it, or every known queue when
+// queue is "".
+func (in *Inspector) queues(ctx context.Context, queue string) ([]string, error) {
+	if queue != "" {
+		if err := job.ValidateQueue(queue); err != nil {
+			return nil, err
+		}
+		return []string{queue}, nil
+	}
+	all, err := in.b.Queues(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := all[:0]
+	for _, q := range all {
+		if job.ValidateQueue(q) == nil {
+			out = append(out, q)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
-func decodeCursor(s string) (broker.DeadCursor, error) {
+// stream reads one queue's dead records, newest first, a chunk at a time.
+type stream struct {
+	b     *broker.Broker
+	queue string
+	cur   broker.DeadCursor
+	buf   []*broker.DeadRecord
+	done  bool
+}
+
+func (s *stream) peek(ctx context.Context) (*broker.DeadRecord, error) {
+	for len(s.buf) == 0 && !s.done {
+		recs, next, err := s.b.DeadPage(ctx, s.queue, s.cur, scanChunk)
+		if err != nil {
+			return nil, err
+		}
+		s.buf, s.cur, s.done = recs, next, next.IsZero()
+	}
+	return s.head(), nil
+}
+
+func (s *stream) head() *broker.DeadRecord {
+	if len(s.buf) == 0 {
+		return nil
+	}
+	return s.buf[0]
+}
+
+func (s *stream) pop() *broker.DeadRecord {
+	r := s.buf[0]
+	s.buf = s.buf[1:]
+	return r
+}
+
+// cursor is a position in the newest-first order of all queues' dead
+// records: died-at descending, then queue, then id, both descending.
+type cursor struct {
+	diedAt int64 // ms
+	queue  string
+	id     string
+}
+
+func cursorOf(r *broker.DeadRecord) cursor {
+	return cursor{diedAt: r.DiedAt.UnixMilli(), queue: r.Queue, id: r.ID}
+}
+
+// after reports whether c comes before o in the list (is newer).
+func (c cursor) after(o cursor) bool {
+	if c.diedAt != o.diedAt {
+		return c.diedAt > o.diedAt
+	}
+	if c.queue != o.queue {
+		return c.queue > o.queue
+	}
+	return c.id > o.id
+}
+
+// afterEveryID sorts after every id: ids are valid UTF-8, which never holds
+// the byte 0xff.
+const afterEveryID = "\xff"
+
+// in maps c to queue q's own cursor. A broker.DeadCursor{t, id} continues
+// with the records that died before t, and those of t whose id sorts before
+// id.
+func (c cursor) in(q string) broker.DeadCursor {
+	t := time.UnixMilli(c.diedAt)
+	switch {
+	case c.id == "":
+		return broker.DeadCursor{}
+	case q == c.queue:
+		return broker.DeadCursor{DiedAt: t, ID: c.id}
+	case q > c.queue:
+		// Its records of that millisecond came first: continue before it.
+		return broker.DeadCursor{DiedAt: t.Add(-time.Millisecond), ID: afterEveryID}
+	default:
+		// Its records of that millisecond are still to come.
+		return broker.DeadCursor{DiedAt: t, ID: afterEveryID}
+	}
+}
+
+func (c cursor) encode() string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.diedAt, 10) + ":" + c.queue + ":" + c.id))
+}
+
+func decodeCursor(s string) (cursor, error) {
 	if s == "" {
-		return broker.DeadCursor{}, nil
+		return cursor{}, nil
 	}
+	bad := fmt.Errorf("%w: %q", ErrBadCursor, s)
 	raw, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil {
-		return broker.DeadCursor{}, fmt.Errorf("%w: %q", ErrBadCursor, s)
+		return cursor{}, bad
 	}
-	msPart, id, ok := strings.Cut(string(raw), ":")
-	v, err := strconv.ParseInt(msPart, 10, 64)
-	if !ok || err != nil || id == "" {
-		return broker.DeadCursor{}, fmt.Errorf("%w: %q", ErrBadCursor, s)
+	parts := strings.SplitN(string(raw), ":", 3)
+	if len(parts) != 3 {
+		return cursor{}, bad
 	}
-	return broker.DeadCursor{DiedAt: time.UnixMilli(v), ID: id}, nil
+	v, err := strconv.ParseInt(parts[0], 10, 64)
+	if err != nil || job.ValidateQueue(parts[1]) != nil || job.ValidateID(parts[2]) != nil {
+		return cursor{}, bad
+	}
+	return cursor{diedAt: v, queue: parts[1], id: parts[2]}, nil
 }
 
 // Get returns one dead record, or an error wrapping broker.ErrNotFound.
@@ -126,69 +267,121 @@ func (in *Inspector) Get(ctx context.Context, queue, id string) (*broker.DeadRec
 
 // Redrive sends dead jobs back to the schedule, ready after delay, with their
 // attempts reset. It returns an error wrapping broker.ErrNotFound for an id
-// that is not dead, and broker.ErrDuplicate for one whose id is pending
-// again (its dead record is kept); for several ids, a *job.BatchError.
+// that is not dead (any more), and broker.ErrDuplicate for one whose id is
+// pending again (its dead record is kept); for several ids, a
+// *job.BatchError aligned with ids. Nothing is lost in either case.
 func (in *Inspector) Redrive(ctx context.Context, queue string, delay time.Duration, ids ...string) error {
 	return in.b.Redrive(ctx, queue, delay, ids...)
 }
 
-// RedriveResult counts what RedriveAll did.
-type RedriveResult struct {
-	Redriven int
-	Failed   int   // not found any more, or pending again
-	Err      error // the first per-job error, if any
+// Delete removes dead records; unknown ids give errors wrapping
+// broker.ErrNotFound (a *job.BatchError for several ids).
+func (in *Inspector) Delete(ctx context.Context, queue string, ids ...string) error {
+	return in.b.DeadDelete(ctx, queue, ids...)
 }
 
-// RedriveAll redrives every dead record of queue that matches the filter, in
-// batches of at most batch jobs (0 means 100) so that Redis stays responsive.
-// progress, if not nil, is called after each batch with the running counts.
-func (in *Inspector) RedriveAll(ctx context.Context, queue string, f Filter, delay time.Duration, batch int, progress func(RedriveResult)) (RedriveResult, error) {
-	if batch <= 0 {
-		batch = 100
+// BulkOptions tune RedriveAll and DeleteAll.
+type BulkOptions struct {
+	// Delay is how long after the redrive the jobs become ready. 0 means
+	// at once. Ignored by DeleteAll.
+	Delay time.Duration
+	// Batch is the most jobs moved by one script call, so that Redis stays
+	// responsive to other clients. 0 means 100, at most 1,000.
+	Batch int
+	// Progress, if not nil, is called after each batch with the running
+	// counts.
+	Progress func(BulkResult)
+}
+
+// BulkResult counts what RedriveAll or DeleteAll did.
+type BulkResult struct {
+	Done   int   // jobs redriven or deleted
+	Failed int   // jobs that were gone meanwhile, or (redrive) pending again
+	Err    error // the first per-job error, if any
+}
+
+// RedriveAll redrives every dead job of queue (of every queue when queue is
+// "") that matches the filter, in batches, with attempts reset. A job that
+// fails alone (its record is gone, or its id is pending again) is counted
+// in Failed and kept; an error that stops the run (Redis unreachable, bad
+// options) is returned with the counts so far.
+func (in *Inspector) RedriveAll(ctx context.Context, queue string, f Filter, opts BulkOptions) (BulkResult, error) {
+	if err := job.ValidateDelay(opts.Delay); err != nil {
+		return BulkResult{}, err
 	}
-	var res RedriveResult
-	var cur broker.DeadCursor
-	var ids []string
-	flush := func() error {
-		if len(ids) == 0 {
+	return in.bulk(ctx, queue, f, opts, func(q string, ids []string) error {
+		return in.b.Redrive(ctx, q, opts.Delay, ids...)
+	})
+}
+
+// DeleteAll deletes every dead record of queue (of every queue when queue
+// is "") that matches the filter, in batches. See RedriveAll.
+func (in *Inspector) DeleteAll(ctx context.Context, queue string, f Filter, opts BulkOptions) (BulkResult, error) {
+	return in.bulk(ctx, queue, f, opts, func(q string, ids []string) error {
+		return in.b.DeadDelete(ctx, q, ids...)
+	})
+}
+
+func (in *Inspector) bulk(ctx context.Context, queue string, f Filter, opts BulkOptions, apply func(q string, ids []string) error) (BulkResult, error) {
+	batch := opts.Batch
+	switch {
+	case batch == 0:
+		batch = 100
+	case batch < 0 || batch > MaxLimit:
+		return BulkResult{}, fmt.Errorf("deadletter: %w: batch %d is outside 1..%d", job.ErrInvalid, batch, MaxLimit)
+	}
+	queues, err := in.queues(ctx, queue)
+	if err != nil {
+		return BulkResult{}, err
+	}
+	var res BulkResult
+	for _, q := range queues {
+		var ids []string
+		flush := func() error {
+			if len(ids) == 0 {
+				return nil
+			}
+			err := apply(q, ids)
+			failed := perJobFailures(err, len(ids))
+			if failed < 0 {
+				return err
+			}
+			if res.Err == nil && err != nil {
+				res.Err = err
+			}
+			res.Done += len(ids) - failed
+			res.Failed += failed
+			ids = ids[:0]
+			if opts.Progress != nil {
+				opts.Progress(res)
+			}
 			return nil
 		}
-		err := in.b.Redrive(ctx, queue, delay, ids...)
-		failed := perJobFailures(err, len(ids))
-		if failed < 0 {
-			return err
-		}
-		if res.Err == nil && err != nil {
-			res.Err = err
-		}
-		res.Redriven += len(ids) - failed
-		res.Failed += failed
-		ids = ids[:0]
-		if progress != nil {
-			progress(res)
-		}
-		return nil
-	}
-	for {
-		recs, next, err := in.b.DeadPage(ctx, queue, cur, scanChunk)
-		if err != nil {
-			return res, err
-		}
-		for _, r := range recs {
-			if f.Match(r) {
-				ids = append(ids, r.ID)
-				if len(ids) == batch {
-					if err := flush(); err != nil {
-						return res, err
-					}
+		s := &stream{b: in.b, queue: q}
+		for {
+			r, err := s.peek(ctx)
+			if err != nil {
+				return res, err
+			}
+			if r == nil || f.exhausted(r) {
+				break
+			}
+			s.pop()
+			if !f.Match(r) {
+				continue
+			}
+			ids = append(ids, r.ID)
+			if len(ids) == batch {
+				if err := flush(); err != nil {
+					return res, err
 				}
 			}
 		}
-		if next.IsZero() {
-			return res, flush()
+		if err := flush(); err != nil {
+			return res, err
 		}
-		cur = next
 	}
+	return res, nil
 }
 
 // perJobFailures counts the failed jobs of a batch call's error, or returns
@@ -213,19 +406,67 @@ func perJobFailures(err error, n int) int {
 	return -1
 }
 
-// Delete removes dead records; unknown ids give errors wrapping
-// broker.ErrNotFound.
-func (in *Inspector) Delete(ctx context.Context, queue string, ids ...string) error {
-	return in.b.DeadDelete(ctx, queue, ids...)
+// Count returns how many dead records of queue (of every queue when queue
+// is "") match the filter. Without a filter it reads each queue's count in
+// O(1); with one it reads the records.
+func (in *Inspector) Count(ctx context.Context, queue string, f Filter) (int64, error) {
+	queues, err := in.queues(ctx, queue)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, q := range queues {
+		if f.IsZero() {
+			s, err := in.b.Stats(ctx, q)
+			if err != nil {
+				return 0, err
+			}
+			n += s.Dead
+			continue
+		}
+		s := &stream{b: in.b, queue: q}
+		for {
+			r, err := s.peek(ctx)
+			if err != nil {
+				return 0, err
+			}
+			if r == nil || f.exhausted(r) {
+				break
+			}
+			if f.Match(s.pop()) {
+				n++
+			}
+		}
+	}
+	return n, nil
 }
 
-// Purge removes every dead record of queue and returns how many there were.
+// Purge removes every dead record of queue (of every queue when queue is
+// "") and returns how many there were.
 func (in *Inspector) Purge(ctx context.Context, queue string) (int64, error) {
-	return in.b.DeadPurge(ctx, queue)
+	return in.eachQueue(ctx, queue, in.b.DeadPurge)
 }
 
-// Trim applies the broker's retention rules now and returns how many records
-// were dropped.
+// Trim applies the broker's retention rules (broker.Options.DeadCap and
+// DeadMaxAge) to queue (to every queue when queue is "") now, and returns
+// how many records were dropped. Workers apply them each time a job dies;
+// Trim also drops records that aged out in a queue where nothing died since.
 func (in *Inspector) Trim(ctx context.Context, queue string) (int64, error) {
-	return in.b.DeadTrim(ctx, queue)
+	return in.eachQueue(ctx, queue, in.b.DeadTrim)
+}
+
+func (in *Inspector) eachQueue(ctx context.Context, queue string, f func(context.Context, string) (int64, error)) (int64, error) {
+	queues, err := in.queues(ctx, queue)
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for _, q := range queues {
+		n, err := f(ctx, q)
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
 }

@@ -1,8 +1,30 @@
 // Package deadletter manages jobs that used up their retries or failed
-// permanently: list them newest first with filters, read one, send them back
-// to the schedule (redrive), delete them, and apply retention.
+// permanently: list them newest first with filters (queue, job type, error
+// substring, died between) and a paging cursor, read one, send them back to
+// the schedule (redrive: one id, a filter or all, in bounded batches, with
+// attempts reset), delete them, and apply retention.
 //
-// Dead records are written by workers through the broker; retention (a cap
-// on records per queue and a max age, see broker.Options) is applied each
-// time a job dies and on [Inspector.Trim].
+//	dead := deadletter.New(b) // b is the *broker.Broker
+//	page, err := dead.List(ctx, "sms", deadletter.ListOptions{
+//		Filter: deadletter.Filter{Type: "sms.send", ErrorContains: "invalid phone"},
+//	})
+//	for _, r := range page.Records {
+//		fmt.Println(r.ID, r.DiedAt, r.Attempts, r.Error)
+//	}
+//	// After fixing the cause: back to the schedule now, attempts reset.
+//	err = dead.Redrive(ctx, "sms", 0, page.Records[0].ID)
+//	// Or every match, in batches:
+//	res, err := dead.RedriveAll(ctx, "sms", deadletter.Filter{Type: "sms.send"}, deadletter.BulkOptions{})
+//
+// A record keeps the job's envelope byte for byte (payload, type, retry
+// budget), its final error (with the stack for a panic) and the attempts it
+// spent. A redriven job runs with that payload again, so a fix that must
+// reach it belongs in the data the payload refers to, or in the handler.
+//
+// Dead records are written by workers through the broker. Retention (a cap
+// on records per queue and a max age, see broker.Options.DeadCap and
+// DeadMaxAge) is applied each time a job dies and on [Inspector.Trim].
+//
+// Every method that takes a queue name also accepts "" for every known
+// queue, except Get, Redrive and Delete, which address single records.
 package deadletter

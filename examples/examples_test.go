@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -85,5 +87,321 @@ func TestQuickstart(t *testing.T) {
 	)
 	if strings.Contains(out, "this must not happen") {
 		t.Errorf("the cancelled order timeout ran:\n%s", out)
+	}
+}
+
+// stampRE matches the "[ 1.234s] " stamp the examples print in front of
+// every line.
+var stampRE = regexp.MustCompile(`^\[\s*(\d+\.\d+)s\] (.*)$`)
+
+// stampedLines returns the seconds stamp and text of every stamped line.
+func stampedLines(out string) (stamps []float64, texts []string) {
+	for _, line := range strings.Split(out, "\n") {
+		m := stampRE.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		s, _ := strconv.ParseFloat(m[1], 64)
+		stamps, texts = append(stamps, s), append(texts, m[2])
+	}
+	return stamps, texts
+}
+
+// firstStamp returns the stamp of the first line containing sub.
+func firstStamp(t *testing.T, out, sub string) float64 {
+	t.Helper()
+	stamps, texts := stampedLines(out)
+	for i, text := range texts {
+		if strings.Contains(text, sub) {
+			return stamps[i]
+		}
+	}
+	t.Fatalf("no stamped line contains %q:\n%s", sub, out)
+	return 0
+}
+
+func TestOrderTimeout(t *testing.T) {
+	t.Parallel()
+	out := runExample(t, "ordertimeout", 20*time.Second)
+	expectLines(t, out,
+		"using embedded redis",
+		"placed order-1001 (25.00 EUR); order.cancel_unpaid scheduled in 2s with job id order-1001",
+		// A duplicate schedule is refused.
+		"place order-1001 again (the client retried): the order exists already",
+		`the second timeout for order-1001 is refused as a duplicate: broker: a job with that id is already pending: id "order-1001" in queue "orders"`,
+		// Paid orders have their timeout cancelled.
+		"order-1001 paid: its timeout job is cancelled",
+		"order-1004 paid: its timeout job is cancelled",
+		// The redelivery after a crash finds the order cancelled.
+		"order.cancel_unpaid order-1003: simulated crash after the side effect, before the ack",
+		"order.cancel_unpaid order-1003 (attempt 2, redelivered after: panic: simulated crash after the side effect): order is already cancelled, nothing to do",
+		"payment for order-1002 refused: order-1002: order was cancelled (refund the customer)",
+		"final state (timeout jobs: scheduled 0, processing 0, dead 0):",
+		"order-1001 paid      stock released 0 time(s)",
+		"order-1002 cancelled stock released 1 time(s)",
+		"order-1003 cancelled stock released 1 time(s)",
+		"order-1004 paid      stock released 0 time(s)",
+	)
+	// Paid orders are never cancelled.
+	for _, id := range []string{"order-1001", "order-1004"} {
+		if strings.Contains(out, "order.cancel_unpaid "+id) {
+			t.Errorf("the timeout of paid %s ran:\n%s", id, out)
+		}
+	}
+	// Unpaid orders are cancelled on time: not before the window closed,
+	// and (a loose bound, for busy machines) not long after.
+	re := regexp.MustCompile(`order\.cancel_unpaid (order-\d+) \(attempt 1\): cancelled unpaid order, stock released \(lateness (\d+)ms\)`)
+	cancelled := map[string]bool{}
+	for _, m := range re.FindAllStringSubmatch(out, -1) {
+		cancelled[m[1]] = true
+		if late, _ := strconv.Atoi(m[2]); late > 5000 {
+			t.Errorf("%s cancelled %dms late", m[1], late)
+		}
+		if at := firstStamp(t, out, "order.cancel_unpaid "+m[1]+" (attempt 1)"); at < 2.0 {
+			t.Errorf("%s cancelled at %.3fs, before its 2s window closed", m[1], at)
+		}
+	}
+	if len(cancelled) != 2 || !cancelled["order-1002"] || !cancelled["order-1003"] {
+		t.Errorf("cancelled %v, want order-1002 and order-1003 once each:\n%s", cancelled, out)
+	}
+}
+
+func TestNotify(t *testing.T) {
+	t.Parallel()
+	out := runExample(t, "notify", 20*time.Second)
+	expectLines(t, out,
+		"using embedded redis",
+		"scheduled 8 reminders",
+		// A 4xx is permanent: dead-lettered on the first attempt, listed
+		// with its error, redriven after the fix.
+		"sms u-6 attempt 1 (lateness ",
+		"400 invalid phone number: permanent (retry.Permanent), no retry",
+		"dead letter: reminder-u-6 after 1 attempt(s): provider rejected +1555CALLME: 400 invalid phone number",
+		"u-6 corrected their number to +15550106",
+		"redriven: reminder-u-6",
+		"sent to +15550106",
+		// 429 honours Retry-After; 5xx backs off; a retry after a lost
+		// response is recognised by its idempotency key.
+		"429 rate-limited, Retry-After 1s: retry.After schedules the next attempt in exactly 1s",
+		"503 service unavailable; retrying with backoff",
+		"504 gateway timeout; retrying with backoff",
+		"already sent, the provider recognised the Idempotency-Key: not sent twice",
+		"done: 8 of 8 reminders sent, 8 of 8 phones received exactly one SMS; queue: scheduled 0, processing 0, dead 0",
+	)
+	// The seeded provider fails the same calls on every run.
+	expectLines(t, out, "1 failed before sending (503), 2 sent but the response was lost (504)")
+
+	// Each attempt after a failure waits at least what was asked for: the
+	// Retry-After second after a 429, the backoff's first step (100ms
+	// -30 % jitter) after a 5xx.
+	attemptRE := regexp.MustCompile(`^sms (u-\d) attempt (\d+) \((\d+)ms after the last failure, lateness \d+ms\): `)
+	last := map[string]string{}
+	retried429, retried5xx := 0, 0
+	_, texts := stampedLines(out)
+	for _, text := range texts {
+		user, _, ok := strings.Cut(strings.TrimPrefix(text, "sms "), " ")
+		if !strings.HasPrefix(text, "sms ") || !ok {
+			continue
+		}
+		if m := attemptRE.FindStringSubmatch(text); m != nil {
+			waited, _ := strconv.Atoi(m[3])
+			switch last[user] {
+			case "429":
+				retried429++
+				if waited < 1000 {
+					t.Errorf("%s retried %dms after a 429 with Retry-After 1s", user, waited)
+				}
+			case "5xx":
+				retried5xx++
+				if waited < 70 {
+					t.Errorf("%s retried %dms after a 5xx, under the backoff's 70ms minimum", user, waited)
+				}
+			}
+		}
+		switch {
+		case strings.Contains(text, ": 429 "):
+			last[user] = "429"
+		case strings.Contains(text, ": 503 "), strings.Contains(text, ": 504 "):
+			last[user] = "5xx"
+		default:
+			last[user] = ""
+		}
+	}
+	if retried429 == 0 || retried5xx == 0 {
+		t.Errorf("saw %d retries after a 429 and %d after a 5xx, want some of each:\n%s", retried429, retried5xx, out)
+	}
+}
+
+func TestPipeline(t *testing.T) {
+	t.Parallel()
+	out := runExample(t, "pipeline", 20*time.Second)
+	expectLines(t, out,
+		"using embedded redis",
+		"enqueued a batch of 6 fetches in one call",
+		// A transient failure is retried.
+		"fetch     rec-3 attempt 1 failed: source answered 503 Service Unavailable; retrying with backoff",
+		"fetch     rec-3 attempt 2 failed: source answered 503 Service Unavailable; retrying with backoff",
+		"fetch     rec-3 attempt 3: ok",
+		// The poison record is dead-lettered with its error.
+		`transform rec-4 attempt 1: poison input, permanent: price "4,5O" is not a number`,
+		`dead letter: transform-rec-4 in queue transform after 1 attempt(s): transform rec-4: price "4,5O" is not a number`,
+		// The rest of the batch flows through.
+		`transform rec-1: "24.90" -> 2490 cents`,
+		"store     rec-6: upserted",
+		"stored 5 of 6 records:",
+		"rec-1 kettle     24.90",
+		"rec-2 toaster    39.00",
+		"rec-3 teapot     18.50",
+		"rec-5 spoon       1.20",
+		"rec-6 tray       12.00",
+		"queue fetch     scheduled 0, processing 0, dead 0",
+		"queue transform scheduled 0, processing 0, dead 1",
+		"queue store     scheduled 0, processing 0, dead 0",
+	)
+	if strings.Contains(out, "store     rec-4") {
+		t.Errorf("the poison record was stored:\n%s", out)
+	}
+}
+
+func TestGettingStarted(t *testing.T) {
+	t.Parallel()
+	out := runExample(t, "gettingstarted", 20*time.Second)
+	expectLines(t, out,
+		"REDIS_URL is unset: using an embedded Redis at 127.0.0.1:",
+		"scheduled job ",
+		"hello, Ada! (job ",
+		"attempt 1, started ",
+		"worker stopped",
+	)
+	if at := firstStamp(t, out, "hello, Ada!"); at < 2.0 {
+		t.Errorf("the job scheduled in 2s ran at %.3fs", at)
+	}
+}
+
+// gettingStartedDoc reads docs/getting-started.md.
+func gettingStartedDoc(t *testing.T) string {
+	t.Helper()
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "getting-started.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(doc)
+}
+
+// The program in docs/getting-started.md is examples/gettingstarted, byte
+// for byte, so the doc shows code that is built and run here.
+func TestGettingStartedDocIsTheExample(t *testing.T) {
+	t.Parallel()
+	doc := gettingStartedDoc(t)
+	src, err := os.ReadFile(filepath.Join("gettingstarted", "main.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var program string
+	for _, block := range strings.Split(doc, "```go\n")[1:] {
+		code, _, ok := strings.Cut(block, "```")
+		if ok && strings.Contains(code, "package main") {
+			program = code
+			break
+		}
+	}
+	if program == "" {
+		t.Fatal("docs/getting-started.md has no ```go block with a complete program")
+	}
+	if program != string(src) {
+		t.Errorf("the program in docs/getting-started.md differs from examples/gettingstarted/main.go; copy the file into the doc")
+	}
+}
+
+// A newcomer runs the doc's commands in an empty module. The test does the
+// same, with the module pointed at this checkout instead of a release and
+// without network access (every dependency is in the module cache already,
+// since this module builds with them).
+func TestGettingStartedInNewModule(t *testing.T) {
+	t.Parallel()
+	doc := gettingStartedDoc(t)
+	steps := [][]string{
+		{"go", "mod", "init", "example.com/hello"},
+		{"go", "get", "github.com/delayq/delayq"},
+		{"go", "mod", "tidy"},
+		{"go", "run", "."},
+	}
+	for _, s := range steps {
+		if cmd := strings.Join(s, " "); !strings.Contains(doc, cmd) {
+			t.Errorf("docs/getting-started.md no longer says %q", cmd)
+		}
+	}
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	src, err := os.ReadFile(filepath.Join("gettingstarted", "main.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := append(withoutEnv(os.Environ(), "REDIS_URL"), "GOPROXY=off", "GOFLAGS=-mod=mod", "GOWORK=off")
+	run := func(args ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+		cmd.Dir, cmd.Env = dir, env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	run(steps[0]...)
+	// Before the first release: use this checkout, with its checksums.
+	run("go", "mod", "edit", "-replace", "github.com/delayq/delayq="+root)
+	if err := os.WriteFile(filepath.Join(dir, "go.sum"), sum, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run(steps[1]...)
+	run(steps[2]...)
+	run("go", "build", "-o", "hello", ".")
+	out := run(filepath.Join(dir, "hello"))
+	expectLines(t, out, "REDIS_URL is unset: using an embedded Redis", "hello, Ada! (job ", "worker stopped")
+}
+
+// Relative links in README.md and docs/*.md point at files that exist.
+func TestDocLinks(t *testing.T) {
+	t.Parallel()
+	docs, err := filepath.Glob(filepath.Join("..", "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs = append(docs, filepath.Join("..", "README.md"))
+	linkRE := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	codeRE := regexp.MustCompile("(?s)```.*?```|`[^`\n]*`")
+	checked := 0
+	for _, doc := range docs {
+		text, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prose := codeRE.ReplaceAllString(string(text), "")
+		for _, m := range linkRE.FindAllStringSubmatch(prose, -1) {
+			target, _, _ := strings.Cut(m[1], "#")
+			if target == "" || strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			checked++
+			if _, err := os.Stat(filepath.Join(filepath.Dir(doc), target)); err != nil {
+				t.Errorf("%s links to %s, which does not exist", doc, m[1])
+			}
+		}
+	}
+	if checked == 0 {
+		t.Error("found no relative links to check")
 	}
 }

@@ -15,6 +15,23 @@
 //		return send(ctx, j.Args)
 //	})
 //
+// # Options
+//
+// Options set a job's properties. Some belong to the type and are defaults
+// for its jobs ([Queue], [MaxRetries], [Timeout], [Retry], [WithCodec]);
+// some belong to one job ([In], [At], [ID], [WithBackoff], [Header]). One
+// used in the wrong place is an error wrapping [ErrInvalid].
+//
+// An id names a job within its queue while it is pending. Give one that
+// names what the job is about, and enqueueing becomes idempotent: a second
+// job with a pending id is refused with broker.ErrDuplicate.
+//
+//	_, err := CancelUnpaid.Enqueue(ctx, b, Order{ID: "1001"}, job.ID("order-1001"), job.In(30*time.Minute))
+//
+// Delivery is at least once: a handler may see the same job again after a
+// crash or a lost lease (Message.Attempt counts the attempts), so it should
+// check the state it acts on before a side effect.
+//
 // # Envelopes
 //
 // An [Envelope] is a job on the wire: its type name, encoded payload, retry

@@ -13,5 +13,9 @@
 //   - any other error is retried by the policy until the job's retry budget is
 //     spent, then dead-lettered with that error.
 //
+// The delay of an ordinary failure comes from the first of: the job's own
+// schedule (job.WithBackoff), its type's policy (job.Retry), the worker's
+// (worker.Config.Retry), and [Default].
+//
 // The package knows nothing of Redis.
 package retry

@@ -2,12 +2,53 @@
 // its free slots, handles them on a pool of goroutines, and acknowledges,
 // retries or dead-letters each by its outcome.
 //
+// # Running a worker
+//
+//	reg := job.NewRegistry()
+//	SendSMS.Handle(reg, func(ctx context.Context, j *job.Job[SMS]) error {
+//		return provider.Send(ctx, j.Args.To, j.Args.Text)
+//	})
+//	w, err := worker.New(worker.Config{
+//		Broker:      b, // a *broker.Broker
+//		Registry:    reg,
+//		Queues:      []worker.Queue{{Name: "sms", Weight: 3}, {Name: "default", Weight: 1}},
+//		Concurrency: 20,
+//	})
+//	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+//	defer stop()
+//	err = w.Run(ctx) // blocks; returns after a graceful shutdown
+//
+// # Outcomes
+//
+// What a handler returns decides what happens to its job:
+//
+//   - nil acknowledges it: the job is deleted.
+//   - retry.Permanent(err), an error after the job's last allowed retry
+//     (job.MaxRetries), or a payload that does not decode moves it to the
+//     dead letters with the error (see package deadletter).
+//   - retry.After(d, err) schedules the next attempt exactly d later.
+//   - any other error schedules it after the backoff of the job
+//     (job.WithBackoff), else of its type (job.Retry), else Config.Retry.
+//
+// A panic is an error carrying its stack. A handler's context is cancelled
+// at its timeout (the job's, its type's or Config.Timeout), when its lease
+// is lost, and at the end of a shutdown.
+//
+// # Timing and leases
+//
 // One Worker may serve several queues, by strict priority or by weight. It
 // sleeps until the next ready time it knows of and is woken early when a
 // producer schedules an earlier job, so a job starts within milliseconds of
 // its ready time without polling. While a job runs, a heartbeat extends its
 // lease; any worker reaps leases that ran out (a crashed worker's jobs), and
 // fencing tokens keep a late worker from touching a job it lost.
+//
+// Delivery is at least once: a job whose worker crashed, paused or lost
+// Redis for longer than Config.Lease is handed to another worker while the
+// first handler may have done its work. Write handlers so that a second run
+// is harmless (docs/idempotency.md in the repository shows how).
+//
+// # Shutdown
 //
 // Run blocks until its context is cancelled, then stops claiming, lets
 // in-flight jobs finish until Config.ShutdownTimeout, cancels the rest and

@@ -145,7 +145,8 @@ func ping(addr string) error {
 	if err != nil {
 		return err
 	}
-	if line = strings.TrimSpace(line); line != "+PONG" {
+	// A server started with --requirepass answers -NOAUTH: it is up.
+	if line = strings.TrimSpace(line); line != "+PONG" && !strings.HasPrefix(line, "-NOAUTH") {
 		return fmt.Errorf("PING answered %q", line)
 	}
 	return nil

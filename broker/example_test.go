@@ -1,0 +1,90 @@
+package broker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/job"
+)
+
+// An order's payment timeout is scheduled with the order id as the job id,
+// so it is scheduled once, and cancelled when the order is paid.
+func ExampleBroker_Cancel() {
+	ctx := context.Background()
+	// In your code: rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"}).
+	rdb, ns, done := redistest.ForExample("ExampleBroker_Cancel")
+	defer done()
+	b, err := broker.New(rdb, broker.Options{Namespace: ns})
+	if err != nil {
+		panic(err)
+	}
+
+	type Order struct {
+		ID string `json:"id"`
+	}
+	cancelUnpaid := job.New[Order]("order.cancel_unpaid")
+
+	env, err := cancelUnpaid.Enqueue(ctx, b, Order{ID: "1001"}, job.ID("order-1001"), job.In(30*time.Minute))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("scheduled", env.ID, "in queue", env.Queue, "ready in", time.Until(env.ReadyAt).Round(time.Minute))
+
+	_, err = cancelUnpaid.Enqueue(ctx, b, Order{ID: "1001"}, job.ID("order-1001"), job.In(30*time.Minute))
+	fmt.Println("again:", errors.Is(err, broker.ErrDuplicate))
+
+	st, err := b.Stats(ctx, job.DefaultQueue)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("scheduled jobs:", st.Scheduled, "due now:", st.Due)
+
+	// The order is paid.
+	fmt.Println("cancel:", b.Cancel(ctx, job.DefaultQueue, "order-1001"))
+	err = b.Cancel(ctx, job.DefaultQueue, "order-1001")
+	fmt.Println("cancel again:", errors.Is(err, broker.ErrNotFound))
+	// Output:
+	// scheduled order-1001 in queue default ready in 30m0s
+	// again: true
+	// scheduled jobs: 1 due now: 0
+	// cancel: <nil>
+	// cancel again: true
+}
+
+// Reschedule moves a job that has not started yet.
+func ExampleBroker_Reschedule() {
+	ctx := context.Background()
+	rdb, ns, done := redistest.ForExample("ExampleBroker_Reschedule")
+	defer done()
+	b, err := broker.New(rdb, broker.Options{Namespace: ns})
+	if err != nil {
+		panic(err)
+	}
+
+	type Reminder struct {
+		UserID int `json:"user_id"`
+	}
+	remind := job.New[Reminder]("appointment.remind", job.Queue("reminders"))
+	appointment := time.Now().Add(48 * time.Hour)
+	if _, err := remind.Enqueue(ctx, b, Reminder{UserID: 7}, job.ID("remind-7"), job.At(appointment.Add(-24*time.Hour))); err != nil {
+		panic(err)
+	}
+
+	// The appointment moves by a week.
+	appointment = appointment.Add(7 * 24 * time.Hour)
+	ready, err := b.Reschedule(ctx, "reminders", "remind-7", appointment.Add(-24*time.Hour))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("now ready in", time.Until(ready).Round(time.Hour))
+
+	_, err = b.Reschedule(ctx, "reminders", "remind-8", appointment)
+	fmt.Println("unknown job:", errors.Is(err, broker.ErrNotFound))
+	// Output:
+	// now ready in 192h0m0s
+	// unknown job: true
+}

@@ -1,0 +1,345 @@
+// Package cli is the delayq command-line tool: main calls Run. The commands
+// are built on the broker's inspection API and the deadletter package.
+package cli
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mattn/go-isatty"
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/job"
+)
+
+// Exit statuses of Run.
+const (
+	ExitOK    = 0 // success
+	ExitError = 1 // an operational error: Redis unreachable, job not found, …
+	ExitUsage = 2 // bad usage: unknown flag, malformed value, missing argument
+)
+
+// DefaultRedisURL is used when neither --redis-url nor REDIS_URL is set.
+const DefaultRedisURL = "redis://localhost:6379/0"
+
+// Run runs the delayq command line args (without the program name) and
+// returns its exit status. Errors are written to stderr as one line.
+func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	a := &app{
+		stdin:     stdin,
+		stdout:    stdout,
+		stderr:    stderr,
+		getenv:    os.Getenv,
+		stdoutTTY: isTerminal(stdout),
+		stderrTTY: isTerminal(stderr),
+	}
+	return a.run(ctx, args)
+}
+
+func isTerminal(v any) bool {
+	f, ok := v.(*os.File)
+	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
+}
+
+// app holds the streams and global flags of one invocation.
+type app struct {
+	stdin                io.Reader
+	stdout, stderr       io.Writer
+	getenv               func(string) string
+	stdoutTTY, stderrTTY bool
+
+	redisURL  string
+	namespace string
+	json      bool
+	now       string // hidden: a fixed clock, for reproducible output
+
+	rdb   *redis.Client
+	clock func() time.Time // nil: the server's clock
+	ran   bool             // a command's RunE started: its errors are not about usage
+}
+
+// usageError marks an error as bad usage (exit status 2).
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error {
+	return &usageError{fmt.Errorf(format, args...)}
+}
+
+// errAborted is returned when the operator declines a confirmation.
+var errAborted = errors.New("aborted: nothing changed")
+
+// quietLogger drops go-redis's own log lines: the tool reports errors
+// itself, on one line.
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+var silenceRedis sync.Once
+
+func (a *app) run(ctx context.Context, args []string) int {
+	silenceRedis.Do(func() { redis.SetLogger(quietLogger{}) })
+	root := a.rootCommand()
+	root.SetArgs(args)
+	root.SetIn(a.stdin)
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	cmd, err := root.ExecuteContextC(ctx)
+	if a.rdb != nil {
+		_ = a.rdb.Close()
+	}
+	if err == nil {
+		return ExitOK
+	}
+	var ue *usageError
+	usage := !a.ran || errors.As(err, &ue) || errors.Is(err, job.ErrInvalid)
+	msg := oneLine(err.Error())
+	if usage {
+		name := "delayq"
+		if cmd != nil {
+			name = cmd.CommandPath()
+		}
+		fmt.Fprintf(a.stderr, "delayq: %s (see '%s --help')\n", msg, name)
+		return ExitUsage
+	}
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		msg = "interrupted"
+	}
+	fmt.Fprintf(a.stderr, "delayq: %s\n", msg)
+	return ExitError
+}
+
+// oneLine folds a multi-line message (a stack trace, say) into one line.
+func oneLine(s string) string {
+	s = strings.TrimSpace(s)
+	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " ⏎ ")), " ")
+}
+
+func (a *app) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "delayq",
+		Short: "Inspect and operate delayq queues",
+		Long: `delayq inspects and operates delayq queues in Redis: queue stats,
+scheduled and processing jobs, enqueueing, and the dead-letter store.
+
+It connects to --redis-url (or $REDIS_URL): redis://[user:password@]host:port/db,
+rediss:// for TLS. Output is a table for people, or JSON with --json.
+Exit status: 0 success, 1 operational error, 2 bad usage.`,
+		SilenceErrors:     true,
+		SilenceUsage:      true,
+		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			return a.parseGlobals()
+		},
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.redisURL, "redis-url", "", "Redis URL (default $REDIS_URL, else "+DefaultRedisURL+")")
+	pf.StringVar(&a.namespace, "namespace", "", "key namespace (default $DELAYQ_NAMESPACE, else "+broker.DefaultNamespace+")")
+	pf.BoolVar(&a.json, "json", false, "print JSON instead of tables")
+	pf.StringVar(&a.now, "now", "", "use this RFC 3339 time as the clock instead of the server's (for tests)")
+	_ = pf.MarkHidden("now")
+
+	root.AddCommand(
+		a.statsCommand(),
+		a.jobsCommand(),
+		a.enqueueCommand(),
+		a.deadCommand(),
+		a.versionCommand(),
+	)
+	root.Args = func(cmd *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return usagef("unknown command %q", args[0])
+		}
+		return nil
+	}
+	root.RunE = func(cmd *cobra.Command, args []string) error { return cmd.Help() }
+	a.markRun(root)
+	return root
+}
+
+// markRun makes every command record that it got past flag, argument and
+// required-flag checks: errors after that are operational unless marked as
+// usage errors.
+func (a *app) markRun(c *cobra.Command) {
+	if run := c.RunE; run != nil {
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			a.ran = true
+			return run(cmd, args)
+		}
+	}
+	for _, sub := range c.Commands() {
+		a.markRun(sub)
+	}
+}
+
+// group returns a parent command that only holds subcommands.
+func group(use, short string, subs ...*cobra.Command) *cobra.Command {
+	c := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usagef("unknown command %q for %q", args[0], cmd.CommandPath())
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			names := make([]string, 0, len(subs))
+			for _, s := range subs {
+				names = append(names, s.Name())
+			}
+			return usagef("%s needs a subcommand: %s", cmd.CommandPath(), strings.Join(names, ", "))
+		},
+	}
+	c.AddCommand(subs...)
+	return c
+}
+
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usagef("unexpected argument %q", args[0])
+	}
+	return nil
+}
+
+func exactArgs(n int, what string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usagef("expected %s, got %d argument(s)", what, len(args))
+		}
+		return nil
+	}
+}
+
+func minArgs(n int, what string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) < n {
+			return usagef("expected %s", what)
+		}
+		return nil
+	}
+}
+
+// parseGlobals checks the global flags; it does not connect.
+func (a *app) parseGlobals() error {
+	if a.redisURL == "" {
+		a.redisURL = a.getenv("REDIS_URL")
+	}
+	if a.redisURL == "" {
+		a.redisURL = DefaultRedisURL
+	}
+	if a.namespace == "" {
+		a.namespace = a.getenv("DELAYQ_NAMESPACE")
+	}
+	if a.now != "" {
+		t, err := time.Parse(time.RFC3339Nano, a.now)
+		if err != nil {
+			return usagef("invalid --now %q: want an RFC 3339 time", a.now)
+		}
+		a.clock = func() time.Time { return t }
+	}
+	return nil
+}
+
+// broker connects to Redis and returns a broker on the namespace. It checks
+// the URL and namespace first, then that the server answers.
+func (a *app) broker(ctx context.Context) (*broker.Broker, error) {
+	return a.brokerWith(ctx, broker.Options{})
+}
+
+// brokerWith is broker with options; Namespace and Clock come from the flags.
+func (a *app) brokerWith(ctx context.Context, bo broker.Options) (*broker.Broker, error) {
+	opts, err := redis.ParseURL(a.redisURL)
+	if err != nil {
+		return nil, usagef("invalid --redis-url: %v", err)
+	}
+	opts.DialTimeout = 5 * time.Second
+	opts.DialerRetries = 2 // fail fast when Redis is down
+	rdb := redis.NewClient(opts)
+	bo.Namespace, bo.Clock = a.namespace, a.clock
+	b, err := broker.New(rdb, bo)
+	if err != nil {
+		_ = rdb.Close()
+		return nil, &usageError{fmt.Errorf("invalid --namespace: %w", err)}
+	}
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		_ = rdb.Close()
+		return nil, fmt.Errorf("cannot connect to Redis at %s: %w", opts.Addr, err)
+	}
+	a.rdb = rdb
+	return b, nil
+}
+
+// printJSON writes v as one line of JSON.
+func (a *app) printJSON(v any) error {
+	enc := json.NewEncoder(a.stdout)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// confirm asks the operator a yes/no question on stderr unless yes is set,
+// and reads the answer from stdin. Anything but "y" or "yes", and the end of
+// input (a script without --yes), refuses.
+func (a *app) confirm(yes bool, question string) error {
+	if yes {
+		return nil
+	}
+	fmt.Fprintf(a.stderr, "%s [y/N] ", question)
+	line, err := bufio.NewReader(a.stdin).ReadString('\n')
+	if err != nil && line == "" {
+		fmt.Fprintln(a.stderr)
+		return fmt.Errorf("%w (no answer; pass --yes to skip the question)", errAborted)
+	}
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		return nil
+	}
+	return errAborted
+}
+
+// queueFlag adds --queue with a default.
+func queueFlag(fs *pflag.FlagSet, p *string, def, usage string) {
+	fs.StringVarP(p, "queue", "q", def, usage)
+}
+
+// checkQueue validates a queue name given on the command line.
+func checkQueue(q string) error {
+	if err := job.ValidateQueue(q); err != nil {
+		return usagef("invalid --queue: %v", err)
+	}
+	return nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// checkIDs validates job ids given on the command line.
+func checkIDs(ids []string) error {
+	for _, id := range ids {
+		if err := job.ValidateID(id); err != nil {
+			return usagef("invalid job id: %v", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,503 @@
+package cli
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/deadletter"
+	"github.com/delayq/delayq/job"
+)
+
+func (a *app) deadCommand() *cobra.Command {
+	return group("dead", "List, show, redrive and delete dead jobs; purge and trim the dead-letter store",
+		a.deadLsCommand(), a.deadShowCommand(), a.deadRedriveCommand(), a.deadRmCommand(),
+		a.deadPurgeCommand(), a.deadTrimCommand())
+}
+
+// filterFlags are the record filters shared by ls, redrive and rm.
+type filterFlags struct {
+	queue, typ, errSub, since, until string
+}
+
+func (ff *filterFlags) add(fs *pflag.FlagSet, queueUsage string) {
+	queueFlag(fs, &ff.queue, "", queueUsage)
+	fs.StringVarP(&ff.typ, "type", "t", "", "only jobs of this type")
+	fs.StringVar(&ff.errSub, "error", "", "only jobs whose final error contains this text")
+	fs.StringVar(&ff.since, "since", "", "only jobs that died at or after this RFC 3339 time, or this long ago (e.g. 2h)")
+	fs.StringVar(&ff.until, "until", "", "only jobs that died before this RFC 3339 time, or this long ago")
+}
+
+// check validates the flags; durations are taken back from now.
+func (ff *filterFlags) check(now time.Time) (deadletter.Filter, error) {
+	if ff.queue != "" {
+		if err := checkQueue(ff.queue); err != nil {
+			return deadletter.Filter{}, err
+		}
+	}
+	if ff.typ != "" {
+		if err := job.ValidateType(ff.typ); err != nil {
+			return deadletter.Filter{}, usagef("invalid --type: %v", err)
+		}
+	}
+	f := deadletter.Filter{Type: ff.typ, ErrorContains: ff.errSub}
+	var err error
+	if f.DiedAfter, err = parseWhen("since", ff.since, now); err != nil {
+		return f, err
+	}
+	if f.DiedBefore, err = parseWhen("until", ff.until, now); err != nil {
+		return f, err
+	}
+	return f, nil
+}
+
+// describe says in words what the flags select.
+func (ff *filterFlags) describe() string {
+	var parts []string
+	if ff.typ != "" {
+		parts = append(parts, "of type "+ff.typ)
+	}
+	if ff.errSub != "" {
+		parts = append(parts, fmt.Sprintf("whose error contains %q", ff.errSub))
+	}
+	if ff.since != "" {
+		parts = append(parts, "dead since "+ff.since)
+	}
+	if ff.until != "" {
+		parts = append(parts, "dead until "+ff.until)
+	}
+	where := "across all queues"
+	if ff.queue != "" {
+		where = "in queue " + ff.queue
+	}
+	return strings.Join(append(parts, where), ", ")
+}
+
+func (ff *filterFlags) any() bool {
+	return ff.typ != "" || ff.errSub != "" || ff.since != "" || ff.until != ""
+}
+
+// localNow is the clock for --since and --until: --now, else this machine's.
+func (a *app) localNow() time.Time {
+	if a.clock != nil {
+		return a.clock()
+	}
+	return time.Now()
+}
+
+// deadJSON is a dead record in JSON output.
+type deadJSON struct {
+	ID         string            `json:"id"`
+	Queue      string            `json:"queue"`
+	Type       string            `json:"type"`
+	DiedAt     *string           `json:"died_at"`
+	Attempts   int               `json:"attempts"`
+	Error      string            `json:"error"`
+	Payload    any               `json:"payload,omitempty"`
+	MaxRetries *int              `json:"max_retries,omitempty"`
+	CreatedAt  *string           `json:"created_at,omitempty"`
+	Headers    map[string]string `json:"headers,omitempty"`
+	Body       string            `json:"body_base64,omitempty"` // when the envelope does not decode
+}
+
+func toDeadJSON(r *broker.DeadRecord) deadJSON {
+	out := deadJSON{ID: r.ID, Queue: r.Queue, Type: r.Type, DiedAt: jsonTime(r.DiedAt), Attempts: r.Attempts, Error: r.Error}
+	if e := r.Envelope; e != nil {
+		mr := e.MaxRetries
+		out.Payload, out.MaxRetries, out.CreatedAt, out.Headers = payloadJSON(e.Payload), &mr, jsonTime(e.CreatedAt), e.Headers
+	} else {
+		out.Body = base64.StdEncoding.EncodeToString(r.Body)
+	}
+	return out
+}
+
+func (a *app) deadLsCommand() *cobra.Command {
+	var (
+		ff     filterFlags
+		cursor string
+		limit  int
+	)
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List dead jobs, newest first, with filters",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f, err := ff.check(a.localNow())
+			if err != nil {
+				return err
+			}
+			if limit <= 0 || limit > deadletter.MaxLimit {
+				return usagef("invalid --limit %d: want 1..%d", limit, deadletter.MaxLimit)
+			}
+			b, err := a.broker(cmd.Context())
+			if err != nil {
+				return err
+			}
+			page, err := deadletter.New(b).List(cmd.Context(), ff.queue, deadletter.ListOptions{Filter: f, Cursor: cursor, Limit: limit})
+			if err != nil {
+				if errors.Is(err, deadletter.ErrBadCursor) {
+					return usagef("invalid --cursor %q: use the value a previous page printed", cursor)
+				}
+				return err
+			}
+			if a.json {
+				out := struct {
+					Records []deadJSON `json:"records"`
+					Next    string     `json:"next,omitempty"`
+				}{Records: make([]deadJSON, len(page.Records)), Next: page.Next}
+				for i, r := range page.Records {
+					out.Records[i] = toDeadJSON(r)
+				}
+				return a.printJSON(out)
+			}
+			if len(page.Records) == 0 {
+				fmt.Fprintf(a.stdout, "no dead jobs %s\n", ff.describe())
+				return nil
+			}
+			now, err := a.serverNow(cmd.Context(), b)
+			if err != nil {
+				return err
+			}
+			t := newTable(a.stdout, "DIED", "AGO", "QUEUE", "ID", "TYPE", "ATTEMPTS", "ERROR")
+			for _, r := range page.Records {
+				t.row(fmtTime(r.DiedAt), fmtDur(now.Sub(r.DiedAt)), r.Queue, r.ID, orDash(r.Type), strconv.Itoa(r.Attempts), firstLine(r.Error, 72))
+			}
+			if err := t.flush(); err != nil {
+				return err
+			}
+			if page.Next != "" {
+				fmt.Fprintf(a.stdout, "more: --cursor %s\n", page.Next)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	ff.add(f, "only this queue (default every queue)")
+	f.IntVar(&limit, "limit", deadletter.DefaultLimit, "records per page")
+	f.StringVar(&cursor, "cursor", "", "continue after a previous page")
+	return cmd
+}
+
+func (a *app) deadShowCommand() *cobra.Command {
+	var queue string
+	cmd := &cobra.Command{
+		Use:   "show ID",
+		Short: "Show one dead job with its full final error",
+		Args:  exactArgs(1, "one job id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkQueue(queue); err != nil {
+				return err
+			}
+			if err := checkIDs(args); err != nil {
+				return err
+			}
+			b, err := a.broker(cmd.Context())
+			if err != nil {
+				return err
+			}
+			r, err := deadletter.New(b).Get(cmd.Context(), queue, args[0])
+			if err != nil {
+				return notFound(err)
+			}
+			if a.json {
+				return a.printJSON(toDeadJSON(r))
+			}
+			now, err := a.serverNow(cmd.Context(), b)
+			if err != nil {
+				return err
+			}
+			t := newTable(a.stdout, "ID:", r.ID)
+			t.row("Queue:", r.Queue)
+			t.row("Type:", orDash(r.Type))
+			t.row("Died:", fmtTime(r.DiedAt)+" ("+relative(r.DiedAt, now)+")")
+			if e := r.Envelope; e != nil {
+				t.row("Attempts:", fmt.Sprintf("%d (max retries %d)", r.Attempts, e.MaxRetries))
+				t.row("Created:", fmtTime(e.CreatedAt))
+				for _, k := range sortedKeys(e.Headers) {
+					t.row("Header:", k+"="+e.Headers[k])
+				}
+				t.row("Payload:", payloadText(e.Payload))
+			} else {
+				t.row("Attempts:", strconv.Itoa(r.Attempts))
+				t.row("Body:", "base64:"+base64.StdEncoding.EncodeToString(r.Body))
+			}
+			if err := t.flush(); err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(a.stdout, "Error:\n%s\n", indent(r.Error))
+			return err
+		},
+	}
+	queueFlag(cmd.Flags(), &queue, job.DefaultQueue, "queue")
+	return cmd
+}
+
+func indent(s string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	for i, l := range lines {
+		lines[i] = "  " + l
+	}
+	return strings.Join(lines, "\n")
+}
+
+// bulkFlags are the flags of redrive and rm.
+type bulkFlags struct {
+	filterFlags
+	all   bool
+	yes   bool
+	batch int
+}
+
+func (bf *bulkFlags) add(fs *pflag.FlagSet, verb string) {
+	bf.filterFlags.add(fs, "queue of the ids (default \"default\"); with filters, only this queue (default every queue)")
+	fs.BoolVar(&bf.all, "all", false, verb+" every dead job (of --queue, or of every queue)")
+	fs.BoolVarP(&bf.yes, "yes", "y", false, "do not ask for confirmation")
+	fs.IntVar(&bf.batch, "batch", 100, "jobs per Redis call")
+}
+
+// mode checks that ids, filters and --all are not mixed and returns the
+// filter for a filter-wide run (ok false for ids).
+func (bf *bulkFlags) mode(ids []string, now time.Time) (f deadletter.Filter, bulk bool, err error) {
+	switch {
+	case len(ids) > 0 && (bf.any() || bf.all):
+		return f, false, usagef("give job ids, or filters (--type, --error, --since, --until), or --all, not both")
+	case len(ids) == 0 && !bf.any() && !bf.all:
+		return f, false, usagef("give job ids, filters (--type, --error, --since, --until) or --all")
+	case bf.batch <= 0 || bf.batch > deadletter.MaxLimit:
+		return f, false, usagef("invalid --batch %d: want 1..%d", bf.batch, deadletter.MaxLimit)
+	}
+	if len(ids) > 0 {
+		if bf.queue == "" {
+			bf.queue = job.DefaultQueue
+		}
+		if err := checkQueue(bf.queue); err != nil {
+			return f, false, err
+		}
+		return f, false, checkIDs(ids)
+	}
+	f, err = bf.check(now)
+	return f, true, err
+}
+
+// runBulk asks for confirmation, then runs a filter-wide redrive or delete
+// with progress on a terminal, and prints the counts.
+func (a *app) runBulk(ctx context.Context, in *deadletter.Inspector, bf *bulkFlags, f deadletter.Filter, verb, past string,
+	run func(context.Context, string, deadletter.Filter, deadletter.BulkOptions) (deadletter.BulkResult, error), delay time.Duration) error {
+	n, err := in.Count(ctx, bf.queue, f)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		if a.json {
+			return a.printJSON(map[string]any{past: 0, "failed": 0})
+		}
+		fmt.Fprintf(a.stdout, "no dead jobs %s\n", bf.describe())
+		return nil
+	}
+	if err := a.confirm(bf.yes, fmt.Sprintf("%s %d dead job(s) %s?", verb, n, bf.describe())); err != nil {
+		return err
+	}
+	opts := deadletter.BulkOptions{Delay: delay, Batch: bf.batch}
+	if a.stderrTTY {
+		opts.Progress = func(r deadletter.BulkResult) {
+			fmt.Fprintf(a.stderr, "\r%s %d of %d (%d failed)", past, r.Done, n, r.Failed)
+		}
+	}
+	res, err := run(ctx, bf.queue, f, opts)
+	if a.stderrTTY {
+		fmt.Fprintln(a.stderr)
+	}
+	if err != nil {
+		return fmt.Errorf("%s %d job(s), then: %w", past, res.Done, err)
+	}
+	if a.json {
+		out := map[string]any{past: res.Done, "failed": res.Failed}
+		if res.Err != nil {
+			out["first_error"] = res.Err.Error()
+		}
+		if err := a.printJSON(out); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(a.stdout, "%s %d dead job(s)\n", past, res.Done)
+	}
+	if res.Failed > 0 {
+		return fmt.Errorf("%d job(s) failed, first: %w", res.Failed, res.Err)
+	}
+	return nil
+}
+
+func (a *app) deadRedriveCommand() *cobra.Command {
+	var (
+		bf bulkFlags
+		in string
+	)
+	cmd := &cobra.Command{
+		Use:   "redrive [ID...]",
+		Short: "Send dead jobs back to the schedule with their attempts reset",
+		Long: `Send dead jobs back to the schedule, with their attempts reset: the jobs
+named by id (in --queue), those matching filters, or --all. Filter-wide and
+--all runs ask for confirmation unless --yes is given, and move the jobs in
+batches so that Redis stays responsive.
+
+An id that is not dead (any more) fails with "not found"; an id whose job is
+pending again fails with "already pending" and keeps its dead record.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f, bulk, err := bf.mode(args, a.localNow())
+			if err != nil {
+				return err
+			}
+			var delay time.Duration
+			if in != "" {
+				if delay, err = parseIn(in); err != nil {
+					return err
+				}
+			}
+			b, err := a.broker(cmd.Context())
+			if err != nil {
+				return err
+			}
+			insp := deadletter.New(b)
+			if bulk {
+				return a.runBulk(cmd.Context(), insp, &bf, f, "Redrive", "redriven", insp.RedriveAll, delay)
+			}
+			return a.eachID(args, "redrove", func(id string) (string, error) {
+				return "", notFound(insp.Redrive(cmd.Context(), bf.queue, delay, id))
+			})
+		},
+	}
+	bf.add(cmd.Flags(), "redrive")
+	cmd.Flags().StringVar(&in, "in", "", "ready this long after the redrive (default at once)")
+	return cmd
+}
+
+func (a *app) deadRmCommand() *cobra.Command {
+	var bf bulkFlags
+	cmd := &cobra.Command{
+		Use:   "rm [ID...]",
+		Short: "Delete dead jobs for good",
+		Long: `Delete dead jobs for good: the jobs named by id (in --queue), those matching
+filters, or --all. Filter-wide and --all runs ask for confirmation unless
+--yes is given.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f, bulk, err := bf.mode(args, a.localNow())
+			if err != nil {
+				return err
+			}
+			b, err := a.broker(cmd.Context())
+			if err != nil {
+				return err
+			}
+			insp := deadletter.New(b)
+			if bulk {
+				return a.runBulk(cmd.Context(), insp, &bf, f, "Delete", "deleted", insp.DeleteAll, 0)
+			}
+			return a.eachID(args, "deleted", func(id string) (string, error) {
+				return "", notFound(insp.Delete(cmd.Context(), bf.queue, id))
+			})
+		},
+	}
+	bf.add(cmd.Flags(), "delete")
+	return cmd
+}
+
+func (a *app) deadPurgeCommand() *cobra.Command {
+	var (
+		queue string
+		yes   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "purge",
+		Short: "Delete every dead job of a queue, or of every queue",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if queue != "" {
+				if err := checkQueue(queue); err != nil {
+					return err
+				}
+			}
+			b, err := a.broker(cmd.Context())
+			if err != nil {
+				return err
+			}
+			insp := deadletter.New(b)
+			where := "across all queues"
+			if queue != "" {
+				where = "in queue " + queue
+			}
+			n, err := insp.Count(cmd.Context(), queue, deadletter.Filter{})
+			if err != nil {
+				return err
+			}
+			if n > 0 {
+				if err := a.confirm(yes, fmt.Sprintf("Delete all %d dead job(s) %s?", n, where)); err != nil {
+					return err
+				}
+				if n, err = insp.Purge(cmd.Context(), queue); err != nil {
+					return err
+				}
+			}
+			if a.json {
+				return a.printJSON(map[string]int64{"purged": n})
+			}
+			_, err = fmt.Fprintf(a.stdout, "purged %d dead job(s) %s\n", n, where)
+			return err
+		},
+	}
+	queueFlag(cmd.Flags(), &queue, "", "only this queue (default every queue)")
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
+	return cmd
+}
+
+func (a *app) deadTrimCommand() *cobra.Command {
+	var (
+		queue  string
+		keep   int
+		maxAge time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "trim",
+		Short: "Apply retention now: keep the newest --cap records per queue, none older than --max-age",
+		Long: `Apply retention now: keep the newest --cap records per queue and drop those
+older than --max-age. Workers apply their broker's retention each time a job
+dies; trim also cleans queues where nothing died lately. Give the same
+values as the workers' broker.Options (DeadCap, DeadMaxAge).`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if queue != "" {
+				if err := checkQueue(queue); err != nil {
+					return err
+				}
+			}
+			if keep == 0 || maxAge == 0 {
+				return usagef("--cap and --max-age must not be 0 (negative means no limit)")
+			}
+			b, err := a.brokerWith(cmd.Context(), broker.Options{DeadCap: keep, DeadMaxAge: maxAge})
+			if err != nil {
+				return err
+			}
+			n, err := deadletter.New(b).Trim(cmd.Context(), queue)
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return a.printJSON(map[string]int64{"dropped": n})
+			}
+			_, err = fmt.Fprintf(a.stdout, "dropped %d dead job(s)\n", n)
+			return err
+		},
+	}
+	f := cmd.Flags()
+	queueFlag(f, &queue, "", "only this queue (default every queue)")
+	f.IntVar(&keep, "cap", broker.DefaultDeadCap, "dead records to keep per queue; negative for no cap")
+	f.DurationVar(&maxAge, "max-age", broker.DefaultDeadMaxAge, "drop records older than this; negative for no limit")
+	return cmd
+}

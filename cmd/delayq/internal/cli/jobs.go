@@ -1,0 +1,580 @@
+package cli
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/job"
+)
+
+func (a *app) jobsCommand() *cobra.Command {
+	return group("jobs", "List, show, cancel and reschedule scheduled and processing jobs",
+		a.jobsLsCommand(), a.jobsShowCommand(), a.jobsCancelCommand(), a.jobsRescheduleCommand())
+}
+
+// jobJSON is a job in JSON output.
+type jobJSON struct {
+	ID               string            `json:"id"`
+	Queue            string            `json:"queue"`
+	State            string            `json:"state"`
+	Type             string            `json:"type,omitempty"`
+	Payload          any               `json:"payload,omitempty"`
+	Attempts         int               `json:"attempts"`
+	MaxRetries       *int              `json:"max_retries,omitempty"`
+	ReadyAt          *string           `json:"ready_at,omitempty"`
+	LeaseDeadline    *string           `json:"lease_deadline,omitempty"`
+	LeaseRemainingMS *int64            `json:"lease_remaining_ms,omitempty"`
+	DiedAt           *string           `json:"died_at,omitempty"`
+	CreatedAt        *string           `json:"created_at,omitempty"`
+	TimeoutMS        int64             `json:"timeout_ms,omitempty"`
+	Headers          map[string]string `json:"headers,omitempty"`
+	LastError        string            `json:"last_error,omitempty"`
+	Corrupt          string            `json:"corrupt,omitempty"` // why the envelope does not decode
+	Body             string            `json:"body_base64,omitempty"`
+}
+
+func toJobJSON(j *broker.JobInfo) jobJSON {
+	out := jobJSON{ID: j.ID, Queue: j.Queue, State: string(j.State), Attempts: j.Attempts,
+		ReadyAt: jsonTime(j.ReadyAt), LeaseDeadline: jsonTime(j.LeaseDeadline)}
+	if j.State == broker.StateProcessing {
+		ms := j.LeaseRemaining().Milliseconds()
+		out.LeaseRemainingMS = &ms
+	}
+	if j.Dead != nil {
+		out.DiedAt = jsonTime(j.Dead.DiedAt)
+		out.LastError = j.Dead.Error
+	}
+	if e := j.Envelope; e != nil {
+		out.Type, out.Payload, out.Headers = e.Type, payloadJSON(e.Payload), e.Headers
+		mr := e.MaxRetries
+		out.MaxRetries = &mr
+		out.CreatedAt = jsonTime(e.CreatedAt)
+		out.TimeoutMS = e.Timeout.Milliseconds()
+		if out.LastError == "" {
+			out.LastError = e.LastError
+		}
+	} else {
+		if j.Err != nil {
+			out.Corrupt = j.Err.Error()
+		}
+		out.Body = base64.StdEncoding.EncodeToString(j.Body)
+	}
+	return out
+}
+
+func jobType(j *broker.JobInfo) string {
+	if j.Envelope == nil {
+		return "(corrupt)"
+	}
+	return j.Envelope.Type
+}
+
+// when describes a job's time for people.
+func when(j *broker.JobInfo) string {
+	switch j.State {
+	case broker.StateScheduled:
+		if j.ReadyAt.After(j.Now) {
+			return "ready " + relative(j.ReadyAt, j.Now)
+		}
+		return "due " + relative(j.ReadyAt, j.Now)
+	case broker.StateProcessing:
+		if r := j.LeaseRemaining(); r > 0 {
+			return "lease " + fmtDur(r) + " left"
+		}
+		return "lease expired " + relative(j.LeaseDeadline, j.Now)
+	case broker.StateDead:
+		return "died " + relative(j.Dead.DiedAt, j.Now)
+	}
+	return "-"
+}
+
+func jobTime(j *broker.JobInfo) time.Time {
+	switch j.State {
+	case broker.StateScheduled:
+		return j.ReadyAt
+	case broker.StateProcessing:
+		return j.LeaseDeadline
+	case broker.StateDead:
+		return j.Dead.DiedAt
+	}
+	return time.Time{}
+}
+
+// jobsCursor is the position of "jobs ls": processing jobs come first, then
+// scheduled ones; the cursor says which list it is in.
+type jobsCursor struct {
+	state broker.JobState
+	pos   broker.JobCursor
+}
+
+func (c jobsCursor) encode() string {
+	if c.pos.IsZero() {
+		return base64.RawURLEncoding.EncodeToString([]byte(string(c.state) + ":0:"))
+	}
+	raw := string(c.state) + ":" + strconv.FormatInt(c.pos.At.UnixMilli(), 10) + ":" + c.pos.ID
+	return base64.RawURLEncoding.EncodeToString([]byte(raw))
+}
+
+func decodeJobsCursor(s string) (jobsCursor, error) {
+	bad := usagef("invalid --cursor %q: use the value a previous page printed", s)
+	raw, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return jobsCursor{}, bad
+	}
+	parts := strings.SplitN(string(raw), ":", 3)
+	if len(parts) != 3 || (parts[0] != string(broker.StateScheduled) && parts[0] != string(broker.StateProcessing)) {
+		return jobsCursor{}, bad
+	}
+	st := broker.JobState(parts[0])
+	if parts[2] == "" {
+		return jobsCursor{state: st}, nil // the start of that list
+	}
+	ms, err := strconv.ParseInt(parts[1], 10, 64)
+	if err != nil || job.ValidateID(parts[2]) != nil {
+		return jobsCursor{}, bad
+	}
+	return jobsCursor{state: st, pos: broker.JobCursor{At: time.UnixMilli(ms), ID: parts[2]}}, nil
+}
+
+func (a *app) jobsLsCommand() *cobra.Command {
+	var (
+		queue, state, cursor string
+		limit                int
+	)
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List processing jobs (by lease deadline), then scheduled jobs (by ready time)",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkQueue(queue); err != nil {
+				return err
+			}
+			var lists []broker.JobState
+			switch state {
+			case "all":
+				lists = []broker.JobState{broker.StateProcessing, broker.StateScheduled}
+			case "scheduled", "processing":
+				lists = []broker.JobState{broker.JobState(state)}
+			default:
+				return usagef("invalid --state %q: want all, scheduled or processing", state)
+			}
+			if limit <= 0 || limit > broker.MaxPageLimit {
+				return usagef("invalid --limit %d: want 1..%d", limit, broker.MaxPageLimit)
+			}
+			var cur jobsCursor
+			if cursor != "" {
+				c, err := decodeJobsCursor(cursor)
+				if err != nil {
+					return err
+				}
+				cur = c
+				for len(lists) > 0 && lists[0] != c.state {
+					lists = lists[1:]
+				}
+				if len(lists) == 0 {
+					return usagef("invalid --cursor: it belongs to --state %s", c.state)
+				}
+			}
+			b, err := a.broker(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return a.listJobs(cmd.Context(), b, queue, lists, cur, limit)
+		},
+	}
+	f := cmd.Flags()
+	queueFlag(f, &queue, job.DefaultQueue, "queue")
+	f.StringVar(&state, "state", "all", "all, scheduled or processing")
+	f.IntVar(&limit, "limit", 50, "jobs per page")
+	f.StringVar(&cursor, "cursor", "", "continue after a previous page")
+	return cmd
+}
+
+func (a *app) listJobs(ctx context.Context, b *broker.Broker, queue string, lists []broker.JobState, cur jobsCursor, limit int) error {
+	var (
+		jobs []*broker.JobInfo
+		now  time.Time
+		next string
+	)
+	for i, st := range lists {
+		pos := broker.JobCursor{}
+		if cur.state == st {
+			pos = cur.pos
+		}
+		page := b.ScheduledPage
+		if st == broker.StateProcessing {
+			page = b.ProcessingPage
+		}
+		p, err := page(ctx, queue, pos, limit-len(jobs))
+		if err != nil {
+			return err
+		}
+		now = p.Now
+		jobs = append(jobs, p.Jobs...)
+		if !p.Next.IsZero() {
+			next = jobsCursor{state: st, pos: p.Next}.encode()
+			break
+		}
+		if len(jobs) == limit {
+			// Full page: the next list starts from its beginning.
+			if i+1 < len(lists) {
+				next = jobsCursor{state: lists[i+1]}.encode()
+			}
+			break
+		}
+	}
+	if a.json {
+		out := struct {
+			Now  *string   `json:"now"`
+			Jobs []jobJSON `json:"jobs"`
+			Next string    `json:"next,omitempty"`
+		}{Now: jsonTime(now), Jobs: make([]jobJSON, len(jobs))}
+		for i, j := range jobs {
+			out.Jobs[i] = toJobJSON(j)
+		}
+		out.Next = next
+		return a.printJSON(out)
+	}
+	if len(jobs) == 0 {
+		fmt.Fprintf(a.stdout, "no jobs in queue %s\n", queue)
+		return nil
+	}
+	t := newTable(a.stdout, "ID", "TYPE", "STATE", "AT", "WHEN", "ATTEMPTS")
+	for _, j := range jobs {
+		t.row(j.ID, jobType(j), string(j.State), fmtTime(jobTime(j)), when(j), strconv.Itoa(j.Attempts))
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	if next != "" {
+		fmt.Fprintf(a.stdout, "more: --cursor %s\n", next)
+	}
+	return nil
+}
+
+func (a *app) jobsShowCommand() *cobra.Command {
+	var queue string
+	cmd := &cobra.Command{
+		Use:   "show ID",
+		Short: "Show one job: state, envelope, ready time or lease, attempts",
+		Args:  exactArgs(1, "one job id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkQueue(queue); err != nil {
+				return err
+			}
+			if err := checkIDs(args); err != nil {
+				return err
+			}
+			b, err := a.broker(cmd.Context())
+			if err != nil {
+				return err
+			}
+			j, err := b.Job(cmd.Context(), queue, args[0])
+			if err != nil {
+				return notFound(err)
+			}
+			if a.json {
+				return a.printJSON(toJobJSON(j))
+			}
+			return a.showJob(j)
+		},
+	}
+	queueFlag(cmd.Flags(), &queue, job.DefaultQueue, "queue")
+	return cmd
+}
+
+// notFound rewords the broker's errors about a job's state for people.
+func notFound(err error) error {
+	switch {
+	case errors.Is(err, broker.ErrNotFound):
+		return fmt.Errorf("not found: %s", strings.TrimPrefix(err.Error(), broker.ErrNotFound.Error()+": "))
+	case errors.Is(err, broker.ErrInProgress):
+		return fmt.Errorf("%s is in progress: a worker holds it, so it can no longer be changed", strings.TrimPrefix(err.Error(), broker.ErrInProgress.Error()+": "))
+	}
+	return err
+}
+
+func (a *app) showJob(j *broker.JobInfo) error {
+	t := newTable(a.stdout, "ID:", j.ID)
+	t.row("Queue:", j.Queue)
+	t.row("State:", string(j.State))
+	switch j.State {
+	case broker.StateScheduled:
+		t.row("Ready:", fmtTime(j.ReadyAt)+" ("+when(j)+")")
+	case broker.StateProcessing:
+		t.row("Lease until:", fmtTime(j.LeaseDeadline)+" ("+when(j)+")")
+	case broker.StateDead:
+		t.row("Died:", fmtTime(j.Dead.DiedAt)+" ("+relative(j.Dead.DiedAt, j.Now)+")")
+	}
+	e := j.Envelope
+	if e == nil {
+		t.row("Attempts:", strconv.Itoa(j.Attempts))
+		t.row("Corrupt:", oneLine(fmt.Sprint(j.Err)))
+		t.row("Body:", "base64:"+base64.StdEncoding.EncodeToString(j.Body))
+		return t.flush()
+	}
+	t.row("Type:", e.Type)
+	t.row("Attempts:", fmt.Sprintf("%d of %d", j.Attempts, e.MaxRetries+1))
+	t.row("Created:", fmtTime(e.CreatedAt))
+	if e.Timeout > 0 {
+		t.row("Timeout:", fmtDur(e.Timeout))
+	}
+	for _, k := range sortedKeys(e.Headers) {
+		t.row("Header:", k+"="+e.Headers[k])
+	}
+	lastErr := e.LastError
+	if j.Dead != nil {
+		lastErr = j.Dead.Error
+	}
+	t.row("Last error:", orDash(clip(lastErr, 200)))
+	t.row("Payload:", payloadText(e.Payload))
+	if err := t.flush(); err != nil {
+		return err
+	}
+	if j.State == broker.StateDead {
+		fmt.Fprintf(a.stdout, "\nThe job is dead: see 'delayq dead show %s --queue %s' for its full error.\n", j.ID, j.Queue)
+	}
+	return nil
+}
+
+func (a *app) jobsCancelCommand() *cobra.Command {
+	var queue string
+	cmd := &cobra.Command{
+		Use:   "cancel ID...",
+		Short: "Cancel scheduled jobs so that they never run",
+		Long: `Cancel scheduled jobs so that they never run. A job a worker already holds
+cannot be cancelled (exit status 1); it finishes or fails as usual.`,
+		Args: minArgs(1, "at least one job id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkQueue(queue); err != nil {
+				return err
+			}
+			if err := checkIDs(args); err != nil {
+				return err
+			}
+			b, err := a.broker(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return a.eachID(args, "cancelled", func(id string) (string, error) {
+				return "", notFound(b.Cancel(cmd.Context(), queue, id))
+			})
+		},
+	}
+	queueFlag(cmd.Flags(), &queue, job.DefaultQueue, "queue")
+	return cmd
+}
+
+// eachID runs f on each id, reports each outcome and fails if any failed.
+// verb names the success ("cancelled"); f may return a detail.
+func (a *app) eachID(ids []string, verb string, f func(id string) (string, error)) error {
+	type result struct {
+		ID     string `json:"id"`
+		OK     bool   `json:"ok"`
+		Detail string `json:"detail,omitempty"`
+		Error  string `json:"error,omitempty"`
+	}
+	var (
+		results []result
+		first   error
+		failed  int
+	)
+	for _, id := range ids {
+		detail, err := f(id)
+		r := result{ID: id, OK: err == nil, Detail: detail}
+		if err != nil {
+			r.Error = err.Error()
+			failed++
+			if first == nil {
+				first = err
+			}
+		}
+		results = append(results, r)
+		if !a.json && err == nil {
+			fmt.Fprintf(a.stdout, "%s %s%s\n", verb, id, detail)
+		}
+	}
+	if a.json {
+		if err := a.printJSON(results); err != nil {
+			return err
+		}
+	}
+	switch {
+	case failed == 0:
+		return nil
+	case len(ids) == 1:
+		return first
+	default:
+		return fmt.Errorf("%d of %d failed, first: %w", failed, len(ids), first)
+	}
+}
+
+func (a *app) jobsRescheduleCommand() *cobra.Command {
+	var (
+		queue, in, at string
+	)
+	cmd := &cobra.Command{
+		Use:   "reschedule ID (--in DURATION | --at TIME)",
+		Short: "Move a scheduled job to a new ready time",
+		Args:  exactArgs(1, "one job id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkQueue(queue); err != nil {
+				return err
+			}
+			if err := checkIDs(args); err != nil {
+				return err
+			}
+			if (in == "") == (at == "") {
+				return usagef("give exactly one of --in and --at")
+			}
+			var (
+				delay time.Duration
+				abs   time.Time
+				err   error
+			)
+			if in != "" {
+				delay, err = parseIn(in)
+			} else {
+				abs, err = parseAt(at)
+			}
+			if err != nil {
+				return err
+			}
+			b, err := a.broker(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if in != "" {
+				// The broker's reschedule takes an instant: add the delay to
+				// the server's clock.
+				now, err := a.serverNow(cmd.Context(), b)
+				if err != nil {
+					return err
+				}
+				abs = now.Add(delay)
+				if delay == 0 {
+					abs = time.Time{} // now
+				}
+			}
+			ready, err := b.Reschedule(cmd.Context(), queue, args[0], abs)
+			if err != nil {
+				return notFound(err)
+			}
+			if a.json {
+				return a.printJSON(map[string]any{"id": args[0], "queue": queue, "ready_at": jsonTime(ready)})
+			}
+			_, err = fmt.Fprintf(a.stdout, "rescheduled %s to %s\n", args[0], fmtTime(ready))
+			return err
+		},
+	}
+	f := cmd.Flags()
+	queueFlag(f, &queue, job.DefaultQueue, "queue")
+	f.StringVar(&in, "in", "", "ready this long from now (e.g. 10s, 1h30m)")
+	f.StringVar(&at, "at", "", "ready at this RFC 3339 time")
+	return cmd
+}
+
+// serverNow is the clock the scripts use: --now, else the server's TIME.
+func (a *app) serverNow(ctx context.Context, b *broker.Broker) (time.Time, error) {
+	if a.clock != nil {
+		return a.clock(), nil
+	}
+	return b.Client().Time(ctx).Result()
+}
+
+func (a *app) enqueueCommand() *cobra.Command {
+	var (
+		queue, typ, payload, in, at, id string
+		maxRetries                      int
+	)
+	cmd := &cobra.Command{
+		Use:   "enqueue --type TYPE --payload JSON [--queue Q] [--in D | --at TIME] [--id ID]",
+		Short: "Enqueue one job",
+		Long: `Enqueue one job. The payload is JSON, given inline or, with --payload -,
+read from standard input. It prints the job's id and ready time. An id that
+is still pending fails with exit status 1 and leaves the pending job as it is.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkQueue(queue); err != nil {
+				return err
+			}
+			if err := job.ValidateType(typ); err != nil {
+				return usagef("invalid --type: %v", err)
+			}
+			if id != "" {
+				if err := checkIDs([]string{id}); err != nil {
+					return err
+				}
+			}
+			if maxRetries < 0 {
+				return usagef("invalid --max-retries %d: must not be negative", maxRetries)
+			}
+			if in != "" && at != "" {
+				return usagef("give at most one of --in and --at")
+			}
+			env := &job.Envelope{ID: id, Queue: queue, Type: typ, MaxRetries: maxRetries}
+			var err error
+			if in != "" {
+				if env.Delay, err = parseIn(in); err != nil {
+					return err
+				}
+			}
+			if at != "" {
+				if env.At, err = parseAt(at); err != nil {
+					return err
+				}
+			}
+			body := []byte(payload)
+			if payload == "-" {
+				if body, err = io.ReadAll(a.stdin); err != nil {
+					return fmt.Errorf("read payload from standard input: %w", err)
+				}
+			}
+			if !json.Valid(body) {
+				var v any
+				err := json.Unmarshal(body, &v)
+				return usagef("invalid --payload: not JSON: %v", err)
+			}
+			env.Payload = body
+			if a.clock != nil {
+				env.CreatedAt = a.clock()
+			}
+			b, err := a.broker(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if err := b.Enqueue(cmd.Context(), env); err != nil {
+				if errors.Is(err, broker.ErrDuplicate) {
+					return fmt.Errorf("job id %q is already pending in queue %q; nothing changed", env.ID, queue)
+				}
+				return err
+			}
+			if a.json {
+				return a.printJSON(map[string]any{"id": env.ID, "queue": env.Queue, "ready_at": jsonTime(env.ReadyAt)})
+			}
+			_, err = fmt.Fprintf(a.stdout, "enqueued %s in queue %s, ready at %s\n", env.ID, env.Queue, fmtTime(env.ReadyAt))
+			return err
+		},
+	}
+	f := cmd.Flags()
+	queueFlag(f, &queue, job.DefaultQueue, "queue")
+	f.StringVarP(&typ, "type", "t", "", "job type (required)")
+	f.StringVarP(&payload, "payload", "p", "", "payload as JSON, or - to read it from standard input (required)")
+	f.StringVar(&in, "in", "", "ready this long from now (e.g. 10s, 1h30m)")
+	f.StringVar(&at, "at", "", "ready at this RFC 3339 time")
+	f.StringVar(&id, "id", "", "job id (default: generated); unique among pending jobs of the queue")
+	f.IntVar(&maxRetries, "max-retries", job.DefaultMaxRetries, "retries after the first attempt")
+	_ = cmd.MarkFlagRequired("type")
+	_ = cmd.MarkFlagRequired("payload")
+	return cmd
+}

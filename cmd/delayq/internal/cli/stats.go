@@ -1,0 +1,187 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/delayq/delayq/broker"
+)
+
+func (a *app) statsCommand() *cobra.Command {
+	var (
+		watch    bool
+		interval time.Duration
+		queues   []string
+	)
+	cmd := &cobra.Command{
+		Use:   "stats",
+		Short: "Show every queue's counts: scheduled, due, processing, dead",
+		Long: `Show every queue's counts: jobs scheduled, of those due now, processing and
+dead, how late the oldest due job is, and when the next job becomes ready.
+Counts are read in O(log N) per queue, never by scanning.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, q := range queues {
+				if err := checkQueue(q); err != nil {
+					return err
+				}
+			}
+			if interval <= 0 {
+				return usagef("invalid --interval %s: must be positive", interval)
+			}
+			b, err := a.broker(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if !watch {
+				return a.showStats(cmd.Context(), b, queues, false)
+			}
+			return a.watchStats(cmd.Context(), b, queues, interval)
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVarP(&watch, "watch", "w", false, "refresh until interrupted")
+	f.DurationVar(&interval, "interval", 2*time.Second, "refresh interval with --watch")
+	f.StringSliceVarP(&queues, "queue", "q", nil, "only these queues (repeatable; default every queue)")
+	return cmd
+}
+
+func (a *app) watchStats(ctx context.Context, b *broker.Broker, queues []string, interval time.Duration) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for frame := 0; ; frame++ {
+		if !a.json {
+			switch {
+			case a.stdoutTTY:
+				fmt.Fprint(a.stdout, "\x1b[H\x1b[2J") // home and clear
+			case frame > 0:
+				fmt.Fprintln(a.stdout)
+			}
+		}
+		if err := a.showStats(ctx, b, queues, true); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil // interrupted: a normal end of --watch
+		case <-t.C:
+		}
+	}
+}
+
+type statsJSON struct {
+	Now    *string          `json:"now"`
+	Queues []queueStatsJSON `json:"queues"`
+}
+
+type queueStatsJSON struct {
+	Queue      string  `json:"queue"`
+	Scheduled  int64   `json:"scheduled"`
+	Due        int64   `json:"due"`
+	Processing int64   `json:"processing"`
+	Dead       int64   `json:"dead"`
+	OldestDue  *string `json:"oldest_due,omitempty"`
+	LatenessMS int64   `json:"lateness_ms"`
+	NextReady  *string `json:"next_ready,omitempty"`
+}
+
+func (a *app) readStats(ctx context.Context, b *broker.Broker, queues []string) ([]broker.QueueStats, error) {
+	if len(queues) == 0 {
+		return b.AllStats(ctx)
+	}
+	out := make([]broker.QueueStats, 0, len(queues))
+	for _, q := range queues {
+		s, err := b.Stats(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+func (a *app) showStats(ctx context.Context, b *broker.Broker, queues []string, watching bool) error {
+	all, err := a.readStats(ctx, b, queues)
+	if err != nil {
+		return err
+	}
+	var now time.Time
+	if len(all) > 0 {
+		now = all[0].Now
+	}
+	if a.json {
+		out := statsJSON{Now: jsonTime(now), Queues: make([]queueStatsJSON, len(all))}
+		for i, s := range all {
+			out.Queues[i] = queueStatsJSON{
+				Queue: s.Queue, Scheduled: s.Scheduled, Due: s.Due, Processing: s.Processing, Dead: s.Dead,
+				OldestDue: jsonTime(s.OldestDue), LatenessMS: s.Lateness().Milliseconds(), NextReady: jsonTime(s.NextReady),
+			}
+		}
+		return a.printJSON(out)
+	}
+	if len(all) == 0 {
+		fmt.Fprintln(a.stdout, "no queues yet: nothing was ever enqueued in namespace", orDash(b.Namespace()))
+		return nil
+	}
+	if watching {
+		fmt.Fprintf(a.stdout, "delayq stats at %s (namespace %s)\n\n", fmtTime(now), b.Namespace())
+	}
+	t := newTable(a.stdout, "QUEUE", "SCHEDULED", "DUE", "PROCESSING", "DEAD", "OLDEST DUE", "NEXT READY")
+	var tot broker.QueueStats
+	for _, s := range all {
+		late := "-"
+		if !s.OldestDue.IsZero() {
+			late = fmtDur(s.Lateness()) + " late"
+		}
+		t.row(s.Queue, num(s.Scheduled), num(s.Due), num(s.Processing), num(s.Dead), late, relative(s.NextReady, s.Now))
+		tot.Scheduled += s.Scheduled
+		tot.Due += s.Due
+		tot.Processing += s.Processing
+		tot.Dead += s.Dead
+	}
+	if len(all) > 1 {
+		t.row("(total)", num(tot.Scheduled), num(tot.Due), num(tot.Processing), num(tot.Dead))
+	}
+	return t.flush()
+}
+
+func num(n int64) string { return strconv.FormatInt(n, 10) }
+
+// Version is the tool's version, set at build time with
+// -ldflags "-X github.com/delayq/delayq/cmd/delayq/internal/cli.Version=v1.2.3".
+// When empty, the module version from the build info is used.
+var Version = ""
+
+func version() string {
+	if Version != "" {
+		return Version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}
+
+func (a *app) versionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version of delayq",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if a.json {
+				return a.printJSON(map[string]string{"version": version(), "go": runtime.Version(), "platform": runtime.GOOS + "/" + runtime.GOARCH})
+			}
+			_, err := fmt.Fprintf(a.stdout, "delayq %s (%s, %s/%s)\n", version(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			return err
+		},
+	}
+}

@@ -1,0 +1,421 @@
+// Command notify sends delayed SMS reminders through a flaky provider: an
+// HTTP server (httptest) that fails 30 % of calls, rate-limits with 429 and
+// a Retry-After header, and rejects an invalid number with 400.
+//
+// It shows how a handler steers retries through the error it returns:
+//
+//   - a 5xx is an ordinary error: the job type's exponential backoff with
+//     jitter decides when to try again;
+//   - a 429 returns retry.After with the Retry-After delay, so the next
+//     attempt comes exactly when the provider allows it;
+//   - another 4xx (an invalid number) returns retry.Permanent: no retry can
+//     fix it, so the job goes straight to the dead letters, where it is
+//     listed with its error and redriven after the number is fixed.
+//
+// Every call carries the job id as its Idempotency-Key, so a retry after a
+// response that was lost (the SMS went out, the 504 came back) does not send
+// the SMS twice. The provider's failures come from a seeded random source.
+//
+//	go run ./examples/notify                 # embedded Redis
+//	REDIS_URL=redis://127.0.0.1:6379/0 go run ./examples/notify
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"regexp"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/deadletter"
+	"github.com/delayq/delayq/internal/demo"
+	"github.com/delayq/delayq/job"
+	"github.com/delayq/delayq/retry"
+	"github.com/delayq/delayq/worker"
+)
+
+// Reminder is the job's payload. It names the user, not the phone number:
+// the handler looks the number up when it runs, so a corrected number is
+// used by a redriven job.
+type Reminder struct {
+	UserID string `json:"user_id"`
+	Text   string `json:"text"`
+}
+
+// SendReminder sends one SMS. Transient failures back off exponentially
+// (100ms, 200ms, 400ms, … each ±30 %), at most 10 retries.
+var SendReminder = job.New[Reminder]("sms.reminder",
+	job.Queue("sms"),
+	job.MaxRetries(10),
+	job.Timeout(2*time.Second),
+	job.Retry(retry.Exponential{Initial: 100 * time.Millisecond, Multiplier: 2, Max: 2 * time.Second, Jitter: 0.3}),
+)
+
+// Seed of the provider's random failures.
+const seed = 7
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "notify:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 18*time.Second)
+	defer cancel()
+	rdb, where, closeRedis, err := demo.Redis(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeRedis()
+	b, err := broker.New(rdb, broker.Options{Namespace: "notify-" + job.NewID()})
+	if err != nil {
+		return err
+	}
+	clock := demo.NewClock()
+	clock.Printf("using %s", where)
+
+	provider := NewProvider(seed, 5, time.Second)
+	srv := httptest.NewServer(provider)
+	defer srv.Close()
+	clock.Printf("provider: fails 30%% of calls (seed %d), accepts at most 5 calls a second, 400 for an invalid number", seed)
+
+	users := &Directory{phones: map[string]string{
+		"u-1": "+15550101", "u-2": "+15550102", "u-3": "+15550103", "u-4": "+15550104",
+		"u-5": "+15550105", "u-6": "+1555CALLME", "u-7": "+15550107", "u-8": "+15550108",
+	}}
+	sender := &Sender{url: srv.URL + "/messages", client: srv.Client(), users: users, clock: clock,
+		sent: make(chan string, 16), failedAt: make(map[string]time.Time)}
+	reg := job.NewRegistry()
+	SendReminder.Handle(reg, sender.Handle)
+	w, err := worker.New(worker.Config{Broker: b, Registry: reg, Queues: []worker.Queue{{Name: "sms"}}, Concurrency: 8})
+	if err != nil {
+		return err
+	}
+	workerCtx, stopWorker := context.WithCancel(ctx)
+	defer stopWorker()
+	workerDone := make(chan error, 1)
+	go func() { workerDone <- w.Run(workerCtx) }()
+
+	// u-1 and u-6 in 100ms; the other six together in 300ms, a burst the
+	// provider's rate limit will push back on.
+	schedule := []struct {
+		user string
+		in   time.Duration
+	}{{"u-1", 100 * time.Millisecond}, {"u-6", 100 * time.Millisecond}}
+	for _, u := range []string{"u-2", "u-3", "u-4", "u-5", "u-7", "u-8"} {
+		schedule = append(schedule, struct {
+			user string
+			in   time.Duration
+		}{u, 300 * time.Millisecond})
+	}
+	for _, s := range schedule {
+		_, err := SendReminder.Enqueue(ctx, b, Reminder{UserID: s.user, Text: "your appointment is tomorrow at 10:00"},
+			job.ID("reminder-"+s.user), job.In(s.in))
+		if err != nil {
+			return err
+		}
+	}
+	clock.Printf("scheduled 8 reminders: u-1 and u-6 in 100ms, u-2 u-3 u-4 u-5 u-7 u-8 together in 300ms")
+
+	// u-6's number is invalid: its reminder is dead-lettered at once.
+	dead := deadletter.New(b)
+	var page deadletter.Page
+	for len(page.Records) == 0 {
+		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+			return fmt.Errorf("waiting for the dead letter: %w", err)
+		}
+		if page, err = dead.List(ctx, "sms", deadletter.ListOptions{Filter: deadletter.Filter{Type: SendReminder.Name()}}); err != nil {
+			return err
+		}
+	}
+	for _, r := range page.Records {
+		clock.Printf("dead letter: %s after %d attempt(s): %s", r.ID, r.Attempts, r.Error)
+	}
+	users.Set("u-6", "+15550106")
+	clock.Printf("u-6 corrected their number to +15550106")
+	if err := dead.Redrive(ctx, "sms", 0, "reminder-u-6"); err != nil {
+		return err
+	}
+	clock.Printf("redriven: reminder-u-6")
+
+	for pending := len(schedule); pending > 0; {
+		select {
+		case <-sender.sent:
+			pending--
+		case <-ctx.Done():
+			return fmt.Errorf("timed out with %d reminders unsent", pending)
+		}
+	}
+	stopWorker()
+	if err := <-workerDone; err != nil {
+		return err
+	}
+	st, err := b.Stats(context.Background(), "sms")
+	if err != nil {
+		return err
+	}
+	c := provider.Counts()
+	once := 0
+	for _, n := range c.Inbox {
+		if n == 1 {
+			once++
+		}
+	}
+	clock.Printf("provider saw %d calls: %d sent, %d duplicates recognised by Idempotency-Key, %d failed before sending (503), %d sent but the response was lost (504), %d rate-limited (429), %d rejected (400)",
+		c.Calls, c.Sent, c.Duplicates, c.Unavailable, c.Lost, c.Limited, c.Rejected)
+	clock.Printf("done: %d of %d reminders sent, %d of %d phones received exactly one SMS; queue: scheduled %d, processing %d, dead %d",
+		len(c.Inbox), len(schedule), once, len(schedule), st.Scheduled, st.Processing, st.Dead)
+	return nil
+}
+
+// Directory holds users' phone numbers.
+type Directory struct {
+	mu     sync.Mutex
+	phones map[string]string
+}
+
+// Phone returns a user's number.
+func (d *Directory) Phone(user string) (string, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	p, ok := d.phones[user]
+	return p, ok
+}
+
+// Set changes a user's number.
+func (d *Directory) Set(user, phone string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.phones[user] = phone
+}
+
+// Sender is the handler of sms.reminder.
+type Sender struct {
+	url    string
+	client *http.Client
+	users  *Directory
+	clock  *demo.Clock
+	sent   chan string
+
+	mu       sync.Mutex
+	failedAt map[string]time.Time // job id -> when its last attempt failed
+}
+
+// Handle sends one reminder and maps the provider's answer to the outcome of
+// the attempt.
+func (s *Sender) Handle(ctx context.Context, j *job.Job[Reminder]) error {
+	phone, ok := s.users.Phone(j.Args.UserID)
+	if !ok {
+		return retry.Permanent(fmt.Errorf("unknown user %s", j.Args.UserID))
+	}
+	who := fmt.Sprintf("sms %s attempt %d", j.Args.UserID, j.Attempt)
+	if since, ok := s.sinceFailure(j.ID); ok {
+		who += fmt.Sprintf(" (%dms after the last failure, lateness %dms)", since.Milliseconds(), j.Lateness().Milliseconds())
+	} else {
+		who += fmt.Sprintf(" (lateness %dms)", j.Lateness().Milliseconds())
+	}
+	status, retryAfter, answer, err := s.post(ctx, j.ID, phone, j.Args.Text)
+	if err != nil {
+		s.failed(j.ID)
+		s.clock.Printf("%s: %v; retrying with backoff", who, err)
+		return err
+	}
+	switch {
+	case status == http.StatusOK && answer == "duplicate":
+		s.clock.Printf("%s: already sent, the provider recognised the Idempotency-Key: not sent twice", who)
+	case status == http.StatusOK:
+		s.clock.Printf("%s: sent to %s", who, phone)
+	case status == http.StatusTooManyRequests:
+		s.failed(j.ID)
+		s.clock.Printf("%s: 429 rate-limited, Retry-After %v: retry.After schedules the next attempt in exactly %v", who, retryAfter, retryAfter)
+		return retry.After(retryAfter, errors.New("provider: 429 rate-limited"))
+	case status >= 400 && status < 500:
+		s.clock.Printf("%s: %d %s: permanent (retry.Permanent), no retry", who, status, answer)
+		return retry.Permanent(fmt.Errorf("provider rejected %s: %d %s", phone, status, answer))
+	default:
+		s.failed(j.ID)
+		s.clock.Printf("%s: %d %s; retrying with backoff", who, status, answer)
+		return fmt.Errorf("provider: %d %s", status, answer)
+	}
+	s.sent <- j.ID
+	return nil
+}
+
+func (s *Sender) failed(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failedAt[id] = time.Now()
+}
+
+func (s *Sender) sinceFailure(id string) (time.Duration, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.failedAt[id]
+	return time.Since(t), ok
+}
+
+// post sends one SMS request; the job id is its idempotency key. It returns
+// the status, the Retry-After delay of a 429 and the answer's text.
+func (s *Sender) post(ctx context.Context, key, to, text string) (int, time.Duration, string, error) {
+	body, _ := json.Marshal(map[string]string{"to": to, "text": text})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
+	if err != nil {
+		return 0, 0, "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return 0, 0, "", err
+	}
+	defer resp.Body.Close()
+	var answer struct {
+		Status string `json:"status"`
+		Error  string `json:"error"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&answer)
+	if resp.StatusCode == http.StatusTooManyRequests {
+		return resp.StatusCode, parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()), answer.Error, nil
+	}
+	if answer.Error != "" {
+		return resp.StatusCode, 0, answer.Error, nil
+	}
+	return resp.StatusCode, 0, answer.Status, nil
+}
+
+// parseRetryAfter reads a Retry-After header: delay-seconds or an HTTP date.
+// A missing or malformed header gives one second.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	if secs, err := strconv.Atoi(v); err == nil && secs >= 0 {
+		return time.Duration(secs) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(t.Sub(now), 0)
+	}
+	return time.Second
+}
+
+// Provider is a flaky SMS gateway.
+type Provider struct {
+	mu     sync.Mutex
+	rng    *rand.Rand
+	limit  int
+	per    time.Duration
+	recent []time.Time     // calls let through the rate limit in the last per
+	keys   map[string]bool // idempotency keys of messages sent
+	counts Counts
+}
+
+// Counts is what the provider saw.
+type Counts struct {
+	Calls, Sent, Duplicates, Unavailable, Lost, Limited, Rejected int
+	Inbox                                                         map[string]int // phone -> SMS received
+}
+
+// NewProvider returns a provider whose failures are drawn from seed and
+// that lets at most limit calls through per period.
+func NewProvider(seed uint64, limit int, per time.Duration) *Provider {
+	return &Provider{
+		rng:    rand.New(rand.NewPCG(seed, seed)),
+		limit:  limit,
+		per:    per,
+		keys:   make(map[string]bool),
+		counts: Counts{Inbox: make(map[string]int)},
+	}
+}
+
+var validPhone = regexp.MustCompile(`^\+[1-9][0-9]{7,14}$`)
+
+func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var msg struct{ To, Text string }
+	if err := json.NewDecoder(r.Body).Decode(&msg); err != nil {
+		reply(w, http.StatusBadRequest, "error", "malformed request")
+		return
+	}
+	key := r.Header.Get("Idempotency-Key")
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.counts.Calls++
+	now := time.Now()
+	switch {
+	case !validPhone.MatchString(msg.To):
+		p.counts.Rejected++
+		reply(w, http.StatusBadRequest, "error", "invalid phone number")
+		return
+	case p.keys[key]:
+		p.counts.Duplicates++
+		reply(w, http.StatusOK, "status", "duplicate")
+		return
+	}
+	for len(p.recent) > 0 && now.Sub(p.recent[0]) >= p.per {
+		p.recent = p.recent[1:]
+	}
+	if len(p.recent) >= p.limit {
+		p.counts.Limited++
+		wait := p.recent[0].Add(p.per).Sub(now)
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
+		reply(w, http.StatusTooManyRequests, "error", "rate limited")
+		return
+	}
+	p.recent = append(p.recent, now)
+	switch x := p.rng.Float64(); {
+	case x < 0.15:
+		p.counts.Unavailable++
+		reply(w, http.StatusServiceUnavailable, "error", "service unavailable")
+	case x < 0.30:
+		// The SMS goes out, but the answer is lost on the way back.
+		p.deliver(key, msg.To)
+		p.counts.Lost++
+		reply(w, http.StatusGatewayTimeout, "error", "gateway timeout")
+	default:
+		p.deliver(key, msg.To)
+		reply(w, http.StatusOK, "status", "sent")
+	}
+}
+
+func (p *Provider) deliver(key, to string) {
+	p.keys[key] = true
+	p.counts.Sent++
+	p.counts.Inbox[to]++
+}
+
+// Counts returns a copy of the counters.
+func (p *Provider) Counts() Counts {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := p.counts
+	c.Inbox = make(map[string]int, len(p.counts.Inbox))
+	for k, v := range p.counts.Inbox {
+		c.Inbox[k] = v
+	}
+	return c
+}
+
+func reply(w http.ResponseWriter, status int, field, text string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{field: text})
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
