@@ -14,7 +14,7 @@ var aclCommands = []string{
 	// called by scripts
 	"time",
 	"get", "set", "incr", "incrby",
-	"hset", "hsetnx", "hdel", "hexists", "hincrby",
+	"hset", "hsetnx", "hdel", "hexists", "hincrby", "hgetall", "expire",
 	"zadd", "zrem", "zrange", "zrangebyscore", "zremrangebyrank", "zcard", "zcount", "zrank",
 	"publish",
 }

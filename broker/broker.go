@@ -334,7 +334,7 @@ func (b *Broker) Claim(ctx context.Context, queue string, n int, lease time.Dura
 		return ClaimResult{}, fmt.Errorf("broker: %w: lease %s must be positive", job.ErrInvalid, lease)
 	}
 	k := b.keys(queue)
-	res, err := b.run(ctx, claimScript, []string{k.scheduled, k.processing, k.jobs, k.attempts, k.leases, k.seq}, n, durMS(lease))
+	res, err := b.run(ctx, claimScript, []string{k.scheduled, k.processing, k.jobs, k.attempts, k.leases, k.seq, k.hist}, n, durMS(lease))
 	if err != nil {
 		return ClaimResult{}, queueErr(queue, err)
 	}
@@ -399,7 +399,7 @@ func decodeClaimed(queue string, v any) ([]Claimed, error) {
 // ErrLeaseLost (nothing changed for that job) or a Redis error.
 func (b *Broker) Ack(ctx context.Context, leases ...Lease) error {
 	return b.perLease(ctx, leases, func(k keys) []string {
-		return []string{k.processing, k.jobs, k.attempts, k.leases}
+		return []string{k.processing, k.jobs, k.attempts, k.leases, k.hist}
 	}, ackScript, nil)
 }
 
@@ -487,7 +487,7 @@ func (b *Broker) retry(ctx context.Context, l Lease, delay time.Duration, env *j
 		return time.Time{}, err
 	}
 	k := b.keys(l.Queue)
-	res, err := b.run(ctx, retryScript, []string{k.scheduled, k.processing, k.jobs, k.leases},
+	res, err := b.run(ctx, retryScript, []string{k.scheduled, k.processing, k.jobs, k.leases, k.hist},
 		l.ID, tokenArg(l.Token), durMS(max(delay, 0)), body, flag(reaping), k.wake)
 	if err != nil {
 		return time.Time{}, queueErr(l.Queue, err)
@@ -535,7 +535,7 @@ func (b *Broker) kill(ctx context.Context, l Lease, rec *DeadRecord, reaping boo
 		return time.Time{}, err
 	}
 	k := b.keys(l.Queue)
-	res, err := b.run(ctx, killScript, []string{k.processing, k.jobs, k.attempts, k.leases, k.dead, k.deadIndex},
+	res, err := b.run(ctx, killScript, []string{k.processing, k.jobs, k.attempts, k.leases, k.dead, k.deadIndex, k.hist},
 		l.ID, tokenArg(l.Token), data, flag(reaping), b.opts.DeadCap, durMS(b.opts.DeadMaxAge))
 	if err != nil {
 		return time.Time{}, queueErr(l.Queue, err)

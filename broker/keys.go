@@ -3,6 +3,7 @@ package broker
 // keys of one queue, all under its hash tag.
 type keys struct {
 	scheduled, processing, jobs, attempts, leases, seq, dead, deadIndex string
+	hist                                                                string // prefix of the per-minute history keys (history.go)
 	wake                                                                string // Pub/Sub channel, not a key
 }
 
@@ -17,6 +18,7 @@ func newKeys(ns, queue string) keys {
 		seq:        p + "seq",
 		dead:       p + "dead",
 		deadIndex:  p + "dead:index",
+		hist:       p + "hist:",
 		wake:       p + "wake",
 	}
 }

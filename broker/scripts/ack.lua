@@ -4,7 +4,8 @@
 -- KEYS[2] -> ns:{q}:jobs        HASH id -> envelope
 -- KEYS[3] -> ns:{q}:attempts    HASH id -> attempts spent
 -- KEYS[4] -> ns:{q}:leases      HASH id -> fencing token
--- ARGV[1] -> now ms (unused, kept for the common calling convention)
+-- KEYS[5] -> ns:{q}:hist:       prefix of the per-minute history (done)
+-- ARGV[1] -> now ms ("" = server TIME)
 -- ARGV[2+2i], ARGV[3+2i] -> id, token
 --
 -- Returns one integer per job: 1 acked, 0 lease lost (nothing changed). An
@@ -33,5 +34,6 @@ if #held > 0 then
   call_chunked('HDEL', KEYS[2], held)
   call_chunked('HDEL', KEYS[3], held)
   call_chunked('HDEL', KEYS[4], held)
+  history(KEYS[5], now_ms(), 'done', #held)
 end
 return out

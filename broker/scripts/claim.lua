@@ -6,6 +6,8 @@
 -- KEYS[4] -> ns:{q}:attempts    HASH id -> attempts spent
 -- KEYS[5] -> ns:{q}:leases      HASH id -> fencing token of the live lease
 -- KEYS[6] -> ns:{q}:seq         STRING  -> last fencing token handed out
+-- KEYS[7] -> ns:{q}:hist:       prefix of the per-minute history (claimed,
+--                               late_sum, late_max: lateness = now - ready)
 -- ARGV[1] -> now ms ("" = server TIME)
 -- ARGV[2] -> n, the most jobs to claim
 -- ARGV[3] -> lease ms
@@ -21,6 +23,7 @@
 local now = now_ms()
 local n, lease = tonumber(ARGV[2]), tonumber(ARGV[3])
 local jobs, orphans = {}, {}
+local late_sum, late_max = 0, 0
 -- A fencing counter that is not an integer restarts at the server time in
 -- microseconds: above every token handed out so far unless claims outran a
 -- thousand a millisecond, so no token is handed out twice.
@@ -76,11 +79,19 @@ if n > 0 then
         jobs[#jobs + 1] = attempt
         jobs[#jobs + 1] = live_ready[k]
         jobs[#jobs + 1] = live_body[k]
+        local late = math.min(now - live_ready[k], HISTORY_MAX_LATE)
+        late_sum = late_sum + late
+        late_max = math.max(late_max, late)
       end
       call_chunked('ZADD', KEYS[2], deadlines)
       call_chunked('HSET', KEYS[5], tokens)
       call_chunked('HSET', KEYS[4], attempts)
     end
   end
+end
+local hist = history(KEYS[7], now, 'claimed', #jobs / 5)
+if hist then
+  redis.pcall('HINCRBY', hist, 'late_sum', string.format('%d', late_sum))
+  history_max(hist, 'late_max', late_max)
 end
 return {now, next_ready(KEYS[1], now), jobs, orphans}

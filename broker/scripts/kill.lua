@@ -6,6 +6,7 @@
 -- KEYS[4] -> ns:{q}:leases      HASH id -> fencing token
 -- KEYS[5] -> ns:{q}:dead        HASH id -> dead record
 -- KEYS[6] -> ns:{q}:dead:index  ZSET id -> died-at ms
+-- KEYS[7] -> ns:{q}:hist:       prefix of the per-minute history (dead)
 -- ARGV[1] -> now ms ("" = server TIME)
 -- ARGV[2] -> id
 -- ARGV[3] -> token
@@ -34,4 +35,5 @@ redis.call('HDEL', KEYS[4], id)
 redis.call('HSET', KEYS[5], id, ARGV[4])
 redis.call('ZADD', KEYS[6], now, id)
 trim_dead(KEYS[5], KEYS[6], tonumber(ARGV[6]), tonumber(ARGV[7]), now)
+history(KEYS[7], now, 'dead', 1)
 return now

@@ -119,3 +119,33 @@ local function trim_dead(dead, index, cap, max_age, now)
   end
   return dropped
 end
+
+-- The per-minute history of a queue: prefix is ns:{q}:hist: (declared in
+-- KEYS); the key of a minute is prefix .. (ms / 60000). It shares the queue's
+-- hash tag, so it is in the slot of the declared keys. A key lives a day after
+-- its last write. Writes are best effort (redis.pcall): a failure here never
+-- fails the script after it moved jobs.
+local HISTORY_TTL = 86400
+-- Lateness counted per job is capped at 2^31 ms (24.8 days), so that the
+-- per-minute sums stay far from int64 overflow.
+local HISTORY_MAX_LATE = 2147483647
+
+-- Add n to field of the history minute that holds now. Returns the key, or
+-- nil when n is 0.
+local function history(prefix, now, field, n)
+  if n <= 0 then
+    return nil
+  end
+  local key = prefix .. string.format('%d', math.floor(now / 60000))
+  redis.pcall('HINCRBY', key, field, string.format('%d', n))
+  redis.pcall('EXPIRE', key, HISTORY_TTL)
+  return key
+end
+
+-- Raise field of the history key to v if it is lower or missing.
+local function history_max(key, field, v)
+  local current = redis.pcall('HGET', key, field)
+  if current == false or (type(current) == 'string' and v > (tonumber(current) or -1)) then
+    redis.pcall('HSET', key, field, string.format('%d', v))
+  end
+end

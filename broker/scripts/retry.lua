@@ -4,6 +4,7 @@
 -- KEYS[2] -> ns:{q}:processing  ZSET id -> lease deadline ms
 -- KEYS[3] -> ns:{q}:jobs        HASH id -> envelope
 -- KEYS[4] -> ns:{q}:leases      HASH id -> fencing token
+-- KEYS[5] -> ns:{q}:hist:       prefix of the per-minute history (failed)
 -- ARGV[1] -> now ms ("" = server TIME)
 -- ARGV[2] -> id
 -- ARGV[3] -> token
@@ -31,4 +32,5 @@ redis.call('HDEL', KEYS[4], id)
 redis.call('HSET', KEYS[3], id, ARGV[5])
 wake_if_earliest(KEYS[1], ARGV[7], ready, now)
 redis.call('ZADD', KEYS[1], ready, id)
+history(KEYS[5], now, 'failed', 1)
 return ready

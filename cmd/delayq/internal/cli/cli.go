@@ -134,7 +134,8 @@ func (a *app) rootCommand() *cobra.Command {
 		Use:   "delayq",
 		Short: "Inspect and operate delayq queues",
 		Long: `delayq inspects and operates delayq queues in Redis: queue stats,
-scheduled and processing jobs, enqueueing, and the dead-letter store.
+scheduled and processing jobs, enqueueing, the dead-letter store, and a web
+dashboard.
 
 It connects to --redis-url (or $REDIS_URL): redis://[user:password@]host:port/db,
 rediss:// for TLS. Output is a table for people, or JSON with --json.
@@ -159,6 +160,7 @@ Exit status: 0 success, 1 operational error, 2 bad usage.`,
 		a.jobsCommand(),
 		a.enqueueCommand(),
 		a.deadCommand(),
+		a.dashboardCommand(),
 		a.versionCommand(),
 	)
 	root.Args = func(cmd *cobra.Command, args []string) error {

@@ -1,0 +1,142 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delayq/delayq/job"
+)
+
+// The per-minute history of a queue is kept by the scripts that move jobs,
+// in the round trip they make anyway: claim counts the jobs it hands out and
+// their lateness, ack the jobs done, retry the failed attempts and kill the
+// dead jobs. Each minute of the server's clock that saw any of these has one
+// small hash, ns:{q}:hist:<minute> (minute = ms since the epoch / 60,000),
+// that expires HistoryRetention after its last write.
+
+// HistoryRetention is how long a minute of history is kept after its last
+// write.
+const HistoryRetention = 24 * time.Hour
+
+// MaxHistoryMinutes is the most minutes one History call reads per queue.
+const MaxHistoryMinutes = 24*60 + 1
+
+// The fields of a history hash.
+var historyFields = []string{"claimed", "late_sum", "late_max", "done", "failed", "dead"}
+
+// Minute is one minute of a queue's history.
+type Minute struct {
+	Start       time.Time     // the minute's first instant, server clock
+	Claimed     int64         // jobs handed to workers
+	Done        int64         // jobs whose handler succeeded (acked)
+	Failed      int64         // failed attempts that were retried, expired leases included
+	Dead        int64         // jobs moved to the dead-letter store
+	LatenessSum time.Duration // sum over Claimed of claim time − ready time
+	LatenessMax time.Duration // the largest of those
+}
+
+// Handled is how many attempts ended in the minute: done, failed or dead.
+func (m Minute) Handled() int64 { return m.Done + m.Failed + m.Dead }
+
+// MeanLateness is the mean claim time − ready time of the minute's claims,
+// or 0 when there were none.
+func (m Minute) MeanLateness() time.Duration {
+	if m.Claimed == 0 {
+		return 0
+	}
+	return m.LatenessSum / time.Duration(m.Claimed)
+}
+
+// historyChunk bounds the commands of one pipeline.
+const historyChunk = 5000
+
+// History returns the history of each queue for every minute from the one
+// that holds from to the one that holds to, both included: out[i][j] is
+// queue i's minute j, with zero counts for minutes nothing happened in (or
+// that expired). It reads one small hash per queue and minute, pipelined;
+// no scan. A key that is not such a hash counts as an empty minute. It returns an error wrapping job.ErrInvalid for a bad queue name,
+// to before from, or a span over MaxHistoryMinutes.
+func (b *Broker) History(ctx context.Context, queues []string, from, to time.Time) ([][]Minute, error) {
+	for _, q := range queues {
+		if err := job.ValidateQueue(q); err != nil {
+			return nil, err
+		}
+	}
+	first, last := ms(from)/60_000, ms(to)/60_000
+	switch n := last - first + 1; {
+	case n <= 0:
+		return nil, fmt.Errorf("broker: %w: history from %s to %s: the end is before the start", job.ErrInvalid, from, to)
+	case n > MaxHistoryMinutes:
+		return nil, fmt.Errorf("broker: %w: history of %d minutes; at most %d", job.ErrInvalid, n, MaxHistoryMinutes)
+	}
+	minutes := int(last - first + 1)
+	out := make([][]Minute, len(queues))
+	type slot struct{ q, m int }
+	var (
+		slots []slot
+		cmds  []*redis.SliceCmd
+	)
+	flush := func(p redis.Pipeliner) error {
+		if len(cmds) == 0 {
+			return nil
+		}
+		_, _ = p.Exec(ctx) // errors are read per command
+		for i, c := range cmds {
+			vals, err := c.Result()
+			var reply redis.Error
+			switch {
+			case errors.As(err, &reply):
+				continue // not a hash (written by something else): counts as empty
+			case err != nil:
+				return queueErr(queues[slots[i].q], err)
+			}
+			fillMinute(&out[slots[i].q][slots[i].m], vals)
+		}
+		slots, cmds = slots[:0], cmds[:0]
+		return nil
+	}
+	p := b.rdb.Pipeline()
+	for qi, q := range queues {
+		out[qi] = make([]Minute, minutes)
+		prefix := b.keys(q).hist
+		for mi := range minutes {
+			minute := first + int64(mi)
+			out[qi][mi].Start = fromMS(minute * 60_000)
+			cmds = append(cmds, p.HMGet(ctx, prefix+strconv.FormatInt(minute, 10), historyFields...))
+			slots = append(slots, slot{qi, mi})
+			if len(cmds) == historyChunk {
+				if err := flush(p); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	if err := flush(p); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// fillMinute sets m's counts from HMGET values in historyFields order.
+// Missing or malformed fields count as 0.
+func fillMinute(m *Minute, vals []any) {
+	n := func(i int) int64 {
+		if i >= len(vals) {
+			return 0
+		}
+		s, _ := vals[i].(string)
+		v, _ := strconv.ParseInt(s, 10, 64)
+		return v
+	}
+	m.Claimed = n(0)
+	m.LatenessSum = time.Duration(n(1)) * time.Millisecond
+	m.LatenessMax = time.Duration(n(2)) * time.Millisecond
+	m.Done = n(3)
+	m.Failed = n(4)
+	m.Dead = n(5)
+}

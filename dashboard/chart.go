@@ -1,0 +1,244 @@
+package dashboard
+
+import (
+	"fmt"
+	"html/template"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/delayq/delayq/broker"
+)
+
+// series is one named row of values of a chart, drawn with a CSS class.
+type series struct {
+	Name   string
+	Class  string
+	Values []float64
+}
+
+// chart is a server-rendered SVG chart over minutes: stacked bars or lines.
+type chart struct {
+	Label   string      // accessible name
+	Times   []time.Time // start of each minute (x)
+	Series  []series    // in drawing (and stacking) order
+	Bars    bool        // stacked bars; lines otherwise
+	Format  func(float64) string
+	W, H    int  // view box
+	Compact bool // a sparkline: no axes or labels
+}
+
+const (
+	padLeft, padRight, padTop, padBottom = 56, 8, 10, 22
+)
+
+// SVG renders the chart. Every text in it goes through
+// template.HTMLEscapeString; everything else is numbers.
+func (c chart) SVG() template.HTML {
+	var b strings.Builder
+	esc := template.HTMLEscapeString
+	left, right, top, bottom := padLeft, padRight, padTop, padBottom
+	if c.Compact {
+		left, right, top, bottom = 0, 0, 1, 0
+	}
+	pw, ph := float64(c.W-left-right), float64(c.H-top-bottom)
+	n := len(c.Times)
+	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %d %d" width="%d" height="%d" role="img" aria-label="%s" preserveAspectRatio="none">`,
+		c.W, c.H, c.W, c.H, esc(c.Label))
+	if n == 0 {
+		b.WriteString(`</svg>`)
+		return template.HTML(b.String())
+	}
+	ymax := niceCeil(c.max())
+	y := func(v float64) float64 { return float64(top) + ph - v/ymax*ph }
+	slot := pw / float64(n)
+	x := func(i int) float64 { return float64(left) + float64(i)*slot }
+
+	if !c.Compact {
+		for _, f := range []float64{0, 0.5, 1} {
+			v := ymax * f
+			fmt.Fprintf(&b, `<line class="grid" x1="%d" x2="%d" y1="%.1f" y2="%.1f"/>`, left, c.W-right, y(v), y(v))
+			fmt.Fprintf(&b, `<text class="axis" x="%d" y="%.1f" text-anchor="end" dominant-baseline="middle">%s</text>`, left-6, y(v), esc(c.Format(v)))
+		}
+		for i, t := range c.Times {
+			if t.UTC().Minute()%15 == 0 {
+				fmt.Fprintf(&b, `<text class="axis" x="%.1f" y="%d" text-anchor="middle">%s</text>`, x(i)+slot/2, c.H-6, t.UTC().Format("15:04"))
+			}
+		}
+	}
+	if c.Bars {
+		for i, t := range c.Times {
+			base := 0.0
+			var tip []string
+			for _, s := range c.Series {
+				v := s.Values[i]
+				tip = append(tip, fmt.Sprintf("%s %s", c.Format(v), s.Name))
+				if v <= 0 {
+					continue
+				}
+				fmt.Fprintf(&b, `<rect class="%s" x="%.1f" y="%.1f" width="%.1f" height="%.1f"/>`,
+					esc(s.Class), x(i)+slot*0.1, y(base+v), slot*0.8, y(base)-y(base+v))
+				base += v
+			}
+			if !c.Compact {
+				// An invisible full-height column carries the tooltip.
+				fmt.Fprintf(&b, `<rect class="hover" x="%.1f" y="%d" width="%.1f" height="%.0f"><title>%s — %s</title></rect>`,
+					x(i), top, slot, ph, t.UTC().Format("15:04"), esc(strings.Join(tip, ", ")))
+			}
+		}
+	} else {
+		for _, s := range c.Series {
+			// A NaN (no data for the minute) breaks the line; a lone point
+			// is drawn as a short dash.
+			type pt struct{ x, y float64 }
+			var run []pt
+			flush := func() {
+				if len(run) == 1 {
+					run = []pt{{run[0].x - slot/3, run[0].y}, {run[0].x + slot/3, run[0].y}}
+				}
+				if len(run) > 0 {
+					fmt.Fprintf(&b, `<polyline class="%s" fill="none" points="`, esc(s.Class))
+					for j, p := range run {
+						if j > 0 {
+							b.WriteByte(' ')
+						}
+						fmt.Fprintf(&b, "%.1f,%.1f", p.x, p.y)
+					}
+					b.WriteString(`"/>`)
+				}
+				run = run[:0]
+			}
+			for i, v := range s.Values {
+				if math.IsNaN(v) {
+					flush()
+					continue
+				}
+				run = append(run, pt{x(i) + slot/2, y(v)})
+			}
+			flush()
+		}
+		if !c.Compact {
+			for i, t := range c.Times {
+				var tip []string
+				for _, s := range c.Series {
+					v := "—"
+					if !math.IsNaN(s.Values[i]) {
+						v = c.Format(s.Values[i])
+					}
+					tip = append(tip, fmt.Sprintf("%s %s", s.Name, v))
+				}
+				fmt.Fprintf(&b, `<rect class="hover" x="%.1f" y="%d" width="%.1f" height="%.0f"><title>%s — %s</title></rect>`,
+					x(i), top, slot, ph, t.UTC().Format("15:04"), esc(strings.Join(tip, ", ")))
+			}
+		}
+	}
+	b.WriteString(`</svg>`)
+	return template.HTML(b.String())
+}
+
+// max is the largest bar (stacked) or point.
+func (c chart) max() float64 {
+	m := 0.0
+	for i := range c.Times {
+		sum := 0.0
+		for _, s := range c.Series {
+			switch v := s.Values[i]; {
+			case math.IsNaN(v):
+			case c.Bars:
+				sum += v
+			default:
+				sum = math.Max(sum, v)
+			}
+		}
+		m = math.Max(m, sum)
+	}
+	return m
+}
+
+// niceCeil rounds v up to 1, 2 or 5 times a power of ten (1 for v <= 0).
+func niceCeil(v float64) float64 {
+	if v <= 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+		return 1
+	}
+	p := math.Pow(10, math.Floor(math.Log10(v)))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if v <= m*p {
+			return m * p
+		}
+	}
+	return 10 * p
+}
+
+func countLabel(v float64) string { return formatCount(int64(math.Round(v))) }
+
+func msLabel(v float64) string { return formatDuration(time.Duration(v * float64(time.Millisecond))) }
+
+// sumMinutes adds the histories of several queues minute by minute.
+func sumMinutes(hs [][]broker.Minute) []broker.Minute {
+	if len(hs) == 0 {
+		return nil
+	}
+	out := make([]broker.Minute, len(hs[0]))
+	for i := range out {
+		out[i].Start = hs[0][i].Start
+		for _, h := range hs {
+			m := h[i]
+			out[i].Claimed += m.Claimed
+			out[i].Done += m.Done
+			out[i].Failed += m.Failed
+			out[i].Dead += m.Dead
+			out[i].LatenessSum += m.LatenessSum
+			out[i].LatenessMax = max(out[i].LatenessMax, m.LatenessMax)
+		}
+	}
+	return out
+}
+
+// charts are the two charts of a history: outcomes per minute and lateness.
+type charts struct {
+	Handled, Lateness  chart
+	Total              int64 // attempts ended over the span
+	Done, Failed, Dead int64
+	MaxLateness        time.Duration // over the span
+}
+
+func historyCharts(h []broker.Minute, label string, w, height int) charts {
+	times := make([]time.Time, len(h))
+	done, failed, dead := make([]float64, len(h)), make([]float64, len(h)), make([]float64, len(h))
+	mean, peak := make([]float64, len(h)), make([]float64, len(h))
+	var out charts
+	for i, m := range h {
+		times[i] = m.Start
+		done[i], failed[i], dead[i] = float64(m.Done), float64(m.Failed), float64(m.Dead)
+		mean[i], peak[i] = math.NaN(), math.NaN() // no claims: no lateness to draw
+		if m.Claimed > 0 {
+			mean[i] = float64(m.MeanLateness()) / float64(time.Millisecond)
+			peak[i] = float64(m.LatenessMax) / float64(time.Millisecond)
+		}
+		out.Done += m.Done
+		out.Failed += m.Failed
+		out.Dead += m.Dead
+		out.MaxLateness = max(out.MaxLateness, m.LatenessMax)
+	}
+	out.Total = out.Done + out.Failed + out.Dead
+	out.Handled = chart{
+		Label: "Jobs handled per minute, " + label, Times: times, Bars: true, Format: countLabel, W: w, H: height,
+		Series: []series{{"done", "s-done", done}, {"failed", "s-failed", failed}, {"dead", "s-dead", dead}},
+	}
+	out.Lateness = chart{
+		Label: "Lateness (claim time − ready time) per minute, " + label, Times: times, Format: msLabel, W: w, H: height,
+		Series: []series{{"max", "s-max", peak}, {"mean", "s-mean", mean}},
+	}
+	return out
+}
+
+// sparkline is a tiny bar chart of the attempts ended per minute.
+func sparkline(h []broker.Minute, queue string) chart {
+	times := make([]time.Time, len(h))
+	vals := make([]float64, len(h))
+	for i, m := range h {
+		times[i], vals[i] = m.Start, float64(m.Handled())
+	}
+	return chart{Label: "Jobs handled per minute in " + queue, Times: times, Bars: true, Compact: true, Format: countLabel, W: 120, H: 24,
+		Series: []series{{"handled", "s-done", vals}}}
+}

@@ -1,0 +1,310 @@
+package dashboard
+
+import (
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/deadletter"
+	"github.com/delayq/delayq/job"
+)
+
+// historySpan is the window of the charts: the current minute and the 59
+// before it.
+const historySpan = 59 * time.Minute
+
+// pageSize is the rows per page of job lists.
+const pageSize = 50
+
+// queueRow is one queue of the overview.
+type queueRow struct {
+	broker.QueueStats
+	Handled int64 // attempts ended over the last hour
+	Spark   chart
+}
+
+type overviewData struct {
+	Queues []queueRow
+	Total  broker.QueueStats // summed counts; NextReady and OldestDue the earliest
+	Charts charts
+}
+
+// knownQueues returns the names in ns:queues that delayq could have
+// written, sorted.
+func (d *Dashboard) knownQueues(r *http.Request) ([]string, error) {
+	names, err := d.b.Queues(r.Context())
+	if err != nil {
+		return nil, err
+	}
+	names = slices.DeleteFunc(names, func(q string) bool { return job.ValidateQueue(q) != nil })
+	slices.Sort(names)
+	return names, nil
+}
+
+func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	names, err := d.knownQueues(r)
+	if err != nil {
+		d.redisError(w, r, err)
+		return
+	}
+	stats, err := d.b.StatsOf(ctx, names...)
+	if err != nil {
+		d.redisError(w, r, err)
+		return
+	}
+	data := &overviewData{Queues: make([]queueRow, len(stats))}
+	v := &view{Title: "Overview", Nav: "overview", Live: true, Flash: flash(r), Data: data}
+	if len(stats) == 0 {
+		d.render(w, r, http.StatusOK, "overview", v)
+		return
+	}
+	now := stats[0].Now
+	v.Now = now
+	hist, err := d.b.History(ctx, names, now.Add(-historySpan), now)
+	if err != nil {
+		d.redisError(w, r, err)
+		return
+	}
+	t := &data.Total
+	t.Now = now
+	for i, s := range stats {
+		row := queueRow{QueueStats: s, Spark: sparkline(hist[i], s.Queue)}
+		for _, m := range hist[i] {
+			row.Handled += m.Handled()
+		}
+		data.Queues[i] = row
+		t.Scheduled += s.Scheduled
+		t.Due += s.Due
+		t.Processing += s.Processing
+		t.Dead += s.Dead
+		t.NextReady = earliest(t.NextReady, s.NextReady)
+		t.OldestDue = earliest(t.OldestDue, s.OldestDue)
+	}
+	data.Charts = historyCharts(sumMinutes(hist), "all queues, last hour", 560, 170)
+	d.render(w, r, http.StatusOK, "overview", v)
+}
+
+// earliest returns the earlier of two times, ignoring zero ones.
+func earliest(a, b time.Time) time.Time {
+	switch {
+	case a.IsZero():
+		return b
+	case b.IsZero() || a.Before(b):
+		return a
+	}
+	return b
+}
+
+type queueData struct {
+	Stats       broker.QueueStats
+	Charts      charts
+	Search      string // the id searched for and not found
+	SearchErr   string
+	Scheduled   broker.JobPage
+	Processing  broker.JobPage
+	NextSched   string // cursor of the next page, or ""
+	NextProc    string
+	Paged       bool // not on the first page of either list
+	SchedCursor string
+	ProcCursor  string
+}
+
+func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	q := r.PathValue("queue")
+	if err := job.ValidateQueue(q); err != nil {
+		d.fail(w, r, http.StatusBadRequest, "Bad queue name: "+err.Error())
+		return
+	}
+	data := &queueData{}
+	v := &view{Title: "Queue " + q, Nav: q, Live: true, Flash: flash(r), Data: data}
+	status := http.StatusOK
+	if id := strings.TrimSpace(r.URL.Query().Get("id")); id != "" {
+		_, err := d.b.Job(ctx, q, id)
+		switch {
+		case err == nil:
+			d.redirect(w, r, "/queues/"+url.PathEscape(q)+"/job", url.Values{"id": {id}})
+			return
+		case errors.Is(err, broker.ErrNotFound):
+			data.Search, status = id, http.StatusNotFound
+		case errors.Is(err, job.ErrInvalid):
+			data.Search, data.SearchErr, status = id, err.Error(), http.StatusBadRequest
+		default:
+			d.redisError(w, r, err)
+			return
+		}
+		v.Live = false // a search result stays as it is
+	}
+	qv := r.URL.Query()
+	sc, err1 := decodeJobCursor(qv.Get("s"))
+	pc, err2 := decodeJobCursor(qv.Get("p"))
+	if err := errors.Join(err1, err2); err != nil {
+		d.fail(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	data.SchedCursor, data.ProcCursor = qv.Get("s"), qv.Get("p")
+	data.Paged = !sc.IsZero() || !pc.IsZero()
+	var err error
+	if data.Stats, err = d.b.Stats(ctx, q); err != nil {
+		d.redisError(w, r, err)
+		return
+	}
+	v.Now = data.Stats.Now
+	hist, err := d.b.History(ctx, []string{q}, v.Now.Add(-historySpan), v.Now)
+	if err != nil {
+		d.redisError(w, r, err)
+		return
+	}
+	data.Charts = historyCharts(hist[0], "last hour", 560, 150)
+	if data.Scheduled, err = d.b.ScheduledPage(ctx, q, sc, pageSize); err != nil {
+		d.redisError(w, r, err)
+		return
+	}
+	if data.Processing, err = d.b.ProcessingPage(ctx, q, pc, pageSize); err != nil {
+		d.redisError(w, r, err)
+		return
+	}
+	data.NextSched = encodeJobCursor(data.Scheduled.Next)
+	data.NextProc = encodeJobCursor(data.Processing.Next)
+	d.render(w, r, status, "queue", v)
+}
+
+// encodeJobCursor writes a page cursor for a URL; "" for the zero cursor.
+func encodeJobCursor(c broker.JobCursor) string {
+	if c.IsZero() {
+		return ""
+	}
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.At.UnixMilli(), 10) + ":" + c.ID))
+}
+
+var errBadCursor = errors.New("malformed page cursor: start again from the first page")
+
+func decodeJobCursor(s string) (broker.JobCursor, error) {
+	if s == "" {
+		return broker.JobCursor{}, nil
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return broker.JobCursor{}, errBadCursor
+	}
+	at, id, ok := strings.Cut(string(raw), ":")
+	v, err := strconv.ParseInt(at, 10, 64)
+	if !ok || err != nil || job.ValidateID(id) != nil {
+		return broker.JobCursor{}, errBadCursor
+	}
+	return broker.JobCursor{At: time.UnixMilli(v), ID: id}, nil
+}
+
+func (d *Dashboard) jobDetail(w http.ResponseWriter, r *http.Request) {
+	q, id := r.PathValue("queue"), r.URL.Query().Get("id")
+	j, err := d.b.Job(r.Context(), q, id)
+	if err != nil {
+		d.actionError(w, r, err)
+		return
+	}
+	if j.State == broker.StateDead {
+		http.Redirect(w, r, d.opts.Prefix+"/dead/"+url.PathEscape(q)+"/job?"+url.Values{"id": {id}}.Encode(), http.StatusFound)
+		return
+	}
+	d.render(w, r, http.StatusOK, "job", &view{Title: "Job " + id, Nav: q, Now: j.Now, Flash: flash(r), Data: j})
+}
+
+type deadQueue struct {
+	Name string
+	Dead int64
+}
+
+type deadData struct {
+	Queues  []deadQueue
+	Total   int64  // dead jobs in every queue
+	Queue   string // "" for every queue
+	Filter  deadletter.Filter
+	Cursor  string
+	Page    deadletter.Page
+	Matched bool // a filter is set
+}
+
+func (d *Dashboard) dead(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	qv := r.URL.Query()
+	names, err := d.knownQueues(r)
+	if err != nil {
+		d.redisError(w, r, err)
+		return
+	}
+	stats, err := d.b.StatsOf(ctx, names...)
+	if err != nil {
+		d.redisError(w, r, err)
+		return
+	}
+	data := &deadData{
+		Queue:  qv.Get("queue"),
+		Filter: deadletter.Filter{Type: strings.TrimSpace(qv.Get("type")), ErrorContains: qv.Get("error")},
+		Cursor: qv.Get("cursor"),
+	}
+	data.Matched = !data.Filter.IsZero()
+	for _, s := range stats {
+		data.Queues = append(data.Queues, deadQueue{s.Queue, s.Dead})
+		data.Total += s.Dead
+	}
+	v := &view{Title: "Dead letters", Nav: "dead", Flash: flash(r), Data: data}
+	if len(stats) > 0 {
+		v.Now = stats[0].Now
+	}
+	if len(names) == 0 {
+		d.render(w, r, http.StatusOK, "dead", v)
+		return
+	}
+	data.Page, err = d.dl.List(ctx, data.Queue, deadletter.ListOptions{Filter: data.Filter, Cursor: data.Cursor, Limit: pageSize})
+	switch {
+	case errors.Is(err, deadletter.ErrBadCursor):
+		d.fail(w, r, http.StatusBadRequest, errBadCursor.Error())
+		return
+	case errors.Is(err, job.ErrInvalid):
+		d.fail(w, r, http.StatusBadRequest, err.Error())
+		return
+	case err != nil:
+		d.redisError(w, r, err)
+		return
+	}
+	d.render(w, r, http.StatusOK, "dead", v)
+}
+
+func (d *Dashboard) deadDetail(w http.ResponseWriter, r *http.Request) {
+	q, id := r.PathValue("queue"), r.URL.Query().Get("id")
+	rec, err := d.dl.Get(r.Context(), q, id)
+	if err != nil {
+		d.actionError(w, r, err)
+		return
+	}
+	d.render(w, r, http.StatusOK, "deadjob", &view{Title: "Dead job " + id, Nav: "dead", Flash: flash(r), Data: rec})
+}
+
+// redisError reports a failure to read or write Redis.
+func (d *Dashboard) redisError(w http.ResponseWriter, r *http.Request, err error) {
+	d.log.Error().Err(err).Str("path", r.URL.Path).Msg("dashboard: redis call failed")
+	d.fail(w, r, http.StatusInternalServerError, "Redis call failed: "+err.Error())
+}
+
+// actionError maps a broker error to a status and a page.
+func (d *Dashboard) actionError(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, job.ErrInvalid):
+		d.fail(w, r, http.StatusBadRequest, "Bad request: "+err.Error())
+	case errors.Is(err, broker.ErrNotFound):
+		d.fail(w, r, http.StatusNotFound, "Not found: "+err.Error())
+	case errors.Is(err, broker.ErrInProgress):
+		d.fail(w, r, http.StatusConflict, "The job is being handled by a worker now: "+err.Error())
+	case errors.Is(err, broker.ErrDuplicate):
+		d.fail(w, r, http.StatusConflict, "A job with this id is pending again, so the dead one was kept: "+err.Error())
+	default:
+		d.redisError(w, r, err)
+	}
+}

@@ -1,0 +1,265 @@
+package dashboard
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// pageNames are the templates under templates/, each rendered inside
+// layout.html.
+var pageNames = []string{"overview", "queue", "job", "dead", "deadjob", "confirm", "error"}
+
+func parsePages() (map[string]*template.Template, error) {
+	base, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html")
+	if err != nil {
+		return nil, fmt.Errorf("dashboard: parse layout: %w", err)
+	}
+	out := make(map[string]*template.Template, len(pageNames))
+	for _, name := range pageNames {
+		t, err := template.Must(base.Clone()).ParseFS(templateFS, "templates/"+name+".html")
+		if err != nil {
+			return nil, fmt.Errorf("dashboard: parse %s: %w", name, err)
+		}
+		out[name] = t
+	}
+	return out, nil
+}
+
+// view is what every page template gets.
+type view struct {
+	Title     string
+	Nav       string // "overview", "dead" or a queue name
+	Prefix    string
+	CSRF      string
+	ReadOnly  bool
+	Live      bool // the page refreshes itself (when refreshing is on)
+	Refresh   int  // seconds between auto-refreshes; 0 for none (set by render)
+	Namespace string
+	Now       time.Time // server clock
+	Flash     string
+	Status    int
+	Data      any
+}
+
+// render writes page name with status. The body is rendered to a buffer
+// first, so a template error becomes a clean 500.
+func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, status int, name string, v *view) {
+	v.Prefix = d.opts.Prefix
+	v.ReadOnly = d.opts.ReadOnly
+	v.Namespace = d.b.Namespace()
+	v.CSRF = d.csrfToken(w, r)
+	v.Status = status
+	if v.Now.IsZero() {
+		v.Now = time.Now()
+	}
+	v.Refresh = 0
+	if v.Live && d.opts.RefreshInterval > 0 {
+		v.Refresh = int(d.opts.RefreshInterval / time.Second)
+	}
+	var buf bytes.Buffer
+	if err := d.pages[name].ExecuteTemplate(&buf, "layout.html", v); err != nil {
+		d.log.Error().Err(err).Str("page", name).Msg("dashboard: render failed")
+		http.Error(w, "500 internal error: the page could not be rendered", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = buf.WriteTo(w)
+}
+
+// fail renders the error page with status and a message for people.
+func (d *Dashboard) fail(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	if status >= 500 {
+		d.log.Error().Str("path", r.URL.Path).Int("status", status).Msg(msg)
+	}
+	d.render(w, r, status, "error", &view{Title: http.StatusText(status), Data: msg})
+}
+
+// redirect sends the browser to path (under the prefix) after an action,
+// with query values for the notice shown there.
+func (d *Dashboard) redirect(w http.ResponseWriter, r *http.Request, path string, q url.Values) {
+	u := d.opts.Prefix + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	http.Redirect(w, r, u, http.StatusSeeOther)
+}
+
+// notices are the only texts a "done" query value can show, so a crafted
+// link cannot put words on the page.
+var notices = map[string]string{
+	"cancelled":   "Job %[1]s cancelled.",
+	"rescheduled": "Job %[1]s rescheduled.",
+	"redriven":    "Job %[1]s sent back to its queue.",
+	"deleted":     "Dead job %[1]s deleted.",
+	"purged":      "Purged %[2]d dead jobs.",
+	"redrive-all": "Sent %[2]d dead jobs back to their queue; %[3]d could not be (gone, or pending again).",
+}
+
+// flash returns the notice asked for by the query, or "".
+func flash(r *http.Request) string {
+	q := r.URL.Query()
+	format, ok := notices[q.Get("done")]
+	if !ok {
+		return ""
+	}
+	n, _ := strconv.Atoi(q.Get("n"))
+	failed, _ := strconv.Atoi(q.Get("failed"))
+	id := q.Get("id")
+	if len(id) > 300 {
+		id = id[:300]
+	}
+	return fmt.Sprintf(format, strconv.Quote(id), n, failed)
+}
+
+var funcs = template.FuncMap{
+	"ts":        formatTime,
+	"rel":       relative,
+	"dur":       formatDuration,
+	"num":       formatCount,
+	"payload":   formatPayload,
+	"firstLine": firstLine,
+	"add":       func(a, b int) int { return a + b },
+}
+
+// formatTime renders t in UTC to the second; "—" for the zero time.
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return "—"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05Z")
+}
+
+// relative renders t against now: "in 4m10s", "3s ago", "now".
+func relative(t, now time.Time) string {
+	if t.IsZero() {
+		return "—"
+	}
+	d := t.Sub(now)
+	switch {
+	case d > -time.Second && d < time.Second:
+		return "now"
+	case d > 0:
+		return "in " + formatDuration(d)
+	default:
+		return formatDuration(-d) + " ago"
+	}
+}
+
+// formatDuration rounds d for reading: ms below a second, then s, m, h, d.
+func formatDuration(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "0s"
+	case d < time.Second:
+		return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
+	case d < time.Minute:
+		return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) + "s"
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	default:
+		return fmt.Sprintf("%dd%02dh", int(d.Hours())/24, int(d.Hours())%24)
+	}
+}
+
+// formatCount groups digits: 1234567 → "1,234,567".
+func formatCount(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+// formatPayload shows a payload for reading: indented JSON, text as is, or
+// base64 for bytes that are not UTF-8. The template escapes the result.
+func formatPayload(p []byte) string {
+	switch {
+	case len(p) == 0:
+		return "(empty)"
+	case json.Valid(p):
+		var buf bytes.Buffer
+		if err := json.Indent(&buf, p, "", "  "); err == nil {
+			return unescapeHTMLInJSON(buf.String())
+		}
+		return string(p)
+	case utf8.Valid(p):
+		return string(p)
+	default:
+		return fmt.Sprintf("(%d bytes, not UTF-8; base64)\n%s", len(p), base64.StdEncoding.EncodeToString(p))
+	}
+}
+
+// unescapeHTMLInJSON turns the \u003c, \u003e and \u0026 escapes that
+// encoding/json writes for <, > and & back into the characters, so a payload
+// reads as it was sent (the template escapes them for HTML in any case). An
+// escaped backslash is stepped over whole, so "\\u003c" stays as it is.
+func unescapeHTMLInJSON(s string) string {
+	if !strings.Contains(s, `\u00`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '\\' || i+1 >= len(s) {
+			b.WriteByte(s[i])
+			continue
+		}
+		if s[i+1] == 'u' && i+6 <= len(s) {
+			switch strings.ToLower(s[i+2 : i+6]) {
+			case "003c":
+				b.WriteByte('<')
+				i += 5
+				continue
+			case "003e":
+				b.WriteByte('>')
+				i += 5
+				continue
+			case "0026":
+				b.WriteByte('&')
+				i += 5
+				continue
+			}
+		}
+		b.WriteString(s[i : i+2])
+		i++
+	}
+	return b.String()
+}
+
+// firstLine returns the first line of s, cut to at most n bytes (on a rune
+// boundary), with "…" when anything was dropped.
+func firstLine(s string, n int) string {
+	line, _, cut := strings.Cut(s, "\n")
+	if len(line) > n {
+		i := n
+		for i > 0 && !utf8.RuneStart(line[i]) {
+			i--
+		}
+		line, cut = line[:i], true
+	}
+	if cut {
+		line += " …"
+	}
+	return line
+}
