@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"os/exec"
 	"slices"
@@ -21,6 +22,7 @@ type Server struct {
 	logPath string
 	port    int
 	args    []string
+	argv    []string // the whole command line when not built from args (cluster nodes, sentinels)
 
 	mu   sync.Mutex
 	proc *process // nil or exited when the server is down
@@ -104,7 +106,7 @@ func (s *Server) Restart(t testing.TB) {
 	// moment, so an early exit is retried.
 	for range portAttempts {
 		var p *process
-		if p, err = launch(s.bin, s.dir, s.logPath, s.port, s.args); err == nil {
+		if p, err = launchArgs(s.bin, s.dir, s.logPath, s.port, s.cmdline()); err == nil {
 			s.proc = p
 			return
 		}
@@ -115,4 +117,52 @@ func (s *Server) Restart(t testing.TB) {
 	}
 	t.Fatalf("redistest: restart redis-server on %s: %v\n--- last lines of redis-server output ---\n%s",
 		s.Addr(), err, logTail(s.logPath, logTailLines))
+}
+
+// cmdline returns the server's command line.
+func (s *Server) cmdline() []string {
+	if s.argv != nil {
+		return s.argv
+	}
+	return serverArgs(s.port, s.dir, s.args)
+}
+
+// startServer starts a redis-server owned by no test in dir, on free
+// loopback ports: argv gets the port and one more free port (a cluster
+// node's bus port) and returns the command line. It retries with new ports
+// when the server exits early because a port was taken meanwhile.
+func startServer(bin, dir string, argv func(port, extra int) []string) (*Server, error) {
+	s := &Server{bin: bin, dir: dir, logPath: logFile(dir)}
+	var lastErr error
+	for range portAttempts {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		extra, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		if extra == port {
+			continue
+		}
+		args := argv(port, extra)
+		p, err := launchArgs(bin, dir, s.logPath, port, args)
+		if err == nil {
+			s.proc, s.port, s.argv = p, port, args
+			return s, nil
+		}
+		lastErr = err
+		if !errors.Is(err, errExited) {
+			break
+		}
+	}
+	return nil, fmt.Errorf("%w\n--- last lines of redis-server output ---\n%s", lastErr, logTail(s.logPath, logTailLines))
+}
+
+// running reports whether the server's process is up.
+func (s *Server) running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.proc != nil && s.proc.running()
 }
