@@ -17,7 +17,7 @@ func newKeys(ns, queue string) keys {
 		seq:        p + "seq",
 		dead:       p + "dead",
 		deadIndex:  p + "dead:index",
-		wake:       p + "wake",
+		wake:       ns + ":{" + logicalQueue(queue) + "}:wake", // shards wake their queue's workers
 	}
 }
 
