@@ -22,6 +22,15 @@ import (
 // keyless WAIT to another node, or to all of them). A shortfall is an error
 // wrapping ErrNotReplicated.
 //
+// WAIT covers what its connection wrote, and a script that finds nothing to
+// change (a duplicate id, a lost lease) writes nothing; a WAIT after it
+// would confirm only that connection's earlier writes, not the state the
+// script read, which may have been written by a call whose WAIT fell short.
+// So each pipeline also writes "INCRBY ns:{q}:seq 0", which changes nothing
+// but moves the connection to the master's latest replication offset: an
+// ErrDuplicate from a durable Enqueue means the stored job is on the
+// replicas too.
+//
 // go-redis reloads a cluster's slot map after MOVED replies and once a
 // minute, not when a master stops answering; the broker asks for a reload
 // whenever a command fails for a reason other than a Redis error reply, so
@@ -56,6 +65,7 @@ func (b *Broker) exec(ctx context.Context, s *redis.Script, keys []string, args 
 			} else {
 				cmd = s.EvalSha(ctx, p, keys, args...)
 			}
+			p.IncrBy(ctx, seqKeyOf(keys[0]), 0) // see the note at the top
 		})
 		if err != nil {
 			return nil, err
@@ -129,6 +139,14 @@ func (b *Broker) pipelined(ctx context.Context, key string, fn func(redis.Pipeli
 		}
 		return nil
 	}
+}
+
+// seqKeyOf returns the seq key of the queue whose key is given.
+func seqKeyOf(key string) string {
+	if i := strings.Index(key, "}:"); i >= 0 {
+		return key[:i+2] + "seq"
+	}
+	return key + ":seq"
 }
 
 // retryable reports errors that mean a cluster command was not run because

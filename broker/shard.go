@@ -194,6 +194,11 @@ func (b *Broker) declare(ctx context.Context, queue string, n int) (string, erro
 	err := b.pipelined(ctx, shardsKey(b.ns), func(p redis.Pipeliner) {
 		p.HSetNX(ctx, shardsKey(b.ns), queue, n)
 		get = p.HGet(ctx, shardsKey(b.ns), queue)
+		if b.opts.WaitReplicas > 0 {
+			// A write that changes nothing, so that WAIT covers a count
+			// another call stored (see durable.go).
+			p.HIncrBy(ctx, shardsKey(b.ns), queue, 0)
+		}
 	})
 	if err != nil && !errors.Is(err, ErrNotReplicated) {
 		return "", err

@@ -472,11 +472,18 @@ func TestDurableNeedsReplicas(t *testing.T) {
 	}
 
 	port := master.Addr()[strings.LastIndexByte(master.Addr(), ':')+1:]
-	redistest.Start(t, "--replicaof", "127.0.0.1", port)
+	replica := redistest.Start(t, "--replicaof", "127.0.0.1", port)
 	redistest.WaitFor(t, 10*time.Second, "replica in sync", func() bool {
 		info, _ := rdb.Info(ctx, "replication").Result()
 		return strings.Contains(info, "state=online")
 	})
+	// While the replica confirms nothing, not even a duplicate is reported
+	// as stored: the pipeline's no-op write must reach the replica first.
+	replica.Pause()
+	if err := b.Enqueue(ctx, env("a", 0)); !errors.Is(err, broker.ErrNotReplicated) {
+		t.Fatalf("duplicate while the replica is paused: %v", err)
+	}
+	replica.Resume()
 	// A generous timeout now: a busy machine may take more than 100ms.
 	b, err = broker.New(rdb, broker.Options{WaitReplicas: 1, WaitTimeout: 10 * time.Second})
 	if err != nil {

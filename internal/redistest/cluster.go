@@ -182,6 +182,40 @@ func (c *Cluster) MasterOf(t testing.TB, key string) *Server {
 	return nil
 }
 
+// ReplicaOf returns a running replica of master, as the master reports it.
+func (c *Cluster) ReplicaOf(t testing.TB, master *Server) *Server {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: master.Addr()})
+	defer rdb.Close()
+	info, err := rdb.Info(context.Background(), "replication").Result()
+	if err != nil {
+		t.Fatalf("redistest: replication info of %s: %v", master.Addr(), err)
+	}
+	f := infoFields(info)
+	for i := 0; ; i++ {
+		v, ok := f["slave"+strconv.Itoa(i)]
+		if !ok {
+			break
+		}
+		var ip, port string
+		for kv := range strings.SplitSeq(v, ",") {
+			if k, val, ok := strings.Cut(kv, "="); ok {
+				switch k {
+				case "ip":
+					ip = val
+				case "port":
+					port = val
+				}
+			}
+		}
+		if s := c.node(ip + ":" + port); s != nil && s.running() {
+			return s
+		}
+	}
+	t.Fatalf("redistest: master %s has no running replica", master.Addr())
+	return nil
+}
+
 // slots asks the first running node for CLUSTER SLOTS.
 func (c *Cluster) slots(ctx context.Context) ([]redis.ClusterSlot, error) {
 	var lastErr error = errors.New("no node is running")

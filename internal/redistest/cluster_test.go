@@ -70,6 +70,9 @@ func TestClusterFailoverAndRejoin(t *testing.T) {
 	if slices.Contains(c.Masters(t), old) {
 		t.Fatal("the restarted node came back as a master, want a replica")
 	}
+	if r := c.ReplicaOf(t, c.MasterOf(t, "k7")); r != old {
+		t.Fatalf("the replica of k7's new master is %s, want the restarted %s", r.Addr(), old.Addr())
+	}
 	if got := len(redistest.Keys(t, rdb, "k*")); got != 100 {
 		t.Fatalf("Keys found %d keys over the masters, want 100", got)
 	}
@@ -99,4 +102,21 @@ func TestSentinelFailover(t *testing.T) {
 	if s.Master(t) == old {
 		t.Fatal("the restarted old master took over again")
 	}
+}
+
+func TestServerPauseResume(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), ReadTimeout: 200 * time.Millisecond, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.Pause()
+	if err := rdb.Ping(ctx).Err(); err == nil {
+		t.Fatal("a paused server answered PING")
+	}
+	s.Resume()
+	redistest.WaitFor(t, 5*time.Second, "PING after Resume", func() bool { return rdb.Ping(ctx).Err() == nil })
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -73,6 +74,22 @@ func (s *Server) Kill() {
 	defer s.mu.Unlock()
 	if s.proc != nil {
 		s.proc.kill()
+	}
+}
+
+// Pause stops the server's process with SIGSTOP, as a hung or cut-off
+// node: it keeps its connections but answers nothing (and a replica applies
+// nothing) until Resume. It does nothing if the server is down.
+func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server with SIGCONT.
+func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc != nil && s.proc.running() {
+		_ = s.proc.cmd.Process.Signal(sig)
 	}
 }
 
