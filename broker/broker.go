@@ -46,7 +46,8 @@ type Options struct {
 	// docs/scaling.md). With no replica, every change fails.
 	WaitReplicas int
 
-	// WaitTimeout bounds the wait for replicas. 0 means 1s.
+	// WaitTimeout bounds the wait for replicas. 0 means 1s. Keep it below
+	// the client's ReadTimeout (3s by default).
 	WaitTimeout time.Duration
 }
 
@@ -294,6 +295,7 @@ type ClaimResult struct {
 }
 
 // Claim leases up to n due jobs of queue for lease each, in ready-time order.
+// A sharded queue's shards are asked in turn; order then holds per shard.
 func (b *Broker) Claim(ctx context.Context, queue string, n int, lease time.Duration) (ClaimResult, error) {
 	if err := job.ValidateQueue(queue); err != nil {
 		return ClaimResult{}, err
@@ -636,7 +638,8 @@ func (s QueueStats) Lateness() time.Duration {
 	return s.Now.Sub(s.OldestDue)
 }
 
-// Stats reads the counts of one queue in one script call.
+// Stats reads the counts of one queue in one script call (one per shard of
+// a sharded queue, summed).
 func (b *Broker) Stats(ctx context.Context, queue string) (QueueStats, error) {
 	if err := job.ValidateQueue(queue); err != nil {
 		return QueueStats{}, err

@@ -91,7 +91,7 @@ func (c DeadCursor) IsZero() bool { return c.ID == "" }
 // DeadPage returns up to limit dead records of queue older than the cursor,
 // newest first, and the cursor of the next page (zero when there is none).
 // Records inserted or removed meanwhile do not cause gaps or repeats among
-// the others.
+// the others. The pages of a sharded queue's shards are merged.
 func (b *Broker) DeadPage(ctx context.Context, queue string, after DeadCursor, limit int) ([]*DeadRecord, DeadCursor, error) {
 	if err := job.ValidateQueue(queue); err != nil {
 		return nil, DeadCursor{}, err

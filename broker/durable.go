@@ -34,7 +34,7 @@ import (
 // go-redis reloads a cluster's slot map after MOVED replies and once a
 // minute, not when a master stops answering; the broker asks for a reload
 // whenever a command fails for a reason other than a Redis error reply, so
-// that it finds the promoted replica within a second or so.
+// that it finds the promoted replica once one call has failed.
 
 // DefaultWaitTimeout is the default of Options.WaitTimeout.
 const DefaultWaitTimeout = time.Second

@@ -15,6 +15,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/job"
 )
 
 // TestShardedQueueSpreadsOverMasters puts 30,000 jobs on a queue with one
@@ -329,4 +330,51 @@ func selfCPU() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// TestBrokerFollowsPromotion checks that a broker whose cluster client
+// knew the old master finds the promoted replica within seconds, in both
+// modes, although go-redis refreshes its slot map on its own only once a
+// minute when a node merely stops answering.
+func TestBrokerFollowsPromotion(t *testing.T) {
+	needScale(t)
+	t.Parallel()
+	ctx := context.Background()
+	c := redistest.StartCluster(t)
+	plain := newBroker(t, c.Client(t), "follow", false)
+	durable := newBroker(t, c.Client(t), "follow", true)
+	for i, b := range []*broker.Broker{plain, durable} {
+		e, err := noop.Envelope(struct{}{}, job.ID("before"+strconv.Itoa(i)), job.Queue("q"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Enqueue(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	master := c.MasterOf(t, "follow:{q}:jobs")
+	master.Kill()
+	c.WaitHealthy(t, false)
+	enqueued := func(b *broker.Broker, id string) func() bool {
+		return func() bool {
+			e, err := noop.Envelope(struct{}{}, job.ID(id), job.Queue("q"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b.Enqueue(ctx, e) == nil
+		}
+	}
+	start := time.Now()
+	redistest.WaitFor(t, 10*time.Second, "enqueue on the promoted replica", enqueued(plain, "after0"))
+	t.Logf("default mode: enqueue works again %v after the promotion", time.Since(start).Round(10*time.Millisecond))
+	// The durable broker needs a replica: bring the old master back as one.
+	master.Restart(t)
+	c.WaitHealthy(t, true)
+	start = time.Now()
+	redistest.WaitFor(t, 10*time.Second, "durable enqueue on the promoted replica", enqueued(durable, "after1"))
+	t.Logf("durable mode: enqueue works again %v after the old master rejoined", time.Since(start).Round(10*time.Millisecond))
+	st, err := plain.Stats(ctx, "q")
+	if err != nil || st.Scheduled != 4 {
+		t.Fatalf("stats %+v, %v; want the 4 jobs", st, err)
+	}
 }
