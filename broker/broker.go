@@ -36,6 +36,19 @@ type Options struct {
 	// Only tests with a simulated clock set it; production leaves it nil so
 	// that all workers share the server's clock.
 	Clock func() time.Time
+
+	// WaitReplicas, when positive, makes every change to jobs wait until
+	// that many replicas confirm it (Redis WAIT, on the connection that made
+	// it), so that a failover loses no job whose Enqueue returned nil; a
+	// change that is not confirmed within WaitTimeout fails with an error
+	// wrapping ErrNotReplicated. 0 does not wait: replication is
+	// asynchronous and a failover can lose the last writes (see
+	// docs/scaling.md). With no replica, every change fails.
+	WaitReplicas int
+
+	// WaitTimeout bounds the wait for replicas. 0 means 1s. Keep it below
+	// the client's ReadTimeout (3s by default).
+	WaitTimeout time.Duration
 }
 
 // Defaults of Options.
@@ -49,12 +62,12 @@ const (
 // Broker stores jobs in Redis. It is safe for concurrent use. It implements
 // job.Enqueuer.
 type Broker struct {
-	rdb    redis.UniversalClient
-	ns     string
-	opts   Options
-	queues sync.Map // queue names already added to ns:queues by this broker
+	rdb        redis.UniversalClient
+	ns         string
+	opts       Options
+	shardCache shardCache // shard counts of queues, see shard.go
 
-	combiners sync.Map // queue name -> *combiner of single-job enqueues
+	combiners sync.Map // physical queue name -> *combiner of single-job enqueues
 }
 
 var _ job.Enqueuer = (*Broker)(nil)
@@ -80,6 +93,12 @@ func New(rdb redis.UniversalClient, opts Options) (*Broker, error) {
 	}
 	if opts.DeadMaxAge == 0 {
 		opts.DeadMaxAge = DefaultDeadMaxAge
+	}
+	if opts.WaitReplicas < 0 || opts.WaitTimeout < 0 {
+		return nil, fmt.Errorf("broker: %w: WaitReplicas %d and WaitTimeout %s must not be negative", job.ErrInvalid, opts.WaitReplicas, opts.WaitTimeout)
+	}
+	if opts.WaitTimeout == 0 {
+		opts.WaitTimeout = DefaultWaitTimeout
 	}
 	return &Broker{rdb: rdb, ns: opts.Namespace, opts: opts}, nil
 }
@@ -113,20 +132,7 @@ func (b *Broker) nowArg() string {
 }
 
 func (b *Broker) run(ctx context.Context, s *redis.Script, keys []string, args ...any) (any, error) {
-	return s.Run(ctx, b.rdb, keys, append([]any{b.nowArg()}, args...)...).Result()
-}
-
-// remember adds queue to ns:queues once per broker (a command of its own, as
-// that set is outside every queue's hash tag).
-func (b *Broker) remember(ctx context.Context, queue string) error {
-	if _, ok := b.queues.Load(queue); ok {
-		return nil
-	}
-	if err := b.rdb.SAdd(ctx, queuesKey(b.ns), queue).Err(); err != nil {
-		return err
-	}
-	b.queues.Store(queue, struct{}{})
-	return nil
+	return b.exec(ctx, s, keys, append([]any{b.nowArg()}, args...))
 }
 
 // Queues returns the names of every queue that was ever enqueued to.
@@ -165,25 +171,24 @@ func (b *Broker) Enqueue(ctx context.Context, envs ...*job.Envelope) error {
 		if err != nil {
 			return err
 		}
-		return b.enqueueCombined(ctx, envs[0], body)
+		order, _, err := b.placeAll(ctx, envs) // its shard, see shard.go
+		if err != nil {
+			return err
+		}
+		return b.enqueueCombined(ctx, order[0], envs[0], body)
 	}
 	bodies := make([][]byte, len(envs))
-	order := make([]string, 0, 1)
-	groups := make(map[string][]int, 1)
 	now := time.Now()
 	for i, env := range envs {
 		body, err := b.prepare(env, now)
 		if err != nil {
-			if len(envs) > 1 {
-				return fmt.Errorf("job %d of %d: %w", i+1, len(envs), err)
-			}
-			return err
+			return fmt.Errorf("job %d of %d: %w", i+1, len(envs), err)
 		}
 		bodies[i] = body
-		if _, ok := groups[env.Queue]; !ok {
-			order = append(order, env.Queue)
-		}
-		groups[env.Queue] = append(groups[env.Queue], i)
+	}
+	order, groups, err := b.placeAll(ctx, envs) // physical queues, see shard.go
+	if err != nil {
+		return err
 	}
 	errs := make([]error, len(envs))
 	failed := false
@@ -213,9 +218,6 @@ func (b *Broker) Enqueue(ctx context.Context, envs ...*job.Envelope) error {
 const enqueueChunk = 1000
 
 func (b *Broker) enqueueQueue(ctx context.Context, q string, envs []*job.Envelope, bodies [][]byte, idx []int, errs []error) error {
-	if err := b.remember(ctx, q); err != nil {
-		return err
-	}
 	k := b.keys(q)
 	for start := 0; start < len(idx); start += enqueueChunk {
 		part := idx[start:min(start+enqueueChunk, len(idx))]
@@ -238,7 +240,7 @@ func (b *Broker) enqueueQueue(ctx context.Context, q string, envs []*job.Envelop
 		}
 		for j, i := range part {
 			if ready[j] < 0 {
-				errs[i] = fmt.Errorf("%w: id %q in queue %q", ErrDuplicate, envs[i].ID, q)
+				errs[i] = fmt.Errorf("%w: id %q in queue %q", ErrDuplicate, envs[i].ID, envs[i].Queue)
 				continue
 			}
 			envs[i].ReadyAt = fromMS(ready[j])
@@ -326,6 +328,7 @@ type ClaimResult struct {
 }
 
 // Claim leases up to n due jobs of queue for lease each, in ready-time order.
+// A sharded queue's shards are asked in turn; order then holds per shard.
 func (b *Broker) Claim(ctx context.Context, queue string, n int, lease time.Duration) (ClaimResult, error) {
 	if err := job.ValidateQueue(queue); err != nil {
 		return ClaimResult{}, err
@@ -333,6 +336,11 @@ func (b *Broker) Claim(ctx context.Context, queue string, n int, lease time.Dura
 	if lease <= 0 {
 		return ClaimResult{}, fmt.Errorf("broker: %w: lease %s must be positive", job.ErrInvalid, lease)
 	}
+	return b.claimShards(ctx, queue, n, lease)
+}
+
+// claim is Claim on one physical queue.
+func (b *Broker) claim(ctx context.Context, queue string, n int, lease time.Duration) (ClaimResult, error) {
 	k := b.keys(queue)
 	res, err := b.run(ctx, claimScript, []string{k.scheduled, k.processing, k.jobs, k.attempts, k.leases, k.seq, k.hist}, n, durMS(lease))
 	if err != nil {
@@ -426,9 +434,13 @@ func (b *Broker) Release(ctx context.Context, leases ...Lease) error {
 // perLease runs a batch script over leases grouped by queue. The script takes
 // the fixed args then id, token pairs and returns 1 or 0 per pair.
 func (b *Broker) perLease(ctx context.Context, leases []Lease, keysOf func(keys) []string, s *redis.Script, fixed func(keys) []any) error {
+	groups, err := b.leaseGroups(ctx, leases)
+	if err != nil {
+		return err
+	}
 	errs := make([]error, len(leases))
 	failed := false
-	for q, idx := range groupLeases(leases) {
+	for q, idx := range groups {
 		k := b.keys(q)
 		var args []any
 		if fixed != nil {
@@ -458,14 +470,6 @@ func (b *Broker) perLease(ctx context.Context, leases []Lease, keysOf func(keys)
 	return &job.BatchError{Errs: errs}
 }
 
-func groupLeases(leases []Lease) map[string][]int {
-	g := make(map[string][]int, 1)
-	for i, l := range leases {
-		g[l.Queue] = append(g[l.Queue], i)
-	}
-	return g
-}
-
 // Retry puts a failed job back in the schedule, ready after delay, storing
 // env (which carries the last error) as its new envelope. It returns the new
 // ready time, or an error wrapping ErrLeaseLost if the caller no longer holds
@@ -486,7 +490,11 @@ func (b *Broker) retry(ctx context.Context, l Lease, delay time.Duration, env *j
 	if err != nil {
 		return time.Time{}, err
 	}
-	k := b.keys(l.Queue)
+	q, err := b.locate(ctx, l.Queue, l.ID)
+	if err != nil {
+		return time.Time{}, queueErr(l.Queue, err)
+	}
+	k := b.keys(q)
 	res, err := b.run(ctx, retryScript, []string{k.scheduled, k.processing, k.jobs, k.leases, k.hist},
 		l.ID, tokenArg(l.Token), durMS(max(delay, 0)), body, flag(reaping), k.wake)
 	if err != nil {
@@ -534,7 +542,11 @@ func (b *Broker) kill(ctx context.Context, l Lease, rec *DeadRecord, reaping boo
 	if err != nil {
 		return time.Time{}, err
 	}
-	k := b.keys(l.Queue)
+	q, err := b.locate(ctx, l.Queue, l.ID)
+	if err != nil {
+		return time.Time{}, queueErr(l.Queue, err)
+	}
+	k := b.keys(q)
 	res, err := b.run(ctx, killScript, []string{k.processing, k.jobs, k.attempts, k.leases, k.dead, k.deadIndex, k.hist},
 		l.ID, tokenArg(l.Token), data, flag(reaping), b.opts.DeadCap, durMS(b.opts.DeadMaxAge))
 	if err != nil {
@@ -560,6 +572,11 @@ type ReapResult struct {
 // to call RetryExpired or KillExpired with the token read here, so a worker
 // that comes back late is fenced.
 func (b *Broker) Reap(ctx context.Context, queue string, limit int) (ReapResult, error) {
+	return b.reapShards(ctx, queue, limit)
+}
+
+// reap is Reap on one physical queue.
+func (b *Broker) reap(ctx context.Context, queue string, limit int) (ReapResult, error) {
 	k := b.keys(queue)
 	res, err := b.run(ctx, reapScript, []string{k.processing, k.jobs, k.attempts, k.leases}, limit)
 	if err != nil {
@@ -585,7 +602,11 @@ func (b *Broker) Cancel(ctx context.Context, queue, id string) error {
 	if err := validQueueID(queue, id); err != nil {
 		return err
 	}
-	k := b.keys(queue)
+	q, err := b.locate(ctx, queue, id)
+	if err != nil {
+		return queueErr(queue, err)
+	}
+	k := b.keys(q)
 	res, err := b.run(ctx, cancelScript, []string{k.scheduled, k.processing, k.jobs, k.attempts}, id)
 	if err != nil {
 		return queueErr(queue, err)
@@ -603,7 +624,11 @@ func (b *Broker) Reschedule(ctx context.Context, queue, id string, at time.Time)
 	if !at.IsZero() {
 		atMS = readyMS(at)
 	}
-	k := b.keys(queue)
+	q, err := b.locate(ctx, queue, id)
+	if err != nil {
+		return time.Time{}, queueErr(queue, err)
+	}
+	k := b.keys(q)
 	res, err := b.run(ctx, rescheduleScript, []string{k.scheduled, k.processing}, id, atMS, 0, k.wake)
 	if err != nil {
 		return time.Time{}, queueErr(queue, err)
@@ -653,11 +678,17 @@ func (s QueueStats) Lateness() time.Duration {
 	return s.Now.Sub(s.OldestDue)
 }
 
-// Stats reads the counts of one queue in one script call.
+// Stats reads the counts of one queue in one script call (one per shard of
+// a sharded queue, summed).
 func (b *Broker) Stats(ctx context.Context, queue string) (QueueStats, error) {
 	if err := job.ValidateQueue(queue); err != nil {
 		return QueueStats{}, err
 	}
+	return b.statsShards(ctx, queue)
+}
+
+// stats is Stats of one physical queue.
+func (b *Broker) stats(ctx context.Context, queue string) (QueueStats, error) {
 	k := b.keys(queue)
 	res, err := b.run(ctx, statsScript, []string{k.scheduled, k.processing, k.deadIndex})
 	if err != nil {

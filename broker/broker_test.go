@@ -209,7 +209,7 @@ func TestEnqueueRejectsBadInput(t *testing.T) {
 			}
 		})
 	}
-	if keys, _ := tb.rdb.Keys(tb.ctx, tb.ns+":*").Result(); len(keys) != 0 {
+	if keys := redistest.Keys(t, tb.rdb, tb.ns+":*"); len(keys) != 0 {
 		t.Fatalf("bad input wrote keys %v", keys)
 	}
 	if err := tb.b.Enqueue(tb.ctx, env("a", 0)); err != nil {

@@ -22,8 +22,9 @@ import (
 // context ends while its job waits (not yet sent) gets the context's error
 // and its job is not stored.
 
-// combiner gathers the single-job enqueues of one queue.
+// combiner gathers the single-job enqueues of one physical queue (shard).
 type combiner struct {
+	queue   string // physical queue
 	mu      sync.Mutex
 	waiting []*pendingJob
 	busy    bool // a caller is sending; the next one is chosen from waiting
@@ -47,17 +48,17 @@ func (b *Broker) combinerFor(queue string) *combiner {
 	if c, ok := b.combiners.Load(queue); ok {
 		return c.(*combiner)
 	}
-	c, _ := b.combiners.LoadOrStore(queue, &combiner{})
+	c, _ := b.combiners.LoadOrStore(queue, &combiner{queue: queue})
 	return c.(*combiner)
 }
 
 // enqueueCombined stores one prepared envelope, sharing the script call with
 // other callers where they overlap.
-func (b *Broker) enqueueCombined(ctx context.Context, env *job.Envelope, body []byte) error {
+func (b *Broker) enqueueCombined(ctx context.Context, queue string, env *job.Envelope, body []byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	c := b.combinerFor(env.Queue)
+	c := b.combinerFor(queue)
 	p := &pendingJob{ctx: ctx, env: env, body: body, ch: make(chan turn, 1)}
 	c.mu.Lock()
 	c.waiting = append(c.waiting, p)
@@ -141,7 +142,7 @@ func (b *Broker) sendCombined(c *combiner, own *pendingJob) error {
 		envs[i], bodies[i], idx[i] = p.env, p.body, i
 	}
 	errs := make([]error, len(batch))
-	if err := b.enqueueQueue(context.WithoutCancel(own.ctx), own.env.Queue, envs, bodies, idx, errs); err != nil {
+	if err := b.enqueueQueue(context.WithoutCancel(own.ctx), c.queue, envs, bodies, idx, errs); err != nil {
 		for i := range errs {
 			errs[i] = err
 		}

@@ -99,7 +99,7 @@ func (c DeadCursor) IsZero() bool { return c.ID == "" }
 // DeadPage returns up to limit dead records of queue older than the cursor,
 // newest first, and the cursor of the next page (zero when there is none).
 // Records inserted or removed meanwhile do not cause gaps or repeats among
-// the others.
+// the others. The pages of a sharded queue's shards are merged.
 func (b *Broker) DeadPage(ctx context.Context, queue string, after DeadCursor, limit int) ([]*DeadRecord, DeadCursor, error) {
 	if err := job.ValidateQueue(queue); err != nil {
 		return nil, DeadCursor{}, err
@@ -107,6 +107,11 @@ func (b *Broker) DeadPage(ctx context.Context, queue string, after DeadCursor, l
 	if limit <= 0 {
 		return nil, DeadCursor{}, fmt.Errorf("broker: %w: page limit %d must be positive", job.ErrInvalid, limit)
 	}
+	return b.deadPageShards(ctx, queue, after, limit)
+}
+
+// deadPage is DeadPage of one physical queue.
+func (b *Broker) deadPage(ctx context.Context, queue string, after DeadCursor, limit int) ([]*DeadRecord, DeadCursor, error) {
 	k := b.keys(queue)
 	maxScore, skipped := "+inf", 0
 	if !after.IsZero() {
@@ -192,7 +197,11 @@ func (b *Broker) DeadGet(ctx context.Context, queue, id string) (*DeadRecord, er
 	if err := validQueueID(queue, id); err != nil {
 		return nil, err
 	}
-	k := b.keys(queue)
+	q, err := b.locate(ctx, queue, id)
+	if err != nil {
+		return nil, queueErr(queue, err)
+	}
+	k := b.keys(q)
 	pipe := b.rdb.Pipeline()
 	get := pipe.HGet(ctx, k.dead, id)
 	score := pipe.ZScore(ctx, k.deadIndex, id)
@@ -226,6 +235,11 @@ func (b *Broker) Redrive(ctx context.Context, queue string, delay time.Duration,
 	if err := job.ValidateDelay(delay); err != nil {
 		return err
 	}
+	return b.perShard(ctx, queue, ids, func(q string, ids []string) error { return b.redrive(ctx, q, delay, ids) })
+}
+
+// redrive is Redrive on one physical queue.
+func (b *Broker) redrive(ctx context.Context, queue string, delay time.Duration, ids []string) error {
 	errs := make([]error, len(ids))
 	failed := false
 	fail := func(i int, err error) { errs[i], failed = err, true }
@@ -282,9 +296,11 @@ func (b *Broker) DeadDelete(ctx context.Context, queue string, ids ...string) er
 	if err := job.ValidateQueue(queue); err != nil {
 		return err
 	}
-	if len(ids) == 0 {
-		return nil
-	}
+	return b.perShard(ctx, queue, ids, func(q string, ids []string) error { return b.deadDelete(ctx, q, ids) })
+}
+
+// deadDelete is DeadDelete on one physical queue.
+func (b *Broker) deadDelete(ctx context.Context, queue string, ids []string) error {
 	k := b.keys(queue)
 	args := make([]any, len(ids))
 	for i, id := range ids {
@@ -321,6 +337,11 @@ func (b *Broker) DeadPurge(ctx context.Context, queue string) (int64, error) {
 	if err := job.ValidateQueue(queue); err != nil {
 		return 0, err
 	}
+	return b.sumShards(ctx, queue, func(q string) (int64, error) { return b.deadPurge(ctx, q) })
+}
+
+// deadPurge is DeadPurge of one physical queue.
+func (b *Broker) deadPurge(ctx context.Context, queue string) (int64, error) {
 	k := b.keys(queue)
 	var n *redis.IntCmd
 	_, err := b.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
@@ -340,6 +361,11 @@ func (b *Broker) DeadTrim(ctx context.Context, queue string) (int64, error) {
 	if err := job.ValidateQueue(queue); err != nil {
 		return 0, err
 	}
+	return b.sumShards(ctx, queue, func(q string) (int64, error) { return b.deadTrim(ctx, q) })
+}
+
+// deadTrim is DeadTrim of one physical queue.
+func (b *Broker) deadTrim(ctx context.Context, queue string) (int64, error) {
 	k := b.keys(queue)
 	res, err := b.run(ctx, trimScript, []string{k.dead, k.deadIndex}, b.opts.DeadCap, durMS(b.opts.DeadMaxAge))
 	if err != nil {

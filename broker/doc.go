@@ -45,6 +45,13 @@
 //	ns:{q}:dead        HASH  id -> dead record
 //	ns:{q}:dead:index  ZSET  id -> died-at (ms)
 //	ns:queues          SET   known queue names
+//	ns:shards          HASH  queue -> number of shards
+//
+// A queue declared with n > 1 shards ([Broker.DeclareQueue]) is stored as
+// n physical queues "q#0" ... (each its own hash tag, so its own cluster
+// slot); a job's shard is a hash of its id. Every method takes the queue's
+// own name: methods that name a job go to its shard, Claim, Reap, Stats and
+// the dead-letter methods cover all shards. See docs/scaling.md.
 //
 // # Time and fencing
 //
@@ -67,4 +74,8 @@
 // page through jobs by ready time or lease deadline with a cursor;
 // [Broker.Job] finds one job in any state. [Broker.EvictionPolicy] reads the
 // server's maxmemory-policy, which must not evict jobs.
+//
+// The client may be a single node, a *redis.ClusterClient or a Sentinel
+// failover client. Options.WaitReplicas makes every change wait until
+// replicas have it, so that a failover loses no acknowledged job.
 package broker

@@ -19,7 +19,7 @@ func newKeys(ns, queue string) keys {
 		dead:       p + "dead",
 		deadIndex:  p + "dead:index",
 		hist:       p + "hist:",
-		wake:       p + "wake",
+		wake:       ns + ":{" + logicalQueue(queue) + "}:wake", // shards wake their queue's workers
 	}
 }
 

@@ -19,8 +19,19 @@
 //
 //	func TestMain(m *testing.M) { redistest.Main(m) }
 //
+// # Topologies
+//
+// With DELAYQ_TEST_TOPOLOGY=cluster or =sentinel ([TopologyEnv]) the shared
+// server is a Redis Cluster (three masters, three replicas) or a Sentinel
+// setup (master, replica, three Sentinels) instead, started once per test
+// binary, and [New] returns a cluster or failover client; namespaces are
+// deleted from every master. Tests that must see every key use [Keys]
+// rather than KEYS.
+//
 // # Dedicated servers
 //
 // Fault tests that kill or restart Redis use [Start], which runs a
-// redis-server owned by one test; see [Server].
+// redis-server owned by one test; see [Server]. [StartCluster] and
+// [StartSentinel] start a whole cluster or Sentinel setup for one test,
+// whose nodes are Servers too, for failover tests.
 package redistest

@@ -17,7 +17,7 @@ import (
 func ForExample(name string) (rdb redis.UniversalClient, ns string, done func()) {
 	s := getShared(exampleTB{})
 	ns = namespace(name)
-	c := redis.NewClient(s.options())
+	c := s.client() // of the topology under test
 	return c, ns, func() {
 		_ = c.Close()
 		if err := deleteNamespace(s, ns); err != nil {

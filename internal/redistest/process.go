@@ -60,11 +60,17 @@ func plainDial(addr string) (net.Conn, error) { return net.DialTimeout("tcp", ad
 // launch starts redis-server on port with its output appended to logPath
 // and waits until it answers PING over dial. On failure the process is gone.
 func launch(bin, dir, logPath string, port int, extra []string, dial dialer) (*process, error) {
+	return launchArgs(bin, dir, logPath, port, serverArgs(port, dir, extra), dial)
+}
+
+// launchArgs is launch with the whole command line given: args must make
+// the server listen on 127.0.0.1:port.
+func launchArgs(bin, dir, logPath string, port int, args []string, dial dialer) (*process, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, serverArgs(port, dir, extra)...)
+	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
 	// An *os.File needs no copying goroutine, so nothing is left behind for goleak.
 	cmd.Stdout = logf

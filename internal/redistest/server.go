@@ -3,11 +3,13 @@ package redistest
 import (
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
 	"os/exec"
 	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,6 +26,7 @@ type Server struct {
 	args    []string
 	tls     *tls.Config // nil for a plain TCP server
 	dial    dialer
+	argv    []string // the whole command line when not built from args (cluster nodes, sentinels)
 
 	mu   sync.Mutex
 	proc *process // nil or exited when the server is down
@@ -77,6 +80,22 @@ func (s *Server) Kill() {
 	}
 }
 
+// Pause stops the server's process with SIGSTOP, as a hung or cut-off
+// node: it keeps its connections but answers nothing (and a replica applies
+// nothing) until Resume. It does nothing if the server is down.
+func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server with SIGCONT.
+func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc != nil && s.proc.running() {
+		_ = s.proc.cmd.Process.Signal(sig)
+	}
+}
+
 // Stop shuts the server down gracefully with SIGTERM (flushing the AOF if
 // enabled; no RDB is saved unless args configured "save") and waits for it
 // to exit, sending SIGKILL after 10 seconds. It does nothing if the server
@@ -107,7 +126,7 @@ func (s *Server) Restart(t testing.TB) {
 	// moment, so an early exit is retried.
 	for range portAttempts {
 		var p *process
-		if p, err = launch(s.bin, s.dir, s.logPath, s.port, s.args, s.dial); err == nil {
+		if p, err = launchArgs(s.bin, s.dir, s.logPath, s.port, s.cmdline(), s.dialer()); err == nil {
 			s.proc = p
 			return
 		}
@@ -118,4 +137,60 @@ func (s *Server) Restart(t testing.TB) {
 	}
 	t.Fatalf("redistest: restart redis-server on %s: %v\n--- last lines of redis-server output ---\n%s",
 		s.Addr(), err, logTail(s.logPath, logTailLines))
+}
+
+// cmdline returns the server's command line.
+func (s *Server) cmdline() []string {
+	if s.argv != nil {
+		return s.argv
+	}
+	return serverArgs(s.port, s.dir, s.args)
+}
+
+// startServer starts a redis-server owned by no test in dir, on free
+// loopback ports: argv gets the port and one more free port (a cluster
+// node's bus port) and returns the command line. It retries with new ports
+// when the server exits early because a port was taken meanwhile.
+func startServer(bin, dir string, argv func(port, extra int) []string) (*Server, error) {
+	s := &Server{bin: bin, dir: dir, logPath: logFile(dir)}
+	var lastErr error
+	for range portAttempts {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		extra, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		if extra == port {
+			continue
+		}
+		args := argv(port, extra)
+		p, err := launchArgs(bin, dir, s.logPath, port, args, plainDial)
+		if err == nil {
+			s.proc, s.port, s.argv = p, port, args
+			return s, nil
+		}
+		lastErr = err
+		if !errors.Is(err, errExited) {
+			break
+		}
+	}
+	return nil, fmt.Errorf("%w\n--- last lines of redis-server output ---\n%s", lastErr, logTail(s.logPath, logTailLines))
+}
+
+// running reports whether the server's process is up.
+func (s *Server) running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.proc != nil && s.proc.running()
+}
+
+// dialer is how readiness is probed: s.dial for TLS servers, else plain TCP.
+func (s *Server) dialer() dialer {
+	if s.dial != nil {
+		return s.dial
+	}
+	return plainDial
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,6 +40,29 @@ type sharedServer struct {
 	proc *process             // redis-server started by this package, or nil
 	dir  string               // its directory, removed by Main
 	mini *miniredis.Miniredis // embedded fallback, or nil
+
+	cluster  *Cluster  // TopologyEnv=cluster: the client is a cluster client
+	sentinel *Sentinel // TopologyEnv=sentinel: the client is a failover client
+}
+
+// TopologyEnv names the environment variable that chooses what the shared
+// server is: unset or "single" for one redis-server, "cluster" for a
+// [Cluster] of three masters and three replicas, "sentinel" for a master,
+// a replica and three Sentinels ([Sentinel]). [New] then returns a
+// *redis.ClusterClient or a failover *redis.Client, and the test suite runs
+// unchanged against that topology. The topology is started once per test
+// binary, before REDIS_URL is looked at, and stopped by [Main].
+const TopologyEnv = "DELAYQ_TEST_TOPOLOGY"
+
+// Topology returns the shared server's topology as chosen by TopologyEnv:
+// "single", "cluster" or "sentinel".
+func Topology() string {
+	switch t := os.Getenv(TopologyEnv); t {
+	case "":
+		return "single"
+	default:
+		return t
+	}
 }
 
 var (
@@ -69,6 +93,13 @@ func getShared(t testing.TB) *sharedServer {
 // PATH, then (unless DELAYQ_REQUIRE_REDIS=1) an embedded miniredis.
 func startShared(t testing.TB) (*sharedServer, error) {
 	t.Helper()
+	switch topo := Topology(); topo {
+	case "single":
+	case "cluster", "sentinel":
+		return startTopology(topo)
+	default:
+		return nil, fmt.Errorf("%s=%q: want single, cluster or sentinel", TopologyEnv, topo)
+	}
 	if u := os.Getenv("REDIS_URL"); u != "" {
 		opts, err := redis.ParseURL(u)
 		if err != nil {
@@ -111,6 +142,44 @@ func startShared(t testing.TB) (*sharedServer, error) {
 	}, nil
 }
 
+// startTopology starts the shared cluster or Sentinel setup.
+func startTopology(topo string) (*sharedServer, error) {
+	dir, err := os.MkdirTemp("", "redistest-"+topo+"-")
+	if err != nil {
+		return nil, err
+	}
+	s := &sharedServer{dir: dir}
+	if topo == "cluster" {
+		s.cluster, err = startCluster(dir)
+		if err == nil {
+			s.opts = &redis.Options{Addr: s.cluster.Addrs()[0]}
+		}
+	} else {
+		s.sentinel, err = startSentinel(dir)
+		if err == nil {
+			s.opts = &redis.Options{Addr: s.sentinel.data[0].Addr()}
+		}
+	}
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("start shared %s: %w", topo, err)
+	}
+	s.url = "redis://" + s.opts.Addr + "/0"
+	return s, nil
+}
+
+// client returns a new client of the kind the topology needs.
+func (s *sharedServer) client() redis.UniversalClient {
+	switch {
+	case s.cluster != nil:
+		return redis.NewClusterClient(s.cluster.Options())
+	case s.sentinel != nil:
+		return redis.NewFailoverClient(s.sentinel.Options())
+	default:
+		return redis.NewClient(s.options())
+	}
+}
+
 // options returns a copy of the client options, since go-redis fills in
 // defaults on the Options it is given.
 func (s *sharedServer) options() *redis.Options {
@@ -125,6 +194,12 @@ func stopShared() {
 	if s := shared; s != nil {
 		if s.proc != nil {
 			s.proc.kill()
+		}
+		if s.cluster != nil {
+			s.cluster.stop()
+		}
+		if s.sentinel != nil {
+			s.sentinel.stop()
 		}
 		if s.dir != "" {
 			_ = os.RemoveAll(s.dir)
@@ -158,7 +233,9 @@ func Main(m *testing.M) {
 }
 
 // New returns a client connected to the package's shared test server and a
-// key namespace unique to this call. The namespace is "t", a per-binary
+// key namespace unique to this call. The client is a *redis.Client, or a
+// *redis.ClusterClient or failover *redis.Client when TopologyEnv asks for
+// a cluster or Sentinel. The namespace is "t", a per-binary
 // random id, a sequence number and the sanitized test name, uses only
 // [A-Za-z0-9._-] and is at most 60 characters long. Tests keep their keys
 // under namespace+":".
@@ -170,7 +247,7 @@ func New(t testing.TB) (redis.UniversalClient, string) {
 	t.Helper()
 	s := getShared(t)
 	ns := namespace(t.Name())
-	c := redis.NewClient(s.options())
+	c := s.client()
 	t.Cleanup(func() {
 		_ = c.Close() // the test may have closed it already
 		if err := deleteNamespace(s, ns); err != nil {
@@ -181,7 +258,8 @@ func New(t testing.TB) (redis.UniversalClient, string) {
 }
 
 // Addr returns the "host:port" of the package's shared server, starting it
-// if needed. Tests that start subprocesses pass it on.
+// if needed. Tests that start subprocesses pass it on. For a cluster or
+// Sentinel topology it is one node (the first, or the initial master).
 func Addr(t testing.TB) string {
 	t.Helper()
 	return getShared(t).opts.Addr
@@ -249,19 +327,43 @@ func globEscape(s string) string {
 }
 
 // deleteNamespace unlinks every key that starts with ns+":", using its own
-// connection so it works even if the test closed its client.
+// connection so it works even if the test closed its client. On a cluster
+// it scans every master.
 func deleteNamespace(s *sharedServer, ns string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	c := redis.NewClient(s.options())
+	c := s.client()
 	defer c.Close()
-
 	match := globEscape(ns+":") + "*"
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			return unlinkMatching(ctx, node, match, true)
+		})
+	}
+	return unlinkMatching(ctx, c, match, false)
+}
+
+// unlinkMatching unlinks the keys on one server that match the pattern;
+// one key per UNLINK on a cluster node, where keys of one command must
+// share a slot.
+func unlinkMatching(ctx context.Context, c redis.Cmdable, match string, perKey bool) error {
 	var cursor uint64
 	for {
 		keys, next, err := c.Scan(ctx, cursor, match, scanCount).Result()
 		if err != nil {
 			return err
+		}
+		if perKey && len(keys) > 0 {
+			_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for _, k := range keys {
+					p.Unlink(ctx, k)
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			keys = nil
 		}
 		for len(keys) > 0 {
 			n := min(len(keys), unlinkBatch)
@@ -274,4 +376,36 @@ func deleteNamespace(s *sharedServer, ns string) error {
 			return nil
 		}
 	}
+}
+
+// Keys returns every key that matches pattern, as SCAN finds them; on a
+// cluster client it scans every master. Tests use it instead of KEYS so that
+// they mean the same on every topology.
+func Keys(t testing.TB, c redis.UniversalClient, pattern string) []string {
+	t.Helper()
+	ctx := context.Background()
+	var (
+		mu  sync.Mutex
+		out []string
+	)
+	scan := func(ctx context.Context, c redis.Cmdable) error {
+		iter := c.Scan(ctx, 0, pattern, scanCount).Iterator()
+		for iter.Next(ctx) {
+			mu.Lock()
+			out = append(out, iter.Val())
+			mu.Unlock()
+		}
+		return iter.Err()
+	}
+	var err error
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return scan(ctx, node) })
+	} else {
+		err = scan(ctx, c)
+	}
+	if err != nil {
+		t.Fatalf("redistest: scan %q: %v", pattern, err)
+	}
+	slices.Sort(out)
+	return out
 }

@@ -1,0 +1,142 @@
+package broker
+
+import (
+	"io/fs"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// singleKey lists the commands scripts may call on a key: each takes one
+// key, as its first argument. A command outside the list (or one taking
+// several keys) needs a look at its key handling before it is added.
+var singleKey = map[string]bool{
+	"ZADD": true, "ZREM": true, "ZSCORE": true, "ZCARD": true, "ZCOUNT": true, "ZRANGE": true,
+	"ZRANGEBYSCORE": true, "ZREMRANGEBYRANK": true,
+	"HGET": true, "HSET": true, "HSETNX": true, "HDEL": true, "HEXISTS": true, "HINCRBY": true,
+	"INCR": true, "INCRBY": true, "GET": true, "SET": true, "ZRANK": true, "HMGET": true,
+}
+
+// keyless lists commands that touch no key: PUBLISH's channel is not a key
+// (on a cluster it reaches subscribers on every node).
+var keyless = map[string]bool{"TIME": true, "PUBLISH": true}
+
+var (
+	callRE     = regexp.MustCompile(`redis\.call\(\s*'(\w+)'\s*(?:,\s*([^,)]+))?`)
+	declaredRE = regexp.MustCompile(`(?m)^-- (KEYS\[\d+\]) ->`)
+	keysUseRE  = regexp.MustCompile(`KEYS\[\d+\]`)
+	// prelude helpers and how many leading arguments of each are keys.
+	helperRE = regexp.MustCompile(`\b(holds|wake_if_earliest|trim_dead|call_chunked|hmget|earliest|next_ready|history)\(([^)]*)\)`)
+)
+
+// helperKeys gives, for each prelude helper, the positions of its key
+// arguments.
+var helperKeys = map[string][]int{
+	"holds": {0}, "wake_if_earliest": {0}, "trim_dead": {0, 1}, "call_chunked": {1},
+	"hmget": {0}, "earliest": {0}, "next_ready": {0}, "history": {0},
+}
+
+// TestScriptsTouchOnlyDeclaredKeys checks statically that every key a
+// script reaches is one of its KEYS, declared in its header, so that on a
+// cluster it runs in the slot of the queue's hash tag and nowhere else.
+func TestScriptsTouchOnlyDeclaredKeys(t *testing.T) {
+	t.Parallel()
+	prelude, err := scriptFS.ReadFile("scripts/prelude.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// In the prelude, key arguments are the helpers' parameters.
+	for _, m := range callRE.FindAllStringSubmatch(string(prelude), -1) {
+		cmd, arg := m[1], strings.TrimSpace(m[2])
+		switch {
+		case keyless[cmd]:
+		case !singleKey[cmd]:
+			t.Errorf("prelude.lua calls %s, which is not a known single-key command", cmd)
+		case arg != "scheduled" && arg != "leases" && arg != "dead" && arg != "index" && arg != "key" && arg != "zset":
+			t.Errorf("prelude.lua calls %s on %q, not on a helper's key parameter", cmd, arg)
+		}
+	}
+	names, err := fs.Glob(scriptFS, "scripts/*.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, name := range names {
+		if name == "scripts/prelude.lua" {
+			continue
+		}
+		checked++
+		body, err := scriptFS.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := string(body)
+		declared := map[string]bool{}
+		for _, m := range declaredRE.FindAllStringSubmatch(src, -1) {
+			declared[m[1]] = true
+		}
+		code := stripComments(src)
+		for _, k := range keysUseRE.FindAllString(code, -1) {
+			if !declared[k] {
+				t.Errorf("%s uses %s, which its header does not declare", name, k)
+			}
+		}
+		for _, m := range callRE.FindAllStringSubmatch(code, -1) {
+			cmd, arg := m[1], strings.TrimSpace(m[2])
+			switch {
+			case keyless[cmd]:
+			case !singleKey[cmd]:
+				t.Errorf("%s calls %s, which is not a known single-key command", name, cmd)
+			case !keysUseRE.MatchString(arg) || keysUseRE.FindString(arg) != arg:
+				t.Errorf("%s calls %s on %q, not on one of KEYS", name, cmd, arg)
+			}
+		}
+		for _, m := range helperRE.FindAllStringSubmatch(code, -1) {
+			args := strings.Split(m[2], ",")
+			for _, i := range helperKeys[m[1]] {
+				if a := strings.TrimSpace(args[i]); keysUseRE.FindString(a) != a {
+					t.Errorf("%s passes %q as a key to %s", name, a, m[1])
+				}
+			}
+		}
+	}
+	if checked < 10 {
+		t.Fatalf("checked %d scripts; the glob found too few", checked)
+	}
+}
+
+func stripComments(src string) string {
+	var b strings.Builder
+	for line := range strings.SplitSeq(src, "\n") {
+		if i := strings.Index(line, "--"); i >= 0 {
+			line = line[:i]
+		}
+		b.WriteString(line)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+func TestShardNameWindows(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 31, 64, MaxShards} {
+		s := newShardSet("queue", n)
+		for k, name := range s.names {
+			if logicalQueue(name) != "queue" {
+				t.Fatalf("shard %q does not map back to its queue", name)
+			}
+			if n == 1 {
+				continue
+			}
+			from, to := k*clusterSlots/n, (k+1)*clusterSlots/n
+			if sl := slot(name); sl < from || sl >= to {
+				t.Fatalf("%d shards: shard %d (%s) in slot %d, outside [%d, %d)", n, k, name, sl, from, to)
+			}
+		}
+	}
+	// The shard of an id is fixed by the id alone.
+	s := newShardSet("q", 7)
+	if a, b := s.of("order-42"), s.of("order-42"); a != b {
+		t.Fatalf("order-42 went to %s and %s", a, b)
+	}
+}
