@@ -176,7 +176,10 @@ func Tracing(opts ...TracingOption) job.Middleware {
 		return job.HandlerFunc(func(ctx context.Context, m *job.Message) error {
 			// Drop any span of the worker's context: the parent comes
 			// from the headers or there is none.
-			pctx := c.prop.Extract(trace.ContextWithSpanContext(ctx, trace.SpanContext{}), propagation.MapCarrier(m.Headers))
+			if trace.SpanContextFromContext(ctx).IsValid() {
+				ctx = trace.ContextWithSpanContext(ctx, trace.SpanContext{})
+			}
+			pctx := c.prop.Extract(ctx, propagation.MapCarrier(m.Headers))
 			producer := trace.SpanContextFromContext(pctx)
 			q := m.Queue
 			if q == "" {
@@ -210,27 +213,32 @@ func Tracing(opts ...TracingOption) job.Middleware {
 
 // finishConsumer records an attempt's result on its span and ends it at end.
 func finishConsumer(span trace.Span, res job.Result, end time.Time) {
-	span.SetAttributes(AttrOutcome.String(res.Outcome.String()))
+	// One SetAttributes call: each call may copy the span's attributes.
+	kvs := make([]attribute.KeyValue, 1, 4)
+	kvs[0] = AttrOutcome.String(res.Outcome.String())
 	if res.Err != nil {
-		span.SetAttributes(semconv.ErrorType(res.Err))
+		kvs = append(kvs, semconv.ErrorType(res.Err))
 		if retry.IsPermanent(res.Err) {
-			span.SetAttributes(AttrPermanentError.Bool(true))
+			kvs = append(kvs, AttrPermanentError.Bool(true))
 		}
-		span.RecordError(res.Err, trace.WithTimestamp(end))
-		span.SetStatus(codes.Error, statusText(res.Err))
 	}
 	switch res.Outcome {
 	case job.OutcomeRetry:
-		span.SetAttributes(AttrRetryDelayMS.Int64(res.Delay.Milliseconds()))
-	case job.OutcomeDead:
-		span.AddEvent(EventDeadLettered, trace.WithTimestamp(end))
+		kvs = append(kvs, AttrRetryDelayMS.Int64(res.Delay.Milliseconds()))
 	case job.OutcomeLeaseLost:
 		if res.Lost != nil {
-			span.SetAttributes(AttrLostReason.String(statusText(res.Lost)))
+			kvs = append(kvs, AttrLostReason.String(statusText(res.Lost)))
 		}
-		if res.Err == nil {
-			span.SetStatus(codes.Error, "lease lost: the job was or will be handled again")
-		}
+	}
+	span.SetAttributes(kvs...)
+	if res.Err != nil {
+		span.RecordError(res.Err, trace.WithTimestamp(end))
+		span.SetStatus(codes.Error, statusText(res.Err))
+	} else if res.Outcome == job.OutcomeLeaseLost {
+		span.SetStatus(codes.Error, "lease lost: the job was or will be handled again")
+	}
+	if res.Outcome == job.OutcomeDead {
+		span.AddEvent(EventDeadLettered, trace.WithTimestamp(end))
 	}
 	span.End(trace.WithTimestamp(end))
 }
