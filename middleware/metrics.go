@@ -131,12 +131,11 @@ func Metrics(opts ...MetricsOption) job.Middleware {
 			lateness.Record(ctx, max(m.Lateness(), 0).Seconds(), sets.get(q, m.Type, 0, false))
 			start := time.Now()
 			return observe(ctx, m, next, func(res job.Result, end time.Time) {
+				// ctx may be cancelled by now; synchronous instruments
+				// record all the same (ctx only selects exemplars).
 				labels := sets.get(q, m.Type, res.Outcome, true)
-				// The callback may run after ctx was cancelled; the
-				// measurement still counts.
-				bg := context.WithoutCancel(ctx)
-				handled.Add(bg, 1, labels)
-				duration.Record(bg, end.Sub(start).Seconds(), labels)
+				handled.Add(ctx, 1, labels)
+				duration.Record(ctx, end.Sub(start).Seconds(), labels)
 			})
 		})
 	}
