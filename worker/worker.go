@@ -103,7 +103,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	for i, q := range w.cfg.Queues {
 		names[i] = q.Name
 	}
-	w.log.Info().Strs("queues", names).Int("concurrency", w.cfg.Concurrency).Dur("lease", w.cfg.Lease).Msg("worker started")
+	w.log.Info().Strs("queues", names).Int("concurrency", w.cfg.Concurrency).Int64("lease_ms", w.cfg.Lease.Milliseconds()).Msg("worker started")
 
 	// bg outlives ctx: it carries acks, retries and releases of the shutdown.
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
@@ -360,7 +360,7 @@ func (w *Worker) fail(bg context.Context, logger zerolog.Logger, c *broker.Claim
 		settle(settled(job.Result{Outcome: job.OutcomeDead, Err: err}, lost))
 		return
 	}
-	logger.Debug().Err(err).Str("type", m.Type).Dur("delay", delay).Msg("job failed; retrying")
+	logger.Debug().Err(err).Str("type", m.Type).Int64("delay_ms", delay.Milliseconds()).Msg("job failed; retrying")
 	env := m.Envelope
 	env.LastError = err.Error()
 	lost := w.persist(bg, c.Lease, "retry", func(ctx context.Context) error {
@@ -574,26 +574,31 @@ func (w *Worker) reap(ctx, bg context.Context) {
 func (w *Worker) expire(bg context.Context, c *broker.Claimed) {
 	logger := w.log.With().Str("job_id", c.ID).Str("queue", c.Queue).Int("attempt", c.Attempt).Logger()
 	var err error
+	var outcome string
 	if c.Err != nil {
 		rec := &broker.DeadRecord{Body: c.Body, Error: c.Err.Error(), Attempts: c.Attempt}
 		_, err = w.cfg.Broker.KillExpired(bg, c.Lease, rec)
+		outcome = job.OutcomeDead.String()
 	} else {
 		m := c.Message()
+		logger = logger.With().Str("type", m.Type).Logger()
 		m.Attempt = max(c.Attempt, 1)
 		entry, _ := w.cfg.Registry.Lookup(m.Type)
 		dead, delay := w.decide(m, entry.Retry, ErrLeaseExpired)
 		if dead {
 			rec := &broker.DeadRecord{Type: m.Type, Body: c.Body, Error: ErrLeaseExpired.Error(), Attempts: m.Attempt}
 			_, err = w.cfg.Broker.KillExpired(bg, c.Lease, rec)
+			outcome = job.OutcomeDead.String()
 		} else {
 			env := m.Envelope
 			env.LastError = ErrLeaseExpired.Error()
 			_, err = w.cfg.Broker.RetryExpired(bg, c.Lease, delay, &env)
+			outcome = job.OutcomeRetry.String()
 		}
 	}
 	switch {
 	case err == nil:
-		logger.Warn().Msg("lease expired; job reaped")
+		logger.Warn().Str("outcome", outcome).Msg("lease expired; job reaped")
 	case errors.Is(err, broker.ErrLeaseLost), errors.Is(err, broker.ErrLeaseLive):
 		logger.Debug().Err(err).Msg("reap skipped")
 	default:
@@ -615,7 +620,7 @@ func (w *Worker) shutdown(bg context.Context, cancelJobs context.CancelFunc, han
 	n := len(w.inflight)
 	w.mu.Unlock()
 	if n > 0 {
-		w.log.Info().Int("in_flight", n).Dur("timeout", w.cfg.ShutdownTimeout).Msg("shutting down: waiting for in-flight jobs")
+		w.log.Info().Int("in_flight", n).Int64("timeout_ms", w.cfg.ShutdownTimeout.Milliseconds()).Msg("shutting down: waiting for in-flight jobs")
 	}
 	t := time.NewTimer(w.cfg.ShutdownTimeout)
 	defer t.Stop()
