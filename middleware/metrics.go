@@ -124,6 +124,9 @@ func Metrics(opts ...MetricsOption) job.Middleware {
 	sets := &labelSets{}
 	return func(next job.Handler) job.Handler {
 		return job.HandlerFunc(func(ctx context.Context, m *job.Message) error {
+			if !handled.Enabled(ctx) && !duration.Enabled(ctx) && !lateness.Enabled(ctx) {
+				return next.Handle(ctx, m) // no SDK, or all three dropped
+			}
 			q := m.Queue
 			if q == "" {
 				q = job.DefaultQueue

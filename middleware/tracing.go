@@ -174,6 +174,11 @@ func Tracing(opts ...TracingOption) job.Middleware {
 	return func(next job.Handler) job.Handler {
 		return job.HandlerFunc(func(ctx context.Context, m *job.Message) error {
 			ctx, span := ct.start(ctx, m)
+			if !span.IsRecording() {
+				// Not sampled, or no SDK: nothing to record the result on.
+				defer span.End()
+				return next.Handle(ctx, m)
+			}
 			return observe(ctx, m, next, func(res job.Result, end time.Time) {
 				finishConsumer(span, m, res, end)
 			})
@@ -226,10 +231,6 @@ func (ct *consumerTracer) start(ctx context.Context, m *job.Message) (context.Co
 // finishConsumer records the message's attributes and the attempt's
 // result on its span and ends it at end.
 func finishConsumer(span trace.Span, m *job.Message, res job.Result, end time.Time) {
-	if !span.IsRecording() {
-		span.End(trace.WithTimestamp(end))
-		return
-	}
 	// One SetAttributes call: each call may copy the span's attributes.
 	kvs := make([]attribute.KeyValue, 0, 8)
 	kvs = append(kvs,

@@ -10,8 +10,10 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/delayq/delayq/internal/redistest"
@@ -280,4 +282,48 @@ func hasEvent(s sdktrace.ReadOnlySpan, name string) bool {
 		}
 	}
 	return false
+}
+
+func TestTracingUnsampledPassesContextOn(t *testing.T) {
+	t.Parallel()
+	sr := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()), sdktrace.WithSpanProcessor(sr))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	env := &job.Envelope{ID: "u1", Type: "t"}
+	enq := middleware.EnqueueTracing(middleware.WithTracerProvider(tp))(job.EnqueuerFunc(func(context.Context, ...*job.Envelope) error { return nil }))
+	if err := enq.Enqueue(context.Background(), env); err != nil {
+		t.Fatal(err)
+	}
+	producer := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier(env.Headers))
+	if !trace.SpanContextFromContext(producer).IsValid() {
+		t.Fatalf("no trace context injected for an unsampled span: %v", env.Headers)
+	}
+	var seen trace.SpanContext
+	h := middleware.Tracing(middleware.WithTracerProvider(tp))(job.HandlerFunc(func(ctx context.Context, m *job.Message) error {
+		seen = trace.SpanContextFromContext(ctx)
+		return nil
+	}))
+	ctx, settle := job.WithResults(context.Background())
+	if err := h.Handle(ctx, &job.Message{Envelope: *env, Attempt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	settle(job.Result{Outcome: job.OutcomeSuccess})
+	if seen.TraceID() != trace.SpanContextFromContext(producer).TraceID() || seen.IsSampled() {
+		t.Fatalf("handler's span context %v, want the producer's trace, unsampled", seen)
+	}
+	if n := len(sr.Ended()); n != 0 {
+		t.Fatalf("%d spans recorded with NeverSample", n)
+	}
+}
+
+func TestMetricsWithoutSDKPassesThrough(t *testing.T) {
+	t.Parallel()
+	called := false
+	h := middleware.Metrics(middleware.WithMeterProvider(metricnoop.NewMeterProvider()))(job.HandlerFunc(func(context.Context, *job.Message) error {
+		called = true
+		return errors.New("fails")
+	}))
+	if err := h.Handle(context.Background(), &job.Message{}); err == nil || !called {
+		t.Fatalf("handler called %v, error %v: want the handler's error passed through", called, err)
+	}
 }
