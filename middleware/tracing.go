@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"strings"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -196,6 +197,7 @@ type consumerTracer struct {
 	tracer  trace.Tracer
 	prop    propagation.TextMapPropagator
 	newRoot bool
+	names   sync.Map // queue → span name
 }
 
 // start starts an attempt's span. It is a function of its own so that its
@@ -213,27 +215,40 @@ func (ct *consumerTracer) start(ctx context.Context, m *job.Message) (context.Co
 	if q == "" {
 		q = job.DefaultQueue
 	}
-	// The attributes that samplers may use go in at the start, the rest with
-	// the result: one allocation fewer per span.
-	attrs := trace.WithAttributes(
-		semconv.MessagingSystemKey.String(System),
-		semconv.MessagingOperationName("process"),
-		semconv.MessagingOperationTypeProcess,
-		semconv.MessagingDestinationName(q),
-	)
+	// No attributes at the start: an attempt that is not sampled then costs
+	// no attribute slices at all, and a recorded one gets them all in one
+	// call with its result (see finishConsumer).
+	name := ct.spanName(q)
 	if ct.newRoot && producer.IsValid() {
-		return ct.tracer.Start(pctx, "process "+q, consumerKind, attrs,
-			trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: producer}))
+		return ct.tracer.Start(pctx, name, consumerKind, trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: producer}))
 	}
-	return ct.tracer.Start(pctx, "process "+q, consumerKind, attrs)
+	return ct.tracer.Start(pctx, name, consumerKind)
+}
+
+// spanName returns "process <queue>", made once per queue.
+func (ct *consumerTracer) spanName(q string) string {
+	if v, ok := ct.names.Load(q); ok {
+		return v.(string)
+	}
+	name := "process " + q
+	ct.names.Store(q, name)
+	return name
 }
 
 // finishConsumer records the message's attributes and the attempt's
 // result on its span and ends it at end.
 func finishConsumer(span trace.Span, m *job.Message, res job.Result, end time.Time) {
 	// One SetAttributes call: each call may copy the span's attributes.
-	kvs := make([]attribute.KeyValue, 0, 8)
+	q := m.Queue
+	if q == "" {
+		q = job.DefaultQueue
+	}
+	kvs := make([]attribute.KeyValue, 0, 12)
 	kvs = append(kvs,
+		semconv.MessagingSystemKey.String(System),
+		semconv.MessagingOperationName("process"),
+		semconv.MessagingOperationTypeProcess,
+		semconv.MessagingDestinationName(q),
 		semconv.MessagingMessageID(m.ID),
 		AttrJobType.String(m.Type),
 		AttrAttempt.Int(m.Attempt),
