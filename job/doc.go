@@ -43,7 +43,10 @@
 //
 // A [Handler] handles one delivery ([Message]); a [Registry] maps type names
 // to handlers together with the type's retry policy and timeout. [Middleware]
-// wraps handlers.
+// wraps handlers; [EnqueueMiddleware] wraps an [Enqueuer] on the producer
+// side. A middleware learns what became of an attempt (acknowledged, retried,
+// dead-lettered, lease lost) through [OnResult], which the worker settles
+// after the handler returned.
 //
 // The package knows nothing of Redis; the broker package stores envelopes and
 // the worker package runs handlers.

@@ -85,10 +85,16 @@ type Config struct {
 	Timeout time.Duration
 	// Middleware wraps every handler, the first outermost. nil means
 	// [DefaultMiddleware]; an empty non-nil slice means none. The worker
-	// recovers panics beyond the chain in any case.
+	// recovers panics beyond the chain in any case. [Worker.Use] appends to
+	// this chain (inside it). Middleware learns each attempt's outcome
+	// through job.OnResult.
 	Middleware []job.Middleware
 
-	// Logger receives lifecycle events and failures. Default zerolog.Nop().
+	// Logger receives lifecycle events (info: start, stop, shutdown),
+	// anomalies (warn: orphans removed, leases reaped or lost, unfinished
+	// jobs released; error: Redis failures) and per-job decisions (debug).
+	// One line per job outcome comes from middleware.Logging, not from here.
+	// Default zerolog.Nop(). Fields are listed in docs/observability.md.
 	Logger *zerolog.Logger
 }
 

@@ -37,8 +37,14 @@ type Worker struct {
 	closing  bool
 
 	ackMu   sync.Mutex
-	pending []broker.Lease
+	pending []acking
 	ackSig  chan struct{} // pending grew (buffered 1)
+}
+
+// acking is a lease waiting for the acker and the attempt's settle function.
+type acking struct {
+	lease  broker.Lease
+	settle func(job.Result)
 }
 
 type task struct {
@@ -63,6 +69,29 @@ func New(cfg Config) (*Worker, error) {
 	}, nil
 }
 
+// Use appends middleware to the worker's handler chain, inside
+// Config.Middleware: with the default chain a job runs through Recover, then
+// Timeout, then the middleware given to Use in order, then its handler. To
+// order Recover and Timeout yourself, set Config.Middleware to an empty
+// slice and pass them to Use as well:
+//
+//	w.Use(middleware.Recover(), middleware.Tracing(), middleware.Metrics(),
+//		middleware.Logging(logger), middleware.Timeout(0))
+//
+// Use must be called before Run; it panics when called after, or with a nil
+// middleware.
+func (w *Worker) Use(mws ...job.Middleware) {
+	if w.running.Load() {
+		panic("worker: Use called after Run")
+	}
+	for i, mw := range mws {
+		if mw == nil {
+			panic(fmt.Sprintf("worker: Use: middleware %d of %d is nil", i+1, len(mws)))
+		}
+	}
+	w.cfg.Middleware = append(w.cfg.Middleware[:len(w.cfg.Middleware):len(w.cfg.Middleware)], mws...)
+}
+
 // Run handles jobs until ctx is cancelled, then shuts down gracefully (see
 // the package doc) and returns nil. It returns an error at once if the
 // worker is already running.
@@ -74,7 +103,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	for i, q := range w.cfg.Queues {
 		names[i] = q.Name
 	}
-	w.log.Info().Strs("queues", names).Int("concurrency", w.cfg.Concurrency).Dur("lease", w.cfg.Lease).Msg("worker started")
+	w.log.Info().Strs("queues", names).Int("concurrency", w.cfg.Concurrency).Int64("lease_ms", w.cfg.Lease.Milliseconds()).Msg("worker started")
 
 	// bg outlives ctx: it carries acks, retries and releases of the shutdown.
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
@@ -266,6 +295,7 @@ func (w *Worker) process(ctx context.Context, claimedAt time.Time, c *broker.Cla
 	// Outcomes are recorded even after the handler's context is cancelled.
 	bg := context.WithoutCancel(ctx)
 	if c.Err != nil {
+		// No handler or middleware sees it: there is no message to give.
 		logger := w.jobLogger(c)
 		logger.Error().Err(c.Err).Msg("envelope does not decode; dead-lettering")
 		rec := &broker.DeadRecord{Body: c.Body, Error: c.Err.Error(), Attempts: c.Attempt}
@@ -284,20 +314,26 @@ func (w *Worker) process(ctx context.Context, claimedAt time.Time, c *broker.Cla
 	if m.Timeout <= 0 {
 		m.Timeout = w.cfg.Timeout
 	}
-	var err error
+	h := entry.Handler
 	if !known {
-		err = fmt.Errorf("no handler registered for type %q", m.Type)
-	} else {
-		err = w.call(ctx, job.Chain(entry.Handler, w.cfg.Middleware...), m)
+		// Middleware sees the attempt fail like any other.
+		h = job.HandlerFunc(func(context.Context, *job.Message) error {
+			return fmt.Errorf("no handler registered for type %q", m.Type)
+		})
 	}
+	// settle tells middleware what became of the attempt (job.OnResult).
+	ctx, settle := job.WithResults(ctx)
+	err := w.call(ctx, job.Chain(h, w.cfg.Middleware...), m)
 	if w.released(t) {
-		return // handed back at shutdown; another worker takes it
-	}
-	if err == nil {
-		w.ack(t.lease)
+		// Handed back at shutdown; another worker takes it.
+		settle(job.Result{Outcome: job.OutcomeReleased, Err: err})
 		return
 	}
-	w.fail(bg, w.jobLogger(c), c, m, entry.Retry, err)
+	if err == nil {
+		w.ack(t.lease, settle)
+		return
+	}
+	w.fail(bg, w.jobLogger(c), c, m, entry.Retry, err, settle)
 }
 
 // jobLogger returns the logger for one job's outcome. It is built only when
@@ -317,25 +353,37 @@ func (w *Worker) call(ctx context.Context, h job.Handler, m *job.Message) (err e
 	return h.Handle(ctx, m)
 }
 
-// fail retries or dead-letters a job whose attempt returned err.
-func (w *Worker) fail(bg context.Context, logger zerolog.Logger, c *broker.Claimed, m *job.Message, policy retry.Policy, err error) {
+// fail retries or dead-letters a job whose attempt returned err, then
+// settles the attempt. Per-job outcomes are logged at debug level here;
+// middleware.Logging writes the outcome lines.
+func (w *Worker) fail(bg context.Context, logger zerolog.Logger, c *broker.Claimed, m *job.Message, policy retry.Policy, err error, settle func(job.Result)) {
 	dead, delay := w.decide(m, policy, err)
 	if dead {
-		logger.Warn().Err(err).Str("type", m.Type).Msg("job dead-lettered")
+		logger.Debug().Err(err).Str("type", m.Type).Msg("job dead-lettered")
 		rec := &broker.DeadRecord{Type: m.Type, Body: c.Body, Error: err.Error(), Attempts: m.Attempt}
-		w.persist(bg, c.Lease, "kill", func(ctx context.Context) error {
+		lost := w.persist(bg, c.Lease, "kill", func(ctx context.Context) error {
 			_, err := w.cfg.Broker.Kill(ctx, c.Lease, rec)
 			return err
 		})
+		settle(settled(job.Result{Outcome: job.OutcomeDead, Err: err}, lost))
 		return
 	}
-	logger.Info().Err(err).Str("type", m.Type).Dur("delay", delay).Msg("job failed; retrying")
+	logger.Debug().Err(err).Str("type", m.Type).Int64("delay_ms", delay.Milliseconds()).Msg("job failed; retrying")
 	env := m.Envelope
 	env.LastError = err.Error()
-	w.persist(bg, c.Lease, "retry", func(ctx context.Context) error {
+	lost := w.persist(bg, c.Lease, "retry", func(ctx context.Context) error {
 		_, err := w.cfg.Broker.Retry(ctx, c.Lease, delay, &env)
 		return err
 	})
+	settle(settled(job.Result{Outcome: job.OutcomeRetry, Err: err, Delay: delay}, lost))
+}
+
+// settled is res, or OutcomeLeaseLost when recording it failed with lost.
+func settled(res job.Result, lost error) job.Result {
+	if lost == nil {
+		return res
+	}
+	return job.Result{Outcome: job.OutcomeLeaseLost, Err: res.Err, Lost: lost}
 }
 
 // decide says whether a failed attempt is the job's last, and if not, how
@@ -359,8 +407,8 @@ func (w *Worker) decide(m *job.Message, policy retry.Policy, err error) (dead bo
 // persist runs a state change, retrying Redis errors with backoff for as
 // long as the lease could still be held. A lost lease ends it at once: the
 // job is someone else's. If it never succeeds the job is redelivered after
-// its lease, so nothing is lost.
-func (w *Worker) persist(ctx context.Context, l broker.Lease, what string, op func(context.Context) error) bool {
+// its lease, so nothing is lost; the last error is returned.
+func (w *Worker) persist(ctx context.Context, l broker.Lease, what string, op func(context.Context) error) error {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval = 20 * time.Millisecond
 	b.MaxInterval = time.Second
@@ -377,15 +425,15 @@ func (w *Worker) persist(ctx context.Context, l broker.Lease, what string, op fu
 	}, backoff.WithContext(b, ctx))
 	if err != nil {
 		w.log.Warn().Err(err).Str("job_id", l.ID).Str("queue", l.Queue).Msg(what + " not recorded; the job comes back after its lease")
-		return false
 	}
-	return true
+	return err
 }
 
-// ack queues a lease for the acker, which batches them.
-func (w *Worker) ack(l broker.Lease) {
+// ack queues a lease for the acker, which batches them and settles the
+// attempt.
+func (w *Worker) ack(l broker.Lease, settle func(job.Result)) {
 	w.ackMu.Lock()
-	w.pending = append(w.pending, l)
+	w.pending = append(w.pending, acking{l, settle})
 	w.ackMu.Unlock()
 	w.signal(w.ackSig)
 }
@@ -421,31 +469,53 @@ func (w *Worker) acker(bg context.Context, stop <-chan struct{}) {
 	}
 }
 
-// ackBatch acks leases, retrying the ones that failed for a Redis error.
-func (w *Worker) ackBatch(bg context.Context, batch []broker.Lease) {
+// ackBatch acks leases, retrying the ones that failed for a Redis error,
+// and settles each attempt.
+func (w *Worker) ackBatch(bg context.Context, batch []acking) {
 	todo := batch
-	w.persist(bg, batch[0], "ack", func(ctx context.Context) error {
-		err := w.cfg.Broker.Ack(ctx, todo...)
+	leases := make([]broker.Lease, len(batch))
+	err := w.persist(bg, batch[0].lease, "ack", func(ctx context.Context) error {
+		leases = leases[:0]
+		for _, a := range todo {
+			leases = append(leases, a.lease)
+		}
+		err := w.cfg.Broker.Ack(ctx, leases...)
 		var be *job.BatchError
-		if !errors.As(err, &be) {
+		if err == nil {
+			for _, a := range todo {
+				a.settle(job.Result{Outcome: job.OutcomeSuccess})
+			}
+			todo = nil
+			return nil
+		}
+		if !errors.As(err, &be) || len(be.Errs) != len(todo) {
 			return err
 		}
-		var again []broker.Lease
+		var again []acking
+		var errs []error
 		for i, e := range be.Errs {
 			switch {
 			case e == nil:
+				todo[i].settle(job.Result{Outcome: job.OutcomeSuccess})
 			case errors.Is(e, broker.ErrLeaseLost):
-				w.log.Warn().Str("job_id", todo[i].ID).Str("queue", todo[i].Queue).Msg("ack refused: lease lost; the job was or will be handled again")
+				w.log.Warn().Str("job_id", todo[i].lease.ID).Str("queue", todo[i].lease.Queue).Msg("ack refused: lease lost; the job was or will be handled again")
+				todo[i].settle(job.Result{Outcome: job.OutcomeLeaseLost, Lost: e})
 			default:
 				again = append(again, todo[i])
+				errs = append(errs, e)
 			}
 		}
+		todo = again
 		if len(again) == 0 {
 			return nil
 		}
-		todo = again
-		return be
+		// Only the Redis errors: a lost lease among them must not stop
+		// the retries of the others.
+		return &job.BatchError{Errs: errs}
 	})
+	for _, a := range todo {
+		a.settle(job.Result{Outcome: job.OutcomeLeaseLost, Lost: err})
+	}
 }
 
 // heartbeat extends the leases of running jobs; a job whose lease is lost
@@ -512,26 +582,31 @@ func (w *Worker) reap(ctx, bg context.Context) {
 func (w *Worker) expire(bg context.Context, c *broker.Claimed) {
 	logger := w.jobLogger(c)
 	var err error
+	var outcome string
 	if c.Err != nil {
 		rec := &broker.DeadRecord{Body: c.Body, Error: c.Err.Error(), Attempts: c.Attempt}
 		_, err = w.cfg.Broker.KillExpired(bg, c.Lease, rec)
+		outcome = job.OutcomeDead.String()
 	} else {
 		m := c.Message()
+		logger = logger.With().Str("type", m.Type).Logger()
 		m.Attempt = max(c.Attempt, 1)
 		entry, _ := w.cfg.Registry.Lookup(m.Type)
 		dead, delay := w.decide(m, entry.Retry, ErrLeaseExpired)
 		if dead {
 			rec := &broker.DeadRecord{Type: m.Type, Body: c.Body, Error: ErrLeaseExpired.Error(), Attempts: m.Attempt}
 			_, err = w.cfg.Broker.KillExpired(bg, c.Lease, rec)
+			outcome = job.OutcomeDead.String()
 		} else {
 			env := m.Envelope
 			env.LastError = ErrLeaseExpired.Error()
 			_, err = w.cfg.Broker.RetryExpired(bg, c.Lease, delay, &env)
+			outcome = job.OutcomeRetry.String()
 		}
 	}
 	switch {
 	case err == nil:
-		logger.Warn().Msg("lease expired; job reaped")
+		logger.Warn().Str("outcome", outcome).Msg("lease expired; job reaped")
 	case errors.Is(err, broker.ErrLeaseLost), errors.Is(err, broker.ErrLeaseLive):
 		logger.Debug().Err(err).Msg("reap skipped")
 	default:
@@ -553,7 +628,7 @@ func (w *Worker) shutdown(bg context.Context, cancelJobs context.CancelFunc, han
 	n := len(w.inflight)
 	w.mu.Unlock()
 	if n > 0 {
-		w.log.Info().Int("in_flight", n).Dur("timeout", w.cfg.ShutdownTimeout).Msg("shutting down: waiting for in-flight jobs")
+		w.log.Info().Int("in_flight", n).Int64("timeout_ms", w.cfg.ShutdownTimeout.Milliseconds()).Msg("shutting down: waiting for in-flight jobs")
 	}
 	t := time.NewTimer(w.cfg.ShutdownTimeout)
 	defer t.Stop()

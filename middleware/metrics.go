@@ -1,0 +1,236 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/job"
+)
+
+// Metric names. Units follow the OpenTelemetry conventions: "s" for
+// durations, "{job}" for counts. See docs/observability.md for labels and
+// samples.
+const (
+	MetricEnqueued   = "delayq.jobs.enqueued"    // counter {job}: envelopes stored; labels queue, type
+	MetricHandled    = "delayq.jobs.handled"     // counter {job}: settled attempts; labels queue, type, outcome
+	MetricDuration   = "delayq.job.duration"     // histogram s: handler time per attempt; labels queue, type, outcome
+	MetricLateness   = "delayq.job.lateness"     // histogram s: claim time − ready time per attempt; labels queue, type
+	MetricScheduled  = "delayq.queue.scheduled"  // gauge {job}: jobs waiting, due or not; label queue
+	MetricDue        = "delayq.queue.due"        // gauge {job}: of those, due now; label queue
+	MetricProcessing = "delayq.queue.processing" // gauge {job}: jobs leased to workers; label queue
+	MetricDead       = "delayq.queue.dead"       // gauge {job}: dead records; label queue
+	MetricLag        = "delayq.queue.lag"        // gauge s: how long the oldest due job has waited; label queue
+)
+
+// Metric label keys.
+const (
+	LabelQueue   = attribute.Key("queue")
+	LabelType    = attribute.Key("type")
+	LabelOutcome = attribute.Key("outcome")
+)
+
+// Bucket boundaries, in seconds, of the duration and lateness histograms.
+var (
+	DurationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}
+	LatenessBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600}
+)
+
+// MetricsOption configures [Metrics], [EnqueueMetrics] and [ObserveQueues].
+type MetricsOption func(*metricsConfig)
+
+type metricsConfig struct {
+	mp metric.MeterProvider
+}
+
+// WithMeterProvider sets the meter provider. Default: the global one
+// (otel.GetMeterProvider), looked up when the middleware is built; it
+// follows a later otel.SetMeterProvider.
+func WithMeterProvider(mp metric.MeterProvider) MetricsOption {
+	return func(c *metricsConfig) {
+		if mp != nil {
+			c.mp = mp
+		}
+	}
+}
+
+func newMeter(opts []MetricsOption) metric.Meter {
+	c := metricsConfig{}
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.mp == nil {
+		c.mp = otel.GetMeterProvider()
+	}
+	return c.mp.Meter(ScopeName)
+}
+
+// handle reports an instrument that could not be created; the API returns a
+// usable no-op instrument with the error.
+func handle(err error) {
+	if err != nil {
+		otel.Handle(err)
+	}
+}
+
+// labelSets caches attribute sets: building one sorts and allocates.
+type labelSets struct{ m sync.Map }
+
+type labelKey struct {
+	queue, typ string
+	outcome    job.Outcome
+	withOut    bool
+}
+
+func (l *labelSets) get(queue, typ string, outcome job.Outcome, withOutcome bool) metric.MeasurementOption {
+	k := labelKey{queue, typ, outcome, withOutcome}
+	if v, ok := l.m.Load(k); ok {
+		return v.(metric.MeasurementOption)
+	}
+	kvs := []attribute.KeyValue{LabelQueue.String(queue), LabelType.String(typ)}
+	if withOutcome {
+		kvs = append(kvs, LabelOutcome.String(outcome.String()))
+	}
+	opt := metric.WithAttributeSet(attribute.NewSet(kvs...))
+	l.m.Store(k, opt)
+	return opt
+}
+
+// Metrics is handler middleware that counts settled attempts by outcome
+// (delayq.jobs.handled) and records handler durations (delayq.job.duration)
+// and lateness (delayq.job.lateness, the claim time minus the ready time,
+// both by the Redis server's clock). Outcomes come from the worker
+// (job.OnResult): success, retry, dead, lease_lost, released.
+func Metrics(opts ...MetricsOption) job.Middleware {
+	meter := newMeter(opts)
+	handled, err := meter.Int64Counter(MetricHandled, metric.WithUnit("{job}"),
+		metric.WithDescription("Handling attempts settled by a worker, by outcome."))
+	handle(err)
+	duration, err := meter.Float64Histogram(MetricDuration, metric.WithUnit("s"),
+		metric.WithDescription("Time from a handler's start to its return, per attempt."),
+		metric.WithExplicitBucketBoundaries(DurationBuckets...))
+	handle(err)
+	lateness, err := meter.Float64Histogram(MetricLateness, metric.WithUnit("s"),
+		metric.WithDescription("Time from a job's ready time to its claim by a worker, per attempt."),
+		metric.WithExplicitBucketBoundaries(LatenessBuckets...))
+	handle(err)
+	sets := &labelSets{}
+	return func(next job.Handler) job.Handler {
+		return job.HandlerFunc(func(ctx context.Context, m *job.Message) error {
+			if !handled.Enabled(ctx) && !duration.Enabled(ctx) && !lateness.Enabled(ctx) {
+				return next.Handle(ctx, m) // no SDK, or all three dropped
+			}
+			q := m.Queue
+			if q == "" {
+				q = job.DefaultQueue
+			}
+			lateness.Record(ctx, max(m.Lateness(), 0).Seconds(), sets.get(q, m.Type, 0, false))
+			start := time.Now()
+			return observe(ctx, m, next, func(res job.Result, end time.Time) {
+				// ctx may be cancelled by now; synchronous instruments
+				// record all the same (ctx only selects exemplars).
+				labels := sets.get(q, m.Type, res.Outcome, true)
+				handled.Add(ctx, 1, labels)
+				duration.Record(ctx, end.Sub(start).Seconds(), labels)
+			})
+		})
+	}
+}
+
+// EnqueueMetrics is producer middleware that counts the envelopes stored
+// (delayq.jobs.enqueued, by queue and type). Envelopes the broker refused
+// are not counted.
+func EnqueueMetrics(opts ...MetricsOption) job.EnqueueMiddleware {
+	meter := newMeter(opts)
+	enqueued, err := meter.Int64Counter(MetricEnqueued, metric.WithUnit("{job}"),
+		metric.WithDescription("Jobs stored by producers."))
+	handle(err)
+	sets := &labelSets{}
+	return func(next job.Enqueuer) job.Enqueuer {
+		return job.EnqueuerFunc(func(ctx context.Context, envs ...*job.Envelope) error {
+			err := next.Enqueue(ctx, envs...)
+			errOf := errorsOf(err, len(envs))
+			for i, env := range envs {
+				if env != nil && errOf(i) == nil {
+					enqueued.Add(ctx, 1, sets.get(queueOf(env), env.Type, 0, false))
+				}
+			}
+			return err
+		})
+	}
+}
+
+// QueueStatsReader reads the state of queues; *broker.Broker implements it.
+type QueueStatsReader interface {
+	Queues(ctx context.Context) ([]string, error)
+	Stats(ctx context.Context, queue string) (broker.QueueStats, error)
+}
+
+var _ QueueStatsReader = (*broker.Broker)(nil)
+
+// ObserveQueues registers observable gauges of queue depths, read from r with
+// one Stats call per queue at each collection: delayq.queue.scheduled, .due,
+// .processing, .dead (in jobs) and .lag (seconds the oldest due job has
+// waited), each labelled with the queue. With no queues given it observes
+// every queue r knows (r.Queues) at each collection. A queue that cannot be
+// read is skipped for that collection and the error reported to the meter
+// provider's error handler. Call unregister to stop observing.
+func ObserveQueues(r QueueStatsReader, queues []string, opts ...MetricsOption) (unregister func() error, err error) {
+	if r == nil {
+		return nil, fmt.Errorf("middleware: ObserveQueues: %w: nil QueueStatsReader", job.ErrInvalid)
+	}
+	for _, q := range queues {
+		if err := job.ValidateQueue(q); err != nil {
+			return nil, fmt.Errorf("middleware: ObserveQueues: %w", err)
+		}
+	}
+	queues = append([]string(nil), queues...)
+	meter := newMeter(opts)
+	gauge := func(name, desc string) metric.Int64ObservableGauge {
+		g, err := meter.Int64ObservableGauge(name, metric.WithUnit("{job}"), metric.WithDescription(desc))
+		handle(err)
+		return g
+	}
+	scheduled := gauge(MetricScheduled, "Jobs waiting in a queue, due or not.")
+	due := gauge(MetricDue, "Jobs of a queue whose ready time has come.")
+	processing := gauge(MetricProcessing, "Jobs of a queue leased to workers.")
+	dead := gauge(MetricDead, "Dead records of a queue.")
+	lag, err := meter.Float64ObservableGauge(MetricLag, metric.WithUnit("s"),
+		metric.WithDescription("How long the oldest due job of a queue has waited."))
+	handle(err)
+	reg, err := meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		names := queues
+		if len(names) == 0 {
+			var err error
+			if names, err = r.Queues(ctx); err != nil {
+				return fmt.Errorf("delayq queue metrics: list queues: %w", err)
+			}
+		}
+		var errs []error
+		for _, q := range names {
+			s, err := r.Stats(ctx, q)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("delayq queue metrics: %w", err))
+				continue
+			}
+			labels := metric.WithAttributeSet(attribute.NewSet(LabelQueue.String(q)))
+			o.ObserveInt64(scheduled, s.Scheduled, labels)
+			o.ObserveInt64(due, s.Due, labels)
+			o.ObserveInt64(processing, s.Processing, labels)
+			o.ObserveInt64(dead, s.Dead, labels)
+			o.ObserveFloat64(lag, s.Lateness().Seconds(), labels)
+		}
+		return errors.Join(errs...)
+	}, scheduled, due, processing, dead, lag)
+	if err != nil {
+		return nil, fmt.Errorf("middleware: ObserveQueues: %w", err)
+	}
+	return reg.Unregister, nil
+}

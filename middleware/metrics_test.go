@@ -1,0 +1,252 @@
+package middleware_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/job"
+	"github.com/delayq/delayq/middleware"
+	"github.com/delayq/delayq/retry"
+	"github.com/delayq/delayq/worker"
+)
+
+// meter is a meter provider with a manual reader.
+type meter struct {
+	t      testing.TB
+	reader *sdkmetric.ManualReader
+	mp     *sdkmetric.MeterProvider
+}
+
+func newMeter(t testing.TB) *meter {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	return &meter{t: t, reader: reader, mp: mp}
+}
+
+func (m *meter) collect() map[string]metricdata.Aggregation {
+	m.t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := m.reader.Collect(context.Background(), &rm); err != nil {
+		m.t.Fatal(err)
+	}
+	out := make(map[string]metricdata.Aggregation)
+	for _, sm := range rm.ScopeMetrics {
+		for _, mt := range sm.Metrics {
+			out[mt.Name] = mt.Data
+		}
+	}
+	return out
+}
+
+// matches reports whether set has every key=value of want.
+func matches(set attribute.Set, want map[string]string) bool {
+	for k, v := range want {
+		got, ok := set.Value(attribute.Key(k))
+		if !ok || got.Emit() != v {
+			return false
+		}
+	}
+	return true
+}
+
+// sum adds up the points of a counter whose labels match want.
+func sum(data map[string]metricdata.Aggregation, name string, want map[string]string) int64 {
+	s, _ := data[name].(metricdata.Sum[int64])
+	var n int64
+	for _, p := range s.DataPoints {
+		if matches(p.Attributes, want) {
+			n += p.Value
+		}
+	}
+	return n
+}
+
+// observations counts a histogram's observations.
+func observations(data map[string]metricdata.Aggregation, name string) uint64 {
+	h, _ := data[name].(metricdata.Histogram[float64])
+	var n uint64
+	for _, p := range h.DataPoints {
+		n += p.Count
+	}
+	return n
+}
+
+// gauge returns an int64 gauge's value for a queue, and whether it exists.
+func gauge(data map[string]metricdata.Aggregation, name, queue string) (int64, bool) {
+	g, _ := data[name].(metricdata.Gauge[int64])
+	for _, p := range g.DataPoints {
+		if matches(p.Attributes, map[string]string{"queue": queue}) {
+			return p.Value, true
+		}
+	}
+	return 0, false
+}
+
+func TestMetricsCountOutcomes(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	m := newMeter(t)
+	// Payload N says what the handler does: 0–89 succeed, 90–99 fail their
+	// first attempt, 100–104 fail permanently.
+	typ := job.New[payload]("metered")
+	typ.Handle(tb.reg, func(ctx context.Context, j *job.Job[payload]) error {
+		switch {
+		case j.Args.N >= 100:
+			return retry.Permanent(errors.New("cannot ever work"))
+		case j.Args.N >= 90 && j.Attempt == 1:
+			return errors.New("try again")
+		}
+		return nil
+	})
+	enq := job.ChainEnqueuer(tb.b, middleware.EnqueueMetrics(middleware.WithMeterProvider(m.mp)))
+	args := make([]payload, 105)
+	for i := range args {
+		args[i].N = i
+	}
+	if _, err := typ.EnqueueMany(tb.ctx, enq, args, fast); err != nil {
+		t.Fatal(err)
+	}
+	cfg := tb.config(t)
+	cfg.Concurrency = 8
+	stop := run(t, cfg, middleware.Metrics(middleware.WithMeterProvider(m.mp)))
+	handled := func(outcome string) int64 {
+		return sum(m.collect(), middleware.MetricHandled, map[string]string{"outcome": outcome, "queue": "default", "type": "metered"})
+	}
+	redistest.WaitFor(t, 20*time.Second, "115 attempts settled", func() bool {
+		return handled("success") >= 100 && handled("retry") >= 10 && handled("dead") >= 5
+	})
+	stop()
+
+	data := m.collect()
+	for outcome, want := range map[string]int64{"success": 100, "retry": 10, "dead": 5, "lease_lost": 0, "released": 0} {
+		if got := sum(data, middleware.MetricHandled, map[string]string{"outcome": outcome}); got != want {
+			t.Errorf("%s{outcome=%s} = %d, want %d", middleware.MetricHandled, outcome, got, want)
+		}
+	}
+	if got := sum(data, middleware.MetricEnqueued, map[string]string{"queue": "default", "type": "metered"}); got != 105 {
+		t.Errorf("%s = %d, want 105", middleware.MetricEnqueued, got)
+	}
+	for _, name := range []string{middleware.MetricDuration, middleware.MetricLateness} {
+		if n := observations(data, name); n != 115 {
+			t.Errorf("%s has %d observations, want 115 (one per attempt)", name, n)
+		}
+	}
+	if h, ok := data[middleware.MetricDuration].(metricdata.Histogram[float64]); !ok || !slices.Equal(h.DataPoints[0].Bounds, middleware.DurationBuckets) {
+		t.Errorf("%s does not use DurationBuckets", middleware.MetricDuration)
+	}
+}
+
+func TestQueueDepthGaugesMatchRedis(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	m := newMeter(t)
+	enqueue := func(queue string, n int, opts ...job.Option) {
+		t.Helper()
+		typ := job.New[payload]("depth", job.Queue(queue))
+		if _, err := typ.EnqueueMany(tb.ctx, tb.b, make([]payload, n), opts...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// "later": 7 jobs due in an hour. "busy": 5 due, 2 of them claimed.
+	// "graveyard": 3 dead records.
+	enqueue("later", 7, job.In(time.Hour))
+	enqueue("busy", 5)
+	if res, err := tb.b.Claim(tb.ctx, "busy", 2, time.Minute); err != nil || len(res.Jobs) != 2 {
+		t.Fatalf("claim: %v, %d jobs", err, len(res.Jobs))
+	}
+	typ := job.New[payload]("doomed", job.Queue("graveyard"))
+	typ.Handle(tb.reg, func(context.Context, *job.Job[payload]) error { return retry.Permanent(errors.New("no")) })
+	if _, err := typ.EnqueueMany(tb.ctx, tb.b, make([]payload, 3)); err != nil {
+		t.Fatal(err)
+	}
+	cfg := tb.config(t)
+	cfg.Queues = []worker.Queue{{Name: "graveyard"}}
+	stop := run(t, cfg)
+	redistest.WaitFor(t, 10*time.Second, "3 dead records", func() bool {
+		n, _ := tb.rdb.HLen(tb.ctx, tb.key("graveyard", "dead")).Result()
+		return n == 3
+	})
+	stop()
+
+	unregister, err := middleware.ObserveQueues(tb.b, nil, middleware.WithMeterProvider(m.mp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := m.collect()
+	now, err := tb.rdb.Time(tb.ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nowMS := strconv.FormatInt(now.UnixMilli(), 10)
+	for _, q := range []string{"later", "busy", "graveyard"} {
+		scheduled, _ := tb.rdb.ZCard(tb.ctx, tb.key(q, "scheduled")).Result()
+		due, _ := tb.rdb.ZCount(tb.ctx, tb.key(q, "scheduled"), "-inf", nowMS).Result()
+		processing, _ := tb.rdb.ZCard(tb.ctx, tb.key(q, "processing")).Result()
+		dead, _ := tb.rdb.ZCard(tb.ctx, tb.key(q, "dead:index")).Result()
+		for name, want := range map[string]int64{
+			middleware.MetricScheduled: scheduled, middleware.MetricDue: due,
+			middleware.MetricProcessing: processing, middleware.MetricDead: dead,
+		} {
+			if got, ok := gauge(data, name, q); !ok || got != want {
+				t.Errorf("%s{queue=%s} = %d (present %v), Redis has %d", name, q, got, ok, want)
+			}
+		}
+	}
+	// And the state itself, so that a wrong setup cannot pass.
+	for _, c := range []struct {
+		name, queue string
+		want        int64
+	}{
+		{middleware.MetricScheduled, "later", 7}, {middleware.MetricDue, "later", 0},
+		{middleware.MetricScheduled, "busy", 3}, {middleware.MetricDue, "busy", 3}, {middleware.MetricProcessing, "busy", 2},
+		{middleware.MetricDead, "graveyard", 3}, {middleware.MetricScheduled, "graveyard", 0},
+	} {
+		if got, _ := gauge(data, c.name, c.queue); got != c.want {
+			t.Errorf("%s{queue=%s} = %d, want %d", c.name, c.queue, got, c.want)
+		}
+	}
+	if lag, ok := data[middleware.MetricLag].(metricdata.Gauge[float64]); !ok || len(lag.DataPoints) != 3 {
+		t.Errorf("%s has no point per queue", middleware.MetricLag)
+	}
+
+	if err := unregister(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := gauge(m.collect(), middleware.MetricScheduled, "later"); ok {
+		t.Error("gauges still observed after unregister")
+	}
+
+	// A fixed list observes only those queues.
+	m2 := newMeter(t)
+	if _, err := middleware.ObserveQueues(tb.b, []string{"busy"}, middleware.WithMeterProvider(m2.mp)); err != nil {
+		t.Fatal(err)
+	}
+	data = m2.collect()
+	if _, ok := gauge(data, middleware.MetricScheduled, "later"); ok {
+		t.Error("queue outside the list observed")
+	}
+	if got, _ := gauge(data, middleware.MetricProcessing, "busy"); got != 2 {
+		t.Errorf("busy processing = %d, want 2", got)
+	}
+}
+
+func TestObserveQueuesRejectsBadInput(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	if _, err := middleware.ObserveQueues(nil, nil); !errors.Is(err, job.ErrInvalid) {
+		t.Errorf("nil reader: %v, want ErrInvalid", err)
+	}
+	if _, err := middleware.ObserveQueues(tb.b, []string{"bad{queue}"}); !errors.Is(err, job.ErrInvalid) {
+		t.Errorf("bad queue name: %v, want ErrInvalid", err)
+	}
+}

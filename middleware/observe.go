@@ -1,0 +1,73 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/delayq/delayq/job"
+	"github.com/delayq/delayq/retry"
+)
+
+// errPanicked stands in for the error of a handler that panicked through an
+// observing middleware outside a worker (inside one, the worker reports the
+// *PanicError).
+var errPanicked = errors.New("handler panicked")
+
+// observe calls next and then done, once, with the attempt's result and the
+// time the handler chain below returned. Under a worker the result is the
+// worker's (job.OnResult), so it says what was recorded: acknowledged,
+// retried, dead-lettered or lease lost. Elsewhere it is judged from the
+// handler's error alone (see judge).
+func observe(ctx context.Context, m *job.Message, next job.Handler, done func(res job.Result, end time.Time)) error {
+	var end time.Time
+	if job.OnResult(ctx, func(res job.Result) { done(res, end) }) {
+		// The worker settles after the chain returned, so end is set by
+		// then, also when the handler panicked.
+		defer func() { end = time.Now() }()
+		return next.Handle(ctx, m)
+	}
+	returned := false
+	defer func() {
+		if !returned {
+			done(job.Result{Outcome: job.OutcomeUnknown, Err: errPanicked}, time.Now())
+		}
+	}()
+	err := next.Handle(ctx, m)
+	returned = true
+	done(judge(m, err), time.Now())
+	return err
+}
+
+// judge gives the result a worker would record for err when it can record
+// it: success for nil, dead for a permanent error or a spent retry budget,
+// otherwise retry (with the delay of retry.After, else 0: the policy is the
+// worker's).
+func judge(m *job.Message, err error) job.Result {
+	switch {
+	case err == nil:
+		return job.Result{Outcome: job.OutcomeSuccess}
+	case retry.IsPermanent(err) || m.Attempt > m.MaxRetries:
+		return job.Result{Outcome: job.OutcomeDead, Err: err}
+	}
+	d, _ := retry.AfterDelay(err)
+	return job.Result{Outcome: job.OutcomeRetry, Err: err, Delay: d}
+}
+
+// queueOf is the queue an envelope goes to: its own, or the default.
+func queueOf(env *job.Envelope) string {
+	if env.Queue == "" {
+		return job.DefaultQueue
+	}
+	return env.Queue
+}
+
+// errorsOf returns the error of each envelope of a batch enqueue: the
+// aligned entries of a *job.BatchError, or err for every envelope.
+func errorsOf(err error, n int) func(i int) error {
+	var be *job.BatchError
+	if errors.As(err, &be) && len(be.Errs) == n {
+		return func(i int) error { return be.Errs[i] }
+	}
+	return func(int) error { return err }
+}

@@ -1,0 +1,296 @@
+package middleware
+
+import (
+	"context"
+	"maps"
+	"strings"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/delayq/delayq/job"
+	"github.com/delayq/delayq/retry"
+)
+
+// ScopeName is the instrumentation scope of delayq's tracer and meter.
+const ScopeName = "github.com/delayq/delayq/middleware"
+
+// System is the value of the messaging.system attribute.
+const System = "delayq"
+
+// Attribute keys of delayq's own span attributes (see docs/observability.md).
+const (
+	AttrJobType        = attribute.Key("delayq.job.type")
+	AttrAttempt        = attribute.Key("delayq.job.attempt")
+	AttrLatenessMS     = attribute.Key("delayq.job.lateness_ms")
+	AttrReadyAt        = attribute.Key("delayq.job.ready_at")
+	AttrOutcome        = attribute.Key("delayq.job.outcome")
+	AttrRetryDelayMS   = attribute.Key("delayq.retry.delay_ms")
+	AttrPermanentError = attribute.Key("delayq.error.permanent")
+	AttrLostReason     = attribute.Key("delayq.lease.lost_reason")
+)
+
+// EventDeadLettered is the name of the span event added when a job is moved
+// to the dead-letter store.
+const EventDeadLettered = "delayq.dead_lettered"
+
+// TracingOption configures [Tracing] and [EnqueueTracing].
+type TracingOption func(*tracingConfig)
+
+type tracingConfig struct {
+	tp      trace.TracerProvider
+	prop    propagation.TextMapPropagator
+	newRoot bool
+}
+
+// WithTracerProvider sets the tracer provider. Default: the global one
+// (otel.GetTracerProvider), looked up when the middleware is built; it
+// follows a later otel.SetTracerProvider.
+func WithTracerProvider(tp trace.TracerProvider) TracingOption {
+	return func(c *tracingConfig) {
+		if tp != nil {
+			c.tp = tp
+		}
+	}
+}
+
+// WithPropagator sets how trace context is written to and read from the
+// envelope's headers. Default: W3C Trace Context plus W3C Baggage, whatever
+// the global propagator is, because the headers travel between processes
+// that must agree on them; pass otel.GetTextMapPropagator() to use the
+// global one.
+func WithPropagator(p propagation.TextMapPropagator) TracingOption {
+	return func(c *tracingConfig) {
+		if p != nil {
+			c.prop = p
+		}
+	}
+}
+
+// WithNewTrace makes [Tracing] start a new trace for every attempt, linked to
+// the producer's span, instead of continuing the producer's trace. Use it
+// for jobs that run hours after the request that scheduled them, where one
+// trace spanning hours is more confusing than useful. It has no effect on
+// [EnqueueTracing].
+func WithNewTrace() TracingOption {
+	return func(c *tracingConfig) { c.newRoot = true }
+}
+
+// DefaultPropagator is the propagator of [Tracing] and [EnqueueTracing]
+// unless [WithPropagator] says otherwise: W3C Trace Context and Baggage.
+var DefaultPropagator propagation.TextMapPropagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+
+func newTracingConfig(opts []TracingOption) tracingConfig {
+	c := tracingConfig{prop: DefaultPropagator}
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.tp == nil {
+		c.tp = otel.GetTracerProvider()
+	}
+	return c
+}
+
+// EnqueueTracing is producer middleware: it starts one span of kind PRODUCER,
+// named "send <queue>", per envelope enqueued (a batch gives one per
+// envelope), as a child of the span in ctx, and writes that span's context
+// into the envelope's Headers, so [Tracing] continues the trace wherever and
+// whenever the job runs. A span whose envelope was not stored records the
+// error with status Error.
+//
+// The envelope's Headers map is replaced by a copy, never written in place.
+func EnqueueTracing(opts ...TracingOption) job.EnqueueMiddleware {
+	c := newTracingConfig(opts)
+	tracer := c.tp.Tracer(ScopeName)
+	return func(next job.Enqueuer) job.Enqueuer {
+		return job.EnqueuerFunc(func(ctx context.Context, envs ...*job.Envelope) error {
+			spans := make([]trace.Span, len(envs))
+			for i, env := range envs {
+				if env == nil {
+					continue // the broker refuses it
+				}
+				q := queueOf(env)
+				attrs := []attribute.KeyValue{
+					semconv.MessagingSystemKey.String(System),
+					semconv.MessagingOperationName("send"),
+					semconv.MessagingOperationTypeSend,
+					semconv.MessagingDestinationName(q),
+					AttrJobType.String(env.Type),
+				}
+				if len(envs) > 1 {
+					attrs = append(attrs, semconv.MessagingBatchMessageCount(len(envs)))
+				}
+				sctx, span := tracer.Start(ctx, "send "+q, producerKind, trace.WithAttributes(attrs...))
+				h := make(map[string]string, len(env.Headers)+2)
+				maps.Copy(h, env.Headers)
+				c.prop.Inject(sctx, propagation.MapCarrier(h))
+				env.Headers = h
+				spans[i] = span
+			}
+			err := next.Enqueue(ctx, envs...)
+			errOf := errorsOf(err, len(envs))
+			for i, span := range spans {
+				if span == nil {
+					continue
+				}
+				env := envs[i]
+				if env.ID != "" {
+					span.SetAttributes(semconv.MessagingMessageID(env.ID))
+				}
+				if e := errOf(i); e != nil {
+					span.RecordError(e)
+					span.SetStatus(codes.Error, statusText(e))
+				} else if !env.ReadyAt.IsZero() {
+					span.SetAttributes(AttrReadyAt.String(env.ReadyAt.UTC().Format(time.RFC3339Nano)))
+				}
+				span.End()
+			}
+			return err
+		})
+	}
+}
+
+// Tracing is handler middleware: it starts one span of kind CONSUMER, named
+// "process <queue>", per attempt. Its parent is the producer's span read from
+// the envelope's headers (see [EnqueueTracing]), so the handler's spans join
+// the trace of the request that scheduled the job, across processes; with
+// [WithNewTrace] it starts a new trace linked to the producer's span instead.
+// A job without trace headers starts a new trace.
+//
+// The span ends when the handler returns, but is finished only once the
+// worker settled the attempt (job.OnResult): its delayq.job.outcome says
+// whether the job was acknowledged, retried, dead-lettered or its lease lost.
+// A failed attempt records its error with status Error; a permanent error
+// (retry.Permanent) sets delayq.error.permanent, and a dead-lettering adds
+// the event delayq.dead_lettered.
+func Tracing(opts ...TracingOption) job.Middleware {
+	c := newTracingConfig(opts)
+	ct := &consumerTracer{tracer: c.tp.Tracer(ScopeName), prop: c.prop, newRoot: c.newRoot}
+	return func(next job.Handler) job.Handler {
+		return job.HandlerFunc(func(ctx context.Context, m *job.Message) error {
+			ctx, span := ct.start(ctx, m)
+			if !span.IsRecording() {
+				// Not sampled, or no SDK: nothing to record the result on.
+				defer span.End()
+				return next.Handle(ctx, m)
+			}
+			return observe(ctx, m, next, func(res job.Result, end time.Time) {
+				finishConsumer(span, m, res, end)
+			})
+		})
+	}
+}
+
+// Span kinds as start options, made once.
+var (
+	consumerKind = trace.WithSpanKind(trace.SpanKindConsumer)
+	producerKind = trace.WithSpanKind(trace.SpanKindProducer)
+)
+
+type consumerTracer struct {
+	tracer  trace.Tracer
+	prop    propagation.TextMapPropagator
+	newRoot bool
+	names   sync.Map // queue → span name
+}
+
+// start starts an attempt's span. It is a function of its own so that its
+// large frame is gone while the handler runs on the job's goroutine, whose
+// stack then grows less often.
+func (ct *consumerTracer) start(ctx context.Context, m *job.Message) (context.Context, trace.Span) {
+	// Drop any span of the worker's context: the parent comes from the
+	// headers or there is none.
+	if trace.SpanContextFromContext(ctx).IsValid() {
+		ctx = trace.ContextWithSpanContext(ctx, trace.SpanContext{})
+	}
+	pctx := ct.prop.Extract(ctx, propagation.MapCarrier(m.Headers))
+	producer := trace.SpanContextFromContext(pctx)
+	q := m.Queue
+	if q == "" {
+		q = job.DefaultQueue
+	}
+	// No attributes at the start: an attempt that is not sampled then costs
+	// no attribute slices at all, and a recorded one gets them all in one
+	// call with its result (see finishConsumer).
+	name := ct.spanName(q)
+	if ct.newRoot && producer.IsValid() {
+		return ct.tracer.Start(pctx, name, consumerKind, trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: producer}))
+	}
+	return ct.tracer.Start(pctx, name, consumerKind)
+}
+
+// spanName returns "process <queue>", made once per queue.
+func (ct *consumerTracer) spanName(q string) string {
+	if v, ok := ct.names.Load(q); ok {
+		return v.(string)
+	}
+	name := "process " + q
+	ct.names.Store(q, name)
+	return name
+}
+
+// finishConsumer records the message's attributes and the attempt's
+// result on its span and ends it at end.
+func finishConsumer(span trace.Span, m *job.Message, res job.Result, end time.Time) {
+	// One SetAttributes call: each call may copy the span's attributes.
+	q := m.Queue
+	if q == "" {
+		q = job.DefaultQueue
+	}
+	kvs := make([]attribute.KeyValue, 0, 12)
+	kvs = append(kvs,
+		semconv.MessagingSystemKey.String(System),
+		semconv.MessagingOperationName("process"),
+		semconv.MessagingOperationTypeProcess,
+		semconv.MessagingDestinationName(q),
+		semconv.MessagingMessageID(m.ID),
+		AttrJobType.String(m.Type),
+		AttrAttempt.Int(m.Attempt),
+		AttrLatenessMS.Int64(max(m.Lateness(), 0).Milliseconds()),
+		AttrOutcome.String(res.Outcome.String()),
+	)
+	if res.Err != nil {
+		kvs = append(kvs, semconv.ErrorType(res.Err))
+		if retry.IsPermanent(res.Err) {
+			kvs = append(kvs, AttrPermanentError.Bool(true))
+		}
+	}
+	switch res.Outcome {
+	case job.OutcomeRetry:
+		kvs = append(kvs, AttrRetryDelayMS.Int64(res.Delay.Milliseconds()))
+	case job.OutcomeLeaseLost:
+		if res.Lost != nil {
+			kvs = append(kvs, AttrLostReason.String(statusText(res.Lost)))
+		}
+	}
+	span.SetAttributes(kvs...)
+	if res.Err != nil {
+		span.RecordError(res.Err, trace.WithTimestamp(end))
+		span.SetStatus(codes.Error, statusText(res.Err))
+	} else if res.Outcome == job.OutcomeLeaseLost {
+		span.SetStatus(codes.Error, "lease lost: the job was or will be handled again")
+	}
+	if res.Outcome == job.OutcomeDead {
+		span.AddEvent(EventDeadLettered, trace.WithTimestamp(end))
+	}
+	span.End(trace.WithTimestamp(end))
+}
+
+// statusText is the first line of err's message, at most 256 bytes: enough
+// for a status description (the full text is in the exception event).
+func statusText(err error) string {
+	s := err.Error()
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	if len(s) > 256 {
+		s = s[:256] + "…"
+	}
+	return s
+}

@@ -1,0 +1,230 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/job"
+	"github.com/delayq/delayq/retry"
+	"github.com/delayq/delayq/worker"
+)
+
+// outcomes records the results the worker settles, per job id, through
+// job.OnResult, as a middleware would.
+type outcomes struct {
+	mu  sync.Mutex
+	got map[string][]job.Result
+}
+
+func (o *outcomes) middleware(t *testing.T) job.Middleware {
+	return func(next job.Handler) job.Handler {
+		return job.HandlerFunc(func(ctx context.Context, m *job.Message) error {
+			id := m.ID
+			if !job.OnResult(ctx, func(r job.Result) {
+				o.mu.Lock()
+				defer o.mu.Unlock()
+				o.got[id] = append(o.got[id], r)
+			}) {
+				t.Errorf("job %s: the worker's context carries no result collector", id)
+			}
+			return next.Handle(ctx, m)
+		})
+	}
+}
+
+func (o *outcomes) of(id string) []job.Result {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.got[id])
+}
+
+func (o *outcomes) kinds(id string) []job.Outcome {
+	var out []job.Outcome
+	for _, r := range o.of(id) {
+		out = append(out, r.Outcome)
+	}
+	return out
+}
+
+func TestOutcomesReachMiddleware(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	rec := &outcomes{got: map[string][]job.Result{}}
+	fast := job.WithBackoff(retry.Exponential{Initial: 10 * time.Millisecond, Multiplier: 1, Max: 10 * time.Millisecond})
+	typ := job.New[payload]("outcome")
+	hold := make(chan struct{})
+	held := make(chan struct{}, 1)
+	var mu sync.Mutex
+	seen := map[string]int{}
+	typ.Handle(tb.reg, func(ctx context.Context, j *job.Job[payload]) error {
+		mu.Lock()
+		seen[j.ID]++
+		n := seen[j.ID]
+		mu.Unlock()
+		switch j.ID {
+		case "retry-once":
+			if n == 1 {
+				return errors.New("first attempt fails")
+			}
+		case "permanent":
+			return retry.Permanent(errors.New("bad input"))
+		case "lost":
+			held <- struct{}{}
+			<-hold
+		}
+		return nil
+	})
+	cfg := tb.config(t)
+	w, err := worker.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Use(rec.middleware(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = w.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	for _, id := range []string{"ok", "retry-once", "permanent", "lost"} {
+		if _, err := typ.Enqueue(tb.ctx, tb.b, payload{}, job.ID(id), fast); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tb.b.Enqueue(tb.ctx, &job.Envelope{ID: "orphan-type", Type: "nobody.handles.this"}); err != nil {
+		t.Fatal(err)
+	}
+	// Take the lease of "lost" away while its handler runs, as a reaper's
+	// redelivery to another worker would: its fencing token changes.
+	<-held
+	if err := tb.rdb.HSet(tb.ctx, tb.key("default", "leases"), "lost", "stolen").Err(); err != nil {
+		t.Fatal(err)
+	}
+	close(hold)
+
+	redistest.WaitFor(t, 10*time.Second, "every outcome settled", func() bool {
+		return len(rec.of("ok")) == 1 && len(rec.of("retry-once")) == 2 && len(rec.of("permanent")) == 1 &&
+			len(rec.of("lost")) == 1 && len(rec.of("orphan-type")) == 1
+	})
+	want := map[string][]job.Outcome{
+		"ok":          {job.OutcomeSuccess},
+		"retry-once":  {job.OutcomeRetry, job.OutcomeSuccess},
+		"permanent":   {job.OutcomeDead},
+		"lost":        {job.OutcomeLeaseLost},
+		"orphan-type": {job.OutcomeDead},
+	}
+	for id, w := range want {
+		if got := rec.kinds(id); !slices.Equal(got, w) {
+			t.Errorf("job %s: outcomes %v, want %v", id, got, w)
+		}
+	}
+	if r := rec.of("retry-once")[0]; r.Err == nil || r.Delay != 10*time.Millisecond {
+		t.Errorf("retry result %+v, want the handler's error and a 10ms delay", r)
+	}
+	if r := rec.of("permanent")[0]; !retry.IsPermanent(r.Err) {
+		t.Errorf("dead result error %v, want the permanent error", r.Err)
+	}
+	if r := rec.of("lost")[0]; !errors.Is(r.Lost, broker.ErrLeaseLost) || r.Err != nil {
+		t.Errorf("lease-lost result %+v, want Lost wrapping broker.ErrLeaseLost and no handler error", r)
+	}
+	if r := rec.of("orphan-type")[0]; r.Err == nil || !strings.Contains(r.Err.Error(), "no handler registered") {
+		t.Errorf("unknown type result %+v, want a no-handler error", r)
+	}
+}
+
+func TestOutcomeReleasedAtShutdown(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	rec := &outcomes{got: map[string][]job.Result{}}
+	typ := job.New[payload]("stubborn")
+	started := make(chan struct{})
+	typ.Handle(tb.reg, func(ctx context.Context, j *job.Job[payload]) error {
+		close(started)
+		<-ctx.Done()
+		return context.Cause(ctx)
+	})
+	cfg := tb.config(t)
+	cfg.ShutdownTimeout = 50 * time.Millisecond
+	cfg.Middleware = []job.Middleware{rec.middleware(t)}
+	stop := start(t, cfg)
+	if _, err := typ.Enqueue(tb.ctx, tb.b, payload{}, job.ID("slow")); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	stop()
+	if got := rec.kinds("slow"); !slices.Equal(got, []job.Outcome{job.OutcomeReleased}) {
+		t.Fatalf("outcomes %v, want [released]", got)
+	}
+}
+
+func TestUseRunsInsideDefaultChain(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	typ := job.New[payload]("used")
+	var mu sync.Mutex
+	var trail []string
+	typ.Handle(tb.reg, func(ctx context.Context, j *job.Job[payload]) error {
+		mu.Lock()
+		trail = append(trail, "handler")
+		mu.Unlock()
+		return nil
+	})
+	named := func(name string) job.Middleware {
+		return func(next job.Handler) job.Handler {
+			return job.HandlerFunc(func(ctx context.Context, m *job.Message) error {
+				_, deadline := ctx.Deadline()
+				mu.Lock()
+				trail = append(trail, name)
+				if !deadline {
+					trail = append(trail, "no deadline")
+				}
+				mu.Unlock()
+				return next.Handle(ctx, m)
+			})
+		}
+	}
+	cfg := tb.config(t)
+	cfg.Timeout = time.Minute // the default chain's Timeout gives a deadline
+	w, err := worker.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Use(named("a"))
+	w.Use(named("b"))
+	mustPanic(t, "Use(nil)", func() { w.Use(nil) })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = w.Run(ctx) }()
+	if _, err := typ.Enqueue(tb.ctx, tb.b, payload{}); err != nil {
+		t.Fatal(err)
+	}
+	redistest.WaitFor(t, 5*time.Second, "job handled", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(trail) >= 3
+	})
+	mustPanic(t, "Use after Run", func() { w.Use(named("c")) })
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(trail, []string{"a", "b", "handler"}) {
+		t.Fatalf("trail %v, want [a b handler] with Timeout's deadline already set", trail)
+	}
+}
+
+func mustPanic(t *testing.T, what string, f func()) {
+	t.Helper()
+	defer func() {
+		if recover() == nil {
+			t.Errorf("%s did not panic", what)
+		}
+	}()
+	f()
+}
