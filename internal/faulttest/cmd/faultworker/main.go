@@ -54,6 +54,10 @@ func main() {
 }
 
 func run() error {
+	// First of all, so that a SIGTERM sent right after the start still
+	// means a graceful shutdown.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
 	url, ns, name := os.Getenv("FAULTWORKER_URL"), os.Getenv("FAULTWORKER_NS"), os.Getenv("FAULTWORKER_NAME")
 	if url == "" || ns == "" || name == "" {
 		return errors.New("FAULTWORKER_URL, FAULTWORKER_NS and FAULTWORKER_NAME are required")
@@ -113,8 +117,6 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
 	return w.Run(ctx)
 }
 
