@@ -20,6 +20,19 @@ type flaky struct {
 	*broker.Broker
 	failAcks, failRetries atomic.Int32
 	ackCalls, retryCalls  atomic.Int32
+	claimOnce             bool        // hand out jobs in one claim only
+	claimed               atomic.Bool // a claim handed out jobs
+}
+
+func (f *flaky) Claim(ctx context.Context, queue string, n int, lease time.Duration) (broker.ClaimResult, error) {
+	if f.claimOnce && f.claimed.Load() {
+		return broker.ClaimResult{}, nil
+	}
+	res, err := f.Broker.Claim(ctx, queue, n, lease)
+	if len(res.Jobs) > 0 {
+		f.claimed.Store(true)
+	}
+	return res, err
 }
 
 func (f *flaky) Ack(ctx context.Context, leases ...broker.Lease) error {
@@ -79,6 +92,7 @@ func TestUnackableJobIsRedeliveredAfterLease(t *testing.T) {
 	// longer than the lease. Its job must come back, not vanish.
 	broken := &flaky{Broker: tb.b}
 	broken.failAcks.Store(1 << 30)
+	broken.claimOnce = true // the redelivery must go to the healthy worker
 	cfg := tb.config(t)
 	cfg.Broker = broken
 	cfg.Concurrency = 1
