@@ -20,8 +20,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
@@ -31,6 +29,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/demo"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/middleware"
 	"github.com/delayq/delayq/retry"
@@ -58,27 +57,9 @@ func main() {
 	}
 }
 
-// connect returns a client for REDIS_URL, or for an embedded miniredis.
-func connect() (redis.UniversalClient, func(), error) {
-	if u := os.Getenv("REDIS_URL"); u != "" {
-		opts, err := redis.ParseURL(u)
-		if err != nil {
-			return nil, nil, fmt.Errorf("REDIS_URL: %w", err)
-		}
-		c := redis.NewClient(opts)
-		return c, func() { _ = c.Close() }, nil
-	}
-	m, err := miniredis.Run()
-	if err != nil {
-		return nil, nil, err
-	}
-	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	return c, func() { _ = c.Close(); m.Close() }, nil
-}
-
 func run() error {
 	ctx := context.Background()
-	rdb, closeRedis, err := connect()
+	rdb, _, closeRedis, err := demo.Redis(ctx)
 	if err != nil {
 		return err
 	}
