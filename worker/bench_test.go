@@ -12,6 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/worker"
@@ -46,7 +48,8 @@ func BenchmarkBurstDrain(b *testing.B) {
 		args[i] = json.RawMessage(`{"order_id":"ord-000123","amount_cents":4599}`)
 	}
 	ctx := context.Background()
-	counted := &callCounter{Broker: br}
+	counted := &callCounter{}
+	protocol.Intercept(b, br, func(p protocol.Broker) protocol.Broker { counted.Broker = p; return counted })
 	var total time.Duration
 	var cpu float64
 	b.ReportAllocs()
@@ -58,7 +61,7 @@ func BenchmarkBurstDrain(b *testing.B) {
 			}
 		}
 		handled.Store(0)
-		w, err := worker.New(worker.Config{Broker: counted, Registry: reg, Concurrency: 100})
+		w, err := worker.New(worker.Config{Broker: br, Registry: reg, Concurrency: 100})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -90,16 +93,16 @@ func BenchmarkBurstDrain(b *testing.B) {
 
 // callCounter counts the Claim and Ack calls a worker makes.
 type callCounter struct {
-	*broker.Broker
+	protocol.Broker
 	claims, acks atomic.Int64
 }
 
-func (c *callCounter) Claim(ctx context.Context, queue string, n int, lease time.Duration) (broker.ClaimResult, error) {
+func (c *callCounter) Claim(ctx context.Context, s keyspace.Shard, n int, lease time.Duration) (protocol.ClaimResult, error) {
 	c.claims.Add(1)
-	return c.Broker.Claim(ctx, queue, n, lease)
+	return c.Broker.Claim(ctx, s, n, lease)
 }
 
-func (c *callCounter) Ack(ctx context.Context, leases ...broker.Lease) error {
+func (c *callCounter) Ack(ctx context.Context, leases ...protocol.Lease) error {
 	c.acks.Add(1)
 	return c.Broker.Ack(ctx, leases...)
 }

@@ -13,27 +13,12 @@
 --
 -- Five commands per call, whatever the number of jobs: one HMGET checks
 -- every lease, then one command per key removes the held ones.
-local ids = {}
-for i = 2, #ARGV, 2 do
-  ids[#ids + 1] = ARGV[i]
-end
-local current = hmget(KEYS[4], ids)
-local out, held, seen = {}, {}, {}
-for k = 1, #ids do
-  local id = ids[k]
-  if current[k] and current[k] == ARGV[2 * k + 1] and not seen[id] then
-    seen[id] = true
-    held[#held + 1] = id
-    out[k] = 1
-  else
-    out[k] = 0
-  end
-end
-if #held > 0 then
-  call_chunked('ZREM', KEYS[1], held)
-  call_chunked('HDEL', KEYS[2], held)
-  call_chunked('HDEL', KEYS[3], held)
-  call_chunked('HDEL', KEYS[4], held)
-  history(KEYS[5], now_ms(), 'done', #held)
+local out, list = held(KEYS[4], 2)
+if #list > 0 then
+  call_chunked('ZREM', KEYS[1], list)
+  call_chunked('HDEL', KEYS[2], list)
+  call_chunked('HDEL', KEYS[3], list)
+  call_chunked('HDEL', KEYS[4], list)
+  history(KEYS[5], now_ms(), 'done', #list)
 end
 return out

@@ -1,4 +1,5 @@
 -- job: where one job is, read at one instant.
+-- read-only
 --
 -- KEYS[1] -> ns:{q}:scheduled   ZSET id -> ready ms
 -- KEYS[2] -> ns:{q}:processing  ZSET id -> lease deadline ms

@@ -12,21 +12,16 @@
 -- ARGV[3] -> token
 -- ARGV[4] -> dead record
 -- ARGV[5] -> "1" when the reaper calls: the lease must have expired
--- ARGV[6] -> cap on dead records (<= 0: none)
+-- ARGV[6] -> cap on dead records (< 0: none)
 -- ARGV[7] -> max age of dead records in ms (<= 0: none)
 --
 -- Returns the died-at time in ms, -1 when the lease is lost, -2 when the
 -- reaper found the lease live again. Nothing changes unless it returns >= 0.
 local now = now_ms()
 local id, token = ARGV[2], ARGV[3]
-if not holds(KEYS[4], id, token) then
-  return -1
-end
-if ARGV[5] == '1' then
-  local deadline = tonumber(redis.call('ZSCORE', KEYS[1], id))
-  if deadline and deadline >= now then
-    return -2
-  end
+local state = lease_state(KEYS[4], KEYS[1], id, token, ARGV[5] == '1', now)
+if state < 0 then
+  return state
 end
 redis.call('ZREM', KEYS[1], id)
 redis.call('HDEL', KEYS[2], id)

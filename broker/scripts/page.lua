@@ -1,5 +1,6 @@
 -- page: one page of the scheduled or the processing set, in score order
 -- (ready time or lease deadline), with each job's envelope and attempts.
+-- read-only
 --
 -- KEYS[1] -> ns:{q}:scheduled or ns:{q}:processing  ZSET id -> ms
 -- KEYS[2] -> ns:{q}:jobs        HASH id -> envelope

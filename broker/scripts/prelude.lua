@@ -63,10 +63,15 @@ end
 -- score/member and field/value pairs stay together).
 local CHUNK = 1000
 
--- Call cmd on key with the flat list args appended, in chunks.
-local function call_chunked(cmd, key, args)
+-- Call cmd on key with the flat list args appended, in chunks; opt, when
+-- given, goes before them (e.g. ZADD's 'XX').
+local function call_chunked(cmd, key, args, opt)
   for i = 1, #args, CHUNK do
-    redis.call(cmd, key, unpack(args, i, math.min(i + CHUNK - 1, #args)))
+    if opt then
+      redis.call(cmd, key, opt, unpack(args, i, math.min(i + CHUNK - 1, #args)))
+    else
+      redis.call(cmd, key, unpack(args, i, math.min(i + CHUNK - 1, #args)))
+    end
   end
 end
 
@@ -94,8 +99,48 @@ local function holds(leases, id, token)
   return current and current == token
 end
 
+-- The lease of one job for retry and kill: 0 held, -1 lost, -2 live again
+-- (only when reaping: the reaper read it as expired, but it was extended).
+local function lease_state(leases, processing, id, token, reaping, now)
+  if not holds(leases, id, token) then
+    return -1
+  end
+  if reaping then
+    local deadline = tonumber(redis.call('ZSCORE', processing, id))
+    if deadline and deadline >= now then
+      return -2
+    end
+  end
+  return 0
+end
+
+-- The leases of a batch: ARGV[first], ARGV[first + 1], ... are id, token
+-- pairs. One HMGET checks them all. Returns out, aligned with the pairs (1
+-- held, 0 lost; an id listed twice counts once), and the held ids.
+local function held(leases, first)
+  local ids = {}
+  for i = first, #ARGV, 2 do
+    ids[#ids + 1] = ARGV[i]
+  end
+  local current = hmget(leases, ids)
+  local out, list, seen = {}, {}, {}
+  for k = 1, #ids do
+    local id = ids[k]
+    if current[k] and current[k] == ARGV[first + 2 * k - 1] and not seen[id] then
+      seen[id] = true
+      list[#list + 1] = id
+      out[k] = 1
+    else
+      out[k] = 0
+    end
+  end
+  return out, list
+end
+
 -- Drop dead records beyond cap (oldest first) and older than now - max_age.
--- cap <= 0 or max_age <= 0 disables that rule. Returns how many were dropped.
+-- cap < 0 or max_age <= 0 disables that rule (cap 0 keeps none: a sharded
+-- queue's small cap can leave some shards none). Returns how many were
+-- dropped.
 local function trim_dead(dead, index, cap, max_age, now)
   local dropped = 0
   if max_age > 0 then
@@ -106,7 +151,7 @@ local function trim_dead(dead, index, cap, max_age, now)
       dropped = dropped + 1
     end
   end
-  if cap > 0 then
+  if cap >= 0 then
     local excess = redis.call('ZCARD', index) - cap
     if excess > 0 then
       local ids = redis.call('ZRANGE', index, 0, excess - 1)

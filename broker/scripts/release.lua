@@ -8,25 +8,20 @@
 -- ARGV[2] -> wake channel
 -- ARGV[3+2i], ARGV[4+2i] -> id, token
 --
--- Returns one integer per job: 1 released (ready now), 0 lease lost.
+-- Returns one integer per job: 1 released (ready now), 0 lease lost (an id
+-- listed twice counts once).
 local now = now_ms()
-local out = {}
-for i = 3, #ARGV, 2 do
-  local id, token = ARGV[i], ARGV[i + 1]
-  if holds(KEYS[4], id, token) then
-    redis.call('ZREM', KEYS[2], id)
-    redis.call('HDEL', KEYS[4], id)
-    local spent = redis.call('HGET', KEYS[3], id)
-    if spent and is_int(spent) and tonumber(spent) > 1 then
-      redis.call('HINCRBY', KEYS[3], id, -1)
-    else
-      redis.call('HDEL', KEYS[3], id)
-    end
-    wake_if_earliest(KEYS[1], ARGV[2], now, now)
-    redis.call('ZADD', KEYS[1], now, id)
-    out[#out + 1] = 1
+local out, list = held(KEYS[4], 3)
+for _, id in ipairs(list) do
+  redis.call('ZREM', KEYS[2], id)
+  redis.call('HDEL', KEYS[4], id)
+  local spent = redis.call('HGET', KEYS[3], id)
+  if spent and is_int(spent) and tonumber(spent) > 1 then
+    redis.call('HINCRBY', KEYS[3], id, -1)
   else
-    out[#out + 1] = 0
+    redis.call('HDEL', KEYS[3], id)
   end
+  wake_if_earliest(KEYS[1], ARGV[2], now, now)
+  redis.call('ZADD', KEYS[1], now, id)
 end
 return out

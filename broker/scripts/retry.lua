@@ -17,14 +17,9 @@
 -- reaper found the lease live again. Nothing changes unless it returns >= 0.
 local now = now_ms()
 local id, token = ARGV[2], ARGV[3]
-if not holds(KEYS[4], id, token) then
-  return -1
-end
-if ARGV[6] == '1' then
-  local deadline = tonumber(redis.call('ZSCORE', KEYS[2], id))
-  if deadline and deadline >= now then
-    return -2
-  end
+local state = lease_state(KEYS[4], KEYS[2], id, token, ARGV[6] == '1', now)
+if state < 0 then
+  return state
 end
 local ready = now + tonumber(ARGV[4])
 redis.call('ZREM', KEYS[2], id)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
 	"github.com/delayq/delayq/worker"
@@ -18,9 +20,9 @@ import (
 // fenceWatch wraps a worker's broker to see its claims and its acks that
 // were refused for a lost lease.
 type fenceWatch struct {
-	worker.Broker
+	protocol.Broker
 	mu      sync.Mutex
-	attempt map[broker.Lease]int
+	attempt map[protocol.Lease]int
 	fenced  []fencedAck
 }
 
@@ -29,8 +31,8 @@ type fencedAck struct {
 	attempt int
 }
 
-func (f *fenceWatch) Claim(ctx context.Context, queue string, n int, lease time.Duration) (broker.ClaimResult, error) {
-	res, err := f.Broker.Claim(ctx, queue, n, lease)
+func (f *fenceWatch) Claim(ctx context.Context, sh keyspace.Shard, n int, lease time.Duration) (protocol.ClaimResult, error) {
+	res, err := f.Broker.Claim(ctx, sh, n, lease)
 	f.mu.Lock()
 	for _, c := range res.Jobs {
 		f.attempt[c.Lease] = c.Attempt
@@ -39,7 +41,7 @@ func (f *fenceWatch) Claim(ctx context.Context, queue string, n int, lease time.
 	return res, err
 }
 
-func (f *fenceWatch) Ack(ctx context.Context, leases ...broker.Lease) error {
+func (f *fenceWatch) Ack(ctx context.Context, leases ...protocol.Lease) error {
 	err := f.Broker.Ack(ctx, leases...)
 	var be *job.BatchError
 	if errors.As(err, &be) {
@@ -85,7 +87,8 @@ func TestNetworkFaults(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		watches[i] = &fenceWatch{Broker: b, attempt: map[broker.Lease]int{}}
+		watches[i] = &fenceWatch{attempt: map[protocol.Lease]int{}}
+		protocol.Intercept(t, b, func(p protocol.Broker) protocol.Broker { watches[i].Broker = p; return watches[i] })
 		w := i
 		wreg := job.NewRegistry()
 		typ.Handle(wreg, func(ctx context.Context, j *job.Job[crashArgs]) error {
@@ -96,7 +99,7 @@ func TestNetworkFaults(t *testing.T) {
 			return nil
 		})
 		stops = append(stops, runWorker(t, worker.Config{
-			Broker: watches[i], Registry: wreg, Concurrency: 8,
+			Broker: b, Registry: wreg, Concurrency: 8,
 			Lease: time.Second, HeartbeatInterval: 250 * time.Millisecond, ReapInterval: 300 * time.Millisecond,
 			MaxIdle: 300 * time.Millisecond,
 		}))

@@ -1,0 +1,156 @@
+// Package protocol is the worker's side of the broker: claiming due jobs
+// under a lease, extending, acknowledging, retrying, dead-lettering and
+// releasing them, and reaping the leases of workers that died.
+//
+// It is internal because only package worker (and delayq's own tests)
+// speak it: users see the producer and operator methods of
+// *broker.Broker, and this protocol can change without breaking them.
+// Package broker implements it; [For] returns a broker's implementation.
+//
+// Every operation works on one physical queue (a keyspace.Shard): the
+// worker resolves a queue's shards with [Broker.Shards], claims and reaps
+// shard by shard, and every lease names its shard, so acks, retries and
+// kills go straight to it.
+package protocol
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/job"
+)
+
+// Lease identifies a claimed job and the fencing token of the claim.
+type Lease struct {
+	Shard keyspace.Shard
+	ID    string
+	Token int64
+}
+
+// Queue returns the name of the user's queue the job belongs to.
+func (l Lease) Queue() string { return l.Shard.Queue() }
+
+// Claimed is a job handed to a worker by Claim or found expired by Reap.
+type Claimed struct {
+	Lease
+	Attempt  int           // attempts spent, including this one
+	ReadyAt  time.Time     // when it became due (Claim) or its lease deadline (Reap)
+	Body     []byte        // the envelope as stored
+	Envelope *job.Envelope // decoded Body; nil when Err is set
+	Err      error         // wraps job.ErrCorrupt: Body did not decode, or the attempts counter was garbage
+}
+
+// Message returns the delivery a handler sees. It panics if Err is set.
+func (c *Claimed) Message() *job.Message {
+	return &job.Message{Envelope: *c.Envelope, Attempt: c.Attempt}
+}
+
+// ClaimResult is the outcome of one Claim call.
+type ClaimResult struct {
+	Now     time.Time // the server's clock at the claim
+	Next    time.Time // earliest ready time left in the shard; zero when empty
+	Jobs    []Claimed
+	Orphans []string // scheduled ids without an envelope, removed
+}
+
+// ReapResult lists jobs whose lease ran out.
+type ReapResult struct {
+	Now     time.Time
+	Jobs    []Claimed // ReadyAt holds the lease deadline that passed
+	Orphans []string  // processing ids without envelope or lease, removed
+}
+
+// Death is what a worker knows of a job it dead-letters; the broker makes
+// the dead record of it.
+type Death struct {
+	Type     string // job type, "" when the envelope did not decode
+	Body     []byte // the envelope as stored
+	Error    string // the final error
+	Attempts int    // attempts spent
+}
+
+// Broker is the protocol. Batch methods return nil, or a *job.BatchError
+// aligned with their leases whose entries wrap broker.ErrLeaseLost (nothing
+// changed for that job) or a Redis error.
+type Broker interface {
+	// Shards resolves the physical queues of a queue.
+	Shards(ctx context.Context, queue string) ([]keyspace.Shard, error)
+	// Claim leases up to n due jobs of s for lease each, in ready-time
+	// order.
+	Claim(ctx context.Context, s keyspace.Shard, n int, lease time.Duration) (ClaimResult, error)
+	// Ack finishes jobs whose handlers succeeded.
+	Ack(ctx context.Context, leases ...Lease) error
+	// Extend pushes the deadline of held leases to now + lease.
+	Extend(ctx context.Context, lease time.Duration, leases ...Lease) error
+	// Release hands held jobs back to be claimed again at once, without
+	// spending an attempt (shutdown).
+	Release(ctx context.Context, leases ...Lease) error
+	// Retry puts a failed job back in the schedule, ready after delay, with
+	// env (which carries the last error) as its new envelope. With expired
+	// (the reaper) the lease must also have run out: an error wrapping
+	// broker.ErrLeaseLive means it was extended since it was read.
+	Retry(ctx context.Context, l Lease, delay time.Duration, env *job.Envelope, expired bool) (time.Time, error)
+	// Kill moves a held job to the dead-letter store and returns the
+	// died-at time. expired as for Retry.
+	Kill(ctx context.Context, l Lease, d Death, expired bool) (time.Time, error)
+	// Reap lists up to limit jobs of s whose lease has run out, changing
+	// nothing: the caller retries or kills each with the token read here.
+	Reap(ctx context.Context, s keyspace.Shard, limit int) (ReapResult, error)
+	// Wakeups subscribes to the wake-up notices of queues: a queue's name
+	// arrives when a job becomes its earliest while nothing there is due.
+	// stop unsubscribes and closes the channel.
+	Wakeups(ctx context.Context, queues []string) (notices <-chan string, stop func())
+}
+
+// impl is set by package broker when it is initialised.
+var impl func(b any) (Broker, bool)
+
+// Install is called once, by package broker, with the function that gives
+// a *broker.Broker's protocol.
+func Install(f func(b any) (Broker, bool)) {
+	if impl != nil {
+		panic("protocol: installed twice")
+	}
+	impl = f
+}
+
+// intercepted holds the wrappers of Intercept, by broker.
+var intercepted sync.Map // any (*broker.Broker) -> Broker
+
+// For returns the protocol of b, a *broker.Broker (wrapped, if a test
+// intercepts it). It panics for anything else: callers hold a broker by
+// type.
+func For(b any) Broker {
+	if p, ok := intercepted.Load(b); ok {
+		return p.(Broker)
+	}
+	if impl != nil {
+		if p, ok := impl(b); ok {
+			return p
+		}
+	}
+	panic(fmt.Sprintf("protocol: %T is not a *broker.Broker", b))
+}
+
+// TB is the part of testing.TB that Intercept uses (so that this package,
+// which workers link, does not import testing).
+type TB interface {
+	Helper()
+	Cleanup(func())
+	Fatalf(format string, args ...any)
+}
+
+// Intercept is the failure-injecting test seam: until the test ends, For(b)
+// returns wrap of b's protocol, so a worker built on b meanwhile talks to
+// the wrapper. Workers that must not be intercepted get a broker of their
+// own (broker.New on the same client).
+func Intercept(t TB, b any, wrap func(Broker) Broker) {
+	t.Helper()
+	if _, loaded := intercepted.LoadOrStore(b, wrap(For(b))); loaded {
+		t.Fatalf("protocol: broker %p is intercepted already", b)
+	}
+	t.Cleanup(func() { intercepted.Delete(b) })
+}
