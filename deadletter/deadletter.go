@@ -60,12 +60,13 @@ type ListOptions struct {
 	Cursor string // from Page.Next; "" starts at the newest
 	Limit  int    // records per page; 0 means 50, at most 1,000
 
-	// MaxScan bounds the records one List call reads: a filter is applied
-	// in Go to records read newest first, so a filter that matches little
-	// would otherwise read the whole store to fill a page. When the budget
-	// runs out before the page is full, List returns what matched so far
-	// with Page.Partial set and Page.Next continuing the scan where it
-	// stopped. 0 means DefaultMaxScan; negative means no bound.
+	// MaxScan bounds the records one filtered List call reads: a filter is
+	// applied in Go to records read newest first, so a filter that matches
+	// little would otherwise read the whole store to fill a page. When the
+	// budget runs out before the page is full, List returns what matched so
+	// far with Page.Partial set and Page.Next continuing the scan where it
+	// stopped. 0 means DefaultMaxScan; negative means no bound. Without a
+	// filter a page reads only its own records and is never partial.
 	MaxScan int
 }
 
@@ -122,7 +123,10 @@ func (in *Inspector) List(ctx context.Context, queue string, opts ListOptions) (
 		return Page{}, err
 	}
 	budget := opts.MaxScan
-	if budget == 0 {
+	switch {
+	case opts.Filter.IsZero():
+		budget = -1 // a page reads only its own records
+	case budget == 0:
 		budget = DefaultMaxScan
 	}
 	chunk := scanChunk

@@ -307,6 +307,11 @@ func TestListScanBudget(t *testing.T) {
 	if err != nil || len(p.Records) != 3 || p.Partial || p.Next != "" || p.Scanned != 50 {
 		t.Fatalf("budget of the whole queue: %+v, %v", p, err)
 	}
+	// Without a filter the budget does not apply: a page reads its own.
+	p, err = tb.in.List(tb.ctx, "", deadletter.ListOptions{Limit: 40, MaxScan: 5})
+	if err != nil || len(p.Records) != 40 || p.Partial || p.Next == "" || p.Scanned != 40 {
+		t.Fatalf("unfiltered page with a small budget: %d records, partial %v, scanned %d, %v", len(p.Records), p.Partial, p.Scanned, err)
+	}
 	// A full page before the budget runs out is an ordinary page.
 	p, err = tb.in.List(tb.ctx, "", deadletter.ListOptions{Filter: f, Limit: 1, MaxScan: 30})
 	if err != nil || len(p.Records) != 1 || p.Partial || p.Next == "" || p.Scanned != 11 {

@@ -70,7 +70,7 @@ A non-loopback --addr needs --allow-remote and credentials.`,
 				fmt.Fprintf(a.stdout, "delayq dashboard on %s (namespace %s); Ctrl-C stops it\n", url, b.Namespace())
 			}
 			err = dashboard.Serve(cmd.Context(), addr, d, dashboard.ServeOptions{AllowRemote: allowRemote, Ready: ready})
-			if errors.Is(err, dashboard.ErrNotLoopback) {
+			if errors.Is(err, dashboard.ErrNotLoopback) || errors.Is(err, dashboard.ErrWeakCredentials) {
 				return &usageError{err}
 			}
 			return err
