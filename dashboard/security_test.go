@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -452,6 +454,47 @@ func TestStaticCacheControl(t *testing.T) {
 	}
 	if cc := locked.get(t, "/static/dashboard.css").header.Get("Cache-Control"); cc != "no-store" {
 		t.Errorf("401: Cache-Control %q, want no-store", cc)
+	}
+	r = open.hostDo(t, "evil.example", http.MethodGet, "/static/dashboard.css", nil)
+	if r.status != http.StatusMisdirectedRequest || r.header.Get("Cache-Control") != "no-store" {
+		t.Errorf("421: status %d, Cache-Control %q, want no-store", r.status, r.header.Get("Cache-Control"))
+	}
+}
+
+// Every test the threat model of docs/security.md names exists, in one of
+// the packages it covers.
+func TestSecurityDocNamesRealTests(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "security.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, model, ok := strings.Cut(string(doc), "## Threat model: the dashboard and the CLI")
+	if !ok {
+		t.Fatal("docs/security.md has no threat model section")
+	}
+	var src strings.Builder
+	for _, dir := range []string{".", "../cmd/delayq/internal/cli", "../job", "../deadletter"} {
+		files, err := filepath.Glob(filepath.Join(dir, "*_test.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			src.Write(b)
+		}
+	}
+	names := regexp.MustCompile("`((?:Test|Fuzz|Benchmark)[A-Za-z0-9_]+)`").FindAllStringSubmatch(model, -1)
+	if len(names) < 20 {
+		t.Fatalf("the threat model names %d tests", len(names))
+	}
+	for _, m := range names {
+		if !strings.Contains(src.String(), "func "+m[1]+"(") {
+			t.Errorf("docs/security.md names %s, which no test file of the dashboard, the CLI, job or deadletter defines", m[1])
+		}
 	}
 }
 
