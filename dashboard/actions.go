@@ -33,7 +33,7 @@ func (d *Dashboard) confirmed(w http.ResponseWriter, r *http.Request, question, 
 	if r.PostForm.Get(confirmField) == "yes" {
 		return true
 	}
-	c := &confirmData{Question: question, Action: r.URL.Path, Button: button, Back: back}
+	c := &confirmData{Question: question, Action: r.URL.EscapedPath(), Button: button, Back: back}
 	c.Action = strings.TrimPrefix(c.Action, d.opts.Prefix)
 	for _, name := range []string{"id", "queue", "type", "error"} {
 		if r.PostForm.Has(name) {
@@ -58,7 +58,7 @@ func (d *Dashboard) cancel(w http.ResponseWriter, r *http.Request) {
 		d.actionError(w, r, err)
 		return
 	}
-	d.redirect(w, r, queuePath(q), url.Values{"done": {"cancelled"}, "id": {id}})
+	d.redirect(w, r, queuePath(q), url.Values{"done": {"cancelled"}, "nid": {id}})
 }
 
 func (d *Dashboard) reschedule(w http.ResponseWriter, r *http.Request) {
@@ -90,7 +90,7 @@ func (d *Dashboard) reschedule(w http.ResponseWriter, r *http.Request) {
 		d.actionError(w, r, err)
 		return
 	}
-	d.redirect(w, r, queuePath(q)+"/job", url.Values{"done": {"rescheduled"}, "id": {id}})
+	d.redirect(w, r, queuePath(q)+"/job", url.Values{"id": {id}, "done": {"rescheduled"}, "nid": {id}})
 }
 
 // parseAt reads an RFC 3339 time, or a datetime-local value taken as UTC.
@@ -109,7 +109,7 @@ func (d *Dashboard) redrive(w http.ResponseWriter, r *http.Request) {
 		d.actionError(w, r, err)
 		return
 	}
-	d.redirect(w, r, "/dead", url.Values{"queue": {q}, "done": {"redriven"}, "id": {id}})
+	d.redirect(w, r, "/dead", url.Values{"queue": {q}, "done": {"redriven"}, "nid": {id}})
 }
 
 func (d *Dashboard) redriveAll(w http.ResponseWriter, r *http.Request) {
@@ -152,7 +152,7 @@ func (d *Dashboard) deleteDead(w http.ResponseWriter, r *http.Request) {
 		d.actionError(w, r, err)
 		return
 	}
-	d.redirect(w, r, "/dead", url.Values{"queue": {q}, "done": {"deleted"}, "id": {id}})
+	d.redirect(w, r, "/dead", url.Values{"queue": {q}, "done": {"deleted"}, "nid": {id}})
 }
 
 func (d *Dashboard) purge(w http.ResponseWriter, r *http.Request) {

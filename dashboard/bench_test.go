@@ -82,7 +82,7 @@ func BenchmarkOverview(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	req := httptest.NewRequest(http.MethodGet, "http://127.0.0.1/", nil)
 	check := httptest.NewRecorder()
 	d.ServeHTTP(check, req)
 	if check.Code != http.StatusOK {

@@ -2,6 +2,9 @@ package dashboard_test
 
 import (
 	"context"
+	"encoding/json"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -44,8 +47,13 @@ func chromiumPath(t *testing.T) string {
 	return ""
 }
 
+// rebindHost is the attacker's domain of the DNS-rebinding case: Chromium
+// resolves it to 127.0.0.1, as a rebound DNS answer would.
+const rebindHost = "evil.example"
+
 // browser starts headless Chromium with a fresh profile and returns a tab's
-// context; everything is stopped at cleanup.
+// context; everything is stopped at cleanup. rebindHost resolves to
+// 127.0.0.1.
 func browser(t *testing.T, path string) context.Context {
 	t.Helper()
 	opts := []chromedp.ExecAllocatorOption{
@@ -59,6 +67,8 @@ func browser(t *testing.T, path string) context.Context {
 		chromedp.Flag("disable-sync", true),
 		chromedp.Flag("disable-quic", true),
 		chromedp.Flag("hide-scrollbars", true),
+		chromedp.Flag("host-resolver-rules", "MAP "+rebindHost+" 127.0.0.1"),
+		chromedp.Flag("disable-features", "HttpsUpgrades"), // the attacker's origin is plain http
 		chromedp.Flag("mute-audio", true),
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1280, 900),
@@ -132,8 +142,11 @@ func do(t *testing.T, ctx context.Context, what string, steps ...chromedp.Action
 // TestBrowser drives the dashboard in headless Chromium against a real
 // redis-server: the overview shows the counts, a dead job is opened and
 // redriven and a worker handles it, another is deleted through the
-// confirmation dialog, and a screenshot of the overview is saved (to
-// docs/dashboard.png as well when DELAYQ_UPDATE_SCREENSHOT=1). CI sets
+// confirmation dialog, a screenshot of the overview is saved (to
+// docs/dashboard.png as well when DELAYQ_UPDATE_SCREENSHOT=1), and a DNS
+// rebinding is played: the dashboard opened as evil.example (which
+// Chromium resolves to 127.0.0.1) is refused, and a script on a page of
+// that origin can neither read it nor purge its dead letters. CI sets
 // DELAYQ_BROWSER=later for its parallel run of every package and runs this
 // test alone afterwards.
 func TestBrowser(t *testing.T) {
@@ -156,7 +169,8 @@ func TestBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	web := httptest.NewServer(d)
+	attacker := &rebinder{dashboard: d}
+	web := httptest.NewServer(attacker)
 	t.Cleanup(web.Close)
 
 	// A worker for "emails" reports the jobs it handles; nothing is due yet,
@@ -288,6 +302,135 @@ func TestBrowser(t *testing.T) {
 	}
 	if eval[string](t, ctx, `document.body.getAttribute('data-refreshed') || ''`) == "" {
 		t.Fatal("the count changed without the refresh script running")
+	}
+
+	rebinding(t, ctx, b, web.URL, attacker, seeded.Dead-2)
+}
+
+// rebinder serves the dashboard, except for one request: the first one
+// for rebindHost's attack page gets the attacker's page, as the
+// attacker's own server answered it before the name was rebound to
+// 127.0.0.1. From then on the page's requests, same-origin to the browser,
+// reach the dashboard.
+type rebinder struct {
+	dashboard http.Handler
+	mu        sync.Mutex
+	page      string // the attack page, set by the test
+	served    bool
+}
+
+func (rb *rebinder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rb.mu.Lock()
+	attack := !rb.served && rb.page != "" && strings.HasPrefix(r.Host, rebindHost+":") && r.URL.Path == "/attack.html"
+	if attack {
+		rb.served = true
+	}
+	page := rb.page
+	rb.mu.Unlock()
+	if !attack {
+		rb.dashboard.ServeHTTP(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = io.WriteString(w, page)
+}
+
+// attackPage is what the attacker's page does once its name points at
+// 127.0.0.1: read a dashboard page and take its CSRF token, read a static
+// file, then post a purge of the dead letters of "emails" (with the token
+// it found, or else the victim's token the test hands it), and report.
+const attackPage = `<!doctype html><meta charset="utf-8"><title>cute cats</title><pre id="out"></pre>
+<script>
+(async () => {
+  const out = {read: 0, token: "", sawData: false, stat: 0, purge: 0, errors: []};
+  try {
+    const r = await fetch("/dead?queue=emails", {credentials: "include"});
+    out.read = r.status;
+    const html = await r.text();
+    const m = html.match(/name="csrf" value="([^"]+)"/);
+    out.token = m ? m[1] : "";
+    out.sawData = html.includes("email.send") || html.includes("emails");
+  } catch (e) { out.errors.push("read: " + e); }
+  try {
+    out.stat = (await fetch("/static/dashboard.js")).status;
+  } catch (e) { out.errors.push("static: " + e); }
+  try {
+    const body = new URLSearchParams({csrf: out.token || "VICTIM_TOKEN", confirmed: "yes"});
+    const r = await fetch("/dead/emails/purge", {method: "POST", body: body, credentials: "include"});
+    out.purge = r.status;
+  } catch (e) { out.errors.push("purge: " + e); }
+  document.getElementById("out").textContent = JSON.stringify(out);
+  document.title = "done";
+})();
+</script>`
+
+// rebinding plays a DNS-rebinding attack in the browser: the dashboard
+// opened under the attacker's name is refused, and JavaScript on a page of
+// that origin can neither read the dashboard nor purge its dead letters,
+// even holding the victim's CSRF token.
+func rebinding(t *testing.T, ctx context.Context, b *broker.Broker, webURL string, rb *rebinder, dead int) {
+	t.Helper()
+	port := webURL[strings.LastIndexByte(webURL, ':')+1:]
+	evil := "http://" + rebindHost + ":" + port
+
+	// The victim's own session on 127.0.0.1: its token, handed to the
+	// attacker's script as if it had leaked.
+	do(t, ctx, "open the dead letters as the victim",
+		chromedp.Navigate(webURL+"/dead?queue=emails"),
+		chromedp.WaitVisible(chromedp.ID("purge")),
+	)
+	token := eval[string](t, ctx, `document.querySelector('input[name="csrf"]').value`)
+	if token == "" {
+		t.Fatal("no CSRF token on the victim's page")
+	}
+
+	// The dashboard itself, opened under the attacker's name: refused.
+	do(t, ctx, "open the dashboard as "+evil,
+		chromedp.Navigate(evil+"/"),
+		chromedp.WaitReady(chromedp.CSS("body")),
+	)
+	body := eval[string](t, ctx, `document.body.innerText`)
+	if !strings.Contains(body, "421 misdirected request") || eval[bool](t, ctx, `!!document.getElementById('total-scheduled')`) {
+		t.Fatalf("the dashboard under %s shows:\n%s", evil, body)
+	}
+
+	// The attacker's page, then its script against the rebound name.
+	rb.mu.Lock()
+	rb.page = strings.ReplaceAll(attackPage, "VICTIM_TOKEN", token)
+	rb.mu.Unlock()
+	do(t, ctx, "run the attacker's page",
+		chromedp.Navigate(evil+"/attack.html"),
+		chromedp.WaitReady(chromedp.ID("out")),
+	)
+	for deadline := time.Now().Add(30 * time.Second); eval[string](t, ctx, `document.title`) != "done"; {
+		if time.Now().After(deadline) {
+			t.Fatal("the attacker's script did not finish within 30s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var got struct {
+		Read    int      `json:"read"`
+		Token   string   `json:"token"`
+		SawData bool     `json:"sawData"`
+		Stat    int      `json:"stat"`
+		Purge   int      `json:"purge"`
+		Errors  []string `json:"errors"`
+	}
+	report := text(t, ctx, "out")
+	if err := json.Unmarshal([]byte(report), &got); err != nil {
+		t.Fatalf("attack report %q: %v", report, err)
+	}
+	if got.Read != http.StatusMisdirectedRequest || got.Token != "" || got.SawData || got.Stat != http.StatusMisdirectedRequest ||
+		got.Purge != http.StatusMisdirectedRequest || len(got.Errors) > 0 {
+		t.Fatalf("the rebound page got %+v; want every request refused with 421 and nothing read", got)
+	}
+	st, err := b.Stats(context.Background(), "emails")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Dead != int64(dead) {
+		t.Fatalf("after the attack emails has %d dead jobs, want the %d it had", st.Dead, dead)
 	}
 }
 

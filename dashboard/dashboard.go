@@ -1,9 +1,9 @@
 package dashboard
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
 	"embed"
 	"encoding/base64"
 	"errors"
@@ -48,10 +48,33 @@ type Options struct {
 	// admitted: keep the listener on loopback then.
 	BasicAuthUser, BasicAuthPassword string
 
+	// AllowedHosts are the host names (or addresses) besides loopback ones
+	// that requests may name in their Host header, e.g. the public name of
+	// a reverse proxy in front of the dashboard: "ops.example.com" admits
+	// it on any port, "ops.example.com:8443" on that port only. Requests
+	// for any other host get 421 Misdirected Request on every route, so a
+	// web page on a domain pointed at 127.0.0.1 (DNS rebinding) can neither
+	// read the dashboard nor act on it. localhost, 127.0.0.0/8 and ::1 are
+	// always allowed. "*" admits every host: only for an application that
+	// checks Host itself before the dashboard sees the request.
+	AllowedHosts []string
+
 	// TrustedOrigins are origins (scheme://host[:port]) whose cross-origin
 	// POSTs are allowed, e.g. a proxy's public origin when it rewrites Host.
 	// Same-origin requests never need listing.
 	TrustedOrigins []string
+
+	// CSRFSecret is the key (at least 32 bytes) of the HMAC that ties the
+	// forms' CSRF tokens to the session cookie, and that signs the notices
+	// shown after an action. nil means 32 random bytes per New, which is
+	// right for one process; give every replica behind one address the
+	// same secret so that a form served by one is accepted by another.
+	CSRFSecret []byte
+
+	// DeadMaxScan bounds the dead records one page of a filtered dead-letter
+	// list reads (see deadletter.ListOptions.MaxScan); when it runs out the
+	// page offers to continue scanning. 0 means deadletter.DefaultMaxScan.
+	DeadMaxScan int
 
 	// RefreshInterval is how often the overview and queue pages refresh
 	// themselves. 0 means 5s; negative disables auto-refresh.
@@ -76,10 +99,19 @@ type Dashboard struct {
 	pages   map[string]*template.Template
 	handler http.Handler
 
-	// authorization header values admitted, hashed so that comparing them
-	// takes the same time whatever the input
+	// authorization header values admitted (scheme lower-cased), hashed so
+	// that comparing them takes the same time whatever the input
 	admitted [][32]byte
+
+	hosts         []hostRule // Options.AllowedHosts
+	anyHost       bool       // AllowedHosts holds "*"
+	secret        []byte     // CSRFSecret, or random
+	refusedLogins rateLimited
+	refusedHosts  rateLimited
 }
+
+// MinCSRFSecret is the shortest Options.CSRFSecret New accepts.
+const MinCSRFSecret = 32
 
 var _ http.Handler = (*Dashboard)(nil)
 
@@ -108,19 +140,33 @@ func New(b *broker.Broker, opts Options) (*Dashboard, error) {
 	if opts.Logger != nil {
 		d.log = *opts.Logger
 	}
+	if opts.CSRFSecret != nil && len(opts.CSRFSecret) < MinCSRFSecret {
+		return nil, fmt.Errorf("dashboard: CSRFSecret is %d bytes; it needs at least %d random bytes", len(opts.CSRFSecret), MinCSRFSecret)
+	}
+	if opts.DeadMaxScan < 0 {
+		return nil, fmt.Errorf("dashboard: DeadMaxScan %d is negative; 0 means the default", opts.DeadMaxScan)
+	}
+	var err error
+	if d.hosts, d.anyHost, err = parseAllowedHosts(opts.AllowedHosts); err != nil {
+		return nil, err
+	}
+	d.secret = append([]byte(nil), opts.CSRFSecret...)
+	if len(d.secret) == 0 {
+		d.secret = make([]byte, 32)
+		_, _ = rand.Read(d.secret) // never fails on supported platforms
+	}
 	for _, o := range opts.TrustedOrigins {
 		if err := d.cop.AddTrustedOrigin(o); err != nil {
 			return nil, fmt.Errorf("dashboard: trusted origin: %w", err)
 		}
 	}
 	if opts.BearerToken != "" {
-		d.admitted = append(d.admitted, sha256.Sum256([]byte("Bearer "+opts.BearerToken)))
+		d.admitted = append(d.admitted, sha256.Sum256([]byte("bearer "+opts.BearerToken)))
 	}
 	if opts.BasicAuthUser != "" {
 		cred := base64.StdEncoding.EncodeToString([]byte(opts.BasicAuthUser + ":" + opts.BasicAuthPassword))
-		d.admitted = append(d.admitted, sha256.Sum256([]byte("Basic "+cred)))
+		d.admitted = append(d.admitted, sha256.Sum256([]byte("basic "+cred)))
 	}
-	var err error
 	if d.pages, err = parsePages(); err != nil {
 		return nil, err
 	}
@@ -173,8 +219,12 @@ func (d *Dashboard) routes() http.Handler {
 
 	static, _ := fs.Sub(staticFS, "static")
 	files := http.StripPrefix(p+"/static/", http.FileServerFS(static))
+	cache := "public, max-age=3600"
+	if len(d.admitted) > 0 {
+		cache = "private, max-age=3600" // behind credentials: no shared cache keeps a copy
+	}
 	mux.Handle("GET "+p+"/static/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Cache-Control", "public, max-age=3600")
+		w.Header().Set("Cache-Control", cache)
 		files.ServeHTTP(w, r)
 	}))
 	if p != "" {
@@ -186,68 +236,37 @@ func (d *Dashboard) routes() http.Handler {
 	return mux
 }
 
-// ServeHTTP serves the dashboard.
+// ServeHTTP serves the dashboard. Every request first passes the Host
+// check (421 otherwise) and then the credentials check (401 otherwise).
 func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Referrer-Policy", "same-origin")
-	if !d.authorized(r) {
+	if !d.hostAllowed(r) {
+		d.refusedHosts.note(d, r, "dashboard: request for a host not allowed refused")
+		h.Set("Cache-Control", "no-store")
+		http.Error(w, "421 misdirected request: this dashboard does not answer to that host name; "+
+			"open it on localhost or 127.0.0.1, or allow the name (Options.AllowedHosts, delayq dashboard --allowed-host)", http.StatusMisdirectedRequest)
+		return
+	}
+	identity, ok := d.admit(r)
+	if !ok {
 		switch {
 		case d.opts.BasicAuthUser != "":
 			h.Set("WWW-Authenticate", `Basic realm="delayq dashboard", charset="UTF-8"`)
 		default:
 			h.Set("WWW-Authenticate", `Bearer realm="delayq dashboard"`)
 		}
+		h.Set("Cache-Control", "no-store")
 		http.Error(w, "401 unauthorized: this dashboard needs credentials", http.StatusUnauthorized)
 		return
 	}
+	if identity != nil {
+		r = r.WithContext(context.WithValue(r.Context(), identityKey{}, identity))
+	}
 	d.handler.ServeHTTP(w, r)
-}
-
-func (d *Dashboard) authorized(r *http.Request) bool {
-	if len(d.admitted) == 0 {
-		return true
-	}
-	got := sha256.Sum256([]byte(r.Header.Get("Authorization")))
-	ok := 0
-	for _, a := range d.admitted {
-		ok |= subtle.ConstantTimeCompare(got[:], a[:])
-	}
-	return ok == 1
-}
-
-// csrfCookie holds the token that forms repeat in their csrfField
-// (double submit); it is HttpOnly and SameSite=Strict.
-const (
-	csrfCookie = "delayq_csrf"
-	csrfField  = "csrf"
-)
-
-// csrfToken returns the request's CSRF token, setting a new cookie when it
-// has none.
-func (d *Dashboard) csrfToken(w http.ResponseWriter, r *http.Request) string {
-	if c, err := r.Cookie(csrfCookie); err == nil && validToken(c.Value) {
-		return c.Value
-	}
-	var raw [32]byte
-	_, _ = rand.Read(raw[:]) // never fails on supported platforms
-	tok := base64.RawURLEncoding.EncodeToString(raw[:])
-	http.SetCookie(w, &http.Cookie{
-		Name:     csrfCookie,
-		Value:    tok,
-		Path:     d.opts.Prefix + "/",
-		HttpOnly: true,
-		Secure:   r.TLS != nil,
-		SameSite: http.SameSiteStrictMode,
-	})
-	return tok
-}
-
-func validToken(s string) bool {
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	return err == nil && len(b) == 32
 }
 
 // maxForm bounds the body of a POST.
@@ -255,8 +274,8 @@ const maxForm = 64 << 10
 
 // guardPost admits a state-changing request only when the dashboard is not
 // read-only, the browser says it comes from this origin (or it carries no
-// browser origin headers, as from curl), and its form repeats the CSRF
-// cookie.
+// browser origin headers, as from curl), and its form carries the CSRF
+// token of its session cookie.
 func (d *Dashboard) guardPost(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if d.opts.ReadOnly {
@@ -276,9 +295,7 @@ func (d *Dashboard) guardPost(h http.HandlerFunc) http.Handler {
 			d.fail(w, r, http.StatusBadRequest, "The form could not be read: "+err.Error())
 			return
 		}
-		c, err := r.Cookie(csrfCookie)
-		form := r.PostForm.Get(csrfField)
-		if err != nil || !validToken(c.Value) || subtle.ConstantTimeCompare([]byte(c.Value), []byte(form)) != 1 {
+		if !d.checkCSRF(r) {
 			d.fail(w, r, http.StatusForbidden, "The form's CSRF token is missing or stale: reload the page and try again.")
 			return
 		}

@@ -39,7 +39,7 @@ func TestOverview(t *testing.T) {
 	wantStatus(t, "overview", r, http.StatusOK)
 	mustContain(t, "overview", r.body,
 		`id="total-scheduled">15<`, `id="total-due">3<`, `id="total-processing">1<`, `id="total-dead">2<`,
-		`href="/queues/mail">mail</a>`, `href="/queues/sms">sms</a>`,
+		`href="/queues/mail"><bdi>mail</bdi></a>`, `href="/queues/sms"><bdi>sms</bdi></a>`,
 		`<tr id="queue-mail">`, `data-count="scheduled">15<`, `data-count="due">3<`,
 		`<svg class="chart"`, "Jobs handled per minute", "Lateness",
 		"3 in the last hour", // one done and two dead
@@ -135,7 +135,11 @@ func TestSearchByID(t *testing.T) {
 
 	r = tb.get(t, "/queues/q?id=nope")
 	wantStatus(t, "search miss", r, http.StatusNotFound)
-	mustContain(t, "search miss", r.body, "No job <code>nope</code> in queue <code>q</code>", `value="nope"`)
+	mustContain(t, "search miss", r.body, "No job <code><bdi>nope</bdi></code> in queue <code><bdi>q</bdi></code>", `value="nope"`)
+	long := strings.Repeat("y", 200)
+	r = tb.get(t, "/queues/q?id="+long)
+	wantStatus(t, "search miss, long id", r, http.StatusNotFound)
+	mustContain(t, "search miss, long id", r.body, "No job <code><bdi>"+strings.Repeat("y", 80)+" …</bdi></code>", `value="`+long+`"`)
 	r = tb.get(t, "/queues/q?id="+url.QueryEscape("a{b"))
 	wantStatus(t, "bad id", r, http.StatusBadRequest)
 	mustContain(t, "bad id", r.body, "may not contain")
@@ -196,7 +200,9 @@ func TestCancel(t *testing.T) {
 		t.Fatalf("cancelled job is %q", s)
 	}
 	r = tb.get(t, r.header.Get("Location"))
+	wantStatus(t, "page after cancel", r, http.StatusOK)
 	mustContain(t, "page after cancel", r.body, `Job &#34;a&#34; cancelled.`)
+	mustNotContain(t, "page after cancel", r.body, "No job <code>")
 
 	tb.enqueue(t, "q", "busy", "t", `{}`, 0)
 	tb.claim(t, "q", 1)
@@ -229,7 +235,7 @@ func TestReschedule(t *testing.T) {
 	r := tb.post(t, "/queues/q/reschedule", url.Values{"id": {"a"}, "in": {"0"}})
 	wantStatus(t, "run now", r, http.StatusSeeOther)
 	around("run now", ready(), time.Now())
-	if loc := r.header.Get("Location"); loc != "/queues/q/job?done=rescheduled&id=a" {
+	if loc := r.header.Get("Location"); !regexp.MustCompile(`^/queues/q/job\?done=rescheduled&id=a&nid=a&sig=[\w-]{22}&t=\d+$`).MatchString(loc) {
 		t.Fatalf("redirect to %q", loc)
 	}
 

@@ -17,7 +17,8 @@
 // script, embedded with go:embed; the charts are SVG drawn on the server.
 // Counts come from O(log N) Redis calls (pipelined over queues), the charts
 // from the per-minute history the broker's scripts keep (see
-// broker.History), never from a scan.
+// broker.History), never from a scan; a filtered dead-letter page reads at
+// most Options.DeadMaxScan records and then offers to continue scanning.
 //
 // # Mounting
 //
@@ -30,10 +31,18 @@
 //
 // # Security
 //
+// Requests must name a loopback host (localhost, 127.0.0.0/8, ::1) or one of
+// Options.AllowedHosts in their Host header, or get 421: a web page on a
+// domain pointed at 127.0.0.1 (DNS rebinding) can neither read the dashboard
+// nor act on it. List a reverse proxy's public name there.
+//
 // Without BearerToken or basic auth every request is admitted, so serve it
 // on loopback or behind your own authentication. Every action is a POST that
-// must pass net/http.CrossOriginProtection and repeat a CSRF token from an
-// HttpOnly, SameSite=Strict cookie; ReadOnly hides and refuses every action.
+// must pass net/http.CrossOriginProtection and carry a CSRF token: the HMAC,
+// under Options.CSRFSecret, of an HttpOnly, SameSite=Strict session cookie
+// (named __Host-delayq_csrf over TLS) and of the request's credentials, so a
+// planted cookie is worthless. Notices after an action are signed the same
+// way. ReadOnly hides and refuses every action.
 // Destructive actions ask for confirmation (in the browser, and on a page of
 // their own when scripts are off). Pages are served with a strict
 // Content-Security-Policy and every value shown, payloads included, is

@@ -7,6 +7,7 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -99,20 +100,43 @@ func (tb *testBundle) get(t *testing.T, path string, headers ...string) response
 	return tb.do(t, http.MethodGet, path, nil, headers...)
 }
 
-// csrf loads the overview, which sets the CSRF cookie, and returns the
-// token.
+// csrfRE finds the CSRF token in a page's forms.
+var csrfRE = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// csrf loads the dead-letter page, which sets the session cookie, and
+// returns the token its forms carry; "" when it has no forms (read-only, or
+// no queue yet).
 func (tb *testBundle) csrf(t *testing.T) string {
 	t.Helper()
-	if r := tb.get(t, "/"); r.status != http.StatusOK {
-		t.Fatalf("GET / = %d: %s", r.status, r.body)
+	r := tb.get(t, "/dead")
+	if r.status != http.StatusOK {
+		t.Fatalf("GET /dead = %d: %s", r.status, r.body)
 	}
+	if m := csrfRE.FindStringSubmatch(r.body); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
+// tokenIn returns the CSRF token of a page.
+func tokenIn(t *testing.T, body string) string {
+	t.Helper()
+	m := csrfRE.FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("no CSRF token in the page:\n%s", body)
+	}
+	return m[1]
+}
+
+// cookie returns the value of the client's cookie name for the dashboard.
+func (tb *testBundle) cookie(t *testing.T, name string) string {
+	t.Helper()
 	u, _ := url.Parse(tb.srv.URL + tb.prefix + "/")
 	for _, c := range tb.client.Jar.Cookies(u) {
-		if c.Name == "delayq_csrf" {
+		if c.Name == name {
 			return c.Value
 		}
 	}
-	t.Fatal("no CSRF cookie after GET /")
 	return ""
 }
 

@@ -60,7 +60,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	data := &overviewData{Queues: make([]queueRow, len(stats))}
-	v := &view{Title: "Overview", Nav: "overview", Live: true, Flash: flash(r), Data: data}
+	v := &view{Title: "Overview", Nav: "overview", Live: true, Flash: d.flash(r), Data: data}
 	if len(stats) == 0 {
 		d.render(w, r, http.StatusOK, "overview", v)
 		return
@@ -124,7 +124,7 @@ func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	data := &queueData{}
-	v := &view{Title: "Queue " + q, Nav: q, Live: true, Flash: flash(r), Data: data}
+	v := &view{Title: "Queue " + q, Nav: q, Live: true, Flash: d.flash(r), Data: data}
 	status := http.StatusOK
 	if id := strings.TrimSpace(r.URL.Query().Get("id")); id != "" {
 		_, err := d.b.Job(ctx, q, id)
@@ -213,7 +213,7 @@ func (d *Dashboard) jobDetail(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, d.opts.Prefix+"/dead/"+url.PathEscape(q)+"/job?"+url.Values{"id": {id}}.Encode(), http.StatusFound)
 		return
 	}
-	d.render(w, r, http.StatusOK, "job", &view{Title: "Job " + id, Nav: q, Now: j.Now, Flash: flash(r), Data: j})
+	d.render(w, r, http.StatusOK, "job", &view{Title: "Job " + id, Nav: q, Now: j.Now, Flash: d.flash(r), Data: j})
 }
 
 type deadQueue struct {
@@ -228,7 +228,9 @@ type deadData struct {
 	Filter  deadletter.Filter
 	Cursor  string
 	Page    deadletter.Page
-	Matched bool // a filter is set
+	Matched bool  // a filter is set
+	Scanned int64 // records the page read
+	MaxScan int64 // the most records a filtered page reads
 }
 
 func (d *Dashboard) dead(w http.ResponseWriter, r *http.Request) {
@@ -254,7 +256,7 @@ func (d *Dashboard) dead(w http.ResponseWriter, r *http.Request) {
 		data.Queues = append(data.Queues, deadQueue{s.Queue, s.Dead})
 		data.Total += s.Dead
 	}
-	v := &view{Title: "Dead letters", Nav: "dead", Flash: flash(r), Data: data}
+	v := &view{Title: "Dead letters", Nav: "dead", Flash: d.flash(r), Data: data}
 	if len(stats) > 0 {
 		v.Now = stats[0].Now
 	}
@@ -262,7 +264,13 @@ func (d *Dashboard) dead(w http.ResponseWriter, r *http.Request) {
 		d.render(w, r, http.StatusOK, "dead", v)
 		return
 	}
-	data.Page, err = d.dl.List(ctx, data.Queue, deadletter.ListOptions{Filter: data.Filter, Cursor: data.Cursor, Limit: pageSize})
+	maxScan := d.opts.DeadMaxScan
+	if maxScan == 0 {
+		maxScan = deadletter.DefaultMaxScan
+	}
+	data.MaxScan = int64(maxScan)
+	data.Page, err = d.dl.List(ctx, data.Queue, deadletter.ListOptions{Filter: data.Filter, Cursor: data.Cursor, Limit: pageSize, MaxScan: maxScan})
+	data.Scanned = int64(data.Page.Scanned)
 	switch {
 	case errors.Is(err, deadletter.ErrBadCursor):
 		d.fail(w, r, http.StatusBadRequest, errBadCursor.Error())
@@ -284,7 +292,7 @@ func (d *Dashboard) deadDetail(w http.ResponseWriter, r *http.Request) {
 		d.actionError(w, r, err)
 		return
 	}
-	d.render(w, r, http.StatusOK, "deadjob", &view{Title: "Dead job " + id, Nav: "dead", Flash: flash(r), Data: rec})
+	d.render(w, r, http.StatusOK, "deadjob", &view{Title: "Dead job " + id, Nav: "dead", Flash: d.flash(r), Data: rec})
 }
 
 // redisError reports a failure to read or write Redis.

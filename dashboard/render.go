@@ -58,6 +58,7 @@ func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, status int, n
 	v.Namespace = d.b.Namespace()
 	v.CSRF = d.csrfToken(w, r)
 	v.Status = status
+	v.Title = escapeBidi(v.Title)
 	if v.Now.IsZero() {
 		v.Now = time.Now()
 	}
@@ -82,21 +83,26 @@ func (d *Dashboard) fail(w http.ResponseWriter, r *http.Request, status int, msg
 	if status >= 500 {
 		d.log.Error().Str("path", r.URL.Path).Int("status", status).Msg(msg)
 	}
-	d.render(w, r, status, "error", &view{Title: http.StatusText(status), Data: msg})
+	d.render(w, r, status, "error", &view{Title: http.StatusText(status), Data: escapeBidi(msg)})
 }
 
 // redirect sends the browser to path (under the prefix) after an action,
-// with query values for the notice shown there.
+// with query values for the page and, when q has "done", the signed notice
+// shown there.
 func (d *Dashboard) redirect(w http.ResponseWriter, r *http.Request, path string, q url.Values) {
 	u := d.opts.Prefix + path
+	if q.Has("done") {
+		d.signNotice(q)
+	}
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
 	http.Redirect(w, r, u, http.StatusSeeOther)
 }
 
-// notices are the only texts a "done" query value can show, so a crafted
-// link cannot put words on the page.
+// notices are the only texts a "done" query value can show, and only with
+// a valid signature (see Dashboard.flash), so a crafted link cannot put
+// words on the page.
 var notices = map[string]string{
 	"cancelled":   "Job %[1]s cancelled.",
 	"rescheduled": "Job %[1]s rescheduled.",
@@ -104,22 +110,6 @@ var notices = map[string]string{
 	"deleted":     "Dead job %[1]s deleted.",
 	"purged":      "Purged %[2]d dead jobs.",
 	"redrive-all": "Sent %[2]d dead jobs back to their queue; %[3]d could not be (gone, or pending again).",
-}
-
-// flash returns the notice asked for by the query, or "".
-func flash(r *http.Request) string {
-	q := r.URL.Query()
-	format, ok := notices[q.Get("done")]
-	if !ok {
-		return ""
-	}
-	n, _ := strconv.Atoi(q.Get("n"))
-	failed, _ := strconv.Atoi(q.Get("failed"))
-	id := q.Get("id")
-	if len(id) > 300 {
-		id = id[:300]
-	}
-	return fmt.Sprintf(format, strconv.Quote(id), n, failed)
 }
 
 var funcs = template.FuncMap{
@@ -130,6 +120,37 @@ var funcs = template.FuncMap{
 	"payload":   formatPayload,
 	"firstLine": firstLine,
 	"add":       func(a, b int) int { return a + b },
+	"pathq":     url.PathEscape, // a queue name as one path segment
+}
+
+// escapeBidi writes the bidirectional formatting characters of s (the
+// embeddings, overrides and isolates, and the marks) as \u escapes, for
+// text that cannot be isolated in markup: a page title, or a message that
+// quotes input.
+func escapeBidi(s string) string {
+	if !strings.ContainsFunc(s, isBidiControl) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if isBidiControl(r) {
+			fmt.Fprintf(&b, "\\u%04x", r)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func isBidiControl(r rune) bool {
+	switch {
+	case r == 0x061c, r == 0x200e, r == 0x200f: // ALM, LRM, RLM
+	case r >= 0x202a && r <= 0x202e: // LRE, RLE, PDF, LRO, RLO
+	case r >= 0x2066 && r <= 0x2069: // LRI, RLI, FSI, PDI
+	default:
+		return false
+	}
+	return true
 }
 
 // formatTime renders t in UTC to the second; "—" for the zero time.

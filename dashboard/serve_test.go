@@ -2,9 +2,18 @@ package dashboard_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
+	"math/big"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -105,5 +114,149 @@ func TestServeLoopbackAndShutdown(t *testing.T) {
 	defer ln.Close()
 	if err := dashboard.Serve(t.Context(), ln.Addr().String(), d, dashboard.ServeOptions{}); err == nil {
 		t.Fatal("Serve on a port in use: no error")
+	}
+}
+
+// selfSigned returns a TLS config with a fresh self-signed certificate for
+// 127.0.0.1 and localhost, and a pool that trusts it.
+func selfSigned(t *testing.T) (*tls.Config, *x509.CertPool) {
+	t.Helper()
+	certPEM, keyPEM := selfSignedPEM(t)
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(certPEM)
+	return &tls.Config{Certificates: []tls.Certificate{cert}}, pool
+}
+
+func selfSignedPEM(t *testing.T) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "delayq dashboard test"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
+		DNSNames:              []string{"localhost"},
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+}
+
+func tlsClient(t *testing.T, pool *x509.CertPool) *http.Client {
+	t.Helper()
+	c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	t.Cleanup(c.CloseIdleConnections)
+	return c
+}
+
+// Serve with a TLS config speaks HTTPS only.
+func TestServeTLS(t *testing.T) {
+	t.Parallel()
+	d := newDashboard(t, dashboard.Options{})
+	cfg, pool := selfSigned(t)
+	addr, stop := serve(t, "127.0.0.1:0", d, dashboard.ServeOptions{TLSConfig: cfg})
+	res, err := tlsClient(t, pool).Get("https://" + addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := readAll(t, res)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK || res.TLS == nil || !strings.Contains(body, "delayq") {
+		t.Fatalf("GET over TLS: %d, TLS %v", res.StatusCode, res.TLS != nil)
+	}
+	if res.TLS.Version < tls.VersionTLS12 {
+		t.Fatalf("TLS version %x", res.TLS.Version)
+	}
+	plain := &http.Client{Timeout: 10 * time.Second}
+	if res, err := plain.Get("http://" + addr + "/"); err == nil {
+		res.Body.Close()
+		if res.StatusCode == http.StatusOK {
+			t.Fatal("plain HTTP served on the TLS port")
+		}
+	}
+	plain.CloseIdleConnections()
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := dashboard.Serve(t.Context(), "127.0.0.1:0", d, dashboard.ServeOptions{TLSConfig: &tls.Config{}}); err == nil {
+		t.Fatal("a TLS config without a certificate: no error")
+	}
+}
+
+// nonLoopbackIP returns an IPv4 address of this machine that is not
+// loopback, or skips the test.
+func nonLoopbackIP(t *testing.T) net.IP {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Skipf("no interface addresses: %v", err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
+			return n.IP
+		}
+	}
+	t.Skip("this machine has no non-loopback IPv4 address")
+	return nil
+}
+
+// On a non-loopback address Serve needs long secrets, and answers to the
+// address a connection reached (and loopback names, and AllowedHosts), not
+// to other names.
+func TestServeRemoteHosts(t *testing.T) {
+	t.Parallel()
+	ip := nonLoopbackIP(t)
+	weak := newDashboard(t, dashboard.Options{BearerToken: "short"})
+	if err := dashboard.Serve(t.Context(), ip.String()+":0", weak, dashboard.ServeOptions{AllowRemote: true}); !errors.Is(err, dashboard.ErrWeakCredentials) {
+		t.Fatalf("Serve with a 5-byte token: %v, want ErrWeakCredentials", err)
+	}
+	const token = "remote-token-0123456789"
+	d := newDashboard(t, dashboard.Options{BearerToken: token, AllowedHosts: []string{"ops.example.com"}})
+	for _, bind := range []string{ip.String() + ":0", "0.0.0.0:0"} {
+		addr, stop := serve(t, bind, d, dashboard.ServeOptions{AllowRemote: true})
+		_, port, _ := net.SplitHostPort(addr)
+		target := net.JoinHostPort(ip.String(), port)
+		for host, want := range map[string]int{
+			target:                               http.StatusOK,
+			ip.String():                          http.StatusOK,
+			"ops.example.com":                    http.StatusOK,
+			"evil.example:" + port:               http.StatusMisdirectedRequest,
+			"192.0.2.254:" + port:                http.StatusMisdirectedRequest,
+			"dashboard.internal.example:" + port: http.StatusMisdirectedRequest,
+		} {
+			req, _ := http.NewRequest(http.MethodGet, "http://"+target+"/", nil)
+			req.Host = host
+			req.Header.Set("Authorization", "Bearer "+token)
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			if res.StatusCode != want {
+				t.Errorf("bound to %s, Host %s: %d, want %d", bind, host, res.StatusCode, want)
+			}
+		}
+		http.DefaultClient.CloseIdleConnections()
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -59,12 +59,27 @@ type ListOptions struct {
 	Filter
 	Cursor string // from Page.Next; "" starts at the newest
 	Limit  int    // records per page; 0 means 50, at most 1,000
+
+	// MaxScan bounds the records one filtered List call reads: a filter is
+	// applied in Go to records read newest first, so a filter that matches
+	// little would otherwise read the whole store to fill a page. When the
+	// budget runs out before the page is full, List returns what matched so
+	// far with Page.Partial set and Page.Next continuing the scan where it
+	// stopped. 0 means DefaultMaxScan; negative means no bound. Without a
+	// filter a page reads only its own records and is never partial.
+	MaxScan int
 }
 
 // Page is one page of dead records, newest first.
 type Page struct {
 	Records []*broker.DeadRecord
 	Next    string // cursor of the next page; "" when this is the last
+	// Partial is set when the scan budget (ListOptions.MaxScan) ran out
+	// before the page was full: more matches may follow at Next.
+	Partial bool
+	// Scanned is how many records the call read and tested against the
+	// filter.
+	Scanned int
 }
 
 // ErrBadCursor is wrapped when a cursor was not made by List.
@@ -76,14 +91,21 @@ const (
 	MaxLimit     = 1000
 )
 
+// DefaultMaxScan is the records one List call reads at most when
+// ListOptions.MaxScan is 0. An unfiltered page reads only its own records,
+// so the bound matters only for filters.
+const DefaultMaxScan = 10_000
+
 const scanChunk = 200
 
 // List returns a page of dead records that match the filter, newest first:
 // those of queue, or of every known queue when queue is "". Records that
 // died in the same millisecond are ordered by queue, then id, both
 // descending. Paging by cursor has no gaps or repeats, even while jobs die
-// or are redriven meanwhile. Bad options give an error wrapping
-// job.ErrInvalid or ErrBadCursor.
+// or are redriven meanwhile. A call reads at most opts.MaxScan records (see
+// ListOptions); a page cut short by that budget is Partial, and its Next
+// continues the scan. Bad options give an error wrapping job.ErrInvalid or
+// ErrBadCursor.
 func (in *Inspector) List(ctx context.Context, queue string, opts ListOptions) (Page, error) {
 	limit := opts.Limit
 	switch {
@@ -100,11 +122,22 @@ func (in *Inspector) List(ctx context.Context, queue string, opts ListOptions) (
 	if err != nil {
 		return Page{}, err
 	}
+	budget := opts.MaxScan
+	switch {
+	case opts.Filter.IsZero():
+		budget = -1 // a page reads only its own records
+	case budget == 0:
+		budget = DefaultMaxScan
+	}
+	chunk := scanChunk
+	if budget > 0 && budget < chunk {
+		chunk = budget
+	}
 	streams := make([]*stream, len(queues))
 	for i, q := range queues {
-		streams[i] = &stream{b: in.b, queue: q, cur: cur.in(q)}
+		streams[i] = &stream{b: in.b, queue: q, cur: cur.in(q), chunk: chunk}
 	}
-	var out []*broker.DeadRecord
+	var page Page
 	for {
 		// The next record is the newest head among the queues.
 		var best *stream
@@ -118,18 +151,26 @@ func (in *Inspector) List(ctx context.Context, queue string, opts ListOptions) (
 			}
 		}
 		if best == nil {
-			return Page{Records: out}, nil
+			return page, nil
 		}
 		r := best.pop()
 		if opts.exhausted(r) {
-			return Page{Records: out}, nil
+			return page, nil
 		}
-		if !opts.Match(r) {
-			continue
+		page.Scanned++
+		if opts.Match(r) {
+			page.Records = append(page.Records, r)
+			if len(page.Records) == limit {
+				page.Next = cursorOf(r).encode()
+				return page, nil
+			}
 		}
-		out = append(out, r)
-		if len(out) == limit {
-			return Page{Records: out, Next: cursorOf(r).encode()}, nil
+		if budget > 0 && page.Scanned >= budget {
+			if !slices.ContainsFunc(streams, (*stream).more) {
+				return page, nil // that was the last record
+			}
+			page.Next, page.Partial = cursorOf(r).encode(), true
+			return page, nil
 		}
 	}
 }
@@ -162,13 +203,21 @@ type stream struct {
 	b     *broker.Broker
 	queue string
 	cur   broker.DeadCursor
+	chunk int // records per read; 0 means scanChunk
 	buf   []*broker.DeadRecord
 	done  bool
 }
 
+// more reports whether records may follow the ones popped so far.
+func (s *stream) more() bool { return len(s.buf) > 0 || !s.done }
+
 func (s *stream) peek(ctx context.Context) (*broker.DeadRecord, error) {
+	n := s.chunk
+	if n <= 0 {
+		n = scanChunk
+	}
 	for len(s.buf) == 0 && !s.done {
-		recs, next, err := s.b.DeadPage(ctx, s.queue, s.cur, scanChunk)
+		recs, next, err := s.b.DeadPage(ctx, s.queue, s.cur, n)
 		if err != nil {
 			return nil, err
 		}

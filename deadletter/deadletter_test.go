@@ -246,6 +246,81 @@ func TestListWhileJobsDieAndAreRedriven(t *testing.T) {
 	}
 }
 
+// A filtered List reads at most MaxScan records per call: a filter that
+// matches little returns partial pages whose cursor continues the scan, and
+// following them finds every match once, in order.
+func TestListScanBudget(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	// 100 records over two queues, newest first j99 … j00; three of them
+	// match the filter: j89, j49 and j09.
+	var jobs []dead
+	for i := range 100 {
+		d := dead{[]string{"a", "b"}[i%2], fmt.Sprintf("j%02d", i), "t", "timeout"}
+		if i == 89 || i == 49 || i == 9 {
+			d.err = "needle"
+		}
+		jobs = append(jobs, d)
+	}
+	tb.kill(t, true, jobs...)
+	f := deadletter.Filter{ErrorContains: "needle"}
+
+	type step struct {
+		ids     []string
+		partial bool
+		scanned int
+	}
+	var got []step
+	opts := deadletter.ListOptions{Filter: f, MaxScan: 30}
+	for range 10 {
+		p, err := tb.in.List(tb.ctx, "", opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := step{partial: p.Partial, scanned: p.Scanned}
+		for _, r := range p.Records {
+			st.ids = append(st.ids, r.ID)
+		}
+		got = append(got, st)
+		if p.Partial && p.Next == "" {
+			t.Fatal("a partial page without a cursor")
+		}
+		if p.Next == "" {
+			break
+		}
+		opts.Cursor = p.Next
+	}
+	// 30 records a call: j99…j70, j69…j40, j39…j10, then the last ten.
+	want := []step{{[]string{"j89"}, true, 30}, {[]string{"j49"}, true, 30}, {nil, true, 30}, {[]string{"j09"}, false, 10}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("pages %v, want %v", got, want)
+	}
+
+	// Without a bound one call finds all three; the default bound is far
+	// above 100 records.
+	for _, max := range []int{-1, 0} {
+		p, err := tb.in.List(tb.ctx, "", deadletter.ListOptions{Filter: f, MaxScan: max})
+		if err != nil || len(p.Records) != 3 || p.Partial || p.Next != "" || p.Scanned != 100 {
+			t.Fatalf("MaxScan %d: %d records, partial %v, next %q, scanned %d, %v", max, len(p.Records), p.Partial, p.Next, p.Scanned, err)
+		}
+	}
+	// A budget that ends exactly at the last record gives a final page.
+	p, err := tb.in.List(tb.ctx, "b", deadletter.ListOptions{Filter: f, MaxScan: 50}) // the odd ones
+	if err != nil || len(p.Records) != 3 || p.Partial || p.Next != "" || p.Scanned != 50 {
+		t.Fatalf("budget of the whole queue: %+v, %v", p, err)
+	}
+	// Without a filter the budget does not apply: a page reads its own.
+	p, err = tb.in.List(tb.ctx, "", deadletter.ListOptions{Limit: 40, MaxScan: 5})
+	if err != nil || len(p.Records) != 40 || p.Partial || p.Next == "" || p.Scanned != 40 {
+		t.Fatalf("unfiltered page with a small budget: %d records, partial %v, scanned %d, %v", len(p.Records), p.Partial, p.Scanned, err)
+	}
+	// A full page before the budget runs out is an ordinary page.
+	p, err = tb.in.List(tb.ctx, "", deadletter.ListOptions{Filter: f, Limit: 1, MaxScan: 30})
+	if err != nil || len(p.Records) != 1 || p.Partial || p.Next == "" || p.Scanned != 11 {
+		t.Fatalf("full page: %+v, %v", p, err)
+	}
+}
+
 func TestListBadOptions(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)

@@ -21,6 +21,19 @@
 // spent. A redriven job runs with that payload again, so a fix that must
 // reach it belongs in the data the payload refers to, or in the handler.
 //
+// # What a filter costs
+//
+// The store is indexed by the time a job died, so an unfiltered page reads
+// only its own records, and DiedAfter stops the scan at its bound. Type and
+// ErrorContains are tested in Go on records read newest first: a filter
+// that matches little reads many records. One List call reads at most
+// ListOptions.MaxScan of them (DefaultMaxScan, 10,000: about 60 ms with
+// 100,000 records in the store, see BenchmarkListFiltered, where reading
+// all of them takes about 0.7 s) and then returns what matched with
+// Page.Partial set and a cursor that continues the scan. Count,
+// RedriveAll and DeleteAll read every record that the filter's time bounds
+// allow.
+//
 // Dead records are written by workers through the broker. Retention (a cap
 // on records per queue and a max age, see broker.Options.DeadCap and
 // DeadMaxAge) is applied each time a job dies and on [Inspector.Trim].

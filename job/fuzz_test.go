@@ -6,6 +6,7 @@ import (
 	"errors"
 	"maps"
 	"math"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -171,9 +172,11 @@ func FuzzPayload(f *testing.F) {
 
 // FuzzValidate: the name validators never panic, refuse with ErrInvalid,
 // and accept only names that cannot leave their key: no braces (the hash
-// tag), no control characters, valid UTF-8, within the length limits.
+// tag), no control characters, valid UTF-8, within the length limits; a
+// valid queue name is also a URL path segment that needs no escaping and is
+// not "." or "..".
 func FuzzValidate(f *testing.F) {
-	for _, s := range []string{"default", "order-42", "a{b}", "}", "{", "a b", "sms.send", "a:b/c", "\x00", "\xff", "é", "q*", "q?", "[q]", "\u2028", strings.Repeat("a", 257)} {
+	for _, s := range []string{"default", "order-42", "a{b}", "}", "{", "a b", "sms.send", "a:b/c", "\x00", "\xff", "é", "q*", "q?", "[q]", "\u2028", ".", "..", "...", "a/b", "%2e", strings.Repeat("a", 257)} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -193,7 +196,8 @@ func FuzzValidate(f *testing.F) {
 		}{
 			{"ValidateID", job.ValidateID(s), s != "" && len(s) <= job.MaxIDLen && utf8.ValidString(s) &&
 				!strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f || r == '{' || r == '}' })},
-			{"ValidateQueue", job.ValidateQueue(s), s != "" && len(s) <= job.MaxQueueLen && token("")},
+			{"ValidateQueue", job.ValidateQueue(s), s != "" && len(s) <= job.MaxQueueLen && token("") && s != "." && s != ".." &&
+				url.PathEscape(s) == s},
 			{"ValidateType", job.ValidateType(s), s != "" && len(s) <= job.MaxTypeLen && token(":/")},
 		} {
 			if (v.err == nil) != v.valid {

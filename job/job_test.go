@@ -103,6 +103,10 @@ func TestValidation(t *testing.T) {
 		{job.ValidateQueue("a b"), `queue name "a b" contains ' '`},
 		{job.ValidateQueue("q:x"), `queue name "q:x" contains ':'`},
 		{job.ValidateQueue("q#1"), `queue name "q#1" contains '#'`},
+		{job.ValidateQueue("."), `queue name "." is a relative path segment`},
+		{job.ValidateQueue(".."), `queue name ".." is a relative path segment`},
+		{job.ValidateQueue("a/b"), `queue name "a/b" contains '/'`},
+		{job.ValidateQueue("a%2e"), `queue name "a%2e" contains '%'`},
 		{job.ValidateType("sms send"), `job type "sms send" contains ' '`},
 		{job.ValidateDelay(-time.Millisecond), "delay -1ms is negative"},
 	} {
@@ -110,7 +114,7 @@ func TestValidation(t *testing.T) {
 			t.Errorf("err = %v, want ErrInvalid mentioning %q", tc.err, tc.want)
 		}
 	}
-	for _, ok := range []error{job.ValidateID("order-42/ünïcode ok"), job.ValidateQueue("emails.high_prio-2"), job.ValidateType("sms.send:v2/x")} {
+	for _, ok := range []error{job.ValidateID("order-42/ünïcode ok"), job.ValidateQueue("emails.high_prio-2"), job.ValidateQueue("..."), job.ValidateQueue(".q"), job.ValidateQueue("q.."), job.ValidateType("sms.send:v2/x")} {
 		if ok != nil {
 			t.Errorf("valid name refused: %v", ok)
 		}

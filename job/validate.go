@@ -38,8 +38,13 @@ func ValidateID(id string) error {
 }
 
 // ValidateQueue checks a queue name: 1 to MaxQueueLen bytes of ASCII letters,
-// digits, '.', '_' and '-'.
+// digits, '.', '_' and '-', and not "." or "..". Every such name is a URL
+// path segment that stays itself (the dashboard puts queue names in its
+// paths, where "." and ".." would collapse into other routes).
 func ValidateQueue(q string) error {
+	if q == "." || q == ".." {
+		return invalid("queue name %q is a relative path segment; a queue name needs a letter, digit, '_' or '-'", q)
+	}
 	return checkToken("queue name", q, MaxQueueLen, "")
 }
 

@@ -107,7 +107,7 @@ func (a *app) run(ctx context.Context, args []string) int {
 	}
 	var ue *usageError
 	usage := !a.ran || errors.As(err, &ue) || errors.Is(err, job.ErrInvalid)
-	msg := oneLine(err.Error())
+	msg := termSafe(oneLine(err.Error()), false)
 	if usage {
 		name := "delayq"
 		if cmd != nil {
@@ -266,7 +266,7 @@ func (a *app) broker(ctx context.Context) (*broker.Broker, error) {
 
 // brokerWith is broker with options; Namespace and Clock come from the flags.
 func (a *app) brokerWith(ctx context.Context, bo broker.Options) (*broker.Broker, error) {
-	opts, err := redis.ParseURL(a.redisURL)
+	opts, err := parseRedisURL(a.redisURL)
 	if err != nil {
 		return nil, usagef("invalid --redis-url: %v", err)
 	}
@@ -301,7 +301,7 @@ func (a *app) confirm(yes bool, question string) error {
 	if yes {
 		return nil
 	}
-	fmt.Fprintf(a.stderr, "%s [y/N] ", question)
+	fmt.Fprintf(a.stderr, "%s [y/N] ", termSafe(question, false))
 	line, err := bufio.NewReader(a.stdin).ReadString('\n')
 	if err != nil && line == "" {
 		fmt.Fprintln(a.stderr)

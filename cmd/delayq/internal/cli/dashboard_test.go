@@ -21,6 +21,14 @@ import (
 // fails the test unless the command exits 0.
 func (tb *testBundle) startDashboard(t *testing.T, env []string, args ...string) (string, func()) {
 	t.Helper()
+	url, stop, _ := tb.startDashboardStderr(t, env, args...)
+	return url, stop
+}
+
+// startDashboardStderr is startDashboard that also returns the command's
+// stderr, to read once stop returned.
+func (tb *testBundle) startDashboardStderr(t *testing.T, env []string, args ...string) (string, func(), *bytes.Buffer) {
+	t.Helper()
 	cmd := exec.Command(bin, append([]string{"dashboard", "--json", "--namespace", tb.ns}, args...)...)
 	cmd.Env = append(append(os.Environ(), "REDIS_URL="+tb.url), env...)
 	out, err := cmd.StdoutPipe()
@@ -39,7 +47,7 @@ func (tb *testBundle) startDashboard(t *testing.T, env []string, args ...string)
 		t.Fatalf("dashboard announced nothing: %v, stderr %q", lines.Err(), stderr.String())
 	}
 	var ready struct{ URL, Namespace string }
-	if err := json.Unmarshal(lines.Bytes(), &ready); err != nil || !strings.HasPrefix(ready.URL, "http://127.0.0.1:") || ready.Namespace != tb.ns {
+	if err := json.Unmarshal(lines.Bytes(), &ready); err != nil || !strings.HasPrefix(ready.URL, "http") || ready.Namespace != tb.ns {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		t.Fatalf("ready line %q (%v)", lines.Text(), err)
@@ -67,7 +75,7 @@ func (tb *testBundle) startDashboard(t *testing.T, env []string, args ...string)
 		}
 	}
 	t.Cleanup(stop)
-	return ready.URL, stop
+	return ready.URL, stop, &stderr
 }
 
 func httpGet(t *testing.T, url string, header ...string) (int, string) {
@@ -100,7 +108,7 @@ func TestDashboard(t *testing.T) {
 		t.Fatal(err)
 	}
 	url, stop := tb.startDashboard(t, nil, "--addr", "127.0.0.1:0", "--prefix", "/ops", "--read-only")
-	if !strings.HasSuffix(url, "/ops/") {
+	if !strings.HasPrefix(url, "http://127.0.0.1:") || !strings.HasSuffix(url, "/ops/") {
 		t.Fatalf("announced %q, want the prefix", url)
 	}
 	code, body := httpGet(t, url)

@@ -11,7 +11,8 @@ import (
 	"unicode/utf8"
 )
 
-// table writes aligned columns.
+// table writes aligned columns. Cells are made safe for terminals
+// (termSafe): a control character in a stored error cannot reach it.
 type table struct{ tw *tabwriter.Writer }
 
 func newTable(w io.Writer, header ...string) *table {
@@ -21,7 +22,11 @@ func newTable(w io.Writer, header ...string) *table {
 }
 
 func (t *table) row(cells ...string) {
-	fmt.Fprintln(t.tw, strings.Join(cells, "\t"))
+	safe := make([]string, len(cells))
+	for i, c := range cells {
+		safe[i] = termSafe(c, false)
+	}
+	fmt.Fprintln(t.tw, strings.Join(safe, "\t"))
 }
 
 func (t *table) flush() error { return t.tw.Flush() }

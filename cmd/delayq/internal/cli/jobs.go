@@ -343,7 +343,7 @@ func (a *app) showJob(j *broker.JobInfo) error {
 		return err
 	}
 	if j.State == broker.StateDead {
-		fmt.Fprintf(a.stdout, "\nThe job is dead: see 'delayq dead show %s --queue %s' for its full error.\n", j.ID, j.Queue)
+		fmt.Fprintf(a.stdout, "\nThe job is dead: see 'delayq dead show %s --queue %s' for its full error.\n", termSafe(j.ID, false), j.Queue)
 	}
 	return nil
 }
@@ -402,7 +402,7 @@ func (a *app) eachID(ids []string, verb string, f func(id string) (string, error
 		}
 		results = append(results, r)
 		if !a.json && err == nil {
-			fmt.Fprintf(a.stdout, "%s %s%s\n", verb, id, detail)
+			fmt.Fprintf(a.stdout, "%s %s%s\n", verb, termSafe(id, false), termSafe(detail, false))
 		}
 	}
 	if a.json {
@@ -474,7 +474,7 @@ func (a *app) jobsRescheduleCommand() *cobra.Command {
 			if a.json {
 				return a.printJSON(map[string]any{"id": args[0], "queue": queue, "ready_at": jsonTime(ready)})
 			}
-			_, err = fmt.Fprintf(a.stdout, "rescheduled %s to %s\n", args[0], fmtTime(ready))
+			_, err = fmt.Fprintf(a.stdout, "rescheduled %s to %s\n", termSafe(args[0], false), fmtTime(ready))
 			return err
 		},
 	}
@@ -569,7 +569,7 @@ is still pending fails with exit status 1 and leaves the pending job as it is.`,
 			if a.json {
 				return a.printJSON(map[string]any{"id": env.ID, "queue": env.Queue, "ready_at": jsonTime(env.ReadyAt)})
 			}
-			_, err = fmt.Fprintf(a.stdout, "enqueued %s in queue %s, ready at %s\n", env.ID, env.Queue, fmtTime(env.ReadyAt))
+			_, err = fmt.Fprintf(a.stdout, "enqueued %s in queue %s, ready at %s\n", termSafe(env.ID, false), env.Queue, fmtTime(env.ReadyAt))
 			return err
 		},
 	}
