@@ -81,8 +81,8 @@ func TestShardedQueueSpreadsAndClaimsEveryJobOnce(t *testing.T) {
 			t.Errorf("shard %s holds %d of %d jobs", s.Name, c, n)
 		}
 	}
-	if n, _ := tb.rdb.Exists(tb.ctx, tb.key("q", "scheduled"), tb.key("q", "jobs")).Result(); n != 0 {
-		t.Fatal("a sharded queue wrote keys under the queue's own tag")
+	if ks := redistest.Keys(t, tb.rdb, tb.ns+":{q}:*"); len(ks) != 0 {
+		t.Fatalf("a sharded queue wrote keys under the queue's own tag: %v", ks)
 	}
 
 	seen := map[string]bool{}

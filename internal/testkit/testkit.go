@@ -127,6 +127,9 @@ func Keys(t testing.TB, b *broker.Broker, queue string) keyspace.Keys {
 func Key(t testing.TB, b *broker.Broker, name, field string) string {
 	t.Helper()
 	for _, s := range Shards(t, b, keyspace.Logical(name)) {
+		if field == "wake" {
+			return s.Keys().Wake // one channel for every shard of a queue
+		}
 		if s.Name() != name {
 			continue
 		}
@@ -151,8 +154,6 @@ func Key(t testing.TB, b *broker.Broker, name, field string) string {
 			return k.Dead
 		case "dead:index":
 			return k.DeadIndex
-		case "wake":
-			return k.Wake
 		}
 		t.Fatalf("testkit.Key: no key %q", field)
 	}
