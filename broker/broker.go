@@ -20,8 +20,8 @@ type Options struct {
 	// "delayq".
 	Namespace string
 
-	// MaxPayloadBytes caps an envelope's payload. 0 means 1 MiB; negative
-	// means no cap.
+	// MaxPayloadBytes caps an envelope's payload and headers (keys and
+	// values, counted together). 0 means 1 MiB; negative means no cap.
 	MaxPayloadBytes int
 
 	// DeadCap is how many dead records a queue keeps; the oldest are
@@ -159,9 +159,18 @@ func (b *Broker) shardOf(ctx context.Context, queue, id string) (keyspace.Shard,
 	return q.Route(id), nil
 }
 
-func ms(t time.Time) int64               { return t.UnixMilli() }
-func fromMS(v int64) time.Time           { return time.UnixMilli(v) }
-func durMS(d time.Duration) int64        { return d.Milliseconds() }
+func ms(t time.Time) int64        { return t.UnixMilli() }
+func fromMS(v int64) time.Time    { return time.UnixMilli(v) }
+func durMS(d time.Duration) int64 { return d.Milliseconds() }
+
+// durUS is d in whole µs, rounded up: the scripts round a ready time up to
+// the next ms, so that no job is due before its delay has passed.
+func durUS(d time.Duration) int64 {
+	return int64((max(d, 0) + time.Microsecond - 1) / time.Microsecond)
+}
+
+// fromUS is a time in µs since the epoch, as the scripts return "now".
+func fromUS(v int64) time.Time           { return time.UnixMicro(v) }
 func queueErr(q string, err error) error { return fmt.Errorf("queue %q: %w", q, err) }
 
 // readyMS is an absolute ready time in whole ms, rounded up so that a job

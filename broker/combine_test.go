@@ -92,10 +92,12 @@ func TestConcurrentSameIDStoresOne(t *testing.T) {
 	start := make(chan struct{})
 	results := make(chan error, callers)
 	var wg sync.WaitGroup
-	for range callers {
+	for i := range callers {
 		wg.Go(func() {
 			<-start
-			results <- b.Enqueue(context.Background(), combineEnv("same"))
+			e := combineEnv("same")
+			e.Payload = fmt.Appendf(nil, `{"caller":%d}`, i) // not the same envelope
+			results <- b.Enqueue(context.Background(), e)
 		})
 	}
 	close(start)

@@ -41,26 +41,29 @@ func (b *Broker) RescheduleAfter(ctx context.Context, queue, id string, delay ti
 	if delay < 0 {
 		return time.Time{}, fmt.Errorf("broker: %w: delay %s is negative", job.ErrInvalid, delay)
 	}
-	return b.reschedule(ctx, queue, id, 0, durMS(delay))
+	return b.reschedule(ctx, queue, id, 0, durUS(delay))
 }
 
-// reschedule moves a scheduled job to atMS, or to the server's now + delayMS
-// when atMS is 0.
-func (b *Broker) reschedule(ctx context.Context, queue, id string, atMS, delayMS int64) (time.Time, error) {
+// reschedule moves a scheduled job to atMS, or to the server's now + delayUS
+// (rounded up to a whole ms) when atMS is 0.
+func (b *Broker) reschedule(ctx context.Context, queue, id string, atMS, delayUS int64) (time.Time, error) {
 	s, err := b.shardOf(ctx, queue, id)
 	if err != nil {
 		return time.Time{}, err
 	}
 	k := s.Keys()
-	res, err := b.run(ctx, rescheduleScript, []string{k.Scheduled, k.Processing}, id, atMS, delayMS, k.Wake)
+	res, err := b.run(ctx, rescheduleScript, []string{k.Scheduled, k.Processing}, id, atMS, delayUS, k.Wake)
 	if err != nil {
 		return time.Time{}, queueErr(queue, err)
 	}
-	if err := stateResult(queue, id, res); err != nil {
+	v, err := int64s(res, 2)
+	if err != nil {
 		return time.Time{}, err
 	}
-	ready, _ := res.(int64)
-	return fromMS(ready), nil
+	if err := stateResult(queue, id, v[1]); err != nil {
+		return time.Time{}, err
+	}
+	return fromMS(v[1]), nil
 }
 
 func stateResult(queue, id string, res any) error {

@@ -284,7 +284,7 @@ func (b *Broker) redrive(ctx context.Context, s keyspace.Shard, delay time.Durat
 	if err != nil {
 		return all(queueErr(s.Queue(), err))
 	}
-	args := []any{k.Wake, durMS(delay)}
+	args := []any{k.Wake, durUS(delay)}
 	var sent []int
 	for i, v := range raw {
 		str, ok := v.(string)

@@ -2,8 +2,11 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/job"
@@ -71,25 +74,54 @@ func (b *Broker) enqueueShard(ctx context.Context, s keyspace.Shard, envs []*job
 			if !envs[i].At.IsZero() {
 				at = readyMS(envs[i].At)
 			}
-			args = append(args, envs[i].ID, bodies[i], at, durMS(envs[i].Delay))
+			args = append(args, envs[i].ID, bodies[i], at, durUS(envs[i].Delay))
 		}
 		res, err := b.run(ctx, enqueueScript, []string{k.Scheduled, k.Jobs}, args...)
-		if err != nil {
-			return queueErr(s.Queue(), err)
-		}
-		ready, err := int64s(res, len(part))
-		if err != nil {
-			return err
-		}
-		for j, i := range part {
-			if ready[j] < 0 {
-				errs[i] = fmt.Errorf("%w: id %q in queue %q", ErrDuplicate, envs[i].ID, envs[i].Queue)
+		if res == nil {
+			if outcomeUnknown(err) {
+				// The call may have run: each job is stored, or not.
+				for _, i := range part {
+					errs[i] = fmt.Errorf("%w: job %q in queue %q: %w", ErrOutcomeUnknown, envs[i].ID, envs[i].Queue, err)
+				}
 				continue
 			}
-			envs[i].ReadyAt = fromMS(ready[j])
+			return queueErr(s.Queue(), err)
+		}
+		parts, ok := res.([]any)
+		if !ok || len(parts) != 2 {
+			return fmt.Errorf("broker: enqueue: unexpected reply %v", res)
+		}
+		now, _ := parts[0].(int64)
+		ready, perr := int64s(parts[1], len(part))
+		if perr != nil {
+			return perr
+		}
+		for j, i := range part {
+			switch {
+			case err != nil:
+				// Short of replicas: stored on the master, or a duplicate
+				// of a job that may not be on the replicas either.
+				errs[i] = queueErr(s.Queue(), err)
+			case ready[j] == -1:
+				errs[i] = fmt.Errorf("%w: id %q in queue %q", ErrDuplicate, envs[i].ID, envs[i].Queue)
+			case ready[j] == -2:
+				// This very envelope was stored by an earlier run of the
+				// call, and a worker has it already.
+				envs[i].ReadyAt = fromUS(now).Truncate(time.Millisecond)
+			default:
+				envs[i].ReadyAt = fromMS(ready[j])
+			}
 		}
 	}
 	return nil
+}
+
+// outcomeUnknown reports whether err leaves it unknown if a script ran: a
+// lost connection or a timeout, not an error reply from Redis (a script
+// that fails changes nothing, see expect in prelude.lua).
+func outcomeUnknown(err error) bool {
+	var reply redis.Error
+	return err != nil && !errors.As(err, &reply) && !errors.Is(err, ErrNotReplicated)
 }
 
 // prepare fills in defaults, validates env and encodes its body.
@@ -131,8 +163,14 @@ func (b *Broker) prepare(env *job.Envelope, now time.Time) ([]byte, error) {
 			return nil, err
 		}
 	}
-	if c := b.opts.MaxPayloadBytes; c > 0 && len(env.Payload) > c {
-		return nil, fmt.Errorf("broker: %w: %w: payload of job %q is %d bytes, the cap is %d", job.ErrInvalid, ErrPayloadTooLarge, env.ID, len(env.Payload), c)
+	if c := b.opts.MaxPayloadBytes; c > 0 {
+		size := len(env.Payload)
+		for k, v := range env.Headers {
+			size += len(k) + len(v)
+		}
+		if size > c {
+			return nil, fmt.Errorf("broker: %w: %w: payload and headers of job %q are %d bytes, the cap is %d", job.ErrInvalid, ErrPayloadTooLarge, env.ID, size, c)
+		}
 	}
 	if env.CreatedAt.IsZero() {
 		env.CreatedAt = now

@@ -40,13 +40,14 @@ func (w workerSide) Shards(ctx context.Context, queue string) ([]keyspace.Shard,
 
 func tokenArg(token int64) string { return strconv.FormatInt(token, 10) }
 
-func (w workerSide) Claim(ctx context.Context, s keyspace.Shard, n int, lease time.Duration) (protocol.ClaimResult, error) {
+func (w workerSide) Claim(ctx context.Context, s keyspace.Shard, c protocol.Caller, id string, n int, lease time.Duration) (protocol.ClaimResult, error) {
 	if lease <= 0 {
 		return protocol.ClaimResult{}, fmt.Errorf("broker: %w: lease %s must be positive", job.ErrInvalid, lease)
 	}
 	k := s.Keys()
-	res, err := w.b.run(ctx, claimScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Seq, k.Hist}, n, durMS(lease))
-	if err != nil {
+	res, err := w.b.run(ctx, claimScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Seq, k.Hist, k.Workers + c.ID},
+		n, durMS(lease), id)
+	if res == nil {
 		return protocol.ClaimResult{}, queueErr(s.Queue(), err)
 	}
 	parts, ok := res.([]any)
@@ -55,14 +56,21 @@ func (w workerSide) Claim(ctx context.Context, s keyspace.Shard, n int, lease ti
 	}
 	now, _ := parts[0].(int64)
 	next, _ := parts[1].(int64)
-	out := protocol.ClaimResult{Now: fromMS(now)}
+	out := protocol.ClaimResult{Now: fromUS(now)}
 	if next >= 0 {
 		out.Next = fromMS(next)
 	}
-	if out.Jobs, err = decodeClaimed(s, parts[2]); err != nil {
-		return protocol.ClaimResult{}, err
+	jobs, perr := decodeClaimed(s, parts[2])
+	if perr != nil {
+		return protocol.ClaimResult{}, perr
 	}
-	out.Orphans, err = strs(parts[3])
+	out.Jobs = jobs
+	if out.Orphans, perr = strs(parts[3]); perr != nil {
+		return protocol.ClaimResult{}, perr
+	}
+	if err != nil {
+		err = queueErr(s.Queue(), err) // ErrNotReplicated: the jobs are claimed
+	}
 	return out, err
 }
 
@@ -87,10 +95,17 @@ func decodeClaimed(s keyspace.Shard, v any) ([]protocol.Claimed, error) {
 			ReadyAt: fromMS(at),
 			Body:    []byte(body),
 		}
-		if attempt < 0 {
+		switch attempt {
+		case -1:
 			// The script found garbage in the attempts counter and reset it.
 			c.Attempt = 1
 			c.Err = fmt.Errorf("job %q in queue %q: %w: its attempts counter was not an integer", id, queue, job.ErrCorrupt)
+			out = append(out, c)
+			continue
+		case -2:
+			// In processing without a lease (reap): held by nobody.
+			c.Attempt = 1
+			c.Err = fmt.Errorf("job %q in queue %q: %w: corrupt state: it was processing without a lease", id, queue, job.ErrCorrupt)
 			out = append(out, c)
 			continue
 		}
@@ -106,31 +121,80 @@ func decodeClaimed(s keyspace.Shard, v any) ([]protocol.Claimed, error) {
 	return out, nil
 }
 
-func (w workerSide) Ack(ctx context.Context, leases ...protocol.Lease) error {
-	return w.b.perLease(ctx, leases, func(k keyspace.Keys) []string {
-		return []string{k.Processing, k.Jobs, k.Attempts, k.Leases, k.Hist}
-	}, ackScript, nil)
+// opWidth is the number of ARGV values of one settle operation.
+const opWidth = 6
+
+func (w workerSide) Settle(ctx context.Context, s keyspace.Shard, c protocol.Caller, lane protocol.Lane, id string, ops []protocol.Op) ([]protocol.Settled, error) {
+	if len(ops) == 0 {
+		return nil, nil
+	}
+	q, err := w.b.queue(ctx, s.Queue())
+	if err != nil {
+		return nil, err
+	}
+	k := s.Keys()
+	args := make([]any, 0, 6+opWidth*len(ops))
+	args = append(args, string(lane), id, durMS(c.Lease), k.Wake, w.b.deadCap(q, s), durMS(w.b.opts.DeadMaxAge))
+	for _, op := range ops {
+		if op.Lease.Shard.Name() != s.Name() {
+			return nil, fmt.Errorf("broker: settle: job %q is of shard %q, not %q", op.Lease.ID, op.Lease.Shard.Name(), s.Name())
+		}
+		var a, b any = "", ""
+		switch op.Kind {
+		case protocol.OpRetry:
+			body, err := op.Env.MarshalBinary()
+			if err != nil {
+				return nil, err
+			}
+			a, b = durUS(op.Delay), body
+		case protocol.OpKill:
+			rec := &DeadRecord{ID: op.Lease.ID, Queue: s.Queue(), Type: op.Death.Type, Body: op.Death.Body, Error: op.Death.Error, Attempts: op.Death.Attempts}
+			data, err := rec.marshal()
+			if err != nil {
+				return nil, err
+			}
+			b = data
+		}
+		args = append(args, string(op.Kind), op.Lease.ID, tokenArg(op.Lease.Token), a, b, flag(op.Expired))
+	}
+	res, err := w.b.run(ctx, settleScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Dead, k.DeadIndex, k.Hist, k.Workers + c.ID}, args...)
+	if res == nil {
+		return nil, queueErr(s.Queue(), err)
+	}
+	parts, ok := res.([]any)
+	if !ok || len(parts) != 2 {
+		return nil, fmt.Errorf("broker: settle: unexpected reply %v", res)
+	}
+	codes, perr := int64s(parts[1], len(ops))
+	if perr != nil {
+		return nil, perr
+	}
+	out := make([]protocol.Settled, len(ops))
+	for i, code := range codes {
+		l := ops[i].Lease
+		switch {
+		case code == -1:
+			out[i].Err = lostErr(l)
+		case code == -2:
+			out[i].Err = fmt.Errorf("%w: job %q in queue %q", ErrLeaseLive, l.ID, l.Queue())
+		case ops[i].Kind == protocol.OpRetry || ops[i].Kind == protocol.OpKill:
+			out[i].At = fromMS(code)
+		}
+	}
+	if err != nil {
+		err = queueErr(s.Queue(), err) // ErrNotReplicated: recorded on the master
+	}
+	return out, err
+}
+
+func lostErr(l protocol.Lease) error {
+	return fmt.Errorf("%w: job %q in queue %q (token %d)", ErrLeaseLost, l.ID, l.Queue(), l.Token)
 }
 
 func (w workerSide) Extend(ctx context.Context, lease time.Duration, leases ...protocol.Lease) error {
 	if lease <= 0 {
 		return fmt.Errorf("broker: %w: lease %s must be positive", job.ErrInvalid, lease)
 	}
-	return w.b.perLease(ctx, leases, func(k keyspace.Keys) []string {
-		return []string{k.Processing, k.Leases}
-	}, extendScript, func(keyspace.Keys) []any { return []any{durMS(lease)} })
-}
-
-func (w workerSide) Release(ctx context.Context, leases ...protocol.Lease) error {
-	return w.b.perLease(ctx, leases, func(k keyspace.Keys) []string {
-		return []string{k.Scheduled, k.Processing, k.Attempts, k.Leases}
-	}, releaseScript, func(k keyspace.Keys) []any { return []any{k.Wake} })
-}
-
-// perLease runs a batch script over leases grouped by shard. The script
-// takes the fixed args then id, token pairs and returns 1 or 0 per pair. It
-// returns nil or a *job.BatchError aligned with leases.
-func (b *Broker) perLease(ctx context.Context, leases []protocol.Lease, keysOf func(keyspace.Keys) []string, s *script, fixed func(keyspace.Keys) []any) error {
 	shards := make([]keyspace.Shard, len(leases))
 	for i, l := range leases {
 		shards[i] = l.Shard
@@ -141,21 +205,18 @@ func (b *Broker) perLease(ctx context.Context, leases []protocol.Lease, keysOf f
 	for _, sh := range order {
 		idx := groups[sh.Name()]
 		k := sh.Keys()
-		var args []any
-		if fixed != nil {
-			args = fixed(k)
-		}
+		args := []any{durMS(lease)}
 		for _, i := range idx {
 			args = append(args, leases[i].ID, tokenArg(leases[i].Token))
 		}
-		res, err := b.run(ctx, s, keysOf(k), args...)
+		res, err := w.b.run(ctx, extendScript, []string{k.Processing, k.Leases}, args...)
 		var oks []int64
-		if err == nil {
+		if res != nil {
 			oks, err = int64s(res, len(idx))
 		}
 		for j, i := range idx {
 			switch {
-			case err != nil:
+			case oks == nil:
 				errs[i] = queueErr(sh.Queue(), err)
 			case oks[j] != 1:
 				errs[i] = lostErr(leases[i])
@@ -169,66 +230,10 @@ func (b *Broker) perLease(ctx context.Context, leases []protocol.Lease, keysOf f
 	return &job.BatchError{Errs: errs}
 }
 
-func lostErr(l protocol.Lease) error {
-	return fmt.Errorf("%w: job %q in queue %q (token %d)", ErrLeaseLost, l.ID, l.Queue(), l.Token)
-}
-
-// leaseResult maps the codes of retry and kill to errors.
-func leaseResult(l protocol.Lease, code int64) error {
-	switch code {
-	case -1:
-		return lostErr(l)
-	case -2:
-		return fmt.Errorf("%w: job %q in queue %q", ErrLeaseLive, l.ID, l.Queue())
-	}
-	return nil
-}
-
-func (w workerSide) Retry(ctx context.Context, l protocol.Lease, delay time.Duration, env *job.Envelope, expired bool) (time.Time, error) {
-	body, err := env.MarshalBinary()
-	if err != nil {
-		return time.Time{}, err
-	}
-	k := l.Shard.Keys()
-	res, err := w.b.run(ctx, retryScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Leases, k.Hist},
-		l.ID, tokenArg(l.Token), durMS(max(delay, 0)), body, flag(expired), k.Wake)
-	if err != nil {
-		return time.Time{}, queueErr(l.Queue(), err)
-	}
-	ready, _ := res.(int64)
-	if err := leaseResult(l, ready); err != nil {
-		return time.Time{}, err
-	}
-	return fromMS(ready), nil
-}
-
-func (w workerSide) Kill(ctx context.Context, l protocol.Lease, d protocol.Death, expired bool) (time.Time, error) {
-	rec := &DeadRecord{ID: l.ID, Queue: l.Queue(), Type: d.Type, Body: d.Body, Error: d.Error, Attempts: d.Attempts}
-	data, err := rec.marshal()
-	if err != nil {
-		return time.Time{}, err
-	}
-	q, err := w.b.queue(ctx, l.Queue())
-	if err != nil {
-		return time.Time{}, err
-	}
-	k := l.Shard.Keys()
-	res, err := w.b.run(ctx, killScript, []string{k.Processing, k.Jobs, k.Attempts, k.Leases, k.Dead, k.DeadIndex, k.Hist},
-		l.ID, tokenArg(l.Token), data, flag(expired), w.b.deadCap(q, l.Shard), durMS(w.b.opts.DeadMaxAge))
-	if err != nil {
-		return time.Time{}, queueErr(l.Queue(), err)
-	}
-	died, _ := res.(int64)
-	if err := leaseResult(l, died); err != nil {
-		return time.Time{}, err
-	}
-	return fromMS(died), nil
-}
-
 func (w workerSide) Reap(ctx context.Context, s keyspace.Shard, limit int) (protocol.ReapResult, error) {
 	k := s.Keys()
 	res, err := w.b.run(ctx, reapScript, []string{k.Processing, k.Jobs, k.Attempts, k.Leases}, limit)
-	if err != nil {
+	if res == nil {
 		return protocol.ReapResult{}, queueErr(s.Queue(), err)
 	}
 	parts, ok := res.([]any)

@@ -64,7 +64,9 @@ func (b *Broker) nowArg() string {
 }
 
 // run runs s with keys and ARGV[1] = now, ARGV[2...] = args, waiting for
-// replicas when the broker is durable and s changes anything.
+// replicas when the broker is durable and s changes anything. When the
+// replicas fall short, the script's result comes with an error wrapping
+// ErrNotReplicated.
 func (b *Broker) run(ctx context.Context, s *script, keys []string, args ...any) (any, error) {
 	argv := append([]any{b.nowArg()}, args...)
 	if b.opts.WaitReplicas <= 0 || s.readOnly {
@@ -82,10 +84,12 @@ func (b *Broker) run(ctx context.Context, s *script, keys []string, args ...any)
 			}
 			p.IncrBy(ctx, seqKeyOf(keys[0]), 0) // see the note at the top
 		})
-		if err != nil {
+		if err != nil && !errors.Is(err, ErrNotReplicated) {
 			return nil, err
 		}
-		return cmd.Val(), nil
+		// Short of replicas, the script ran on the master: its result
+		// comes with the error.
+		return cmd.Val(), err
 	}
 	res, err := send(false)
 	if redis.HasErrorPrefix(err, "NOSCRIPT") {

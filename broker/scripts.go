@@ -47,11 +47,8 @@ func load(name string) *script {
 var (
 	enqueueScript    = load("enqueue")
 	claimScript      = load("claim")
-	ackScript        = load("ack")
-	retryScript      = load("retry")
-	killScript       = load("kill")
+	settleScript     = load("settle")
 	extendScript     = load("extend")
-	releaseScript    = load("release")
 	reapScript       = load("reap")
 	cancelScript     = load("cancel")
 	rescheduleScript = load("reschedule")

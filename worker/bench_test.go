@@ -88,23 +88,23 @@ func BenchmarkBurstDrain(b *testing.B) {
 	b.ReportMetric(float64(jobs)*float64(b.N)/total.Seconds(), "jobs/s")
 	b.ReportMetric(cpu*1e6/float64(jobs*b.N), "redis-us/job")
 	b.ReportMetric(float64(jobs*b.N)/float64(counted.claims.Load()), "jobs/claim")
-	b.ReportMetric(float64(jobs*b.N)/float64(counted.acks.Load()), "jobs/ack")
+	b.ReportMetric(float64(jobs*b.N)/float64(counted.acks.Load()), "jobs/settle")
 }
 
-// callCounter counts the Claim and Ack calls a worker makes.
+// callCounter counts the Claim and Settle calls a worker makes.
 type callCounter struct {
 	protocol.Broker
 	claims, acks atomic.Int64
 }
 
-func (c *callCounter) Claim(ctx context.Context, s keyspace.Shard, n int, lease time.Duration) (protocol.ClaimResult, error) {
+func (c *callCounter) Claim(ctx context.Context, s keyspace.Shard, w protocol.Caller, id string, n int, lease time.Duration) (protocol.ClaimResult, error) {
 	c.claims.Add(1)
-	return c.Broker.Claim(ctx, s, n, lease)
+	return c.Broker.Claim(ctx, s, w, id, n, lease)
 }
 
-func (c *callCounter) Ack(ctx context.Context, leases ...protocol.Lease) error {
+func (c *callCounter) Settle(ctx context.Context, s keyspace.Shard, w protocol.Caller, lane protocol.Lane, id string, ops []protocol.Op) ([]protocol.Settled, error) {
 	c.acks.Add(1)
-	return c.Broker.Ack(ctx, leases...)
+	return c.Broker.Settle(ctx, s, w, lane, id, ops)
 }
 
 // serverCPU returns the Redis server's CPU time (user + system) in seconds:

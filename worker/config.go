@@ -45,8 +45,8 @@ type Config struct {
 	// heartbeat. A crashed worker's jobs come back after it. Default 30s.
 	Lease time.Duration
 	// HeartbeatInterval is how often the leases of running jobs are
-	// extended. Default Lease/3; negative disables the heartbeat (a job
-	// that outlives its lease is then redelivered).
+	// extended. Default Lease/3; it must be below Lease; negative disables
+	// the heartbeat (a job that outlives its lease is then redelivered).
 	HeartbeatInterval time.Duration
 	// ReapInterval is how often this worker looks for expired leases.
 	// Default Lease/3; negative disables reaping here.
@@ -154,6 +154,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.HeartbeatInterval == 0 {
 		c.HeartbeatInterval = c.Lease / 3
+	}
+	if c.HeartbeatInterval >= c.Lease {
+		return c, fmt.Errorf("worker: HeartbeatInterval %s is not below Lease %s: every job that runs longer than the lease would lose it and run twice; leave it 0 for Lease/3", c.HeartbeatInterval, c.Lease)
 	}
 	if c.ReapInterval == 0 {
 		c.ReapInterval = c.Lease / 3

@@ -15,8 +15,8 @@ import (
 
 var errInjected = errors.New("injected: connection reset")
 
-// flaky fails the first failAcks Ack calls and the first failRetries Retry
-// calls with errInjected, as a dropped connection would.
+// flaky fails the first failAcks Settle calls that ack and the first
+// failRetries that retry with errInjected, as a dropped connection would.
 type flaky struct {
 	protocol.Broker
 	failAcks, failRetries atomic.Int32
@@ -25,31 +25,33 @@ type flaky struct {
 	claimed               atomic.Bool // a claim handed out jobs
 }
 
-func (f *flaky) Claim(ctx context.Context, s keyspace.Shard, n int, lease time.Duration) (protocol.ClaimResult, error) {
+func (f *flaky) Claim(ctx context.Context, s keyspace.Shard, w protocol.Caller, id string, n int, lease time.Duration) (protocol.ClaimResult, error) {
 	if f.claimOnce && f.claimed.Load() {
 		return protocol.ClaimResult{}, nil
 	}
-	res, err := f.Broker.Claim(ctx, s, n, lease)
+	res, err := f.Broker.Claim(ctx, s, w, id, n, lease)
 	if len(res.Jobs) > 0 {
 		f.claimed.Store(true)
 	}
 	return res, err
 }
 
-func (f *flaky) Ack(ctx context.Context, leases ...protocol.Lease) error {
-	f.ackCalls.Add(1)
-	if f.failAcks.Add(-1) >= 0 {
-		return errInjected
+func (f *flaky) Settle(ctx context.Context, s keyspace.Shard, w protocol.Caller, lane protocol.Lane, id string, ops []protocol.Op) ([]protocol.Settled, error) {
+	for _, op := range ops {
+		switch op.Kind {
+		case protocol.OpAck:
+			f.ackCalls.Add(1)
+			if f.failAcks.Add(-1) >= 0 {
+				return nil, errInjected
+			}
+		case protocol.OpRetry:
+			f.retryCalls.Add(1)
+			if f.failRetries.Add(-1) >= 0 {
+				return nil, errInjected
+			}
+		}
 	}
-	return f.Broker.Ack(ctx, leases...)
-}
-
-func (f *flaky) Retry(ctx context.Context, l protocol.Lease, d time.Duration, env *job.Envelope, expired bool) (time.Time, error) {
-	f.retryCalls.Add(1)
-	if f.failRetries.Add(-1) >= 0 {
-		return time.Time{}, errInjected
-	}
-	return f.Broker.Retry(ctx, l, d, env, expired)
+	return f.Broker.Settle(ctx, s, w, lane, id, ops)
 }
 
 func TestRedisErrorsOnAckAndRetryAreRetried(t *testing.T) {

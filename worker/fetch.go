@@ -2,13 +2,35 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"time"
 
+	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/protocol"
+	"github.com/delayq/delayq/job"
 )
+
+// claims are the fetcher's claim ids. A claim whose reply was lost (an
+// error that may have come after the claim ran) is sent again with the same
+// id before anything else is claimed: the broker replays it, so the jobs it
+// took are not left held by nobody until their lease runs out. Nothing else
+// is claimed meanwhile, so the free slots the claim asked for are still
+// free when its jobs arrive.
+type claims struct {
+	seq     uint64
+	pending *pendingClaim
+}
+
+// pendingClaim is a claim to send again.
+type pendingClaim struct {
+	shard keyspace.Shard
+	id    string
+	n     int
+}
 
 // fetch claims jobs for free slots until ctx is done. Each round visits
 // the queues in the order of order() and, for a sharded queue, its shards
@@ -30,6 +52,26 @@ func (w *Worker) fetch(ctx, jobs context.Context, notices <-chan string, handler
 		}
 		wait := w.cfg.MaxIdle
 		turn++
+		if p := w.claims.pending; p != nil {
+			// First the claim whose reply was lost.
+			res, err := w.claim(ctx, jobs, p.shard, p.id, p.n, handlers)
+			switch {
+			case err != nil:
+				failures++
+				wait = errorBackoff(failures)
+			case len(res.Jobs) > 0:
+				wait = 0
+			}
+			if err == nil {
+				failures = 0
+				free = w.slots.available()
+			}
+			if err != nil || free == 0 {
+				sleep(ctx, wait, notices)
+				continue
+			}
+		}
+	round:
 		for _, q := range w.order() {
 			if free == 0 || ctx.Err() != nil {
 				break
@@ -49,17 +91,17 @@ func (w *Worker) fetch(ctx, jobs context.Context, notices <-chan string, handler
 				}
 				s := shards[(turn+i)%len(shards)]
 				n := min(free, w.cfg.BatchSize)
-				res, err := w.b.Claim(ctx, s, n, w.cfg.Lease)
+				w.claims.seq++
+				res, err := w.claim(ctx, jobs, s, strconv.FormatUint(w.claims.seq, 10), n, handlers)
 				if err != nil {
-					if ctx.Err() == nil {
-						failures++
-						w.log.Error().Err(err).Str("queue", q).Str("shard", s.Name()).Msg("claim failed")
-						wait = min(wait, errorBackoff(failures))
+					failures++
+					wait = min(wait, errorBackoff(failures))
+					if w.claims.pending != nil {
+						break round // send it again first
 					}
 					continue
 				}
 				failures = 0
-				w.claimed(jobs, s, res, handlers)
 				free -= len(res.Jobs)
 				switch {
 				case len(res.Jobs) == n:
@@ -69,16 +111,66 @@ func (w *Worker) fetch(ctx, jobs context.Context, notices <-chan string, handler
 				}
 			}
 		}
-		if wait <= 0 {
-			continue
+		sleep(ctx, wait, notices)
+	}
+}
+
+// claim sends one claim and starts its jobs. A claim that failed in a way
+// that leaves it unknown whether it ran becomes the pending one; one that
+// was answered (even short of replicas: its jobs are handed over) clears it.
+func (w *Worker) claim(ctx, jobs context.Context, s keyspace.Shard, id string, n int, handlers *sync.WaitGroup) (protocol.ClaimResult, error) {
+	res, err := w.b.Claim(ctx, s, w.caller, id, n, w.cfg.Lease)
+	if err != nil && !(errors.Is(err, broker.ErrNotReplicated) && res.Now.After(time.Time{})) {
+		if ctx.Err() == nil {
+			w.log.Error().Err(err).Str("queue", s.Queue()).Str("shard", s.Name()).Msg("claim failed")
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		case <-notices:
+		if !errors.Is(err, job.ErrInvalid) {
+			w.claims.pending = &pendingClaim{shard: s, id: id, n: n}
 		}
-		t.Stop()
+		return res, err
+	}
+	if err != nil {
+		w.log.Warn().Err(err).Str("queue", s.Queue()).Msg("claim not confirmed by replicas; its jobs run anyway")
+	}
+	w.claims.pending = nil
+	w.claimed(jobs, s, res, handlers)
+	return res, nil
+}
+
+// giveBackClaim, at shutdown, asks once more for a claim whose reply was
+// lost and releases the jobs it took, without spending their attempts.
+func (w *Worker) giveBackClaim(bg context.Context) {
+	p := w.claims.pending
+	if p == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(bg, 2*time.Second)
+	defer cancel()
+	res, err := w.b.Claim(ctx, p.shard, w.caller, p.id, p.n, w.cfg.Lease)
+	if len(res.Jobs) == 0 {
+		if err != nil && !errors.Is(err, broker.ErrNotReplicated) {
+			w.log.Warn().Err(err).Str("queue", p.shard.Queue()).Msg("a claim's reply was lost; its jobs, if any, come back after their lease")
+		}
+		return
+	}
+	leases := make([]protocol.Lease, len(res.Jobs))
+	for i, c := range res.Jobs {
+		leases[i] = c.Lease
+	}
+	w.release(leases)
+}
+
+// sleep waits up to d for ctx, a wake-up notice or the time to pass.
+func sleep(ctx context.Context, d time.Duration, notices <-chan string) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	case <-notices:
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
@@ -76,22 +77,22 @@ type retryCall struct {
 	ready time.Time
 }
 
-func (r *recorder) Ack(ctx context.Context, leases ...protocol.Lease) error {
-	err := r.Broker.Ack(ctx, leases...)
+func (r *recorder) Settle(ctx context.Context, s keyspace.Shard, w protocol.Caller, lane protocol.Lane, id string, ops []protocol.Op) ([]protocol.Settled, error) {
+	res, err := r.Broker.Settle(ctx, s, w, lane, id, ops)
 	r.mu.Lock()
-	r.ackErrs = append(r.ackErrs, err)
-	r.mu.Unlock()
-	return err
-}
-
-func (r *recorder) Retry(ctx context.Context, l protocol.Lease, delay time.Duration, env *job.Envelope, expired bool) (time.Time, error) {
-	ready, err := r.Broker.Retry(ctx, l, delay, env, expired)
-	if err == nil {
-		r.mu.Lock()
-		r.retries = append(r.retries, retryCall{l.ID, delay, ready})
-		r.mu.Unlock()
+	defer r.mu.Unlock()
+	for i, op := range ops {
+		switch {
+		case res == nil && op.Kind == protocol.OpAck:
+			r.ackErrs = append(r.ackErrs, err)
+		case res == nil:
+		case op.Kind == protocol.OpAck:
+			r.ackErrs = append(r.ackErrs, res[i].Err)
+		case op.Kind == protocol.OpRetry && res[i].Err == nil:
+			r.retries = append(r.retries, retryCall{op.Lease.ID, op.Delay, res[i].At})
+		}
 	}
-	return ready, err
+	return res, err
 }
 
 func (r *recorder) retryCalls() []retryCall {

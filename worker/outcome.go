@@ -7,7 +7,6 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/rs/zerolog"
 
 	"github.com/delayq/delayq/broker"
@@ -18,24 +17,22 @@ import (
 )
 
 // process runs one claimed job through the middleware chain and its handler
-// and records the outcome.
+// and queues its outcome for the settler.
 func (w *Worker) process(ctx context.Context, claimedAt time.Time, c *protocol.Claimed, t *task) {
 	defer w.slots.finish(t)
-	// Outcomes are recorded even after the handler's context is cancelled.
-	bg := context.WithoutCancel(ctx)
 	if c.Err != nil {
 		// No handler or middleware sees it: there is no message to give.
 		logger := w.jobLogger(c)
 		logger.Error().Err(c.Err).Msg("envelope does not decode; dead-lettering")
-		w.persist(bg, c.Lease, "kill", func(ctx context.Context) error {
-			_, err := w.b.Kill(ctx, c.Lease, death(c, nil, c.Err), false)
-			return err
-		})
+		w.record(t, protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Death: death(c, nil, c.Err)}, func(protocol.Settled) {})
 		return
 	}
 	m := c.Message()
 	m.ClaimedAt = claimedAt
 	entry, known := w.cfg.Registry.Lookup(m.Type)
+	// The handler's deadline: the job's, else its type's, else the
+	// worker's. Only the message carries it; the stored envelope keeps
+	// what the producer set.
 	if m.Timeout <= 0 {
 		m.Timeout = entry.Timeout
 	}
@@ -58,10 +55,25 @@ func (w *Worker) process(ctx context.Context, claimedAt time.Time, c *protocol.C
 		return
 	}
 	if err == nil {
-		w.acks.add(t.lease, settle)
+		w.record(t, protocol.Op{Kind: protocol.OpAck, Lease: c.Lease}, func(r protocol.Settled) {
+			settle(settled(job.Result{Outcome: job.OutcomeSuccess}, r.Err))
+		})
 		return
 	}
-	w.fail(bg, c, m, entry, err, settle)
+	w.fail(c, m, entry, t, err, settle)
+}
+
+// record marks t as settling (its outcome is decided, so a lease lost from
+// now on is no surprise) and queues op for the settler; done runs once it is
+// recorded. A lease found lost is logged here.
+func (w *Worker) record(t *task, op protocol.Op, done func(protocol.Settled)) {
+	w.slots.settling(t)
+	w.settler.add(op, func(r protocol.Settled) {
+		if errors.Is(r.Err, broker.ErrLeaseLost) {
+			w.log.Warn().Str("job_id", op.Lease.ID).Str("queue", op.Lease.Queue()).Msg("outcome refused: lease lost; the job was or will be handled again")
+		}
+		done(r)
+	})
 }
 
 // decide decides a failed attempt of m (retry.Decide with the job's policy).
@@ -111,26 +123,22 @@ func death(c *protocol.Claimed, m *job.Message, err error) protocol.Death {
 // fail retries or dead-letters a job whose attempt returned err, then
 // settles the attempt. Per-job outcomes are logged at debug level here;
 // middleware.Logging writes the outcome lines.
-func (w *Worker) fail(bg context.Context, c *protocol.Claimed, m *job.Message, entry job.Entry, err error, settle func(job.Result)) {
+func (w *Worker) fail(c *protocol.Claimed, m *job.Message, entry job.Entry, t *task, err error, settle func(job.Result)) {
 	logger := w.jobLogger(c)
 	d := w.decide(m, entry, err)
 	if d.Dead {
 		logger.Debug().Err(err).Str("type", m.Type).Str("reason", d.Reason).Msg("job dead-lettered")
-		lost := w.persist(bg, c.Lease, "kill", func(ctx context.Context) error {
-			_, err := w.b.Kill(ctx, c.Lease, death(c, m, err), false)
-			return err
+		w.record(t, protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Death: death(c, m, err)}, func(r protocol.Settled) {
+			settle(settled(job.Result{Outcome: job.OutcomeDead, Err: err}, r.Err))
 		})
-		settle(settled(job.Result{Outcome: job.OutcomeDead, Err: err}, lost))
 		return
 	}
 	logger.Debug().Err(err).Str("type", m.Type).Int64("delay_ms", d.Delay.Milliseconds()).Msg("job failed; retrying")
-	env := m.Envelope
+	env := *c.Envelope // as stored: not the worker's defaults
 	env.LastError = err.Error()
-	lost := w.persist(bg, c.Lease, "retry", func(ctx context.Context) error {
-		_, err := w.b.Retry(ctx, c.Lease, d.Delay, &env, false)
-		return err
+	w.record(t, protocol.Op{Kind: protocol.OpRetry, Lease: c.Lease, Delay: d.Delay, Env: &env}, func(r protocol.Settled) {
+		settle(settled(job.Result{Outcome: job.OutcomeRetry, Err: err, Delay: d.Delay}, r.Err))
 	})
-	settle(settled(job.Result{Outcome: job.OutcomeRetry, Err: err, Delay: d.Delay}, lost))
 }
 
 // settled is res, or OutcomeLeaseLost when recording it failed with lost.
@@ -139,29 +147,4 @@ func settled(res job.Result, lost error) job.Result {
 		return res
 	}
 	return job.Result{Outcome: job.OutcomeLeaseLost, Err: res.Err, Lost: lost}
-}
-
-// persist runs a state change, retrying Redis errors with backoff for as
-// long as the lease could still be held. A lost lease ends it at once: the
-// job is someone else's. If it never succeeds the job is redelivered after
-// its lease, so nothing is lost; the last error is returned.
-func (w *Worker) persist(ctx context.Context, l protocol.Lease, what string, op func(context.Context) error) error {
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval = 20 * time.Millisecond
-	b.MaxInterval = time.Second
-	b.MaxElapsedTime = w.cfg.Lease
-	err := backoff.Retry(func() error {
-		err := op(ctx)
-		if errors.Is(err, broker.ErrLeaseLost) || errors.Is(err, broker.ErrLeaseLive) {
-			return backoff.Permanent(err)
-		}
-		if err != nil {
-			w.log.Warn().Err(err).Str("job_id", l.ID).Str("queue", l.Queue()).Msg(what + " failed; trying again")
-		}
-		return err
-	}, backoff.WithContext(b, ctx))
-	if err != nil {
-		w.log.Warn().Err(err).Str("job_id", l.ID).Str("queue", l.Queue()).Msg(what + " not recorded; the job comes back after its lease")
-	}
-	return err
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/delayq/delayq/internal/protocol"
 )
 
 // shutdown waits for in-flight jobs until the deadline, then cancels and
@@ -24,9 +26,7 @@ func (w *Worker) shutdown(bg context.Context, cancelJobs context.CancelFunc, han
 	leases := w.slots.releaseAll()
 	cancelJobs()
 	if len(leases) > 0 {
-		if err := w.b.Release(bg, leases...); err != nil {
-			w.log.Error().Err(err).Msg("release failed; those jobs come back after their lease")
-		}
+		w.release(leases)
 		w.log.Warn().Int("released", len(leases)).Msg("shutdown deadline passed: released unfinished jobs")
 	}
 	done := make(chan struct{})
@@ -37,5 +37,17 @@ func (w *Worker) shutdown(bg context.Context, cancelJobs context.CancelFunc, han
 	case <-done:
 	case <-grace.C:
 		w.log.Error().Msg("handlers ignore their cancelled context; returning without them")
+	}
+}
+
+// release hands leases back through the settler, without spending their
+// attempts.
+func (w *Worker) release(leases []protocol.Lease) {
+	for _, l := range leases {
+		w.settler.add(protocol.Op{Kind: protocol.OpRelease, Lease: l}, func(r protocol.Settled) {
+			if r.Err != nil {
+				w.log.Warn().Err(r.Err).Str("job_id", l.ID).Str("queue", l.Queue()).Msg("release failed; the job comes back after its lease")
+			}
+		})
 	}
 }

@@ -22,6 +22,7 @@ type task struct {
 	lease    protocol.Lease
 	cancel   context.CancelCauseFunc
 	released bool // handed back at shutdown: its outcome is not recorded
+	settled  bool // its outcome is decided and queued for the settler
 }
 
 func newSlots(n int) *slots {
@@ -63,6 +64,13 @@ func (s *slots) released(t *task) bool {
 	return t.released
 }
 
+// settling marks t's outcome as decided.
+func (s *slots) settling(t *task) {
+	s.mu.Lock()
+	t.settled = true
+	s.mu.Unlock()
+}
+
 // held returns the leases of the running jobs that were not handed back.
 func (s *slots) held() []protocol.Lease {
 	s.mu.Lock()
@@ -76,16 +84,18 @@ func (s *slots) held() []protocol.Lease {
 	return out
 }
 
-// cancel cancels the handler of the job under l, if it still runs, with
-// cause; it reports whether it did.
-func (s *slots) cancel(l protocol.Lease, cause error) bool {
+// lost handles a lease the heartbeat found lost: the handler of a job that
+// still runs is cancelled with cause, and lost reports true; a job that
+// finished (or whose outcome is being recorded) meanwhile is no loss.
+func (s *slots) lost(l protocol.Lease, cause error) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t, ok := s.inflight[l]
-	if ok {
-		t.cancel(cause)
+	if !ok || t.settled || t.released {
+		return false
 	}
-	return ok
+	t.cancel(cause)
+	return true
 }
 
 // close starts the shutdown: it returns how many jobs run and a channel

@@ -21,7 +21,7 @@ import (
 //	fetch.go     the fetcher: claims for free slots, sleeps until due
 //	slots.go     slots: the in-flight jobs and the free count
 //	outcome.go   running one job and recording its outcome
-//	acker.go     acker: batched acknowledgements
+//	settler.go   settler: outcomes recorded in batches
 //	leases.go    the heartbeat and the reaper
 //	shutdown.go  the graceful shutdown
 
@@ -33,10 +33,13 @@ var ErrLeaseExpired = errors.New("worker: lease expired before the job finished"
 type Worker struct {
 	cfg     Config
 	b       protocol.Broker
+	caller  protocol.Caller // this worker, to the broker
 	log     zerolog.Logger
 	running atomic.Bool
 	slots   *slots
-	acks    *acker
+	settler *settler
+	claims  claims // the fetcher's
+	reapSeq uint64 // call ids of the reaper
 }
 
 // New checks cfg, fills in its defaults and returns a Worker.
@@ -46,12 +49,13 @@ func New(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{
-		cfg:   cfg,
-		b:     protocol.For(cfg.Broker),
-		log:   *cfg.Logger,
-		slots: newSlots(cfg.Concurrency),
+		cfg:    cfg,
+		b:      protocol.For(cfg.Broker),
+		caller: protocol.Caller{ID: job.NewID(), Lease: cfg.Lease},
+		log:    *cfg.Logger,
+		slots:  newSlots(cfg.Concurrency),
 	}
-	w.acks = newAcker(w)
+	w.settler = newSettler(w)
 	return w, nil
 }
 
@@ -102,8 +106,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	// the fetcher stop with ctx.
 	hb, stopHB := context.WithCancel(bg)
 	var loops sync.WaitGroup
-	stopAck, ackerDone := make(chan struct{}), make(chan struct{})
-	go func() { defer close(ackerDone); w.acks.run(bg, stopAck) }()
+	stopSettler, settlerDone := make(chan struct{}), make(chan struct{})
+	go func() { defer close(settlerDone); w.settler.run(bg, stopSettler) }()
 	if w.cfg.HeartbeatInterval > 0 {
 		loops.Go(func() { every(hb, w.cfg.HeartbeatInterval, func() { w.heartbeat(bg) }) })
 	}
@@ -114,11 +118,12 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	var handlers sync.WaitGroup
 	w.fetch(ctx, jobs, notices, &handlers)
+	w.giveBackClaim(bg)
 	w.shutdown(bg, cancelJobs, &handlers)
 	stopHB()
 	loops.Wait()
-	close(stopAck)
-	<-ackerDone
+	close(stopSettler)
+	<-settlerDone
 	w.log.Info().Msg("worker stopped")
 	return nil
 }

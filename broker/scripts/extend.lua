@@ -9,6 +9,10 @@
 -- Returns one integer per job: 1 extended, 0 lease lost (an id listed twice
 -- counts once). A lease that has run out but was not reaped yet is still
 -- held, and is extended. A fixed number of commands per call.
+local bad = expect({KEYS[1], 'zset', KEYS[2], 'hash'})
+if bad then
+  return bad
+end
 local deadline = now_ms() + tonumber(ARGV[2])
 local out, list = held(KEYS[2], 3)
 local members = {}

@@ -17,6 +17,10 @@
 -- that share the cursor's score are stepped over as well. Nothing changes.
 -- Redis orders equal scores by memcmp of the members; Lua's own string
 -- comparison follows the server's locale, so compare bytes here.
+local bad = expect({KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'hash'})
+if bad then
+  return bad
+end
 local function at_or_before(a, b)
   for i = 1, math.min(#a, #b) do
     local x, y = string.byte(a, i), string.byte(b, i)

@@ -3,13 +3,48 @@
 -- ARGV[1] of every script is "now" in ms since the epoch: empty or "0" means
 -- the Redis server's TIME, which is what production uses so that every worker
 -- agrees on one clock; tests with a simulated clock pass an explicit value.
-local function now_ms()
+local function now_us()
   local explicit = tonumber(ARGV[1])
   if explicit and explicit > 0 then
-    return explicit
+    return explicit * 1000
   end
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- now_us in whole ms, rounded down: a job is due once this reaches its
+-- score.
+local function ms_of(us)
+  return math.floor(us / 1000)
+end
+
+local function now_ms()
+  return ms_of(now_us())
+end
+
+-- The score of a job ready delay_us after now (both µs): whole ms, rounded
+-- up, so that a job is never due before its delay has passed.
+local function ready_after(now, delay_us)
+  return math.ceil((now + delay_us) / 1000)
+end
+
+-- Checks the type of every key a script uses before its first write: Redis
+-- keeps the writes a script made before a command failed, so a key of the
+-- wrong type (written by another program) must stop the script before it
+-- changes anything. spec lists key, type pairs ('string', 'hash', 'zset').
+-- Returns an error reply naming the key, or nil.
+local function expect(spec)
+  for i = 1, #spec, 2 do
+    local key, want = spec[i], spec[i + 1]
+    local t = redis.call('TYPE', key)
+    if type(t) == 'table' then
+      t = t.ok or t['ok']
+    end
+    if t ~= 'none' and t ~= want then
+      return redis.error_reply('WRONGTYPE delayq: key ' .. key .. ' holds a ' .. tostring(t) .. ', not a ' .. want .. '; nothing was changed')
+    end
+  end
+  return nil
 end
 
 -- Publish score on channel when a job at score becomes the earliest of the
@@ -97,21 +132,6 @@ end
 local function holds(leases, id, token)
   local current = redis.call('HGET', leases, id)
   return current and current == token
-end
-
--- The lease of one job for retry and kill: 0 held, -1 lost, -2 live again
--- (only when reaping: the reaper read it as expired, but it was extended).
-local function lease_state(leases, processing, id, token, reaping, now)
-  if not holds(leases, id, token) then
-    return -1
-  end
-  if reaping then
-    local deadline = tonumber(redis.call('ZSCORE', processing, id))
-    if deadline and deadline >= now then
-      return -2
-    end
-  end
-  return 0
 end
 
 -- The leases of a batch: ARGV[first], ARGV[first + 1], ... are id, token

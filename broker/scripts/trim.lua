@@ -7,4 +7,8 @@
 -- ARGV[3] -> max age in ms (<= 0: none)
 --
 -- Returns how many records were dropped.
+local bad = expect({KEYS[1], 'hash', KEYS[2], 'zset'})
+if bad then
+  return bad
+end
 return trim_dead(KEYS[1], KEYS[2], tonumber(ARGV[2]), tonumber(ARGV[3]), now_ms())

@@ -31,8 +31,8 @@ type fencedAck struct {
 	attempt int
 }
 
-func (f *fenceWatch) Claim(ctx context.Context, sh keyspace.Shard, n int, lease time.Duration) (protocol.ClaimResult, error) {
-	res, err := f.Broker.Claim(ctx, sh, n, lease)
+func (f *fenceWatch) Claim(ctx context.Context, sh keyspace.Shard, w protocol.Caller, id string, n int, lease time.Duration) (protocol.ClaimResult, error) {
+	res, err := f.Broker.Claim(ctx, sh, w, id, n, lease)
 	f.mu.Lock()
 	for _, c := range res.Jobs {
 		f.attempt[c.Lease] = c.Attempt
@@ -41,19 +41,16 @@ func (f *fenceWatch) Claim(ctx context.Context, sh keyspace.Shard, n int, lease 
 	return res, err
 }
 
-func (f *fenceWatch) Ack(ctx context.Context, leases ...protocol.Lease) error {
-	err := f.Broker.Ack(ctx, leases...)
-	var be *job.BatchError
-	if errors.As(err, &be) {
-		f.mu.Lock()
-		for i, e := range be.Errs {
-			if errors.Is(e, broker.ErrLeaseLost) {
-				f.fenced = append(f.fenced, fencedAck{leases[i].ID, f.attempt[leases[i]]})
-			}
+func (f *fenceWatch) Settle(ctx context.Context, sh keyspace.Shard, w protocol.Caller, lane protocol.Lane, id string, ops []protocol.Op) ([]protocol.Settled, error) {
+	res, err := f.Broker.Settle(ctx, sh, w, lane, id, ops)
+	f.mu.Lock()
+	for i, r := range res {
+		if ops[i].Kind == protocol.OpAck && errors.Is(r.Err, broker.ErrLeaseLost) {
+			f.fenced = append(f.fenced, fencedAck{ops[i].Lease.ID, f.attempt[ops[i].Lease]})
 		}
-		f.mu.Unlock()
 	}
-	return err
+	f.mu.Unlock()
+	return res, err
 }
 
 // TestNetworkFaults puts a TCP proxy between each of three workers and

@@ -34,6 +34,7 @@ type Keys struct {
 	Dead       string // HASH id -> dead record
 	DeadIndex  string // ZSET id -> died-at (ms)
 	Hist       string // prefix of the per-minute history hashes: Hist + minute
+	Workers    string // prefix of the workers' call records: Workers + worker id (HASH lane -> last call)
 	Wake       string // Pub/Sub channel of the user's queue (shared by its shards), not a key
 }
 
@@ -49,6 +50,7 @@ func newKeys(ns, physical, queue string) Keys {
 		Dead:       p + "dead",
 		DeadIndex:  p + "dead:index",
 		Hist:       p + "hist:",
+		Workers:    p + "w:",
 		Wake:       WakeChannel(ns, queue),
 	}
 }

@@ -72,32 +72,80 @@ type Death struct {
 	Attempts int    // attempts spent
 }
 
-// Broker is the protocol. Batch methods return nil, or a *job.BatchError
-// aligned with their leases whose entries wrap broker.ErrLeaseLost (nothing
-// changed for that job) or a Redis error.
+// Caller identifies one worker to the broker: its calls that change jobs
+// carry it with a call id, so that a call sent twice (its reply was lost,
+// and the worker or its Redis client sent it again) is applied once and
+// answered the same both times. The broker keeps, per shard, the last call
+// of each lane of a worker (a small hash that expires after the lease).
+type Caller struct {
+	ID    string        // the worker's id, unique per process: job.NewID()
+	Lease time.Duration // how long the broker keeps the worker's last calls
+}
+
+// Lane is a sequence of calls of one worker to one shard: a lane has one
+// call in flight at a time, and only the lane's last call can be replayed.
+type Lane string
+
+// The lanes of a worker.
+const (
+	LaneSettle Lane = "settle" // outcomes of the jobs the worker ran
+	LaneReap   Lane = "reap"   // outcomes of expired leases the worker reaped
+)
+
+// OpKind is what Settle records for a job.
+type OpKind byte
+
+// Kinds of Op.
+const (
+	OpAck     OpKind = 'a' // the handler succeeded: the job is deleted
+	OpRetry   OpKind = 'r' // back to the schedule after Delay, as Env
+	OpKill    OpKind = 'k' // to the dead-letter store, as Death
+	OpRelease OpKind = 'l' // back to the schedule now, the attempt given back
+)
+
+// Op is one outcome for Settle to record.
+type Op struct {
+	Kind    OpKind
+	Lease   Lease
+	Delay   time.Duration // OpRetry
+	Env     *job.Envelope // OpRetry: the new envelope (with the last error)
+	Death   Death         // OpKill
+	Expired bool          // the reaper's: the lease must also have run out
+}
+
+// Settled is what became of one Op: its time (the new ready time of a
+// retry, the died-at of a kill), or an error wrapping broker.ErrLeaseLost
+// (nothing changed for that job) or broker.ErrLeaseLive (an expired op
+// found the lease extended).
+type Settled struct {
+	At  time.Time
+	Err error
+}
+
+// Broker is the protocol.
 type Broker interface {
 	// Shards resolves the physical queues of a queue.
 	Shards(ctx context.Context, queue string) ([]keyspace.Shard, error)
 	// Claim leases up to n due jobs of s for lease each, in ready-time
-	// order.
-	Claim(ctx context.Context, s keyspace.Shard, n int, lease time.Duration) (ClaimResult, error)
-	// Ack finishes jobs whose handlers succeeded.
-	Ack(ctx context.Context, leases ...Lease) error
-	// Extend pushes the deadline of held leases to now + lease.
+	// order. A call with the id of w's last claim on s replays it: it
+	// returns the jobs of that claim still held under its tokens, and
+	// claims nothing new. With broker.Options.WaitReplicas, a claim that
+	// replicas did not confirm returns its jobs with an error wrapping
+	// broker.ErrNotReplicated.
+	Claim(ctx context.Context, s keyspace.Shard, w Caller, id string, n int, lease time.Duration) (ClaimResult, error)
+	// Settle records ops, all of shard s, in one call: the result of each
+	// in order, or an error for the whole call (a Redis error, after which
+	// the call may be sent again with the same id: it is applied once).
+	// With WaitReplicas, results come with an error wrapping
+	// broker.ErrNotReplicated when replicas did not confirm them.
+	Settle(ctx context.Context, s keyspace.Shard, w Caller, lane Lane, id string, ops []Op) ([]Settled, error)
+	// Extend pushes the deadline of held leases to now + lease. It returns
+	// nil, or a *job.BatchError aligned with leases whose entries wrap
+	// broker.ErrLeaseLost or a Redis error.
 	Extend(ctx context.Context, lease time.Duration, leases ...Lease) error
-	// Release hands held jobs back to be claimed again at once, without
-	// spending an attempt (shutdown).
-	Release(ctx context.Context, leases ...Lease) error
-	// Retry puts a failed job back in the schedule, ready after delay, with
-	// env (which carries the last error) as its new envelope. With expired
-	// (the reaper) the lease must also have run out: an error wrapping
-	// broker.ErrLeaseLive means it was extended since it was read.
-	Retry(ctx context.Context, l Lease, delay time.Duration, env *job.Envelope, expired bool) (time.Time, error)
-	// Kill moves a held job to the dead-letter store and returns the
-	// died-at time. expired as for Retry.
-	Kill(ctx context.Context, l Lease, d Death, expired bool) (time.Time, error)
 	// Reap lists up to limit jobs of s whose lease has run out, changing
-	// nothing: the caller retries or kills each with the token read here.
+	// nothing about them: the caller settles each (Expired) with the token
+	// read here.
 	Reap(ctx context.Context, s keyspace.Shard, limit int) (ReapResult, error)
 	// Wakeups subscribes to the wake-up notices of queues: a queue's name
 	// arrives when a job becomes its earliest while nothing there is due.

@@ -6,8 +6,11 @@ package testkit
 
 import (
 	"context"
+	"errors"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -187,13 +190,23 @@ func Kill(t testing.TB, b *broker.Broker, c protocol.Claimed, reason string) tim
 }
 
 // Driver drives a broker's worker protocol the way tests do: by queue name
-// (over every shard, in order) rather than shard by shard.
+// (over every shard, in order) rather than shard by shard, one call per
+// outcome kind.
 type Driver struct {
 	p protocol.Broker
 }
 
 // Drive returns the Driver of b.
 func Drive(b *broker.Broker) Driver { return Driver{protocol.For(b)} }
+
+// driver is the caller of every Driver: one worker, as far as the broker
+// can tell; calls get ids of their own.
+var (
+	driver   = protocol.Caller{ID: "testkit", Lease: time.Minute}
+	driverID atomic.Uint64
+)
+
+func nextID() string { return strconv.FormatUint(driverID.Add(1), 10) }
 
 // Claim claims up to n due jobs of queue, asking its shards in order for
 // what the earlier ones left. Next is the earliest next ready time of the
@@ -205,7 +218,7 @@ func (d Driver) Claim(ctx context.Context, queue string, n int, lease time.Durat
 	}
 	var out protocol.ClaimResult
 	for i, s := range shards {
-		res, err := d.p.Claim(ctx, s, max(n-len(out.Jobs), 0), lease)
+		res, err := d.p.Claim(ctx, s, driver, nextID(), max(n-len(out.Jobs), 0), lease)
 		if err != nil {
 			return protocol.ClaimResult{}, err
 		}
@@ -250,9 +263,75 @@ func (d Driver) Reap(ctx context.Context, queue string, limit int) (protocol.Rea
 	return out, nil
 }
 
-// Ack is protocol.Broker.Ack.
+// Settle records ops, of any shards, one Settle call per shard. It returns
+// each op's result, and nil or a *job.BatchError aligned with ops.
+func (d Driver) Settle(ctx context.Context, ops ...protocol.Op) ([]protocol.Settled, error) {
+	out := make([]protocol.Settled, len(ops))
+	errs := make([]error, len(ops))
+	failed := false
+	done := map[string]bool{}
+	for _, op := range ops {
+		s := op.Lease.Shard
+		if done[s.Name()] {
+			continue
+		}
+		done[s.Name()] = true
+		var idx []int
+		var these []protocol.Op
+		for i, o := range ops {
+			if o.Lease.Shard.Name() == s.Name() {
+				idx = append(idx, i)
+				these = append(these, o)
+			}
+		}
+		res, err := d.p.Settle(ctx, s, driver, protocol.LaneSettle, nextID(), these)
+		for j, i := range idx {
+			switch {
+			case res == nil:
+				errs[i] = err
+			default:
+				out[i] = res[j]
+				errs[i] = res[j].Err
+			}
+			failed = failed || errs[i] != nil
+		}
+	}
+	if !failed {
+		return out, nil
+	}
+	return out, &job.BatchError{Errs: errs}
+}
+
+// Ack acknowledges leases: nil or a *job.BatchError aligned with them.
 func (d Driver) Ack(ctx context.Context, leases ...protocol.Lease) error {
-	return d.p.Ack(ctx, leases...)
+	return d.each(ctx, protocol.OpAck, leases)
+}
+
+// Release hands leases back without spending their attempts.
+func (d Driver) Release(ctx context.Context, leases ...protocol.Lease) error {
+	return d.each(ctx, protocol.OpRelease, leases)
+}
+
+func (d Driver) each(ctx context.Context, kind protocol.OpKind, leases []protocol.Lease) error {
+	ops := make([]protocol.Op, len(leases))
+	for i, l := range leases {
+		ops[i] = protocol.Op{Kind: kind, Lease: l}
+	}
+	_, err := d.Settle(ctx, ops...)
+	return err
+}
+
+// one settles a single op and returns its time or error.
+func (d Driver) one(ctx context.Context, op protocol.Op) (time.Time, error) {
+	res, err := d.Settle(ctx, op)
+	var be *job.BatchError
+	if errors.As(err, &be) {
+		err = be.Errs[0]
+	}
+	if err != nil {
+		return time.Time{}, err
+	}
+	return res[0].At, nil
 }
 
 // Extend is protocol.Broker.Extend.
@@ -260,19 +339,14 @@ func (d Driver) Extend(ctx context.Context, lease time.Duration, leases ...proto
 	return d.p.Extend(ctx, lease, leases...)
 }
 
-// Release is protocol.Broker.Release.
-func (d Driver) Release(ctx context.Context, leases ...protocol.Lease) error {
-	return d.p.Release(ctx, leases...)
-}
-
 // Retry retries a held job.
 func (d Driver) Retry(ctx context.Context, l protocol.Lease, delay time.Duration, env *job.Envelope) (time.Time, error) {
-	return d.p.Retry(ctx, l, delay, env, false)
+	return d.one(ctx, protocol.Op{Kind: protocol.OpRetry, Lease: l, Delay: delay, Env: env})
 }
 
 // RetryExpired retries a job whose lease ran out, as the reaper does.
 func (d Driver) RetryExpired(ctx context.Context, l protocol.Lease, delay time.Duration, env *job.Envelope) (time.Time, error) {
-	return d.p.Retry(ctx, l, delay, env, true)
+	return d.one(ctx, protocol.Op{Kind: protocol.OpRetry, Lease: l, Delay: delay, Env: env, Expired: true})
 }
 
 // Kill dead-letters a held job with rec's type, body, error and attempts,
@@ -287,7 +361,8 @@ func (d Driver) KillExpired(ctx context.Context, l protocol.Lease, rec *broker.D
 }
 
 func (d Driver) kill(ctx context.Context, l protocol.Lease, rec *broker.DeadRecord, expired bool) (time.Time, error) {
-	died, err := d.p.Kill(ctx, l, protocol.Death{Type: rec.Type, Body: rec.Body, Error: rec.Error, Attempts: rec.Attempts}, expired)
+	died, err := d.one(ctx, protocol.Op{Kind: protocol.OpKill, Lease: l, Expired: expired,
+		Death: protocol.Death{Type: rec.Type, Body: rec.Body, Error: rec.Error, Attempts: rec.Attempts}})
 	if err == nil {
 		rec.ID, rec.Queue, rec.DiedAt = l.ID, l.Queue(), died
 	}
