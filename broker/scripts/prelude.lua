@@ -23,8 +23,12 @@ local function now_ms()
 end
 
 -- The score of a job ready delay_us after now (both µs): whole ms, rounded
--- up, so that a job is never due before its delay has passed.
+-- up, so that a job is never due before its delay has passed. A job ready
+-- now is due at once (no claim can run before the script that stores it).
 local function ready_after(now, delay_us)
+  if delay_us <= 0 then
+    return ms_of(now)
+  end
   return math.ceil((now + delay_us) / 1000)
 end
 

@@ -154,7 +154,8 @@ func TestDueTimeComesFromTheServer(t *testing.T) {
 	})
 	for i, e := range envs {
 		d := time.Duration(200+20*i) * time.Millisecond
-		if e.ReadyAt.Before(before.Add(d).Truncate(time.Millisecond)) || e.ReadyAt.After(after.Add(d)) {
+		// Whole ms, rounded up.
+		if e.ReadyAt.Before(before.Add(d).Truncate(time.Millisecond)) || e.ReadyAt.After(after.Add(d).Add(time.Millisecond)) {
 			t.Errorf("job %d: ReadyAt %v is not the server's TIME at enqueue (%v..%v) + %v", i, e.ReadyAt, before, after, d)
 		}
 	}

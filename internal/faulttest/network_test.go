@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/faultproxy"
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/job"
@@ -75,11 +76,11 @@ func TestNetworkFaults(t *testing.T) {
 	}
 	var mu sync.Mutex
 	runs := map[string][]run{}
-	proxies := make([]*proxy, 3)
+	proxies := make([]*faultproxy.Proxy, 3)
 	watches := make([]*fenceWatch, 3)
 	var stops []func()
 	for i := range proxies {
-		proxies[i] = newProxy(t, srv.Addr())
+		proxies[i] = faultproxy.Start(t, srv.Addr())
 		b, err := broker.New(s.client(t, proxies[i].Addr()), broker.Options{Namespace: ns})
 		if err != nil {
 			t.Fatal(err)
