@@ -282,7 +282,7 @@ func (b *Broker) redrive(ctx context.Context, s keyspace.Shard, delay time.Durat
 	k := s.Keys()
 	raw, err := b.rdb.HMGet(ctx, k.Dead, ids...).Result()
 	if err != nil {
-		return all(queueErr(s.Queue(), err))
+		return all(queueErr(s.Queue(), fmt.Errorf("read %s: %w; nothing was changed", k.Dead, err)))
 	}
 	args := []any{k.Wake, durUS(delay)}
 	var sent []int
