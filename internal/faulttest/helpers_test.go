@@ -176,7 +176,9 @@ func (s *suite) finish(t *testing.T, queues []string, extra ...string) (dead int
 	}
 	// ns:queues and ns:shards name the queues and their shard counts; seq
 	// is a queue's fencing counter; hist:<minute> keys are the dashboard's
-	// per-minute counts, which expire by themselves after a day.
+	// per-minute counts, which expire by themselves after a day; w:<worker>
+	// keys are workers' last calls, which expire a lease after their last
+	// write (checked below).
 	allowed := []string{s.ns + ":queues", s.ns + ":shards"}
 	var allowedPrefixes []string
 	for _, q := range queues {
@@ -184,6 +186,12 @@ func (s *suite) finish(t *testing.T, queues []string, extra ...string) (dead int
 			k := sh.Keys()
 			allowed = append(allowed, k.Seq, k.Dead, k.DeadIndex)
 			allowedPrefixes = append(allowedPrefixes, k.Hist)
+			for _, w := range redistest.Keys(t, s.rdb, k.Workers+"*") {
+				if ttl := s.rdb.PTTL(s.ctx, w).Val(); ttl <= 0 {
+					t.Errorf("worker record %s does not expire (TTL %v)", w, ttl)
+				}
+			}
+			allowedPrefixes = append(allowedPrefixes, k.Workers)
 		}
 	}
 	keys, err := s.rdb.Keys(s.ctx, s.ns+":*").Result()
