@@ -12,7 +12,7 @@ var aclCommands = []string{
 	"hlen", "unlink", "multi", "exec", // purging dead records
 	"subscribe", "unsubscribe", "ping", // wake-up notices (PING is the Pub/Sub health check)
 	// called by scripts
-	"time",
+	"time", "type", "pexpire",
 	"get", "set", "incr", "incrby",
 	"hset", "hsetnx", "hdel", "hexists", "hincrby", "hgetall", "expire",
 	"zadd", "zrem", "zrange", "zrangebyscore", "zremrangebyrank", "zcard", "zcount", "zrank",

@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
 
@@ -49,7 +51,7 @@ func TestLargeBatchesEnqueueClaimAndAck(t *testing.T) {
 	if len(res.Jobs) != n || len(res.Orphans) != 0 || !res.Next.IsZero() {
 		t.Fatalf("claimed %d (orphans %v, next %v), want %d", len(res.Jobs), res.Orphans, res.Next, n)
 	}
-	leases := make([]broker.Lease, n)
+	leases := make([]protocol.Lease, n)
 	for i, c := range res.Jobs {
 		if want := fmt.Sprintf("j%04d", i); c.ID != want || c.Attempt != 1 || c.Err != nil {
 			t.Fatalf("job %d: id %s attempt %d err %v, want %s in ready order, attempt 1", i, c.ID, c.Attempt, c.Err, want)
@@ -65,7 +67,7 @@ func TestLargeBatchesEnqueueClaimAndAck(t *testing.T) {
 	if got, _ := tb.rdb.HLen(tb.ctx, tb.key("q", "leases")).Result(); got != n {
 		t.Fatalf("%d leases stored, want %d", got, n)
 	}
-	if err := tb.b.Ack(tb.ctx, leases...); err != nil {
+	if err := testkit.Drive(tb.b).Ack(tb.ctx, leases...); err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range []string{"scheduled", "processing", "jobs", "attempts", "leases"} {
@@ -82,10 +84,10 @@ func TestAttemptsCountAcrossClaimsOfABatch(t *testing.T) {
 	res := tb.claim(t, 2)
 	// a goes back (shutdown release keeps its attempt count), b is retried
 	// (the attempt is spent).
-	if err := tb.b.Release(tb.ctx, res.Jobs[0].Lease); err != nil {
+	if err := testkit.Drive(tb.b).Release(tb.ctx, res.Jobs[0].Lease); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tb.b.Retry(tb.ctx, res.Jobs[1].Lease, 0, res.Jobs[1].Envelope); err != nil {
+	if _, err := testkit.Drive(tb.b).Retry(tb.ctx, res.Jobs[1].Lease, 0, res.Jobs[1].Envelope); err != nil {
 		t.Fatal(err)
 	}
 	again := tb.claim(t, 2)
@@ -109,7 +111,7 @@ func TestSameLeaseTwiceInOneAck(t *testing.T) {
 	a, b := res.Jobs[0].Lease, res.Jobs[1].Lease
 	stale := a
 	stale.Token++
-	err := tb.b.Ack(tb.ctx, a, a, stale, b)
+	err := testkit.Drive(tb.b).Ack(tb.ctx, a, a, stale, b)
 	var be *job.BatchError
 	if !errors.As(err, &be) || be.Errs[0] != nil || !errors.Is(be.Errs[1], broker.ErrLeaseLost) ||
 		!errors.Is(be.Errs[2], broker.ErrLeaseLost) || be.Errs[3] != nil {

@@ -12,7 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
 
@@ -105,7 +107,7 @@ func BenchmarkClaimAck100(b *testing.B) {
 	br := benchBroker(b)
 	ctx := context.Background()
 	envs := make([]*job.Envelope, 100)
-	leases := make([]broker.Lease, 0, 100)
+	leases := make([]protocol.Lease, 0, 100)
 	n := 0
 	var cpu float64
 	b.ReportAllocs()
@@ -120,7 +122,7 @@ func BenchmarkClaimAck100(b *testing.B) {
 		}
 		cpu0 := redisCPU(b, br.Client())
 		b.StartTimer()
-		res, err := br.Claim(ctx, "bench", 100, time.Minute)
+		res, err := testkit.Drive(br).Claim(ctx, "bench", 100, time.Minute)
 		if err != nil || len(res.Jobs) != 100 {
 			b.Fatalf("claimed %d: %v", len(res.Jobs), err)
 		}
@@ -128,7 +130,7 @@ func BenchmarkClaimAck100(b *testing.B) {
 		for _, c := range res.Jobs {
 			leases = append(leases, c.Lease)
 		}
-		if err := br.Ack(ctx, leases...); err != nil {
+		if err := testkit.Drive(br).Ack(ctx, leases...); err != nil {
 			b.Fatal(err)
 		}
 		b.StopTimer()

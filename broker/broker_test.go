@@ -11,11 +11,14 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/clock"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
 
 type testBundle struct {
+	t     testing.TB
 	ctx   context.Context
 	b     *broker.Broker
 	rdb   redis.UniversalClient
@@ -39,10 +42,10 @@ func setup(t *testing.T, opts ...func(*broker.Options)) *testBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &testBundle{ctx: context.Background(), b: b, rdb: rdb, ns: ns, clock: clk}
+	return &testBundle{t: t, ctx: context.Background(), b: b, rdb: rdb, ns: ns, clock: clk}
 }
 
-func (tb *testBundle) key(queue, name string) string { return tb.ns + ":{" + queue + "}:" + name }
+func (tb *testBundle) key(queue, name string) string { return testkit.Key(tb.t, tb.b, queue, name) }
 
 func env(id string, delay time.Duration) *job.Envelope {
 	return &job.Envelope{ID: id, Queue: "q", Type: "t", Payload: []byte(`{"n":1}`), MaxRetries: 3, Delay: delay}
@@ -55,16 +58,16 @@ func (tb *testBundle) enqueue(t *testing.T, envs ...*job.Envelope) {
 	}
 }
 
-func (tb *testBundle) claim(t *testing.T, n int) broker.ClaimResult {
+func (tb *testBundle) claim(t *testing.T, n int) protocol.ClaimResult {
 	t.Helper()
-	res, err := tb.b.Claim(tb.ctx, "q", n, 10*time.Second)
+	res, err := testkit.Drive(tb.b).Claim(tb.ctx, "q", n, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return res
 }
 
-func ids(cs []broker.Claimed) []string {
+func ids(cs []protocol.Claimed) []string {
 	out := make([]string, len(cs))
 	for i, c := range cs {
 		out[i] = c.ID
@@ -95,7 +98,7 @@ func TestEnqueueClaimAck(t *testing.T) {
 	if !res.Next.IsZero() {
 		t.Fatalf("Next = %v, want zero for an empty queue", res.Next)
 	}
-	if err := tb.b.Ack(tb.ctx, res.Jobs[0].Lease, res.Jobs[1].Lease); err != nil {
+	if err := testkit.Drive(tb.b).Ack(tb.ctx, res.Jobs[0].Lease, res.Jobs[1].Lease); err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range []string{"scheduled", "processing", "jobs", "attempts", "leases"} {
@@ -149,7 +152,9 @@ func TestEnqueueUsesServerClock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := e.ReadyAt.Sub(server.Add(time.Minute)); d > 0 || d < -time.Second {
+	// The ready time is the enqueue's server time + 1m, rounded up to the
+	// ms; the server's time read after it is no earlier.
+	if d := e.ReadyAt.Sub(server.Add(time.Minute)); d > time.Millisecond || d < -time.Second {
 		t.Fatalf("ReadyAt %v is not server time + 1m (%v)", e.ReadyAt, server.Add(time.Minute))
 	}
 }
@@ -197,7 +202,7 @@ func TestEnqueueRejectsBadInput(t *testing.T) {
 		{"long queue", func(e *job.Envelope) { e.Queue = strings.Repeat("q", 65) }, "queue name is 65 bytes long"},
 		{"negative delay", func(e *job.Envelope) { e.Delay = -time.Second }, "delay -1s is negative"},
 		{"negative retries", func(e *job.Envelope) { e.MaxRetries = -1 }, "max retries -1 is negative"},
-		{"payload over cap", func(e *job.Envelope) { e.Payload = []byte(`"` + strings.Repeat("p", 70) + `"`) }, "payload of job \"a\" is 72 bytes, the cap is 64"},
+		{"payload over cap", func(e *job.Envelope) { e.Payload = []byte(`"` + strings.Repeat("p", 70) + `"`) }, "payload and headers of job \"a\" are 72 bytes, the cap is 64"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -257,11 +262,11 @@ func TestFencing(t *testing.T) {
 	// The lease runs out; the reaper sees it and retries it with the token
 	// it read.
 	tb.clock.Advance(11 * time.Second)
-	reaped, err := tb.b.Reap(tb.ctx, "q", 10)
+	reaped, err := testkit.Drive(tb.b).Reap(tb.ctx, "q", 10)
 	if err != nil || len(reaped.Jobs) != 1 || reaped.Jobs[0].Token != first.Token || reaped.Jobs[0].Attempt != 1 {
 		t.Fatalf("reap = %+v, %v", reaped, err)
 	}
-	if _, err := tb.b.RetryExpired(tb.ctx, reaped.Jobs[0].Lease, 0, reaped.Jobs[0].Envelope); err != nil {
+	if _, err := testkit.Drive(tb.b).RetryExpired(tb.ctx, reaped.Jobs[0].Lease, 0, reaped.Jobs[0].Envelope); err != nil {
 		t.Fatal(err)
 	}
 	second := tb.claim(t, 1).Jobs[0]
@@ -270,25 +275,25 @@ func TestFencing(t *testing.T) {
 	}
 
 	// The first worker comes back: every state change is refused.
-	if err := tb.b.Ack(tb.ctx, first.Lease); !errors.Is(err, broker.ErrLeaseLost) {
+	if err := testkit.Drive(tb.b).Ack(tb.ctx, first.Lease); !errors.Is(err, broker.ErrLeaseLost) {
 		t.Fatalf("stale ack: %v", err)
 	}
-	if err := tb.b.Extend(tb.ctx, time.Minute, first.Lease); !errors.Is(err, broker.ErrLeaseLost) {
+	if err := testkit.Drive(tb.b).Extend(tb.ctx, time.Minute, first.Lease); !errors.Is(err, broker.ErrLeaseLost) {
 		t.Fatalf("stale extend: %v", err)
 	}
-	if _, err := tb.b.Retry(tb.ctx, first.Lease, 0, first.Envelope); !errors.Is(err, broker.ErrLeaseLost) {
+	if _, err := testkit.Drive(tb.b).Retry(tb.ctx, first.Lease, 0, first.Envelope); !errors.Is(err, broker.ErrLeaseLost) {
 		t.Fatalf("stale retry: %v", err)
 	}
-	if _, err := tb.b.Kill(tb.ctx, first.Lease, &broker.DeadRecord{Error: "x"}); !errors.Is(err, broker.ErrLeaseLost) {
+	if _, err := testkit.Drive(tb.b).Kill(tb.ctx, first.Lease, &broker.DeadRecord{Error: "x"}); !errors.Is(err, broker.ErrLeaseLost) {
 		t.Fatalf("stale kill: %v", err)
 	}
-	if err := tb.b.Release(tb.ctx, first.Lease); !errors.Is(err, broker.ErrLeaseLost) {
+	if err := testkit.Drive(tb.b).Release(tb.ctx, first.Lease); !errors.Is(err, broker.ErrLeaseLost) {
 		t.Fatalf("stale release: %v", err)
 	}
 	if n, _ := tb.rdb.ZCard(tb.ctx, tb.key("q", "processing")).Result(); n != 1 {
 		t.Fatalf("processing has %d jobs, want the second claim's 1", n)
 	}
-	if err := tb.b.Ack(tb.ctx, second.Lease); err != nil {
+	if err := testkit.Drive(tb.b).Ack(tb.ctx, second.Lease); err != nil {
 		t.Fatalf("live ack: %v", err)
 	}
 }
@@ -299,18 +304,18 @@ func TestReaperDoesNotTakeAnExtendedLease(t *testing.T) {
 	tb.enqueue(t, env("a", 0))
 	c := tb.claim(t, 1).Jobs[0]
 	tb.clock.Advance(11 * time.Second)
-	reaped, _ := tb.b.Reap(tb.ctx, "q", 10)
+	reaped, _ := testkit.Drive(tb.b).Reap(tb.ctx, "q", 10)
 	// The worker's heartbeat lands between the reaper's read and its retry.
-	if err := tb.b.Extend(tb.ctx, 10*time.Second, c.Lease); err != nil {
+	if err := testkit.Drive(tb.b).Extend(tb.ctx, 10*time.Second, c.Lease); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tb.b.RetryExpired(tb.ctx, reaped.Jobs[0].Lease, 0, reaped.Jobs[0].Envelope); !errors.Is(err, broker.ErrLeaseLive) {
+	if _, err := testkit.Drive(tb.b).RetryExpired(tb.ctx, reaped.Jobs[0].Lease, 0, reaped.Jobs[0].Envelope); !errors.Is(err, broker.ErrLeaseLive) {
 		t.Fatalf("retry of a live lease: %v", err)
 	}
-	if _, err := tb.b.KillExpired(tb.ctx, reaped.Jobs[0].Lease, &broker.DeadRecord{}); !errors.Is(err, broker.ErrLeaseLive) {
+	if _, err := testkit.Drive(tb.b).KillExpired(tb.ctx, reaped.Jobs[0].Lease, &broker.DeadRecord{}); !errors.Is(err, broker.ErrLeaseLive) {
 		t.Fatalf("kill of a live lease: %v", err)
 	}
-	if err := tb.b.Ack(tb.ctx, c.Lease); err != nil {
+	if err := testkit.Drive(tb.b).Ack(tb.ctx, c.Lease); err != nil {
 		t.Fatalf("the worker still holds the job: %v", err)
 	}
 }
@@ -320,14 +325,14 @@ func TestReleaseKeepsAttempts(t *testing.T) {
 	tb := setup(t)
 	tb.enqueue(t, env("a", 0))
 	c := tb.claim(t, 1).Jobs[0]
-	if err := tb.b.Release(tb.ctx, c.Lease); err != nil {
+	if err := testkit.Drive(tb.b).Release(tb.ctx, c.Lease); err != nil {
 		t.Fatal(err)
 	}
 	again := tb.claim(t, 1).Jobs
 	if len(again) != 1 || again[0].Attempt != 1 || again[0].Token == c.Token {
 		t.Fatalf("after release: %+v", again)
 	}
-	if err := tb.b.Ack(tb.ctx, c.Lease); !errors.Is(err, broker.ErrLeaseLost) {
+	if err := testkit.Drive(tb.b).Ack(tb.ctx, c.Lease); !errors.Is(err, broker.ErrLeaseLost) {
 		t.Fatalf("ack with the released token: %v", err)
 	}
 }
@@ -339,7 +344,7 @@ func TestRetrySchedulesAfterDelay(t *testing.T) {
 	c := tb.claim(t, 1).Jobs[0]
 	e := *c.Envelope
 	e.LastError = "boom"
-	ready, err := tb.b.Retry(tb.ctx, c.Lease, 5*time.Second, &e)
+	ready, err := testkit.Drive(tb.b).Retry(tb.ctx, c.Lease, 5*time.Second, &e)
 	if err != nil || !ready.Equal(epoch.Add(5*time.Second)) {
 		t.Fatalf("retry = %v, %v", ready, err)
 	}
@@ -395,7 +400,7 @@ func TestStats(t *testing.T) {
 	tb.enqueue(t, env("a", 0), env("b", 0), env("c", time.Minute))
 	tb.clock.Advance(3 * time.Second)
 	c := tb.claim(t, 1).Jobs[0]
-	if _, err := tb.b.Kill(tb.ctx, c.Lease, &broker.DeadRecord{Error: "x"}); err != nil {
+	if _, err := testkit.Drive(tb.b).Kill(tb.ctx, c.Lease, &broker.DeadRecord{Error: "x"}); err != nil {
 		t.Fatal(err)
 	}
 	tb.claim(t, 0)
@@ -416,7 +421,7 @@ func TestStats(t *testing.T) {
 func TestWakeupOnEarlierJob(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
-	notices, stop := tb.b.Wakeups(tb.ctx, []string{"q"})
+	notices, stop := testkit.Drive(tb.b).Wakeups(tb.ctx, []string{"q"})
 	defer stop()
 	// Give the subscription a moment to be in place before publishing.
 	redistest.WaitFor(t, 5*time.Second, "subscription", func() bool {

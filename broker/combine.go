@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/job"
 )
 
@@ -24,7 +25,7 @@ import (
 
 // combiner gathers the single-job enqueues of one physical queue (shard).
 type combiner struct {
-	queue   string // physical queue
+	shard   keyspace.Shard
 	mu      sync.Mutex
 	waiting []*pendingJob
 	busy    bool // a caller is sending; the next one is chosen from waiting
@@ -44,21 +45,21 @@ type turn struct {
 	err  error
 }
 
-func (b *Broker) combinerFor(queue string) *combiner {
-	if c, ok := b.combiners.Load(queue); ok {
+func (b *Broker) combinerFor(s keyspace.Shard) *combiner {
+	if c, ok := b.combiners.Load(s.Name()); ok {
 		return c.(*combiner)
 	}
-	c, _ := b.combiners.LoadOrStore(queue, &combiner{queue: queue})
+	c, _ := b.combiners.LoadOrStore(s.Name(), &combiner{shard: s})
 	return c.(*combiner)
 }
 
 // enqueueCombined stores one prepared envelope, sharing the script call with
 // other callers where they overlap.
-func (b *Broker) enqueueCombined(ctx context.Context, queue string, env *job.Envelope, body []byte) error {
+func (b *Broker) enqueueCombined(ctx context.Context, s keyspace.Shard, env *job.Envelope, body []byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	c := b.combinerFor(queue)
+	c := b.combinerFor(s)
 	p := &pendingJob{ctx: ctx, env: env, body: body, ch: make(chan turn, 1)}
 	c.mu.Lock()
 	c.waiting = append(c.waiting, p)
@@ -142,7 +143,7 @@ func (b *Broker) sendCombined(c *combiner, own *pendingJob) error {
 		envs[i], bodies[i], idx[i] = p.env, p.body, i
 	}
 	errs := make([]error, len(batch))
-	if err := b.enqueueQueue(context.WithoutCancel(own.ctx), c.queue, envs, bodies, idx, errs); err != nil {
+	if err := b.enqueueShard(context.WithoutCancel(own.ctx), c.shard, envs, bodies, idx, errs); err != nil {
 		for i := range errs {
 			errs[i] = err
 		}

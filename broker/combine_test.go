@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/job"
 )
@@ -26,13 +27,24 @@ func combineEnv(id string) *job.Envelope {
 	return &job.Envelope{ID: id, Queue: "q", Type: "t", Payload: []byte(`{"n":1}`), Delay: time.Hour}
 }
 
-func (b *Broker) stored(t *testing.T, id string) bool {
+// shardQ is the one shard of queue "q".
+func (b *Broker) shardQ(t *testing.T) keyspace.Shard {
 	t.Helper()
-	ok, err := b.rdb.HExists(context.Background(), b.keys("q").jobs, id).Result()
+	q, err := b.route.Place(context.Background(), "q")
 	if err != nil {
 		t.Fatal(err)
 	}
-	inSchedule, err := b.rdb.ZScore(context.Background(), b.keys("q").scheduled, id).Result()
+	return q.Shards()[0]
+}
+
+func (b *Broker) stored(t *testing.T, id string) bool {
+	t.Helper()
+	k := b.shardQ(t).Keys()
+	ok, err := b.rdb.HExists(context.Background(), k.Jobs, id).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	inSchedule, err := b.rdb.ZScore(context.Background(), k.Scheduled, id).Result()
 	if ok != (err == nil && inSchedule > 0) {
 		t.Fatalf("job %s half stored: body %v, schedule %v (%v)", id, ok, inSchedule, err)
 	}
@@ -62,10 +74,10 @@ func TestConcurrentSingleEnqueuesAreAllStored(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	if n, _ := b.rdb.HLen(context.Background(), b.keys("q").jobs).Result(); n != producers*each {
+	if n, _ := b.rdb.HLen(context.Background(), b.shardQ(t).Keys().Jobs).Result(); n != producers*each {
 		t.Fatalf("%d jobs stored, want %d", n, producers*each)
 	}
-	c := b.combinerFor("q")
+	c := b.combinerFor(b.shardQ(t))
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.busy || len(c.waiting) != 0 {
@@ -80,10 +92,12 @@ func TestConcurrentSameIDStoresOne(t *testing.T) {
 	start := make(chan struct{})
 	results := make(chan error, callers)
 	var wg sync.WaitGroup
-	for range callers {
+	for i := range callers {
 		wg.Go(func() {
 			<-start
-			results <- b.Enqueue(context.Background(), combineEnv("same"))
+			e := combineEnv("same")
+			e.Payload = fmt.Appendf(nil, `{"caller":%d}`, i) // not the same envelope
+			results <- b.Enqueue(context.Background(), e)
 		})
 	}
 	close(start)
@@ -129,7 +143,7 @@ func waitWaiting(t *testing.T, c *combiner, n int) {
 func TestWaitingCallerGivesUp(t *testing.T) {
 	t.Parallel()
 	b := combineBroker(t)
-	c := b.combinerFor("q")
+	c := b.combinerFor(b.shardQ(t))
 	c.mu.Lock()
 	c.busy = true // as if a call were in flight
 	c.mu.Unlock()
@@ -169,7 +183,7 @@ func TestWaitingCallerGivesUp(t *testing.T) {
 func TestLeadPassesOnFromACallerThatGivesUp(t *testing.T) {
 	t.Parallel()
 	b := combineBroker(t)
-	c := b.combinerFor("q")
+	c := b.combinerFor(b.shardQ(t))
 	for i := range 30 {
 		c.mu.Lock()
 		c.busy = true

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
 
@@ -40,10 +41,10 @@ func TestCorruptAttemptsCounterAtClaim(t *testing.T) {
 		}
 	}
 	b := res.Jobs[1]
-	if _, err := tb.b.Kill(tb.ctx, b.Lease, &broker.DeadRecord{Body: b.Body, Error: b.Err.Error(), Attempts: b.Attempt}); err != nil {
+	if _, err := testkit.Drive(tb.b).Kill(tb.ctx, b.Lease, &broker.DeadRecord{Body: b.Body, Error: b.Err.Error(), Attempts: b.Attempt}); err != nil {
 		t.Fatalf("dead-lettering b: %v", err)
 	}
-	if err := tb.b.Ack(tb.ctx, res.Jobs[0].Lease, res.Jobs[2].Lease); err != nil {
+	if err := testkit.Drive(tb.b).Ack(tb.ctx, res.Jobs[0].Lease, res.Jobs[2].Lease); err != nil {
 		t.Fatal(err)
 	}
 	tb.onlyDeadLeft(t, "b")
@@ -59,7 +60,7 @@ func TestCorruptAttemptsCounterAtReap(t *testing.T) {
 	tb.claim(t, 10)
 	tb.rdb.HSet(tb.ctx, tb.key("q", "attempts"), "a", "1.5")
 	tb.clock.Advance(time.Minute)
-	res, err := tb.b.Reap(tb.ctx, "q", 10)
+	res, err := testkit.Drive(tb.b).Reap(tb.ctx, "q", 10)
 	if err != nil || len(res.Jobs) != 2 {
 		t.Fatalf("Reap = %+v, %v; want a and b", res, err)
 	}
@@ -68,7 +69,7 @@ func TestCorruptAttemptsCounterAtReap(t *testing.T) {
 			if !errors.Is(c.Err, job.ErrCorrupt) {
 				t.Fatalf("a reaped with error %v, want ErrCorrupt", c.Err)
 			}
-			if _, err := tb.b.KillExpired(tb.ctx, c.Lease, &broker.DeadRecord{Body: c.Body, Error: c.Err.Error()}); err != nil {
+			if _, err := testkit.Drive(tb.b).KillExpired(tb.ctx, c.Lease, &broker.DeadRecord{Body: c.Body, Error: c.Err.Error()}); err != nil {
 				t.Fatal(err)
 			}
 			continue
@@ -76,7 +77,7 @@ func TestCorruptAttemptsCounterAtReap(t *testing.T) {
 		if c.Err != nil {
 			t.Fatalf("b reaped with error %v", c.Err)
 		}
-		if _, err := tb.b.RetryExpired(tb.ctx, c.Lease, 0, c.Envelope); err != nil {
+		if _, err := testkit.Drive(tb.b).RetryExpired(tb.ctx, c.Lease, 0, c.Envelope); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -96,11 +97,11 @@ func TestCorruptLeaseIsALostLease(t *testing.T) {
 	tb.clock.Advance(time.Second)
 	held := tb.claim(t, 10).Jobs
 	tb.rdb.HSet(tb.ctx, tb.key("q", "leases"), "a", "\xffgarbage")
-	if err := tb.b.Ack(tb.ctx, held[0].Lease); !errors.Is(err, broker.ErrLeaseLost) {
+	if err := testkit.Drive(tb.b).Ack(tb.ctx, held[0].Lease); !errors.Is(err, broker.ErrLeaseLost) {
 		t.Fatalf("ack of a garbled lease = %v, want ErrLeaseLost", err)
 	}
 	tb.clock.Advance(time.Minute)
-	res, err := tb.b.Reap(tb.ctx, "q", 10)
+	res, err := testkit.Drive(tb.b).Reap(tb.ctx, "q", 10)
 	if err != nil || len(res.Jobs) != 2 {
 		t.Fatalf("Reap = %+v, %v; want a and b", res, err)
 	}
@@ -108,7 +109,7 @@ func TestCorruptLeaseIsALostLease(t *testing.T) {
 		if c.Err != nil {
 			t.Fatalf("%s reaped with error %v", c.ID, c.Err)
 		}
-		if _, err := tb.b.RetryExpired(tb.ctx, c.Lease, 0, c.Envelope); err != nil {
+		if _, err := testkit.Drive(tb.b).RetryExpired(tb.ctx, c.Lease, 0, c.Envelope); err != nil {
 			t.Fatalf("retry of %s: %v", c.ID, err)
 		}
 	}
@@ -130,7 +131,7 @@ func TestCorruptSequenceCounter(t *testing.T) {
 	if len(res.Jobs) != 1 || res.Jobs[0].Token <= first.Token {
 		t.Fatalf("claim after a garbled counter = %+v, want b with a token above %d", res.Jobs, first.Token)
 	}
-	if err := tb.b.Ack(tb.ctx, first.Lease, res.Jobs[0].Lease); err != nil {
+	if err := testkit.Drive(tb.b).Ack(tb.ctx, first.Lease, res.Jobs[0].Lease); err != nil {
 		t.Fatal(err)
 	}
 	tb.onlyDeadLeft(t)

@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/rawjson"
 	"github.com/delayq/delayq/job"
 )
@@ -101,29 +104,60 @@ func (c DeadCursor) IsZero() bool { return c.ID == "" }
 // Records inserted or removed meanwhile do not cause gaps or repeats among
 // the others. The pages of a sharded queue's shards are merged.
 func (b *Broker) DeadPage(ctx context.Context, queue string, after DeadCursor, limit int) ([]*DeadRecord, DeadCursor, error) {
-	if err := job.ValidateQueue(queue); err != nil {
+	q, err := b.queue(ctx, queue)
+	if err != nil {
 		return nil, DeadCursor{}, err
 	}
 	if limit <= 0 {
 		return nil, DeadCursor{}, fmt.Errorf("broker: %w: page limit %d must be positive", job.ErrInvalid, limit)
 	}
-	return b.deadPageShards(ctx, queue, after, limit)
+	if !q.Sharded() {
+		return b.deadPage(ctx, q.Shards()[0], after, limit)
+	}
+	// Each shard's next limit records after the cursor hold the merged
+	// next limit, newest first (by died-at, then id descending, as within
+	// one shard).
+	var all []*DeadRecord
+	more := false
+	for _, s := range q.Shards() {
+		recs, next, err := b.deadPage(ctx, s, after, limit)
+		if err != nil {
+			return nil, DeadCursor{}, err
+		}
+		all = append(all, recs...)
+		more = more || !next.IsZero()
+	}
+	slices.SortFunc(all, func(x, y *DeadRecord) int {
+		if c := y.DiedAt.Compare(x.DiedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(y.ID, x.ID)
+	})
+	if len(all) > limit {
+		all, more = all[:limit], true
+	}
+	var next DeadCursor
+	if more && len(all) > 0 {
+		last := all[len(all)-1]
+		next = DeadCursor{DiedAt: last.DiedAt, ID: last.ID}
+	}
+	return all, next, nil
 }
 
-// deadPage is DeadPage of one physical queue.
-func (b *Broker) deadPage(ctx context.Context, queue string, after DeadCursor, limit int) ([]*DeadRecord, DeadCursor, error) {
-	k := b.keys(queue)
+// deadPage is DeadPage of one shard.
+func (b *Broker) deadPage(ctx context.Context, s keyspace.Shard, after DeadCursor, limit int) ([]*DeadRecord, DeadCursor, error) {
+	k := s.Keys()
 	maxScore, skipped := "+inf", 0
 	if !after.IsZero() {
 		maxScore = strconv.FormatInt(ms(after.DiedAt), 10)
 	}
 	var entries []redis.Z
 	for {
-		zs, err := b.rdb.ZRevRangeByScoreWithScores(ctx, k.deadIndex, &redis.ZRangeBy{
+		zs, err := b.rdb.ZRevRangeByScoreWithScores(ctx, k.DeadIndex, &redis.ZRangeBy{
 			Max: maxScore, Min: "-inf", Offset: int64(skipped), Count: int64(limit + 1),
 		}).Result()
 		if err != nil {
-			return nil, DeadCursor{}, queueErr(queue, err)
+			return nil, DeadCursor{}, queueErr(s.Queue(), err)
 		}
 		// Records that share the cursor's millisecond come in descending id
 		// order; those at or above the cursor's id were listed already. Skip
@@ -146,7 +180,7 @@ func (b *Broker) deadPage(ctx context.Context, queue string, after DeadCursor, l
 	for i, z := range entries {
 		ids[i] = z.Member.(string)
 	}
-	recs, err := b.deadRecords(ctx, queue, ids)
+	recs, err := b.deadRecords(ctx, s, ids)
 	if err != nil {
 		return nil, DeadCursor{}, err
 	}
@@ -166,45 +200,45 @@ func (b *Broker) deadPage(ctx context.Context, queue string, after DeadCursor, l
 	return out, next, nil
 }
 
-// deadRecords reads records by id; missing ones are nil. Records that do not
-// decode come back with their raw bytes as Body and the decode error as
-// Error, so that they can still be listed and deleted.
-func (b *Broker) deadRecords(ctx context.Context, queue string, ids []string) ([]*DeadRecord, error) {
+// decodeStored decodes a stored dead record; one that does not decode comes
+// back with its raw bytes as Body and the decode error as Error, so that it
+// can still be listed and deleted.
+func decodeStored(s keyspace.Shard, id string, data []byte) *DeadRecord {
+	r, err := DecodeDeadRecord(data)
+	if err != nil {
+		r = &DeadRecord{ID: id, Queue: s.Queue(), Body: data, Error: err.Error()}
+	}
+	return r
+}
+
+// deadRecords reads records by id; missing ones are nil.
+func (b *Broker) deadRecords(ctx context.Context, s keyspace.Shard, ids []string) ([]*DeadRecord, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	vals, err := b.rdb.HMGet(ctx, b.keys(queue).dead, ids...).Result()
+	vals, err := b.rdb.HMGet(ctx, s.Keys().Dead, ids...).Result()
 	if err != nil {
-		return nil, queueErr(queue, err)
+		return nil, queueErr(s.Queue(), err)
 	}
 	out := make([]*DeadRecord, len(ids))
 	for i, v := range vals {
-		s, ok := v.(string)
-		if !ok {
-			continue
+		if str, ok := v.(string); ok {
+			out[i] = decodeStored(s, ids[i], []byte(str))
 		}
-		r, err := DecodeDeadRecord([]byte(s))
-		if err != nil {
-			r = &DeadRecord{ID: ids[i], Queue: queue, Body: []byte(s), Error: err.Error()}
-		}
-		out[i] = r
 	}
 	return out, nil
 }
 
 // DeadGet returns one dead record, or an error wrapping ErrNotFound.
 func (b *Broker) DeadGet(ctx context.Context, queue, id string) (*DeadRecord, error) {
-	if err := validQueueID(queue, id); err != nil {
+	s, err := b.shardOf(ctx, queue, id)
+	if err != nil {
 		return nil, err
 	}
-	q, err := b.locate(ctx, queue, id)
-	if err != nil {
-		return nil, queueErr(queue, err)
-	}
-	k := b.keys(q)
+	k := s.Keys()
 	pipe := b.rdb.Pipeline()
-	get := pipe.HGet(ctx, k.dead, id)
-	score := pipe.ZScore(ctx, k.deadIndex, id)
+	get := pipe.HGet(ctx, k.Dead, id)
+	score := pipe.ZScore(ctx, k.DeadIndex, id)
 	_, _ = pipe.Exec(ctx)
 	data, err := get.Bytes()
 	if errors.Is(err, redis.Nil) {
@@ -213,21 +247,19 @@ func (b *Broker) DeadGet(ctx context.Context, queue, id string) (*DeadRecord, er
 	if err != nil {
 		return nil, queueErr(queue, err)
 	}
-	r, err := DecodeDeadRecord(data)
-	if err != nil {
-		r = &DeadRecord{ID: id, Queue: queue, Body: data, Error: err.Error()}
-	}
-	if s, err := score.Result(); err == nil {
-		r.DiedAt = fromMS(int64(s))
+	r := decodeStored(s, id, data)
+	if sc, err := score.Result(); err == nil {
+		r.DiedAt = fromMS(int64(sc))
 	}
 	return r, nil
 }
 
 // Redrive moves dead jobs of queue back to the schedule, ready after delay,
-// with their attempts reset: one read and one script call. It returns nil or
-// a *job.BatchError aligned with ids whose entries wrap ErrNotFound (no such
-// dead job, or it changed meanwhile) or ErrDuplicate (a job with that id is
-// pending again; its dead record is kept). Nothing is lost either way.
+// with their attempts reset: one read and one script call per shard. It
+// returns nil or a *job.BatchError aligned with ids whose entries wrap
+// ErrNotFound (no such dead job, or it changed meanwhile) or ErrDuplicate (a
+// job with that id is pending again; its dead record is kept). Nothing is
+// lost either way.
 func (b *Broker) Redrive(ctx context.Context, queue string, delay time.Duration, ids ...string) error {
 	if err := job.ValidateQueue(queue); err != nil {
 		return err
@@ -235,142 +267,139 @@ func (b *Broker) Redrive(ctx context.Context, queue string, delay time.Duration,
 	if err := job.ValidateDelay(delay); err != nil {
 		return err
 	}
-	return b.perShard(ctx, queue, ids, func(q string, ids []string) error { return b.redrive(ctx, q, delay, ids) })
+	return b.perShard(ctx, queue, ids, func(s keyspace.Shard, ids []string) []error { return b.redrive(ctx, s, delay, ids) })
 }
 
-// redrive is Redrive on one physical queue.
-func (b *Broker) redrive(ctx context.Context, queue string, delay time.Duration, ids []string) error {
+// redrive is Redrive on one shard.
+func (b *Broker) redrive(ctx context.Context, s keyspace.Shard, delay time.Duration, ids []string) []error {
 	errs := make([]error, len(ids))
-	failed := false
-	fail := func(i int, err error) { errs[i], failed = err, true }
-	k := b.keys(queue)
-	raw, err := b.rdb.HMGet(ctx, k.dead, ids...).Result()
-	if err != nil {
-		return queueErr(queue, err)
+	all := func(err error) []error {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
 	}
-	args := []any{k.wake, durMS(delay)}
+	k := s.Keys()
+	raw, err := b.rdb.HMGet(ctx, k.Dead, ids...).Result()
+	if err != nil {
+		return all(queueErr(s.Queue(), fmt.Errorf("read %s: %w; nothing was changed", k.Dead, err)))
+	}
+	args := []any{k.Wake, durUS(delay)}
 	var sent []int
 	for i, v := range raw {
-		s, ok := v.(string)
+		str, ok := v.(string)
 		if !ok {
-			fail(i, fmt.Errorf("%w: no dead job %q in queue %q", ErrNotFound, ids[i], queue))
+			errs[i] = fmt.Errorf("%w: no dead job %q in queue %q", ErrNotFound, ids[i], s.Queue())
 			continue
 		}
-		body := []byte(s)
+		body := []byte(str)
 		if r, err := DecodeDeadRecord(body); err == nil {
 			body = r.Body
 		}
-		args = append(args, ids[i], s, body)
+		args = append(args, ids[i], str, body)
 		sent = append(sent, i)
 	}
-	if len(sent) > 0 {
-		res, err := b.run(ctx, redriveScript, []string{k.scheduled, k.jobs, k.attempts, k.dead, k.deadIndex}, args...)
-		if err != nil {
-			return queueErr(queue, err)
-		}
-		codes, err := int64s(res, len(sent))
-		if err != nil {
-			return err
-		}
-		for j, i := range sent {
-			switch {
-			case codes[j] == 0:
-				fail(i, fmt.Errorf("%w: dead job %q in queue %q changed or is gone", ErrNotFound, ids[i], queue))
-			case codes[j] < 0:
-				fail(i, fmt.Errorf("%w: id %q in queue %q", ErrDuplicate, ids[i], queue))
-			}
+	if len(sent) == 0 {
+		return errs
+	}
+	res, err := b.run(ctx, redriveScript, []string{k.Scheduled, k.Jobs, k.Attempts, k.Dead, k.DeadIndex}, args...)
+	if err != nil {
+		return all(queueErr(s.Queue(), err))
+	}
+	codes, err := int64s(res, len(sent))
+	if err != nil {
+		return all(err)
+	}
+	for j, i := range sent {
+		switch {
+		case codes[j] == 0:
+			errs[i] = fmt.Errorf("%w: dead job %q in queue %q changed or is gone", ErrNotFound, ids[i], s.Queue())
+		case codes[j] < 0:
+			errs[i] = fmt.Errorf("%w: id %q in queue %q", ErrDuplicate, ids[i], s.Queue())
 		}
 	}
-	if !failed {
-		return nil
-	}
-	if len(ids) == 1 {
-		return errs[0]
-	}
-	return &job.BatchError{Errs: errs}
+	return errs
 }
 
 // DeadDelete removes dead records. It returns nil or a *job.BatchError whose
 // entries wrap ErrNotFound.
 func (b *Broker) DeadDelete(ctx context.Context, queue string, ids ...string) error {
-	if err := job.ValidateQueue(queue); err != nil {
-		return err
-	}
-	return b.perShard(ctx, queue, ids, func(q string, ids []string) error { return b.deadDelete(ctx, q, ids) })
+	return b.perShard(ctx, queue, ids, func(s keyspace.Shard, ids []string) []error { return b.deadDelete(ctx, s, ids) })
 }
 
-// deadDelete is DeadDelete on one physical queue.
-func (b *Broker) deadDelete(ctx context.Context, queue string, ids []string) error {
-	k := b.keys(queue)
+// deadDelete is DeadDelete on one shard.
+func (b *Broker) deadDelete(ctx context.Context, s keyspace.Shard, ids []string) []error {
+	errs := make([]error, len(ids))
+	k := s.Keys()
 	args := make([]any, len(ids))
 	for i, id := range ids {
 		args[i] = id
 	}
-	res, err := b.run(ctx, deadDeleteScript, []string{k.dead, k.deadIndex}, args...)
-	if err != nil {
-		return queueErr(queue, err)
+	res, err := b.run(ctx, deadDeleteScript, []string{k.Dead, k.DeadIndex}, args...)
+	var codes []int64
+	if err == nil {
+		codes, err = int64s(res, len(ids))
 	}
-	codes, err := int64s(res, len(ids))
-	if err != nil {
-		return err
-	}
-	errs := make([]error, len(ids))
-	failed := false
-	for i, c := range codes {
-		if c != 1 {
-			errs[i], failed = fmt.Errorf("%w: no dead job %q in queue %q", ErrNotFound, ids[i], queue), true
+	for i := range ids {
+		switch {
+		case err != nil:
+			errs[i] = queueErr(s.Queue(), err)
+		case codes[i] != 1:
+			errs[i] = fmt.Errorf("%w: no dead job %q in queue %q", ErrNotFound, ids[i], s.Queue())
 		}
 	}
-	switch {
-	case !failed:
-		return nil
-	case len(ids) == 1:
-		return errs[0]
-	default:
-		return &job.BatchError{Errs: errs}
-	}
+	return errs
 }
 
 // DeadPurge removes every dead record of queue and returns how many there
 // were.
 func (b *Broker) DeadPurge(ctx context.Context, queue string) (int64, error) {
-	if err := job.ValidateQueue(queue); err != nil {
-		return 0, err
-	}
-	return b.sumShards(ctx, queue, func(q string) (int64, error) { return b.deadPurge(ctx, q) })
-}
-
-// deadPurge is DeadPurge of one physical queue.
-func (b *Broker) deadPurge(ctx context.Context, queue string) (int64, error) {
-	k := b.keys(queue)
-	var n *redis.IntCmd
-	_, err := b.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		n = p.HLen(ctx, k.dead)
-		p.Unlink(ctx, k.dead, k.deadIndex)
-		return nil
+	return b.sumShards(ctx, queue, func(_ keyspace.Queue, s keyspace.Shard) (int64, error) {
+		k := s.Keys()
+		var n *redis.IntCmd
+		_, err := b.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			n = p.HLen(ctx, k.Dead)
+			p.Unlink(ctx, k.Dead, k.DeadIndex)
+			return nil
+		})
+		return n.Val(), err
 	})
-	if err != nil {
-		return 0, queueErr(queue, err)
-	}
-	return n.Val(), nil
 }
 
 // DeadTrim applies the retention rules (cap and max age) now and returns
 // how many records were dropped.
 func (b *Broker) DeadTrim(ctx context.Context, queue string) (int64, error) {
-	if err := job.ValidateQueue(queue); err != nil {
-		return 0, err
-	}
-	return b.sumShards(ctx, queue, func(q string) (int64, error) { return b.deadTrim(ctx, q) })
+	return b.sumShards(ctx, queue, func(q keyspace.Queue, s keyspace.Shard) (int64, error) {
+		k := s.Keys()
+		res, err := b.run(ctx, trimScript, []string{k.Dead, k.DeadIndex}, b.deadCap(q, s), durMS(b.opts.DeadMaxAge))
+		n, _ := res.(int64)
+		return n, err
+	})
 }
 
-// deadTrim is DeadTrim of one physical queue.
-func (b *Broker) deadTrim(ctx context.Context, queue string) (int64, error) {
-	k := b.keys(queue)
-	res, err := b.run(ctx, trimScript, []string{k.dead, k.deadIndex}, b.opts.DeadCap, durMS(b.opts.DeadMaxAge))
-	if err != nil {
-		return 0, queueErr(queue, err)
+// deadCap is the dead-record cap of shard s of q: its share of DeadCap, or
+// -1 for none.
+func (b *Broker) deadCap(q keyspace.Queue, s keyspace.Shard) int {
+	if b.opts.DeadCap < 0 {
+		return -1
 	}
-	n, _ := res.(int64)
-	return n, nil
+	return q.Share(s.Index(), b.opts.DeadCap)
+}
+
+// sumShards adds up op over the shards of queue, stopping at the first
+// error (with the sum so far).
+func (b *Broker) sumShards(ctx context.Context, queue string, op func(q keyspace.Queue, s keyspace.Shard) (int64, error)) (int64, error) {
+	q, err := b.queue(ctx, queue)
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for _, s := range q.Shards() {
+		n, err := op(q, s)
+		total += n
+		if err != nil {
+			return total, queueErr(queue, err)
+		}
+	}
+	return total, nil
 }

@@ -17,9 +17,13 @@
 //	_, err = b.Reschedule(ctx, "default", "order-1001", at) // move it
 //	st, err := b.Stats(ctx, "default")                      // counts and lateness
 //
-// Claim, Ack, Extend, Release, Retry, Kill and Reap are the worker's side of
-// the broker (package worker calls them); DeadPage, DeadGet, Redrive,
-// DeadDelete, DeadPurge and DeadTrim back package deadletter.
+// Its methods are those of producers (Enqueue; Cancel and Reschedule of a
+// job that has not started) and of operators (the inspection and
+// dead-letter methods below). The worker's side, claiming jobs under a
+// lease and recording their outcomes, is not part of this API: package
+// worker speaks it through an internal protocol, so that it can change
+// without breaking users. DeadPage, DeadGet, Redrive, DeadDelete,
+// DeadPurge and DeadTrim back package deadletter.
 //
 // # Errors
 //
@@ -50,8 +54,10 @@
 // A queue declared with n > 1 shards ([Broker.DeclareQueue]) is stored as
 // n physical queues "q#0" ... (each its own hash tag, so its own cluster
 // slot); a job's shard is a hash of its id. Every method takes the queue's
-// own name: methods that name a job go to its shard, Claim, Reap, Stats and
-// the dead-letter methods cover all shards. See docs/scaling.md.
+// own name and is correct on a sharded queue: methods that name a job go to
+// its shard, and those that read or change a queue as a whole visit every
+// shard and merge what they find (Stats and StatsOf sum, the pages and
+// History merge, DeadCap is shared). See docs/scaling.md.
 //
 // # Time and fencing
 //

@@ -95,23 +95,31 @@ func (b *Broker) History(ctx context.Context, queues []string, from, to time.Tim
 			case err != nil:
 				return queueErr(queues[slots[i].q], err)
 			}
-			fillMinute(&out[slots[i].q][slots[i].m], vals)
+			addMinute(&out[slots[i].q][slots[i].m], vals)
 		}
 		slots, cmds = slots[:0], cmds[:0]
 		return nil
 	}
 	p := b.rdb.Pipeline()
-	for qi, q := range queues {
+	for qi, name := range queues {
+		q, err := b.queue(ctx, name)
+		if err != nil {
+			return nil, err
+		}
 		out[qi] = make([]Minute, minutes)
-		prefix := b.keys(q).hist
 		for mi := range minutes {
-			minute := first + int64(mi)
-			out[qi][mi].Start = fromMS(minute * 60_000)
-			cmds = append(cmds, p.HMGet(ctx, prefix+strconv.FormatInt(minute, 10), historyFields...))
-			slots = append(slots, slot{qi, mi})
-			if len(cmds) == historyChunk {
-				if err := flush(p); err != nil {
-					return nil, err
+			out[qi][mi].Start = fromMS((first + int64(mi)) * 60_000)
+		}
+		// A sharded queue's minute is the sum of its shards' minutes.
+		for _, s := range q.Shards() {
+			prefix := s.Keys().Hist
+			for mi := range minutes {
+				cmds = append(cmds, p.HMGet(ctx, prefix+strconv.FormatInt(first+int64(mi), 10), historyFields...))
+				slots = append(slots, slot{qi, mi})
+				if len(cmds) == historyChunk {
+					if err := flush(p); err != nil {
+						return nil, err
+					}
 				}
 			}
 		}
@@ -122,9 +130,9 @@ func (b *Broker) History(ctx context.Context, queues []string, from, to time.Tim
 	return out, nil
 }
 
-// fillMinute sets m's counts from HMGET values in historyFields order.
-// Missing or malformed fields count as 0.
-func fillMinute(m *Minute, vals []any) {
+// addMinute adds the counts of HMGET values in historyFields order to m:
+// sums, and the largest lateness. Missing or malformed fields count as 0.
+func addMinute(m *Minute, vals []any) {
 	n := func(i int) int64 {
 		if i >= len(vals) {
 			return 0
@@ -133,10 +141,10 @@ func fillMinute(m *Minute, vals []any) {
 		v, _ := strconv.ParseInt(s, 10, 64)
 		return v
 	}
-	m.Claimed = n(0)
-	m.LatenessSum = time.Duration(n(1)) * time.Millisecond
-	m.LatenessMax = time.Duration(n(2)) * time.Millisecond
-	m.Done = n(3)
-	m.Failed = n(4)
-	m.Dead = n(5)
+	m.Claimed += n(0)
+	m.LatenessSum += time.Duration(n(1)) * time.Millisecond
+	m.LatenessMax = max(m.LatenessMax, time.Duration(n(2))*time.Millisecond)
+	m.Done += n(3)
+	m.Failed += n(4)
+	m.Dead += n(5)
 }

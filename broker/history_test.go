@@ -8,6 +8,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
 
@@ -26,17 +27,17 @@ func TestHistoryCountsOutcomes(t *testing.T) {
 	if len(res.Jobs) != 3 {
 		t.Fatalf("claimed %v", ids(res.Jobs))
 	}
-	if err := tb.b.Ack(tb.ctx, res.Jobs[0].Lease); err != nil {
+	if err := testkit.Drive(tb.b).Ack(tb.ctx, res.Jobs[0].Lease); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tb.b.Retry(tb.ctx, res.Jobs[1].Lease, time.Hour, res.Jobs[1].Envelope); err != nil {
+	if _, err := testkit.Drive(tb.b).Retry(tb.ctx, res.Jobs[1].Lease, time.Hour, res.Jobs[1].Envelope); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tb.b.Kill(tb.ctx, res.Jobs[2].Lease, &broker.DeadRecord{Type: "t", Body: res.Jobs[2].Body, Error: "boom"}); err != nil {
+	if _, err := testkit.Drive(tb.b).Kill(tb.ctx, res.Jobs[2].Lease, &broker.DeadRecord{Type: "t", Body: res.Jobs[2].Body, Error: "boom"}); err != nil {
 		t.Fatal(err)
 	}
 	// A refused ack counts nothing.
-	if err := tb.b.Ack(tb.ctx, res.Jobs[0].Lease); !errors.Is(err, broker.ErrLeaseLost) {
+	if err := testkit.Drive(tb.b).Ack(tb.ctx, res.Jobs[0].Lease); !errors.Is(err, broker.ErrLeaseLost) {
 		t.Fatalf("second ack: %v", err)
 	}
 	// The next minute: nothing due, an empty claim counts nothing.
@@ -108,7 +109,7 @@ func TestHistoryFailureDoesNotBlockJobs(t *testing.T) {
 	if len(res.Jobs) != 1 {
 		t.Fatalf("claimed %v", ids(res.Jobs))
 	}
-	if err := tb.b.Ack(tb.ctx, res.Jobs[0].Lease); err != nil {
+	if err := testkit.Drive(tb.b).Ack(tb.ctx, res.Jobs[0].Lease); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tb.b.Job(tb.ctx, "q", "a"); !errors.Is(err, broker.ErrNotFound) {

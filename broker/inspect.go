@@ -1,11 +1,13 @@
 package broker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -88,11 +90,12 @@ func newJobInfo(queue, id string, state JobState, now, at time.Time, attempts in
 // is pending is reported as such even if a dead record of the same id is
 // kept. One script call.
 func (b *Broker) Job(ctx context.Context, queue, id string) (*JobInfo, error) {
-	if err := validQueueID(queue, id); err != nil {
+	s, err := b.shardOf(ctx, queue, id)
+	if err != nil {
 		return nil, err
 	}
-	k := b.keys(queue)
-	res, err := b.run(ctx, jobScript, []string{k.scheduled, k.processing, k.jobs, k.attempts, k.dead, k.deadIndex}, id)
+	k := s.Keys()
+	res, err := b.run(ctx, jobScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Dead, k.DeadIndex}, id)
 	if err != nil {
 		return nil, queueErr(queue, err)
 	}
@@ -111,10 +114,7 @@ func (b *Broker) Job(ctx context.Context, queue, id string) (*JobInfo, error) {
 	case 2:
 		return newJobInfo(queue, id, StateProcessing, fromMS(now), fromMS(at), attempts, []byte(body)), nil
 	case 3:
-		rec, err := DecodeDeadRecord([]byte(body))
-		if err != nil {
-			rec = &DeadRecord{ID: id, Queue: queue, Body: []byte(body), Error: err.Error()}
-		}
+		rec := decodeStored(s, id, []byte(body))
 		rec.DiedAt = fromMS(at)
 		j := newJobInfo(queue, id, StateDead, fromMS(now), time.Time{}, int64(rec.Attempts), rec.Body)
 		j.Dead = rec
@@ -146,7 +146,8 @@ const MaxPageLimit = 1000
 // ScheduledPage returns up to limit scheduled jobs of queue after the
 // cursor, earliest ready time first, with their envelopes. Jobs that are
 // claimed, rescheduled or enqueued meanwhile cause no gaps or repeats among
-// the others. One script call.
+// the others. One script call per shard, pipelined; a sharded queue's pages
+// are merged.
 func (b *Broker) ScheduledPage(ctx context.Context, queue string, after JobCursor, limit int) (JobPage, error) {
 	return b.jobPage(ctx, queue, StateScheduled, after, limit)
 }
@@ -165,42 +166,80 @@ func (b *Broker) jobPage(ctx context.Context, queue string, state JobState, afte
 	if limit <= 0 || limit > MaxPageLimit {
 		return JobPage{}, fmt.Errorf("broker: %w: page limit %d is outside 1..%d", job.ErrInvalid, limit, MaxPageLimit)
 	}
-	k := b.keys(queue)
-	set := k.scheduled
-	if state == StateProcessing {
-		set = k.processing
+	q, err := b.queue(ctx, queue)
+	if err != nil {
+		return JobPage{}, err
 	}
 	score := ""
 	if !after.IsZero() {
 		score = strconv.FormatInt(ms(after.At), 10)
 	}
-	res, err := b.run(ctx, pageScript, []string{set, k.jobs, k.attempts}, score, after.ID, limit)
-	if err != nil {
-		return JobPage{}, queueErr(queue, err)
+	calls := make([]read, len(q.Shards()))
+	for i, s := range q.Shards() {
+		k := s.Keys()
+		set := k.Scheduled
+		if state == StateProcessing {
+			set = k.Processing
+		}
+		calls[i] = read{s: pageScript, keys: []string{set, k.Jobs, k.Attempts}, args: []any{score, after.ID, limit}}
 	}
+	res, errs := b.runReads(ctx, calls)
+	var page JobPage
+	more := false
+	for i := range calls {
+		if errs[i] != nil {
+			return JobPage{}, queueErr(queue, errs[i])
+		}
+		now, shardMore, jobs, err := parsePage(queue, state, res[i])
+		if err != nil {
+			return JobPage{}, err
+		}
+		if i == 0 {
+			page.Now = now
+		}
+		more = more || shardMore
+		page.Jobs = append(page.Jobs, jobs...)
+	}
+	if q.Sharded() {
+		slices.SortFunc(page.Jobs, func(x, y *JobInfo) int {
+			if c := cmp.Compare(at(x), at(y)); c != 0 {
+				return c
+			}
+			return strings.Compare(x.ID, y.ID)
+		})
+		if len(page.Jobs) > limit {
+			page.Jobs, more = page.Jobs[:limit], true
+		}
+	}
+	if more && len(page.Jobs) > 0 {
+		last := page.Jobs[len(page.Jobs)-1]
+		page.Next = JobCursor{At: fromMS(at(last)), ID: last.ID}
+	}
+	return page, nil
+}
+
+// parsePage decodes the reply of page.lua.
+func parsePage(queue string, state JobState, res any) (now time.Time, more bool, jobs []*JobInfo, err error) {
 	parts, ok := res.([]any)
 	if !ok || len(parts) != 3 {
-		return JobPage{}, fmt.Errorf("broker: page: unexpected reply %v", res)
+		return time.Time{}, false, nil, fmt.Errorf("broker: page: unexpected reply %v", res)
 	}
-	now, _ := parts[0].(int64)
-	more, _ := parts[1].(int64)
+	nowMS, _ := parts[0].(int64)
+	moreFlag, _ := parts[1].(int64)
 	flat, ok := parts[2].([]any)
 	if !ok || len(flat)%4 != 0 {
-		return JobPage{}, fmt.Errorf("broker: page: unexpected job list %v", parts[2])
+		return time.Time{}, false, nil, fmt.Errorf("broker: page: unexpected job list %v", parts[2])
 	}
-	page := JobPage{Now: fromMS(now), Jobs: make([]*JobInfo, 0, len(flat)/4)}
+	now = fromMS(nowMS)
+	jobs = make([]*JobInfo, 0, len(flat)/4)
 	for i := 0; i < len(flat); i += 4 {
 		id, _ := flat[i].(string)
 		at, _ := flat[i+1].(int64)
 		attempts, _ := flat[i+2].(int64)
 		body, _ := flat[i+3].(string)
-		page.Jobs = append(page.Jobs, newJobInfo(queue, id, state, page.Now, fromMS(at), attempts, []byte(body)))
+		jobs = append(jobs, newJobInfo(queue, id, state, now, fromMS(at), attempts, []byte(body)))
 	}
-	if more == 1 && len(page.Jobs) > 0 {
-		last := page.Jobs[len(page.Jobs)-1]
-		page.Next = JobCursor{At: fromMS(at(last)), ID: last.ID}
-	}
-	return page, nil
+	return now, moreFlag == 1, jobs, nil
 }
 
 func at(j *JobInfo) int64 {
@@ -211,25 +250,23 @@ func at(j *JobInfo) int64 {
 }
 
 // AllStats returns the stats of every known queue (see Queues), sorted by
-// queue name: one script call per queue, each O(log N).
+// queue name: one pipelined round trip, one O(log N) script call per shard.
 func (b *Broker) AllStats(ctx context.Context) ([]QueueStats, error) {
 	names, err := b.Queues(ctx)
 	if err != nil {
 		return nil, err
 	}
 	slices.Sort(names)
-	out := make([]QueueStats, 0, len(names))
+	valid := names[:0]
 	for _, q := range names {
-		if job.ValidateQueue(q) != nil {
-			continue // not written by delayq
+		if job.ValidateQueue(q) == nil { // others were not written by delayq
+			valid = append(valid, q)
 		}
-		s, err := b.Stats(ctx, q)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, s)
 	}
-	return out, nil
+	if len(valid) == 0 {
+		return []QueueStats{}, nil
+	}
+	return b.StatsOf(ctx, valid...)
 }
 
 // ErrConfigUnavailable is wrapped by EvictionPolicy when the server does not

@@ -12,6 +12,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
 
@@ -21,7 +22,7 @@ func TestJobInEachState(t *testing.T) {
 	tb.enqueue(t, env("s", time.Minute), env("p", 0), env("d", 0))
 	tb.clock.Advance(2 * time.Second)
 	res := tb.claim(t, 2) // d then p: equal ready times go in id order
-	if _, err := tb.b.Kill(tb.ctx, res.Jobs[0].Lease, &broker.DeadRecord{Type: "t", Body: res.Jobs[0].Body, Error: "boom", Attempts: 1}); err != nil {
+	if _, err := testkit.Drive(tb.b).Kill(tb.ctx, res.Jobs[0].Lease, &broker.DeadRecord{Type: "t", Body: res.Jobs[0].Body, Error: "boom", Attempts: 1}); err != nil {
 		t.Fatal(err)
 	}
 	tb.clock.Advance(time.Second)

@@ -10,8 +10,20 @@ import (
 //go:embed scripts/*.lua
 var scriptFS embed.FS
 
+// script is one Lua script of scripts/, with what its header declares.
+type script struct {
+	name string
+	lua  *redis.Script
+	// readOnly: the header says "-- read-only": the script changes
+	// nothing, so a durable broker need not wait for replicas after it.
+	readOnly bool
+}
+
+// readOnlyMark is the header line of a script that changes nothing.
+const readOnlyMark = "-- read-only"
+
 // load returns the named script with the shared prelude prepended.
-func load(name string) *redis.Script {
+func load(name string) *script {
 	prelude, err := scriptFS.ReadFile("scripts/prelude.lua")
 	if err != nil {
 		panic(err)
@@ -20,17 +32,23 @@ func load(name string) *redis.Script {
 	if err != nil {
 		panic(err)
 	}
-	return redis.NewScript(strings.Join([]string{string(prelude), string(body)}, "\n"))
+	s := &script{name: name, lua: redis.NewScript(string(prelude) + "\n" + string(body))}
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, "--") {
+			break // the header is the leading comment
+		}
+		if strings.TrimSpace(line) == readOnlyMark {
+			s.readOnly = true
+		}
+	}
+	return s
 }
 
 var (
 	enqueueScript    = load("enqueue")
 	claimScript      = load("claim")
-	ackScript        = load("ack")
-	retryScript      = load("retry")
-	killScript       = load("kill")
+	settleScript     = load("settle")
 	extendScript     = load("extend")
-	releaseScript    = load("release")
 	reapScript       = load("reap")
 	cancelScript     = load("cancel")
 	rescheduleScript = load("reschedule")

@@ -15,6 +15,7 @@ var singleKey = map[string]bool{
 	"ZRANGEBYSCORE": true, "ZREMRANGEBYRANK": true,
 	"HGET": true, "HSET": true, "HSETNX": true, "HDEL": true, "HEXISTS": true, "HINCRBY": true,
 	"INCR": true, "INCRBY": true, "GET": true, "SET": true, "ZRANK": true, "HMGET": true,
+	"TYPE": true, "PEXPIRE": true,
 }
 
 // keyless lists commands that touch no key: PUBLISH's channel is not a key
@@ -26,13 +27,13 @@ var (
 	declaredRE = regexp.MustCompile(`(?m)^-- (KEYS\[\d+\]) ->`)
 	keysUseRE  = regexp.MustCompile(`KEYS\[\d+\]`)
 	// prelude helpers and how many leading arguments of each are keys.
-	helperRE = regexp.MustCompile(`\b(holds|wake_if_earliest|trim_dead|call_chunked|hmget|earliest|next_ready|history)\(([^)]*)\)`)
+	helperRE = regexp.MustCompile(`\b(holds|lease_state|held|wake_if_earliest|trim_dead|call_chunked|hmget|earliest|next_ready|history)\(([^)]*)\)`)
 )
 
 // helperKeys gives, for each prelude helper, the positions of its key
 // arguments.
 var helperKeys = map[string][]int{
-	"holds": {0}, "wake_if_earliest": {0}, "trim_dead": {0, 1}, "call_chunked": {1},
+	"holds": {0}, "lease_state": {0, 1}, "held": {0}, "wake_if_earliest": {0}, "trim_dead": {0, 1}, "call_chunked": {1},
 	"hmget": {0}, "earliest": {0}, "next_ready": {0}, "history": {0},
 }
 
@@ -52,7 +53,7 @@ func TestScriptsTouchOnlyDeclaredKeys(t *testing.T) {
 		case keyless[cmd]:
 		case !singleKey[cmd]:
 			t.Errorf("prelude.lua calls %s, which is not a known single-key command", cmd)
-		case arg != "scheduled" && arg != "leases" && arg != "dead" && arg != "index" && arg != "key" && arg != "zset":
+		case arg != "scheduled" && arg != "leases" && arg != "processing" && arg != "dead" && arg != "index" && arg != "key" && arg != "zset":
 			t.Errorf("prelude.lua calls %s on %q, not on a helper's key parameter", cmd, arg)
 		}
 	}
@@ -115,28 +116,4 @@ func stripComments(src string) string {
 		b.WriteByte('\n')
 	}
 	return b.String()
-}
-
-func TestShardNameWindows(t *testing.T) {
-	t.Parallel()
-	for _, n := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 31, 64, MaxShards} {
-		s := newShardSet("queue", n)
-		for k, name := range s.names {
-			if logicalQueue(name) != "queue" {
-				t.Fatalf("shard %q does not map back to its queue", name)
-			}
-			if n == 1 {
-				continue
-			}
-			from, to := k*clusterSlots/n, (k+1)*clusterSlots/n
-			if sl := slot(name); sl < from || sl >= to {
-				t.Fatalf("%d shards: shard %d (%s) in slot %d, outside [%d, %d)", n, k, name, sl, from, to)
-			}
-		}
-	}
-	// The shard of an id is fixed by the id alone.
-	s := newShardSet("q", 7)
-	if a, b := s.of("order-42"), s.of("order-42"); a != b {
-		t.Fatalf("order-42 went to %s and %s", a, b)
-	}
 }

@@ -13,7 +13,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
 
@@ -79,8 +81,8 @@ func TestShardedQueueSpreadsAndClaimsEveryJobOnce(t *testing.T) {
 			t.Errorf("shard %s holds %d of %d jobs", s.Name, c, n)
 		}
 	}
-	if n, _ := tb.rdb.Exists(tb.ctx, tb.key("q", "scheduled"), tb.key("q", "jobs")).Result(); n != 0 {
-		t.Fatal("a sharded queue wrote keys under the queue's own tag")
+	if ks := redistest.Keys(t, tb.rdb, tb.ns+":{q}:*"); len(ks) != 0 {
+		t.Fatalf("a sharded queue wrote keys under the queue's own tag: %v", ks)
 	}
 
 	seen := map[string]bool{}
@@ -92,18 +94,18 @@ func TestShardedQueueSpreadsAndClaimsEveryJobOnce(t *testing.T) {
 			}
 			break
 		}
-		var leases []broker.Lease
+		var leases []protocol.Lease
 		for _, c := range res.Jobs {
 			if seen[c.ID] {
 				t.Fatalf("job %s claimed twice", c.ID)
 			}
 			seen[c.ID] = true
-			if c.Queue != "q" || c.Envelope.Queue != "q" {
-				t.Fatalf("claimed job has lease queue %q and envelope queue %q, want q", c.Queue, c.Envelope.Queue)
+			if c.Queue() != "q" || c.Envelope.Queue != "q" {
+				t.Fatalf("claimed job has lease queue %q and envelope queue %q, want q", c.Queue(), c.Envelope.Queue)
 			}
 			leases = append(leases, c.Lease)
 		}
-		if err := tb.b.Ack(tb.ctx, leases...); err != nil {
+		if err := testkit.Drive(tb.b).Ack(tb.ctx, leases...); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -113,36 +115,6 @@ func TestShardedQueueSpreadsAndClaimsEveryJobOnce(t *testing.T) {
 	st, err := tb.b.Stats(tb.ctx, "q")
 	if err != nil || st.Scheduled+st.Processing+st.Dead != 0 {
 		t.Fatalf("stats after acking everything: %+v, %v", st, err)
-	}
-}
-
-func TestShardedClaimRotatesOverShards(t *testing.T) {
-	t.Parallel()
-	tb := setup(t)
-	shards := tb.sharded(t, 3)
-	for i := range 60 {
-		tb.enqueue(t, env("j"+strconv.Itoa(i), 0))
-	}
-	// One job per claim, as a worker with one free slot asks: three claims
-	// in a row take one job from each shard, whatever shard a job is in.
-	for round := range 5 {
-		var from []int
-		for range 3 {
-			res := tb.claim(t, 1)
-			if len(res.Jobs) != 1 {
-				t.Fatalf("claimed %d jobs, want 1", len(res.Jobs))
-			}
-			from = append(from, tb.shardOf(t, shards, "processing", res.Jobs[0].ID))
-		}
-		slices.Sort(from)
-		if !slices.Equal(from, []int{0, 1, 2}) {
-			t.Fatalf("round %d: three claims took jobs from shards %v, want one from each", round, from)
-		}
-	}
-	// A claim for more than one shard holds fills up from the next shards.
-	res := tb.claim(t, 40)
-	if len(res.Jobs) != 40 {
-		t.Fatalf("claimed %d of the 45 due jobs, want 40", len(res.Jobs))
 	}
 }
 
@@ -191,10 +163,10 @@ func TestShardedJobOperationsFindTheirShard(t *testing.T) {
 	}
 	// Retry and Kill go to the job's shard by its lease.
 	c := res.Jobs[0]
-	if _, err := tb.b.Retry(tb.ctx, c.Lease, time.Second, c.Envelope); err != nil {
+	if _, err := testkit.Drive(tb.b).Retry(tb.ctx, c.Lease, time.Second, c.Envelope); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tb.b.Kill(tb.ctx, res.Jobs[1].Lease, &broker.DeadRecord{Error: "boom"}); err != nil {
+	if _, err := testkit.Drive(tb.b).Kill(tb.ctx, res.Jobs[1].Lease, &broker.DeadRecord{Error: "boom"}); err != nil {
 		t.Fatal(err)
 	}
 	tb.clock.Advance(time.Second)
@@ -203,11 +175,11 @@ func TestShardedJobOperationsFindTheirShard(t *testing.T) {
 		t.Fatalf("after retry: %v", ids(again.Jobs))
 	}
 	tb.clock.Advance(time.Minute)
-	reaped, err := tb.b.Reap(tb.ctx, "q", 10)
-	if err != nil || len(reaped.Jobs) != 1 || reaped.Jobs[0].Queue != "q" || reaped.Jobs[0].ID != c.ID {
+	reaped, err := testkit.Drive(tb.b).Reap(tb.ctx, "q", 10)
+	if err != nil || len(reaped.Jobs) != 1 || reaped.Jobs[0].Queue() != "q" || reaped.Jobs[0].ID != c.ID {
 		t.Fatalf("reap = %+v, %v", reaped, err)
 	}
-	if _, err := tb.b.KillExpired(tb.ctx, reaped.Jobs[0].Lease, &broker.DeadRecord{Error: "expired"}); err != nil {
+	if _, err := testkit.Drive(tb.b).KillExpired(tb.ctx, reaped.Jobs[0].Lease, &broker.DeadRecord{Error: "expired"}); err != nil {
 		t.Fatal(err)
 	}
 	rec, err := tb.b.DeadGet(tb.ctx, "q", c.ID)
@@ -241,7 +213,7 @@ func TestDeadPagePagesThroughShards(t *testing.T) {
 				if i%2 == 0 {
 					tb.clock.Advance(time.Millisecond)
 				}
-				if _, err := tb.b.Kill(tb.ctx, c.Lease, &broker.DeadRecord{Error: "e" + c.ID}); err != nil {
+				if _, err := testkit.Drive(tb.b).Kill(tb.ctx, c.Lease, &broker.DeadRecord{Error: "e" + c.ID}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -290,7 +262,7 @@ func TestShardedDeadLetters(t *testing.T) {
 	}
 	tb.enqueue(t, envs...)
 	for _, c := range tb.claim(t, n).Jobs {
-		if _, err := tb.b.Kill(tb.ctx, c.Lease, &broker.DeadRecord{Error: "e" + c.ID}); err != nil {
+		if _, err := testkit.Drive(tb.b).Kill(tb.ctx, c.Lease, &broker.DeadRecord{Error: "e" + c.ID}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -407,7 +379,7 @@ func TestShardWakeupReachesQueueSubscribers(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
 	tb.sharded(t, 3)
-	notices, stop := tb.b.Wakeups(tb.ctx, []string{"q"})
+	notices, stop := testkit.Drive(tb.b).Wakeups(tb.ctx, []string{"q"})
 	defer stop()
 	redistest.WaitFor(t, 5*time.Second, "subscription", func() bool {
 		n, _ := tb.rdb.PubSubNumSub(tb.ctx, tb.key("q", "wake")).Result()
@@ -495,11 +467,11 @@ func TestDurableNeedsReplicas(t *testing.T) {
 	if err := b.Enqueue(ctx, env("b", 0)); err != nil {
 		t.Fatal(err)
 	}
-	res, err := b.Claim(ctx, "q", 10, time.Minute)
+	res, err := testkit.Drive(b).Claim(ctx, "q", 10, time.Minute)
 	if err != nil || len(res.Jobs) != 2 {
 		t.Fatalf("claim = %v, %v", ids(res.Jobs), err)
 	}
-	if err := b.Ack(ctx, res.Jobs[0].Lease, res.Jobs[1].Lease); err != nil {
+	if err := testkit.Drive(b).Ack(ctx, res.Jobs[0].Lease, res.Jobs[1].Lease); err != nil {
 		t.Fatal(err)
 	}
 	// A script the server has not seen is loaded through the same pipeline.
@@ -511,5 +483,101 @@ func TestDurableNeedsReplicas(t *testing.T) {
 	}
 	if _, err := broker.New(rdb, broker.Options{WaitReplicas: -1}); !errors.Is(err, job.ErrInvalid) {
 		t.Fatalf("negative WaitReplicas: %v", err)
+	}
+}
+
+// Every reader of a queue sees a sharded queue whole: the same answers as
+// for an unsharded queue holding the same jobs.
+func TestShardedQueueReaders(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{1, 4} {
+		t.Run(fmt.Sprintf("%d shards", n), func(t *testing.T) {
+			t.Parallel()
+			tb := setup(t)
+			tb.sharded(t, n)
+			for i := range 7 {
+				tb.enqueue(t, env("j"+strconv.Itoa(i), time.Duration(i)*time.Second))
+			}
+			// Job finds each, in its shard.
+			for i := range 7 {
+				j, err := tb.b.Job(tb.ctx, "q", "j"+strconv.Itoa(i))
+				if err != nil || j.State != broker.StateScheduled || j.Queue != "q" {
+					t.Fatalf("Job(j%d) = %+v, %v", i, j, err)
+				}
+			}
+			// ScheduledPage lists all 7 in ready-time order, over pages.
+			var listed []string
+			cur := broker.JobCursor{}
+			for {
+				page, err := tb.b.ScheduledPage(tb.ctx, "q", cur, 3)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, j := range page.Jobs {
+					listed = append(listed, j.ID)
+				}
+				if page.Next.IsZero() {
+					break
+				}
+				cur = page.Next
+			}
+			if want := []string{"j0", "j1", "j2", "j3", "j4", "j5", "j6"}; !slices.Equal(listed, want) {
+				t.Fatalf("ScheduledPage listed %v, want %v", listed, want)
+			}
+			// RescheduleAfter finds a scheduled job in its shard.
+			if _, err := tb.b.RescheduleAfter(tb.ctx, "q", "j6", 0); err != nil {
+				t.Fatal(err)
+			}
+			st, err := tb.b.StatsOf(tb.ctx, "q")
+			if err != nil || st[0].Scheduled != 7 || st[0].Due != 2 {
+				t.Fatalf("StatsOf = %+v, %v; want 7 scheduled, 2 due", st, err)
+			}
+			// A claim and an ack show in ProcessingPage and History.
+			claimed := tb.claim(t, 2)
+			if len(claimed.Jobs) != 2 {
+				t.Fatalf("claimed %v, want j0 and j6", ids(claimed.Jobs))
+			}
+			page, err := tb.b.ProcessingPage(tb.ctx, "q", broker.JobCursor{}, 10)
+			if err != nil || len(page.Jobs) != 2 {
+				t.Fatalf("ProcessingPage = %d jobs, %v; want 2", len(page.Jobs), err)
+			}
+			if err := testkit.Drive(tb.b).Ack(tb.ctx, claimed.Jobs[0].Lease); err != nil {
+				t.Fatal(err)
+			}
+			hist, err := tb.b.History(tb.ctx, []string{"q"}, epoch, epoch)
+			if err != nil || hist[0][0].Claimed != 2 || hist[0][0].Done != 1 {
+				t.Fatalf("History = %+v, %v; want 2 claimed, 1 done", hist, err)
+			}
+		})
+	}
+}
+
+// DeadCap is the queue's, sharded or not: 20 jobs killed with a cap of 3
+// leave 3 dead records, the newest.
+func TestDeadCapIsPerQueue(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{1, 2, 4} {
+		t.Run(fmt.Sprintf("%d shards", n), func(t *testing.T) {
+			t.Parallel()
+			tb := setup(t, func(o *broker.Options) { o.DeadCap = 3 })
+			tb.sharded(t, n)
+			for i := range 20 {
+				tb.enqueue(t, env(fmt.Sprintf("d%02d", i), 0))
+			}
+			for _, c := range tb.claim(t, 20).Jobs {
+				tb.clock.Advance(time.Millisecond)
+				testkit.Kill(t, tb.b, c, "boom")
+			}
+			recs, _, err := tb.b.DeadPage(tb.ctx, "q", broker.DeadCursor{}, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(recs) > 3 {
+				t.Fatalf("%d shards keep %d dead records, want at most 3", n, len(recs))
+			}
+			if st, _ := tb.b.Stats(tb.ctx, "q"); st.Dead != int64(len(recs)) {
+				t.Fatalf("Stats.Dead = %d, DeadPage has %d", st.Dead, len(recs))
+			}
+		})
 	}
 }

@@ -11,7 +11,9 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/dashboard"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
 
@@ -55,18 +57,18 @@ func BenchmarkOverview(b *testing.B) {
 		if err := br.Enqueue(ctx, envs[:10]...); err != nil {
 			b.Fatal(err)
 		}
-		res, err := br.Claim(ctx, name, 10, time.Hour)
+		res, err := testkit.Drive(br).Claim(ctx, name, 10, time.Hour)
 		if err != nil || len(res.Jobs) != 10 {
 			b.Fatalf("claim: %d, %v", len(res.Jobs), err)
 		}
-		var acks []broker.Lease
+		var acks []protocol.Lease
 		for _, c := range res.Jobs[:6] {
 			acks = append(acks, c.Lease)
 		}
-		if err := br.Ack(ctx, acks...); err != nil {
+		if err := testkit.Drive(br).Ack(ctx, acks...); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := br.Kill(ctx, res.Jobs[6].Lease, &broker.DeadRecord{Type: "order.cancel", Body: res.Jobs[6].Body, Error: "boom"}); err != nil {
+		if _, err := testkit.Drive(br).Kill(ctx, res.Jobs[6].Lease, &broker.DeadRecord{Type: "order.cancel", Body: res.Jobs[6].Body, Error: "boom"}); err != nil {
 			b.Fatal(err)
 		}
 	}

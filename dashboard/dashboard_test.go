@@ -11,6 +11,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/dashboard"
+	"github.com/delayq/delayq/internal/testkit"
 )
 
 func TestOverview(t *testing.T) {
@@ -29,7 +30,7 @@ func TestOverview(t *testing.T) {
 	tb.enqueue(t, "sms", "s1", "sms.send", `{}`, 0)
 	tb.enqueue(t, "sms", "s2", "sms.send", `{}`, 0)
 	res := tb.claim(t, "sms", 2)
-	if err := tb.b.Ack(tb.ctx, res.Jobs[0].Lease); err != nil { // one done, one processing
+	if err := testkit.Drive(tb.b).Ack(tb.ctx, res.Jobs[0].Lease); err != nil { // one done, one processing
 		t.Fatal(err)
 	}
 	tb.kill(t, "sms", "sms.send", `{}`, map[string]string{"d1": "boom", "d2": "bang"})
@@ -152,7 +153,7 @@ func TestJobDetail(t *testing.T) {
 	res := tb.claim(t, "q", 1)
 	env := *res.Jobs[0].Envelope
 	env.LastError = "smtp: 421 try later"
-	if _, err := tb.b.Retry(tb.ctx, res.Jobs[0].Lease, 2*time.Hour, &env); err != nil {
+	if _, err := testkit.Drive(tb.b).Retry(tb.ctx, res.Jobs[0].Lease, 2*time.Hour, &env); err != nil {
 		t.Fatal(err)
 	}
 	tb.claim(t, "q", 0)

@@ -16,7 +16,9 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/dashboard"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
 
@@ -164,22 +166,22 @@ func (tb *testBundle) kill(t *testing.T, queue, typ, payload string, errs map[st
 	for id := range errs {
 		tb.enqueue(t, queue, id, typ, payload, 0)
 	}
-	res, err := tb.b.Claim(tb.ctx, queue, len(errs), time.Minute)
+	res, err := testkit.Drive(tb.b).Claim(tb.ctx, queue, len(errs), time.Minute)
 	if err != nil || len(res.Jobs) != len(errs) {
 		t.Fatalf("claimed %d of %d: %v", len(res.Jobs), len(errs), err)
 	}
 	for _, c := range res.Jobs {
 		rec := &broker.DeadRecord{Type: typ, Body: c.Body, Error: errs[c.ID], Attempts: c.Attempt}
-		if _, err := tb.b.Kill(tb.ctx, c.Lease, rec); err != nil {
+		if _, err := testkit.Drive(tb.b).Kill(tb.ctx, c.Lease, rec); err != nil {
 			t.Fatal(err)
 		}
 	}
 }
 
 // claim leases up to n due jobs of queue for an hour, as a worker would.
-func (tb *testBundle) claim(t *testing.T, queue string, n int) broker.ClaimResult {
+func (tb *testBundle) claim(t *testing.T, queue string, n int) protocol.ClaimResult {
 	t.Helper()
-	res, err := tb.b.Claim(tb.ctx, queue, n, time.Hour)
+	res, err := testkit.Drive(tb.b).Claim(tb.ctx, queue, n, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/clock"
+	"github.com/delayq/delayq/internal/protocol"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
 
@@ -94,11 +96,11 @@ func seedDemo(t testing.TB, rdb redis.UniversalClient, ns string) demo {
 				enqueue(past, q.name, q.typ, payload, time.Second)
 			}
 			clk.Advance(time.Second + late)
-			res, err := past.Claim(ctx, q.name, n, time.Minute)
+			res, err := testkit.Drive(past).Claim(ctx, q.name, n, time.Minute)
 			if err != nil || len(res.Jobs) != n {
 				t.Fatalf("minute %d, %s: claimed %d of %d: %v", minute, q.name, len(res.Jobs), n, err)
 			}
-			var acks []broker.Lease
+			var acks []protocol.Lease
 			var retried []string
 			for i, c := range res.Jobs {
 				switch {
@@ -113,14 +115,14 @@ func seedDemo(t testing.TB, rdb redis.UniversalClient, ns string) demo {
 						out.XSSID = c.ID
 					}
 					rec := &broker.DeadRecord{Type: q.typ, Body: body, Error: deadErrors[len(out.DeadIDs)%len(deadErrors)], Attempts: 6}
-					if _, err := past.Kill(ctx, c.Lease, rec); err != nil {
+					if _, err := testkit.Drive(past).Kill(ctx, c.Lease, rec); err != nil {
 						t.Fatal(err)
 					}
 					out.DeadIDs = append(out.DeadIDs, c.ID)
 				case i%11 == 3:
 					env := *c.Envelope
 					env.LastError = "http 503: upstream unavailable"
-					if _, err := past.Retry(ctx, c.Lease, 2900*time.Millisecond, &env); err != nil {
+					if _, err := testkit.Drive(past).Retry(ctx, c.Lease, 2900*time.Millisecond, &env); err != nil {
 						t.Fatal(err)
 					}
 					retried = append(retried, c.ID)
@@ -131,7 +133,7 @@ func seedDemo(t testing.TB, rdb redis.UniversalClient, ns string) demo {
 			// Retried jobs succeed on their second attempt, a few seconds on.
 			clk.Advance(3 * time.Second)
 			if len(retried) > 0 {
-				res, err := past.Claim(ctx, q.name, len(retried), time.Minute)
+				res, err := testkit.Drive(past).Claim(ctx, q.name, len(retried), time.Minute)
 				if err != nil || len(res.Jobs) != len(retried) {
 					t.Fatalf("minute %d, %s: re-claimed %d of %d: %v", minute, q.name, len(res.Jobs), len(retried), err)
 				}
@@ -139,7 +141,7 @@ func seedDemo(t testing.TB, rdb redis.UniversalClient, ns string) demo {
 					acks = append(acks, c.Lease)
 				}
 			}
-			if err := past.Ack(ctx, acks...); err != nil {
+			if err := testkit.Drive(past).Ack(ctx, acks...); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -158,7 +160,7 @@ func seedDemo(t testing.TB, rdb redis.UniversalClient, ns string) demo {
 	for i := range 5 {
 		enqueue(b, "emails", "email.send", fmt.Sprintf(`{"to":"vip%d@example.com","subject":"Welcome"}`, i), 0)
 	}
-	res, err := b.Claim(ctx, "emails", 5, time.Hour)
+	res, err := testkit.Drive(b).Claim(ctx, "emails", 5, time.Hour)
 	if err != nil || len(res.Jobs) != 5 {
 		t.Fatalf("claimed %d of 5 processing jobs: %v", len(res.Jobs), err)
 	}

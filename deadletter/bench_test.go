@@ -10,6 +10,7 @@ import (
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
 
@@ -37,7 +38,7 @@ func BenchmarkListFiltered(b *testing.B) {
 		if err := br.Enqueue(ctx, envs...); err != nil {
 			b.Fatal(err)
 		}
-		res, err := br.Claim(ctx, "q", batch, time.Hour)
+		res, err := testkit.Drive(br).Claim(ctx, "q", batch, time.Hour)
 		if err != nil || len(res.Jobs) != batch {
 			b.Fatalf("claim: %d, %v", len(res.Jobs), err)
 		}
@@ -50,7 +51,7 @@ func BenchmarkListFiltered(b *testing.B) {
 				for k := w; k < len(res.Jobs); k += 8 {
 					c := res.Jobs[k]
 					rec := &broker.DeadRecord{Type: "sms.send", Body: c.Body, Error: "provider: 503 service unavailable", Attempts: 4}
-					if _, err := br.Kill(ctx, c.Lease, rec); err != nil {
+					if _, err := testkit.Drive(br).Kill(ctx, c.Lease, rec); err != nil {
 						errs <- err
 						return
 					}

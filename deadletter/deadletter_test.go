@@ -15,12 +15,14 @@ import (
 	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/clock"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
 
 var epoch = time.UnixMilli(1_800_000_000_000)
 
 type testBundle struct {
+	t     testing.TB
 	ctx   context.Context
 	b     *broker.Broker
 	in    *deadletter.Inspector
@@ -41,10 +43,10 @@ func setup(t *testing.T, opts ...func(*broker.Options)) *testBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &testBundle{ctx: context.Background(), b: b, in: deadletter.New(b), rdb: rdb, ns: ns, clock: clk}
+	return &testBundle{t: t, ctx: context.Background(), b: b, in: deadletter.New(b), rdb: rdb, ns: ns, clock: clk}
 }
 
-func (tb *testBundle) key(queue, name string) string { return tb.ns + ":{" + queue + "}:" + name }
+func (tb *testBundle) key(queue, name string) string { return testkit.Key(tb.t, tb.b, queue, name) }
 
 // dead is a job to kill.
 type dead struct {
@@ -60,12 +62,12 @@ func (tb *testBundle) kill(t *testing.T, spread bool, jobs ...dead) {
 		if err := tb.b.Enqueue(tb.ctx, e); err != nil {
 			t.Fatal(err)
 		}
-		res, err := tb.b.Claim(tb.ctx, d.queue, 1, time.Minute)
+		res, err := testkit.Drive(tb.b).Claim(tb.ctx, d.queue, 1, time.Minute)
 		if err != nil || len(res.Jobs) != 1 || res.Jobs[0].ID != d.id {
 			t.Fatalf("claim %s: %+v, %v", d.id, res.Jobs, err)
 		}
 		c := res.Jobs[0]
-		if _, err := tb.b.Kill(tb.ctx, c.Lease, &broker.DeadRecord{Type: d.typ, Body: c.Body, Error: d.err, Attempts: 3}); err != nil {
+		if _, err := testkit.Drive(tb.b).Kill(tb.ctx, c.Lease, &broker.DeadRecord{Type: d.typ, Body: c.Body, Error: d.err, Attempts: 3}); err != nil {
 			t.Fatal(err)
 		}
 		if spread {
@@ -355,7 +357,7 @@ func TestRedriveOne(t *testing.T) {
 		t.Fatalf("redriven job %+v, %v", j, err)
 	}
 	tb.clock.Advance(5 * time.Second)
-	res, err := tb.b.Claim(tb.ctx, "q", 10, time.Minute)
+	res, err := testkit.Drive(tb.b).Claim(tb.ctx, "q", 10, time.Minute)
 	if err != nil || len(res.Jobs) != 1 || res.Jobs[0].Attempt != 1 {
 		t.Fatalf("claim after redrive: %+v, %v (want attempt 1: attempts reset)", res.Jobs, err)
 	}

@@ -138,16 +138,17 @@ func (t *Type[T]) Envelope(args T, opts ...Option) (*Envelope, error) {
 
 // Enqueue encodes args and stores the job through e. It returns the stored
 // envelope (with its ID and ReadyAt) or an error: one wrapping ErrInvalid for
-// bad input, or the broker's (e.g. broker.ErrDuplicate for a pending id).
+// bad input (and a nil envelope), or the broker's (e.g. broker.ErrDuplicate
+// for a pending id). With a broker's error the envelope is returned as well,
+// with its ID: after broker.ErrOutcomeUnknown (the reply was lost), passing
+// that envelope to the broker's Enqueue again stores the job once, whether
+// the first call stored it or not.
 func (t *Type[T]) Enqueue(ctx context.Context, e Enqueuer, args T, opts ...Option) (*Envelope, error) {
 	env, err := t.Envelope(args, opts...)
 	if err != nil {
 		return nil, err
 	}
-	if err := e.Enqueue(ctx, env); err != nil {
-		return nil, err
-	}
-	return env, nil
+	return env, e.Enqueue(ctx, env)
 }
 
 // EnqueueMany stores one job per element of args in one round trip per

@@ -8,13 +8,13 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
 	"github.com/delayq/delayq/worker"
@@ -28,6 +28,7 @@ type payload struct {
 var fast = job.WithBackoff(retry.Exponential{Initial: 10 * time.Millisecond, Multiplier: 1, Max: 10 * time.Millisecond})
 
 type testBundle struct {
+	*testkit.Bundle
 	ctx context.Context
 	rdb redis.UniversalClient
 	ns  string
@@ -37,15 +38,11 @@ type testBundle struct {
 
 func setup(t testing.TB) *testBundle {
 	t.Helper()
-	rdb, ns := redistest.New(t)
-	b, err := broker.New(rdb, broker.Options{Namespace: ns})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testBundle{ctx: context.Background(), rdb: rdb, ns: ns, b: b, reg: job.NewRegistry()}
+	bd := testkit.Setup(t)
+	return &testBundle{Bundle: bd, ctx: bd.Ctx, rdb: bd.RDB, ns: bd.NS, b: bd.B, reg: bd.Reg}
 }
 
-func (tb *testBundle) key(queue, name string) string { return tb.ns + ":{" + queue + "}:" + name }
+func (tb *testBundle) key(queue, name string) string { return tb.Key(queue, name) }
 
 // otherProcess returns a broker over a client of its own on the same
 // namespace: a producer in another process, as far as Redis can tell.
@@ -61,32 +58,13 @@ func (tb *testBundle) otherProcess(t testing.TB) *broker.Broker {
 }
 
 // config is a worker config for the bundle with a warn-level test logger.
-func (tb *testBundle) config(t testing.TB) worker.Config {
-	logger := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
-	return worker.Config{Broker: tb.b, Registry: tb.reg, Lease: 5 * time.Second, MaxIdle: time.Second, Logger: &logger}
-}
+func (tb *testBundle) config(t testing.TB) worker.Config { return tb.Config(t) }
 
 // run starts a worker with mws added by Use until the test ends or stop is
 // called; stop waits for Run to return.
 func run(t testing.TB, cfg worker.Config, mws ...job.Middleware) (stop func()) {
 	t.Helper()
-	w, err := worker.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Use(mws...)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := w.Run(ctx); err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
-	var once sync.Once
-	stop = func() { once.Do(func() { cancel(); <-done }) }
-	t.Cleanup(stop)
-	return stop
+	return testkit.StartWorker(t, cfg, mws...)
 }
 
 // newTracing returns a tracer provider that records ended spans.

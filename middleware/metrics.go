@@ -11,7 +11,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/job"
 )
 
@@ -170,10 +169,8 @@ func EnqueueMetrics(opts ...MetricsOption) job.EnqueueMiddleware {
 // QueueStatsReader reads the state of queues; *broker.Broker implements it.
 type QueueStatsReader interface {
 	Queues(ctx context.Context) ([]string, error)
-	Stats(ctx context.Context, queue string) (broker.QueueStats, error)
+	Stats(ctx context.Context, queue string) (job.QueueStats, error)
 }
-
-var _ QueueStatsReader = (*broker.Broker)(nil)
 
 // ObserveQueues registers observable gauges of queue depths, read from r with
 // one Stats call per queue at each collection: delayq.queue.scheduled, .due,

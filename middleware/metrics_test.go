@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/middleware"
 	"github.com/delayq/delayq/retry"
@@ -161,7 +162,7 @@ func TestQueueDepthGaugesMatchRedis(t *testing.T) {
 	// "graveyard": 3 dead records.
 	enqueue("later", 7, job.In(time.Hour))
 	enqueue("busy", 5)
-	if res, err := tb.b.Claim(tb.ctx, "busy", 2, time.Minute); err != nil || len(res.Jobs) != 2 {
+	if res, err := testkit.Drive(tb.b).Claim(tb.ctx, "busy", 2, time.Minute); err != nil || len(res.Jobs) != 2 {
 		t.Fatalf("claim: %v, %d jobs", err, len(res.Jobs))
 	}
 	typ := job.New[payload]("doomed", job.Queue("graveyard"))

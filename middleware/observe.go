@@ -40,18 +40,16 @@ func observe(ctx context.Context, m *job.Message, next job.Handler, done func(re
 }
 
 // judge gives the result a worker would record for err when it can record
-// it: success for nil, dead for a permanent error or a spent retry budget,
-// otherwise retry (with the delay of retry.After, else 0: the policy is the
-// worker's).
+// it: success for nil, else retry.Decide's decision without the worker's
+// policy (so the delay is that of retry.After, or 0).
 func judge(m *job.Message, err error) job.Result {
-	switch {
-	case err == nil:
+	if err == nil {
 		return job.Result{Outcome: job.OutcomeSuccess}
-	case retry.IsPermanent(err) || m.Attempt > m.MaxRetries:
-		return job.Result{Outcome: job.OutcomeDead, Err: err}
 	}
-	d, _ := retry.AfterDelay(err)
-	return job.Result{Outcome: job.OutcomeRetry, Err: err, Delay: d}
+	if d := retry.Decide(m.Attempt, m.MaxRetries, nil, err); !d.Dead {
+		return job.Result{Outcome: job.OutcomeRetry, Err: err, Delay: d.Delay}
+	}
+	return job.Result{Outcome: job.OutcomeDead, Err: err}
 }
 
 // queueOf is the queue an envelope goes to: its own, or the default.

@@ -12,6 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/worker"
@@ -46,7 +48,8 @@ func BenchmarkBurstDrain(b *testing.B) {
 		args[i] = json.RawMessage(`{"order_id":"ord-000123","amount_cents":4599}`)
 	}
 	ctx := context.Background()
-	counted := &callCounter{Broker: br}
+	counted := &callCounter{}
+	protocol.Intercept(b, br, func(p protocol.Broker) protocol.Broker { counted.Broker = p; return counted })
 	var total time.Duration
 	var cpu float64
 	b.ReportAllocs()
@@ -58,7 +61,7 @@ func BenchmarkBurstDrain(b *testing.B) {
 			}
 		}
 		handled.Store(0)
-		w, err := worker.New(worker.Config{Broker: counted, Registry: reg, Concurrency: 100})
+		w, err := worker.New(worker.Config{Broker: br, Registry: reg, Concurrency: 100})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -85,23 +88,23 @@ func BenchmarkBurstDrain(b *testing.B) {
 	b.ReportMetric(float64(jobs)*float64(b.N)/total.Seconds(), "jobs/s")
 	b.ReportMetric(cpu*1e6/float64(jobs*b.N), "redis-us/job")
 	b.ReportMetric(float64(jobs*b.N)/float64(counted.claims.Load()), "jobs/claim")
-	b.ReportMetric(float64(jobs*b.N)/float64(counted.acks.Load()), "jobs/ack")
+	b.ReportMetric(float64(jobs*b.N)/float64(counted.acks.Load()), "jobs/settle")
 }
 
-// callCounter counts the Claim and Ack calls a worker makes.
+// callCounter counts the Claim and Settle calls a worker makes.
 type callCounter struct {
-	*broker.Broker
+	protocol.Broker
 	claims, acks atomic.Int64
 }
 
-func (c *callCounter) Claim(ctx context.Context, queue string, n int, lease time.Duration) (broker.ClaimResult, error) {
+func (c *callCounter) Claim(ctx context.Context, s keyspace.Shard, w protocol.Caller, id string, n int, lease time.Duration) (protocol.ClaimResult, error) {
 	c.claims.Add(1)
-	return c.Broker.Claim(ctx, queue, n, lease)
+	return c.Broker.Claim(ctx, s, w, id, n, lease)
 }
 
-func (c *callCounter) Ack(ctx context.Context, leases ...broker.Lease) error {
+func (c *callCounter) Settle(ctx context.Context, s keyspace.Shard, w protocol.Caller, lane protocol.Lane, id string, ops []protocol.Op) ([]protocol.Settled, error) {
 	c.acks.Add(1)
-	return c.Broker.Ack(ctx, leases...)
+	return c.Broker.Settle(ctx, s, w, lane, id, ops)
 }
 
 // serverCPU returns the Redis server's CPU time (user + system) in seconds:

@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -13,23 +12,6 @@ import (
 	"github.com/delayq/delayq/middleware"
 	"github.com/delayq/delayq/retry"
 )
-
-// Broker is what a worker needs of the broker; *broker.Broker implements it.
-// Tests wrap it to inject failures.
-type Broker interface {
-	Claim(ctx context.Context, queue string, n int, lease time.Duration) (broker.ClaimResult, error)
-	Ack(ctx context.Context, leases ...broker.Lease) error
-	Extend(ctx context.Context, lease time.Duration, leases ...broker.Lease) error
-	Release(ctx context.Context, leases ...broker.Lease) error
-	Retry(ctx context.Context, l broker.Lease, delay time.Duration, env *job.Envelope) (time.Time, error)
-	RetryExpired(ctx context.Context, l broker.Lease, delay time.Duration, env *job.Envelope) (time.Time, error)
-	Kill(ctx context.Context, l broker.Lease, rec *broker.DeadRecord) (time.Time, error)
-	KillExpired(ctx context.Context, l broker.Lease, rec *broker.DeadRecord) (time.Time, error)
-	Reap(ctx context.Context, queue string, limit int) (broker.ReapResult, error)
-	Wakeups(ctx context.Context, queues []string) (<-chan string, func())
-}
-
-var _ Broker = (*broker.Broker)(nil)
 
 // Queue is a queue a worker serves.
 type Queue struct {
@@ -43,7 +25,7 @@ type Queue struct {
 // Config configures a Worker. Broker and Registry are required; every other
 // field has a documented default.
 type Config struct {
-	Broker   Broker
+	Broker   *broker.Broker
 	Registry *job.Registry
 
 	// Queues to serve. Default: the queue "default".
@@ -63,8 +45,8 @@ type Config struct {
 	// heartbeat. A crashed worker's jobs come back after it. Default 30s.
 	Lease time.Duration
 	// HeartbeatInterval is how often the leases of running jobs are
-	// extended. Default Lease/3; negative disables the heartbeat (a job
-	// that outlives its lease is then redelivered).
+	// extended. Default Lease/3; it must be below Lease; negative disables
+	// the heartbeat (a job that outlives its lease is then redelivered).
 	HeartbeatInterval time.Duration
 	// ReapInterval is how often this worker looks for expired leases.
 	// Default Lease/3; negative disables reaping here.
@@ -172,6 +154,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.HeartbeatInterval == 0 {
 		c.HeartbeatInterval = c.Lease / 3
+	}
+	if c.HeartbeatInterval >= c.Lease {
+		return c, fmt.Errorf("worker: HeartbeatInterval %s is not below Lease %s: every job that runs longer than the lease would lose it and run twice; leave it 0 for Lease/3", c.HeartbeatInterval, c.Lease)
 	}
 	if c.ReapInterval == 0 {
 		c.ReapInterval = c.Lease / 3

@@ -8,12 +8,6 @@ import (
 	"github.com/delayq/delayq/broker"
 )
 
-// evictionChecker is implemented by brokers that can read the Redis
-// server's maxmemory-policy, as *broker.Broker does.
-type evictionChecker interface {
-	EvictionPolicy(ctx context.Context) (string, error)
-}
-
 // evictionCheckTimeout bounds the check at start.
 const evictionCheckTimeout = 5 * time.Second
 
@@ -21,13 +15,9 @@ const evictionCheckTimeout = 5 * time.Second
 // jobs under memory pressure. Servers that refuse CONFIG GET are noted at
 // info level; the worker runs either way.
 func (w *Worker) checkEviction(ctx context.Context) {
-	c, ok := w.cfg.Broker.(evictionChecker)
-	if !ok {
-		return
-	}
 	ctx, cancel := context.WithTimeout(ctx, evictionCheckTimeout)
 	defer cancel()
-	policy, err := c.EvictionPolicy(ctx)
+	policy, err := w.cfg.Broker.EvictionPolicy(ctx)
 	switch {
 	case errors.Is(err, broker.ErrConfigUnavailable):
 		w.log.Info().Err(err).Msg("cannot read the Redis maxmemory-policy; make sure it is noeviction so that jobs are never evicted")

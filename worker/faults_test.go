@@ -7,48 +7,51 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/job"
 )
 
 var errInjected = errors.New("injected: connection reset")
 
-// flaky fails the first failAcks Ack calls and the first failRetries Retry
-// calls with errInjected, as a dropped connection would.
+// flaky fails the first failAcks Settle calls that ack and the first
+// failRetries that retry with errInjected, as a dropped connection would.
 type flaky struct {
-	*broker.Broker
+	protocol.Broker
 	failAcks, failRetries atomic.Int32
 	ackCalls, retryCalls  atomic.Int32
 	claimOnce             bool        // hand out jobs in one claim only
 	claimed               atomic.Bool // a claim handed out jobs
 }
 
-func (f *flaky) Claim(ctx context.Context, queue string, n int, lease time.Duration) (broker.ClaimResult, error) {
+func (f *flaky) Claim(ctx context.Context, s keyspace.Shard, w protocol.Caller, id string, n int, lease time.Duration) (protocol.ClaimResult, error) {
 	if f.claimOnce && f.claimed.Load() {
-		return broker.ClaimResult{}, nil
+		return protocol.ClaimResult{}, nil
 	}
-	res, err := f.Broker.Claim(ctx, queue, n, lease)
+	res, err := f.Broker.Claim(ctx, s, w, id, n, lease)
 	if len(res.Jobs) > 0 {
 		f.claimed.Store(true)
 	}
 	return res, err
 }
 
-func (f *flaky) Ack(ctx context.Context, leases ...broker.Lease) error {
-	f.ackCalls.Add(1)
-	if f.failAcks.Add(-1) >= 0 {
-		return errInjected
+func (f *flaky) Settle(ctx context.Context, s keyspace.Shard, w protocol.Caller, lane protocol.Lane, id string, ops []protocol.Op) ([]protocol.Settled, error) {
+	for _, op := range ops {
+		switch op.Kind {
+		case protocol.OpAck:
+			f.ackCalls.Add(1)
+			if f.failAcks.Add(-1) >= 0 {
+				return nil, errInjected
+			}
+		case protocol.OpRetry:
+			f.retryCalls.Add(1)
+			if f.failRetries.Add(-1) >= 0 {
+				return nil, errInjected
+			}
+		}
 	}
-	return f.Broker.Ack(ctx, leases...)
-}
-
-func (f *flaky) Retry(ctx context.Context, l broker.Lease, d time.Duration, env *job.Envelope) (time.Time, error) {
-	f.retryCalls.Add(1)
-	if f.failRetries.Add(-1) >= 0 {
-		return time.Time{}, errInjected
-	}
-	return f.Broker.Retry(ctx, l, d, env)
+	return f.Broker.Settle(ctx, s, w, lane, id, ops)
 }
 
 func TestRedisErrorsOnAckAndRetryAreRetried(t *testing.T) {
@@ -61,11 +64,10 @@ func TestRedisErrorsOnAckAndRetryAreRetried(t *testing.T) {
 		}
 		return nil
 	})
-	f := &flaky{Broker: tb.b}
+	f := &flaky{}
 	f.failAcks.Store(3)
 	f.failRetries.Store(2)
-	cfg := tb.config(t)
-	cfg.Broker = f
+	cfg := tb.wrapped(t, tb.config(t), func(p protocol.Broker) protocol.Broker { f.Broker = p; return f })
 	start(t, cfg)
 	if err := tb.b.Enqueue(tb.ctx, &job.Envelope{ID: "w", Type: "wobbly", Payload: []byte(`{}`), MaxRetries: 3,
 		Backoff: &job.Backoff{Initial: time.Millisecond, Multiplier: 1, Max: time.Millisecond}}); err != nil {
@@ -90,11 +92,10 @@ func TestUnackableJobIsRedeliveredAfterLease(t *testing.T) {
 	})
 	// The first worker can never ack: its Redis link for acks is down for
 	// longer than the lease. Its job must come back, not vanish.
-	broken := &flaky{Broker: tb.b}
+	broken := &flaky{}
 	broken.failAcks.Store(1 << 30)
 	broken.claimOnce = true // the redelivery must go to the healthy worker
-	cfg := tb.config(t)
-	cfg.Broker = broken
+	cfg := tb.wrapped(t, tb.config(t), func(p protocol.Broker) protocol.Broker { broken.Broker = p; return broken })
 	cfg.Concurrency = 1
 	cfg.Lease = 300 * time.Millisecond
 	cfg.ReapInterval = -1

@@ -7,15 +7,17 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/rs/zerolog"
 
 	"github.com/delayq/delayq/broker"
-	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/protocol"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/worker"
 )
 
 type testBundle struct {
+	*testkit.Bundle
 	ctx context.Context
 	rdb redis.UniversalClient
 	ns  string
@@ -25,55 +27,37 @@ type testBundle struct {
 
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	rdb, ns := redistest.New(t)
-	b, err := broker.New(rdb, broker.Options{Namespace: ns})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testBundle{ctx: context.Background(), rdb: rdb, ns: ns, b: b, reg: job.NewRegistry()}
+	bd := testkit.Setup(t)
+	return &testBundle{Bundle: bd, ctx: bd.Ctx, rdb: bd.RDB, ns: bd.NS, b: bd.B, reg: bd.Reg}
 }
 
-func (tb *testBundle) key(queue, name string) string { return tb.ns + ":{" + queue + "}:" + name }
+func (tb *testBundle) key(queue, name string) string { return tb.Key(queue, name) }
 
 // config returns a worker config for the bundle with fast defaults for tests.
-func (tb *testBundle) config(t *testing.T) worker.Config {
-	logger := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
-	return worker.Config{
-		Broker:   tb.b,
-		Registry: tb.reg,
-		Lease:    5 * time.Second,
-		MaxIdle:  time.Second,
-		Logger:   &logger,
-	}
-}
+func (tb *testBundle) config(t *testing.T) worker.Config { return tb.Config(t) }
 
 // start runs a worker until the test ends or the returned stop is called;
 // stop waits for Run to return.
 func start(t *testing.T, cfg worker.Config) (stop func()) {
 	t.Helper()
-	w, err := worker.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := w.Run(ctx); err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
-	var once sync.Once
-	stop = func() { once.Do(func() { cancel(); <-done }) }
-	t.Cleanup(stop)
-	return stop
+	return testkit.StartWorker(t, cfg)
+}
+
+// wrapped returns cfg with a broker of its own whose worker protocol is
+// wrap of the real one: the failure-injecting seam.
+func (tb *testBundle) wrapped(t *testing.T, cfg worker.Config, wrap func(protocol.Broker) protocol.Broker) worker.Config {
+	t.Helper()
+	b := testkit.NewBroker(t, tb.rdb, broker.Options{Namespace: tb.ns})
+	protocol.Intercept(t, b, wrap)
+	cfg.Broker = b
+	return cfg
 }
 
 // queueKeysEmpty fails the test if any job-holding key of queue is left.
 func (tb *testBundle) queueKeysEmpty(t *testing.T, queue string) {
 	t.Helper()
-	for _, k := range []string{"scheduled", "processing", "jobs", "attempts", "leases", "dead", "dead:index"} {
-		if n, err := tb.rdb.Exists(tb.ctx, tb.key(queue, k)).Result(); err != nil || n != 0 {
+	for _, k := range testkit.Keys(t, tb.b, queue).JobKeys() {
+		if n, err := tb.rdb.Exists(tb.ctx, k).Result(); err != nil || n != 0 {
 			t.Errorf("key %s left behind (%v)", k, err)
 		}
 	}
@@ -81,7 +65,7 @@ func (tb *testBundle) queueKeysEmpty(t *testing.T, queue string) {
 
 // recorder wraps the broker to observe what a worker asks of it.
 type recorder struct {
-	*broker.Broker
+	protocol.Broker
 	mu      sync.Mutex
 	ackErrs []error
 	retries []retryCall
@@ -93,22 +77,22 @@ type retryCall struct {
 	ready time.Time
 }
 
-func (r *recorder) Ack(ctx context.Context, leases ...broker.Lease) error {
-	err := r.Broker.Ack(ctx, leases...)
+func (r *recorder) Settle(ctx context.Context, s keyspace.Shard, w protocol.Caller, lane protocol.Lane, id string, ops []protocol.Op) ([]protocol.Settled, error) {
+	res, err := r.Broker.Settle(ctx, s, w, lane, id, ops)
 	r.mu.Lock()
-	r.ackErrs = append(r.ackErrs, err)
-	r.mu.Unlock()
-	return err
-}
-
-func (r *recorder) Retry(ctx context.Context, l broker.Lease, delay time.Duration, env *job.Envelope) (time.Time, error) {
-	ready, err := r.Broker.Retry(ctx, l, delay, env)
-	if err == nil {
-		r.mu.Lock()
-		r.retries = append(r.retries, retryCall{l.ID, delay, ready})
-		r.mu.Unlock()
+	defer r.mu.Unlock()
+	for i, op := range ops {
+		switch {
+		case res == nil && op.Kind == protocol.OpAck:
+			r.ackErrs = append(r.ackErrs, err)
+		case res == nil:
+		case op.Kind == protocol.OpAck:
+			r.ackErrs = append(r.ackErrs, res[i].Err)
+		case op.Kind == protocol.OpRetry && res[i].Err == nil:
+			r.retries = append(r.retries, retryCall{op.Lease.ID, op.Delay, res[i].At})
+		}
 	}
-	return ready, err
+	return res, err
 }
 
 func (r *recorder) retryCalls() []retryCall {

@@ -14,7 +14,10 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/deadletter"
+	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
 	"github.com/delayq/delayq/worker"
@@ -76,9 +79,8 @@ func TestExpiredLeaseIsRedeliveredAndStaleAckFenced(t *testing.T) {
 		}
 		return nil
 	})
-	rec := &recorder{Broker: tb.b}
-	slow := tb.config(t)
-	slow.Broker = rec
+	rec := &recorder{}
+	slow := tb.wrapped(t, tb.config(t), func(p protocol.Broker) protocol.Broker { rec.Broker = p; return rec })
 	slow.Concurrency = 1 // busy with the hung job: the redelivery must go elsewhere
 	slow.Lease = 300 * time.Millisecond
 	slow.HeartbeatInterval = -1
@@ -133,9 +135,8 @@ func TestRetryBackoffThenDeadThenRedrive(t *testing.T) {
 		succeeded.Store(true)
 		return nil
 	})
-	rec := &recorder{Broker: tb.b}
-	cfg := tb.config(t)
-	cfg.Broker = rec
+	rec := &recorder{}
+	cfg := tb.wrapped(t, tb.config(t), func(p protocol.Broker) protocol.Broker { rec.Broker = p; return rec })
 	start(t, cfg)
 	bo := retry.Exponential{Initial: 100 * time.Millisecond, Multiplier: 2, Max: time.Second, Jitter: 0.2}
 	env, err := typ.Enqueue(tb.ctx, tb.b, payload{N: 7}, job.ID("flaky-1"), job.WithBackoff(bo))
@@ -541,11 +542,55 @@ func TestConfigErrors(t *testing.T) {
 		{func(c *worker.Config) { c.Queues = []worker.Queue{{Name: "a"}, {Name: "a"}} }, `queue "a" is listed twice`},
 		{func(c *worker.Config) { c.Concurrency = -1 }, "Concurrency -1 is negative"},
 		{func(c *worker.Config) { c.Lease = time.Millisecond }, "Lease 1ms is below 10ms"},
+		{func(c *worker.Config) { c.Lease, c.HeartbeatInterval = 100*time.Millisecond, time.Second }, "HeartbeatInterval 1s is not below Lease 100ms"},
+		{func(c *worker.Config) { c.Lease, c.HeartbeatInterval = time.Second, time.Second }, "HeartbeatInterval 1s is not below Lease 1s"},
 	} {
 		cfg := tb.config(t)
 		tc.mod(&cfg)
 		if _, err := worker.New(cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("err = %v, want %q", err, tc.want)
+		}
+	}
+}
+
+// A worker spreads its claims over the shards of a sharded queue: with one
+// slot, three claims in a row take one job from each of three shards,
+// whatever shard the jobs are in.
+func TestClaimsRotateOverShards(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	if err := tb.b.DeclareQueue(tb.ctx, "spread", 3); err != nil {
+		t.Fatal(err)
+	}
+	shards := testkit.Shards(t, tb.b, "spread")
+	typ := job.New[payload]("spread", job.Queue("spread"))
+	var mu sync.Mutex
+	var from []int
+	typ.Handle(tb.reg, func(ctx context.Context, j *job.Job[payload]) error {
+		mu.Lock()
+		from = append(from, keyspace.Route(shards, j.ID).Index())
+		mu.Unlock()
+		return nil
+	})
+	args := make([]payload, 60)
+	if _, err := typ.EnqueueMany(tb.ctx, tb.b, args); err != nil {
+		t.Fatal(err)
+	}
+	cfg := tb.config(t)
+	cfg.Queues = []worker.Queue{{Name: "spread"}}
+	cfg.Concurrency = 1
+	start(t, cfg)
+	redistest.WaitFor(t, 10*time.Second, "15 jobs handled", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(from) >= 15
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for round := range 5 {
+		three := slices.Sorted(slices.Values(from[3*round : 3*round+3]))
+		if !slices.Equal(three, []int{0, 1, 2}) {
+			t.Fatalf("claims %d to %d took jobs from shards %v, want one from each (all: %v)", 3*round+1, 3*round+3, three, from)
 		}
 	}
 }

@@ -8,6 +8,10 @@
 -- ARGV[2] -> id
 --
 -- Returns 1 cancelled, -1 in progress (nothing changed), 0 not found.
+local bad = expect({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[4], 'hash'})
+if bad then
+  return bad
+end
 local id = ARGV[2]
 if redis.call('ZREM', KEYS[1], id) == 1 then
   redis.call('HDEL', KEYS[3], id)

@@ -8,22 +8,65 @@
 -- KEYS[6] -> ns:{q}:seq         STRING  -> last fencing token handed out
 -- KEYS[7] -> ns:{q}:hist:       prefix of the per-minute history (claimed,
 --                               late_sum, late_max: lateness = now - ready)
+-- KEYS[8] -> ns:{q}:w:<worker>  HASH lane -> the worker's last call there
+--                               (field "claim": the claim, for a replay)
 -- ARGV[1] -> now ms ("" = server TIME)
 -- ARGV[2] -> n, the most jobs to claim
 -- ARGV[3] -> lease ms
+-- ARGV[4] -> claim id, chosen by the worker: a call with the id of the
+--            worker's last claim here replays it
 --
--- Returns {now, next, jobs, orphans}: next is the earliest ready time left in
--- the scheduled set (-1 when empty); jobs is a flat list of
+-- Returns {now µs, next, jobs, orphans}: next is the earliest ready time
+-- left in the scheduled set (-1 when empty); jobs is a flat list of
 -- id, token, attempt, ready ms, envelope; orphans lists ids that were
 -- scheduled without an envelope, now removed. A job whose attempts counter
 -- is not an integer comes with attempt -1: the caller reports it corrupt.
 --
+-- A replay (the reply of the first call was lost, and the worker or its
+-- client sent it again) claims nothing new: it returns the jobs of the
+-- first call that are still held under its tokens, with their attempts
+-- unchanged. The record (written only when a claim takes jobs) lives for
+-- the lease.
+--
 -- A fixed number of commands per call, whatever n: each step below is one
 -- command over all claimed jobs (in chunks), O(log N) per job.
-local now = now_ms()
-local n, lease = tonumber(ARGV[2]), tonumber(ARGV[3])
+local bad = expect({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[4], 'hash',
+  KEYS[5], 'hash', KEYS[6], 'string', KEYS[8], 'hash'})
+if bad then
+  return bad
+end
+local now_u = now_us()
+local now = ms_of(now_u)
+local n, lease, cid = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local jobs, orphans = {}, {}
-local late_sum, late_max = 0, 0
+
+local last = redis.call('HGET', KEYS[8], 'claim')
+if last and string.sub(last, 1, #cid + 1) == cid .. '\n' then
+  local f = {}
+  for part in string.gmatch(string.sub(last, #cid + 2), '[^\n]+') do
+    f[#f + 1] = part
+  end
+  for i = 1, #f - 2, 3 do
+    local id, token, ready = f[i], f[i + 1], tonumber(f[i + 2])
+    if holds(KEYS[5], id, token) then
+      local body = redis.call('HGET', KEYS[3], id)
+      local spent = redis.call('HGET', KEYS[4], id)
+      if body and ready then
+        local attempt = -1
+        if spent and is_int(spent) then
+          attempt = tonumber(spent)
+        end
+        jobs[#jobs + 1] = id
+        jobs[#jobs + 1] = tonumber(token)
+        jobs[#jobs + 1] = attempt
+        jobs[#jobs + 1] = ready
+        jobs[#jobs + 1] = body
+      end
+    end
+  end
+  return {now_u, next_ready(KEYS[1], now), jobs, orphans}
+end
+
 -- A fencing counter that is not an integer restarts at the server time in
 -- microseconds: above every token handed out so far unless claims outran a
 -- thousand a millisecond, so no token is handed out twice.
@@ -31,6 +74,8 @@ local seq = redis.call('GET', KEYS[6])
 if seq and not is_int(seq) then
   redis.call('SET', KEYS[6], string.format('%d', now * 1000))
 end
+local late_sum, late_max = 0, 0
+local record = {cid}
 if n > 0 then
   local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, n)
   if #due > 0 then
@@ -79,6 +124,9 @@ if n > 0 then
         jobs[#jobs + 1] = attempt
         jobs[#jobs + 1] = live_ready[k]
         jobs[#jobs + 1] = live_body[k]
+        record[#record + 1] = id
+        record[#record + 1] = string.format('%d', token)
+        record[#record + 1] = string.format('%d', live_ready[k])
         local late = math.min(now - live_ready[k], HISTORY_MAX_LATE)
         late_sum = late_sum + late
         late_max = math.max(late_max, late)
@@ -89,9 +137,13 @@ if n > 0 then
     end
   end
 end
+if #record > 1 then
+  redis.call('HSET', KEYS[8], 'claim', table.concat(record, '\n') .. '\n')
+  redis.call('PEXPIRE', KEYS[8], lease)
+end
 local hist = history(KEYS[7], now, 'claimed', #jobs / 5)
 if hist then
   redis.pcall('HINCRBY', hist, 'late_sum', string.format('%d', late_sum))
   history_max(hist, 'late_max', late_max)
 end
-return {now, next_ready(KEYS[1], now), jobs, orphans}
+return {now_u, next_ready(KEYS[1], now), jobs, orphans}

@@ -6,6 +6,10 @@
 -- ARGV[2..] -> ids
 --
 -- Returns one integer per id: 1 deleted, 0 not found.
+local bad = expect({KEYS[1], 'hash', KEYS[2], 'zset'})
+if bad then
+  return bad
+end
 local out = {}
 for i = 2, #ARGV do
   redis.call('ZREM', KEYS[2], ARGV[i])

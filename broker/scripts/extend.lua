@@ -6,18 +6,21 @@
 -- ARGV[2] -> lease ms
 -- ARGV[3+2i], ARGV[4+2i] -> id, token
 --
--- Returns one integer per job: 1 extended, 0 lease lost. A lease that has
--- run out but was not reaped yet is still held, and is extended.
-local now = now_ms()
-local deadline = now + tonumber(ARGV[2])
-local out = {}
-for i = 3, #ARGV, 2 do
-  local id, token = ARGV[i], ARGV[i + 1]
-  if holds(KEYS[2], id, token) then
-    redis.call('ZADD', KEYS[1], 'XX', deadline, id)
-    out[#out + 1] = 1
-  else
-    out[#out + 1] = 0
-  end
+-- Returns one integer per job: 1 extended, 0 lease lost (an id listed twice
+-- counts once). A lease that has run out but was not reaped yet is still
+-- held, and is extended. A fixed number of commands per call.
+local bad = expect({KEYS[1], 'zset', KEYS[2], 'hash'})
+if bad then
+  return bad
+end
+local deadline = now_ms() + tonumber(ARGV[2])
+local out, list = held(KEYS[2], 3)
+local members = {}
+for _, id in ipairs(list) do
+  members[#members + 1] = deadline
+  members[#members + 1] = id
+end
+if #members > 0 then
+  call_chunked('ZADD', KEYS[1], members, 'XX')
 end
 return out

@@ -1,4 +1,5 @@
 -- job: where one job is, read at one instant.
+-- read-only
 --
 -- KEYS[1] -> ns:{q}:scheduled   ZSET id -> ready ms
 -- KEYS[2] -> ns:{q}:processing  ZSET id -> lease deadline ms
@@ -14,6 +15,10 @@
 -- time; body is the dead record), 0 not found (the other fields are 0 and
 -- ""). A pending job is reported even when a dead record of the same id is
 -- kept. Nothing changes.
+local bad = expect({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[4], 'hash', KEYS[5], 'hash', KEYS[6], 'zset'})
+if bad then
+  return bad
+end
 local now = now_ms()
 local id = ARGV[2]
 local function pending(state, at)

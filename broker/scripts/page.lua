@@ -1,5 +1,6 @@
 -- page: one page of the scheduled or the processing set, in score order
 -- (ready time or lease deadline), with each job's envelope and attempts.
+-- read-only
 --
 -- KEYS[1] -> ns:{q}:scheduled or ns:{q}:processing  ZSET id -> ms
 -- KEYS[2] -> ns:{q}:jobs        HASH id -> envelope
@@ -16,6 +17,10 @@
 -- that share the cursor's score are stepped over as well. Nothing changes.
 -- Redis orders equal scores by memcmp of the members; Lua's own string
 -- comparison follows the server's locale, so compare bytes here.
+local bad = expect({KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'hash'})
+if bad then
+  return bad
+end
 local function at_or_before(a, b)
   for i = 1, math.min(#a, #b) do
     local x, y = string.byte(a, i), string.byte(b, i)

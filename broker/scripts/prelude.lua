@@ -3,13 +3,52 @@
 -- ARGV[1] of every script is "now" in ms since the epoch: empty or "0" means
 -- the Redis server's TIME, which is what production uses so that every worker
 -- agrees on one clock; tests with a simulated clock pass an explicit value.
-local function now_ms()
+local function now_us()
   local explicit = tonumber(ARGV[1])
   if explicit and explicit > 0 then
-    return explicit
+    return explicit * 1000
   end
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- now_us in whole ms, rounded down: a job is due once this reaches its
+-- score.
+local function ms_of(us)
+  return math.floor(us / 1000)
+end
+
+local function now_ms()
+  return ms_of(now_us())
+end
+
+-- The score of a job ready delay_us after now (both µs): whole ms, rounded
+-- up, so that a job is never due before its delay has passed. A job ready
+-- now is due at once (no claim can run before the script that stores it).
+local function ready_after(now, delay_us)
+  if delay_us <= 0 then
+    return ms_of(now)
+  end
+  return math.ceil((now + delay_us) / 1000)
+end
+
+-- Checks the type of every key a script uses before its first write: Redis
+-- keeps the writes a script made before a command failed, so a key of the
+-- wrong type (written by another program) must stop the script before it
+-- changes anything. spec lists key, type pairs ('string', 'hash', 'zset').
+-- Returns an error reply naming the key, or nil.
+local function expect(spec)
+  for i = 1, #spec, 2 do
+    local key, want = spec[i], spec[i + 1]
+    local t = redis.call('TYPE', key)
+    if type(t) == 'table' then
+      t = t.ok or t['ok']
+    end
+    if t ~= 'none' and t ~= want then
+      return redis.error_reply('WRONGTYPE delayq: key ' .. key .. ' holds a ' .. tostring(t) .. ', not a ' .. want .. '; nothing was changed')
+    end
+  end
+  return nil
 end
 
 -- Publish score on channel when a job at score becomes the earliest of the
@@ -63,10 +102,15 @@ end
 -- score/member and field/value pairs stay together).
 local CHUNK = 1000
 
--- Call cmd on key with the flat list args appended, in chunks.
-local function call_chunked(cmd, key, args)
+-- Call cmd on key with the flat list args appended, in chunks; opt, when
+-- given, goes before them (e.g. ZADD's 'XX').
+local function call_chunked(cmd, key, args, opt)
   for i = 1, #args, CHUNK do
-    redis.call(cmd, key, unpack(args, i, math.min(i + CHUNK - 1, #args)))
+    if opt then
+      redis.call(cmd, key, opt, unpack(args, i, math.min(i + CHUNK - 1, #args)))
+    else
+      redis.call(cmd, key, unpack(args, i, math.min(i + CHUNK - 1, #args)))
+    end
   end
 end
 
@@ -94,8 +138,33 @@ local function holds(leases, id, token)
   return current and current == token
 end
 
+-- The leases of a batch: ARGV[first], ARGV[first + 1], ... are id, token
+-- pairs. One HMGET checks them all. Returns out, aligned with the pairs (1
+-- held, 0 lost; an id listed twice counts once), and the held ids.
+local function held(leases, first)
+  local ids = {}
+  for i = first, #ARGV, 2 do
+    ids[#ids + 1] = ARGV[i]
+  end
+  local current = hmget(leases, ids)
+  local out, list, seen = {}, {}, {}
+  for k = 1, #ids do
+    local id = ids[k]
+    if current[k] and current[k] == ARGV[first + 2 * k - 1] and not seen[id] then
+      seen[id] = true
+      list[#list + 1] = id
+      out[k] = 1
+    else
+      out[k] = 0
+    end
+  end
+  return out, list
+end
+
 -- Drop dead records beyond cap (oldest first) and older than now - max_age.
--- cap <= 0 or max_age <= 0 disables that rule. Returns how many were dropped.
+-- cap < 0 or max_age <= 0 disables that rule (cap 0 keeps none: a sharded
+-- queue's small cap can leave some shards none). Returns how many were
+-- dropped.
 local function trim_dead(dead, index, cap, max_age, now)
   local dropped = 0
   if max_age > 0 then
@@ -106,7 +175,7 @@ local function trim_dead(dead, index, cap, max_age, now)
       dropped = dropped + 1
     end
   end
-  if cap > 0 then
+  if cap >= 0 then
     local excess = redis.call('ZCARD', index) - cap
     if excess > 0 then
       local ids = redis.call('ZRANGE', index, 0, excess - 1)

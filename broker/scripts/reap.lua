@@ -10,10 +10,15 @@
 -- Returns {now, jobs, orphans}: jobs is a flat list of id, token, attempt,
 -- deadline ms, envelope; nothing about them changes here (the caller retries
 -- or kills each with its token, and those scripts check the lease is still
--- expired). orphans lists processing ids without envelope or lease, removed.
+-- expired). orphans lists processing ids without an envelope, removed.
 -- A fencing token that is not an integer fences its holder out: the job is
 -- returned with token 0, which no claim hands out. An attempts counter that
--- is not an integer gives attempt -1: the caller reports the job corrupt.
+-- is not an integer gives attempt -1, a job without a lease attempt -2: the
+-- caller reports the job corrupt and dead-letters it.
+local bad = expect({KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'hash', KEYS[4], 'hash'})
+if bad then
+  return bad
+end
 local now = now_ms()
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[2]))
 local jobs, orphans = {}, {}
@@ -21,18 +26,25 @@ for i = 1, #expired, 2 do
   local id = expired[i]
   local body = redis.call('HGET', KEYS[2], id)
   local token = redis.call('HGET', KEYS[4], id)
-  if body and token then
-    if not is_int(token) then
-      token = '0'
-      redis.call('HSET', KEYS[4], id, token)
-    end
-    local spent = redis.call('HGET', KEYS[3], id)
+  if body then
     local attempt = 0
+    local spent = redis.call('HGET', KEYS[3], id)
     if spent and is_int(spent) then
       attempt = tonumber(spent)
     elseif spent then
       redis.call('HSET', KEYS[3], id, 1)
       attempt = -1
+    end
+    if not token or token == '-1' then
+      -- Held by nobody: the state is corrupt. The reaper gets the lease
+      -- -1, which no claim hands out, to dead-letter the job with its
+      -- body (every reaper that reads it sees the same).
+      token = '-1'
+      redis.call('HSET', KEYS[4], id, token)
+      attempt = -2
+    elseif not is_int(token) then
+      token = '0'
+      redis.call('HSET', KEYS[4], id, token)
     end
     jobs[#jobs + 1] = id
     jobs[#jobs + 1] = tonumber(token)
@@ -41,7 +53,6 @@ for i = 1, #expired, 2 do
     jobs[#jobs + 1] = body
   else
     redis.call('ZREM', KEYS[1], id)
-    redis.call('HDEL', KEYS[2], id)
     redis.call('HDEL', KEYS[3], id)
     redis.call('HDEL', KEYS[4], id)
     orphans[#orphans + 1] = id

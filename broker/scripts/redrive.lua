@@ -7,14 +7,19 @@
 -- KEYS[5] -> ns:{q}:dead:index  ZSET id -> died-at ms
 -- ARGV[1] -> now ms ("" = server TIME)
 -- ARGV[2] -> wake channel
--- ARGV[3] -> delay ms
+-- ARGV[3] -> delay µs
 -- ARGV[4+3i .. 6+3i] -> id, the dead record as read, the envelope to schedule
 --
 -- Returns one integer per job: its ready time in ms; 0 when the dead record
 -- is gone or changed since it was read; -1 when a job with that id is pending
 -- again. Nothing changes for a job unless its result is > 0.
-local now = now_ms()
-local ready = now + tonumber(ARGV[3])
+local bad = expect({KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'hash', KEYS[4], 'hash', KEYS[5], 'zset'})
+if bad then
+  return bad
+end
+local now_u = now_us()
+local now = ms_of(now_u)
+local ready = ready_after(now_u, tonumber(ARGV[3]))
 local out = {}
 for i = 4, #ARGV, 3 do
   local id, record, body = ARGV[i], ARGV[i + 1], ARGV[i + 2]

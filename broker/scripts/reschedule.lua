@@ -5,23 +5,27 @@
 -- ARGV[1] -> now ms ("" = server TIME)
 -- ARGV[2] -> id
 -- ARGV[3] -> at ms (0 = use the delay)
--- ARGV[4] -> delay ms
+-- ARGV[4] -> delay µs
 -- ARGV[5] -> wake channel
 --
--- Returns the new ready time in ms, -1 in progress (nothing changed), 0 not
--- found.
-local now = now_ms()
+-- Returns {now µs, code}: code is the new ready time in ms, -1 in progress
+-- (nothing changed), 0 not found.
+local bad = expect({KEYS[1], 'zset', KEYS[2], 'zset'})
+if bad then
+  return bad
+end
+local now = now_us()
 local id = ARGV[2]
 if redis.call('ZSCORE', KEYS[1], id) then
   local ready = tonumber(ARGV[3])
   if ready <= 0 then
-    ready = now + tonumber(ARGV[4])
+    ready = ready_after(now, tonumber(ARGV[4]))
   end
-  wake_if_earliest(KEYS[1], ARGV[5], ready, now)
+  wake_if_earliest(KEYS[1], ARGV[5], ready, ms_of(now))
   redis.call('ZADD', KEYS[1], 'XX', ready, id)
-  return ready
+  return {now, ready}
 end
 if redis.call('ZSCORE', KEYS[2], id) then
-  return -1
+  return {now, -1}
 end
-return 0
+return {now, 0}

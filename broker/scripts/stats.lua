@@ -1,4 +1,5 @@
 -- stats: the state of one queue, read at one instant.
+-- read-only
 --
 -- KEYS[1] -> ns:{q}:scheduled   ZSET id -> ready ms
 -- KEYS[2] -> ns:{q}:processing  ZSET id -> lease deadline ms
@@ -8,6 +9,10 @@
 -- Returns {now, scheduled, due, processing, dead, oldest due ready ms (-1 when
 -- none is due), next ready ms in the future (-1 when none)}. Every count is
 -- O(1) or O(log N).
+local bad = expect({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'zset'})
+if bad then
+  return bad
+end
 local now = now_ms()
 local scheduled = redis.call('ZCARD', KEYS[1])
 local due = redis.call('ZCOUNT', KEYS[1], '-inf', now)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/worker"
 )
@@ -103,19 +104,19 @@ func (s *suite) warmUp(t *testing.T, q string) {
 		}
 	}
 	must(b.Enqueue(ctx, envs...))
-	res, err := b.Claim(ctx, q, 3, time.Minute)
+	res, err := testkit.Drive(b).Claim(ctx, q, 3, time.Minute)
 	must(err)
 	if len(res.Jobs) != 3 {
 		t.Fatalf("warm-up claimed %d jobs, want 3", len(res.Jobs))
 	}
 	a, bb, c := res.Jobs[0], res.Jobs[1], res.Jobs[2]
-	must(b.Extend(ctx, time.Minute, a.Lease))
-	_, err = b.Retry(ctx, a.Lease, 0, a.Envelope)
+	must(testkit.Drive(b).Extend(ctx, time.Minute, a.Lease))
+	_, err = testkit.Drive(b).Retry(ctx, a.Lease, 0, a.Envelope)
 	must(err)
-	_, err = b.Kill(ctx, bb.Lease, &broker.DeadRecord{Body: bb.Body, Error: "warm-up"})
+	_, err = testkit.Drive(b).Kill(ctx, bb.Lease, &broker.DeadRecord{Body: bb.Body, Error: "warm-up"})
 	must(err)
-	must(b.Release(ctx, c.Lease))
-	_, err = b.Reap(ctx, q, 10)
+	must(testkit.Drive(b).Release(ctx, c.Lease))
+	_, err = testkit.Drive(b).Reap(ctx, q, 10)
 	must(err)
 	_, err = b.Stats(ctx, q)
 	must(err)
@@ -123,10 +124,10 @@ func (s *suite) warmUp(t *testing.T, q string) {
 	_, err = b.Reschedule(ctx, q, c.ID, time.Time{})
 	must(err)
 	must(b.Redrive(ctx, q, 0, bb.ID))
-	res, err = b.Claim(ctx, q, 3, time.Minute)
+	res, err = testkit.Drive(b).Claim(ctx, q, 3, time.Minute)
 	must(err)
 	for _, j := range res.Jobs {
-		must(b.Ack(ctx, j.Lease))
+		must(testkit.Drive(b).Ack(ctx, j.Lease))
 	}
 	_, err = b.DeadTrim(ctx, q)
 	must(err)
@@ -175,13 +176,23 @@ func (s *suite) finish(t *testing.T, queues []string, extra ...string) (dead int
 	}
 	// ns:queues and ns:shards name the queues and their shard counts; seq
 	// is a queue's fencing counter; hist:<minute> keys are the dashboard's
-	// per-minute counts, which expire by themselves after a day.
+	// per-minute counts, which expire by themselves after a day; w:<worker>
+	// keys are workers' last calls, which expire a lease after their last
+	// write (checked below).
 	allowed := []string{s.ns + ":queues", s.ns + ":shards"}
 	var allowedPrefixes []string
 	for _, q := range queues {
-		p := s.ns + ":{" + q + "}:"
-		allowed = append(allowed, p+"seq", p+"dead", p+"dead:index")
-		allowedPrefixes = append(allowedPrefixes, p+"hist:")
+		for _, sh := range testkit.Shards(t, s.b, q) {
+			k := sh.Keys()
+			allowed = append(allowed, k.Seq, k.Dead, k.DeadIndex)
+			allowedPrefixes = append(allowedPrefixes, k.Hist)
+			for _, w := range redistest.Keys(t, s.rdb, k.Workers+"*") {
+				if ttl := s.rdb.PTTL(s.ctx, w).Val(); ttl <= 0 {
+					t.Errorf("worker record %s does not expire (TTL %v)", w, ttl)
+				}
+			}
+			allowedPrefixes = append(allowedPrefixes, k.Workers)
+		}
 	}
 	keys, err := s.rdb.Keys(s.ctx, s.ns+":*").Result()
 	if err != nil {
@@ -235,28 +246,7 @@ func runWorker(t *testing.T, cfg worker.Config) (stop func()) {
 		l := zerolog.Nop()
 		cfg.Logger = &l
 	}
-	w, err := worker.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := w.Run(ctx); err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
-	var stopped bool
-	stop = func() {
-		if !stopped {
-			stopped = true
-			cancel()
-			<-done
-		}
-	}
-	t.Cleanup(stop)
-	return stop
+	return testkit.StartWorker(t, cfg)
 }
 
 // waitDrained waits until queue has nothing scheduled or processing.

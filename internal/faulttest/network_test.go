@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/faultproxy"
+	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
 	"github.com/delayq/delayq/worker"
@@ -18,9 +21,9 @@ import (
 // fenceWatch wraps a worker's broker to see its claims and its acks that
 // were refused for a lost lease.
 type fenceWatch struct {
-	worker.Broker
+	protocol.Broker
 	mu      sync.Mutex
-	attempt map[broker.Lease]int
+	attempt map[protocol.Lease]int
 	fenced  []fencedAck
 }
 
@@ -29,8 +32,8 @@ type fencedAck struct {
 	attempt int
 }
 
-func (f *fenceWatch) Claim(ctx context.Context, queue string, n int, lease time.Duration) (broker.ClaimResult, error) {
-	res, err := f.Broker.Claim(ctx, queue, n, lease)
+func (f *fenceWatch) Claim(ctx context.Context, sh keyspace.Shard, w protocol.Caller, id string, n int, lease time.Duration) (protocol.ClaimResult, error) {
+	res, err := f.Broker.Claim(ctx, sh, w, id, n, lease)
 	f.mu.Lock()
 	for _, c := range res.Jobs {
 		f.attempt[c.Lease] = c.Attempt
@@ -39,19 +42,16 @@ func (f *fenceWatch) Claim(ctx context.Context, queue string, n int, lease time.
 	return res, err
 }
 
-func (f *fenceWatch) Ack(ctx context.Context, leases ...broker.Lease) error {
-	err := f.Broker.Ack(ctx, leases...)
-	var be *job.BatchError
-	if errors.As(err, &be) {
-		f.mu.Lock()
-		for i, e := range be.Errs {
-			if errors.Is(e, broker.ErrLeaseLost) {
-				f.fenced = append(f.fenced, fencedAck{leases[i].ID, f.attempt[leases[i]]})
-			}
+func (f *fenceWatch) Settle(ctx context.Context, sh keyspace.Shard, w protocol.Caller, lane protocol.Lane, id string, ops []protocol.Op) ([]protocol.Settled, error) {
+	res, err := f.Broker.Settle(ctx, sh, w, lane, id, ops)
+	f.mu.Lock()
+	for i, r := range res {
+		if ops[i].Kind == protocol.OpAck && errors.Is(r.Err, broker.ErrLeaseLost) {
+			f.fenced = append(f.fenced, fencedAck{ops[i].Lease.ID, f.attempt[ops[i].Lease]})
 		}
-		f.mu.Unlock()
 	}
-	return err
+	f.mu.Unlock()
+	return res, err
 }
 
 // TestNetworkFaults puts a TCP proxy between each of three workers and
@@ -76,16 +76,17 @@ func TestNetworkFaults(t *testing.T) {
 	}
 	var mu sync.Mutex
 	runs := map[string][]run{}
-	proxies := make([]*proxy, 3)
+	proxies := make([]*faultproxy.Proxy, 3)
 	watches := make([]*fenceWatch, 3)
 	var stops []func()
 	for i := range proxies {
-		proxies[i] = newProxy(t, srv.Addr())
+		proxies[i] = faultproxy.Start(t, srv.Addr())
 		b, err := broker.New(s.client(t, proxies[i].Addr()), broker.Options{Namespace: ns})
 		if err != nil {
 			t.Fatal(err)
 		}
-		watches[i] = &fenceWatch{Broker: b, attempt: map[broker.Lease]int{}}
+		watches[i] = &fenceWatch{attempt: map[protocol.Lease]int{}}
+		protocol.Intercept(t, b, func(p protocol.Broker) protocol.Broker { watches[i].Broker = p; return watches[i] })
 		w := i
 		wreg := job.NewRegistry()
 		typ.Handle(wreg, func(ctx context.Context, j *job.Job[crashArgs]) error {
@@ -96,7 +97,7 @@ func TestNetworkFaults(t *testing.T) {
 			return nil
 		})
 		stops = append(stops, runWorker(t, worker.Config{
-			Broker: watches[i], Registry: wreg, Concurrency: 8,
+			Broker: b, Registry: wreg, Concurrency: 8,
 			Lease: time.Second, HeartbeatInterval: 250 * time.Millisecond, ReapInterval: 300 * time.Millisecond,
 			MaxIdle: 300 * time.Millisecond,
 		}))

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -114,9 +115,12 @@ func (c *Cluster) stop() {
 func (c *Cluster) Nodes() []*Server { return slices.Clone(c.nodes) }
 
 // Addrs returns the "127.0.0.1:port" of every node.
-func (c *Cluster) Addrs() []string {
-	out := make([]string, len(c.nodes))
-	for i, s := range c.nodes {
+func (c *Cluster) Addrs() []string { return addrs(c.nodes) }
+
+// addrs returns the "127.0.0.1:port" of each server.
+func addrs(servers []*Server) []string {
+	out := make([]string, len(servers))
+	for i, s := range servers {
 		out[i] = s.Addr()
 	}
 	return out
@@ -346,22 +350,4 @@ func infoFields(info string) map[string]string {
 
 // Slot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of its
 // hash tag, or of the whole key when it has none, modulo 16384.
-func Slot(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return int(crc) % 16384
-}
+func Slot(key string) int { return keyspace.Slot(key) }

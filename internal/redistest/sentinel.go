@@ -123,13 +123,7 @@ func (s *Sentinel) stop() {
 func (s *Sentinel) Servers() []*Server { return slices.Clone(s.data) }
 
 // SentinelAddrs returns the "127.0.0.1:port" of the three Sentinels.
-func (s *Sentinel) SentinelAddrs() []string {
-	out := make([]string, len(s.sentinels))
-	for i, srv := range s.sentinels {
-		out[i] = srv.Addr()
-	}
-	return out
-}
+func (s *Sentinel) SentinelAddrs() []string { return addrs(s.sentinels) }
 
 // Options returns failover client options for the setup.
 func (s *Sentinel) Options() *redis.FailoverOptions {

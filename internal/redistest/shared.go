@@ -19,7 +19,6 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 )
 
 const (
@@ -220,17 +219,7 @@ func stopShared() {
 //
 // No goroutines are ignored: go-redis clients stop theirs on Close and
 // miniredis on Close, so anything left is a leak in the code under test.
-func Main(m *testing.M) {
-	code := m.Run()
-	stopShared()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "redistest: goroutines leaked after the tests: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func Main(m *testing.M) { MainCleanup(m, nil) }
 
 // New returns a client connected to the package's shared test server and a
 // key namespace unique to this call. The client is a *redis.Client, or a

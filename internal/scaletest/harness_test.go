@@ -16,6 +16,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/worker"
 )
@@ -178,7 +179,7 @@ func (l *ledger) work(t testing.TB, b *broker.Broker, queue string, concurrency 
 		return nil
 	})
 	logger := zerolog.Nop()
-	w, err := worker.New(worker.Config{
+	return testkit.StartWorker(t, worker.Config{
 		Broker:          b,
 		Registry:        reg,
 		Queues:          []worker.Queue{{Name: queue}},
@@ -188,21 +189,6 @@ func (l *ledger) work(t testing.TB, b *broker.Broker, queue string, concurrency 
 		ShutdownTimeout: 5 * time.Second,
 		Logger:          &logger,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := w.Run(ctx); err != nil {
-			t.Errorf("worker: %v", err)
-		}
-	}()
-	var once sync.Once
-	stop = func() { once.Do(func() { cancel(); <-done }) }
-	t.Cleanup(stop)
-	return stop
 }
 
 // settle waits until every accepted job was handled, or until the handled

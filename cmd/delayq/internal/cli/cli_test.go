@@ -20,6 +20,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/worker"
 )
@@ -44,6 +45,7 @@ func TestMain(m *testing.M) {
 }
 
 type testBundle struct {
+	t   testing.TB
 	ctx context.Context
 	url string
 	ns  string
@@ -58,10 +60,10 @@ func setup(t *testing.T) *testBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &testBundle{ctx: context.Background(), url: redistest.URL(t), ns: ns, rdb: rdb, b: b}
+	return &testBundle{t: t, ctx: context.Background(), url: redistest.URL(t), ns: ns, rdb: rdb, b: b}
 }
 
-func (tb *testBundle) key(queue, name string) string { return tb.ns + ":{" + queue + "}:" + name }
+func (tb *testBundle) key(queue, name string) string { return testkit.Key(tb.t, tb.b, queue, name) }
 
 // result is one run of the binary.
 type result struct {
@@ -169,13 +171,13 @@ func (tb *testBundle) killMany(t *testing.T, queue string, n int, types ...strin
 	}
 	byType := map[string][]string{}
 	for claimed := 0; claimed < n; {
-		res, err := tb.b.Claim(tb.ctx, queue, 500, time.Minute)
+		res, err := testkit.Drive(tb.b).Claim(tb.ctx, queue, 500, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, c := range res.Jobs {
 			rec := &broker.DeadRecord{Type: c.Envelope.Type, Body: c.Body, Error: "permanent: " + c.Envelope.Type + " refused", Attempts: 1}
-			if _, err := tb.b.Kill(tb.ctx, c.Lease, rec); err != nil {
+			if _, err := testkit.Drive(tb.b).Kill(tb.ctx, c.Lease, rec); err != nil {
 				t.Fatal(err)
 			}
 			byType[c.Envelope.Type] = append(byType[c.Envelope.Type], c.ID)
@@ -536,7 +538,7 @@ func TestJobsLsPaging(t *testing.T) {
 	if _, err := tb.b.Reschedule(tb.ctx, "q", "j07", time.UnixMilli(1)); err != nil {
 		t.Fatal(err)
 	}
-	res, err := tb.b.Claim(tb.ctx, "q", 3, time.Minute) // j07 and the two others due now
+	res, err := testkit.Drive(tb.b).Claim(tb.ctx, "q", 3, time.Minute) // j07 and the two others due now
 	if err != nil || len(res.Jobs) != 3 {
 		t.Fatalf("claim: %+v, %v", res, err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/clock"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
 
@@ -69,12 +70,12 @@ func TestGoldenTables(t *testing.T) {
 		if err := b.Enqueue(tb.ctx, e); err != nil {
 			t.Fatal(err)
 		}
-		res, err := b.Claim(tb.ctx, queue, 1, time.Minute)
+		res, err := testkit.Drive(b).Claim(tb.ctx, queue, 1, time.Minute)
 		if err != nil || len(res.Jobs) != 1 || res.Jobs[0].ID != id {
 			t.Fatalf("claim %s: %+v, %v", id, res.Jobs, err)
 		}
 		c := res.Jobs[0]
-		if _, err := b.Kill(tb.ctx, c.Lease, &broker.DeadRecord{Type: typ, Body: c.Body, Error: errText, Attempts: 3}); err != nil {
+		if _, err := testkit.Drive(b).Kill(tb.ctx, c.Lease, &broker.DeadRecord{Type: typ, Body: c.Body, Error: errText, Attempts: 3}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -89,7 +90,7 @@ func TestGoldenTables(t *testing.T) {
 	if err := b.Enqueue(tb.ctx, e); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := b.Claim(tb.ctx, "mail", 1, 30*time.Second); err != nil || len(res.Jobs) != 1 || res.Jobs[0].ID != "digest-3" {
+	if res, err := testkit.Drive(b).Claim(tb.ctx, "mail", 1, 30*time.Second); err != nil || len(res.Jobs) != 1 || res.Jobs[0].ID != "digest-3" {
 		t.Fatalf("claim digest-3: %+v, %v", res, err)
 	}
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
 
@@ -34,12 +35,12 @@ func TestRedriveProgressOnlyOnATerminal(t *testing.T) {
 			if err := b.Enqueue(ctx, envs...); err != nil {
 				t.Fatal(err)
 			}
-			res, err := b.Claim(ctx, "q", 250, time.Minute)
+			res, err := testkit.Drive(b).Claim(ctx, "q", 250, time.Minute)
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, c := range res.Jobs {
-				if _, err := b.Kill(ctx, c.Lease, &broker.DeadRecord{Type: "t", Body: c.Body, Error: "x"}); err != nil {
+				if _, err := testkit.Drive(b).Kill(ctx, c.Lease, &broker.DeadRecord{Type: "t", Body: c.Body, Error: "x"}); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
 
@@ -91,11 +92,11 @@ func TestTerminalOutputEscaped(t *testing.T) {
 	if err := tb.b.Enqueue(tb.ctx, env); err != nil {
 		t.Fatal(err)
 	}
-	res, err := tb.b.Claim(tb.ctx, "q", 1, time.Minute)
+	res, err := testkit.Drive(tb.b).Claim(tb.ctx, "q", 1, time.Minute)
 	if err != nil || len(res.Jobs) != 1 {
 		t.Fatalf("claim: %v", err)
 	}
-	if _, err := tb.b.Kill(tb.ctx, res.Jobs[0].Lease, &broker.DeadRecord{Type: "t", Body: res.Jobs[0].Body, Error: stack, Attempts: 1}); err != nil {
+	if _, err := testkit.Drive(tb.b).Kill(tb.ctx, res.Jobs[0].Lease, &broker.DeadRecord{Type: "t", Body: res.Jobs[0].Body, Error: stack, Attempts: 1}); err != nil {
 		t.Fatal(err)
 	}
 	sched := &job.Envelope{ID: "s\u202e1", Queue: "q", Type: "t", Payload: []byte(`{}`), Delay: time.Hour, Headers: map[string]string{"h": valid(hostile)}, LastError: hostile}

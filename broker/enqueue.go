@@ -1,0 +1,179 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/job"
+)
+
+// Enqueue validates and stores envelopes: one script call per shard. A batch
+// with an invalid envelope is refused whole, with an error wrapping
+// job.ErrInvalid that names it, and nothing is written. Ids that are still
+// pending fail with ErrDuplicate (in a *job.BatchError for a batch) and leave
+// the stored job unchanged. On success each envelope gets its ID (generated
+// when empty), Queue, CreatedAt and ReadyAt (server time). Single-job calls
+// that overlap in time share script calls (see combine.go).
+func (b *Broker) Enqueue(ctx context.Context, envs ...*job.Envelope) error {
+	bodies := make([][]byte, len(envs))
+	now := time.Now()
+	for i, env := range envs {
+		body, err := b.prepare(env, now)
+		if err != nil {
+			if len(envs) > 1 {
+				err = fmt.Errorf("job %d of %d: %w", i+1, len(envs), err)
+			}
+			return err
+		}
+		bodies[i] = body
+	}
+	shards := make([]keyspace.Shard, len(envs))
+	for i, env := range envs {
+		q, err := b.route.Place(ctx, env.Queue)
+		if err != nil {
+			return queueErr(env.Queue, err)
+		}
+		shards[i] = q.Route(env.ID)
+	}
+	if len(envs) == 1 {
+		return b.enqueueCombined(ctx, shards[0], envs[0], bodies[0])
+	}
+	errs := make([]error, len(envs))
+	order, groups := group(shards)
+	for _, s := range order {
+		idx := groups[s.Name()]
+		if err := b.enqueueShard(ctx, s, envs, bodies, idx, errs); err != nil {
+			for _, i := range idx {
+				errs[i] = err
+			}
+		}
+	}
+	return batchErr(errs)
+}
+
+// enqueueChunk bounds the work of one script call so that Redis stays
+// responsive to other clients during large batches.
+const enqueueChunk = 1000
+
+// enqueueShard stores the envelopes envs[i], i in idx, all of shard s,
+// setting errs[i] for duplicates. It returns a Redis error, which leaves
+// the outcome of its chunk unknown.
+func (b *Broker) enqueueShard(ctx context.Context, s keyspace.Shard, envs []*job.Envelope, bodies [][]byte, idx []int, errs []error) error {
+	k := s.Keys()
+	for start := 0; start < len(idx); start += enqueueChunk {
+		part := idx[start:min(start+enqueueChunk, len(idx))]
+		args := make([]any, 0, 1+4*len(part))
+		args = append(args, k.Wake)
+		for _, i := range part {
+			var at int64
+			if !envs[i].At.IsZero() {
+				at = readyMS(envs[i].At)
+			}
+			args = append(args, envs[i].ID, bodies[i], at, durUS(envs[i].Delay))
+		}
+		res, err := b.run(ctx, enqueueScript, []string{k.Scheduled, k.Jobs}, args...)
+		if res == nil {
+			if outcomeUnknown(err) {
+				// The call may have run: each job is stored, or not.
+				for _, i := range part {
+					errs[i] = fmt.Errorf("%w: job %q in queue %q: %w", ErrOutcomeUnknown, envs[i].ID, envs[i].Queue, err)
+				}
+				continue
+			}
+			return queueErr(s.Queue(), err)
+		}
+		parts, ok := res.([]any)
+		if !ok || len(parts) != 2 {
+			return fmt.Errorf("broker: enqueue: unexpected reply %v", res)
+		}
+		now, _ := parts[0].(int64)
+		ready, perr := int64s(parts[1], len(part))
+		if perr != nil {
+			return perr
+		}
+		for j, i := range part {
+			switch {
+			case err != nil:
+				// Short of replicas: stored on the master, or a duplicate
+				// of a job that may not be on the replicas either.
+				errs[i] = queueErr(s.Queue(), err)
+			case ready[j] == -1:
+				errs[i] = fmt.Errorf("%w: id %q in queue %q", ErrDuplicate, envs[i].ID, envs[i].Queue)
+			case ready[j] == -2:
+				// This very envelope was stored by an earlier run of the
+				// call, and a worker has it already.
+				envs[i].ReadyAt = fromUS(now).Truncate(time.Millisecond)
+			default:
+				envs[i].ReadyAt = fromMS(ready[j])
+			}
+		}
+	}
+	return nil
+}
+
+// outcomeUnknown reports whether err leaves it unknown if a script ran: a
+// lost connection or a timeout, not an error reply from Redis (a script
+// that fails changes nothing, see expect in prelude.lua).
+func outcomeUnknown(err error) bool {
+	var reply redis.Error
+	return err != nil && !errors.As(err, &reply) && !errors.Is(err, ErrNotReplicated)
+}
+
+// prepare fills in defaults, validates env and encodes its body.
+func (b *Broker) prepare(env *job.Envelope, now time.Time) ([]byte, error) {
+	if env == nil {
+		return nil, fmt.Errorf("broker: %w: nil envelope", job.ErrInvalid)
+	}
+	if env.Queue == "" {
+		env.Queue = job.DefaultQueue
+	}
+	if err := job.ValidateQueue(env.Queue); err != nil {
+		return nil, err
+	}
+	if env.ID == "" {
+		env.ID = job.NewID()
+	}
+	if err := job.ValidateID(env.ID); err != nil {
+		return nil, err
+	}
+	if err := job.ValidateType(env.Type); err != nil {
+		return nil, err
+	}
+	if err := job.ValidateDelay(env.Delay); err != nil {
+		return nil, err
+	}
+	if env.MaxRetries < 0 {
+		return nil, fmt.Errorf("broker: %w: max retries %d is negative", job.ErrInvalid, env.MaxRetries)
+	}
+	if env.Timeout < 0 {
+		return nil, fmt.Errorf("broker: %w: timeout %s is negative", job.ErrInvalid, env.Timeout)
+	}
+	if env.Backoff != nil {
+		if err := env.Backoff.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	for k, v := range env.Headers {
+		if err := job.ValidateHeader(k, v); err != nil {
+			return nil, err
+		}
+	}
+	if c := b.opts.MaxPayloadBytes; c > 0 {
+		size := len(env.Payload)
+		for k, v := range env.Headers {
+			size += len(k) + len(v)
+		}
+		if size > c {
+			return nil, fmt.Errorf("broker: %w: %w: payload and headers of job %q are %d bytes, the cap is %d", job.ErrInvalid, ErrPayloadTooLarge, env.ID, size, c)
+		}
+	}
+	if env.CreatedAt.IsZero() {
+		env.CreatedAt = now
+	}
+	return env.MarshalBinary()
+}

@@ -1,0 +1,254 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/protocol"
+	"github.com/delayq/delayq/job"
+)
+
+// The worker's side of the broker (internal/protocol): package worker gets
+// it with protocol.For(b). It is not part of Broker's API, so that it can
+// change with the worker without breaking users.
+
+func init() {
+	protocol.Install(func(v any) (protocol.Broker, bool) {
+		b, ok := v.(*Broker)
+		if !ok || b == nil {
+			return nil, false
+		}
+		return workerSide{b}, true
+	})
+}
+
+// workerSide implements protocol.Broker.
+type workerSide struct{ b *Broker }
+
+var _ protocol.Broker = workerSide{}
+
+func (w workerSide) Shards(ctx context.Context, queue string) ([]keyspace.Shard, error) {
+	q, err := w.b.queue(ctx, queue)
+	if err != nil {
+		return nil, err
+	}
+	return q.Shards(), nil
+}
+
+func tokenArg(token int64) string { return strconv.FormatInt(token, 10) }
+
+func (w workerSide) Claim(ctx context.Context, s keyspace.Shard, c protocol.Caller, id string, n int, lease time.Duration) (protocol.ClaimResult, error) {
+	if lease <= 0 {
+		return protocol.ClaimResult{}, fmt.Errorf("broker: %w: lease %s must be positive", job.ErrInvalid, lease)
+	}
+	k := s.Keys()
+	res, err := w.b.run(ctx, claimScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Seq, k.Hist, k.Workers + c.ID},
+		n, durMS(lease), id)
+	if res == nil {
+		return protocol.ClaimResult{}, queueErr(s.Queue(), err)
+	}
+	parts, ok := res.([]any)
+	if !ok || len(parts) != 4 {
+		return protocol.ClaimResult{}, fmt.Errorf("broker: claim: unexpected reply %v", res)
+	}
+	now, _ := parts[0].(int64)
+	next, _ := parts[1].(int64)
+	out := protocol.ClaimResult{Now: fromUS(now)}
+	if next >= 0 {
+		out.Next = fromMS(next)
+	}
+	jobs, perr := decodeClaimed(s, parts[2])
+	if perr != nil {
+		return protocol.ClaimResult{}, perr
+	}
+	out.Jobs = jobs
+	if out.Orphans, perr = strs(parts[3]); perr != nil {
+		return protocol.ClaimResult{}, perr
+	}
+	if err != nil {
+		err = queueErr(s.Queue(), err) // ErrNotReplicated: the jobs are claimed
+	}
+	return out, err
+}
+
+// decodeClaimed parses the flat id, token, attempt, time, body list that
+// claim and reap return.
+func decodeClaimed(s keyspace.Shard, v any) ([]protocol.Claimed, error) {
+	flat, ok := v.([]any)
+	if !ok || len(flat)%5 != 0 {
+		return nil, fmt.Errorf("broker: unexpected job list %v", v)
+	}
+	queue := s.Queue()
+	out := make([]protocol.Claimed, 0, len(flat)/5)
+	for i := 0; i < len(flat); i += 5 {
+		id, _ := flat[i].(string)
+		token, _ := flat[i+1].(int64)
+		attempt, _ := flat[i+2].(int64)
+		at, _ := flat[i+3].(int64)
+		body, _ := flat[i+4].(string)
+		c := protocol.Claimed{
+			Lease:   protocol.Lease{Shard: s, ID: id, Token: token},
+			Attempt: int(attempt),
+			ReadyAt: fromMS(at),
+			Body:    []byte(body),
+		}
+		switch attempt {
+		case -1:
+			// The script found garbage in the attempts counter and reset it.
+			c.Attempt = 1
+			c.Err = fmt.Errorf("job %q in queue %q: %w: its attempts counter was not an integer", id, queue, job.ErrCorrupt)
+			out = append(out, c)
+			continue
+		case -2:
+			// In processing without a lease (reap): held by nobody.
+			c.Attempt = 1
+			c.Err = fmt.Errorf("job %q in queue %q: %w: corrupt state: it was processing without a lease", id, queue, job.ErrCorrupt)
+			out = append(out, c)
+			continue
+		}
+		env, err := job.Decode(c.Body)
+		if err != nil {
+			c.Err = fmt.Errorf("job %q in queue %q: %w", id, queue, err)
+		} else {
+			env.ID, env.Queue, env.ReadyAt = id, queue, c.ReadyAt
+			c.Envelope = env
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// opWidth is the number of ARGV values of one settle operation.
+const opWidth = 6
+
+func (w workerSide) Settle(ctx context.Context, s keyspace.Shard, c protocol.Caller, lane protocol.Lane, id string, ops []protocol.Op) ([]protocol.Settled, error) {
+	if len(ops) == 0 {
+		return nil, nil
+	}
+	q, err := w.b.queue(ctx, s.Queue())
+	if err != nil {
+		return nil, err
+	}
+	k := s.Keys()
+	args := make([]any, 0, 6+opWidth*len(ops))
+	args = append(args, string(lane), id, durMS(c.Lease), k.Wake, w.b.deadCap(q, s), durMS(w.b.opts.DeadMaxAge))
+	for _, op := range ops {
+		if op.Lease.Shard.Name() != s.Name() {
+			return nil, fmt.Errorf("broker: settle: job %q is of shard %q, not %q", op.Lease.ID, op.Lease.Shard.Name(), s.Name())
+		}
+		var a, b any = "", ""
+		switch op.Kind {
+		case protocol.OpRetry:
+			body, err := op.Env.MarshalBinary()
+			if err != nil {
+				return nil, err
+			}
+			a, b = durUS(op.Delay), body
+		case protocol.OpKill:
+			rec := &DeadRecord{ID: op.Lease.ID, Queue: s.Queue(), Type: op.Death.Type, Body: op.Death.Body, Error: op.Death.Error, Attempts: op.Death.Attempts}
+			data, err := rec.marshal()
+			if err != nil {
+				return nil, err
+			}
+			b = data
+		}
+		args = append(args, string(op.Kind), op.Lease.ID, tokenArg(op.Lease.Token), a, b, flag(op.Expired))
+	}
+	res, err := w.b.run(ctx, settleScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Dead, k.DeadIndex, k.Hist, k.Workers + c.ID}, args...)
+	if res == nil {
+		return nil, queueErr(s.Queue(), err)
+	}
+	parts, ok := res.([]any)
+	if !ok || len(parts) != 2 {
+		return nil, fmt.Errorf("broker: settle: unexpected reply %v", res)
+	}
+	codes, perr := int64s(parts[1], len(ops))
+	if perr != nil {
+		return nil, perr
+	}
+	out := make([]protocol.Settled, len(ops))
+	for i, code := range codes {
+		l := ops[i].Lease
+		switch {
+		case code == -1:
+			out[i].Err = lostErr(l)
+		case code == -2:
+			out[i].Err = fmt.Errorf("%w: job %q in queue %q", ErrLeaseLive, l.ID, l.Queue())
+		case ops[i].Kind == protocol.OpRetry || ops[i].Kind == protocol.OpKill:
+			out[i].At = fromMS(code)
+		}
+	}
+	if err != nil {
+		err = queueErr(s.Queue(), err) // ErrNotReplicated: recorded on the master
+	}
+	return out, err
+}
+
+func lostErr(l protocol.Lease) error {
+	return fmt.Errorf("%w: job %q in queue %q (token %d)", ErrLeaseLost, l.ID, l.Queue(), l.Token)
+}
+
+func (w workerSide) Extend(ctx context.Context, lease time.Duration, leases ...protocol.Lease) error {
+	if lease <= 0 {
+		return fmt.Errorf("broker: %w: lease %s must be positive", job.ErrInvalid, lease)
+	}
+	shards := make([]keyspace.Shard, len(leases))
+	for i, l := range leases {
+		shards[i] = l.Shard
+	}
+	order, groups := group(shards)
+	errs := make([]error, len(leases))
+	failed := false
+	for _, sh := range order {
+		idx := groups[sh.Name()]
+		k := sh.Keys()
+		args := []any{durMS(lease)}
+		for _, i := range idx {
+			args = append(args, leases[i].ID, tokenArg(leases[i].Token))
+		}
+		res, err := w.b.run(ctx, extendScript, []string{k.Processing, k.Leases}, args...)
+		var oks []int64
+		if res != nil {
+			oks, err = int64s(res, len(idx))
+		}
+		for j, i := range idx {
+			switch {
+			case oks == nil:
+				errs[i] = queueErr(sh.Queue(), err)
+			case oks[j] != 1:
+				errs[i] = lostErr(leases[i])
+			}
+			failed = failed || errs[i] != nil
+		}
+	}
+	if !failed {
+		return nil
+	}
+	return &job.BatchError{Errs: errs}
+}
+
+func (w workerSide) Reap(ctx context.Context, s keyspace.Shard, limit int) (protocol.ReapResult, error) {
+	k := s.Keys()
+	res, err := w.b.run(ctx, reapScript, []string{k.Processing, k.Jobs, k.Attempts, k.Leases}, limit)
+	if res == nil {
+		return protocol.ReapResult{}, queueErr(s.Queue(), err)
+	}
+	parts, ok := res.([]any)
+	if !ok || len(parts) != 3 {
+		return protocol.ReapResult{}, fmt.Errorf("broker: reap: unexpected reply %v", res)
+	}
+	now, _ := parts[0].(int64)
+	out := protocol.ReapResult{Now: fromMS(now)}
+	if out.Jobs, err = decodeClaimed(s, parts[1]); err != nil {
+		return protocol.ReapResult{}, err
+	}
+	out.Orphans, err = strs(parts[2])
+	return out, err
+}
+
+func (w workerSide) Wakeups(ctx context.Context, queues []string) (<-chan string, func()) {
+	return w.b.wakeups(ctx, queues)
+}

@@ -1,0 +1,141 @@
+-- settle: record what became of held jobs: acknowledged, retried,
+-- dead-lettered or released.
+--
+-- KEYS[1] -> ns:{q}:scheduled   ZSET id -> ready ms
+-- KEYS[2] -> ns:{q}:processing  ZSET id -> lease deadline ms
+-- KEYS[3] -> ns:{q}:jobs        HASH id -> envelope
+-- KEYS[4] -> ns:{q}:attempts    HASH id -> attempts spent
+-- KEYS[5] -> ns:{q}:leases      HASH id -> fencing token
+-- KEYS[6] -> ns:{q}:dead        HASH id -> dead record
+-- KEYS[7] -> ns:{q}:dead:index  ZSET id -> died-at ms
+-- KEYS[8] -> ns:{q}:hist:       prefix of the per-minute history (done,
+--                               failed, dead)
+-- KEYS[9] -> ns:{q}:w:<worker>  HASH lane -> the worker's last call there
+-- ARGV[1] -> now ms ("" = server TIME)
+-- ARGV[2] -> lane: the record field of this kind of call ("settle", "reap")
+-- ARGV[3] -> call id, chosen by the worker: a call with the id of the
+--            worker's last call in this lane replays it
+-- ARGV[4] -> how long the record lives, ms (the lease)
+-- ARGV[5] -> wake channel
+-- ARGV[6] -> cap on dead records (< 0: none)
+-- ARGV[7] -> max age of dead records in ms (<= 0: none)
+-- ARGV[8+6i .. 13+6i] -> one operation: kind, id, token, a, b, expired
+--   kind "a" ack: the handler succeeded; the job is deleted
+--   kind "r" retry: back to the schedule, ready a µs after now, with
+--            envelope b (which carries the last error)
+--   kind "k" kill: to the dead-letter store with record b, then the store
+--            is trimmed to its cap and max age
+--   kind "l" release: back to the schedule at now, the attempt given back
+--   expired "1": the reaper's call: the lease must also have run out
+--
+-- Returns {now µs, one integer per operation}: ack and release 1; retry the
+-- new ready time ms; kill the died-at ms; and for any of them -1 when the
+-- lease is lost (nothing changed for that job; an id listed twice in one
+-- call is lost the second time) or -2 when the reaper found the lease live
+-- again. A replay (the reply of the first call was lost, and the worker or
+-- its client sent it again) changes nothing and returns the first call's
+-- results, so an outcome recorded once is reported as recorded. The record
+-- lives for ARGV[4] ms.
+--
+-- Acks cost a fixed number of commands per call, whatever their number:
+-- one HMGET checks every lease, then one command per key removes the acked
+-- jobs.
+local bad = expect({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[4], 'hash',
+  KEYS[5], 'hash', KEYS[6], 'hash', KEYS[7], 'zset', KEYS[9], 'hash'})
+if bad then
+  return bad
+end
+local now_u = now_us()
+local now = ms_of(now_u)
+local lane, cid = ARGV[2], ARGV[3]
+
+local last = redis.call('HGET', KEYS[9], lane)
+if last and string.sub(last, 1, #cid + 1) == cid .. '\n' then
+  local out = {}
+  for part in string.gmatch(string.sub(last, #cid + 2), '[^\n]+') do
+    out[#out + 1] = tonumber(part)
+  end
+  return {now_u, out}
+end
+
+local FIRST, WIDTH = 8, 6
+local KINDS = {a = true, r = true, k = true, l = true}
+local ids = {}
+for i = FIRST, #ARGV, WIDTH do
+  if not KINDS[ARGV[i]] then
+    return redis.error_reply('ERR delayq: settle: unknown operation ' .. tostring(ARGV[i]) .. '; nothing was changed')
+  end
+  ids[#ids + 1] = ARGV[i + 1]
+end
+local current = hmget(KEYS[5], ids)
+local out, acked, seen = {}, {}, {}
+local failed, died = 0, 0
+for k = 1, #ids do
+  local i = FIRST + WIDTH * (k - 1)
+  local kind, id, token = ARGV[i], ids[k], ARGV[i + 2]
+  local code = 0
+  if seen[id] or not current[k] or current[k] ~= token then
+    code = -1
+  elseif ARGV[i + 5] == '1' then
+    local deadline = tonumber(redis.call('ZSCORE', KEYS[2], id))
+    if deadline and deadline >= now then
+      code = -2
+    end
+  end
+  seen[id] = true
+  if code < 0 then
+    out[k] = code
+  elseif kind == 'a' then
+    acked[#acked + 1] = id
+    out[k] = 1
+  elseif kind == 'r' then
+    local ready = ready_after(now_u, tonumber(ARGV[i + 3]))
+    redis.call('ZREM', KEYS[2], id)
+    redis.call('HDEL', KEYS[5], id)
+    redis.call('HSET', KEYS[3], id, ARGV[i + 4])
+    wake_if_earliest(KEYS[1], ARGV[5], ready, now)
+    redis.call('ZADD', KEYS[1], ready, id)
+    failed = failed + 1
+    out[k] = ready
+  elseif kind == 'k' then
+    redis.call('ZREM', KEYS[2], id)
+    redis.call('HDEL', KEYS[3], id)
+    redis.call('HDEL', KEYS[4], id)
+    redis.call('HDEL', KEYS[5], id)
+    redis.call('HSET', KEYS[6], id, ARGV[i + 4])
+    redis.call('ZADD', KEYS[7], now, id)
+    died = died + 1
+    out[k] = now
+  else -- 'l': release
+    redis.call('ZREM', KEYS[2], id)
+    redis.call('HDEL', KEYS[5], id)
+    local spent = redis.call('HGET', KEYS[4], id)
+    if spent and is_int(spent) and tonumber(spent) > 1 then
+      redis.call('HINCRBY', KEYS[4], id, -1)
+    else
+      redis.call('HDEL', KEYS[4], id)
+    end
+    wake_if_earliest(KEYS[1], ARGV[5], now, now)
+    redis.call('ZADD', KEYS[1], now, id)
+    out[k] = 1
+  end
+end
+if #acked > 0 then
+  call_chunked('ZREM', KEYS[2], acked)
+  call_chunked('HDEL', KEYS[3], acked)
+  call_chunked('HDEL', KEYS[4], acked)
+  call_chunked('HDEL', KEYS[5], acked)
+  history(KEYS[8], now, 'done', #acked)
+end
+if died > 0 then
+  trim_dead(KEYS[6], KEYS[7], tonumber(ARGV[6]), tonumber(ARGV[7]), now)
+  history(KEYS[8], now, 'dead', died)
+end
+history(KEYS[8], now, 'failed', failed)
+local record = {cid}
+for k = 1, #out do
+  record[k + 1] = string.format('%d', out[k])
+end
+redis.call('HSET', KEYS[9], lane, table.concat(record, '\n') .. '\n')
+redis.call('PEXPIRE', KEYS[9], tonumber(ARGV[4]))
+return {now_u, out}

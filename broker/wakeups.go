@@ -1,0 +1,75 @@
+package broker
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delayq/delayq/internal/keyspace"
+)
+
+// wakeups subscribes to the wake-up notices of queues: a queue's name is
+// sent on the returned channel when a job becomes its earliest one while
+// nothing else there is due. Notices are hints (a slow reader misses some);
+// callers still sleep no longer than until the next ready time they know
+// of. stop unsubscribes and closes the channel.
+func (b *Broker) wakeups(ctx context.Context, queues []string) (notices <-chan string, stop func()) {
+	byChannel := make(map[string]string, len(queues))
+	channels := make([]string, 0, len(queues))
+	for _, q := range queues {
+		c := keyspace.WakeChannel(b.ns, q)
+		byChannel[c] = q
+		channels = append(channels, c)
+	}
+	ps := b.rdb.Subscribe(ctx, channels...)
+	// Wait (briefly) until the server confirms the subscriptions, so that a
+	// job enqueued right after this returns is not missed. If Redis is
+	// unreachable now, go on: go-redis subscribes again when it reconnects.
+	var early []string // notices that arrived among the confirmations
+	confirm, cancel := context.WithTimeout(ctx, 2*time.Second)
+	for confirmed := 0; confirmed < len(channels); {
+		msg, err := ps.ReceiveTimeout(confirm, 2*time.Second)
+		if err != nil {
+			break
+		}
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			confirmed++
+		case *redis.Message:
+			early = append(early, byChannel[m.Channel])
+		}
+	}
+	cancel()
+	out := make(chan string, len(queues)+len(early))
+	for _, q := range early {
+		out <- q
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(out)
+		in := ps.Channel()
+		for {
+			select {
+			case m, ok := <-in:
+				if !ok {
+					return
+				}
+				select {
+				case out <- byChannel[m.Channel]:
+				default: // a notice is already pending; one is enough
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	var once sync.Once
+	return out, func() {
+		once.Do(func() {
+			close(done)
+			_ = ps.Close()
+		})
+	}
+}

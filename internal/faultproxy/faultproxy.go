@@ -1,0 +1,359 @@
+// Package faultproxy is a loopback TCP proxy in front of a Redis server
+// that breaks the connections through it on demand, for tests of what a
+// lost reply, a stall or a cut connection does to delayq.
+//
+// It reads the Redis protocol (RESP2 and RESP3) both ways, so it can let
+// the server run a command and then lose the reply: DropReply swallows the
+// reply of the next command a test picks and cuts that connection, which
+// is what a network failure after the server answered looks like to the
+// client. Drop cuts every connection, Stall holds all traffic for a while,
+// Slow delays it.
+package faultproxy
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Proxy forwards TCP connections from its loopback address to a target.
+type Proxy struct {
+	ln     net.Listener
+	target string
+	wg     sync.WaitGroup
+
+	mu         sync.Mutex
+	conns      map[net.Conn]struct{}
+	stallUntil time.Time
+	slowUntil  time.Time
+	latency    time.Duration
+	drops      []*dropRule
+	closed     chan struct{}
+}
+
+// dropRule is one DropReply: the reply of the next command that match
+// accepts is lost.
+type dropRule struct {
+	match   func(cmd []string) bool
+	dropped chan []string // the command whose reply was lost
+}
+
+// Start starts a proxy to target (host:port) on a free loopback port; it is
+// closed when the test ends.
+func Start(t testing.TB, target string) *Proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}, closed: make(chan struct{})}
+	p.wg.Go(p.accept)
+	t.Cleanup(p.Close)
+	return p
+}
+
+// Addr returns the proxy's "127.0.0.1:port".
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// DropReply makes the proxy lose the reply of the next command (sent after
+// this call, on any connection) that match accepts: the server gets and runs
+// the command, its reply is thrown away and the connection is closed. match
+// gets the command's arguments, the command name first as sent. The
+// returned channel receives that command once its reply is lost.
+func (p *Proxy) DropReply(match func(cmd []string) bool) <-chan []string {
+	r := &dropRule{match: match, dropped: make(chan []string, 1)}
+	p.mu.Lock()
+	p.drops = append(p.drops, r)
+	p.mu.Unlock()
+	return r.dropped
+}
+
+// Command returns a match for DropReply: a command named name (any case)
+// whose arguments contain every one of args.
+func Command(name string, args ...string) func(cmd []string) bool {
+	return func(cmd []string) bool {
+		if len(cmd) == 0 || !strings.EqualFold(cmd[0], name) {
+			return false
+		}
+		for _, a := range args {
+			found := false
+			for _, c := range cmd[1:] {
+				if c == a {
+					found = true
+					break
+				}
+			}
+			if !found {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// Drop closes every open connection and returns how many there were.
+func (p *Proxy) Drop() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := len(p.conns)
+	for c := range p.conns {
+		c.Close()
+	}
+	return n
+}
+
+// Stall holds all traffic, both ways, for d.
+func (p *Proxy) Stall(d time.Duration) {
+	p.mu.Lock()
+	p.stallUntil = time.Now().Add(d)
+	p.mu.Unlock()
+}
+
+// Slow delays every chunk by latency for d.
+func (p *Proxy) Slow(latency, d time.Duration) {
+	p.mu.Lock()
+	p.latency, p.slowUntil = latency, time.Now().Add(d)
+	p.mu.Unlock()
+}
+
+// Close stops accepting, closes every connection and waits for the copying
+// goroutines.
+func (p *Proxy) Close() {
+	p.mu.Lock()
+	select {
+	case <-p.closed:
+		p.mu.Unlock()
+		return
+	default:
+	}
+	close(p.closed)
+	for c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.ln.Close()
+	p.wg.Wait()
+}
+
+func (p *Proxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.DialTimeout("tcp", p.target, time.Second)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		if !p.track(c, up) {
+			return
+		}
+		fate := make(chan *dropRule, 1024) // per command sent: the rule that drops its reply, or nil
+		p.wg.Go(func() { p.requests(up, c, fate) })
+		p.wg.Go(func() { p.replies(c, up, fate) })
+	}
+}
+
+func (p *Proxy) track(conns ...net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.closed:
+		for _, c := range conns {
+			c.Close()
+		}
+		return false
+	default:
+	}
+	for _, c := range conns {
+		p.conns[c] = struct{}{}
+	}
+	return true
+}
+
+func (p *Proxy) untrack(a, b net.Conn) {
+	p.mu.Lock()
+	delete(p.conns, a)
+	delete(p.conns, b)
+	p.mu.Unlock()
+	a.Close()
+	b.Close()
+}
+
+// requests copies commands from the client to the server, one frame at a
+// time, telling replies the fate of each.
+func (p *Proxy) requests(server, client net.Conn, fate chan<- *dropRule) {
+	defer close(fate)
+	defer p.untrack(server, client)
+	r := bufio.NewReader(client)
+	for {
+		frame, cmd, err := readFrame(r)
+		if err != nil {
+			return
+		}
+		if !p.gate() {
+			return
+		}
+		fate <- p.take(cmd)
+		if _, err := server.Write(frame); err != nil {
+			return
+		}
+	}
+}
+
+// take returns (and removes) the first drop rule that matches cmd.
+func (p *Proxy) take(cmd []string) *dropRule {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, r := range p.drops {
+		if r.match(cmd) {
+			p.drops = append(p.drops[:i], p.drops[i+1:]...)
+			r.dropped <- cmd
+			return r
+		}
+	}
+	return nil
+}
+
+// replies copies replies from the server to the client, one frame at a
+// time; the reply of a command whose fate is a drop rule is thrown away and
+// the connection cut. Push frames (RESP3 Pub/Sub) answer no command.
+func (p *Proxy) replies(client, server net.Conn, fate <-chan *dropRule) {
+	defer p.untrack(server, client)
+	r := bufio.NewReader(server)
+	for {
+		frame, _, err := readFrame(r)
+		if err != nil {
+			return
+		}
+		if frame[0] != '>' {
+			rule, ok := <-fate
+			if !ok {
+				return
+			}
+			if rule != nil {
+				return // lost: the deferred untrack cuts the connection
+			}
+		}
+		if !p.gate() {
+			return
+		}
+		if _, err := client.Write(frame); err != nil {
+			return
+		}
+	}
+}
+
+// gate waits out a stall and adds the current latency; false when the proxy
+// is closed meanwhile.
+func (p *Proxy) gate() bool {
+	for {
+		p.mu.Lock()
+		now := time.Now()
+		wait := p.stallUntil.Sub(now)
+		if wait <= 0 && now.Before(p.slowUntil) {
+			wait = p.latency
+		}
+		p.mu.Unlock()
+		if wait <= 0 {
+			return true
+		}
+		t := time.NewTimer(min(wait, 50*time.Millisecond))
+		select {
+		case <-p.closed:
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+		if wait <= 50*time.Millisecond {
+			return true
+		}
+	}
+}
+
+// errProtocol is returned for bytes that are not RESP.
+var errProtocol = errors.New("faultproxy: not RESP")
+
+// readFrame reads one RESP value and returns its bytes and, when it is an
+// array of bulk strings (a command), their text. Inline commands (a line
+// of text, as redis-cli may send) come back as one frame too.
+func readFrame(r *bufio.Reader) (frame []byte, cmd []string, err error) {
+	var buf []byte
+	cmd, err = readValue(r, &buf, 0)
+	return buf, cmd, err
+}
+
+// readValue reads one value into buf. At depth 0, the strings of an array
+// are returned.
+func readValue(r *bufio.Reader, buf *[]byte, depth int) ([]string, error) {
+	if depth > 64 {
+		return nil, errProtocol
+	}
+	line, err := r.ReadSlice('\n')
+	if err != nil {
+		return nil, err
+	}
+	*buf = append(*buf, line...)
+	if len(line) < 3 || line[len(line)-2] != '\r' {
+		return nil, errProtocol
+	}
+	head, body := line[0], string(line[1:len(line)-2])
+	switch head {
+	case '+', '-', ':', '_', ',', '#', '(':
+		return nil, nil
+	case '$', '!', '=':
+		n, err := strconv.Atoi(body)
+		if err != nil {
+			return nil, errProtocol
+		}
+		if n < 0 {
+			return nil, nil
+		}
+		data := make([]byte, n+2)
+		if _, err := io.ReadFull(r, data); err != nil {
+			return nil, err
+		}
+		*buf = append(*buf, data...)
+		if depth == 1 {
+			return []string{string(data[:n])}, nil
+		}
+		return nil, nil
+	case '*', '~', '>', '%', '|':
+		n, err := strconv.Atoi(body)
+		if err != nil {
+			return nil, errProtocol
+		}
+		if head == '%' || head == '|' {
+			n *= 2 // maps and attributes hold pairs
+		}
+		var out []string
+		for range max(n, 0) {
+			s, err := readValue(r, buf, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			if depth == 0 {
+				out = append(out, s...)
+			}
+		}
+		if head == '|' {
+			// An attribute precedes the value it describes.
+			s, err := readValue(r, buf, depth)
+			return s, err
+		}
+		return out, nil
+	default:
+		if depth == 0 {
+			return strings.Fields(string(line)), nil // inline command
+		}
+		return nil, fmt.Errorf("%w: type byte %q", errProtocol, head)
+	}
+}

@@ -1,0 +1,209 @@
+// Package keyspace is delayq's key layout in Redis and the routing of a
+// user's queue to the physical queues (shards) that store it.
+//
+// Every key of a physical queue carries its name as the hash tag,
+// ns:{name}:..., so that a physical queue lives in one Redis Cluster slot
+// and a script touches only keys of that slot. A queue declared with n > 1
+// shards is stored as n physical queues "q#0" ... "q#n-1" (see [ShardName]);
+// a job's shard is FNV-1a(id) mod n.
+//
+// The only way to the keys of a physical queue is a [Shard], and the only
+// way to a Shard is a [Queue] that a [Router] resolved: by routing a job id
+// to its shard ([Queue.Route]) or by fanning out to every shard
+// ([Queue.Shards]). No code can build keys from a user's queue name and
+// so forget that the queue may be sharded.
+//
+// The package knows no Redis client: a Router reads and stores shard
+// counts through the [Counts] its owner gives it.
+package keyspace
+
+import (
+	"hash/fnv"
+	"strconv"
+	"strings"
+)
+
+// Keys are the Redis keys of one physical queue.
+type Keys struct {
+	Scheduled  string // ZSET id -> ready time (ms)
+	Processing string // ZSET id -> lease deadline (ms)
+	Jobs       string // HASH id -> envelope
+	Attempts   string // HASH id -> attempts spent
+	Leases     string // HASH id -> fencing token of the live lease
+	Seq        string // STRING: the last fencing token handed out
+	Dead       string // HASH id -> dead record
+	DeadIndex  string // ZSET id -> died-at (ms)
+	Hist       string // prefix of the per-minute history hashes: Hist + minute
+	Workers    string // prefix of the workers' call records: Workers + worker id (HASH lane -> last call)
+	Wake       string // Pub/Sub channel of the user's queue (shared by its shards), not a key
+}
+
+func newKeys(ns, physical, queue string) Keys {
+	p := ns + ":{" + physical + "}:"
+	return Keys{
+		Scheduled:  p + "scheduled",
+		Processing: p + "processing",
+		Jobs:       p + "jobs",
+		Attempts:   p + "attempts",
+		Leases:     p + "leases",
+		Seq:        p + "seq",
+		Dead:       p + "dead",
+		DeadIndex:  p + "dead:index",
+		Hist:       p + "hist:",
+		Workers:    p + "w:",
+		Wake:       WakeChannel(ns, queue),
+	}
+}
+
+// JobKeys lists the keys of k that hold jobs or dead records (not the
+// history, which expires by itself, nor the fencing counter, which is never
+// deleted).
+func (k Keys) JobKeys() []string {
+	return []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Dead, k.DeadIndex}
+}
+
+// WakeChannel is the Pub/Sub channel on which the workers of queue are
+// woken when a job becomes its earliest.
+func WakeChannel(ns, queue string) string { return ns + ":{" + queue + "}:wake" }
+
+// QueuesKey is the SET of known queue names.
+func QueuesKey(ns string) string { return ns + ":queues" }
+
+// ShardsKey is the HASH queue -> shard count.
+func ShardsKey(ns string) string { return ns + ":shards" }
+
+// Shard is one physical queue of a user's queue. Its zero value is no
+// shard; real ones come from a Queue.
+type Shard struct {
+	queue string // the user's queue
+	name  string // the physical queue: the queue itself, or "q#k[.s]"
+	index int
+	keys  Keys
+}
+
+// Queue returns the name of the user's queue the shard belongs to.
+func (s Shard) Queue() string { return s.queue }
+
+// Name returns the physical queue's name, the hash tag of its keys.
+func (s Shard) Name() string { return s.name }
+
+// Index returns k for shard k of its queue (0 for an unsharded queue).
+func (s Shard) Index() int { return s.index }
+
+// Keys returns the shard's keys.
+func (s Shard) Keys() Keys { return s.keys }
+
+// Slot returns the Redis Cluster hash slot of the shard's keys.
+func (s Shard) Slot() int { return Slot(s.name) }
+
+// IsZero reports whether s is the zero Shard.
+func (s Shard) IsZero() bool { return s.name == "" }
+
+// Queue is a user's queue with its shards, as a Router resolved it.
+type Queue struct {
+	name   string
+	shards []Shard
+}
+
+func newQueue(ns, name string, n int) Queue {
+	q := Queue{name: name, shards: make([]Shard, n)}
+	for k := range n {
+		physical := name
+		if n > 1 {
+			physical = ShardName(name, k, n)
+		}
+		q.shards[k] = Shard{queue: name, name: physical, index: k, keys: newKeys(ns, physical, name)}
+	}
+	return q
+}
+
+// Name returns the queue's name.
+func (q Queue) Name() string { return q.name }
+
+// Shards returns every shard of the queue, shard k at index k. The slice
+// is the queue's own: do not change it.
+func (q Queue) Shards() []Shard { return q.shards }
+
+// Sharded reports whether the queue has more than one shard.
+func (q Queue) Sharded() bool { return len(q.shards) > 1 }
+
+// Route returns the shard that holds the job with id.
+func (q Queue) Route(id string) Shard { return Route(q.shards, id) }
+
+// Route returns the shard of shards, all the shards of one queue, that
+// holds the job with id: FNV-1a(id) mod len(shards).
+func Route(shards []Shard, id string) Shard {
+	if len(shards) == 1 {
+		return shards[0]
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return shards[h.Sum32()%uint32(len(shards))]
+}
+
+// Share splits total among the shards so that the parts add up to total:
+// shard k gets total/n, and the first total%n shards one more. It is how a
+// per-queue cap (the dead-letter cap) applies to a sharded queue.
+func (q Queue) Share(k, total int) int {
+	n := len(q.shards)
+	part := total / n
+	if k < total%n {
+		part++
+	}
+	return part
+}
+
+// ClusterSlots is the number of Redis Cluster hash slots.
+const ClusterSlots = 16384
+
+// ShardName returns the name of shard k of n of queue: "q#k", or "q#k.s"
+// for the smallest s >= 1 that puts its hash slot into the middle half of
+// the k-th n-th of the slot space. A cluster made by redis-cli --cluster
+// create gives each master one contiguous, equal range of slots, so n
+// shards spread over m masters as evenly as n allows (one per master when
+// n = m) instead of landing where their names happen to hash.
+func ShardName(queue string, k, n int) string {
+	base := queue + "#" + strconv.Itoa(k)
+	from := k * ClusterSlots / n
+	width := (k+1)*ClusterSlots/n - from
+	lo, hi := from+width/4, from+width-width/4
+	name := base
+	for s := 1; s <= 1<<20; s++ {
+		if sl := Slot(name); sl >= lo && sl < hi {
+			return name
+		}
+		name = base + "." + strconv.Itoa(s)
+	}
+	return base // unreachable in practice: CRC16 covers every window
+}
+
+// Logical returns the user's queue of a physical queue name.
+func Logical(physical string) string {
+	if i := strings.IndexByte(physical, '#'); i >= 0 {
+		return physical[:i]
+	}
+	return physical
+}
+
+// Slot returns the Redis Cluster hash slot of a key: CRC16 (XMODEM) of its
+// hash tag (the part between the first '{' and the next '}', when that is
+// not empty; else the whole key) modulo ClusterSlots.
+func Slot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % ClusterSlots
+}

@@ -1,0 +1,204 @@
+// Package protocol is the worker's side of the broker: claiming due jobs
+// under a lease, extending, acknowledging, retrying, dead-lettering and
+// releasing them, and reaping the leases of workers that died.
+//
+// It is internal because only package worker (and delayq's own tests)
+// speak it: users see the producer and operator methods of
+// *broker.Broker, and this protocol can change without breaking them.
+// Package broker implements it; [For] returns a broker's implementation.
+//
+// Every operation works on one physical queue (a keyspace.Shard): the
+// worker resolves a queue's shards with [Broker.Shards], claims and reaps
+// shard by shard, and every lease names its shard, so acks, retries and
+// kills go straight to it.
+package protocol
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/job"
+)
+
+// Lease identifies a claimed job and the fencing token of the claim.
+type Lease struct {
+	Shard keyspace.Shard
+	ID    string
+	Token int64
+}
+
+// Queue returns the name of the user's queue the job belongs to.
+func (l Lease) Queue() string { return l.Shard.Queue() }
+
+// Claimed is a job handed to a worker by Claim or found expired by Reap.
+type Claimed struct {
+	Lease
+	Attempt  int           // attempts spent, including this one
+	ReadyAt  time.Time     // when it became due (Claim) or its lease deadline (Reap)
+	Body     []byte        // the envelope as stored
+	Envelope *job.Envelope // decoded Body; nil when Err is set
+	Err      error         // wraps job.ErrCorrupt: Body did not decode, or the attempts counter was garbage
+}
+
+// Message returns the delivery a handler sees. It panics if Err is set.
+func (c *Claimed) Message() *job.Message {
+	return &job.Message{Envelope: *c.Envelope, Attempt: c.Attempt}
+}
+
+// ClaimResult is the outcome of one Claim call.
+type ClaimResult struct {
+	Now     time.Time // the server's clock at the claim
+	Next    time.Time // earliest ready time left in the shard; zero when empty
+	Jobs    []Claimed
+	Orphans []string // scheduled ids without an envelope, removed
+}
+
+// ReapResult lists jobs whose lease ran out.
+type ReapResult struct {
+	Now     time.Time
+	Jobs    []Claimed // ReadyAt holds the lease deadline that passed
+	Orphans []string  // processing ids without envelope or lease, removed
+}
+
+// Death is what a worker knows of a job it dead-letters; the broker makes
+// the dead record of it.
+type Death struct {
+	Type     string // job type, "" when the envelope did not decode
+	Body     []byte // the envelope as stored
+	Error    string // the final error
+	Attempts int    // attempts spent
+}
+
+// Caller identifies one worker to the broker: its calls that change jobs
+// carry it with a call id, so that a call sent twice (its reply was lost,
+// and the worker or its Redis client sent it again) is applied once and
+// answered the same both times. The broker keeps, per shard, the last call
+// of each lane of a worker (a small hash that expires after the lease).
+type Caller struct {
+	ID    string        // the worker's id, unique per process: job.NewID()
+	Lease time.Duration // how long the broker keeps the worker's last calls
+}
+
+// Lane is a sequence of calls of one worker to one shard: a lane has one
+// call in flight at a time, and only the lane's last call can be replayed.
+type Lane string
+
+// The lanes of a worker.
+const (
+	LaneSettle Lane = "settle" // outcomes of the jobs the worker ran
+	LaneReap   Lane = "reap"   // outcomes of expired leases the worker reaped
+)
+
+// OpKind is what Settle records for a job.
+type OpKind byte
+
+// Kinds of Op.
+const (
+	OpAck     OpKind = 'a' // the handler succeeded: the job is deleted
+	OpRetry   OpKind = 'r' // back to the schedule after Delay, as Env
+	OpKill    OpKind = 'k' // to the dead-letter store, as Death
+	OpRelease OpKind = 'l' // back to the schedule now, the attempt given back
+)
+
+// Op is one outcome for Settle to record.
+type Op struct {
+	Kind    OpKind
+	Lease   Lease
+	Delay   time.Duration // OpRetry
+	Env     *job.Envelope // OpRetry: the new envelope (with the last error)
+	Death   Death         // OpKill
+	Expired bool          // the reaper's: the lease must also have run out
+}
+
+// Settled is what became of one Op: its time (the new ready time of a
+// retry, the died-at of a kill), or an error wrapping broker.ErrLeaseLost
+// (nothing changed for that job) or broker.ErrLeaseLive (an expired op
+// found the lease extended).
+type Settled struct {
+	At  time.Time
+	Err error
+}
+
+// Broker is the protocol.
+type Broker interface {
+	// Shards resolves the physical queues of a queue.
+	Shards(ctx context.Context, queue string) ([]keyspace.Shard, error)
+	// Claim leases up to n due jobs of s for lease each, in ready-time
+	// order. A call with the id of w's last claim on s replays it: it
+	// returns the jobs of that claim still held under its tokens, and
+	// claims nothing new. With broker.Options.WaitReplicas, a claim that
+	// replicas did not confirm returns its jobs with an error wrapping
+	// broker.ErrNotReplicated.
+	Claim(ctx context.Context, s keyspace.Shard, w Caller, id string, n int, lease time.Duration) (ClaimResult, error)
+	// Settle records ops, all of shard s, in one call: the result of each
+	// in order, or an error for the whole call (a Redis error, after which
+	// the call may be sent again with the same id: it is applied once).
+	// With WaitReplicas, results come with an error wrapping
+	// broker.ErrNotReplicated when replicas did not confirm them.
+	Settle(ctx context.Context, s keyspace.Shard, w Caller, lane Lane, id string, ops []Op) ([]Settled, error)
+	// Extend pushes the deadline of held leases to now + lease. It returns
+	// nil, or a *job.BatchError aligned with leases whose entries wrap
+	// broker.ErrLeaseLost or a Redis error.
+	Extend(ctx context.Context, lease time.Duration, leases ...Lease) error
+	// Reap lists up to limit jobs of s whose lease has run out, changing
+	// nothing about them: the caller settles each (Expired) with the token
+	// read here.
+	Reap(ctx context.Context, s keyspace.Shard, limit int) (ReapResult, error)
+	// Wakeups subscribes to the wake-up notices of queues: a queue's name
+	// arrives when a job becomes its earliest while nothing there is due.
+	// stop unsubscribes and closes the channel.
+	Wakeups(ctx context.Context, queues []string) (notices <-chan string, stop func())
+}
+
+// impl is set by package broker when it is initialised.
+var impl func(b any) (Broker, bool)
+
+// Install is called once, by package broker, with the function that gives
+// a *broker.Broker's protocol.
+func Install(f func(b any) (Broker, bool)) {
+	if impl != nil {
+		panic("protocol: installed twice")
+	}
+	impl = f
+}
+
+// intercepted holds the wrappers of Intercept, by broker.
+var intercepted sync.Map // any (*broker.Broker) -> Broker
+
+// For returns the protocol of b, a *broker.Broker (wrapped, if a test
+// intercepts it). It panics for anything else: callers hold a broker by
+// type.
+func For(b any) Broker {
+	if p, ok := intercepted.Load(b); ok {
+		return p.(Broker)
+	}
+	if impl != nil {
+		if p, ok := impl(b); ok {
+			return p
+		}
+	}
+	panic(fmt.Sprintf("protocol: %T is not a *broker.Broker", b))
+}
+
+// TB is the part of testing.TB that Intercept uses (so that this package,
+// which workers link, does not import testing).
+type TB interface {
+	Helper()
+	Cleanup(func())
+	Fatalf(format string, args ...any)
+}
+
+// Intercept is the failure-injecting test seam: until the test ends, For(b)
+// returns wrap of b's protocol, so a worker built on b meanwhile talks to
+// the wrapper. Workers that must not be intercepted get a broker of their
+// own (broker.New on the same client).
+func Intercept(t TB, b any, wrap func(Broker) Broker) {
+	t.Helper()
+	if _, loaded := intercepted.LoadOrStore(b, wrap(For(b))); loaded {
+		t.Fatalf("protocol: broker %p is intercepted already", b)
+	}
+	t.Cleanup(func() { intercepted.Delete(b) })
+}

@@ -1,0 +1,27 @@
+package job
+
+import "time"
+
+// QueueStats is the state of one queue at one instant of the Redis server's
+// clock, as package broker reads it (broker.QueueStats is this type). It
+// lives here, with the other plain types the packages share, so that code
+// that only reads stats (metrics, dashboards) need not depend on the
+// broker.
+type QueueStats struct {
+	Queue      string
+	Now        time.Time
+	Scheduled  int64     // jobs waiting, due or not
+	Due        int64     // of those, ready now
+	Processing int64     // jobs leased to workers
+	Dead       int64     // dead records
+	OldestDue  time.Time // ready time of the longest-waiting due job; zero when none
+	NextReady  time.Time // earliest ready time in the future; zero when none
+}
+
+// Lateness is how long the oldest due job has waited, or 0.
+func (s QueueStats) Lateness() time.Duration {
+	if s.OldestDue.IsZero() {
+		return 0
+	}
+	return s.Now.Sub(s.OldestDue)
+}

@@ -1,0 +1,232 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/protocol"
+	"github.com/delayq/delayq/job"
+)
+
+// claims are the fetcher's claim ids. A claim whose reply was lost (an
+// error that may have come after the claim ran) is sent again with the same
+// id before anything else is claimed: the broker replays it, so the jobs it
+// took are not left held by nobody until their lease runs out. Nothing else
+// is claimed meanwhile, so the free slots the claim asked for are still
+// free when its jobs arrive.
+type claims struct {
+	seq     uint64
+	pending *pendingClaim
+}
+
+// pendingClaim is a claim to send again.
+type pendingClaim struct {
+	shard keyspace.Shard
+	id    string
+	n     int
+}
+
+// fetch claims jobs for free slots until ctx is done. Each round visits
+// the queues in the order of order() and, for a sharded queue, its shards
+// starting at the next one in turn (so that claims spread over them), each
+// asked for what the free slots leave. It then sleeps until the earliest
+// next ready time it was told of (at most MaxIdle), a wake-up notice, or a
+// freed slot when none was free.
+func (w *Worker) fetch(ctx, jobs context.Context, notices <-chan string, handlers *sync.WaitGroup) {
+	var failures int
+	var turn int
+	for ctx.Err() == nil {
+		free := w.slots.available()
+		if free == 0 {
+			select {
+			case <-ctx.Done():
+			case <-w.slots.freed:
+			}
+			continue
+		}
+		wait := w.cfg.MaxIdle
+		turn++
+		if p := w.claims.pending; p != nil {
+			// First the claim whose reply was lost.
+			res, err := w.claim(ctx, jobs, p.shard, p.id, p.n, handlers)
+			switch {
+			case err != nil:
+				failures++
+				wait = errorBackoff(failures)
+			case len(res.Jobs) > 0:
+				wait = 0
+			}
+			if err == nil {
+				failures = 0
+				free = w.slots.available()
+			}
+			if err != nil || free == 0 {
+				sleep(ctx, wait, notices)
+				continue
+			}
+		}
+	round:
+		for _, q := range w.order() {
+			if free == 0 || ctx.Err() != nil {
+				break
+			}
+			shards, err := w.b.Shards(ctx, q)
+			if err != nil {
+				if ctx.Err() == nil {
+					failures++
+					w.log.Error().Err(err).Str("queue", q).Msg("claim failed")
+					wait = min(wait, errorBackoff(failures))
+				}
+				continue
+			}
+			for i := range shards {
+				if free == 0 || ctx.Err() != nil {
+					break
+				}
+				s := shards[(turn+i)%len(shards)]
+				n := min(free, w.cfg.BatchSize)
+				w.claims.seq++
+				res, err := w.claim(ctx, jobs, s, strconv.FormatUint(w.claims.seq, 10), n, handlers)
+				if err != nil {
+					failures++
+					wait = min(wait, errorBackoff(failures))
+					if w.claims.pending != nil {
+						break round // send it again first
+					}
+					continue
+				}
+				failures = 0
+				free -= len(res.Jobs)
+				switch {
+				case len(res.Jobs) == n:
+					wait = 0 // there may be more due
+				case !res.Next.IsZero():
+					wait = min(wait, max(res.Next.Sub(res.Now), 0))
+				}
+			}
+		}
+		sleep(ctx, wait, notices)
+	}
+}
+
+// claim sends one claim and starts its jobs. A claim that failed in a way
+// that leaves it unknown whether it ran becomes the pending one; one that
+// was answered (even short of replicas: its jobs are handed over) clears it.
+func (w *Worker) claim(ctx, jobs context.Context, s keyspace.Shard, id string, n int, handlers *sync.WaitGroup) (protocol.ClaimResult, error) {
+	res, err := w.b.Claim(ctx, s, w.caller, id, n, w.cfg.Lease)
+	if err != nil && !(errors.Is(err, broker.ErrNotReplicated) && res.Now.After(time.Time{})) {
+		if ctx.Err() == nil {
+			w.log.Error().Err(err).Str("queue", s.Queue()).Str("shard", s.Name()).Msg("claim failed")
+		}
+		if !errors.Is(err, job.ErrInvalid) {
+			w.claims.pending = &pendingClaim{shard: s, id: id, n: n}
+		}
+		return res, err
+	}
+	if err != nil {
+		w.log.Warn().Err(err).Str("queue", s.Queue()).Msg("claim not confirmed by replicas; its jobs run anyway")
+	}
+	w.claims.pending = nil
+	w.claimed(jobs, s, res, handlers)
+	return res, nil
+}
+
+// giveBackClaim, at shutdown, asks once more for a claim whose reply was
+// lost and releases the jobs it took, without spending their attempts.
+func (w *Worker) giveBackClaim(bg context.Context) {
+	p := w.claims.pending
+	if p == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(bg, 2*time.Second)
+	defer cancel()
+	res, err := w.b.Claim(ctx, p.shard, w.caller, p.id, p.n, w.cfg.Lease)
+	if len(res.Jobs) == 0 {
+		if err != nil && !errors.Is(err, broker.ErrNotReplicated) {
+			w.log.Warn().Err(err).Str("queue", p.shard.Queue()).Msg("a claim's reply was lost; its jobs, if any, come back after their lease")
+		}
+		return
+	}
+	leases := make([]protocol.Lease, len(res.Jobs))
+	for i, c := range res.Jobs {
+		leases[i] = c.Lease
+	}
+	w.release(leases)
+}
+
+// sleep waits up to d for ctx, a wake-up notice or the time to pass.
+func sleep(ctx context.Context, d time.Duration, notices <-chan string) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	case <-notices:
+	}
+}
+
+// claimed starts the jobs of one claim.
+func (w *Worker) claimed(jobs context.Context, s keyspace.Shard, res protocol.ClaimResult, handlers *sync.WaitGroup) {
+	if len(res.Orphans) > 0 {
+		w.log.Warn().Str("queue", s.Queue()).Strs("job_ids", res.Orphans).Msg("removed scheduled ids without an envelope")
+	}
+	for i := range res.Jobs {
+		w.start(jobs, res.Now, &res.Jobs[i], handlers)
+	}
+}
+
+func errorBackoff(failures int) time.Duration {
+	return min(50*time.Millisecond<<min(failures, 6), 2*time.Second)
+}
+
+// order returns the queue names in the order to try them this round.
+func (w *Worker) order() []string {
+	qs := w.cfg.Queues
+	out := make([]string, 0, len(qs))
+	if w.cfg.StrictPriority || len(qs) == 1 {
+		for _, q := range qs {
+			out = append(out, q.Name)
+		}
+		return out
+	}
+	// Weighted sampling without replacement (Efraimidis–Spirakis keys).
+	type keyed struct {
+		name string
+		key  float64
+	}
+	ks := make([]keyed, len(qs))
+	for i, q := range qs {
+		ks[i] = keyed{q.Name, -rand.ExpFloat64() / float64(q.Weight)}
+	}
+	for len(ks) > 0 {
+		best := 0
+		for i := range ks {
+			if ks[i].key > ks[best].key {
+				best = i
+			}
+		}
+		out = append(out, ks[best].name)
+		ks = append(ks[:best], ks[best+1:]...)
+	}
+	return out
+}
+
+// start runs one claimed job in a goroutine of its own.
+func (w *Worker) start(jobs context.Context, claimedAt time.Time, c *protocol.Claimed, handlers *sync.WaitGroup) {
+	ctx, cancel := context.WithCancelCause(jobs)
+	t := &task{lease: c.Lease, cancel: cancel}
+	w.slots.take(t)
+	handlers.Go(func() {
+		defer cancel(nil)
+		w.process(ctx, claimedAt, c, t)
+	})
+}

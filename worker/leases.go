@@ -1,0 +1,116 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"strconv"
+
+	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/protocol"
+	"github.com/delayq/delayq/job"
+)
+
+// heartbeat extends the leases of running jobs; a job whose lease is lost
+// gets its context cancelled.
+func (w *Worker) heartbeat(bg context.Context) {
+	leases := w.slots.held()
+	if len(leases) == 0 {
+		return
+	}
+	err := w.b.Extend(bg, w.cfg.Lease, leases...)
+	var be *job.BatchError
+	if !errors.As(err, &be) {
+		if err != nil {
+			w.log.Error().Err(err).Msg("heartbeat failed")
+		}
+		return
+	}
+	for i, e := range be.Errs {
+		switch {
+		case e == nil:
+		case errors.Is(e, broker.ErrLeaseLost):
+			if w.slots.lost(leases[i], broker.ErrLeaseLost) {
+				w.log.Warn().Str("job_id", leases[i].ID).Str("queue", leases[i].Queue()).Msg("lease lost; cancelling the handler")
+			}
+		default:
+			w.log.Error().Err(e).Str("job_id", leases[i].ID).Msg("heartbeat failed")
+		}
+	}
+}
+
+// reap retries or dead-letters the jobs of expired leases in every shard of
+// every queue: one Reap and one Settle call per round of up to maxBatch.
+func (w *Worker) reap(ctx, bg context.Context) {
+	for _, q := range w.cfg.Queues {
+		shards, err := w.b.Shards(bg, q.Name)
+		if err != nil {
+			w.log.Error().Err(err).Str("queue", q.Name).Msg("reap failed")
+			continue
+		}
+		for _, s := range shards {
+			for ctx.Err() == nil {
+				res, err := w.b.Reap(bg, s, maxBatch)
+				if err != nil {
+					w.log.Error().Err(err).Str("queue", q.Name).Str("shard", s.Name()).Msg("reap failed")
+					break
+				}
+				if len(res.Orphans) > 0 {
+					w.log.Warn().Str("queue", q.Name).Strs("job_ids", res.Orphans).Msg("removed processing ids without an envelope")
+				}
+				w.expire(bg, s, res.Jobs)
+				if len(res.Jobs) < maxBatch {
+					break
+				}
+			}
+		}
+	}
+}
+
+// expire records the jobs of expired leases of shard s as failed attempts,
+// in one call.
+func (w *Worker) expire(bg context.Context, s keyspace.Shard, jobs []protocol.Claimed) {
+	if len(jobs) == 0 {
+		return
+	}
+	ops := make([]protocol.Op, len(jobs))
+	for i := range jobs {
+		ops[i] = w.expiry(&jobs[i])
+	}
+	w.reapSeq++
+	res, err := w.b.Settle(bg, s, w.caller, protocol.LaneReap, strconv.FormatUint(w.reapSeq, 10), ops)
+	if res == nil {
+		w.log.Error().Err(err).Str("queue", s.Queue()).Msg("reap failed; next round tries again")
+		return
+	}
+	for i := range jobs {
+		logger := w.jobLogger(&jobs[i])
+		switch e := res[i].Err; {
+		case e == nil:
+			outcome := job.OutcomeRetry
+			if ops[i].Kind == protocol.OpKill {
+				outcome = job.OutcomeDead
+			}
+			logger.Warn().Str("outcome", outcome.String()).Msg("lease expired; job reaped")
+		default:
+			logger.Debug().Err(e).Msg("reap skipped")
+		}
+	}
+}
+
+// expiry decides one job whose lease ran out, as a failed attempt: a job
+// that does not decode (or whose state is corrupt) is dead-lettered.
+func (w *Worker) expiry(c *protocol.Claimed) protocol.Op {
+	if c.Err != nil {
+		return protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Death: death(c, nil, c.Err), Expired: true}
+	}
+	m := c.Message()
+	m.Attempt = max(c.Attempt, 1)
+	entry, _ := w.cfg.Registry.Lookup(m.Type)
+	if d := w.decide(m, entry, ErrLeaseExpired); !d.Dead {
+		env := *c.Envelope
+		env.LastError = ErrLeaseExpired.Error()
+		return protocol.Op{Kind: protocol.OpRetry, Lease: c.Lease, Delay: d.Delay, Env: &env, Expired: true}
+	}
+	return protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Death: death(c, m, ErrLeaseExpired), Expired: true}
+}

@@ -1,0 +1,150 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/protocol"
+	"github.com/delayq/delayq/job"
+	"github.com/delayq/delayq/middleware"
+	"github.com/delayq/delayq/retry"
+)
+
+// process runs one claimed job through the middleware chain and its handler
+// and queues its outcome for the settler.
+func (w *Worker) process(ctx context.Context, claimedAt time.Time, c *protocol.Claimed, t *task) {
+	defer w.slots.finish(t)
+	if c.Err != nil {
+		// No handler or middleware sees it: there is no message to give.
+		logger := w.jobLogger(c)
+		logger.Error().Err(c.Err).Msg("envelope does not decode; dead-lettering")
+		w.record(t, protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Death: death(c, nil, c.Err)}, func(protocol.Settled) {})
+		return
+	}
+	m := c.Message()
+	m.ClaimedAt = claimedAt
+	entry, known := w.cfg.Registry.Lookup(m.Type)
+	// The handler's deadline: the job's, else its type's, else the
+	// worker's. Only the message carries it; the stored envelope keeps
+	// what the producer set.
+	if m.Timeout <= 0 {
+		m.Timeout = entry.Timeout
+	}
+	if m.Timeout <= 0 {
+		m.Timeout = w.cfg.Timeout
+	}
+	h := entry.Handler
+	if !known {
+		// Middleware sees the attempt fail like any other.
+		h = job.HandlerFunc(func(context.Context, *job.Message) error {
+			return fmt.Errorf("no handler registered for type %q", m.Type)
+		})
+	}
+	// settle tells middleware what became of the attempt (job.OnResult).
+	ctx, settle := job.WithResults(ctx)
+	err := call(ctx, job.Chain(h, w.cfg.Middleware...), m)
+	if w.slots.released(t) {
+		// Handed back at shutdown; another worker takes it.
+		settle(job.Result{Outcome: job.OutcomeReleased, Err: err})
+		return
+	}
+	if err == nil {
+		w.record(t, protocol.Op{Kind: protocol.OpAck, Lease: c.Lease}, func(r protocol.Settled) {
+			settle(settled(job.Result{Outcome: job.OutcomeSuccess}, r.Err))
+		})
+		return
+	}
+	w.fail(c, m, entry, t, err, settle)
+}
+
+// record marks t as settling (its outcome is decided, so a lease lost from
+// now on is no surprise) and queues op for the settler; done runs once it is
+// recorded. A lease found lost is logged here.
+func (w *Worker) record(t *task, op protocol.Op, done func(protocol.Settled)) {
+	w.slots.settling(t)
+	w.settler.add(op, func(r protocol.Settled) {
+		if errors.Is(r.Err, broker.ErrLeaseLost) {
+			w.log.Warn().Str("job_id", op.Lease.ID).Str("queue", op.Lease.Queue()).Msg("outcome refused: lease lost; the job was or will be handled again")
+		}
+		done(r)
+	})
+}
+
+// decide decides a failed attempt of m (retry.Decide with the job's policy).
+func (w *Worker) decide(m *job.Message, entry job.Entry, err error) retry.Decision {
+	return retry.Decide(m.Attempt, m.MaxRetries, w.policy(m, entry), err)
+}
+
+// policy is the retry policy of a job: its own backoff, else its type's,
+// else the worker's.
+func (w *Worker) policy(m *job.Message, entry job.Entry) retry.Policy {
+	switch {
+	case m.Backoff != nil:
+		return retry.Exponential{Initial: m.Backoff.Initial, Multiplier: m.Backoff.Multiplier, Max: m.Backoff.Max, Jitter: m.Backoff.Jitter}
+	case entry.Retry != nil:
+		return entry.Retry
+	}
+	return w.cfg.Retry
+}
+
+// jobLogger returns the logger for one job's outcome. It is built only when
+// there is something to log: a success logs nothing, and building it costs
+// allocations on the hot path.
+func (w *Worker) jobLogger(c *protocol.Claimed) zerolog.Logger {
+	return w.log.With().Str("job_id", c.ID).Str("queue", c.Queue()).Int("attempt", c.Attempt).Logger()
+}
+
+// call runs h, turning a panic that escaped the middleware into an error.
+func call(ctx context.Context, h job.Handler, m *job.Message) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &middleware.PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return h.Handle(ctx, m)
+}
+
+// death is the one place a dead job's record is made: m is nil when the
+// envelope did not decode.
+func death(c *protocol.Claimed, m *job.Message, err error) protocol.Death {
+	d := protocol.Death{Body: c.Body, Error: err.Error(), Attempts: c.Attempt}
+	if m != nil {
+		d.Type, d.Attempts = m.Type, m.Attempt
+	}
+	return d
+}
+
+// fail retries or dead-letters a job whose attempt returned err, then
+// settles the attempt. Per-job outcomes are logged at debug level here;
+// middleware.Logging writes the outcome lines.
+func (w *Worker) fail(c *protocol.Claimed, m *job.Message, entry job.Entry, t *task, err error, settle func(job.Result)) {
+	logger := w.jobLogger(c)
+	d := w.decide(m, entry, err)
+	if d.Dead {
+		logger.Debug().Err(err).Str("type", m.Type).Str("reason", d.Reason).Msg("job dead-lettered")
+		w.record(t, protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Death: death(c, m, err)}, func(r protocol.Settled) {
+			settle(settled(job.Result{Outcome: job.OutcomeDead, Err: err}, r.Err))
+		})
+		return
+	}
+	logger.Debug().Err(err).Str("type", m.Type).Int64("delay_ms", d.Delay.Milliseconds()).Msg("job failed; retrying")
+	env := *c.Envelope // as stored: not the worker's defaults
+	env.LastError = err.Error()
+	w.record(t, protocol.Op{Kind: protocol.OpRetry, Lease: c.Lease, Delay: d.Delay, Env: &env}, func(r protocol.Settled) {
+		settle(settled(job.Result{Outcome: job.OutcomeRetry, Err: err, Delay: d.Delay}, r.Err))
+	})
+}
+
+// settled is res, or OutcomeLeaseLost when recording it failed with lost.
+func settled(res job.Result, lost error) job.Result {
+	if lost == nil {
+		return res
+	}
+	return job.Result{Outcome: job.OutcomeLeaseLost, Err: res.Err, Lost: lost}
+}

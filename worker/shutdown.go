@@ -1,0 +1,53 @@
+package worker
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/delayq/delayq/internal/protocol"
+)
+
+// shutdown waits for in-flight jobs until the deadline, then cancels and
+// releases the rest.
+func (w *Worker) shutdown(bg context.Context, cancelJobs context.CancelFunc, handlers *sync.WaitGroup) {
+	n, idle := w.slots.close()
+	if n > 0 {
+		w.log.Info().Int("in_flight", n).Int64("timeout_ms", w.cfg.ShutdownTimeout.Milliseconds()).Msg("shutting down: waiting for in-flight jobs")
+	}
+	t := time.NewTimer(w.cfg.ShutdownTimeout)
+	defer t.Stop()
+	select {
+	case <-idle:
+		handlers.Wait()
+		return
+	case <-t.C:
+	}
+	leases := w.slots.releaseAll()
+	cancelJobs()
+	if len(leases) > 0 {
+		w.release(leases)
+		w.log.Warn().Int("released", len(leases)).Msg("shutdown deadline passed: released unfinished jobs")
+	}
+	done := make(chan struct{})
+	go func() { handlers.Wait(); close(done) }()
+	grace := time.NewTimer(time.Second)
+	defer grace.Stop()
+	select {
+	case <-done:
+	case <-grace.C:
+		w.log.Error().Msg("handlers ignore their cancelled context; returning without them")
+	}
+}
+
+// release hands leases back through the settler, without spending their
+// attempts.
+func (w *Worker) release(leases []protocol.Lease) {
+	for _, l := range leases {
+		w.settler.add(protocol.Op{Kind: protocol.OpRelease, Lease: l}, func(r protocol.Settled) {
+			if r.Err != nil {
+				w.log.Warn().Err(r.Err).Str("job_id", l.ID).Str("queue", l.Queue()).Msg("release failed; the job comes back after its lease")
+			}
+		})
+	}
+}

@@ -1,0 +1,127 @@
+package worker
+
+import (
+	"context"
+	"sync"
+
+	"github.com/delayq/delayq/internal/protocol"
+)
+
+// slots tracks the jobs a worker runs and how many more it may take.
+type slots struct {
+	mu       sync.Mutex
+	inflight map[protocol.Lease]*task
+	free     int
+	freed    chan struct{} // a slot freed (buffered 1)
+	idle     chan struct{} // closed when inflight empties during shutdown
+	closing  bool
+}
+
+// task is one running job.
+type task struct {
+	lease    protocol.Lease
+	cancel   context.CancelCauseFunc
+	released bool // handed back at shutdown: its outcome is not recorded
+	settled  bool // its outcome is decided and queued for the settler
+}
+
+func newSlots(n int) *slots {
+	return &slots{inflight: make(map[protocol.Lease]*task), free: n, freed: make(chan struct{}, 1)}
+}
+
+// available returns the number of free slots.
+func (s *slots) available() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.free
+}
+
+// take records a started task in a slot.
+func (s *slots) take(t *task) {
+	s.mu.Lock()
+	s.inflight[t.lease] = t
+	s.free--
+	s.mu.Unlock()
+}
+
+// finish forgets a task and frees its slot.
+func (s *slots) finish(t *task) {
+	s.mu.Lock()
+	delete(s.inflight, t.lease)
+	s.free++
+	if s.closing && len(s.inflight) == 0 && s.idle != nil {
+		close(s.idle)
+		s.idle = nil
+	}
+	s.mu.Unlock()
+	signal(s.freed)
+}
+
+// released reports whether t was handed back at shutdown.
+func (s *slots) released(t *task) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return t.released
+}
+
+// settling marks t's outcome as decided.
+func (s *slots) settling(t *task) {
+	s.mu.Lock()
+	t.settled = true
+	s.mu.Unlock()
+}
+
+// held returns the leases of the running jobs that were not handed back.
+func (s *slots) held() []protocol.Lease {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]protocol.Lease, 0, len(s.inflight))
+	for l, t := range s.inflight {
+		if !t.released {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// lost handles a lease the heartbeat found lost: the handler of a job that
+// still runs is cancelled with cause, and lost reports true; a job that
+// finished (or whose outcome is being recorded) meanwhile is no loss.
+func (s *slots) lost(l protocol.Lease, cause error) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.inflight[l]
+	if !ok || t.settled || t.released {
+		return false
+	}
+	t.cancel(cause)
+	return true
+}
+
+// close starts the shutdown: it returns how many jobs run and a channel
+// closed once none does.
+func (s *slots) close() (running int, idle <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closing = true
+	ch := make(chan struct{})
+	if len(s.inflight) == 0 {
+		close(ch)
+	} else {
+		s.idle = ch
+	}
+	return len(s.inflight), ch
+}
+
+// releaseAll marks every running job as handed back and returns their
+// leases.
+func (s *slots) releaseAll() []protocol.Lease {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]protocol.Lease, 0, len(s.inflight))
+	for l, t := range s.inflight {
+		t.released = true
+		out = append(out, l)
+	}
+	return out
+}
