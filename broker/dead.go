@@ -116,8 +116,8 @@ func (b *Broker) DeadPage(ctx context.Context, queue string, after DeadCursor, l
 	}
 	// Each shard's next limit records after the cursor hold the merged
 	// next limit, newest first (by died-at, then id descending, as within
-	// one shard).
-	var all []*DeadRecord
+	// one shard). An empty page is an empty list, as for one shard.
+	all := []*DeadRecord{}
 	more := false
 	for _, s := range q.Shards() {
 		recs, next, err := b.deadPage(ctx, s, after, limit)

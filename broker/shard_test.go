@@ -251,6 +251,36 @@ func TestDeadPagePagesThroughShards(t *testing.T) {
 	}
 }
 
+// TestDeadPageWithoutRecords checks that a page with no records is an
+// empty list, not nil, whatever the shard count: callers that encode it
+// (JSON) see [] in both cases.
+func TestDeadPageWithoutRecords(t *testing.T) {
+	t.Parallel()
+	for _, shards := range []int{1, 3} {
+		t.Run(strconv.Itoa(shards)+" shards", func(t *testing.T) {
+			t.Parallel()
+			tb := setup(t)
+			tb.sharded(t, shards)
+			tb.enqueue(t, env("a", 0))
+			c := tb.claim(t, 1).Jobs[0]
+			if _, err := testkit.Drive(tb.b).Kill(tb.ctx, c.Lease, &broker.DeadRecord{Error: "e"}); err != nil {
+				t.Fatal(err)
+			}
+			for _, cur := range []broker.DeadCursor{{DiedAt: epoch.Add(-time.Hour), ID: "z"}, {}} {
+				if cur.IsZero() {
+					if _, err := tb.b.DeadPurge(tb.ctx, "q"); err != nil {
+						t.Fatal(err)
+					}
+				}
+				recs, next, err := tb.b.DeadPage(tb.ctx, "q", cur, 10)
+				if err != nil || recs == nil || len(recs) != 0 || !next.IsZero() {
+					t.Fatalf("DeadPage after %+v = %#v, %+v, %v; want an empty list, no next page", cur, recs, next, err)
+				}
+			}
+		})
+	}
+}
+
 func TestShardedDeadLetters(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
