@@ -336,6 +336,43 @@ func sortedKeys(m map[string]string) []string {
 	return keys
 }
 
+// checkTarget validates --queue and the job ids given on the command line.
+func checkTarget(queue string, ids []string) error {
+	if err := checkQueue(queue); err != nil {
+		return err
+	}
+	return checkIDs(ids)
+}
+
+// brokerFor checks --queue and the job ids given on the command line, then
+// connects.
+func (a *app) brokerFor(ctx context.Context, queue string, ids []string) (*broker.Broker, error) {
+	if err := checkTarget(queue, ids); err != nil {
+		return nil, err
+	}
+	return a.broker(ctx)
+}
+
+// showCommand is "show ID [--queue Q]": it checks the queue and the id,
+// connects and hands both to show.
+func (a *app) showCommand(short string, show func(ctx context.Context, b *broker.Broker, queue, id string) error) *cobra.Command {
+	var queue string
+	cmd := &cobra.Command{
+		Use:   "show ID",
+		Short: short,
+		Args:  exactArgs(1, "one job id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			b, err := a.brokerFor(cmd.Context(), queue, args)
+			if err != nil {
+				return err
+			}
+			return show(cmd.Context(), b, queue, args[0])
+		},
+	}
+	queueFlag(cmd.Flags(), &queue, job.DefaultQueue, "queue")
+	return cmd
+}
+
 // checkIDs validates job ids given on the command line.
 func checkIDs(ids []string) error {
 	for _, id := range ids {
