@@ -196,6 +196,7 @@ func (a *app) jobsLsCommand() *cobra.Command {
 	f := cmd.Flags()
 	queueFlag(f, &queue, job.DefaultQueue, "queue")
 	f.StringVar(&state, "state", "all", "all, scheduled or processing")
+	_ = cmd.RegisterFlagCompletionFunc("state", cobra.FixedCompletions([]string{"all", "scheduled", "processing"}, cobra.ShellCompDirectiveNoFileComp))
 	f.IntVar(&limit, "limit", 50, "jobs per page")
 	f.StringVar(&cursor, "cursor", "", "continue after a previous page")
 	return cmd
