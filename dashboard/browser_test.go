@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -304,7 +305,44 @@ func TestBrowser(t *testing.T) {
 		t.Fatal("the count changed without the refresh script running")
 	}
 
+	freshCharts(t, ctx, b, web.URL)
 	rebinding(t, ctx, b, web.URL, attacker, seeded.Dead-2)
+}
+
+// freshCharts opens the page of a queue with nothing in its last hour: the
+// y axes of its two charts read "0, 1, 2" and "0, 1ms, 2ms", bottom to top,
+// each label drawn higher than the one before.
+func freshCharts(t *testing.T, ctx context.Context, b *broker.Broker, webURL string) {
+	t.Helper()
+	if err := b.Enqueue(context.Background(), &job.Envelope{ID: "first", Queue: "fresh", Type: "email.send", Payload: []byte(`{}`), Delay: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	do(t, ctx, "open a fresh queue",
+		chromedp.Navigate(webURL+"/queues/fresh"),
+		chromedp.WaitVisible(chromedp.CSS("svg.chart")),
+	)
+	type label struct {
+		Text string  `json:"text"`
+		Top  float64 `json:"top"`
+	}
+	axes := eval[[][]label](t, ctx, `[...document.querySelectorAll('svg.chart')].map(svg =>
+		[...svg.querySelectorAll('text.axis[text-anchor="end"]')].map(e => ({text: e.textContent, top: e.getBoundingClientRect().top})))`)
+	want := [][]string{{"0", "1", "2"}, {"0", "1ms", "2ms"}}
+	if len(axes) != len(want) {
+		t.Fatalf("the fresh queue's page has %d charts, want %d", len(axes), len(want))
+	}
+	for i, axis := range axes {
+		var got []string
+		for j, l := range axis {
+			got = append(got, l.Text)
+			if j > 0 && l.Top >= axis[j-1].Top {
+				t.Errorf("chart %d: label %q is drawn at %.1f, not above %q at %.1f", i, l.Text, l.Top, axis[j-1].Text, axis[j-1].Top)
+			}
+		}
+		if !slices.Equal(got, want[i]) {
+			t.Errorf("chart %d of a fresh queue labels its y axis %q, want %q", i, got, want[i])
+		}
+	}
 }
 
 // rebinder serves the dashboard, except for one request: the first one

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"html/template"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,13 +20,14 @@ type series struct {
 
 // chart is a server-rendered SVG chart over minutes: stacked bars or lines.
 type chart struct {
-	Label   string      // accessible name
-	Times   []time.Time // start of each minute (x)
-	Series  []series    // in drawing (and stacking) order
-	Bars    bool        // stacked bars; lines otherwise
-	Format  func(float64) string
-	W, H    int  // view box
-	Compact bool // a sparkline: no axes or labels
+	Label   string                   // accessible name
+	Times   []time.Time              // start of each minute (x)
+	Series  []series                 // in drawing (and stacking) order
+	Bars    bool                     // stacked bars; lines otherwise
+	Format  func(float64) string     // a value, in tooltips
+	Ticks   func(max float64) []tick // the y axis for the largest value
+	W, H    int                      // view box
+	Compact bool                     // a sparkline: no axes or labels
 }
 
 const (
@@ -49,16 +51,20 @@ func (c chart) SVG() template.HTML {
 		b.WriteString(`</svg>`)
 		return template.HTML(b.String())
 	}
+	var ticks []tick
 	ymax := niceCeil(c.max())
+	if !c.Compact {
+		ticks = c.Ticks(c.max())
+		ymax = ticks[len(ticks)-1].V
+	}
 	y := func(v float64) float64 { return float64(top) + ph - v/ymax*ph }
 	slot := pw / float64(n)
 	x := func(i int) float64 { return float64(left) + float64(i)*slot }
 
 	if !c.Compact {
-		for _, f := range []float64{0, 0.5, 1} {
-			v := ymax * f
-			fmt.Fprintf(&b, `<line class="grid" x1="%d" x2="%d" y1="%.1f" y2="%.1f"/>`, left, c.W-right, y(v), y(v))
-			fmt.Fprintf(&b, `<text class="axis" x="%d" y="%.1f" text-anchor="end" dominant-baseline="middle">%s</text>`, left-6, y(v), esc(c.Format(v)))
+		for _, tk := range ticks {
+			fmt.Fprintf(&b, `<line class="grid" x1="%d" x2="%d" y1="%.1f" y2="%.1f"/>`, left, c.W-right, y(tk.V), y(tk.V))
+			fmt.Fprintf(&b, `<text class="axis" x="%d" y="%.1f" text-anchor="end" dominant-baseline="middle">%s</text>`, left-6, y(tk.V), esc(tk.Label))
 		}
 		for i, t := range c.Times {
 			if t.UTC().Minute()%15 == 0 {
@@ -155,7 +161,115 @@ func (c chart) max() float64 {
 	return m
 }
 
-// niceCeil rounds v up to 1, 2 or 5 times a power of ten (1 for v <= 0).
+// tick is a labelled value of a y axis.
+type tick struct {
+	V     float64
+	Label string
+}
+
+// An axis has at least minIntervals and at most maxIntervals steps between
+// its ticks, all of one size, from 0 to the first tick at or above the
+// largest value: 3 to 5 labels, so that even an empty chart reads "0, 1, 2".
+const minIntervals, maxIntervals = 2, 4
+
+// steps chooses the smallest step of the sequence next(first),
+// next(next(first)), … with which max fits in maxIntervals steps, and how
+// many steps the axis has.
+func steps(max, first float64, next func(float64) float64) (step float64, n int) {
+	if math.IsNaN(max) || math.IsInf(max, 0) || max < 0 {
+		max = 0
+	}
+	step = first
+	for math.Ceil(max/step) > maxIntervals {
+		step = next(step)
+	}
+	return step, int(math.Max(minIntervals, math.Ceil(max/step)))
+}
+
+// next125 is the step after s in 1, 2, 5, 10, 20, 50, …
+func next125(s float64) float64 {
+	p := math.Pow(10, math.Floor(math.Log10(s)+1e-9))
+	switch m := math.Round(s / p); {
+	case m < 2:
+		return 2 * p
+	case m < 5:
+		return 5 * p
+	default:
+		return 10 * p
+	}
+}
+
+// countTicks is the axis of a count: whole steps of 1, 2 or 5 times a power
+// of ten ("0, 1, 2" for nothing; "0, 500, 1,000, 1,500" for 1,234).
+func countTicks(max float64) []tick {
+	step, n := steps(max, 1, next125)
+	out := make([]tick, n+1)
+	for i := range out {
+		v := float64(i) * step
+		out[i] = tick{v, formatCount(int64(v))}
+	}
+	return out
+}
+
+// durationSteps are the steps of a duration axis, in milliseconds, up to a
+// day; beyond, days go in steps of 1, 2 or 5 times a power of ten.
+var durationSteps = []float64{
+	1, 2, 5, 10, 20, 50, 100, 200, 500, // ms
+	1e3, 2e3, 5e3, 10e3, 15e3, 30e3, // s
+	60e3, 120e3, 300e3, 600e3, 900e3, 1800e3, // min
+	3600e3, 7200e3, 3 * 3600e3, 6 * 3600e3, 12 * 3600e3, // h
+	msPerDay,
+}
+
+const msPerDay = 24 * 3600e3
+
+func nextDuration(s float64) float64 {
+	for _, d := range durationSteps {
+		if d > s {
+			return d
+		}
+	}
+	return next125(s/msPerDay) * msPerDay
+}
+
+// durationUnits are the units of a duration axis: the first whose limit is
+// above the axis's step labels every tick, so that one axis never mixes
+// units and its labels are whole numbers of it, or halves of a second
+// ("0, 1ms, 2ms"; "0, 0.5s, 1s, 1.5s"; "0, 30s, 60s, 90s"; "0, 1m, 2m").
+var durationUnits = []struct {
+	ms, limit float64 // the unit, and the step it labels up to
+	suffix    string
+}{
+	{1, 500, "ms"},
+	{1e3, 60e3, "s"},
+	{60e3, 3600e3, "m"},
+	{3600e3, msPerDay, "h"},
+	{msPerDay, math.Inf(1), "d"},
+}
+
+// durationTicks is the axis of a duration given in milliseconds.
+func durationTicks(maxMs float64) []tick {
+	step, n := steps(maxMs, 1, nextDuration)
+	u := durationUnits[0]
+	for _, u = range durationUnits {
+		if step < u.limit {
+			break
+		}
+	}
+	out := make([]tick, n+1)
+	for i := range out {
+		v := float64(i) * step
+		label := "0"
+		if i > 0 {
+			label = strconv.FormatFloat(v/u.ms, 'f', -1, 64) + u.suffix
+		}
+		out[i] = tick{v, label}
+	}
+	return out
+}
+
+// niceCeil rounds v up to 1, 2 or 5 times a power of ten (1 for v <= 0);
+// the scale of a sparkline.
 func niceCeil(v float64) float64 {
 	if v <= 0 || math.IsNaN(v) || math.IsInf(v, 0) {
 		return 1
@@ -222,11 +336,11 @@ func historyCharts(h []broker.Minute, label string, w, height int) charts {
 	}
 	out.Total = out.Done + out.Failed + out.Dead
 	out.Handled = chart{
-		Label: "Jobs handled per minute, " + label, Times: times, Bars: true, Format: countLabel, W: w, H: height,
+		Label: "Jobs handled per minute, " + label, Times: times, Bars: true, Format: countLabel, Ticks: countTicks, W: w, H: height,
 		Series: []series{{"done", "s-done", done}, {"failed", "s-failed", failed}, {"dead", "s-dead", dead}},
 	}
 	out.Lateness = chart{
-		Label: "Lateness (claim time − ready time) per minute, " + label, Times: times, Format: msLabel, W: w, H: height,
+		Label: "Lateness (claim time − ready time) per minute, " + label, Times: times, Format: msLabel, Ticks: durationTicks, W: w, H: height,
 		Series: []series{{"max", "s-max", peak}, {"mean", "s-mean", mean}},
 	}
 	return out

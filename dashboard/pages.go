@@ -36,25 +36,24 @@ type overviewData struct {
 }
 
 // knownQueues returns the names in ns:queues that delayq could have
-// written, sorted.
-func (d *Dashboard) knownQueues(r *http.Request) ([]string, error) {
+// written, sorted, and the stats of each, in the same order.
+func (d *Dashboard) knownQueues(r *http.Request) ([]string, []broker.QueueStats, error) {
 	names, err := d.b.Queues(r.Context())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	names = slices.DeleteFunc(names, func(q string) bool { return job.ValidateQueue(q) != nil })
 	slices.Sort(names)
-	return names, nil
+	stats, err := d.b.StatsOf(r.Context(), names...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return names, stats, nil
 }
 
 func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	names, err := d.knownQueues(r)
-	if err != nil {
-		d.redisError(w, r, err)
-		return
-	}
-	stats, err := d.b.StatsOf(ctx, names...)
+	names, stats, err := d.knownQueues(r)
 	if err != nil {
 		d.redisError(w, r, err)
 		return
@@ -236,12 +235,7 @@ type deadData struct {
 func (d *Dashboard) dead(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	qv := r.URL.Query()
-	names, err := d.knownQueues(r)
-	if err != nil {
-		d.redisError(w, r, err)
-		return
-	}
-	stats, err := d.b.StatsOf(ctx, names...)
+	names, stats, err := d.knownQueues(r)
 	if err != nil {
 		d.redisError(w, r, err)
 		return

@@ -26,7 +26,8 @@
 // setup (master, replica, three Sentinels) instead, started once per test
 // binary, and [New] returns a cluster or failover client; namespaces are
 // deleted from every master. Tests that must see every key use [Keys]
-// rather than KEYS.
+// rather than KEYS; [TopologyAddrs] gives the addresses a subprocess
+// connects to.
 //
 // # Dedicated servers
 //

@@ -398,9 +398,6 @@ func TestInspectorChanges(t *testing.T) {
 // TestCLIChanges runs every delayq subcommand that changes jobs.
 func TestCLIChanges(t *testing.T) {
 	t.Parallel()
-	if why := cliSkipped(); why != "" {
-		t.Skip(why)
-	}
 	at := func(e *env, d time.Duration) string { return e.base.Add(d).UTC().Format(time.RFC3339) }
 	with := func(f func(e *env) []string) question {
 		return func(t *testing.T, e *env) any { return e.cli(t, "", f(e)...) }

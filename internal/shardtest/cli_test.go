@@ -12,9 +12,6 @@ import (
 // ls and show, dead ls and show, with --json and as tables.
 func TestCLIReads(t *testing.T) {
 	t.Parallel()
-	if why := cliSkipped(); why != "" {
-		t.Skip(why)
-	}
 	runReads(t, cliReads())
 }
 

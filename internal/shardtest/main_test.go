@@ -10,15 +10,10 @@ import (
 	"github.com/delayq/delayq/internal/redistest"
 )
 
-// bin is the delayq binary, built once for this test binary; "" on a
-// cluster, where the command cannot connect.
+// bin is the delayq binary, built once for this test binary.
 var bin string
 
 func TestMain(m *testing.M) {
-	if cliSkipped() != "" {
-		redistest.Main(m)
-		return
-	}
 	dir, err := os.MkdirTemp("", "delayq-shardtest-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -32,14 +27,4 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	redistest.MainCleanup(m, func() { _ = os.RemoveAll(dir) })
-}
-
-// cliSkipped says why the delayq command cannot run against the shared
-// server, or "" when it can: it takes one redis:// URL and makes a
-// single-node client, which a cluster answers with MOVED for most keys.
-func cliSkipped() string {
-	if redistest.Topology() == "cluster" {
-		return "the delayq command connects to a single node (--redis-url), not to a cluster"
-	}
-	return ""
 }

@@ -239,6 +239,11 @@ func (d Driver) Claim(ctx context.Context, queue string, n int, lease time.Durat
 	return out, nil
 }
 
+// ClaimShard claims up to n due jobs of one shard.
+func (d Driver) ClaimShard(ctx context.Context, s keyspace.Shard, n int, lease time.Duration) (protocol.ClaimResult, error) {
+	return d.p.Claim(ctx, s, driver, nextID(), n, lease)
+}
+
 // Reap lists up to limit expired leases of queue over its shards.
 func (d Driver) Reap(ctx context.Context, queue string, limit int) (protocol.ReapResult, error) {
 	shards, err := d.p.Shards(ctx, queue)

@@ -65,7 +65,7 @@ type app struct {
 	json      bool
 	now       string // hidden: a fixed clock, for reproducible output
 
-	rdb   *redis.Client
+	rdb   redis.UniversalClient
 	clock func() time.Time // nil: the server's clock
 	ran   bool             // a command's RunE started: its errors are not about usage
 }
@@ -95,9 +95,6 @@ func (a *app) run(ctx context.Context, args []string) int {
 	silenceRedis.Do(func() { redis.SetLogger(quietLogger{}) })
 	root := a.rootCommand()
 	root.SetArgs(args)
-	root.SetIn(a.stdin)
-	root.SetOut(a.stdout)
-	root.SetErr(a.stderr)
 	cmd, err := root.ExecuteContextC(ctx)
 	if a.rdb != nil {
 		_ = a.rdb.Close()
@@ -137,17 +134,29 @@ func (a *app) rootCommand() *cobra.Command {
 scheduled and processing jobs, enqueueing, the dead-letter store, and a web
 dashboard.
 
-It connects to --redis-url (or $REDIS_URL): redis://[user:password@]host:port/db,
-rediss:// for TLS. Output is a table for people, or JSON with --json.
-Exit status: 0 success, 1 operational error, 2 bad usage.`,
-		SilenceErrors:     true,
-		SilenceUsage:      true,
-		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+It connects to --redis-url (or $REDIS_URL):
+
+  redis://[user:password@]host:port[/db]                    one server
+  redis+cluster://[user:password@]host:port[,host:port...]  a Redis Cluster, from seed nodes
+  redis+sentinel://[user:password@]host:port[,host:port...]/MASTER[/db]
+                                                            the master that Sentinels name
+
+with rediss://, rediss+cluster:// and rediss+sentinel:// for TLS. The user and
+password are those of the data servers; Sentinels that require their own
+come from $` + envSentinelUser + ` and $` + envSentinelPassword + `.
+
+Output is a table for people, or JSON with --json. Exit status: 0 success,
+1 operational error, 2 bad usage. Shell completion: delayq completion --help.`,
+		SilenceErrors: true,
+		SilenceUsage:  true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
 			return a.parseGlobals()
 		},
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
+	root.SetIn(a.stdin)
+	root.SetOut(a.stdout) // before the completion command, which keeps it
+	root.SetErr(a.stderr)
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.redisURL, "redis-url", "", "Redis URL (default $REDIS_URL, else "+DefaultRedisURL+")")
 	pf.StringVar(&a.namespace, "namespace", "", "key namespace (default $DELAYQ_NAMESPACE, else "+broker.DefaultNamespace+")")
@@ -170,6 +179,14 @@ Exit status: 0 success, 1 operational error, 2 bad usage.`,
 		return nil
 	}
 	root.RunE = func(cmd *cobra.Command, args []string) error { return cmd.Help() }
+	// cobra's "completion bash|zsh|fish|powershell", added now rather than
+	// at Execute so that it refuses a missing or unknown shell as bad usage.
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() == "completion" {
+			asGroup(c, c.Commands())
+		}
+	}
 	a.markRun(root)
 	return root
 }
@@ -191,25 +208,28 @@ func (a *app) markRun(c *cobra.Command) {
 
 // group returns a parent command that only holds subcommands.
 func group(use, short string, subs ...*cobra.Command) *cobra.Command {
-	c := &cobra.Command{
-		Use:   use,
-		Short: short,
-		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) > 0 {
-				return usagef("unknown command %q for %q", args[0], cmd.CommandPath())
-			}
-			return nil
-		},
-		RunE: func(cmd *cobra.Command, args []string) error {
-			names := make([]string, 0, len(subs))
-			for _, s := range subs {
-				names = append(names, s.Name())
-			}
-			return usagef("%s needs a subcommand: %s", cmd.CommandPath(), strings.Join(names, ", "))
-		},
-	}
+	c := &cobra.Command{Use: use, Short: short}
 	c.AddCommand(subs...)
+	asGroup(c, subs)
 	return c
+}
+
+// asGroup makes c refuse to run without one of its subcommands, and an
+// unknown one, as bad usage; the error lists subs.
+func asGroup(c *cobra.Command, subs []*cobra.Command) {
+	c.Args = func(cmd *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return usagef("unknown command %q for %q", args[0], cmd.CommandPath())
+		}
+		return nil
+	}
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		names := make([]string, 0, len(subs))
+		for _, s := range subs {
+			names = append(names, s.Name())
+		}
+		return usagef("%s needs a subcommand: %s", cmd.CommandPath(), strings.Join(names, ", "))
+	}
 }
 
 func noArgs(cmd *cobra.Command, args []string) error {
@@ -266,13 +286,11 @@ func (a *app) broker(ctx context.Context) (*broker.Broker, error) {
 
 // brokerWith is broker with options; Namespace and Clock come from the flags.
 func (a *app) brokerWith(ctx context.Context, bo broker.Options) (*broker.Broker, error) {
-	opts, err := parseRedisURL(a.redisURL)
+	tgt, err := parseTarget(a.redisURL, a.getenv)
 	if err != nil {
 		return nil, usagef("invalid --redis-url: %v", err)
 	}
-	opts.DialTimeout = 5 * time.Second
-	opts.DialerRetries = 2 // fail fast when Redis is down
-	rdb := redis.NewClient(opts)
+	rdb := tgt.client()
 	bo.Namespace, bo.Clock = a.namespace, a.clock
 	b, err := broker.New(rdb, bo)
 	if err != nil {
@@ -281,7 +299,7 @@ func (a *app) brokerWith(ctx context.Context, bo broker.Options) (*broker.Broker
 	}
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		_ = rdb.Close()
-		return nil, fmt.Errorf("cannot connect to Redis at %s: %w", opts.Addr, err)
+		return nil, fmt.Errorf("cannot connect to %s: %w", tgt, err)
 	}
 	a.rdb = rdb
 	return b, nil
@@ -334,6 +352,43 @@ func sortedKeys(m map[string]string) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// checkTarget validates --queue and the job ids given on the command line.
+func checkTarget(queue string, ids []string) error {
+	if err := checkQueue(queue); err != nil {
+		return err
+	}
+	return checkIDs(ids)
+}
+
+// brokerFor checks --queue and the job ids given on the command line, then
+// connects.
+func (a *app) brokerFor(ctx context.Context, queue string, ids []string) (*broker.Broker, error) {
+	if err := checkTarget(queue, ids); err != nil {
+		return nil, err
+	}
+	return a.broker(ctx)
+}
+
+// showCommand is "show ID [--queue Q]": it checks the queue and the id,
+// connects and hands both to show.
+func (a *app) showCommand(short string, show func(ctx context.Context, b *broker.Broker, queue, id string) error) *cobra.Command {
+	var queue string
+	cmd := &cobra.Command{
+		Use:   "show ID",
+		Short: short,
+		Args:  exactArgs(1, "one job id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			b, err := a.brokerFor(cmd.Context(), queue, args)
+			if err != nil {
+				return err
+			}
+			return show(cmd.Context(), b, queue, args[0])
+		},
+	}
+	queueFlag(cmd.Flags(), &queue, job.DefaultQueue, "queue")
+	return cmd
 }
 
 // checkIDs validates job ids given on the command line.

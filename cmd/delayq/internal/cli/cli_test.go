@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/cmd/delayq/internal/cli"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
@@ -60,7 +61,7 @@ func setup(t *testing.T) *testBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &testBundle{t: t, ctx: context.Background(), url: redistest.URL(t), ns: ns, rdb: rdb, b: b}
+	return &testBundle{t: t, ctx: context.Background(), url: cli.TopologyURL(t, ""), ns: ns, rdb: rdb, b: b}
 }
 
 func (tb *testBundle) key(queue, name string) string { return testkit.Key(tb.t, tb.b, queue, name) }

@@ -176,13 +176,7 @@ whole store, at worst: about 7 µs a record).`,
 			for _, r := range page.Records {
 				t.row(fmtTime(r.DiedAt), fmtDur(now.Sub(r.DiedAt)), r.Queue, r.ID, orDash(r.Type), strconv.Itoa(r.Attempts), firstLine(r.Error, 72))
 			}
-			if err := t.flush(); err != nil {
-				return err
-			}
-			if page.Next != "" {
-				fmt.Fprintf(a.stdout, "more: --cursor %s\n", page.Next)
-			}
-			return nil
+			return a.flushPage(t, page.Next)
 		},
 	}
 	f := cmd.Flags()
@@ -217,57 +211,41 @@ func (a *app) listDead(ctx context.Context, in *deadletter.Inspector, queue stri
 }
 
 func (a *app) deadShowCommand() *cobra.Command {
-	var queue string
-	cmd := &cobra.Command{
-		Use:   "show ID",
-		Short: "Show one dead job with its full final error",
-		Args:  exactArgs(1, "one job id"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkQueue(queue); err != nil {
-				return err
-			}
-			if err := checkIDs(args); err != nil {
-				return err
-			}
-			b, err := a.broker(cmd.Context())
-			if err != nil {
-				return err
-			}
-			r, err := deadletter.New(b).Get(cmd.Context(), queue, args[0])
+	return a.showCommand("Show one dead job with its full final error",
+		func(ctx context.Context, b *broker.Broker, queue, id string) error {
+			r, err := deadletter.New(b).Get(ctx, queue, id)
 			if err != nil {
 				return notFound(err)
 			}
 			if a.json {
 				return a.printJSON(toDeadJSON(r))
 			}
-			now, err := a.serverNow(cmd.Context(), b)
+			now, err := a.serverNow(ctx, b)
 			if err != nil {
 				return err
 			}
-			t := newTable(a.stdout, "ID:", r.ID)
-			t.row("Queue:", r.Queue)
-			t.row("Type:", orDash(r.Type))
-			t.row("Died:", fmtTime(r.DiedAt)+" ("+relative(r.DiedAt, now)+")")
-			if e := r.Envelope; e != nil {
-				t.row("Attempts:", fmt.Sprintf("%d (max retries %d)", r.Attempts, e.MaxRetries))
-				t.row("Created:", fmtTime(e.CreatedAt))
-				for _, k := range sortedKeys(e.Headers) {
-					t.row("Header:", k+"="+e.Headers[k])
-				}
-				t.row("Payload:", payloadText(e.Payload))
-			} else {
-				t.row("Attempts:", strconv.Itoa(r.Attempts))
-				t.row("Body:", "base64:"+base64.StdEncoding.EncodeToString(r.Body))
-			}
-			if err := t.flush(); err != nil {
-				return err
-			}
-			_, err = fmt.Fprintf(a.stdout, "Error:\n%s\n", indent(termSafe(r.Error, true)))
-			return err
-		},
+			return a.showDead(r, now)
+		})
+}
+
+func (a *app) showDead(r *broker.DeadRecord, now time.Time) error {
+	t := newDetails(a.stdout, r.ID, r.Queue)
+	t.row("Type:", orDash(r.Type))
+	t.row("Died:", fmtTime(r.DiedAt)+" ("+relative(r.DiedAt, now)+")")
+	if e := r.Envelope; e != nil {
+		t.row("Attempts:", fmt.Sprintf("%d (max retries %d)", r.Attempts, e.MaxRetries))
+		t.row("Created:", fmtTime(e.CreatedAt))
+		t.headers(e.Headers)
+		t.row("Payload:", payloadText(e.Payload))
+	} else {
+		t.row("Attempts:", strconv.Itoa(r.Attempts))
+		t.body(r.Body)
 	}
-	queueFlag(cmd.Flags(), &queue, job.DefaultQueue, "queue")
-	return cmd
+	if err := t.flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(a.stdout, "Error:\n%s\n", indent(termSafe(r.Error, true)))
+	return err
 }
 
 func indent(s string) string {
@@ -365,12 +343,53 @@ func (a *app) runBulk(ctx context.Context, in *deadletter.Inspector, bf *bulkFla
 	return nil
 }
 
+// bulkAction is what dead redrive and dead rm do: to the jobs named by id,
+// or to every match of the filters (or --all) after a confirmation.
+type bulkAction struct {
+	verb, past, done string // "Redrive", "redriven", "redrove"
+	// delay reads the command's own flags after the shared ones are
+	// checked; nil for none.
+	delay func() (time.Duration, error)
+	all   func(*deadletter.Inspector, context.Context, string, deadletter.Filter, deadletter.BulkOptions) (deadletter.BulkResult, error)
+	one   func(ctx context.Context, in *deadletter.Inspector, queue string, delay time.Duration, id string) error
+}
+
+// bulkCommand gives c the flags of bulkFlags and a RunE that does act.
+func (a *app) bulkCommand(c *cobra.Command, act bulkAction) *cobra.Command {
+	var bf bulkFlags
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		f, bulk, err := bf.mode(args, a.localNow())
+		if err != nil {
+			return err
+		}
+		var delay time.Duration
+		if act.delay != nil {
+			if delay, err = act.delay(); err != nil {
+				return err
+			}
+		}
+		b, err := a.broker(cmd.Context())
+		if err != nil {
+			return err
+		}
+		insp := deadletter.New(b)
+		if bulk {
+			run := func(ctx context.Context, queue string, f deadletter.Filter, o deadletter.BulkOptions) (deadletter.BulkResult, error) {
+				return act.all(insp, ctx, queue, f, o)
+			}
+			return a.runBulk(cmd.Context(), insp, &bf, f, act.verb, act.past, run, delay)
+		}
+		return a.eachID(args, act.done, func(id string) (string, error) {
+			return "", notFound(act.one(cmd.Context(), insp, bf.queue, delay, id))
+		})
+	}
+	bf.add(c.Flags(), strings.ToLower(act.verb))
+	return c
+}
+
 func (a *app) deadRedriveCommand() *cobra.Command {
-	var (
-		bf bulkFlags
-		in string
-	)
-	cmd := &cobra.Command{
+	var in string
+	cmd := a.bulkCommand(&cobra.Command{
 		Use:   "redrive [ID...]",
 		Short: "Send dead jobs back to the schedule with their attempts reset",
 		Long: `Send dead jobs back to the schedule, with their attempts reset: the jobs
@@ -380,63 +399,37 @@ batches so that Redis stays responsive.
 
 An id that is not dead (any more) fails with "not found"; an id whose job is
 pending again fails with "already pending" and keeps its dead record.`,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			f, bulk, err := bf.mode(args, a.localNow())
-			if err != nil {
-				return err
+	}, bulkAction{
+		verb: "Redrive", past: "redriven", done: "redrove",
+		delay: func() (time.Duration, error) {
+			if in == "" {
+				return 0, nil
 			}
-			var delay time.Duration
-			if in != "" {
-				if delay, err = parseIn(in); err != nil {
-					return err
-				}
-			}
-			b, err := a.broker(cmd.Context())
-			if err != nil {
-				return err
-			}
-			insp := deadletter.New(b)
-			if bulk {
-				return a.runBulk(cmd.Context(), insp, &bf, f, "Redrive", "redriven", insp.RedriveAll, delay)
-			}
-			return a.eachID(args, "redrove", func(id string) (string, error) {
-				return "", notFound(insp.Redrive(cmd.Context(), bf.queue, delay, id))
-			})
+			return parseIn(in)
 		},
-	}
-	bf.add(cmd.Flags(), "redrive")
+		all: (*deadletter.Inspector).RedriveAll,
+		one: func(ctx context.Context, in *deadletter.Inspector, queue string, delay time.Duration, id string) error {
+			return in.Redrive(ctx, queue, delay, id)
+		},
+	})
 	cmd.Flags().StringVar(&in, "in", "", "ready this long after the redrive (default at once)")
 	return cmd
 }
 
 func (a *app) deadRmCommand() *cobra.Command {
-	var bf bulkFlags
-	cmd := &cobra.Command{
+	return a.bulkCommand(&cobra.Command{
 		Use:   "rm [ID...]",
 		Short: "Delete dead jobs for good",
 		Long: `Delete dead jobs for good: the jobs named by id (in --queue), those matching
 filters, or --all. Filter-wide and --all runs ask for confirmation unless
 --yes is given.`,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			f, bulk, err := bf.mode(args, a.localNow())
-			if err != nil {
-				return err
-			}
-			b, err := a.broker(cmd.Context())
-			if err != nil {
-				return err
-			}
-			insp := deadletter.New(b)
-			if bulk {
-				return a.runBulk(cmd.Context(), insp, &bf, f, "Delete", "deleted", insp.DeleteAll, 0)
-			}
-			return a.eachID(args, "deleted", func(id string) (string, error) {
-				return "", notFound(insp.Delete(cmd.Context(), bf.queue, id))
-			})
+	}, bulkAction{
+		verb: "Delete", past: "deleted", done: "deleted",
+		all: (*deadletter.Inspector).DeleteAll,
+		one: func(ctx context.Context, in *deadletter.Inspector, queue string, _ time.Duration, id string) error {
+			return in.Delete(ctx, queue, id)
 		},
-	}
-	bf.add(cmd.Flags(), "delete")
-	return cmd
+	})
 }
 
 func (a *app) deadPurgeCommand() *cobra.Command {

@@ -31,6 +31,40 @@ func (t *table) row(cells ...string) {
 
 func (t *table) flush() error { return t.tw.Flush() }
 
+// flushPage writes a listing's table and, when there is more, the cursor
+// of the next page.
+func (a *app) flushPage(t *table, next string) error {
+	if err := t.flush(); err != nil {
+		return err
+	}
+	if next != "" {
+		fmt.Fprintf(a.stdout, "more: --cursor %s\n", next)
+	}
+	return nil
+}
+
+// details is the "Label: value" output of jobs show and dead show, aligned,
+// starting with the job's id and queue.
+type details struct{ *table }
+
+func newDetails(w io.Writer, id, queue string) details {
+	t := details{newTable(w, "ID:", id)}
+	t.row("Queue:", queue)
+	return t
+}
+
+// headers adds one row per header, sorted by name.
+func (t details) headers(h map[string]string) {
+	for _, k := range sortedKeys(h) {
+		t.row("Header:", k+"="+h[k])
+	}
+}
+
+// body adds the stored bytes of a job whose envelope does not decode.
+func (t details) body(b []byte) {
+	t.row("Body:", "base64:"+base64.StdEncoding.EncodeToString(b))
+}
+
 // timeLayout prints instants in UTC, to the second.
 const timeLayout = "2006-01-02 15:04:05Z"
 

@@ -196,6 +196,7 @@ func (a *app) jobsLsCommand() *cobra.Command {
 	f := cmd.Flags()
 	queueFlag(f, &queue, job.DefaultQueue, "queue")
 	f.StringVar(&state, "state", "all", "all, scheduled or processing")
+	_ = cmd.RegisterFlagCompletionFunc("state", cobra.FixedCompletions([]string{"all", "scheduled", "processing"}, cobra.ShellCompDirectiveNoFileComp))
 	f.IntVar(&limit, "limit", 50, "jobs per page")
 	f.StringVar(&cursor, "cursor", "", "continue after a previous page")
 	return cmd
@@ -254,33 +255,13 @@ func (a *app) listJobs(ctx context.Context, b *broker.Broker, queue string, list
 	for _, j := range jobs {
 		t.row(j.ID, jobType(j), string(j.State), fmtTime(jobTime(j)), when(j), strconv.Itoa(j.Attempts))
 	}
-	if err := t.flush(); err != nil {
-		return err
-	}
-	if next != "" {
-		fmt.Fprintf(a.stdout, "more: --cursor %s\n", next)
-	}
-	return nil
+	return a.flushPage(t, next)
 }
 
 func (a *app) jobsShowCommand() *cobra.Command {
-	var queue string
-	cmd := &cobra.Command{
-		Use:   "show ID",
-		Short: "Show one job: state, envelope, ready time or lease, attempts",
-		Args:  exactArgs(1, "one job id"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkQueue(queue); err != nil {
-				return err
-			}
-			if err := checkIDs(args); err != nil {
-				return err
-			}
-			b, err := a.broker(cmd.Context())
-			if err != nil {
-				return err
-			}
-			j, err := b.Job(cmd.Context(), queue, args[0])
+	return a.showCommand("Show one job: state, envelope, ready time or lease, attempts",
+		func(ctx context.Context, b *broker.Broker, queue, id string) error {
+			j, err := b.Job(ctx, queue, id)
 			if err != nil {
 				return notFound(err)
 			}
@@ -288,10 +269,7 @@ func (a *app) jobsShowCommand() *cobra.Command {
 				return a.printJSON(toJobJSON(j))
 			}
 			return a.showJob(j)
-		},
-	}
-	queueFlag(cmd.Flags(), &queue, job.DefaultQueue, "queue")
-	return cmd
+		})
 }
 
 // notFound rewords the broker's errors about a job's state for people.
@@ -306,8 +284,7 @@ func notFound(err error) error {
 }
 
 func (a *app) showJob(j *broker.JobInfo) error {
-	t := newTable(a.stdout, "ID:", j.ID)
-	t.row("Queue:", j.Queue)
+	t := newDetails(a.stdout, j.ID, j.Queue)
 	t.row("State:", string(j.State))
 	switch j.State {
 	case broker.StateScheduled:
@@ -321,7 +298,7 @@ func (a *app) showJob(j *broker.JobInfo) error {
 	if e == nil {
 		t.row("Attempts:", strconv.Itoa(j.Attempts))
 		t.row("Corrupt:", oneLine(fmt.Sprint(j.Err)))
-		t.row("Body:", "base64:"+base64.StdEncoding.EncodeToString(j.Body))
+		t.body(j.Body)
 		return t.flush()
 	}
 	t.row("Type:", e.Type)
@@ -330,9 +307,7 @@ func (a *app) showJob(j *broker.JobInfo) error {
 	if e.Timeout > 0 {
 		t.row("Timeout:", fmtDur(e.Timeout))
 	}
-	for _, k := range sortedKeys(e.Headers) {
-		t.row("Header:", k+"="+e.Headers[k])
-	}
+	t.headers(e.Headers)
 	lastErr := e.LastError
 	if j.Dead != nil {
 		lastErr = j.Dead.Error
@@ -357,13 +332,7 @@ func (a *app) jobsCancelCommand() *cobra.Command {
 cannot be cancelled (exit status 1); it finishes or fails as usual.`,
 		Args: minArgs(1, "at least one job id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkQueue(queue); err != nil {
-				return err
-			}
-			if err := checkIDs(args); err != nil {
-				return err
-			}
-			b, err := a.broker(cmd.Context())
+			b, err := a.brokerFor(cmd.Context(), queue, args)
 			if err != nil {
 				return err
 			}
@@ -429,10 +398,7 @@ func (a *app) jobsRescheduleCommand() *cobra.Command {
 		Short: "Move a scheduled job to a new ready time",
 		Args:  exactArgs(1, "one job id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkQueue(queue); err != nil {
-				return err
-			}
-			if err := checkIDs(args); err != nil {
+			if err := checkTarget(queue, args); err != nil {
 				return err
 			}
 			if (in == "") == (at == "") {

@@ -47,7 +47,7 @@ func TestRedriveProgressOnlyOnATerminal(t *testing.T) {
 			var stdout, stderr bytes.Buffer
 			a := &app{stdin: strings.NewReader(""), stdout: &stdout, stderr: &stderr, getenv: os.Getenv, stderrTTY: tty}
 			code := a.run(ctx, []string{"dead", "redrive", "--all", "--yes", "--batch", "100",
-				"--redis-url", redistest.URL(t), "--namespace", ns})
+				"--redis-url", TopologyURL(t, ""), "--namespace", ns})
 			if code != ExitOK || !strings.Contains(stdout.String(), "redriven 250 dead job(s)") {
 				t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
 			}

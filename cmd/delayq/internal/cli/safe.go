@@ -13,18 +13,18 @@ import (
 const redacted = "xxxxx"
 
 // redactURL returns the URL with its password replaced by "xxxxx". A URL
-// that url.Parse reads with its user information is redacted by
-// url.URL.Redacted; for any other that holds an '@', everything between
-// the scheme and the last '@' is taken for the user information (as
-// url.Parse would, were the URL well formed), and all of it after the first
-// ':' is replaced, or all of it when there is no ':'.
+// without an '@' has none and is returned as it is. One that url.Parse
+// reads with its user information is redacted by url.URL.Redacted; for any
+// other, everything between the scheme and the last '@' is taken for the
+// user information (as url.Parse would, were the URL well formed), and all
+// of it after the first ':' is replaced, or all of it when there is no ':'.
 func redactURL(raw string) string {
 	at := strings.LastIndexByte(raw, '@')
-	if u, err := url.Parse(raw); err == nil && (u.User != nil || at < 0) {
-		return u.Redacted()
-	}
 	if at < 0 {
-		return raw
+		return raw // no user information, so no password
+	}
+	if u, err := url.Parse(raw); err == nil && u.User != nil {
+		return u.Redacted()
 	}
 	start := 0
 	if i := strings.Index(raw, "://"); i >= 0 && i < at {

@@ -22,6 +22,11 @@ func TestRedactURL(t *testing.T) {
 		"user:SuperSecretPw@127.0.0.1:6379":                  "user:xxxxx@127.0.0.1:6379",
 		"redis://user:Super\"Secret\u00e9Pw@127.0.0.1:bad/0": "redis://user:xxxxx@127.0.0.1:bad/0",
 		"redis://127.0.0.1:notaport/0":                       "redis://127.0.0.1:notaport/0",
+		// Several addresses.
+		"redis+cluster://ops:SuperSecretPw@h1:7000,h2:7001":       "redis+cluster://ops:xxxxx@h1:7000,h2:7001",
+		"rediss+sentinel://:SuperSecretPw@h1,h2:26380/mymaster/1": "rediss+sentinel://:xxxxx@h1,h2:26380/mymaster/1",
+		"redis+cluster://ops:Super/Secret?Pw@h1:7000,h2:bad":      "redis+cluster://ops:xxxxx@h1:7000,h2:bad",
+		"redis+cluster://": "redis+cluster://",
 	} {
 		if got := redactURL(in); got != want {
 			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)

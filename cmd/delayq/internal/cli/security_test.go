@@ -38,13 +38,7 @@ func TestRedisPasswordRedacted(t *testing.T) {
 		{"redis://:SuperSecretPw@" + srv.Addr() + "/0", 1, "WRONGPASS"},
 		{"redis://user:SuperSecretPw@127.0.0.1:1/0", 1, "cannot connect to Redis at 127.0.0.1:1"},
 	} {
-		for _, how := range []string{"env", "flag"} {
-			var r result
-			if how == "env" {
-				r = runBinary(t, []string{"REDIS_URL=" + c.url}, "", "stats")
-			} else {
-				r = runBinary(t, nil, "", "stats", "--redis-url", c.url)
-			}
+		for how, r := range eachWay(t, c.url, "stats") {
 			if r.code != c.code || !strings.Contains(r.stderr, c.want) {
 				t.Errorf("%s %q: exit %d, stderr %q; want exit %d and %q", how, c.url, r.code, r.stderr, c.code, c.want)
 			}
