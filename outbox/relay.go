@@ -45,7 +45,9 @@ type RelayOptions struct {
 	PollInterval time.Duration
 
 	// BatchTimeout bounds the broker calls of one batch (and, three times
-	// over, the whole batch with its transaction). 0 means 10s.
+	// over, the whole batch with its transaction). On SQLite the relay
+	// holds the database's write lock meanwhile: while Redis does not
+	// answer, up to this long per try. 0 means 5s.
 	BatchTimeout time.Duration
 
 	// MinBackoff and MaxBackoff bound the wait after a failed batch
@@ -77,7 +79,7 @@ const (
 	DefaultBatchSize    = 500
 	MaxBatchSize        = 10_000
 	DefaultPollInterval = time.Second
-	DefaultBatchTimeout = 10 * time.Second
+	DefaultBatchTimeout = 5 * time.Second
 	DefaultMinBackoff   = 100 * time.Millisecond
 	DefaultMaxBackoff   = 10 * time.Second
 )
@@ -498,7 +500,6 @@ func (r *Relay) enqueued(w *row, err error) (redisFailed bool) {
 // and reports cancels to OnCancel.
 func (r *Relay) count(rows []row, m *relayMetrics) {
 	c := &r.stats
-	c.batches.Add(1)
 	byOutcome := map[string]int64{}
 	for i := range rows {
 		w := &rows[i]
@@ -523,6 +524,9 @@ func (r *Relay) count(rows []row, m *relayMetrics) {
 		if w.op == "cancel" && w.outcome != OutcomeFailed && r.opts.OnCancel != nil {
 			r.opts.OnCancel(w.queue, w.id, w.cause)
 		}
+	}
+	if len(byOutcome) > 0 {
+		c.batches.Add(1)
 	}
 	for outcome, n := range byOutcome {
 		m.relayed.Add(context.Background(), n, metric.WithAttributeSet(attribute.NewSet(
