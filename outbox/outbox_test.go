@@ -47,7 +47,7 @@ func TestCommittedJobReachesRedis(t *testing.T) {
 			t.Fatal("the job is in Redis before any relay ran")
 		}
 
-		r, _ := tb.relay(t, tb.b, outbox.RelayOptions{PollInterval: 10 * time.Millisecond})
+		r, stop := tb.relay(t, tb.b, outbox.RelayOptions{PollInterval: 10 * time.Millisecond})
 		tb.waitEmpty(t, 10*time.Second)
 		info := tb.redisJob(t, "orders", "order-1001")
 		if info == nil {
@@ -62,6 +62,7 @@ func TestCommittedJobReachesRedis(t *testing.T) {
 		if d := info.ReadyAt.Sub(env.ReadyAt); d < -50*time.Millisecond || d > time.Second {
 			t.Errorf("Redis ready time %v differs from the outbox's %v by %v", info.ReadyAt, env.ReadyAt, d)
 		}
+		stop() // Run has returned: every committed batch is counted
 		if s := r.Stats(); s.Enqueued != 1 || s.Duplicates != 0 || s.Failed != 0 {
 			t.Errorf("stats %+v, want 1 enqueued", s)
 		}
@@ -87,7 +88,7 @@ func TestRolledBackJobNeverReachesRedis(t *testing.T) {
 			_, err := outbox.EnqueueTyped(tb.ctx, tb.ob, tx, cancelUnpaid, Order{ID: "2"}, job.ID("order-2"))
 			return err
 		})
-		r, _ := tb.relay(t, tb.b, outbox.RelayOptions{PollInterval: 10 * time.Millisecond})
+		r, stop := tb.relay(t, tb.b, outbox.RelayOptions{PollInterval: 10 * time.Millisecond})
 		tb.waitEmpty(t, 10*time.Second)
 		if tb.redisJob(t, "orders", "order-2") == nil {
 			t.Fatal("the committed job is not in Redis")
@@ -95,6 +96,7 @@ func TestRolledBackJobNeverReachesRedis(t *testing.T) {
 		if tb.redisJob(t, "orders", "order-1") != nil {
 			t.Error("the rolled-back job is in Redis")
 		}
+		stop() // Run has returned: every committed batch is counted
 		if s := r.Stats(); s.Enqueued != 1 {
 			t.Errorf("stats %+v, want exactly 1 enqueued", s)
 		}
@@ -351,7 +353,7 @@ func TestCancelBeforeRelay(t *testing.T) {
 		ran := runWorker(t, tb)
 		var mu sync.Mutex
 		var outcomes []error
-		r, _ := tb.relay(t, tb.b, outbox.RelayOptions{PollInterval: 10 * time.Millisecond, OnCancel: func(q, id string, err error) {
+		r, stop := tb.relay(t, tb.b, outbox.RelayOptions{PollInterval: 10 * time.Millisecond, OnCancel: func(q, id string, err error) {
 			mu.Lock()
 			defer mu.Unlock()
 			if q == "orders" && id == "order-5" {
@@ -366,6 +368,7 @@ func TestCancelBeforeRelay(t *testing.T) {
 		if n := ran(); n != 0 {
 			t.Errorf("the cancelled job ran %d times", n)
 		}
+		stop() // Run has returned: every committed batch is counted
 		s := r.Stats()
 		if s.Enqueued != 0 || s.NotFound != 1 {
 			t.Errorf("stats %+v, want nothing enqueued and one cancel that found nothing in Redis", s)
@@ -385,7 +388,7 @@ func TestCancelAfterRelay(t *testing.T) {
 	forEach(t, func(t *testing.T, tb *testBundle) {
 		var mu sync.Mutex
 		var outcomes []error
-		r, _ := tb.relay(t, tb.b, outbox.RelayOptions{PollInterval: 10 * time.Millisecond, OnCancel: func(_, _ string, err error) {
+		r, stop := tb.relay(t, tb.b, outbox.RelayOptions{PollInterval: 10 * time.Millisecond, OnCancel: func(_, _ string, err error) {
 			mu.Lock()
 			defer mu.Unlock()
 			outcomes = append(outcomes, err)
@@ -412,6 +415,7 @@ func TestCancelAfterRelay(t *testing.T) {
 		if n := ran(); n != 0 {
 			t.Errorf("the cancelled job ran %d times", n)
 		}
+		stop() // Run has returned: every committed batch is counted
 		if s := r.Stats(); s.Enqueued != 1 || s.Cancelled != 1 {
 			t.Errorf("stats %+v, want 1 enqueued and 1 cancelled", s)
 		}
@@ -428,7 +432,7 @@ func TestCancelAfterRelay(t *testing.T) {
 func TestCancelInProgress(t *testing.T) {
 	t.Parallel()
 	forEach(t, func(t *testing.T, tb *testBundle) {
-		r, _ := tb.relay(t, tb.b, outbox.RelayOptions{PollInterval: 10 * time.Millisecond})
+		r, stop := tb.relay(t, tb.b, outbox.RelayOptions{PollInterval: 10 * time.Millisecond})
 		tb.inTx(t, func(tx *sql.Tx) error {
 			_, err := outbox.EnqueueTyped(tb.ctx, tb.ob, tx, cancelUnpaid, Order{ID: "9"}, job.ID("order-9"))
 			return err
@@ -446,6 +450,7 @@ func TestCancelInProgress(t *testing.T) {
 		})
 		r.Notify()
 		tb.waitEmpty(t, 5*time.Second)
+		stop() // Run has returned: every committed batch is counted
 		if s := r.Stats(); s.InProgress != 1 || s.Errors != 0 {
 			t.Errorf("stats %+v, want one cancel in progress and no errors", s)
 		}
@@ -473,11 +478,12 @@ func TestCancelRolledBack(t *testing.T) {
 		if err := tx.Rollback(); err != nil {
 			t.Fatal(err)
 		}
-		r, _ := tb.relay(t, tb.b, outbox.RelayOptions{PollInterval: 10 * time.Millisecond})
+		r, stop := tb.relay(t, tb.b, outbox.RelayOptions{PollInterval: 10 * time.Millisecond})
 		tb.waitEmpty(t, 10*time.Second)
 		if tb.redisJob(t, "orders", "order-4") == nil {
 			t.Error("the job whose cancel rolled back is not in Redis")
 		}
+		stop() // Run has returned: every committed batch is counted
 		if s := r.Stats(); s.Enqueued != 1 || s.Cancelled+s.NotFound != 0 {
 			t.Errorf("stats %+v", s)
 		}
@@ -494,9 +500,10 @@ func TestRescheduleInOneTransaction(t *testing.T) {
 			relays = 3
 		}
 		var rs []*outbox.Relay
+		var stops []func()
 		for range relays {
-			r, _ := tb.relay(t, tb.b, outbox.RelayOptions{PollInterval: 5 * time.Millisecond, BatchSize: 1})
-			rs = append(rs, r)
+			r, stop := tb.relay(t, tb.b, outbox.RelayOptions{PollInterval: 5 * time.Millisecond, BatchSize: 1})
+			rs, stops = append(rs, r), append(stops, stop)
 		}
 		const n = 20
 		for i := range n {
@@ -528,6 +535,9 @@ func TestRescheduleInOneTransaction(t *testing.T) {
 			}
 		}
 		var total outbox.RelayStats
+		for _, stop := range stops {
+			stop() // Run has returned: every committed batch is counted
+		}
 		for _, r := range rs {
 			s := r.Stats()
 			total.Enqueued += s.Enqueued
@@ -553,12 +563,13 @@ func TestReplayIsNoOp(t *testing.T) {
 			_, err := outbox.EnqueueTyped(tb.ctx, tb.ob, tx, cancelUnpaid, Order{ID: "11"}, job.ID("order-11"), job.In(3*time.Hour))
 			return err
 		})
-		r, _ := tb.relay(t, tb.b, outbox.RelayOptions{PollInterval: 10 * time.Millisecond})
+		r, stop := tb.relay(t, tb.b, outbox.RelayOptions{PollInterval: 10 * time.Millisecond})
 		tb.waitEmpty(t, 10*time.Second)
 		after := tb.redisJob(t, "orders", "order-11")
 		if after == nil || !after.ReadyAt.Equal(before.ReadyAt) || string(after.Body) != string(before.Body) {
 			t.Errorf("the replay changed the job: before %+v, after %+v", before, after)
 		}
+		stop() // Run has returned: every committed batch is counted
 		if s := r.Stats(); s.Duplicates != 1 || s.Enqueued != 0 {
 			t.Errorf("stats %+v, want one duplicate", s)
 		}
@@ -587,7 +598,7 @@ func TestUnrelayableRowsMarkedFailed(t *testing.T) {
 		if _, err := tb.db.ExecContext(tb.ctx, "UPDATE delayq_outbox SET envelope = "+p(1)+" WHERE job_id = "+p(2), "{not json", "order-3"); err != nil {
 			t.Fatal(err)
 		}
-		r, _ := tb.relay(t, small, outbox.RelayOptions{PollInterval: 10 * time.Millisecond})
+		r, stop := tb.relay(t, small, outbox.RelayOptions{PollInterval: 10 * time.Millisecond})
 		redistest.WaitFor(t, 10*time.Second, "batch relayed", func() bool { l := tb.lag(t); return l.Pending == 0 && l.Failed == 2 })
 		for _, id := range []string{"order-0", "order-1", "order-2", "order-4"} {
 			if tb.redisJob(t, "orders", id) == nil {
@@ -610,6 +621,7 @@ func TestUnrelayableRowsMarkedFailed(t *testing.T) {
 		if !strings.Contains(got["order-3"], "envelope does not decode") || !strings.Contains(got["order-big"], "payload too large") || len(got) != 2 {
 			t.Errorf("failed rows: %q", got)
 		}
+		stop() // Run has returned: every committed batch is counted
 		if s := r.Stats(); s.Enqueued != 4 || s.Failed != 2 {
 			t.Errorf("stats %+v, want 4 enqueued, 2 failed", s)
 		}

@@ -128,9 +128,10 @@ func TestSeveralRelays(t *testing.T) {
 	forEach(t, func(t *testing.T, tb *testBundle) {
 		const relays, txs, perTx = 4, 100, 10
 		var rs []*outbox.Relay
+		var stops []func()
 		for range relays {
-			r, _ := tb.relay(t, tb.b, outbox.RelayOptions{PollInterval: 5 * time.Millisecond, BatchSize: 25})
-			rs = append(rs, r)
+			r, stop := tb.relay(t, tb.b, outbox.RelayOptions{PollInterval: 5 * time.Millisecond, BatchSize: 25})
+			rs, stops = append(rs, r), append(stops, stop)
 		}
 		for i := range txs {
 			tb.inTx(t, func(tx *sql.Tx) error {
@@ -145,6 +146,9 @@ func TestSeveralRelays(t *testing.T) {
 		}
 		tb.waitEmpty(t, 30*time.Second)
 		var enqueued, dups, busy int64
+		for _, stop := range stops {
+			stop() // Run has returned: every committed batch is counted
+		}
 		for _, r := range rs {
 			s := r.Stats()
 			enqueued, dups = enqueued+s.Enqueued, dups+s.Duplicates
