@@ -121,6 +121,7 @@ type Relay struct {
 
 	selectBatch string
 	markFailed  string
+	anyPending  string
 
 	running atomic.Bool
 	stats   relayCounters
@@ -173,6 +174,7 @@ WHERE o.error IS NULL AND NOT EXISTS (
 ORDER BY o.seq
 LIMIT %s%s`, d.nowMS, name, name, d.param(1), d.lock)
 	r.markFailed = fmt.Sprintf("UPDATE %s SET error = %s WHERE seq = %s", name, d.param(1), d.param(2))
+	r.anyPending = fmt.Sprintf("SELECT 1 FROM %s WHERE error IS NULL LIMIT 1", name)
 	return r, nil
 }
 
@@ -323,6 +325,17 @@ type batchResult struct {
 // those Redis accepted and mark failed those it refused, commit.
 func (r *Relay) batch(ctx context.Context, m *relayMetrics) (batchResult, error) {
 	var res batchResult
+	if r.o.d.immediate {
+		// Take SQLite's write lock, which the application's writers wait
+		// for, only when there is something to relay.
+		var one int
+		switch err := r.o.db.QueryRowContext(ctx, r.anyPending).Scan(&one); {
+		case errors.Is(err, sql.ErrNoRows):
+			return res, nil
+		case err != nil:
+			return res, fmt.Errorf("outbox: relay %s: %w", r.o.t.full(), err)
+		}
+	}
 	// The transaction outlives ctx, so that rows Redis accepted are deleted
 	// even when Run is stopped meanwhile.
 	txCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*r.opts.BatchTimeout)
