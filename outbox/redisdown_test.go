@@ -4,6 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -165,4 +168,81 @@ func TestSeveralRelays(t *testing.T) {
 		}
 		t.Logf("%d of %d relays moved rows", busy, relays)
 	})
+}
+
+// Cancels racing the relays: jobs are committed and half of them cancelled
+// a moment later, some before their row was relayed, some while a relay
+// holds it, some after. Every cancelled job ends up absent from Redis,
+// every other one present.
+func TestCancelRacesRelay(t *testing.T) {
+	t.Parallel()
+	forEach(t, func(t *testing.T, tb *testBundle) {
+		relays := 1
+		if tb.dialect == "postgres" {
+			relays = 2
+		}
+		for range relays {
+			tb.relay(t, tb.b, outbox.RelayOptions{PollInterval: time.Millisecond, BatchSize: 7})
+		}
+		const n = 200
+		var wg sync.WaitGroup
+		errs := make(chan error, n)
+		removedCount := atomic.Int64{}
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				id := fmt.Sprintf("order-%d", i)
+				err := withTx(tb, func(tx *sql.Tx) error {
+					_, err := outbox.EnqueueTyped(tb.ctx, tb.ob, tx, cancelUnpaid, Order{ID: fmt.Sprint(i)}, job.ID(id), job.In(time.Hour))
+					return err
+				})
+				if err != nil || i%2 == 1 {
+					errs <- err
+					return
+				}
+				time.Sleep(time.Duration(rand.IntN(30)) * time.Millisecond)
+				errs <- withTx(tb, func(tx *sql.Tx) error {
+					removed, err := tb.ob.Cancel(tb.ctx, tx, "orders", id)
+					if removed {
+						removedCount.Add(1)
+					}
+					return err
+				})
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		tb.waitEmpty(t, 30*time.Second)
+		for i := range n {
+			id := fmt.Sprintf("order-%d", i)
+			info := tb.redisJob(t, "orders", id)
+			switch {
+			case i%2 == 0 && info != nil:
+				t.Errorf("%s was cancelled but is in Redis", id)
+			case i%2 == 1 && info == nil:
+				t.Errorf("%s is not in Redis", id)
+			}
+		}
+		t.Logf("%d of %d cancels found the job still in the outbox", removedCount.Load(), n/2)
+	})
+}
+
+// withTx runs fn in a transaction and commits it; for goroutines other
+// than the test's.
+func withTx(tb *testBundle, fn func(tx *sql.Tx) error) error {
+	tx, err := tb.db.BeginTx(tb.ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
 }
