@@ -177,6 +177,41 @@ func TestOrderTimeout(t *testing.T) {
 	}
 }
 
+func TestOutbox(t *testing.T) {
+	t.Parallel()
+	out := runExample(t, "outbox", 30*time.Second)
+	expectLines(t, out,
+		"using embedded redis (REDIS_URL unset) and SQLite in a temporary file",
+		"placed order-1001 (25.00 EUR) and scheduled its timeout in one transaction (job order-1001, due in 1.5s)",
+		// A rollback schedules nothing.
+		"place order-1002: card declined after the insert; transaction rolled back: no order, no timeout",
+		// Cancel before the job reached Redis, and after.
+		"order-1003 paid and its timeout cancelled in one transaction: the job had not reached Redis and never will",
+		"outbox before the relay starts: 2 rows pending (order-1001's job; order-1003's cancel)",
+		"relay: order-1003's timeout was not in Redis: nothing to remove",
+		"redis has order-1001's timeout: true",
+		"redis has order-1002's timeout: false",
+		"redis has order-1003's timeout: false",
+		"relay: order-1004's timeout is in Redis",
+		"order-1004 paid and its timeout cancelled in one transaction: the job is in Redis; the relay removes it",
+		"relay: order-1004's timeout removed from Redis",
+		"order.cancel_unpaid order-1001: window closed, order cancelled",
+		"relay: 2 jobs enqueued, 2 cancels applied (1 removed a job, 1 found none), 0 failed rows",
+		"order-1001 cancelled timeout ran 1 time(s)",
+		"order-1002 absent    timeout ran 0 time(s)",
+		"order-1003 paid      timeout ran 0 time(s)",
+		"order-1004 paid      timeout ran 0 time(s)",
+	)
+	for _, id := range []string{"order-1002", "order-1003", "order-1004"} {
+		if strings.Contains(out, "order.cancel_unpaid "+id) {
+			t.Errorf("the timeout of %s ran:\n%s", id, out)
+		}
+	}
+	if at := firstStamp(t, out, "order.cancel_unpaid order-1001"); at < 1.5 {
+		t.Errorf("order-1001 cancelled at %.3fs, before its 1.5s window closed", at)
+	}
+}
+
 func TestNotify(t *testing.T) {
 	t.Parallel()
 	out := runExample(t, "notify", 20*time.Second)
