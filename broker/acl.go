@@ -11,6 +11,7 @@ var aclCommands = []string{
 	"hmget", "hget", "zscore", "zrevrangebyscore", // reading dead records
 	"hlen", "unlink", "multi", "exec", // purging dead records
 	"subscribe", "unsubscribe", "ping", // wake-up notices (PING is the Pub/Sub health check)
+	"cluster|slots", // a cluster client reads the slot map with it; others never send it
 	// called by scripts
 	"time", "type", "pexpire",
 	"get", "set", "incr", "incrby",
