@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,8 +48,14 @@ func setup(t *testing.T, opts ...func(*broker.Options)) *testBundle {
 
 func (tb *testBundle) key(queue, name string) string { return testkit.Key(tb.t, tb.b, queue, name) }
 
+// envs counts the envelopes env made: each gets a creation time of its own,
+// so that two of them are never the very same envelope (which a resent
+// enqueue is), only two jobs with one id.
+var envs atomic.Int64
+
 func env(id string, delay time.Duration) *job.Envelope {
-	return &job.Envelope{ID: id, Queue: "q", Type: "t", Payload: []byte(`{"n":1}`), MaxRetries: 3, Delay: delay}
+	return &job.Envelope{ID: id, Queue: "q", Type: "t", Payload: []byte(`{"n":1}`), MaxRetries: 3, Delay: delay,
+		CreatedAt: epoch.Add(time.Duration(envs.Add(1)) * time.Millisecond)}
 }
 
 func (tb *testBundle) enqueue(t *testing.T, envs ...*job.Envelope) {

@@ -126,10 +126,11 @@ func TestDelayCountsFromEnqueue(t *testing.T) {
 			t.Fatal("job not in Redis")
 		}
 		want := enqueued.Add(delay)
-		if d := info.ReadyAt.Sub(want); d < -100*time.Millisecond || d > 700*time.Millisecond {
+		// Bounds well inside the relay's lateness, for a busy machine.
+		if d := info.ReadyAt.Sub(want); d < -100*time.Millisecond || d > late*2/3 {
 			t.Errorf("ready in Redis at %v, %v from enqueue time + delay (the relay ran %v late)", info.ReadyAt, d, late)
 		}
-		if d := info.ReadyAt.Sub(env.ReadyAt); d < -50*time.Millisecond || d > 500*time.Millisecond {
+		if d := info.ReadyAt.Sub(env.ReadyAt); d < -50*time.Millisecond || d > late*2/3 {
 			t.Errorf("ready in Redis at %v, the outbox said %v", info.ReadyAt, env.ReadyAt)
 		}
 	})
