@@ -63,6 +63,21 @@ func startRelayProc(t *testing.T, bin, dsn, url, ns, name string) *relayProc {
 // signal sends sig and waits up to timeout (forever if 0) for the exit,
 // sending SIGKILL after it.
 func (p *relayProc) signal(sig syscall.Signal, timeout time.Duration) {
+	if sig == syscall.SIGTERM {
+		// A SIGTERM before the command handles it would kill it (a relay
+		// restarted just now may still be starting).
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			if out, _ := os.ReadFile(p.out); strings.Contains(string(out), "faultrelay started") {
+				break
+			}
+			select {
+			case <-p.done:
+				deadline = time.Time{}
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
 	_ = p.cmd.Process.Signal(sig)
 	if timeout == 0 {
 		<-p.done

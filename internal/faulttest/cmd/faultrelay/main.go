@@ -50,6 +50,7 @@ func run() error {
 	// means a graceful shutdown.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	fmt.Println("faultrelay started") // the test signals only after this line
 	redis.SetLogger(quiet{})
 	dsn, url, ns, name := os.Getenv("FAULTRELAY_DSN"), os.Getenv("FAULTRELAY_URL"), os.Getenv("FAULTRELAY_NS"), os.Getenv("FAULTRELAY_NAME")
 	if dsn == "" || url == "" || ns == "" || name == "" {
