@@ -180,6 +180,9 @@ func TestCancelRacesRelay(t *testing.T) {
 		relays := 1
 		if tb.dialect == "postgres" {
 			relays = 2
+			// 200 transactions at once would take 200 connections of the
+			// server the package's parallel tests share.
+			tb.db.SetMaxOpenConns(40)
 		}
 		for range relays {
 			tb.relay(t, tb.b, outbox.RelayOptions{PollInterval: time.Millisecond, BatchSize: 7})

@@ -72,6 +72,21 @@ type RelayOptions struct {
 	// goroutine; a relay that crashes in between applies the cancel again,
 	// so it may be called twice for one row.
 	OnCancel func(queue, id string, err error)
+
+	// Name names the relay in the status it records in Redis (see
+	// [Relays]): printable, at most 200 bytes. Relays of one namespace
+	// need distinct names. "" means the host name and process id
+	// ("host:1234", "host:1234#2" for the second relay made in the
+	// process).
+	Name string
+
+	// StatusInterval is how often the relay records its status (lag,
+	// pending and failed rows, rows relayed, last error) in Redis, under
+	// the broker's namespace, while Run runs; [Relays] reads it. It is
+	// recorded when the Broker has a Redis client and namespace, as
+	// *broker.Broker has (methods Client and Namespace). 0 means 2s;
+	// negative means never.
+	StatusInterval time.Duration
 }
 
 // Defaults of RelayOptions.
@@ -125,6 +140,7 @@ type Relay struct {
 
 	running atomic.Bool
 	stats   relayCounters
+	status  status
 }
 
 // NewRelay returns a relay of o's rows to b. It checks the options but
@@ -159,7 +175,13 @@ func NewRelay(o *Outbox, b Broker, opts RelayOptions) (*Relay, error) {
 	if opts.MaxBackoff < opts.MinBackoff {
 		return nil, invalid("MaxBackoff %s is below MinBackoff %s", opts.MaxBackoff, opts.MinBackoff)
 	}
-	r := &Relay{o: o, b: b, opts: opts, log: zerolog.Nop(), wake: make(chan struct{}, 1)}
+	if err := checkName(opts.Name); err != nil {
+		return nil, err
+	}
+	if opts.Name == "" {
+		opts.Name = defaultName()
+	}
+	r := &Relay{o: o, b: b, opts: opts, log: zerolog.Nop(), wake: make(chan struct{}, 1), status: statusFor(b, opts.StatusInterval)}
 	if opts.Logger != nil {
 		r.log = *opts.Logger
 	}
@@ -233,6 +255,12 @@ func (r *Relay) Run(ctx context.Context) error {
 	defer r.running.Store(false)
 	m, unregister := r.instruments()
 	defer func() { _ = unregister() }()
+	if r.status.store != nil {
+		sctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); r.runStatus(sctx) }()
+		defer func() { stop(); <-done }()
+	}
 
 	bo := backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(r.opts.MinBackoff),
@@ -261,12 +289,14 @@ func (r *Relay) Run(ctx context.Context) error {
 				break
 			}
 			r.stats.errors.Add(1)
+			r.status.failed(err)
 			probe = res.redisFailed
 			r.log.Warn().Err(err).Str("table", r.o.t.full()).Int("relayed", res.done).Msg("outbox relay: batch failed, backing off")
 			r.sleep(ctx, bo.NextBackOff(), false)
 			continue
 		}
 		bo.Reset()
+		r.status.failed(nil)
 		if res.rows < r.opts.BatchSize {
 			r.sleep(ctx, r.opts.PollInterval, true)
 		}
