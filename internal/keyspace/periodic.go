@@ -1,0 +1,21 @@
+package keyspace
+
+// PeriodicKeys are the keys of the periodic schedules of a namespace. They
+// share the hash tag {:periodic}, which no queue's keys carry (a queue name
+// has no ':'), so they live in one Cluster slot and can change together in
+// one MULTI.
+type PeriodicKeys struct {
+	Schedules string // HASH schedule name -> its declaration and heartbeat (JSON)
+	Last      string // ZSET schedule name -> time of the latest tick enqueued (ms)
+	Outcomes  string // HASH schedule name -> outcome of its latest finished attempt (JSON)
+}
+
+// Periodic returns the periodic schedules' keys of namespace ns.
+func Periodic(ns string) PeriodicKeys {
+	p := ns + ":{:periodic}:"
+	return PeriodicKeys{
+		Schedules: p + "schedules",
+		Last:      p + "last",
+		Outcomes:  p + "outcomes",
+	}
+}

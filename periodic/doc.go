@@ -1,0 +1,46 @@
+// Package periodic enqueues jobs on schedules declared in code: a cron
+// expression, a time zone, a job type and its arguments.
+//
+//	var Report = job.New[ReportArgs]("report.nightly", job.Queue("reports"))
+//
+//	s, err := periodic.New(b, periodic.Config{})
+//	err = periodic.Add(s, "nightly-report", "30 2 * * *", Report, ReportArgs{Kind: "sales"},
+//		periodic.Zone("Europe/Berlin"), periodic.RunMissedOnce(6*time.Hour))
+//	go s.Run(ctx)
+//
+// and, in the worker, record each tick's outcome for `delayq periodic ls`
+// and the dashboard:
+//
+//	w.Use(periodic.Outcomes(b))
+//
+// # No leader
+//
+// Run a Scheduler in as many processes as you like, all with the same
+// schedules. Each enqueues every tick; the job of a tick has the id
+// [TickID] (the schedule's name and the tick's time), and the broker stores
+// one job per id: the others are refused as duplicates. So exactly one job
+// runs per tick, and no process is special: any of them can die.
+//
+// # Missed ticks
+//
+// A scheduler enqueues each tick when it is due, and catches up on the
+// ticks of the last Config.Tolerance (one minute) when it was held up or
+// restarted. Ticks older than that, missed while every scheduler was down,
+// follow the schedule's policy: [Skip] (the default) drops them, [RunOnce]
+// enqueues one job for the latest of them.
+//
+// # Daylight saving
+//
+// Expressions are read in their time zone, as cron does: on the day the
+// clocks go forward a daily 02:30 runs once, at 03:00 (the end of the gap);
+// on the day they go back a daily 01:30 runs once, the first time 01:30
+// comes. Hourly expressions follow the clock.
+//
+// # Schedules in Redis
+//
+// Run writes the schedules it declares to Redis and refreshes them every
+// Config.Heartbeat; [List] reads them. A schedule that no running scheduler
+// declares any more (an old deploy's) turns stale after Config.StaleAfter,
+// is shown as such, is removed by the next scheduler's heartbeat, and is
+// never run. See docs/periodic.md.
+package periodic

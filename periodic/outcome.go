@@ -1,0 +1,94 @@
+package periodic
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/job"
+)
+
+// outcomeTimeout bounds the write of one outcome.
+const outcomeTimeout = 5 * time.Second
+
+// Outcomes returns worker middleware that records, for every job a
+// Scheduler enqueued (it carries HeaderSchedule), how its attempt ended:
+// success, retry or dead, with the error. [List] shows the latest as the
+// schedule's last outcome. Other jobs pass through untouched.
+//
+// Under a worker the outcome is the one the worker settled (job.OnResult),
+// written after the handler returned without holding up the worker; an
+// attempt whose lease was lost or that was released at shutdown records
+// nothing (the job runs again). Called outside a worker, it records
+// "success" or "failed" from the handler's error before returning.
+func Outcomes(b *broker.Broker) job.Middleware {
+	rdb, key := b.Client(), keyspace.Periodic(b.Namespace()).Outcomes
+	write := func(ctx context.Context, name string, o outcome) {
+		body, err := json.Marshal(o)
+		if err != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), outcomeTimeout)
+		defer cancel()
+		// A lost write costs only what the operator sees; the job is done.
+		_ = rdb.HSet(ctx, key, name, body).Err()
+	}
+	return func(next job.Handler) job.Handler {
+		return job.HandlerFunc(func(ctx context.Context, m *job.Message) error {
+			name := m.Headers[HeaderSchedule]
+			if name == "" {
+				return next.Handle(ctx, m)
+			}
+			o := outcome{Attempt: m.Attempt}
+			if t, err := time.Parse(tickLayout, m.Headers[HeaderTick]); err == nil {
+				o.Tick = t.UnixMilli()
+			}
+			start := time.Now()
+			ended := func() int64 {
+				if m.ClaimedAt.IsZero() {
+					return time.Now().UnixMilli()
+				}
+				return m.ClaimedAt.Add(time.Since(start)).UnixMilli() // on the server's clock
+			}
+			settled := job.OnResult(ctx, func(res job.Result) {
+				switch res.Outcome {
+				case job.OutcomeSuccess:
+					o.Result = "success"
+				case job.OutcomeRetry:
+					o.Result = "retry"
+				case job.OutcomeDead:
+					o.Result = "dead"
+				default:
+					return // lease lost or released: it runs again
+				}
+				if res.Err != nil {
+					o.Error = truncate(res.Err.Error(), 512)
+				}
+				o.At = ended()
+				go write(ctx, name, o)
+			})
+			err := next.Handle(ctx, m)
+			if !settled {
+				o.Result, o.At = "success", ended()
+				if err != nil {
+					o.Result, o.Error = "failed", truncate(err.Error(), 512)
+				}
+				write(ctx, name, o)
+			}
+			return err
+		})
+	}
+}
+
+// truncate cuts s to at most n bytes on a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,495 @@
+package periodic
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/job"
+)
+
+// Headers a tick's job carries: the schedule's name and the tick's time
+// (RFC 3339, UTC). [Outcomes] reads them.
+const (
+	HeaderSchedule = "delayq-periodic"
+	HeaderTick     = "delayq-periodic-tick"
+)
+
+// MaxNameLen is the longest schedule name, in bytes.
+const MaxNameLen = 128
+
+// Defaults of Config.
+const (
+	DefaultTolerance  = time.Minute
+	DefaultHeartbeat  = 30 * time.Second
+	DefaultStaleAfter = 5 * time.Minute
+)
+
+// Config configures a Scheduler. The zero value is usable: every field has
+// a documented default.
+type Config struct {
+	// Tolerance is how late a tick may be reached and still be enqueued: a
+	// scheduler that was down, busy or cut off from Redis enqueues the
+	// ticks of the last Tolerance when it comes back; older ones are missed
+	// and their schedule's missed-tick policy decides. It is also the
+	// width of the uniqueness window of the ticks' jobs (plus five
+	// minutes). Default 1 minute; it must not be negative.
+	Tolerance time.Duration
+
+	// Heartbeat is how often the scheduler writes its schedules to Redis
+	// (their next run and "seen" time) and removes stale schedules that it
+	// does not declare. Default 30s.
+	Heartbeat time.Duration
+
+	// StaleAfter is how long after its last heartbeat a schedule counts as
+	// stale: no running scheduler declares it (an old deploy left it
+	// behind). A stale schedule is shown as such, and the next scheduler
+	// that does not declare it removes it; none runs it. Default 5 minutes;
+	// it must be at least twice Heartbeat.
+	StaleAfter time.Duration
+
+	// Clock, when set, replaces the scheduler's clock. Only tests with a
+	// simulated clock set it; production leaves it nil, and the scheduler
+	// follows the Redis server's TIME (read at start and every heartbeat),
+	// the clock the broker's scripts use.
+	Clock func() time.Time
+
+	// Logger receives start and stop (info), ticks enqueued (debug), and
+	// Redis errors (error). Default zerolog.Nop().
+	Logger *zerolog.Logger
+}
+
+// Scheduler enqueues the jobs of the schedules added to it, one job per
+// tick, however many processes run a Scheduler with the same schedules: a
+// tick's job has an id made of the schedule's name and the tick's time
+// ([TickID]), and the broker refuses a second job with that id (see
+// docs/periodic.md). There is no leader: every scheduler enqueues every
+// tick, and all but one are refused.
+type Scheduler struct {
+	b    *broker.Broker
+	cfg  Config
+	keys keyspace.PeriodicKeys
+	log  zerolog.Logger
+
+	mu      sync.Mutex
+	entries []*entry
+	started bool
+
+	offset time.Duration // server clock - local clock, when Clock is nil
+}
+
+// ErrStarted is returned by [Add] once the scheduler runs, and by a second
+// [Scheduler.Run].
+var ErrStarted = errors.New("periodic: scheduler already running")
+
+// New returns a Scheduler that enqueues through b. It checks cfg but does
+// not contact Redis.
+func New(b *broker.Broker, cfg Config) (*Scheduler, error) {
+	if b == nil {
+		return nil, fmt.Errorf("periodic: %w: nil broker", job.ErrInvalid)
+	}
+	if cfg.Tolerance < 0 || cfg.Heartbeat < 0 || cfg.StaleAfter < 0 {
+		return nil, fmt.Errorf("periodic: %w: Tolerance %s, Heartbeat %s and StaleAfter %s must not be negative", job.ErrInvalid, cfg.Tolerance, cfg.Heartbeat, cfg.StaleAfter)
+	}
+	if cfg.Tolerance == 0 {
+		cfg.Tolerance = DefaultTolerance
+	}
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = DefaultHeartbeat
+	}
+	if cfg.StaleAfter == 0 {
+		cfg.StaleAfter = max(DefaultStaleAfter, 2*cfg.Heartbeat)
+	}
+	if cfg.StaleAfter < 2*cfg.Heartbeat {
+		return nil, fmt.Errorf("periodic: %w: StaleAfter %s is less than twice Heartbeat %s", job.ErrInvalid, cfg.StaleAfter, cfg.Heartbeat)
+	}
+	log := zerolog.Nop()
+	if cfg.Logger != nil {
+		log = *cfg.Logger
+	}
+	return &Scheduler{b: b, cfg: cfg, keys: keyspace.Periodic(b.Namespace()), log: log}, nil
+}
+
+// Missed is a schedule's policy for ticks that no scheduler enqueued in
+// time (every scheduler was down for longer than Config.Tolerance).
+type Missed uint8
+
+const (
+	// Skip drops missed ticks: the schedule goes on with its next tick.
+	// The default.
+	Skip Missed = iota
+	// RunOnce enqueues one job for all the missed ticks: the latest of
+	// them, with that tick's id, ready at once.
+	RunOnce
+)
+
+func (m Missed) String() string {
+	if m == RunOnce {
+		return "once"
+	}
+	return "skip"
+}
+
+// Option configures one schedule.
+type Option func(*entry) error
+
+// Zone sets the schedule's time zone by its IANA name ("Europe/Berlin").
+// The default is UTC, so that every process reads the expression alike
+// whatever its local zone.
+func Zone(name string) Option {
+	return func(e *entry) error {
+		if name == "" {
+			return errors.New("time zone name is empty")
+		}
+		loc, err := time.LoadLocation(name)
+		if err != nil {
+			return fmt.Errorf("time zone %q: %v", name, err)
+		}
+		e.loc = loc
+		return nil
+	}
+}
+
+// Location sets the schedule's time zone.
+func Location(loc *time.Location) Option {
+	return func(e *entry) error {
+		if loc == nil {
+			return errors.New("time zone is a nil *time.Location")
+		}
+		e.loc = loc
+		return nil
+	}
+}
+
+// SkipMissed sets the Skip policy (the default): ticks missed while every
+// scheduler was down are not run.
+func SkipMissed() Option {
+	return func(e *entry) error { e.missed, e.within = Skip, 0; return nil }
+}
+
+// RunMissedOnce sets the RunOnce policy: when ticks were missed, one job
+// runs for them all (the latest missed tick's), provided that tick is no
+// older than within when a scheduler notices. within bounds the catch-up;
+// it must be positive.
+func RunMissedOnce(within time.Duration) Option {
+	return func(e *entry) error {
+		if within <= 0 {
+			return fmt.Errorf("RunMissedOnce window %s is not positive", within)
+		}
+		e.missed, e.within = RunOnce, within
+		return nil
+	}
+}
+
+// JobOptions are applied to every job of the schedule (e.g. job.Queue,
+// job.MaxRetries, job.Timeout, job.Header). The scheduler sets the job's
+// id and ready time itself, so job.ID, job.In and job.At are refused.
+func JobOptions(opts ...job.Option) Option {
+	return func(e *entry) error {
+		e.opts = append(e.opts, opts...)
+		return nil
+	}
+}
+
+// entry is one schedule.
+type entry struct {
+	name, spec string
+	loc        *time.Location
+	sched      schedule
+	missed     Missed
+	within     time.Duration
+	opts       []job.Option
+	typ, queue string
+	build      func(opts ...job.Option) (*job.Envelope, error)
+
+	cur time.Time // the latest tick this process dealt with
+}
+
+// Add declares a schedule on s: a job of type t with args at every tick of
+// spec, a cron expression with 5 fields (minute hour day-of-month month
+// day-of-week), 6 with a leading seconds field, a descriptor (@yearly,
+// @monthly, @weekly, @daily, @hourly) or "@every <duration>" (whole
+// seconds, ticking at the multiples of the duration since the Unix epoch).
+// The expression is read in the schedule's time zone (UTC unless [Zone] or
+// [Location] says otherwise).
+//
+// Add checks everything before it keeps anything: a bad name, expression,
+// time zone or option, arguments that do not encode, or a name already
+// added give an error that wraps job.ErrInvalid and names the schedule.
+// Nothing is written to Redis until [Scheduler.Run]. Add refuses with
+// ErrStarted once s runs.
+func Add[T any](s *Scheduler, name, spec string, t *job.Type[T], args T, opts ...Option) error {
+	if err := validateName(name); err != nil {
+		return err
+	}
+	bad := func(err error) error { return fmt.Errorf("periodic: %w: schedule %q: %v", job.ErrInvalid, name, err) }
+	if t == nil {
+		return bad(errors.New("nil job type"))
+	}
+	e := &entry{name: name, spec: spec, loc: time.UTC}
+	for _, o := range opts {
+		if o == nil {
+			return bad(errors.New("nil option"))
+		}
+		if err := o(e); err != nil {
+			return bad(err)
+		}
+	}
+	sched, err := parseSpec(spec, e.loc)
+	if err != nil {
+		return bad(err)
+	}
+	e.sched = sched
+	jobOpts := slices.Clip(e.opts)
+	env, err := t.Envelope(args, jobOpts...)
+	if err != nil {
+		return bad(err)
+	}
+	if env.ID != "" || env.Delay != 0 || !env.At.IsZero() {
+		return bad(errors.New("job options ID, In and At are set by the scheduler, not by the schedule"))
+	}
+	e.typ, e.queue = env.Type, env.Queue
+	e.build = func(extra ...job.Option) (*job.Envelope, error) {
+		return t.Envelope(args, append(jobOpts, extra...)...)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return fmt.Errorf("schedule %q: %w", name, ErrStarted)
+	}
+	for _, o := range s.entries {
+		if o.name == name {
+			return bad(errors.New("a schedule with that name was added already"))
+		}
+	}
+	s.entries = append(s.entries, e)
+	return nil
+}
+
+// validateName checks a schedule name: 1 to MaxNameLen bytes of ASCII
+// letters, digits and '.', '_', '-', ':', '/'.
+func validateName(name string) error {
+	if name == "" || len(name) > MaxNameLen {
+		return fmt.Errorf("periodic: %w: schedule name %q must be 1 to %d bytes long", job.ErrInvalid, name, MaxNameLen)
+	}
+	for _, r := range name {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == '-', r == ':', r == '/':
+		default:
+			return fmt.Errorf("periodic: %w: schedule name %q contains %q; allowed are letters, digits and '._-:/'", job.ErrInvalid, name, r)
+		}
+	}
+	return nil
+}
+
+// tickLayout is the tick's time in ids and headers: UTC, whole seconds
+// (cron's resolution).
+const tickLayout = "2006-01-02T15:04:05Z"
+
+// TickID returns the job id of the tick at t of the schedule name:
+// "name@2030-01-02T03:04:05Z" (the tick's time in UTC).
+func TickID(name string, t time.Time) string {
+	return name + "@" + t.UTC().Format(tickLayout)
+}
+
+// uniqueness is how long a tick's id is remembered after its job ended.
+func (s *Scheduler) uniqueness() time.Duration { return s.cfg.Tolerance + 5*time.Minute }
+
+// now is the scheduler's clock.
+func (s *Scheduler) now() time.Time {
+	if s.cfg.Clock != nil {
+		return s.cfg.Clock()
+	}
+	return time.Now().Add(s.offset)
+}
+
+// Run syncs the schedules to Redis, then enqueues their ticks until ctx is
+// cancelled, and returns nil. Redis errors are logged and retried, never
+// returned: a scheduler cut off from Redis catches up when it is back
+// (within Config.Tolerance, else by each schedule's missed-tick policy).
+// Run without schedules returns at once. A second call returns ErrStarted.
+func (s *Scheduler) Run(ctx context.Context) error {
+	s.mu.Lock()
+	if s.started {
+		s.mu.Unlock()
+		return ErrStarted
+	}
+	s.started = true
+	entries := s.entries
+	s.mu.Unlock()
+	if len(entries) == 0 {
+		return nil
+	}
+	s.log.Info().Int("schedules", len(entries)).Msg("scheduler started")
+	defer s.log.Info().Msg("scheduler stopped")
+
+	// Start: the clock, the schedules in Redis, where each one left off.
+	for {
+		err := s.start(ctx)
+		if err == nil {
+			break
+		}
+		s.log.Error().Err(err).Msg("scheduler cannot sync its schedules; retrying")
+		if !sleep(ctx, time.Second) {
+			return nil
+		}
+	}
+	beat := s.now().Add(s.cfg.Heartbeat)
+	for {
+		wake, err := s.step(ctx, s.now())
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			s.log.Error().Err(err).Msg("scheduler cannot enqueue ticks; retrying")
+			wake = s.now().Add(time.Second)
+		}
+		if now := s.now(); !now.Before(beat) {
+			if err := s.heartbeat(ctx); err != nil && ctx.Err() == nil {
+				s.log.Error().Err(err).Msg("scheduler heartbeat failed")
+			}
+			beat = now.Add(s.cfg.Heartbeat)
+		}
+		if beat.Before(wake) {
+			wake = beat
+		}
+		if !sleep(ctx, wake.Sub(s.now())) {
+			return nil
+		}
+	}
+}
+
+// start reads the server's clock, writes the schedules and reads where
+// each left off.
+func (s *Scheduler) start(ctx context.Context) error {
+	if err := s.syncClock(ctx); err != nil {
+		return err
+	}
+	if err := s.heartbeat(ctx); err != nil {
+		return err
+	}
+	return s.resume(ctx, s.now())
+}
+
+// sleep waits d or until ctx is done; it reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// due returns the ticks of e to enqueue at now: under RunOnce the latest
+// missed tick (after cur, older than tol, within the window), then every
+// tick of the last tol after cur.
+func (e *entry) due(now time.Time, tol time.Duration) []time.Time {
+	var out []time.Time
+	live := now.Add(-tol)
+	if e.missed == RunOnce && e.cur.Before(live) {
+		from := e.cur
+		if w := now.Add(-e.within); from.Before(w) {
+			from = w
+		}
+		if m := latest(e.sched, from, live); !m.IsZero() {
+			out = append(out, m)
+		}
+	}
+	from := e.cur
+	if from.Before(live) {
+		from = live
+	}
+	for t := e.sched.Next(from); !t.IsZero() && !t.After(now); t = e.sched.Next(t) {
+		out = append(out, t)
+	}
+	return out
+}
+
+// step enqueues every due tick of every schedule in one call and returns
+// when the next tick is due (at most a Heartbeat ahead).
+func (s *Scheduler) step(ctx context.Context, now time.Time) (time.Time, error) {
+	type tick struct {
+		e  *entry
+		at time.Time
+	}
+	var (
+		ticks []tick
+		envs  []*job.Envelope
+	)
+	if err := s.catchUp(ctx, false); err != nil {
+		return now.Add(time.Second), err
+	}
+	for _, e := range s.entries {
+		for _, at := range e.due(now, s.cfg.Tolerance) {
+			env, err := e.build(job.ID(TickID(e.name, at)), job.At(at),
+				job.Header(HeaderSchedule, e.name), job.Header(HeaderTick, at.UTC().Format(tickLayout)))
+			if err != nil {
+				return now, fmt.Errorf("schedule %q: %w", e.name, err)
+			}
+			ticks = append(ticks, tick{e, at})
+			envs = append(envs, env)
+		}
+	}
+	var failed error
+	if len(envs) > 0 {
+		errs := make([]error, len(envs))
+		if err := s.b.Enqueue(ctx, envs...); err != nil {
+			var be *job.BatchError
+			switch {
+			case len(envs) == 1:
+				errs[0] = err
+			case errors.As(err, &be) && len(be.Errs) == len(envs):
+				errs = be.Errs
+			default:
+				return now, err
+			}
+		}
+		stuck := map[*entry]bool{}
+		mine := map[string]time.Time{}
+		for i, tk := range ticks {
+			err := errs[i]
+			switch {
+			case stuck[tk.e]:
+				continue
+			case err == nil:
+				s.log.Debug().Str("schedule", tk.e.name).Str("job_id", envs[i].ID).Str("queue", envs[i].Queue).Msg("tick enqueued")
+				if tk.at.After(mine[tk.e.name]) {
+					mine[tk.e.name] = tk.at
+				}
+			case errors.Is(err, broker.ErrDuplicate):
+				// Another scheduler enqueued it (or it ran already).
+			default:
+				// Not decided: tried again at the next step.
+				stuck[tk.e] = true
+				failed = fmt.Errorf("schedule %q, tick %s: %w", tk.e.name, envs[i].ID, err)
+				continue
+			}
+			if tk.at.After(tk.e.cur) {
+				tk.e.cur = tk.at
+			}
+		}
+		if err := s.recordLast(ctx, mine); err != nil && failed == nil {
+			failed = err
+		}
+	}
+	wake := now.Add(s.cfg.Heartbeat)
+	for _, e := range s.entries {
+		if n := e.sched.Next(now); !n.IsZero() && n.Before(wake) {
+			wake = n
+		}
+	}
+	return wake, failed
+}

@@ -1,0 +1,142 @@
+package periodic_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/testkit"
+	"github.com/delayq/delayq/job"
+	"github.com/delayq/delayq/periodic"
+	"github.com/delayq/delayq/retry"
+	"github.com/delayq/delayq/worker"
+)
+
+// TestBadDeclarations: every bad declaration fails at Add with an error
+// that wraps job.ErrInvalid and names the schedule and what is wrong, and
+// a scheduler whose every Add failed writes nothing.
+func TestBadDeclarations(t *testing.T) {
+	t.Parallel()
+	tb := testkit.Setup(t)
+	s, err := periodic.New(tb.B, periodic.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := periodic.Add(s, "ok", "@hourly", pingType, Ping{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, spec string
+		opts       []periodic.Option
+		want       string
+	}{
+		{"nightly", "30 2 * *", nil, `schedule "nightly": cron expression "30 2 * *"`},
+		{"nightly", "@every 100ms", nil, "@every needs a whole number of seconds"},
+		{"nightly", "30 2 * * *", []periodic.Option{periodic.Zone("Nowhere/City")}, `time zone "Nowhere/City"`},
+		{"nightly", "30 2 * * *", []periodic.Option{periodic.Zone("")}, "time zone name is empty"},
+		{"nightly", "30 2 * * *", []periodic.Option{periodic.Location(nil)}, "nil *time.Location"},
+		{"nightly", "30 2 * * *", []periodic.Option{periodic.RunMissedOnce(0)}, "RunMissedOnce window 0s is not positive"},
+		{"nightly", "30 2 * * *", []periodic.Option{periodic.JobOptions(job.ID("x"))}, "ID, In and At are set by the scheduler"},
+		{"nightly", "30 2 * * *", []periodic.Option{periodic.JobOptions(job.In(time.Second))}, "ID, In and At are set by the scheduler"},
+		{"nightly", "30 2 * * *", []periodic.Option{periodic.JobOptions(job.MaxRetries(-1))}, "max retries -1 is negative"},
+		{"nightly", "30 2 * * *", []periodic.Option{periodic.JobOptions(job.Queue("no spaces"))}, "queue name"},
+		{"ok", "@daily", nil, `schedule "ok": a schedule with that name was added already`},
+		{"", "@daily", nil, `schedule name ""`},
+		{"bad name", "@daily", nil, `schedule name "bad name" contains ' '`},
+		{strings.Repeat("n", periodic.MaxNameLen+1), "@daily", nil, "must be 1 to 128 bytes long"},
+	} {
+		err := periodic.Add(s, tc.name, tc.spec, pingType, Ping{}, tc.opts...)
+		if !errors.Is(err, job.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Add(%q, %q): %v, want an error wrapping job.ErrInvalid containing %q", tc.name, tc.spec, err, tc.want)
+		}
+	}
+	if err := periodic.Add[Ping](s, "nil-type", "@daily", nil, Ping{}); !errors.Is(err, job.ErrInvalid) {
+		t.Errorf("Add with a nil type: %v", err)
+	}
+	if n, err := tb.RDB.Exists(tb.Ctx, keyspace.Periodic(tb.NS).Schedules, keyspace.Periodic(tb.NS).Last).Result(); err != nil || n != 0 {
+		t.Errorf("declarations wrote %d keys (%v); want none before Run", n, err)
+	}
+	for _, cfg := range []periodic.Config{{Tolerance: -1}, {Heartbeat: time.Minute, StaleAfter: time.Minute}} {
+		if _, err := periodic.New(tb.B, cfg); !errors.Is(err, job.ErrInvalid) {
+			t.Errorf("New(%+v): %v, want job.ErrInvalid", cfg, err)
+		}
+	}
+}
+
+// TestRunRecordsOutcomes: Run syncs the schedules, its ticks reach the
+// worker, and Outcomes records the latest attempt's end: success, or dead
+// with the error.
+func TestRunRecordsOutcomes(t *testing.T) {
+	t.Parallel()
+	tb := testkit.Setup(t)
+	failing := job.New[Ping]("health.fail", job.Queue("health"), job.MaxRetries(0))
+	pingType.Handle(tb.Reg, func(context.Context, *job.Job[Ping]) error { return nil })
+	failing.Handle(tb.Reg, func(context.Context, *job.Job[Ping]) error { return retry.Permanent(errors.New("upstream said no")) })
+	cfg := tb.Config(t)
+	cfg.Queues = []worker.Queue{{Name: "health"}}
+	testkit.StartWorker(t, cfg, periodic.Outcomes(tb.B))
+
+	s, err := periodic.New(tb.B, periodic.Config{Logger: testkit.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := periodic.Add(s, "ok", "@every 1s", pingType, Ping{Service: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := periodic.Add(s, "bad", "* * * * * *", failing, Ping{Service: "b"}, periodic.RunMissedOnce(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+
+	var list []periodic.Status
+	ok := waitFor(t, 30*time.Second, func() bool {
+		list, err = periodic.List(tb.Ctx, tb.B, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(list) == 2 && list[0].Outcome != nil && list[1].Outcome != nil
+	})
+	if !ok {
+		t.Fatalf("no outcomes recorded within 30s: %+v", list)
+	}
+	bad, good := list[0], list[1]
+	if bad.Name != "bad" || bad.Outcome.Result != "dead" || bad.Outcome.Error != "upstream said no" || bad.Missed != periodic.RunOnce || bad.Within != time.Hour {
+		t.Errorf("bad: %+v, outcome %+v", bad, bad.Outcome)
+	}
+	if good.Name != "ok" || good.Outcome.Result != "success" || good.Spec != "@every 1s" || good.Zone != "UTC" || good.Type != "health.ping" || good.Queue != "health" || good.Stale {
+		t.Errorf("ok: %+v, outcome %+v", good, good.Outcome)
+	}
+	for _, st := range list {
+		if st.Last.IsZero() || st.LastID != periodic.TickID(st.Name, st.Last) || !st.Next.After(st.Last) || st.Outcome.Tick.IsZero() || st.Outcome.Attempt != 1 {
+			t.Errorf("%s: last %s (%s), next %s, outcome %+v", st.Name, st.Last, st.LastID, st.Next, st.Outcome)
+		}
+	}
+	if err := periodic.Add(s, "late", "@daily", pingType, Ping{}); !errors.Is(err, periodic.ErrStarted) {
+		t.Errorf("Add while running: %v, want ErrStarted", err)
+	}
+	if err := s.Run(ctx); !errors.Is(err, periodic.ErrStarted) {
+		t.Errorf("second Run: %v, want ErrStarted", err)
+	}
+}
+
+// waitFor polls cond until it holds or d passed.
+func waitFor(t *testing.T, d time.Duration, cond func() bool) bool {
+	t.Helper()
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return cond()
+}

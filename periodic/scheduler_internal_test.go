@@ -1,0 +1,310 @@
+package periodic
+
+import (
+	"context"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/clock"
+	"github.com/delayq/delayq/internal/testkit"
+	"github.com/delayq/delayq/job"
+)
+
+type reportArgs struct {
+	Kind string `json:"kind"`
+}
+
+var reportType = job.New[reportArgs]("report.build", job.Queue("reports"))
+
+// simulated is a test's broker and clock: the broker's scripts read the
+// simulated clock too.
+type simulated struct {
+	tb  *testkit.Bundle
+	clk *clock.Simulated
+}
+
+func newSimulated(t *testing.T, start time.Time) *simulated {
+	clk := clock.NewSimulated(start)
+	tb := testkit.Setup(t, func(o *broker.Options) { o.Clock = clk.Now })
+	return &simulated{tb: tb, clk: clk}
+}
+
+// scheduler returns a started scheduler on the simulated clock whose
+// heartbeat never comes by itself; add declares its schedules.
+func (sim *simulated) scheduler(t *testing.T, cfg Config, add func(s *Scheduler)) *Scheduler {
+	t.Helper()
+	cfg.Clock = sim.clk.Now
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = 1000 * time.Hour
+	}
+	s, err := New(sim.tb.B, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	add(s)
+	s.started = true
+	if err := s.start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func mustAdd(t *testing.T, s *Scheduler, name, spec string, opts ...Option) {
+	t.Helper()
+	if err := Add(s, name, spec, reportType, reportArgs{Kind: name}, opts...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// step runs one step of each scheduler in a random order.
+func (sim *simulated) step(t *testing.T, ss ...*Scheduler) {
+	t.Helper()
+	for _, i := range rand.Perm(len(ss)) {
+		if _, err := ss[i].step(context.Background(), sim.clk.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// drain claims and acks every due job of the reports queue, counting them
+// by id.
+func (sim *simulated) drain(t *testing.T, handled map[string]int) {
+	t.Helper()
+	d := testkit.Drive(sim.tb.B)
+	for {
+		res, err := d.Claim(sim.tb.Ctx, "reports", 100, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Jobs) == 0 {
+			return
+		}
+		for _, c := range res.Jobs {
+			handled[c.ID]++
+			if err := d.Ack(sim.tb.Ctx, c.Lease); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// pending lists the ids of the jobs in the reports queue, sorted.
+func (sim *simulated) pending(t *testing.T) []string {
+	t.Helper()
+	ids, err := sim.tb.RDB.HKeys(sim.tb.Ctx, sim.tb.Keys("reports").Jobs).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// run drives s alone until the clock reaches until, jumping from each
+// step to the next wake-up it asks for, and returns the ids enqueued.
+func (sim *simulated) run(t *testing.T, s *Scheduler, until time.Time) []string {
+	t.Helper()
+	for sim.clk.Now().Before(until) {
+		wake, err := s.step(context.Background(), sim.clk.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wake.After(until) {
+			wake = until
+		}
+		sim.clk.Advance(wake.Sub(sim.clk.Now()))
+	}
+	if _, err := s.step(context.Background(), sim.clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	return sim.pending(t)
+}
+
+// TestSchedulersEnqueueEachTickOnce: three schedulers, one held up for a
+// while and one replaced by a fresh process half-way, a drain after every
+// second: every tick's job is handled exactly once.
+func TestSchedulersEnqueueEachTickOnce(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	sim := newSimulated(t, start)
+	add := func(s *Scheduler) { mustAdd(t, s, "every-second", "@every 1s") }
+	a, b, c := sim.scheduler(t, Config{}, add), sim.scheduler(t, Config{}, add), sim.scheduler(t, Config{}, add)
+	handled := map[string]int{}
+	const seconds = 120
+	for i := range seconds {
+		sim.clk.Advance(time.Second)
+		switch {
+		case i == seconds/2:
+			c = sim.scheduler(t, Config{}, add) // restarted
+			sim.step(t, a, b, c)
+		case i > 20 && i < 40:
+			sim.step(t, a, c) // b is held up for 20 s, then catches up
+		default:
+			sim.step(t, a, b, c)
+		}
+		sim.drain(t, handled)
+	}
+	for i := 1; i <= seconds; i++ {
+		id := TickID("every-second", start.Add(time.Duration(i)*time.Second))
+		if handled[id] != 1 {
+			t.Errorf("tick %s handled %d times, want 1", id, handled[id])
+		}
+	}
+	if len(handled) != seconds {
+		t.Errorf("%d distinct jobs handled, want %d", len(handled), seconds)
+	}
+}
+
+// TestMissedTicks: after every scheduler was down, Skip runs only the
+// ticks within the tolerance; RunOnce runs one job for the missed ones
+// too, if the latest is within its window.
+func TestMissedTicks(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2030, 1, 2, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name string
+		spec string
+		opt  Option
+		down time.Duration
+		want []string // tick times after the restart
+	}{
+		{"skip (default)", "* * * * *", nil, 10*time.Minute + 10*time.Second, []string{"12:10"}},
+		{"run once", "* * * * *", RunMissedOnce(time.Hour), 10*time.Minute + 10*time.Second, []string{"12:09", "12:10"}},
+		{"run once, missed tick within the window", "0 3 * * *", RunMissedOnce(12 * time.Hour), 24 * time.Hour, []string{"12:00"}},
+		{"run once, missed tick outside the window", "0 3 * * *", RunMissedOnce(6 * time.Hour), 24 * time.Hour, nil},
+		{"skip, daily", "0 3 * * *", SkipMissed(), 24 * time.Hour, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			sim := newSimulated(t, start.Add(-time.Second))
+			var opts []Option
+			if tc.opt != nil {
+				opts = append(opts, tc.opt)
+			}
+			add := func(s *Scheduler) { mustAdd(t, s, "s", tc.spec, opts...) }
+			cfg := Config{Tolerance: 30 * time.Second}
+			s := sim.scheduler(t, cfg, add)
+			// The first run records a last tick (forcing one at 12:00 for the daily spec).
+			sim.clk.Advance(time.Second)
+			if _, err := sim.tb.RDB.ZAdd(sim.tb.Ctx, s.keys.Last, redisZ("s", start)).Result(); err != nil {
+				t.Fatal(err)
+			}
+			sim.clk.Advance(tc.down)
+			s = sim.scheduler(t, cfg, add) // every scheduler was down; a new one starts
+			if _, err := s.step(sim.tb.Ctx, sim.clk.Now()); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, id := range sim.pending(t) {
+				tick, err := time.Parse(tickLayout, id[len("s@"):])
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, tick.Format("15:04"))
+			}
+			if tc.name == "run once, missed tick within the window" {
+				// The missed 03:00 of the next day, enqueued at once.
+				tc.want = []string{"03:00"}
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("after %s down: jobs for ticks %v, want %v", tc.down, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestDaylightSavingDays drives a scheduler over the days the clocks
+// change in New York: the daily 02:30 job runs once each day, at 03:00 EDT
+// on the spring-forward day; a daily 01:30 runs once on the fall-back day.
+func TestDaylightSavingDays(t *testing.T) {
+	t.Parallel()
+	ny := mustZone(t, "America/New_York")
+	for _, tc := range []struct {
+		name     string
+		spec     string
+		from, to time.Time
+		want     []string
+	}{
+		{"spring forward", "30 2 * * *", time.Date(2026, 3, 7, 0, 0, 0, 0, ny), time.Date(2026, 3, 10, 0, 0, 0, 0, ny),
+			[]string{"s@2026-03-07T07:30:00Z", "s@2026-03-08T07:00:00Z", "s@2026-03-09T06:30:00Z"}},
+		{"fall back", "30 1 * * *", time.Date(2026, 10, 31, 0, 0, 0, 0, ny), time.Date(2026, 11, 3, 0, 0, 0, 0, ny),
+			[]string{"s@2026-10-31T05:30:00Z", "s@2026-11-01T05:30:00Z", "s@2026-11-02T06:30:00Z"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			sim := newSimulated(t, tc.from)
+			s := sim.scheduler(t, Config{}, func(s *Scheduler) { mustAdd(t, s, "s", tc.spec, Zone("America/New_York")) })
+			if got := sim.run(t, s, tc.to); !slices.Equal(got, tc.want) {
+				t.Errorf("jobs %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestStaleScheduleIsRemovedNotRun: a schedule that the new deploy no
+// longer declares shows as stale once its heartbeat expires, is removed by
+// the new deploy's heartbeat, and never gets a job from it.
+func TestStaleScheduleIsRemovedNotRun(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	sim := newSimulated(t, start)
+	cfg := Config{Heartbeat: time.Minute, StaleAfter: 5 * time.Minute}
+	old := sim.scheduler(t, cfg, func(s *Scheduler) {
+		mustAdd(t, s, "kept", "* * * * *")
+		mustAdd(t, s, "dropped", "* * * * *")
+	})
+	sim.clk.Advance(2 * time.Minute)
+	sim.step(t, old)
+	// The new deploy: "dropped" is gone from the code.
+	sim.clk.Advance(time.Minute)
+	cur := sim.scheduler(t, cfg, func(s *Scheduler) { mustAdd(t, s, "kept", "* * * * *") })
+	list := func() map[string]Status {
+		t.Helper()
+		all, err := List(sim.tb.Ctx, sim.tb.B, sim.clk.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]Status{}
+		for _, st := range all {
+			m[st.Name] = st
+		}
+		return m
+	}
+	if st := list(); len(st) != 2 || st["dropped"].Stale || st["kept"].Stale {
+		t.Fatalf("right after the deploy: %+v, want both, neither stale", st)
+	}
+	if err := sim.tb.RDB.Del(sim.tb.Ctx, sim.tb.Keys("reports").Jobs, sim.tb.Keys("reports").Scheduled).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 { // the old deploy's last heartbeat was 6 minutes ago, the new one's 3
+		sim.clk.Advance(time.Minute)
+		sim.step(t, cur)
+	}
+	st := list()
+	if !st["dropped"].Stale || st["kept"].Stale {
+		t.Fatalf("3 minutes later: dropped stale %v, kept stale %v; want true, false", st["dropped"].Stale, st["kept"].Stale)
+	}
+	for _, id := range sim.pending(t) {
+		if id[:len("dropped")] == "dropped" {
+			t.Errorf("the stale schedule got job %s", id)
+		}
+	}
+	if err := cur.heartbeat(sim.tb.Ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := list(); len(st) != 1 || st["kept"].Name != "kept" {
+		t.Fatalf("after the heartbeat: %+v, want only kept", st)
+	}
+	if n, _ := sim.tb.RDB.ZScore(sim.tb.Ctx, cur.keys.Last, "dropped").Result(); n != 0 {
+		t.Errorf("the stale schedule's last tick is still stored")
+	}
+}
+
+func redisZ(name string, t time.Time) redis.Z {
+	return redis.Z{Score: float64(t.UnixMilli()), Member: name}
+}

@@ -1,0 +1,287 @@
+package periodic
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/keyspace"
+)
+
+// record is a schedule as the schedules hash stores it (JSON), written by
+// every scheduler that declares it at every heartbeat.
+type record struct {
+	Spec     string `json:"spec"`
+	Zone     string `json:"zone"`
+	Type     string `json:"type"`
+	Queue    string `json:"queue"`
+	Missed   string `json:"missed"`
+	WithinMS int64  `json:"within_ms,omitempty"`
+	Next     int64  `json:"next,omitempty"` // ms; 0: no further tick
+	Seen     int64  `json:"seen"`           // ms
+	Expires  int64  `json:"expires"`        // ms: stale after this
+}
+
+// outcome is a schedule's latest finished attempt as the outcomes hash
+// stores it (JSON).
+type outcome struct {
+	Result  string `json:"result"`
+	Tick    int64  `json:"tick"` // ms
+	At      int64  `json:"at"`   // ms
+	Attempt int    `json:"attempt"`
+	Error   string `json:"error,omitempty"`
+}
+
+// syncClock measures the offset of the server's clock to the local one.
+func (s *Scheduler) syncClock(ctx context.Context) error {
+	if s.cfg.Clock != nil {
+		return nil
+	}
+	before := time.Now()
+	server, err := s.b.Client().Time(ctx).Result()
+	if err != nil {
+		return fmt.Errorf("reading the server's clock: %w", err)
+	}
+	after := time.Now()
+	s.offset = server.Sub(before.Add(after.Sub(before) / 2))
+	return nil
+}
+
+// heartbeat writes the declared schedules with their next run and seen
+// time, then removes the stale schedules this scheduler does not declare.
+func (s *Scheduler) heartbeat(ctx context.Context) error {
+	if err := s.syncClock(ctx); err != nil {
+		return err
+	}
+	now := s.now()
+	fields := make([]any, 0, 2*len(s.entries))
+	declared := make(map[string]bool, len(s.entries))
+	for _, e := range s.entries {
+		r := record{
+			Spec: e.spec, Zone: e.loc.String(), Type: e.typ, Queue: e.queue, Missed: e.missed.String(),
+			WithinMS: e.within.Milliseconds(), Next: ms(e.sched.Next(now)),
+			Seen: now.UnixMilli(), Expires: now.Add(s.cfg.StaleAfter).UnixMilli(),
+		}
+		body, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		fields = append(fields, e.name, body)
+		declared[e.name] = true
+	}
+	rdb := s.b.Client()
+	if err := rdb.HSet(ctx, s.keys.Schedules, fields...).Err(); err != nil {
+		return fmt.Errorf("writing the schedules: %w", err)
+	}
+	all, err := rdb.HGetAll(ctx, s.keys.Schedules).Result()
+	if err != nil {
+		return fmt.Errorf("reading the schedules: %w", err)
+	}
+	var stale []string
+	for name, body := range all {
+		var r record
+		if declared[name] || (json.Unmarshal([]byte(body), &r) == nil && r.Expires >= now.UnixMilli()) {
+			continue
+		}
+		stale = append(stale, name)
+	}
+	if len(stale) == 0 {
+		return nil
+	}
+	sort.Strings(stale)
+	if _, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HDel(ctx, s.keys.Schedules, stale...)
+		p.ZRem(ctx, s.keys.Last, toAny(stale)...)
+		p.HDel(ctx, s.keys.Outcomes, stale...)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("removing stale schedules %v: %w", stale, err)
+	}
+	s.log.Info().Strs("schedules", stale).Msg("removed stale schedules that no scheduler declares")
+	return nil
+}
+
+func toAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
+func ms(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func fromMS(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(v).UTC()
+}
+
+// resume sets where each schedule left off: its latest enqueued tick, by
+// any scheduler; a schedule that never ticked starts at now.
+func (s *Scheduler) resume(ctx context.Context, now time.Time) error {
+	for _, e := range s.entries {
+		e.cur = now
+	}
+	return s.catchUp(ctx, true)
+}
+
+// catchUp moves each schedule's cursor to the latest tick enqueued by any
+// scheduler when that is later (fresh: to it in any case), so that a
+// scheduler that was held up does not try ticks the others enqueued.
+func (s *Scheduler) catchUp(ctx context.Context, fresh bool) error {
+	last, err := s.b.Client().ZRangeWithScores(ctx, s.keys.Last, 0, -1).Result()
+	if err != nil {
+		return fmt.Errorf("reading the schedules' last ticks: %w", err)
+	}
+	lastOf := make(map[string]int64, len(last))
+	for _, z := range last {
+		if name, ok := z.Member.(string); ok {
+			lastOf[name] = int64(z.Score)
+		}
+	}
+	for _, e := range s.entries {
+		v := lastOf[e.name]
+		if v <= 0 {
+			continue
+		}
+		if t := time.UnixMilli(v).In(e.loc); fresh || t.After(e.cur) {
+			e.cur = t
+		}
+	}
+	return nil
+}
+
+// recordLast raises each schedule's last tick to the one given (never
+// lowers it: two schedulers may record out of order).
+func (s *Scheduler) recordLast(ctx context.Context, last map[string]time.Time) error {
+	if len(last) == 0 {
+		return nil
+	}
+	members := make([]redis.Z, 0, len(last))
+	for name, t := range last {
+		members = append(members, redis.Z{Score: float64(t.UnixMilli()), Member: name})
+	}
+	if err := s.b.Client().ZAddGT(ctx, s.keys.Last, members...).Err(); err != nil {
+		return fmt.Errorf("recording the last ticks: %w", err)
+	}
+	return nil
+}
+
+// Status is a schedule as stored in Redis, for operators: [List] returns it.
+type Status struct {
+	Name   string
+	Spec   string // the cron expression
+	Zone   string // the IANA time zone
+	Type   string // the job type
+	Queue  string
+	Missed Missed        // the missed-tick policy
+	Within time.Duration // RunOnce's catch-up window
+
+	Next time.Time // the next tick after now; zero when none, or stale
+	Last time.Time // the latest tick enqueued; zero when none yet
+	// LastID is the job id of the Last tick.
+	LastID string
+	// Outcome is the latest finished attempt of one of the schedule's
+	// jobs, as [Outcomes] recorded it; nil when none was recorded.
+	Outcome *LastOutcome
+
+	Seen    time.Time // the last heartbeat of a scheduler that declares it
+	Expires time.Time // when it counts as stale without another heartbeat
+	Stale   bool      // no scheduler declared it since Expires
+}
+
+// LastOutcome is how the latest finished attempt of a schedule's job ended.
+type LastOutcome struct {
+	// Result is "success", "retry" (failed, to be retried), "dead"
+	// (failed for good) or "failed" (failed, where the handler ran
+	// outside a worker so that what followed is unknown).
+	Result  string
+	Tick    time.Time // the tick of the job
+	At      time.Time // when the attempt ended
+	Attempt int
+	Error   string // the handler's error, for a failure
+}
+
+// List returns the schedules stored in namespace of b, sorted by name.
+// Stale is judged against now; the zero time means the Redis server's
+// clock.
+func List(ctx context.Context, b *broker.Broker, now time.Time) ([]Status, error) {
+	rdb, keys := b.Client(), keyspace.Periodic(b.Namespace())
+	var (
+		defs  *redis.MapStringStringCmd
+		last  *redis.ZSliceCmd
+		outs  *redis.MapStringStringCmd
+		clock *redis.TimeCmd
+	)
+	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		defs = p.HGetAll(ctx, keys.Schedules)
+		last = p.ZRangeWithScores(ctx, keys.Last, 0, -1)
+		outs = p.HGetAll(ctx, keys.Outcomes)
+		if now.IsZero() {
+			clock = p.Time(ctx)
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("periodic: reading the schedules: %w", err)
+	}
+	if clock != nil {
+		now = clock.Val()
+	}
+	lastOf := make(map[string]time.Time, len(last.Val()))
+	for _, z := range last.Val() {
+		if name, ok := z.Member.(string); ok {
+			lastOf[name] = fromMS(int64(z.Score))
+		}
+	}
+	out := make([]Status, 0, len(defs.Val()))
+	for name, body := range defs.Val() {
+		var r record
+		if err := json.Unmarshal([]byte(body), &r); err != nil {
+			return nil, fmt.Errorf("periodic: schedule %q: stored record does not decode: %v", name, err)
+		}
+		st := Status{
+			Name: name, Spec: r.Spec, Zone: r.Zone, Type: r.Type, Queue: r.Queue,
+			Within: time.Duration(r.WithinMS) * time.Millisecond,
+			Next:   fromMS(r.Next), Last: lastOf[name],
+			Seen: fromMS(r.Seen), Expires: fromMS(r.Expires),
+			Stale: now.UnixMilli() > r.Expires,
+		}
+		// The next tick from the expression itself: the stored one is as
+		// old as the last heartbeat. A stale schedule has none: nothing
+		// runs it.
+		if loc, err := time.LoadLocation(r.Zone); err == nil && !st.Stale {
+			if sched, err := parseSpec(r.Spec, loc); err == nil {
+				st.Next = sched.Next(now).UTC()
+			}
+		} else if st.Stale {
+			st.Next = time.Time{}
+		}
+		if r.Missed == RunOnce.String() {
+			st.Missed = RunOnce
+		}
+		if !st.Last.IsZero() {
+			st.LastID = TickID(name, st.Last)
+		}
+		if raw, ok := outs.Val()[name]; ok {
+			var o outcome
+			if err := json.Unmarshal([]byte(raw), &o); err == nil {
+				st.Outcome = &LastOutcome{Result: o.Result, Tick: fromMS(o.Tick), At: fromMS(o.At), Attempt: o.Attempt, Error: o.Error}
+			}
+		}
+		out = append(out, st)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
