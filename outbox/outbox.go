@@ -123,9 +123,6 @@ func (o *Outbox) Enqueue(ctx context.Context, tx *sql.Tx, env *job.Envelope) err
 	if err := o.validate(env); err != nil {
 		return err
 	}
-	if env.CreatedAt.IsZero() {
-		env.CreatedAt = time.Now()
-	}
 	meta, err := encodeEnvelope(env)
 	if err != nil {
 		return fmt.Errorf("outbox: encode job %q: %w", env.ID, err)
@@ -226,42 +223,8 @@ func (o *Outbox) Lag(ctx context.Context) (Lag, error) {
 
 // validate fills in env's defaults and checks it as broker.Enqueue does.
 func (o *Outbox) validate(env *job.Envelope) error {
-	if env == nil {
-		return invalid("nil envelope")
-	}
-	if env.Queue == "" {
-		env.Queue = job.DefaultQueue
-	}
-	if err := job.ValidateQueue(env.Queue); err != nil {
+	if err := job.Prepare(env, time.Now()); err != nil {
 		return err
-	}
-	if env.ID == "" {
-		env.ID = job.NewID()
-	}
-	if err := job.ValidateID(env.ID); err != nil {
-		return err
-	}
-	if err := job.ValidateType(env.Type); err != nil {
-		return err
-	}
-	if err := job.ValidateDelay(env.Delay); err != nil {
-		return err
-	}
-	if env.MaxRetries < 0 {
-		return invalid("max retries %d of job %q is negative", env.MaxRetries, env.ID)
-	}
-	if env.Timeout < 0 {
-		return invalid("timeout %s of job %q is negative", env.Timeout, env.ID)
-	}
-	if env.Backoff != nil {
-		if err := env.Backoff.Validate(); err != nil {
-			return err
-		}
-	}
-	for k, v := range env.Headers {
-		if err := job.ValidateHeader(k, v); err != nil {
-			return err
-		}
 	}
 	if c := o.maxBody; c > 0 && len(env.Payload) > c {
 		return fmt.Errorf("outbox: %w: %w: payload of job %q is %d bytes, the cap is %d", job.ErrInvalid, broker.ErrPayloadTooLarge, env.ID, len(env.Payload), c)

@@ -1,0 +1,47 @@
+// Package delayqtest helps test code that uses delayq: handlers, the code
+// that enqueues jobs, and whole flows on a real broker.
+//
+// # Handlers, without Redis
+//
+// A [Runner] runs one attempt of a job in-process the way a worker does
+// after claiming it: the registry's handler (which decodes the arguments
+// with the type's codec) inside the middleware chain (the worker's default
+// one unless you give another), then the worker's decision on a failure,
+// retry.Decide: retried after how long, or dead, and why. Nothing is
+// stored; the [Result] says what became of the attempt, and its Require
+// methods fail a test with a message that says what happened instead.
+//
+//	reg := job.NewRegistry()
+//	SendSMS.Handle(reg, handleSMS)
+//	rn := &delayqtest.Runner{Registry: reg}
+//
+//	res, err := delayqtest.Run(ctx, rn, SendSMS, SMS{To: "+15550100"})
+//	res.RequireRetry(t, time.Second, time.Second) // a 503: retried after 1s
+//
+// [RunAll] runs attempt after attempt, without waiting, until the job
+// succeeds or dies; [Runner.Attempt] runs any envelope at any attempt.
+//
+// # Code that enqueues
+//
+// An [Enqueuer] is a job.Enqueuer that records what it is given, refusing
+// what the broker refuses (invalid envelopes, pending ids) and filling in
+// what the broker fills in. [RequireEnqueued], [RequireEnqueuedN] and
+// [RequireNotEnqueued] find recorded jobs of a type by [Check]s (id,
+// queue, arguments, ready time, options) and fail the test with a list of
+// what was enqueued when none matches:
+//
+//	e := &delayqtest.Enqueuer{}
+//	svc := NewService(e)
+//	svc.PlaceOrder(ctx, "1001")
+//	delayqtest.RequireEnqueued(t, e, CancelUnpaid,
+//		delayqtest.HasID("order-1001"), delayqtest.ReadyIn(30*time.Minute, time.Second))
+//
+// # A real broker
+//
+// [NewBroker] gives a test a broker on a Redis of its own: the server of
+// REDIS_URL on a fresh namespace, else a redis-server from PATH started
+// for the test, else an embedded server; t.Cleanup removes it.
+// [StartWorker] runs a worker until the test ends.
+//
+// docs/testing.md shows each with a worked example.
+package delayqtest

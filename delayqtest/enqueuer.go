@@ -1,0 +1,360 @@
+package delayqtest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/job"
+)
+
+// Enqueuer is a job.Enqueuer that records what it is given instead of
+// storing it, for tests of code that enqueues. It refuses what the broker
+// refuses (invalid envelopes, with errors wrapping job.ErrInvalid; an id
+// still pending in its queue, with an error wrapping broker.ErrDuplicate)
+// and fills in what the broker fills in (ID, Queue, CreatedAt, ReadyAt by
+// its clock). The very envelope sent again (a retry after a lost reply)
+// is accepted and recorded once, as by the broker. It also has the broker's Cancel, so it can stand in for a
+// broker that code enqueues to and cancels on. It is safe for concurrent
+// use; the zero value is ready.
+type Enqueuer struct {
+	// Now is the clock for CreatedAt and ReadyAt. nil means time.Now.
+	Now func() time.Time
+	// Fail, when set, is asked about every envelope before it is
+	// recorded; an error refuses that envelope (nothing is recorded for
+	// it), as a broker that is down would.
+	Fail func(env *job.Envelope) error
+
+	mu   sync.Mutex
+	jobs []*Recorded
+}
+
+// Recorded is one envelope the Enqueuer accepted.
+type Recorded struct {
+	*job.Envelope      // a copy, with ID, Queue, CreatedAt and ReadyAt filled in
+	Cancelled     bool // removed by Cancel since
+}
+
+var _ job.Enqueuer = (*Enqueuer)(nil)
+
+// Enqueue records envs, or reports why not, as broker.Enqueue: a batch with
+// an invalid envelope is refused whole; with several envelopes, per-job
+// failures (duplicates, Fail) come in a *job.BatchError.
+func (e *Enqueuer) Enqueue(ctx context.Context, envs ...*job.Envelope) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	now := e.now()
+	for i, env := range envs {
+		if err := job.Prepare(env, now); err != nil {
+			if len(envs) > 1 {
+				err = fmt.Errorf("job %d of %d: %w", i+1, len(envs), err)
+			}
+			return err
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	errs := make([]error, len(envs))
+	failed := false
+	for i, env := range envs {
+		if e.Fail != nil {
+			errs[i] = e.Fail(env)
+		}
+		if errs[i] == nil {
+			if p := e.pending(env.Queue, env.ID); p != nil {
+				if sameBody(p.Envelope, env) {
+					// The very envelope, sent again after a lost reply:
+					// the broker accepts it and stores nothing new.
+					env.ReadyAt = p.ReadyAt
+					continue
+				}
+				errs[i] = fmt.Errorf("%w: id %q in queue %q", broker.ErrDuplicate, env.ID, env.Queue)
+			}
+		}
+		if errs[i] != nil {
+			failed = true
+			continue
+		}
+		env.ReadyAt = now.Add(env.Delay)
+		if !env.At.IsZero() {
+			env.ReadyAt = env.At
+		}
+		c := *env
+		e.jobs = append(e.jobs, &Recorded{Envelope: &c})
+	}
+	switch {
+	case !failed:
+		return nil
+	case len(envs) == 1:
+		return errs[0]
+	}
+	return &job.BatchError{Errs: errs}
+}
+
+// Cancel removes a pending job, as broker.Cancel: nil, or an error
+// wrapping broker.ErrNotFound when no job with that id is pending in queue.
+func (e *Enqueuer) Cancel(ctx context.Context, queue, id string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r := e.pending(queue, id)
+	if r == nil {
+		return fmt.Errorf("%w: id %q in queue %q", broker.ErrNotFound, id, queue)
+	}
+	r.Cancelled = true
+	return nil
+}
+
+// pending returns the recorded, not cancelled job of queue and id, or nil.
+func (e *Enqueuer) pending(queue, id string) *Recorded {
+	for _, r := range e.jobs {
+		if r.Queue == queue && r.ID == id && !r.Cancelled {
+			return r
+		}
+	}
+	return nil
+}
+
+// sameBody reports whether a and b are stored as the same body.
+func sameBody(a, b *job.Envelope) bool {
+	x, errA := a.MarshalBinary()
+	y, errB := b.MarshalBinary()
+	return errA == nil && errB == nil && bytes.Equal(x, y)
+}
+
+func (e *Enqueuer) now() time.Time {
+	if e.Now != nil {
+		return e.Now()
+	}
+	return time.Now()
+}
+
+// Jobs returns every job recorded, in the order they were enqueued,
+// cancelled ones included.
+func (e *Enqueuer) Jobs() []Recorded {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]Recorded, len(e.jobs))
+	for i, r := range e.jobs {
+		c := *r.Envelope
+		out[i] = Recorded{Envelope: &c, Cancelled: r.Cancelled}
+	}
+	return out
+}
+
+// Reset forgets every recorded job.
+func (e *Enqueuer) Reset() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.jobs = nil
+}
+
+// Enqueued is a recorded job of one type, with its arguments decoded.
+type Enqueued[T any] struct {
+	Recorded
+	Args T
+}
+
+// Check is one condition on a recorded job; see [HasID], [InQueue],
+// [HasArgs], [ReadyIn], [ReadyAt], [HasMaxRetries], [HasTimeout],
+// [HasHeader], [Pending], [Cancelled] and [Where].
+type Check struct {
+	desc  string
+	match func(r *Recorded, args any) bool
+}
+
+// String says what the check wants, as failure messages show it.
+func (c Check) String() string { return c.desc }
+
+// HasID wants the job id id.
+func HasID(id string) Check {
+	return Check{fmt.Sprintf("id %q", id), func(r *Recorded, _ any) bool { return r.ID == id }}
+}
+
+// InQueue wants the queue q.
+func InQueue(q string) Check {
+	return Check{fmt.Sprintf("queue %q", q), func(r *Recorded, _ any) bool { return r.Queue == q }}
+}
+
+// HasArgs wants arguments equal to args (reflect.DeepEqual after
+// decoding, so args must be of the type's argument type).
+func HasArgs(args any) Check {
+	return Check{fmt.Sprintf("args %+v", args), func(_ *Recorded, got any) bool { return reflect.DeepEqual(got, args) }}
+}
+
+// ReadyIn wants the job ready d after it was enqueued (ReadyAt −
+// CreatedAt), give or take within.
+func ReadyIn(d, within time.Duration) Check {
+	return Check{fmt.Sprintf("ready in %v (±%v)", d, within), func(r *Recorded, _ any) bool {
+		return near(r.ReadyAt.Sub(r.CreatedAt), d, within)
+	}}
+}
+
+// ReadyAt wants the job ready at at, give or take within.
+func ReadyAt(at time.Time, within time.Duration) Check {
+	return Check{fmt.Sprintf("ready at %s (±%v)", at.Format(time.RFC3339Nano), within), func(r *Recorded, _ any) bool {
+		return near(r.ReadyAt.Sub(at), 0, within)
+	}}
+}
+
+// HasMaxRetries wants a retry budget of n.
+func HasMaxRetries(n int) Check {
+	return Check{fmt.Sprintf("max retries %d", n), func(r *Recorded, _ any) bool { return r.MaxRetries == n }}
+}
+
+// HasTimeout wants a per-job timeout of d.
+func HasTimeout(d time.Duration) Check {
+	return Check{fmt.Sprintf("timeout %v", d), func(r *Recorded, _ any) bool { return r.Timeout == d }}
+}
+
+// HasHeader wants the header key set to value.
+func HasHeader(key, value string) Check {
+	return Check{fmt.Sprintf("header %s=%q", key, value), func(r *Recorded, _ any) bool {
+		v, ok := r.Headers[key]
+		return ok && v == value
+	}}
+}
+
+// Pending wants a job that was not cancelled.
+func Pending() Check {
+	return Check{"not cancelled", func(r *Recorded, _ any) bool { return !r.Cancelled }}
+}
+
+// Cancelled wants a job that was cancelled.
+func Cancelled() Check {
+	return Check{"cancelled", func(r *Recorded, _ any) bool { return r.Cancelled }}
+}
+
+// Where wants whatever f accepts; desc says what, for failure messages.
+func Where(desc string, f func(env *job.Envelope) bool) Check {
+	return Check{desc, func(r *Recorded, _ any) bool { return f(r.Envelope) }}
+}
+
+func near(got, want, within time.Duration) bool {
+	d := got - want
+	return d >= -within && d <= within
+}
+
+// All returns the recorded jobs of type typ, in order, with their
+// arguments decoded by the type's own handler path (its codec). A payload
+// that does not decode fails the test.
+func All[T any](t testing.TB, e *Enqueuer, typ *job.Type[T]) []Enqueued[T] {
+	t.Helper()
+	var out []Enqueued[T]
+	for _, r := range e.Jobs() {
+		if r.Type != typ.Name() {
+			continue
+		}
+		args, err := Decode(typ, r.Envelope)
+		if err != nil {
+			t.Fatalf("delayqtest: recorded job %s %q: %v", r.Type, r.ID, err)
+		}
+		out = append(out, Enqueued[T]{Recorded: r, Args: args})
+	}
+	return out
+}
+
+// RequireEnqueued fails the test unless exactly one recorded job of type
+// typ passes every check, and returns it. The failure lists what was
+// recorded.
+func RequireEnqueued[T any](t testing.TB, e *Enqueuer, typ *job.Type[T], checks ...Check) Enqueued[T] {
+	t.Helper()
+	got := RequireEnqueuedN(t, e, typ, 1, checks...)
+	return got[0]
+}
+
+// RequireEnqueuedN fails the test unless exactly n recorded jobs of type
+// typ pass every check, and returns them.
+func RequireEnqueuedN[T any](t testing.TB, e *Enqueuer, typ *job.Type[T], n int, checks ...Check) []Enqueued[T] {
+	t.Helper()
+	all := All(t, e, typ)
+	var match []Enqueued[T]
+	for _, j := range all {
+		if passes(&j.Recorded, j.Args, checks) {
+			match = append(match, j)
+		}
+	}
+	if len(match) != n {
+		t.Fatalf("delayqtest: want %d job(s) of type %s with %s, found %d%s", n, typ.Name(), describe(checks), len(match), listing(all, checks))
+	}
+	return match
+}
+
+// RequireNotEnqueued fails the test if a recorded job of type typ passes
+// every check (with no checks: if any job of the type was recorded).
+func RequireNotEnqueued[T any](t testing.TB, e *Enqueuer, typ *job.Type[T], checks ...Check) {
+	t.Helper()
+	RequireEnqueuedN(t, e, typ, 0, checks...)
+}
+
+func passes(r *Recorded, args any, checks []Check) bool {
+	for _, c := range checks {
+		if !c.match(r, args) {
+			return false
+		}
+	}
+	return true
+}
+
+func describe(checks []Check) string {
+	if len(checks) == 0 {
+		return "any options"
+	}
+	parts := make([]string, len(checks))
+	for i, c := range checks {
+		parts[i] = c.desc
+	}
+	return strings.Join(parts, ", ")
+}
+
+// listing shows every recorded job of the type and the checks it fails.
+func listing[T any](all []Enqueued[T], checks []Check) string {
+	if len(all) == 0 {
+		return "; none of the type was enqueued"
+	}
+	var b strings.Builder
+	b.WriteString("; enqueued:")
+	for _, j := range all {
+		fmt.Fprintf(&b, "\n\tid %q queue %q ready in %v args %+v", j.ID, j.Queue, j.ReadyAt.Sub(j.CreatedAt), j.Args)
+		if j.Cancelled {
+			b.WriteString(" (cancelled)")
+		}
+		var failed []string
+		for _, c := range checks {
+			if !c.match(&j.Recorded, j.Args) {
+				failed = append(failed, c.desc)
+			}
+		}
+		if len(failed) > 0 {
+			fmt.Fprintf(&b, " — not %s", strings.Join(failed, ", "))
+		}
+	}
+	return b.String()
+}
+
+// Decode decodes env's payload into typ's arguments through typ's own
+// registered handler, so that the type's codec is used exactly as a
+// worker uses it. A payload that does not decode gives the error a
+// handler would get: a *job.DecodeError, wrapped in retry.Permanent.
+func Decode[T any](typ *job.Type[T], env *job.Envelope) (T, error) {
+	var args T
+	reg := job.NewRegistry()
+	if err := typ.Register(reg, func(_ context.Context, j *job.Job[T]) error {
+		args = j.Args
+		return nil
+	}); err != nil {
+		return args, err
+	}
+	entry, _ := reg.Lookup(typ.Name())
+	err := entry.Handler.Handle(context.Background(), &job.Message{Envelope: *env})
+	return args, err
+}

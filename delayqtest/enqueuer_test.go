@@ -1,0 +1,197 @@
+package delayqtest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/delayqtest"
+	"github.com/delayq/delayq/job"
+)
+
+type Order struct {
+	ID string `json:"id"`
+}
+
+var cancelUnpaid = job.New[Order]("order.cancel_unpaid", job.Queue("orders"), job.MaxRetries(3))
+
+// fixedClock is a clock that stands still at a known instant.
+var epoch = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func fixedClock() time.Time { return epoch }
+
+// What a piece of code enqueued is recorded with everything the broker
+// fills in, and found by its id, queue, arguments, ready time and options.
+func TestEnqueuerRecords(t *testing.T) {
+	t.Parallel()
+	e := &delayqtest.Enqueuer{Now: fixedClock}
+	env, err := cancelUnpaid.Enqueue(ctx, e, Order{ID: "1001"}, job.ID("order-1001"), job.In(30*time.Minute), job.Header("tenant", "acme"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !env.ReadyAt.Equal(epoch.Add(30*time.Minute)) || !env.CreatedAt.Equal(epoch) {
+		t.Errorf("envelope after Enqueue: ready %v created %v", env.ReadyAt, env.CreatedAt)
+	}
+	if _, err := cancelUnpaid.Enqueue(ctx, e, Order{ID: "1002"}, job.ID("order-1002"), job.At(epoch.Add(time.Hour))); err != nil {
+		t.Fatal(err)
+	}
+
+	mustPass(t, func(tb testing.TB) {
+		got := delayqtest.RequireEnqueued(tb, e, cancelUnpaid,
+			delayqtest.HasID("order-1001"), delayqtest.InQueue("orders"), delayqtest.HasArgs(Order{ID: "1001"}),
+			delayqtest.ReadyIn(30*time.Minute, 0), delayqtest.ReadyAt(epoch.Add(30*time.Minute), 0),
+			delayqtest.HasMaxRetries(3), delayqtest.HasHeader("tenant", "acme"), delayqtest.HasTimeout(0), delayqtest.Pending())
+		if got.Args.ID != "1001" || got.Envelope.ID != "order-1001" {
+			tb.Errorf("RequireEnqueued returned %+v", got)
+		}
+	})
+	mustPass(t, func(tb testing.TB) {
+		delayqtest.RequireEnqueued(tb, e, cancelUnpaid, delayqtest.HasArgs(Order{ID: "1002"}), delayqtest.ReadyIn(time.Hour, 0))
+	})
+	mustPass(t, func(tb testing.TB) { delayqtest.RequireEnqueuedN(tb, e, cancelUnpaid, 2) })
+	mustPass(t, func(tb testing.TB) { delayqtest.RequireNotEnqueued(tb, e, cancelUnpaid, delayqtest.HasID("order-9")) })
+	mustPass(t, func(tb testing.TB) {
+		delayqtest.RequireEnqueued(tb, e, cancelUnpaid, delayqtest.Where("a payload under 20 bytes", func(env *job.Envelope) bool { return len(env.Payload) < 20 }), delayqtest.HasID("order-1001"))
+	})
+
+	// Assertions that should fail do, and list what was enqueued.
+	mustFail(t, func(tb testing.TB) {
+		delayqtest.RequireEnqueued(tb, e, cancelUnpaid, delayqtest.HasID("order-1001"), delayqtest.ReadyIn(time.Hour, time.Second))
+	}, "want 1 job(s) of type order.cancel_unpaid with id \"order-1001\", ready in 1h0m0s (±1s), found 0",
+		`id "order-1001" queue "orders" ready in 30m0s args {ID:1001} — not ready in 1h0m0s (±1s)`,
+		`id "order-1002" queue "orders" ready in 1h0m0s args {ID:1002} — not id "order-1001"`)
+	mustFail(t, func(tb testing.TB) { delayqtest.RequireEnqueued(tb, e, cancelUnpaid) }, "found 2")
+	mustFail(t, func(tb testing.TB) {
+		delayqtest.RequireEnqueued(tb, e, cancelUnpaid, delayqtest.HasArgs(Order{ID: "7"}))
+	}, "args {ID:7}", "found 0")
+	mustFail(t, func(tb testing.TB) {
+		delayqtest.RequireNotEnqueued(tb, e, cancelUnpaid, delayqtest.HasID("order-1002"))
+	}, "want 0 job(s)", "found 1")
+	mustFail(t, func(tb testing.TB) {
+		delayqtest.RequireEnqueued(tb, e, cancelUnpaid, delayqtest.HasHeader("tenant", "other"))
+	}, `header tenant="other"`)
+	mustFail(t, func(tb testing.TB) {
+		delayqtest.RequireEnqueued(tb, e, cancelUnpaid, delayqtest.InQueue("default"), delayqtest.HasID("order-1001"))
+	}, `not queue "default"`)
+	mustFail(t, func(tb testing.TB) {
+		delayqtest.RequireEnqueued(tb, e, cancelUnpaid, delayqtest.HasMaxRetries(1), delayqtest.HasID("order-1001"))
+	}, "not max retries 1")
+	other := job.New[Order]("order.other")
+	mustFail(t, func(tb testing.TB) { delayqtest.RequireEnqueued(tb, e, other) }, "none of the type was enqueued")
+
+	e.Reset()
+	if len(e.Jobs()) != 0 {
+		t.Errorf("Jobs after Reset: %v", e.Jobs())
+	}
+}
+
+// The recorder refuses what the broker refuses: an id pending in its
+// queue (the very envelope sent again is accepted, once), an invalid
+// envelope (the whole batch), and what Fail refuses; Cancel removes a
+// pending job, after which its id is free again.
+func TestEnqueuerRefusesAsTheBrokerDoes(t *testing.T) {
+	t.Parallel()
+	e := &delayqtest.Enqueuer{}
+	env, err := cancelUnpaid.Enqueue(ctx, e, Order{ID: "1"}, job.ID("order-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cancelUnpaid.Enqueue(ctx, e, Order{ID: "another"}, job.ID("order-1")); !errors.Is(err, broker.ErrDuplicate) || !strings.Contains(err.Error(), `id "order-1" in queue "orders"`) {
+		t.Errorf("second job with a pending id: %v, want broker.ErrDuplicate naming it", err)
+	}
+	if err := e.Enqueue(ctx, env); err != nil {
+		t.Errorf("the very envelope sent again: %v, want nil", err)
+	}
+	if n := len(e.Jobs()); n != 1 {
+		t.Errorf("%d jobs recorded, want 1", n)
+	}
+
+	bad := []*job.Envelope{{Type: "order.cancel_unpaid", ID: "ok"}, {Type: "order.cancel_unpaid", Queue: "no space"}}
+	if err := e.Enqueue(ctx, bad...); !errors.Is(err, job.ErrInvalid) || !strings.Contains(err.Error(), `job 2 of 2`) || !strings.Contains(err.Error(), `queue name "no space"`) {
+		t.Errorf("batch with an invalid envelope: %v", err)
+	}
+	if err := e.Enqueue(ctx, &job.Envelope{Type: "x", MaxRetries: -1}); !errors.Is(err, job.ErrInvalid) || !strings.Contains(err.Error(), "max retries -1") {
+		t.Errorf("negative retries: %v", err)
+	}
+	if n := len(e.Jobs()); n != 1 {
+		t.Errorf("%d jobs recorded after refused batches, want 1", n)
+	}
+
+	down := errors.New("redis down")
+	e.Fail = func(env *job.Envelope) error {
+		if env.ID == "order-3" {
+			return down
+		}
+		return nil
+	}
+	envs, err := cancelUnpaid.EnqueueMany(ctx, e, []Order{{ID: "2"}, {ID: "3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Reset()
+	envs[0].ID, envs[1].ID = "order-2", "order-3"
+	var be *job.BatchError
+	if err := e.Enqueue(ctx, envs...); !errors.As(err, &be) || be.Errs[0] != nil || !errors.Is(be.Errs[1], down) {
+		t.Errorf("batch with a refused job: %v", err)
+	}
+	mustPass(t, func(tb testing.TB) { delayqtest.RequireEnqueued(tb, e, cancelUnpaid, delayqtest.HasID("order-2")) })
+	mustPass(t, func(tb testing.TB) { delayqtest.RequireNotEnqueued(tb, e, cancelUnpaid, delayqtest.HasID("order-3")) })
+
+	if err := e.Cancel(ctx, "orders", "order-2"); err != nil {
+		t.Errorf("Cancel of a pending job: %v", err)
+	}
+	if err := e.Cancel(ctx, "orders", "order-2"); !errors.Is(err, broker.ErrNotFound) {
+		t.Errorf("second Cancel: %v, want broker.ErrNotFound", err)
+	}
+	mustPass(t, func(tb testing.TB) {
+		delayqtest.RequireEnqueued(tb, e, cancelUnpaid, delayqtest.HasID("order-2"), delayqtest.Cancelled())
+	})
+	mustFail(t, func(tb testing.TB) {
+		delayqtest.RequireEnqueued(tb, e, cancelUnpaid, delayqtest.HasID("order-2"), delayqtest.Pending())
+	}, "(cancelled) — not not cancelled")
+	if _, err := cancelUnpaid.Enqueue(ctx, e, Order{ID: "2"}, job.ID("order-2")); err != nil {
+		t.Errorf("enqueue after cancel: %v", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := e.Enqueue(cctx, &job.Envelope{Type: "x"}); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled context: %v", err)
+	}
+}
+
+// A recorded payload that the type cannot decode fails the test that
+// reads it, naming the job.
+func TestEnqueuerUndecodablePayload(t *testing.T) {
+	t.Parallel()
+	e := &delayqtest.Enqueuer{}
+	if err := e.Enqueue(ctx, &job.Envelope{Type: cancelUnpaid.Name(), ID: "bad", Payload: []byte(`"not an object"`)}); err != nil {
+		t.Fatal(err)
+	}
+	mustFail(t, func(tb testing.TB) { delayqtest.All(tb, e, cancelUnpaid) }, `recorded job order.cancel_unpaid "bad"`, "does not decode")
+	if _, err := delayqtest.Decode(cancelUnpaid, &job.Envelope{Payload: []byte(`{"id":"5"}`)}); err != nil {
+		t.Errorf("Decode: %v", err)
+	}
+}
+
+// The recorder is safe for concurrent use.
+func TestEnqueuerConcurrent(t *testing.T) {
+	t.Parallel()
+	e := &delayqtest.Enqueuer{}
+	done := make(chan error, 50)
+	for i := range 50 {
+		go func() {
+			_, err := cancelUnpaid.Enqueue(ctx, e, Order{ID: fmt.Sprint(i)})
+			done <- err
+		}()
+	}
+	for range 50 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustPass(t, func(tb testing.TB) { delayqtest.RequireEnqueuedN(tb, e, cancelUnpaid, 50) })
+}

@@ -1,0 +1,252 @@
+package delayqtest
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/delayq/delayq/job"
+	"github.com/delayq/delayq/middleware"
+	"github.com/delayq/delayq/retry"
+	"github.com/delayq/delayq/worker"
+)
+
+// Runner runs jobs in-process, one attempt at a time, the way a worker
+// would after claiming them: the registry's handler (which decodes the
+// arguments) inside the middleware chain, then the worker's decision on a
+// failure (retry.Decide: retry after how long, or dead, and why). No Redis
+// is involved and nothing is stored: each run returns a [Result].
+//
+// Its fields mirror worker.Config's of the same names; the zero value of
+// each is the worker's default. Registry is required.
+type Runner struct {
+	// Registry holds the handlers, as worker.Config.Registry.
+	Registry *job.Registry
+	// Middleware wraps every handler, the first outermost. nil means
+	// worker.DefaultMiddleware() (Recover, Timeout); an empty non-nil
+	// slice means none, as in worker.Config.
+	Middleware []job.Middleware
+	// Retry is the policy of jobs and types that set none. nil means
+	// retry.Default.
+	Retry retry.Policy
+	// Timeout is the handler deadline of jobs and types that set none; 0
+	// means none.
+	Timeout time.Duration
+	// Now is the clock for the message's ClaimedAt (and ReadyAt and
+	// CreatedAt when the envelope has none). nil means time.Now.
+	Now func() time.Time
+}
+
+// Result is what became of one attempt.
+type Result struct {
+	// Outcome is job.OutcomeSuccess, job.OutcomeRetry or job.OutcomeDead.
+	Outcome job.Outcome
+	// Err is what the handler chain returned (a panic's
+	// *middleware.PanicError included); nil on success.
+	Err error
+	// Delay is how long until the next attempt, for a retry.
+	Delay time.Duration
+	// Reason says why a failure retries or dies, as retry.Decision.Reason:
+	// "permanent error", "retries exhausted (...)", "retry.After" or
+	// "retry policy".
+	Reason string
+	// Message is what the handler was given.
+	Message *job.Message
+}
+
+// String describes the result in one line, as failure messages show it.
+func (r *Result) String() string {
+	m := r.Message
+	s := fmt.Sprintf("job %s %q attempt %d: %s", m.Type, m.ID, m.Attempt, r.Outcome)
+	switch r.Outcome {
+	case job.OutcomeRetry:
+		s += fmt.Sprintf(" after %v (%s)", r.Delay, r.Reason)
+	case job.OutcomeDead:
+		s += " (" + r.Reason + ")"
+	}
+	if r.Err != nil {
+		msg, _, _ := strings.Cut(r.Err.Error(), "\n")
+		s += ": " + msg
+	}
+	return s
+}
+
+// Run builds a job of type typ with args and opts (as typ.Enqueue would)
+// and runs its first attempt through r. It returns an error, wrapping
+// job.ErrInvalid, when the job cannot be built or r has no Registry; the
+// handler's own error is in the Result.
+func Run[T any](ctx context.Context, r *Runner, typ *job.Type[T], args T, opts ...job.Option) (*Result, error) {
+	env, err := typ.Envelope(args, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return r.Attempt(ctx, env, 1)
+}
+
+// RunAll runs a job of type typ with args and opts attempt after attempt,
+// without waiting for the retry delays, until an attempt succeeds or the
+// job is dead, and returns every attempt's result in order (at most the
+// job's MaxRetries+1). Each retry carries the previous attempt's error as
+// LastError, as a worker's does. Errors are Run's.
+func RunAll[T any](ctx context.Context, r *Runner, typ *job.Type[T], args T, opts ...job.Option) ([]*Result, error) {
+	env, err := typ.Envelope(args, opts...)
+	if err != nil {
+		return nil, err
+	}
+	var out []*Result
+	for attempt := 1; ; attempt++ {
+		res, err := r.Attempt(ctx, env, attempt)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, res)
+		if res.Outcome != job.OutcomeRetry {
+			return out, nil
+		}
+		env.LastError = res.Err.Error()
+	}
+}
+
+// Attempt runs attempt number attempt (1 for the first) of env through r:
+// any envelope, e.g. one with a payload that does not decode, or a later
+// attempt to see the retry budget run out. env is not changed; a missing
+// ID, Queue, CreatedAt or ReadyAt is filled in on the message. It returns
+// an error wrapping job.ErrInvalid for a nil env, a Runner without a
+// Registry or an attempt below 1.
+func (r *Runner) Attempt(ctx context.Context, env *job.Envelope, attempt int) (*Result, error) {
+	switch {
+	case r == nil || r.Registry == nil:
+		return nil, fmt.Errorf("delayqtest: %w: Runner.Registry is required", job.ErrInvalid)
+	case env == nil:
+		return nil, fmt.Errorf("delayqtest: %w: nil envelope", job.ErrInvalid)
+	case attempt < 1:
+		return nil, fmt.Errorf("delayqtest: %w: attempt %d; the first attempt is 1", job.ErrInvalid, attempt)
+	}
+	now := time.Now
+	if r.Now != nil {
+		now = r.Now
+	}
+	at := now()
+	m := &job.Message{Envelope: *env, Attempt: attempt, ClaimedAt: at}
+	if m.Queue == "" {
+		m.Queue = job.DefaultQueue
+	}
+	if m.ID == "" {
+		m.ID = job.NewID()
+	}
+	if m.CreatedAt.IsZero() {
+		m.CreatedAt = at
+	}
+	if m.ReadyAt.IsZero() {
+		m.ReadyAt = at
+	}
+	entry, known := r.Registry.Lookup(m.Type)
+	// The handler's deadline: the job's, else its type's, else the
+	// runner's, as the worker gives it.
+	if m.Timeout <= 0 {
+		m.Timeout = entry.Timeout
+	}
+	if m.Timeout <= 0 {
+		m.Timeout = r.Timeout
+	}
+	h := entry.Handler
+	if !known {
+		h = job.HandlerFunc(func(context.Context, *job.Message) error {
+			return fmt.Errorf("no handler registered for type %q", m.Type)
+		})
+	}
+	mws := r.Middleware
+	if mws == nil {
+		mws = worker.DefaultMiddleware()
+	}
+	ctx, settle := job.WithResults(ctx)
+	err := call(ctx, job.Chain(h, mws...), m)
+	res := &Result{Outcome: job.OutcomeSuccess, Err: err, Message: m}
+	if err != nil {
+		d := retry.Decide(m.Attempt, m.MaxRetries, r.policy(m, entry), err)
+		res.Reason, res.Delay, res.Outcome = d.Reason, d.Delay, job.OutcomeRetry
+		if d.Dead {
+			res.Delay, res.Outcome = 0, job.OutcomeDead
+		}
+	}
+	settle(job.Result{Outcome: res.Outcome, Err: err, Delay: res.Delay})
+	return res, nil
+}
+
+// policy is the retry policy of a job as the worker picks it: its own
+// backoff, else its type's policy, else the runner's, else retry.Default.
+func (r *Runner) policy(m *job.Message, entry job.Entry) retry.Policy {
+	switch {
+	case m.Backoff != nil:
+		return retry.Exponential{Initial: m.Backoff.Initial, Multiplier: m.Backoff.Multiplier, Max: m.Backoff.Max, Jitter: m.Backoff.Jitter}
+	case entry.Retry != nil:
+		return entry.Retry
+	case r.Retry != nil:
+		return r.Retry
+	}
+	return retry.Default
+}
+
+// call runs h, turning a panic that escaped the middleware into an error,
+// as the worker does.
+func call(ctx context.Context, h job.Handler, m *job.Message) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &middleware.PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return h.Handle(ctx, m)
+}
+
+// RequireSuccess fails the test unless the attempt succeeded.
+func (r *Result) RequireSuccess(t testing.TB) {
+	t.Helper()
+	if r.Outcome != job.OutcomeSuccess {
+		t.Fatalf("delayqtest: want success, got %s", r)
+	}
+}
+
+// RequireRetry fails the test unless the attempt failed and the job is
+// retried after a delay in [min, max] (pass min == max for an exact delay,
+// e.g. a policy without jitter). It returns the delay.
+func (r *Result) RequireRetry(t testing.TB, min, max time.Duration) time.Duration {
+	t.Helper()
+	if r.Outcome != job.OutcomeRetry {
+		t.Fatalf("delayqtest: want a retry after %s, got %s", span(min, max), r)
+	}
+	if r.Delay < min || r.Delay > max {
+		t.Fatalf("delayqtest: want a retry after %s, got %s", span(min, max), r)
+	}
+	return r.Delay
+}
+
+// RequireSnooze fails the test unless the handler asked for its next
+// attempt after exactly d with retry.After.
+func (r *Result) RequireSnooze(t testing.TB, d time.Duration) {
+	t.Helper()
+	if r.Outcome != job.OutcomeRetry || r.Reason != "retry.After" || r.Delay != d {
+		t.Fatalf("delayqtest: want a retry.After of %v, got %s", d, r)
+	}
+}
+
+// RequireDead fails the test unless the job is dead after this attempt
+// and its reason or error contains want ("" matches any).
+func (r *Result) RequireDead(t testing.TB, want string) {
+	t.Helper()
+	if r.Outcome != job.OutcomeDead {
+		t.Fatalf("delayqtest: want dead (%q), got %s", want, r)
+	}
+	if want != "" && !strings.Contains(r.Reason, want) && (r.Err == nil || !strings.Contains(r.Err.Error(), want)) {
+		t.Fatalf("delayqtest: want dead with %q in its reason or error, got %s", want, r)
+	}
+}
+
+func span(min, max time.Duration) string {
+	if min == max {
+		return min.String()
+	}
+	return fmt.Sprintf("between %v and %v", min, max)
+}

@@ -1,0 +1,54 @@
+package job
+
+import "time"
+
+// Prepare fills in what every enqueuer fills in when it is empty (Queue:
+// DefaultQueue; ID: [NewID]; CreatedAt: now) and checks env's fields as
+// broker.Enqueue does: queue, id, type and header names, the delay, the
+// retry budget, the timeout and the backoff. Errors wrap [ErrInvalid] and
+// name the field. A size cap on the payload is the caller's (the broker's
+// MaxPayloadBytes). The outbox and the test kit's recording enqueuer call
+// it, so that they refuse what the broker refuses.
+func Prepare(env *Envelope, now time.Time) error {
+	if env == nil {
+		return invalid("nil envelope")
+	}
+	if env.Queue == "" {
+		env.Queue = DefaultQueue
+	}
+	if err := ValidateQueue(env.Queue); err != nil {
+		return err
+	}
+	if env.ID == "" {
+		env.ID = NewID()
+	}
+	if err := ValidateID(env.ID); err != nil {
+		return err
+	}
+	if err := ValidateType(env.Type); err != nil {
+		return err
+	}
+	if err := ValidateDelay(env.Delay); err != nil {
+		return err
+	}
+	if env.MaxRetries < 0 {
+		return invalid("max retries %d of job %q is negative", env.MaxRetries, env.ID)
+	}
+	if env.Timeout < 0 {
+		return invalid("timeout %s of job %q is negative", env.Timeout, env.ID)
+	}
+	if env.Backoff != nil {
+		if err := env.Backoff.Validate(); err != nil {
+			return err
+		}
+	}
+	for k, v := range env.Headers {
+		if err := ValidateHeader(k, v); err != nil {
+			return err
+		}
+	}
+	if env.CreatedAt.IsZero() {
+		env.CreatedAt = now
+	}
+	return nil
+}
