@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,6 +27,7 @@ type DeadRecord struct {
 	Body     []byte        // the envelope as it was stored
 	Envelope *job.Envelope // Body decoded; nil when it does not decode
 	Error    string        // the final error (with a stack trace for panics)
+	Reason   string        // why it died when not by its error: ReasonExpired; "" otherwise
 	Attempts int           // attempts spent
 	DiedAt   time.Time     // server time; from the dead index
 }
@@ -38,13 +40,27 @@ type deadWire struct {
 	EnvB     []byte          `json:"envb,omitempty"` // a body that is not JSON, base64
 	Error    string          `json:"err"`
 	Attempts int             `json:"att"`
+	Reason   string          `json:"why,omitempty"`
+}
+
+// ReasonExpired is the DeadRecord.Reason of a job that had not started by
+// its expiry (job.ExpireAt). Redrive runs such a job without its expiry.
+const ReasonExpired = "expired"
+
+// expiryTail is the end of a body with an expiry (job.Envelope.ExpireAt,
+// its last field).
+var expiryTail = regexp.MustCompile(`,"x":"[0-9]+d?"}$`)
+
+// withoutExpiry returns body without its expiry field.
+func withoutExpiry(body []byte) []byte {
+	return expiryTail.ReplaceAll(body, []byte("}"))
 }
 
 // MaxDeadErrorLen caps the error kept in a dead record, in bytes.
 const MaxDeadErrorLen = 64 << 10
 
 func (r *DeadRecord) marshal() ([]byte, error) {
-	w := deadWire{ID: r.ID, Queue: r.Queue, Type: r.Type, Error: r.Error, Attempts: r.Attempts}
+	w := deadWire{ID: r.ID, Queue: r.Queue, Type: r.Type, Error: r.Error, Attempts: r.Attempts, Reason: r.Reason}
 	if len(w.Error) > MaxDeadErrorLen {
 		cut := MaxDeadErrorLen
 		for cut > 0 && !utf8.RuneStart(w.Error[cut]) {
@@ -76,7 +92,7 @@ func DecodeDeadRecord(data []byte) (*DeadRecord, error) {
 	if w.ID == "" || w.Queue == "" {
 		return nil, fmt.Errorf("%w: missing id or queue", ErrCorruptRecord)
 	}
-	r := &DeadRecord{ID: w.ID, Queue: w.Queue, Type: w.Type, Error: w.Error, Attempts: w.Attempts}
+	r := &DeadRecord{ID: w.ID, Queue: w.Queue, Type: w.Type, Error: w.Error, Attempts: w.Attempts, Reason: w.Reason}
 	if len(w.Env) > 0 {
 		r.Body = []byte(w.Env)
 	} else {
@@ -295,6 +311,10 @@ func (b *Broker) redrive(ctx context.Context, s keyspace.Shard, delay time.Durat
 		body := []byte(str)
 		if r, err := DecodeDeadRecord(body); err == nil {
 			body = r.Body
+			if r.Reason == ReasonExpired {
+				// Redriven by an operator: it runs, its expiry dropped.
+				body = withoutExpiry(body)
+			}
 		}
 		args = append(args, ids[i], str, body)
 		sent = append(sent, i)
@@ -315,7 +335,7 @@ func (b *Broker) redrive(ctx context.Context, s keyspace.Shard, delay time.Durat
 		case codes[j] == 0:
 			errs[i] = fmt.Errorf("%w: dead job %q in queue %q changed or is gone", ErrNotFound, ids[i], s.Queue())
 		case codes[j] < 0:
-			errs[i] = fmt.Errorf("%w: id %q in queue %q", ErrDuplicate, ids[i], s.Queue())
+			errs[i] = &DuplicateError{Queue: s.Queue(), ID: ids[i]}
 		}
 	}
 	return errs

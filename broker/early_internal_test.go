@@ -76,7 +76,7 @@ func TestNoJobIsClaimedEarlyOnTheServersClock(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			res, err := b.run(ctx, enqueueScript, []string{k.Scheduled, k.Jobs}, k.Wake, ids[j], body, 0, durUS(env.Delay))
+			res, err := b.run(ctx, enqueueScript, []string{k.Scheduled, k.Jobs, k.Unique}, k.Wake, ids[j], body, 0, durUS(env.Delay), "")
 			if err != nil {
 				t.Fatal(err)
 			}

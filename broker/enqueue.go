@@ -15,13 +15,18 @@ import (
 // Enqueue validates and stores envelopes: one script call per shard. A batch
 // with an invalid envelope is refused whole, with an error wrapping
 // job.ErrInvalid that names it, and nothing is written. Ids that are still
-// pending fail with ErrDuplicate (in a *job.BatchError for a batch) and leave
-// the stored job unchanged. On success each envelope gets its ID (generated
+// pending fail with a *DuplicateError wrapping ErrDuplicate (in a
+// *job.BatchError for a batch) and leave the stored job unchanged; so do
+// job.Unique ids remembered after their end. With job.Replace, a scheduled
+// job with the id is replaced (ErrInProgress when a worker holds it). On success each envelope gets its ID (generated
 // when empty), Queue, CreatedAt and ReadyAt (server time). Single-job calls
 // that overlap in time share script calls (see combine.go).
 func (b *Broker) Enqueue(ctx context.Context, envs ...*job.Envelope) error {
 	bodies := make([][]byte, len(envs))
 	now := time.Now()
+	if b.opts.Clock != nil {
+		now = b.opts.Clock()
+	}
 	for i, env := range envs {
 		body, err := b.prepare(env, now)
 		if err != nil {
@@ -67,16 +72,16 @@ func (b *Broker) enqueueShard(ctx context.Context, s keyspace.Shard, envs []*job
 	k := s.Keys()
 	for start := 0; start < len(idx); start += enqueueChunk {
 		part := idx[start:min(start+enqueueChunk, len(idx))]
-		args := make([]any, 0, 1+4*len(part))
+		args := make([]any, 0, 1+5*len(part))
 		args = append(args, k.Wake)
 		for _, i := range part {
 			var at int64
 			if !envs[i].At.IsZero() {
 				at = readyMS(envs[i].At)
 			}
-			args = append(args, envs[i].ID, bodies[i], at, durUS(envs[i].Delay))
+			args = append(args, envs[i].ID, bodies[i], at, durUS(envs[i].Delay), enqueueFlags(envs[i]))
 		}
-		res, err := b.run(ctx, enqueueScript, []string{k.Scheduled, k.Jobs}, args...)
+		res, err := b.run(ctx, enqueueScript, []string{k.Scheduled, k.Jobs, k.Unique}, args...)
 		if res == nil {
 			if outcomeUnknown(err) {
 				// The call may have run: each job is stored, or not.
@@ -102,8 +107,10 @@ func (b *Broker) enqueueShard(ctx context.Context, s keyspace.Shard, envs []*job
 				// Short of replicas: stored on the master, or a duplicate
 				// of a job that may not be on the replicas either.
 				errs[i] = queueErr(s.Queue(), err)
-			case ready[j] == -1:
-				errs[i] = fmt.Errorf("%w: id %q in queue %q", ErrDuplicate, envs[i].ID, envs[i].Queue)
+			case ready[j] == -1 || ready[j] == -4:
+				errs[i] = &DuplicateError{Queue: envs[i].Queue, ID: envs[i].ID, Ended: ready[j] == -4}
+			case ready[j] == -3:
+				errs[i] = fmt.Errorf("%w: job %q in queue %q is held by a worker and cannot be replaced", ErrInProgress, envs[i].ID, envs[i].Queue)
 			case ready[j] == -2:
 				// This very envelope was stored by an earlier run of the
 				// call, and a worker has it already.
@@ -114,6 +121,20 @@ func (b *Broker) enqueueShard(ctx context.Context, s keyspace.Shard, envs []*job
 		}
 	}
 	return nil
+}
+
+// enqueueFlags are the flags of env in enqueue.lua: "u" checks the ids
+// remembered after their end, "r" replaces a scheduled job.
+func enqueueFlags(env *job.Envelope) string {
+	switch {
+	case env.Unique && env.Replace:
+		return "ur"
+	case env.Unique:
+		return "u"
+	case env.Replace:
+		return "r"
+	}
+	return ""
 }
 
 // outcomeUnknown reports whether err leaves it unknown if a script ran: a
@@ -135,8 +156,15 @@ func (b *Broker) prepare(env *job.Envelope, now time.Time) ([]byte, error) {
 	if err := job.ValidateQueue(env.Queue); err != nil {
 		return nil, err
 	}
+	if err := job.ValidateUnique(env); err != nil {
+		return nil, err
+	}
 	if env.ID == "" {
-		env.ID = job.NewID()
+		if env.Unique {
+			env.ID = job.UniqueID(env.Type, env.Payload)
+		} else {
+			env.ID = job.NewID()
+		}
 	}
 	if err := job.ValidateID(env.ID); err != nil {
 		return nil, err
@@ -145,6 +173,9 @@ func (b *Broker) prepare(env *job.Envelope, now time.Time) ([]byte, error) {
 		return nil, err
 	}
 	if err := job.ValidateDelay(env.Delay); err != nil {
+		return nil, err
+	}
+	if err := job.ValidateExpiry(env, now); err != nil {
 		return nil, err
 	}
 	if env.MaxRetries < 0 {

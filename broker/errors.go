@@ -1,6 +1,9 @@
 package broker
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 var (
 	// ErrDuplicate: a job with that id is still pending (scheduled or
@@ -34,3 +37,23 @@ var (
 	// ErrPayloadTooLarge: the payload is over the broker's cap.
 	ErrPayloadTooLarge = errors.New("broker: payload too large")
 )
+
+// DuplicateError is the error of an enqueue refused because a job with
+// the id is pending in the queue, or is remembered there after it ended
+// (job.Unique). It names the existing job; errors.Is(err, ErrDuplicate)
+// holds.
+type DuplicateError struct {
+	Queue string // the user's queue
+	ID    string // the id of the job that is pending or remembered
+	Ended bool   // the job ended and is remembered (job.Unique), not pending
+}
+
+func (e *DuplicateError) Error() string {
+	if e.Ended {
+		return fmt.Sprintf("%v: id %q in queue %q (it ended and is remembered for its uniqueness window)", ErrDuplicate, e.ID, e.Queue)
+	}
+	return fmt.Sprintf("%v: id %q in queue %q", ErrDuplicate, e.ID, e.Queue)
+}
+
+// Is reports whether target is ErrDuplicate.
+func (e *DuplicateError) Is(target error) bool { return target == ErrDuplicate }

@@ -88,3 +88,69 @@ func ExampleBroker_Reschedule() {
 	// now ready in 192h0m0s
 	// unknown job: true
 }
+
+// A reminder that must go out once per user and day: job.Unique derives
+// the id from the arguments, so a second enqueue is refused, naming the job
+// that is pending (and, after it ran, for the rest of the window).
+func ExampleDuplicateError() {
+	ctx := context.Background()
+	rdb, ns, done := redistest.ForExample("ExampleDuplicateError")
+	defer done()
+	b, err := broker.New(rdb, broker.Options{Namespace: ns})
+	if err != nil {
+		panic(err)
+	}
+	type Reminder struct {
+		User string `json:"user"`
+		Day  string `json:"day"`
+	}
+	remind := job.New[Reminder]("reminder.send", job.Unique(24*time.Hour))
+
+	first, err := remind.Enqueue(ctx, b, Reminder{User: "ann", Day: "2026-12-03"}, job.In(time.Hour))
+	if err != nil {
+		panic(err)
+	}
+	_, err = remind.Enqueue(ctx, b, Reminder{User: "ann", Day: "2026-12-03"}, job.In(2*time.Hour))
+	var dup *broker.DuplicateError
+	fmt.Println("refused:", errors.As(err, &dup), "same job:", dup.ID == first.ID)
+	_, err = remind.Enqueue(ctx, b, Reminder{User: "bob", Day: "2026-12-03"}, job.In(time.Hour))
+	fmt.Println("another user:", err)
+	// Output:
+	// refused: true same job: true
+	// another user: <nil>
+}
+
+// An order's payment window is extended: job.Replace gives the scheduled
+// timeout a new ready time (and arguments) in one step.
+func ExampleBroker_Enqueue_replace() {
+	ctx := context.Background()
+	rdb, ns, done := redistest.ForExample("ExampleBroker_Enqueue_replace")
+	defer done()
+	b, err := broker.New(rdb, broker.Options{Namespace: ns})
+	if err != nil {
+		panic(err)
+	}
+	type Order struct {
+		ID string `json:"id"`
+	}
+	timeout := job.New[Order]("order.timeout", job.Queue("orders"))
+	if _, err := timeout.Enqueue(ctx, b, Order{ID: "42"}, job.ID("order-42"), job.In(15*time.Minute)); err != nil {
+		panic(err)
+	}
+	env, err := timeout.Enqueue(ctx, b, Order{ID: "42"}, job.ID("order-42"), job.In(time.Hour), job.Replace())
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("now ready in", time.Until(env.ReadyAt).Round(time.Minute))
+	st, _ := b.Stats(ctx, "orders")
+	fmt.Println("scheduled jobs:", st.Scheduled)
+	// A one-time password that is useless after five minutes never runs
+	// later than that, across retries too.
+	otp := job.New[Order]("otp.send", job.Queue("orders"), job.ExpireIn(5*time.Minute))
+	env, err = otp.Enqueue(ctx, b, Order{ID: "42"})
+	fmt.Println("expires in", time.Until(env.ExpireAt).Round(time.Minute), err)
+	// Output:
+	// now ready in 1h0m0s
+	// scheduled jobs: 1
+	// expires in 5m0s <nil>
+}

@@ -44,9 +44,14 @@ func (w workerSide) Claim(ctx context.Context, s keyspace.Shard, c protocol.Call
 	if lease <= 0 {
 		return protocol.ClaimResult{}, fmt.Errorf("broker: %w: lease %s must be positive", job.ErrInvalid, lease)
 	}
+	q, err := w.b.queue(ctx, s.Queue())
+	if err != nil {
+		return protocol.ClaimResult{}, err
+	}
 	k := s.Keys()
-	res, err := w.b.run(ctx, claimScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Seq, k.Hist, k.Workers + c.ID},
-		n, durMS(lease), id)
+	res, err := w.b.run(ctx, claimScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Seq, k.Hist, k.Workers + c.ID,
+		k.Dead, k.DeadIndex, k.Unique, k.Counts},
+		n, durMS(lease), id, s.Queue(), w.b.deadCap(q, s), durMS(w.b.opts.DeadMaxAge))
 	if res == nil {
 		return protocol.ClaimResult{}, queueErr(s.Queue(), err)
 	}
@@ -141,6 +146,10 @@ func (w workerSide) Settle(ctx context.Context, s keyspace.Shard, c protocol.Cal
 		}
 		var a, b any = "", ""
 		switch op.Kind {
+		case protocol.OpAck:
+			if op.Remember > 0 {
+				a = durMS(op.Remember)
+			}
 		case protocol.OpRetry:
 			body, err := op.Env.MarshalBinary()
 			if err != nil {
@@ -154,10 +163,13 @@ func (w workerSide) Settle(ctx context.Context, s keyspace.Shard, c protocol.Cal
 				return nil, err
 			}
 			b = data
+			if op.Remember > 0 {
+				a = durMS(op.Remember)
+			}
 		}
 		args = append(args, string(op.Kind), op.Lease.ID, tokenArg(op.Lease.Token), a, b, flag(op.Expired))
 	}
-	res, err := w.b.run(ctx, settleScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Dead, k.DeadIndex, k.Hist, k.Workers + c.ID}, args...)
+	res, err := w.b.run(ctx, settleScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Dead, k.DeadIndex, k.Hist, k.Workers + c.ID, k.Unique}, args...)
 	if res == nil {
 		return nil, queueErr(s.Queue(), err)
 	}

@@ -44,7 +44,7 @@ func (b *Broker) StatsOf(ctx context.Context, queues ...string) ([]QueueStats, e
 		resolved[i] = q
 		for _, s := range q.Shards() {
 			k := s.Keys()
-			calls = append(calls, read{s: statsScript, keys: []string{k.Scheduled, k.Processing, k.DeadIndex}})
+			calls = append(calls, read{s: statsScript, keys: []string{k.Scheduled, k.Processing, k.DeadIndex, k.Counts}})
 		}
 	}
 	res, errs := b.runReads(ctx, calls)
@@ -69,11 +69,11 @@ func (b *Broker) StatsOf(ctx context.Context, queues ...string) ([]QueueStats, e
 
 // parseStats decodes the reply of stats.lua.
 func parseStats(res any) (QueueStats, error) {
-	v, err := int64s(res, 7)
+	v, err := int64s(res, 8)
 	if err != nil {
 		return QueueStats{}, err
 	}
-	s := QueueStats{Now: fromMS(v[0]), Scheduled: v[1], Due: v[2], Processing: v[3], Dead: v[4]}
+	s := QueueStats{Now: fromMS(v[0]), Scheduled: v[1], Due: v[2], Processing: v[3], Dead: v[4], ExpiredDropped: v[7]}
 	if v[5] >= 0 {
 		s.OldestDue = fromMS(v[5])
 	}
@@ -94,6 +94,7 @@ func merge(into *QueueStats, st QueueStats, first bool) {
 	into.Due += st.Due
 	into.Processing += st.Processing
 	into.Dead += st.Dead
+	into.ExpiredDropped += st.ExpiredDropped
 	earliest := func(have, t time.Time) time.Time {
 		if t.IsZero() {
 			return have

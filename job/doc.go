@@ -28,6 +28,12 @@
 //
 //	_, err := CancelUnpaid.Enqueue(ctx, b, Order{ID: "1001"}, job.ID("order-1001"), job.In(30*time.Minute))
 //
+// [Unique] keeps a job unique while it is pending and for a window after
+// it succeeded (with no id, the id is derived from the type and
+// arguments); [Replace] replaces a scheduled job's arguments and ready
+// time; [ExpireAt] and [ExpireIn] keep a job that has not started by then
+// from ever running. See docs/scheduling.md.
+//
 // Delivery is at least once: a handler may see the same job again after a
 // crash or a lost lease (Message.Attempt counts the attempts), so it should
 // check the state it acts on before a side effect.

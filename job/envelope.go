@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -34,6 +36,26 @@ type Envelope struct {
 	Delay   time.Duration // ready this long after the server's now (enqueue only)
 	At      time.Time     // ready at this instant; wins over Delay when set (enqueue only)
 	ReadyAt time.Time     // the ready time stored by the broker
+
+	// Unique refuses a second job with the same id while this one is
+	// pending, and for UniqueFor after it succeeded (or died, with
+	// UniqueDead); with no ID the broker derives one from Type and
+	// Payload ([UniqueID]). Stored, so that the worker remembers the job
+	// when it ends.
+	Unique     bool
+	UniqueFor  time.Duration // how long the id is remembered after the job ended; 0: only while pending
+	UniqueDead bool          // a dead ending is remembered too
+
+	// Replace (enqueue only): a pending scheduled job with the id gets this
+	// envelope and ready time instead; broker.ErrInProgress when a worker
+	// holds it.
+	Replace bool
+
+	// ExpireAt: a job not started by then never runs; the claim that finds
+	// it expired dead-letters it with reason "expired", or drops it and
+	// counts it when DropExpired is set. Zero means never.
+	ExpireAt    time.Time
+	DropExpired bool
 }
 
 // DefaultQueue is the queue of jobs that name none.
@@ -72,6 +94,11 @@ type wire struct {
 	Backoff    *wireBackoff      `json:"b,omitempty"`
 	Headers    map[string]string `json:"h,omitempty"`
 	LastError  string            `json:"e,omitempty"`
+	UniqueMS   *int64            `json:"u,omitempty"`  // present when Unique: UniqueFor in ms
+	UniqueDead bool              `json:"ud,omitempty"` // with "u"
+	// Expire must stay the last field: the claim script reads it from the
+	// end of the body ("x":"<ms>" or "<ms>d" to drop) without parsing it.
+	Expire string `json:"x,omitempty"`
 }
 
 type wireBackoff struct {
@@ -103,6 +130,16 @@ func (e *Envelope) MarshalBinary() ([]byte, error) {
 	if !e.CreatedAt.IsZero() {
 		w.CreatedMS = e.CreatedAt.UnixMilli()
 	}
+	if e.Unique {
+		u := ceilMS(e.UniqueFor)
+		w.UniqueMS, w.UniqueDead = &u, e.UniqueDead
+	}
+	if !e.ExpireAt.IsZero() {
+		w.Expire = strconv.FormatInt(expireMS(e.ExpireAt), 10)
+		if e.DropExpired {
+			w.Expire += "d"
+		}
+	}
 	raw := len(e.Payload) > 0 && rawjson.IsCompact(e.Payload)
 	if len(e.Payload) > 0 && !raw {
 		w.PayloadB = e.Payload
@@ -129,6 +166,12 @@ func (e *Envelope) MarshalBinary() ([]byte, error) {
 		out = append(out[:start], out[start+1:]...)
 	}
 	return out, nil
+}
+
+// expireMS is the expiry t in whole ms, rounded down: a job expires once the
+// server's ms clock reaches it, so never after t.
+func expireMS(t time.Time) int64 {
+	return max(t.UnixMilli(), 1)
 }
 
 // ceilMS returns d in milliseconds, rounded up, at most maxDurationMS.
@@ -178,6 +221,20 @@ func Decode(data []byte) (*Envelope, error) {
 	}
 	if w.CreatedMS != 0 {
 		e.CreatedAt = time.UnixMilli(w.CreatedMS)
+	}
+	if w.UniqueMS != nil {
+		if *w.UniqueMS < 0 || *w.UniqueMS > maxDurationMS {
+			return nil, fmt.Errorf("job: %w: uniqueness window of %d ms is out of range", ErrCorrupt, *w.UniqueMS)
+		}
+		e.Unique, e.UniqueFor, e.UniqueDead = true, time.Duration(*w.UniqueMS)*time.Millisecond, w.UniqueDead
+	}
+	if w.Expire != "" {
+		ms, drop := strings.CutSuffix(w.Expire, "d")
+		v, err := strconv.ParseInt(ms, 10, 64)
+		if err != nil || v <= 0 {
+			return nil, fmt.Errorf("job: %w: expiry %q is not a time in ms", ErrCorrupt, w.Expire)
+		}
+		e.ExpireAt, e.DropExpired = time.UnixMilli(v), drop
 	}
 	switch {
 	case len(w.Payload) > 0:

@@ -10,12 +10,15 @@ import "time"
 type QueueStats struct {
 	Queue      string
 	Now        time.Time
-	Scheduled  int64     // jobs waiting, due or not
-	Due        int64     // of those, ready now
-	Processing int64     // jobs leased to workers
-	Dead       int64     // dead records
-	OldestDue  time.Time // ready time of the longest-waiting due job; zero when none
-	NextReady  time.Time // earliest ready time in the future; zero when none
+	Scheduled  int64 // jobs waiting, due or not
+	Due        int64 // of those, ready now
+	Processing int64 // jobs leased to workers
+	Dead       int64 // dead records
+	// ExpiredDropped counts the jobs of job.DropExpired that expired
+	// before they started and were dropped, since the queue began.
+	ExpiredDropped int64
+	OldestDue      time.Time // ready time of the longest-waiting due job; zero when none
+	NextReady      time.Time // earliest ready time in the future; zero when none
 }
 
 // Lateness is how long the oldest due job has waited, or 0.

@@ -116,6 +116,9 @@ func (t *Type[T]) Envelope(args T, opts ...Option) (*Envelope, error) {
 	if err != nil {
 		return nil, invalid("cannot encode arguments of job type %q: %v", t.name, err)
 	}
+	if err := s.checkControls(t.name); err != nil {
+		return nil, err
+	}
 	env := &Envelope{
 		ID:         s.id,
 		Queue:      s.queue,
@@ -126,6 +129,19 @@ func (t *Type[T]) Envelope(args T, opts ...Option) (*Envelope, error) {
 		Backoff:    s.backoff,
 		Delay:      s.delay,
 		At:         s.at,
+
+		Unique:      s.unique,
+		UniqueFor:   s.uniqueFor,
+		UniqueDead:  s.uniqueDead,
+		Replace:     s.replace,
+		ExpireAt:    s.expireAt,
+		DropExpired: s.dropExpired,
+	}
+	if s.expireIn > 0 && s.expireAt.IsZero() {
+		env.ExpireAt = time.Now().Add(s.expireIn)
+	}
+	if err := ValidateExpiry(env, time.Now()); err != nil {
+		return nil, err
 	}
 	if len(s.headers) > 0 {
 		env.Headers = make(map[string]string, len(s.headers))
@@ -211,6 +227,25 @@ type settings struct {
 	headers    map[string]string
 	codec      Codec
 	retry      retry.Policy
+
+	unique      bool
+	uniqueFor   time.Duration
+	uniqueDead  bool
+	replace     bool
+	expireAt    time.Time
+	expireIn    time.Duration
+	dropExpired bool
+}
+
+// checkControls refuses options that mean nothing without another.
+func (s *settings) checkControls(typ string) error {
+	if s.uniqueDead && !s.unique {
+		return invalid("option UniqueIncludeDead on job type %q needs Unique", typ)
+	}
+	if s.dropExpired && s.expireAt.IsZero() && s.expireIn <= 0 {
+		return invalid("option DropExpired on job type %q needs ExpireAt or ExpireIn", typ)
+	}
+	return nil
 }
 
 // Option sets a property of a job, or the default of a job type. Each option
@@ -322,6 +357,83 @@ func Header(key, value string) Option {
 		s.headers = h
 		return nil
 	}}
+}
+
+// Unique makes a job unique in its queue: while it is pending, and for ttl
+// after it succeeded, another job with its id is refused with an error
+// wrapping broker.ErrDuplicate (a *broker.DuplicateError naming the id).
+// With no [ID], the id is derived from the type name and the encoded
+// arguments ([UniqueID]), so the same arguments make the same job. A ttl of
+// 0 refuses duplicates only while the job is pending; a negative ttl is
+// refused. Only enqueues that carry Unique are checked against what is
+// remembered after the end. Type or job.
+func Unique(ttl time.Duration) Option {
+	return both("Unique", func(s *settings) error {
+		if ttl < 0 {
+			return invalid("uniqueness ttl %s is negative", ttl)
+		}
+		s.unique, s.uniqueFor = true, ttl
+		return nil
+	})
+}
+
+// UniqueIncludeDead makes a job of [Unique] remembered for its ttl also when
+// it ends in the dead letters (by default only a success is). Type or job.
+func UniqueIncludeDead() Option {
+	return both("UniqueIncludeDead", func(s *settings) error {
+		s.uniqueDead = true
+		return nil
+	})
+}
+
+// Replace makes the enqueue replace a pending job with the same id: while
+// it is scheduled (not yet claimed, or waiting for a retry) its arguments,
+// options and ready time become this job's, atomically, keeping its
+// attempts. A job a worker holds is not replaced: the enqueue fails with
+// broker.ErrInProgress. With no pending job the enqueue stores a new one.
+// Per job only.
+func Replace() Option {
+	return Option{name: "Replace", jobScope: func(s *settings) error {
+		s.replace = true
+		return nil
+	}}
+}
+
+// ExpireAt makes a job that has not started by t never run, across retries
+// too: the claim that finds it expired moves it to the dead letters with
+// reason "expired" (or drops it and counts it, with [DropExpired]). t must
+// be after the ready time. Per job only.
+func ExpireAt(t time.Time) Option {
+	return Option{name: "ExpireAt", jobScope: func(s *settings) error {
+		if t.IsZero() {
+			return invalid("expiry ExpireAt is the zero time")
+		}
+		s.expireAt, s.expireIn = t, 0
+		return nil
+	}}
+}
+
+// ExpireIn is [ExpireAt] d after the envelope is built (the producer's
+// clock). d must be positive and, with a delay, longer than it. Type or
+// job.
+func ExpireIn(d time.Duration) Option {
+	return both("ExpireIn", func(s *settings) error {
+		if d <= 0 {
+			return invalid("expiry ExpireIn %s is not positive", d)
+		}
+		s.expireIn, s.expireAt = d, time.Time{}
+		return nil
+	})
+}
+
+// DropExpired makes an expired job be deleted and counted
+// (QueueStats.ExpiredDropped) instead of dead-lettered. It needs
+// [ExpireAt] or [ExpireIn]. Type or job.
+func DropExpired() Option {
+	return both("DropExpired", func(s *settings) error {
+		s.dropExpired = true
+		return nil
+	})
 }
 
 // WithCodec sets the payload codec of a type. Type only.

@@ -1,6 +1,7 @@
 package job
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"strings"
@@ -101,4 +102,45 @@ func ValidateDelay(d time.Duration) error {
 		return invalid("delay %s is negative", d)
 	}
 	return nil
+}
+
+// ValidateExpiry checks the expiry of env against its ready time (At, or now
+// + Delay): an expiry that is not after it would never let the job run.
+func ValidateExpiry(env *Envelope, now time.Time) error {
+	if env.ExpireAt.IsZero() {
+		if env.DropExpired {
+			return invalid("DropExpired of job %q without an expiry", env.ID)
+		}
+		return nil
+	}
+	ready := env.At
+	if ready.IsZero() {
+		ready = now.Add(env.Delay)
+	}
+	if !env.ExpireAt.After(ready) {
+		return invalid("expiry %s is not after the ready time %s", env.ExpireAt.Format(time.RFC3339Nano), ready.Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+// ValidateUnique checks the uniqueness settings of env.
+func ValidateUnique(env *Envelope) error {
+	switch {
+	case env.UniqueFor < 0:
+		return invalid("uniqueness ttl %s is negative", env.UniqueFor)
+	case !env.Unique && (env.UniqueFor != 0 || env.UniqueDead):
+		return invalid("UniqueFor or UniqueDead of job %q without Unique", env.ID)
+	}
+	return nil
+}
+
+// UniqueID is the id of a [Unique] job that names none: "u:" and 32
+// characters of the SHA-256 of the type name and the encoded arguments, so
+// the same type and argument bytes give the same id.
+func UniqueID(typ string, payload []byte) string {
+	h := sha256.New()
+	h.Write([]byte(typ))
+	h.Write([]byte{0})
+	h.Write(payload)
+	return "u:" + idEncoding.EncodeToString(h.Sum(nil)[:20])
 }

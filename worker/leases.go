@@ -112,5 +112,5 @@ func (w *Worker) expiry(c *protocol.Claimed) protocol.Op {
 		env.LastError = ErrLeaseExpired.Error()
 		return protocol.Op{Kind: protocol.OpRetry, Lease: c.Lease, Delay: d.Delay, Env: &env, Expired: true}
 	}
-	return protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Death: death(c, m, ErrLeaseExpired), Expired: true}
+	return protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Death: death(c, m, ErrLeaseExpired), Expired: true, Remember: remember(c.Envelope, true)}
 }

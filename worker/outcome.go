@@ -55,7 +55,7 @@ func (w *Worker) process(ctx context.Context, claimedAt time.Time, c *protocol.C
 		return
 	}
 	if err == nil {
-		w.record(t, protocol.Op{Kind: protocol.OpAck, Lease: c.Lease}, func(r protocol.Settled) {
+		w.record(t, protocol.Op{Kind: protocol.OpAck, Lease: c.Lease, Remember: remember(c.Envelope, false)}, func(r protocol.Settled) {
 			settle(settled(job.Result{Outcome: job.OutcomeSuccess}, r.Err))
 		})
 		return
@@ -120,6 +120,16 @@ func death(c *protocol.Claimed, m *job.Message, err error) protocol.Death {
 	return d
 }
 
+// remember is how long the id of a job that ended is remembered
+// (job.Unique): after a success, and after a dead ending when the job asks
+// for that too.
+func remember(env *job.Envelope, dead bool) time.Duration {
+	if env == nil || !env.Unique || (dead && !env.UniqueDead) {
+		return 0
+	}
+	return env.UniqueFor
+}
+
 // fail retries or dead-letters a job whose attempt returned err, then
 // settles the attempt. Per-job outcomes are logged at debug level here;
 // middleware.Logging writes the outcome lines.
@@ -128,7 +138,7 @@ func (w *Worker) fail(c *protocol.Claimed, m *job.Message, entry job.Entry, t *t
 	d := w.decide(m, entry, err)
 	if d.Dead {
 		logger.Debug().Err(err).Str("type", m.Type).Str("reason", d.Reason).Msg("job dead-lettered")
-		w.record(t, protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Death: death(c, m, err)}, func(r protocol.Settled) {
+		w.record(t, protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Death: death(c, m, err), Remember: remember(c.Envelope, true)}, func(r protocol.Settled) {
 			settle(settled(job.Result{Outcome: job.OutcomeDead, Err: err}, r.Err))
 		})
 		return

@@ -15,6 +15,22 @@
 -- ARGV[3] -> lease ms
 -- ARGV[4] -> claim id, chosen by the worker: a call with the id of the
 --            worker's last claim here replays it
+-- ARGV[5] -> the user's queue name (for the dead records of expired jobs)
+-- ARGV[6] -> cap on dead records (< 0: none)
+-- ARGV[7] -> max age of dead records in ms (<= 0: none)
+-- KEYS[9] -> ns:{q}:dead        HASH id -> dead record
+-- KEYS[10] -> ns:{q}:dead:index ZSET id -> died-at ms
+-- KEYS[11] -> ns:{q}:unique     ZSET id -> remembered until ms
+-- KEYS[12] -> ns:{q}:counts     HASH counter -> n
+--             (KEYS[9] to KEYS[12] are touched only when a due job has
+--             expired)
+--
+-- Expiry (job.ExpireAt): a due job whose envelope ends in ,"x":"<ms>"} (or
+-- "<ms>d"}) with <ms> <= now is not leased: it goes to the dead letters with
+-- reason "expired" (its uniqueness remembered when it asks for dead endings
+-- too), or, with the "d" mark, is deleted and counted in KEYS[12] field
+-- expired_dropped. Reading the mark costs a string match per claimed job,
+-- no Redis command; an expired job costs a few commands more.
 --
 -- Returns {now µs, next, jobs, orphans}: next is the earliest ready time
 -- left in the scheduled set (-1 when empty); jobs is a flat list of
@@ -67,6 +83,68 @@ if last and string.sub(last, 1, #cid + 1) == cid .. '\n' then
   return {now_u, next_ready(KEYS[1], now), jobs, orphans}
 end
 
+-- expire_jobs ends the jobs ids[k], k in which, found expired: dead
+-- records with reason "expired", or deleted and counted when marked "d".
+-- They are marked in ended, so that they are not leased.
+local function expire_jobs(ids, bodies, which, now, ended)
+  local gone, records, index, remember = {}, {}, {}, {}
+  local dropped = 0
+  for _, k in ipairs(which) do
+    gone[#gone + 1] = ids[k]
+  end
+  local spent = hmget(KEYS[4], gone)
+  for j, k in ipairs(which) do
+    local id, body = ids[k], bodies[k]
+    local x, drop = string.match(string.sub(body, -32), ',"x":"(%d+)(d?)"}$')
+    if drop == 'd' then
+      dropped = dropped + 1
+    else
+      local ok, env = pcall(cjson.decode, body)
+      local typ, why = '', 'expired: not started by its expiry at ' .. x .. ' ms (server time ' .. string.format('%d', now) .. ' ms)'
+      if ok and type(env) == 'table' then
+        if type(env.t) == 'string' then
+          typ = env.t
+        end
+        if type(env.e) == 'string' and env.e ~= '' then
+          why = why .. '; last error: ' .. env.e
+        end
+        if type(env.u) == 'number' and env.u > 0 and env.ud == true then
+          remember[#remember + 1] = now + env.u
+          remember[#remember + 1] = id
+        end
+      end
+      local att = 0
+      if spent[j] and is_int(spent[j]) then
+        att = tonumber(spent[j])
+      end
+      local rec = '{"id":' .. cjson.encode(id) .. ',"q":' .. cjson.encode(ARGV[5]) .. ',"t":' .. cjson.encode(typ)
+      if ok then
+        rec = rec .. ',"env":' .. body
+      end
+      rec = rec .. ',"err":' .. cjson.encode(why) .. ',"att":' .. string.format('%d', att) .. ',"why":"expired"}'
+      records[#records + 1] = id
+      records[#records + 1] = rec
+      index[#index + 1] = now
+      index[#index + 1] = id
+    end
+    ended[k] = true
+  end
+  call_chunked('HDEL', KEYS[3], gone)
+  call_chunked('HDEL', KEYS[4], gone)
+  if #records > 0 then
+    call_chunked('HSET', KEYS[9], records)
+    call_chunked('ZADD', KEYS[10], index)
+    trim_dead(KEYS[9], KEYS[10], tonumber(ARGV[6]), tonumber(ARGV[7]), now)
+    history(KEYS[7], now, 'dead', #records / 2)
+  end
+  if #remember > 0 then
+    call_chunked('ZADD', KEYS[11], remember)
+  end
+  if dropped > 0 then
+    redis.call('HINCRBY', KEYS[12], 'expired_dropped', dropped)
+  end
+end
+
 -- A fencing counter that is not an integer restarts at the server time in
 -- microseconds: above every token handed out so far unless claims outran a
 -- thousand a millisecond, so no token is handed out twice.
@@ -84,11 +162,32 @@ if n > 0 then
       ids[#ids + 1] = due[i]
       readies[#readies + 1] = finite(due[i + 1], now)
     end
-    call_chunked('ZREM', KEYS[1], ids)
     local bodies = hmget(KEYS[3], ids)
+    local expired, ended = {}, {}
+    for k = 1, #ids do
+      local b = bodies[k]
+      if b then
+        local x = string.match(string.sub(b, -32), ',"x":"(%d+)d?"}$')
+        if x and tonumber(x) <= now then
+          expired[#expired + 1] = k
+        end
+      end
+    end
+    if #expired > 0 then
+      bad = expect({KEYS[9], 'hash', KEYS[10], 'zset', KEYS[11], 'zset', KEYS[12], 'hash'})
+      if bad then
+        return bad
+      end
+    end
+    call_chunked('ZREM', KEYS[1], ids)
+    if #expired > 0 then
+      expire_jobs(ids, bodies, expired, now, ended)
+    end
     local live, live_ready, live_body = {}, {}, {}
     for k = 1, #ids do
-      if bodies[k] then
+      if ended[k] then
+        -- expired: ended above
+      elseif bodies[k] then
         live[#live + 1] = ids[k]
         live_ready[#live_ready + 1] = readies[k]
         live_body[#live_body + 1] = bodies[k]

@@ -2,60 +2,112 @@
 --
 -- KEYS[1] -> ns:{q}:scheduled   ZSET id -> ready ms
 -- KEYS[2] -> ns:{q}:jobs        HASH id -> envelope
+-- KEYS[3] -> ns:{q}:unique      ZSET id -> remembered until ms (job.Unique);
+--                               touched only by jobs flagged "u"
 -- ARGV[1] -> now ms ("" = server TIME)
 -- ARGV[2] -> wake channel
--- ARGV[3+4i .. 6+4i] -> id, envelope, at ms (0 = use delay), delay µs
+-- ARGV[3+5i .. 7+5i] -> id, envelope, at ms (0 = use delay), delay µs,
+--                       flags: "" or letters of "u" (refused while the id
+--                       is remembered in KEYS[3]) and "r" (replace a
+--                       scheduled job with the id)
 --
 -- Returns {now µs, one integer per job}: the job's ready time in ms; -1 when
 -- a job with that id is pending with another envelope, or comes earlier in
 -- this call (the stored one is left unchanged); -2 when the very envelope is
 -- stored already and no longer scheduled (a worker has it): a resent call
--- whose first run stored it. A job whose very envelope is scheduled already
--- gets its stored ready time, so a call resent after a lost reply succeeds
--- without storing twice.
+-- whose first run stored it; -3 when a job flagged "r" found the pending job
+-- with its id held by a worker (nothing changed); -4 when a job flagged "u"
+-- found its id remembered after its end. A job whose very envelope is
+-- scheduled already gets its stored ready time, so a call resent after a
+-- lost reply succeeds without storing twice. A job flagged "r" whose id is
+-- scheduled replaces the stored envelope and ready time.
 --
 -- A fixed number of commands per call, whatever the number of jobs: one
 -- HMGET finds the pending ids, one HSET and one ZADD store the new jobs, and
 -- the earliest ready time is read once, so that at most one wake-up notice
--- is published per call (see wake_if_earliest).
+-- is published per call (see wake_if_earliest). Jobs flagged "u" add one
+-- ZMSCORE and one trim of KEYS[3] per call.
 local bad = expect({KEYS[1], 'zset', KEYS[2], 'hash'})
 if bad then
   return bad
 end
 local now = now_us()
-local ids = {}
-for i = 3, #ARGV, 4 do
+local W = 5
+local ids, uniq = {}, {}
+for i = 3, #ARGV, W do
   ids[#ids + 1] = ARGV[i]
+  if ARGV[i + 4] ~= '' and string.find(ARGV[i + 4], 'u', 1, true) then
+    uniq[#uniq + 1] = #ids
+  end
 end
 local pending = hmget(KEYS[2], ids)
+local remembered = {}
+if #uniq > 0 then
+  bad = expect({KEYS[3], 'zset'})
+  if bad then
+    return bad
+  end
+  local asked = {}
+  for _, k in ipairs(uniq) do
+    asked[#asked + 1] = ids[k]
+  end
+  local until_ms = {}
+  for i = 1, #asked, CHUNK do
+    local part = redis.call('ZMSCORE', KEYS[3], unpack(asked, i, math.min(i + CHUNK - 1, #asked)))
+    for j = 1, #part do
+      until_ms[#until_ms + 1] = part[j]
+    end
+  end
+  for j, k in ipairs(uniq) do
+    local u = tonumber(until_ms[j])
+    if u and u > ms_of(now) then
+      remembered[k] = true
+    end
+  end
+end
 local out, fields, members, seen = {}, {}, {}, {}
 local soonest = nil
+local function store(k, i)
+  local ready = tonumber(ARGV[i + 2])
+  if ready <= 0 then
+    ready = ready_after(now, tonumber(ARGV[i + 3]))
+  end
+  if soonest == nil or ready < soonest then
+    soonest = ready
+  end
+  fields[#fields + 1] = ids[k]
+  fields[#fields + 1] = ARGV[i + 1]
+  members[#members + 1] = ready
+  members[#members + 1] = ids[k]
+  out[k] = ready
+end
 for k = 1, #ids do
-  local i = 3 + 4 * (k - 1)
+  local i = 3 + W * (k - 1)
   local id = ids[k]
   if seen[id] then
     out[k] = -1
   elseif pending[k] then
     seen[id] = true
-    out[k] = -1
-    if pending[k] == ARGV[i + 1] then
+    local replace = ARGV[i + 4] ~= '' and string.find(ARGV[i + 4], 'r', 1, true)
+    if replace and redis.call('ZSCORE', KEYS[1], id) then
+      store(k, i)
+    elseif pending[k] == ARGV[i + 1] then
       out[k] = tonumber(redis.call('ZSCORE', KEYS[1], id)) or -2
+    elseif replace then
+      out[k] = -3
+    else
+      out[k] = -1
     end
+  elseif remembered[k] then
+    seen[id] = true
+    out[k] = -4
   else
     seen[id] = true
-    local ready = tonumber(ARGV[i + 2])
-    if ready <= 0 then
-      ready = ready_after(now, tonumber(ARGV[i + 3]))
-    end
-    if soonest == nil or ready < soonest then
-      soonest = ready
-    end
-    fields[#fields + 1] = id
-    fields[#fields + 1] = ARGV[i + 1]
-    members[#members + 1] = ready
-    members[#members + 1] = id
-    out[k] = ready
+    store(k, i)
   end
+end
+if #uniq > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ms_of(now))
 end
 if soonest ~= nil then
   wake_if_earliest(KEYS[1], ARGV[2], soonest, ms_of(now))

@@ -11,6 +11,9 @@
 -- KEYS[8] -> ns:{q}:hist:       prefix of the per-minute history (done,
 --                               failed, dead)
 -- KEYS[9] -> ns:{q}:w:<worker>  HASH lane -> the worker's last call there
+-- KEYS[10] -> ns:{q}:unique     ZSET id -> remembered until ms (job.Unique);
+--                               touched only by acks and kills with a
+--                               window
 -- ARGV[1] -> now ms ("" = server TIME)
 -- ARGV[2] -> lane: the record field of this kind of call ("settle", "reap")
 -- ARGV[3] -> call id, chosen by the worker: a call with the id of the
@@ -20,11 +23,12 @@
 -- ARGV[6] -> cap on dead records (< 0: none)
 -- ARGV[7] -> max age of dead records in ms (<= 0: none)
 -- ARGV[8+6i .. 13+6i] -> one operation: kind, id, token, a, b, expired
---   kind "a" ack: the handler succeeded; the job is deleted
+--   kind "a" ack: the handler succeeded; the job is deleted; a > 0
+--            remembers the id in KEYS[10] for a ms (job.Unique)
 --   kind "r" retry: back to the schedule, ready a µs after now, with
 --            envelope b (which carries the last error)
 --   kind "k" kill: to the dead-letter store with record b, then the store
---            is trimmed to its cap and max age
+--            is trimmed to its cap and max age; a > 0 as for ack
 --   kind "l" release: back to the schedule at now, the attempt given back
 --   expired "1": the reaper's call: the lease must also have run out
 --
@@ -61,11 +65,29 @@ end
 local FIRST, WIDTH = 8, 6
 local KINDS = {a = true, r = true, k = true, l = true}
 local ids = {}
+local remembers = false
 for i = FIRST, #ARGV, WIDTH do
   if not KINDS[ARGV[i]] then
     return redis.error_reply('ERR delayq: settle: unknown operation ' .. tostring(ARGV[i]) .. '; nothing was changed')
   end
   ids[#ids + 1] = ARGV[i + 1]
+  if (ARGV[i] == 'a' or ARGV[i] == 'k') and ARGV[i + 3] ~= '' then
+    remembers = true
+  end
+end
+if remembers then
+  bad = expect({KEYS[10], 'zset'})
+  if bad then
+    return bad
+  end
+end
+local remember = {}
+local function remember_for(i, id)
+  local ttl = tonumber(ARGV[i + 3])
+  if ttl and ttl > 0 then
+    remember[#remember + 1] = now + ttl
+    remember[#remember + 1] = id
+  end
 end
 local current = hmget(KEYS[5], ids)
 local out, acked, seen = {}, {}, {}
@@ -88,6 +110,9 @@ for k = 1, #ids do
   elseif kind == 'a' then
     acked[#acked + 1] = id
     out[k] = 1
+    if remembers then
+      remember_for(i, id)
+    end
   elseif kind == 'r' then
     local ready = ready_after(now_u, tonumber(ARGV[i + 3]))
     redis.call('ZREM', KEYS[2], id)
@@ -106,6 +131,9 @@ for k = 1, #ids do
     redis.call('ZADD', KEYS[7], now, id)
     died = died + 1
     out[k] = now
+    if remembers then
+      remember_for(i, id)
+    end
   else -- 'l': release
     redis.call('ZREM', KEYS[2], id)
     redis.call('HDEL', KEYS[5], id)
@@ -132,6 +160,10 @@ if died > 0 then
   history(KEYS[8], now, 'dead', died)
 end
 history(KEYS[8], now, 'failed', failed)
+if #remember > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', now)
+  call_chunked('ZADD', KEYS[10], remember)
+end
 local record = {cid}
 for k = 1, #out do
   record[k + 1] = string.format('%d', out[k])

@@ -4,12 +4,14 @@
 -- KEYS[1] -> ns:{q}:scheduled   ZSET id -> ready ms
 -- KEYS[2] -> ns:{q}:processing  ZSET id -> lease deadline ms
 -- KEYS[3] -> ns:{q}:dead:index  ZSET id -> died-at ms
+-- KEYS[4] -> ns:{q}:counts      HASH counter -> n (expired_dropped)
 -- ARGV[1] -> now ms ("" = server TIME)
 --
 -- Returns {now, scheduled, due, processing, dead, oldest due ready ms (-1 when
--- none is due), next ready ms in the future (-1 when none)}. Every count is
+-- none is due), next ready ms in the future (-1 when none), expired jobs
+-- dropped}. Every count is
 -- O(1) or O(log N).
-local bad = expect({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'zset'})
+local bad = expect({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'hash'})
 if bad then
   return bad
 end
@@ -25,4 +27,8 @@ local upcoming = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHS
 if upcoming[2] then
   next = finite(upcoming[2], -1)
 end
-return {now, scheduled, due, redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]), oldest, next}
+local dropped = redis.call('HGET', KEYS[4], 'expired_dropped')
+if not (dropped and is_int(dropped)) then
+  dropped = 0
+end
+return {now, scheduled, due, redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]), oldest, next, tonumber(dropped)}

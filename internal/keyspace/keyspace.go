@@ -33,6 +33,8 @@ type Keys struct {
 	Seq        string // STRING: the last fencing token handed out
 	Dead       string // HASH id -> dead record
 	DeadIndex  string // ZSET id -> died-at (ms)
+	Unique     string // ZSET id -> remembered until (ms): unique jobs that ended
+	Counts     string // HASH counter -> n: expired_dropped
 	Hist       string // prefix of the per-minute history hashes: Hist + minute
 	Workers    string // prefix of the workers' call records: Workers + worker id (HASH lane -> last call)
 	Wake       string // Pub/Sub channel of the user's queue (shared by its shards), not a key
@@ -49,17 +51,19 @@ func newKeys(ns, physical, queue string) Keys {
 		Seq:        p + "seq",
 		Dead:       p + "dead",
 		DeadIndex:  p + "dead:index",
+		Unique:     p + "unique",
+		Counts:     p + "counts",
 		Hist:       p + "hist:",
 		Workers:    p + "w:",
 		Wake:       WakeChannel(ns, queue),
 	}
 }
 
-// JobKeys lists the keys of k that hold jobs or dead records (not the
-// history, which expires by itself, nor the fencing counter, which is never
-// deleted).
+// JobKeys lists the keys of k that hold jobs, dead records, remembered
+// unique ids or counters (not the history, which expires by itself, nor the
+// fencing counter, which is never deleted).
 func (k Keys) JobKeys() []string {
-	return []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Dead, k.DeadIndex}
+	return []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Dead, k.DeadIndex, k.Unique, k.Counts}
 }
 
 // WakeChannel is the Pub/Sub channel on which the workers of queue are

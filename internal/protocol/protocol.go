@@ -111,6 +111,10 @@ type Op struct {
 	Env     *job.Envelope // OpRetry: the new envelope (with the last error)
 	Death   Death         // OpKill
 	Expired bool          // the reaper's: the lease must also have run out
+	// Remember (OpAck, OpKill): the id is remembered this long after the
+	// job ended, so that a job.Unique enqueue with it is refused; 0 for
+	// none (see job.Envelope.UniqueFor).
+	Remember time.Duration
 }
 
 // Settled is what became of one Op: its time (the new ready time of a
