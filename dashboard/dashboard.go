@@ -216,6 +216,7 @@ func (d *Dashboard) routes() http.Handler {
 	post("/dead/redrive-all", d.redriveAll)
 	post("/dead/{queue}/delete", d.deleteDead)
 	post("/dead/{queue}/purge", d.purge)
+	get("/periodic", d.periodic)
 
 	static, _ := fs.Sub(staticFS, "static")
 	files := http.StripPrefix(p+"/static/", http.FileServerFS(static))

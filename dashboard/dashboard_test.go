@@ -432,7 +432,7 @@ func TestDeleteAndPurge(t *testing.T) {
 func TestAuth(t *testing.T) {
 	t.Parallel()
 	bearer := setup(t, dashboard.Options{BearerToken: "s3cret"})
-	for _, path := range []string{"/", "/dead", "/queues/q", "/static/dashboard.css"} {
+	for _, path := range []string{"/", "/dead", "/queues/q", "/periodic", "/static/dashboard.css"} {
 		r := bearer.get(t, path)
 		wantStatus(t, "no credentials "+path, r, http.StatusUnauthorized)
 		if r.header.Get("WWW-Authenticate") == "" {
@@ -523,7 +523,7 @@ func TestReadOnly(t *testing.T) {
 	tb := setup(t, dashboard.Options{ReadOnly: true})
 	tb.enqueue(t, "q", "s", "t", `{}`, time.Hour)
 	tb.kill(t, "q", "t", `{}`, map[string]string{"a": "boom"})
-	for _, path := range []string{"/", "/queues/q", "/queues/q/job?id=s", "/dead?queue=q", "/dead/q/job?id=a"} {
+	for _, path := range []string{"/", "/queues/q", "/queues/q/job?id=s", "/dead?queue=q", "/dead/q/job?id=a", "/periodic"} {
 		r := tb.get(t, path)
 		wantStatus(t, path, r, http.StatusOK)
 		mustContain(t, path, r.body, "read-only")

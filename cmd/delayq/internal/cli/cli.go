@@ -131,8 +131,8 @@ func (a *app) rootCommand() *cobra.Command {
 		Use:   "delayq",
 		Short: "Inspect and operate delayq queues",
 		Long: `delayq inspects and operates delayq queues in Redis: queue stats,
-scheduled and processing jobs, enqueueing, the dead-letter store, and a web
-dashboard.
+scheduled and processing jobs, enqueueing, the dead-letter store, periodic
+schedules, and a web dashboard.
 
 It connects to --redis-url (or $REDIS_URL):
 
@@ -169,6 +169,7 @@ Output is a table for people, or JSON with --json. Exit status: 0 success,
 		a.jobsCommand(),
 		a.enqueueCommand(),
 		a.deadCommand(),
+		a.periodicCommand(),
 		a.dashboardCommand(),
 		a.versionCommand(),
 	)

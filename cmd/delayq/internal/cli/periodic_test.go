@@ -1,0 +1,140 @@
+package cli_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/delayq/delayq/internal/clock"
+	"github.com/delayq/delayq/job"
+	"github.com/delayq/delayq/periodic"
+)
+
+type digestArgs struct {
+	Week int `json:"week"`
+}
+
+var (
+	digestType  = job.New[digestArgs]("email.digest", job.Queue("mail"))
+	cleanupType = job.New[digestArgs]("files.cleanup", job.Queue("maintenance"))
+)
+
+// runScheduler runs a scheduler of the schedules add declares on a fixed
+// clock until List shows until holds, then stops it.
+func runScheduler(t *testing.T, tb *testBundle, at time.Time, add func(s *periodic.Scheduler) error, until func([]periodic.Status) bool) {
+	t.Helper()
+	clk := clock.NewSimulated(at)
+	s, err := periodic.New(tb.b, periodic.Config{Clock: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := add(s); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(tb.ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		list, err := periodic.List(tb.ctx, tb.b, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if until(list) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("scheduler did not get there within 30s: %+v", list)
+		}
+	}
+}
+
+func byName(list []periodic.Status, name string) *periodic.Status {
+	for i := range list {
+		if list[i].Name == name {
+			return &list[i]
+		}
+	}
+	return nil
+}
+
+// seedPeriodic stores three schedules as of t0: one left behind by an old
+// deploy (stale), one that ticked a minute ago and failed, one that never
+// ran (RunOnce, in Berlin).
+func seedPeriodic(t *testing.T, tb *testBundle) {
+	t.Helper()
+	runScheduler(t, tb, t0.Add(-5*time.Minute-30*time.Second), func(s *periodic.Scheduler) error {
+		return periodic.Add(s, "old-cleanup", "0 4 * * 0", cleanupType, digestArgs{})
+	}, func(l []periodic.Status) bool { return byName(l, "old-cleanup") != nil })
+	runScheduler(t, tb, t0.Add(-55*time.Second), func(s *periodic.Scheduler) error {
+		if err := periodic.Add(s, "hourly-digest", "3 * * * *", digestType, digestArgs{Week: 1}); err != nil {
+			return err
+		}
+		return periodic.Add(s, "nightly-report", "30 2 * * *", digestType, digestArgs{Week: 2},
+			periodic.Zone("Europe/Berlin"), periodic.RunMissedOnce(6*time.Hour))
+	}, func(l []periodic.Status) bool {
+		st := byName(l, "hourly-digest")
+		return st != nil && !st.Last.IsZero()
+	})
+	// The tick's job failed, outside a worker: "failed" with its error.
+	tick := time.Date(2030, 1, 2, 3, 3, 0, 0, time.UTC)
+	m := &job.Message{Attempt: 1, ClaimedAt: t0.Add(-40 * time.Second)}
+	m.Headers = map[string]string{periodic.HeaderSchedule: "hourly-digest", periodic.HeaderTick: tick.Format(time.RFC3339)}
+	h := periodic.Outcomes(tb.b)(job.HandlerFunc(func(context.Context, *job.Message) error {
+		return errors.New("smtp: 550 mailbox unavailable")
+	}))
+	if err := h.Handle(tb.ctx, m); err == nil {
+		t.Fatal("the failing handler succeeded")
+	}
+}
+
+func TestGoldenPeriodic(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	r := tb.run(t, "periodic", "ls", "--now", rfc(t0))
+	if r.code != 0 || r.stdout != "no periodic schedules in namespace "+tb.ns+"\n" {
+		t.Fatalf("periodic ls on an empty namespace: exit %d, %q, %q", r.code, r.stdout, r.stderr)
+	}
+	seedPeriodic(t, tb)
+	golden(t, "periodic_ls", tb.ok(t, "periodic", "ls", "--now", rfc(t0)))
+
+	var out struct {
+		Schedules []struct {
+			Name    string `json:"name"`
+			Next    string `json:"next_run"`
+			Last    string `json:"last_run"`
+			LastID  string `json:"last_job_id"`
+			Stale   bool   `json:"stale"`
+			Missed  string `json:"missed"`
+			Within  string `json:"missed_within"`
+			Outcome *struct {
+				Result string `json:"result"`
+				Error  string `json:"error"`
+			} `json:"last_outcome"`
+		} `json:"schedules"`
+	}
+	tb.okJSON(t, &out, "periodic", "ls", "--now", rfc(t0))
+	got, _ := json.Marshal(out)
+	want := `{"schedules":[` +
+		`{"name":"hourly-digest","next_run":"2030-01-02T04:03:00Z","last_run":"2030-01-02T03:03:00Z","last_job_id":"hourly-digest@2030-01-02T03:03:00Z","stale":false,"missed":"skip","missed_within":"","last_outcome":{"result":"failed","error":"smtp: 550 mailbox unavailable"}},` +
+		`{"name":"nightly-report","next_run":"2030-01-03T01:30:00Z","last_run":"","last_job_id":"","stale":false,"missed":"once","missed_within":"6h0m0s","last_outcome":null},` +
+		`{"name":"old-cleanup","next_run":"","last_run":"","last_job_id":"","stale":true,"missed":"skip","missed_within":"","last_outcome":null}]}`
+	if string(got) != want {
+		t.Errorf("periodic ls --json:\n got %s\nwant %s", got, want)
+	}
+	// A subcommand is needed; an unknown one is bad usage.
+	if r := tb.run(t, "periodic"); r.code != 2 || !strings.Contains(r.stderr, "needs a subcommand: ls") {
+		t.Errorf("delayq periodic: exit %d, stderr %q; want 2 naming ls", r.code, r.stderr)
+	}
+	if r := tb.run(t, "periodic", "rm"); r.code != 2 || !strings.Contains(r.stderr, `unknown command "rm"`) {
+		t.Errorf("delayq periodic rm: exit %d, stderr %q; want 2", r.code, r.stderr)
+	}
+}
