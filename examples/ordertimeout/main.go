@@ -148,10 +148,17 @@ func run() error {
 	return nil
 }
 
+// Jobs is what the service needs of the broker: *broker.Broker, or in
+// tests a delayqtest.Enqueuer.
+type Jobs interface {
+	job.Enqueuer
+	Cancel(ctx context.Context, queue, id string) error
+}
+
 // Service places and pays orders and cancels the unpaid ones.
 type Service struct {
 	store  *Store
-	jobs   *broker.Broker
+	jobs   Jobs
 	window time.Duration
 	clock  *demo.Clock
 	done   chan string // ids whose timeout job finished

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/delayq/delayq/delayqtest"
+	"github.com/delayq/delayq/internal/demo"
+	"github.com/delayq/delayq/job"
+)
+
+// scripted is a provider that answers with the status set for a phone
+// number, and remembers the idempotency keys it delivered.
+type scripted struct {
+	mu     sync.Mutex
+	status map[string]int
+	keys   map[string]int
+}
+
+func (p *scripted) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var msg struct{ To string }
+	_ = decodeJSON(r, &msg)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	key := r.Header.Get("Idempotency-Key")
+	switch st := p.status[msg.To]; {
+	case p.keys[key] > 0:
+		reply(w, http.StatusOK, "status", "duplicate")
+	case st == http.StatusTooManyRequests:
+		w.Header().Set("Retry-After", "2")
+		reply(w, st, "error", "rate limited")
+	case st != 0:
+		reply(w, st, "error", http.StatusText(st))
+	default:
+		p.keys[key]++
+		reply(w, http.StatusOK, "status", "sent")
+	}
+}
+
+// setup returns a Runner whose sender talks to a scripted provider.
+func setup(t *testing.T, status map[string]int) (*delayqtest.Runner, *scripted) {
+	t.Helper()
+	p := &scripted{status: status, keys: map[string]int{}}
+	srv := httptest.NewServer(p)
+	t.Cleanup(srv.Close)
+	users := &Directory{phones: map[string]string{
+		"ok": "+15550101", "busy": "+15550102", "limited": "+15550103", "invalid": "+1555CALLME",
+	}}
+	s := &Sender{url: srv.URL, client: srv.Client(), users: users, clock: demo.NewClock(),
+		sent: make(chan string, 16), failedAt: map[string]time.Time{}}
+	reg := job.NewRegistry()
+	SendReminder.Handle(reg, s.Handle)
+	return &delayqtest.Runner{Registry: reg}, p
+}
+
+// The provider's answers steer the job: sent is a success, a 5xx backs
+// off with the type's jittered policy, a 429 waits exactly its
+// Retry-After, a 4xx and an unknown user are dead at once.
+func TestProviderAnswersSteerRetries(t *testing.T) {
+	rn, _ := setup(t, map[string]int{
+		"+1555CALLME": http.StatusBadRequest, "+15550102": http.StatusServiceUnavailable, "+15550103": http.StatusTooManyRequests,
+	})
+	run := func(user string) *delayqtest.Result {
+		t.Helper()
+		res, err := delayqtest.Run(t.Context(), rn, SendReminder, Reminder{UserID: user, Text: "hi"}, job.ID("reminder-"+user))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	run("ok").RequireSuccess(t)
+	run("busy").RequireRetry(t, 70*time.Millisecond, 130*time.Millisecond) // 100ms ±30 %
+	run("limited").RequireSnooze(t, 2*time.Second)
+	run("invalid").RequireDead(t, "provider rejected +1555CALLME: 400")
+	run("nobody").RequireDead(t, "unknown user nobody")
+}
+
+// A retry after the SMS went out (the answer was lost) is recognised by
+// its Idempotency-Key, the job id: the phone gets one SMS.
+func TestRetrySendsOnce(t *testing.T) {
+	rn, p := setup(t, nil)
+	for range 2 {
+		res, err := delayqtest.Run(t.Context(), rn, SendReminder, Reminder{UserID: "ok"}, job.ID("reminder-ok"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.RequireSuccess(t)
+	}
+	if n := p.keys["reminder-ok"]; n != 1 {
+		t.Errorf("delivered %d times, want once", n)
+	}
+}
+
+// Retry-After takes seconds or an HTTP date; anything else means a second.
+func TestParseRetryAfter(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	for v, want := range map[string]time.Duration{
+		"3": 3 * time.Second, "0": 0, now.Add(5 * time.Second).Format(http.TimeFormat): 5 * time.Second,
+		"": time.Second, "soon": time.Second, "-1": time.Second,
+	} {
+		if got := parseRetryAfter(v, now); got != want {
+			t.Errorf("parseRetryAfter(%q) = %v, want %v", v, got, want)
+		}
+	}
+}
+
+func decodeJSON(r *http.Request, v any) error { return json.NewDecoder(r.Body).Decode(v) }
