@@ -155,15 +155,14 @@ func TestSchedulersEnqueueEachTickOnce(t *testing.T) {
 		}
 		sim.drain(t, handled)
 	}
-	// From a minute (the tolerance) before the first step: the schedule is new.
-	for i := -58; i <= seconds; i++ {
+	for i := 1; i <= seconds; i++ {
 		id := TickID("every-second", start.Add(time.Duration(i)*time.Second))
 		if handled[id] != 1 {
 			t.Errorf("tick %s handled %d times, want 1", id, handled[id])
 		}
 	}
-	if len(handled) != seconds+59 {
-		t.Errorf("%d distinct jobs handled, want %d", len(handled), seconds+59)
+	if len(handled) != seconds {
+		t.Errorf("%d distinct jobs handled, want %d", len(handled), seconds)
 	}
 }
 
@@ -332,13 +331,14 @@ func TestTickUniqueAfterItsJobEnded(t *testing.T) {
 		sim.step(t, a)
 		sim.drain(t, handled)
 	}
-	if len(handled) != 69 { // 59 from the minute before the first step, 10 after
-		t.Fatalf("%d jobs handled, want 69", len(handled))
+	if len(handled) != 10 {
+		t.Fatalf("%d jobs handled, want 10", len(handled))
 	}
 	if err := sim.tb.RDB.Del(sim.tb.Ctx, a.keys.Last).Err(); err != nil {
 		t.Fatal(err)
 	}
-	late := sim.scheduler(t, Config{}, add) // starts a minute back, knows of no tick
+	late := sim.scheduler(t, Config{}, add)
+	late.entries[0].cur = start // held up since the start, and knows of no tick
 	sim.clk.Advance(time.Second)
 	sim.step(t, late)
 	sim.drain(t, handled)
@@ -347,8 +347,8 @@ func TestTickUniqueAfterItsJobEnded(t *testing.T) {
 			t.Errorf("tick %s handled %d times, want 1", id, n)
 		}
 	}
-	if len(handled) != 70 {
-		t.Errorf("%d jobs handled, want 70 (one new tick)", len(handled))
+	if len(handled) != 11 {
+		t.Errorf("%d jobs handled, want 11 (one new tick)", len(handled))
 	}
 	// Past the window the id is free again (no scheduler tries it by then).
 	sim.clk.Advance(late.uniqueness() + time.Minute)
