@@ -54,6 +54,7 @@ type ClaimResult struct {
 	Next    time.Time // earliest ready time left in the shard; zero when empty
 	Jobs    []Claimed
 	Orphans []string // scheduled ids without an envelope, removed
+	Paused  bool     // the queue is paused (Broker.Pause): nothing was claimed, Next is zero
 }
 
 // ReapResult lists jobs whose lease ran out.
