@@ -151,7 +151,7 @@ func (w workerSide) Settle(ctx context.Context, s keyspace.Shard, c protocol.Cal
 			if op.Remember > 0 {
 				a = durMS(op.Remember)
 			}
-		case protocol.OpRetry:
+		case protocol.OpRetry, protocol.OpSnooze:
 			body, err := op.Env.MarshalBinary()
 			if err != nil {
 				return nil, err
@@ -190,7 +190,7 @@ func (w workerSide) Settle(ctx context.Context, s keyspace.Shard, c protocol.Cal
 			out[i].Err = lostErr(l)
 		case code == -2:
 			out[i].Err = fmt.Errorf("%w: job %q in queue %q", ErrLeaseLive, l.ID, l.Queue())
-		case ops[i].Kind == protocol.OpRetry || ops[i].Kind == protocol.OpKill:
+		case ops[i].Kind == protocol.OpRetry || ops[i].Kind == protocol.OpKill || ops[i].Kind == protocol.OpSnooze:
 			out[i].At = fromMS(code)
 		}
 	}
