@@ -19,12 +19,13 @@ type reportArgs struct {
 
 var reportType = job.New[reportArgs]("report.build", job.Queue("reports"))
 
-// schedule runs a scheduler of one schedule on a clock stopped at at,
-// until the schedule shows in List with ticked (a last run) if asked, then
-// stops it.
+// schedule runs a scheduler of one schedule on a clock that starts at at
+// and runs at real speed, until the schedule shows in List with ticked (a
+// last run) if asked, then stops it.
 func (tb *testBundle) schedule(t *testing.T, at time.Time, name, spec string, ticked bool) {
 	t.Helper()
-	s, err := periodic.New(tb.b, periodic.Config{Clock: func() time.Time { return at }})
+	began := time.Now()
+	s, err := periodic.New(tb.b, periodic.Config{Clock: func() time.Time { return at.Add(time.Since(began)) }})
 	if err != nil {
 		t.Fatal(err)
 	}

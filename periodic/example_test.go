@@ -34,7 +34,10 @@ func Example() {
 	handled := make(chan string, 16)
 	reg := job.NewRegistry()
 	pingType.Handle(reg, func(ctx context.Context, j *job.Job[Ping]) error {
-		handled <- j.Args.Service
+		select {
+		case handled <- j.Args.Service:
+		case <-ctx.Done():
+		}
 		return nil
 	})
 	w, err := worker.New(worker.Config{Broker: b, Registry: reg, Queues: []worker.Queue{{Name: "health"}}})

@@ -299,7 +299,9 @@ func TickID(name string, t time.Time) string {
 	return name + "@" + t.UTC().Format(tickLayout)
 }
 
-// uniqueness is how long a tick's id is remembered after its job ended.
+// uniqueness is how long a tick's id is remembered after its job ended
+// (job.Unique, also after a dead ending): longer than any scheduler tries
+// the tick.
 func (s *Scheduler) uniqueness() time.Duration { return s.cfg.Tolerance + 5*time.Minute }
 
 // now is the scheduler's clock.
@@ -435,6 +437,7 @@ func (s *Scheduler) step(ctx context.Context, now time.Time) (time.Time, error) 
 	for _, e := range s.entries {
 		for _, at := range e.due(now, s.cfg.Tolerance) {
 			env, err := e.build(job.ID(TickID(e.name, at)), job.At(at),
+				job.Unique(s.uniqueness()), job.UniqueIncludeDead(),
 				job.Header(HeaderSchedule, e.name), job.Header(HeaderTick, at.UTC().Format(tickLayout)))
 			if err != nil {
 				return now, fmt.Errorf("schedule %q: %w", e.name, err)

@@ -129,12 +129,11 @@ func fromMS(v int64) time.Time {
 }
 
 // resume sets where each schedule left off: its latest enqueued tick, by
-// any scheduler. A schedule that never ticked starts Tolerance back, like
-// one that was restarted: a deploy that adds a daily schedule 20 s after
-// midnight runs its midnight tick.
+// any scheduler. A schedule that never ticked starts at now: its first
+// job is its next tick's.
 func (s *Scheduler) resume(ctx context.Context, now time.Time) error {
 	for _, e := range s.entries {
-		e.cur = now.Add(-s.cfg.Tolerance)
+		e.cur = now
 	}
 	return s.catchUp(ctx, true)
 }

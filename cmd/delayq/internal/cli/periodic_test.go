@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delayq/delayq/internal/clock"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/periodic"
 )
@@ -22,12 +21,13 @@ var (
 	cleanupType = job.New[digestArgs]("files.cleanup", job.Queue("maintenance"))
 )
 
-// runScheduler runs a scheduler of the schedules add declares on a fixed
-// clock until List shows until holds, then stops it.
+// runScheduler runs a scheduler of the schedules add declares on a clock
+// that starts at at and runs at real speed, until List shows until holds,
+// then stops it.
 func runScheduler(t *testing.T, tb *testBundle, at time.Time, add func(s *periodic.Scheduler) error, until func([]periodic.Status) bool) {
 	t.Helper()
-	clk := clock.NewSimulated(at)
-	s, err := periodic.New(tb.b, periodic.Config{Clock: clk.Now})
+	began := time.Now()
+	s, err := periodic.New(tb.b, periodic.Config{Clock: func() time.Time { return at.Add(time.Since(began)) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,14 +67,14 @@ func byName(list []periodic.Status, name string) *periodic.Status {
 }
 
 // seedPeriodic stores three schedules as of t0: one left behind by an old
-// deploy (stale), one that ticked a minute ago and failed, one that never
-// ran (RunOnce, in Berlin).
+// deploy (stale), one that ticked at 03:03:00 (its scheduler started
+// 0.3 s before) and failed, one that never ran (RunOnce, in Berlin).
 func seedPeriodic(t *testing.T, tb *testBundle) {
 	t.Helper()
 	runScheduler(t, tb, t0.Add(-5*time.Minute-30*time.Second), func(s *periodic.Scheduler) error {
 		return periodic.Add(s, "old-cleanup", "0 4 * * 0", cleanupType, digestArgs{})
 	}, func(l []periodic.Status) bool { return byName(l, "old-cleanup") != nil })
-	runScheduler(t, tb, t0.Add(-55*time.Second), func(s *periodic.Scheduler) error {
+	runScheduler(t, tb, time.Date(2030, 1, 2, 3, 2, 59, 700_000_000, time.UTC), func(s *periodic.Scheduler) error {
 		if err := periodic.Add(s, "hourly-digest", "3 * * * *", digestType, digestArgs{Week: 1}); err != nil {
 			return err
 		}
