@@ -759,3 +759,81 @@ func TestReplayAfterJobRanIsNoOp(t *testing.T) {
 		}
 	})
 }
+
+// The relay runs inside a worker process as one of its services: it moves
+// committed rows while the worker runs, the worker handles the jobs, and
+// at shutdown the worker's Run returns only after the relay stopped
+// (its status is removed, and it can be run again).
+func TestRelayAsWorkerService(t *testing.T) {
+	t.Parallel()
+	forEach(t, func(t *testing.T, tb *testBundle) {
+		r, err := outbox.NewRelay(tb.ob, tb.b, outbox.RelayOptions{Name: "in-worker", PollInterval: 10 * time.Millisecond, StatusInterval: 20 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		handled := map[string]int{}
+		reg := job.NewRegistry()
+		cancelUnpaid.Handle(reg, func(_ context.Context, j *job.Job[Order]) error {
+			mu.Lock()
+			defer mu.Unlock()
+			handled[j.Args.ID]++
+			return nil
+		})
+		w, err := worker.New(worker.Config{Broker: tb.b, Registry: reg, MaxIdle: 50 * time.Millisecond, Services: []worker.Service{r}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx) }()
+
+		const n = 20
+		tb.inTx(t, func(tx *sql.Tx) error {
+			for i := range n {
+				if _, err := outbox.EnqueueTyped(tb.ctx, tb.ob, tx, cancelUnpaid, Order{ID: fmt.Sprint(i)}, job.ID(fmt.Sprintf("order-%d", i))); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		redistest.WaitFor(t, 20*time.Second, "every committed job relayed and handled", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(handled) == n
+		})
+		tb.waitEmpty(t, 10*time.Second)
+		redistest.WaitFor(t, 10*time.Second, "the relay's status", func() bool { return relayStatus(t, tb.b, "in-worker") != nil })
+
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("worker Run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the worker did not stop")
+		}
+		if s := relayStatus(t, tb.b, "in-worker"); s != nil {
+			t.Errorf("the relay's status is still listed after shutdown: %+v", s)
+		}
+		if s := r.Stats(); s.Enqueued != n {
+			t.Errorf("stats %+v, want %d enqueued", s, n)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for id, c := range handled {
+			if c != 1 {
+				t.Errorf("%s handled %d times", id, c)
+			}
+		}
+		// Run returned: the relay can run again (a second Run while one
+		// runs is refused).
+		rctx, rcancel := context.WithCancel(context.Background())
+		rcancel()
+		if err := r.Run(rctx); err != nil {
+			t.Errorf("Run after the worker stopped: %v", err)
+		}
+	})
+}
