@@ -208,7 +208,7 @@ func TestEnqueueRejectsBadInput(t *testing.T) {
 		{"brace in queue", func(e *job.Envelope) { e.Queue = "q}" }, `queue name "q}" contains '}'`},
 		{"long queue", func(e *job.Envelope) { e.Queue = strings.Repeat("q", 65) }, "queue name is 65 bytes long"},
 		{"negative delay", func(e *job.Envelope) { e.Delay = -time.Second }, "delay -1s is negative"},
-		{"negative retries", func(e *job.Envelope) { e.MaxRetries = -1 }, "max retries -1 is negative"},
+		{"negative retries", func(e *job.Envelope) { e.MaxRetries = -1 }, `max retries -1 of job "a" is negative`},
 		{"payload over cap", func(e *job.Envelope) { e.Payload = []byte(`"` + strings.Repeat("p", 70) + `"`) }, "payload and headers of job \"a\" are 72 bytes, the cap is 64"},
 	}
 	for _, tc := range cases {

@@ -8,6 +8,10 @@ import (
 	"github.com/delayq/delayq/job"
 )
 
+// The typed helpers of package job (Type.Cancel, Reschedule, Lookup) take a
+// *Broker.
+var _ job.Controller = (*Broker)(nil)
+
 // Cancel removes a job that is still scheduled, so it never runs. It returns
 // an error wrapping ErrInProgress when a worker holds the job (nothing
 // changed) and ErrNotFound when the queue has no such pending job.

@@ -19,18 +19,9 @@ import (
 	"github.com/delayq/delayq/job"
 )
 
-// DeadRecord is a job that used up its retries or failed permanently.
-type DeadRecord struct {
-	ID       string
-	Queue    string
-	Type     string        // job type, "" when the envelope was corrupt
-	Body     []byte        // the envelope as it was stored
-	Envelope *job.Envelope // Body decoded; nil when it does not decode
-	Error    string        // the final error (with a stack trace for panics)
-	Reason   string        // why it died when not by its error: ReasonExpired; "" otherwise
-	Attempts int           // attempts spent
-	DiedAt   time.Time     // server time; from the dead index
-}
+// DeadRecord is a job that used up its retries or failed permanently
+// (job.DeadRecord).
+type DeadRecord = job.DeadRecord
 
 type deadWire struct {
 	ID       string          `json:"id"`
@@ -59,7 +50,7 @@ func withoutExpiry(body []byte) []byte {
 // MaxDeadErrorLen caps the error kept in a dead record, in bytes.
 const MaxDeadErrorLen = 64 << 10
 
-func (r *DeadRecord) marshal() ([]byte, error) {
+func marshalDead(r *DeadRecord) ([]byte, error) {
 	w := deadWire{ID: r.ID, Queue: r.Queue, Type: r.Type, Error: r.Error, Attempts: r.Attempts, Reason: r.Reason}
 	if len(w.Error) > MaxDeadErrorLen {
 		cut := MaxDeadErrorLen

@@ -150,49 +150,8 @@ func (b *Broker) prepare(env *job.Envelope, now time.Time) ([]byte, error) {
 	if env == nil {
 		return nil, fmt.Errorf("broker: %w: nil envelope", job.ErrInvalid)
 	}
-	if env.Queue == "" {
-		env.Queue = job.DefaultQueue
-	}
-	if err := job.ValidateQueue(env.Queue); err != nil {
+	if err := job.Prepare(env, now); err != nil {
 		return nil, err
-	}
-	if err := job.ValidateUnique(env); err != nil {
-		return nil, err
-	}
-	if env.ID == "" {
-		if env.Unique {
-			env.ID = job.UniqueID(env.Type, env.Payload)
-		} else {
-			env.ID = job.NewID()
-		}
-	}
-	if err := job.ValidateID(env.ID); err != nil {
-		return nil, err
-	}
-	if err := job.ValidateType(env.Type); err != nil {
-		return nil, err
-	}
-	if err := job.ValidateDelay(env.Delay); err != nil {
-		return nil, err
-	}
-	if err := job.ValidateExpiry(env, now); err != nil {
-		return nil, err
-	}
-	if env.MaxRetries < 0 {
-		return nil, fmt.Errorf("broker: %w: max retries %d is negative", job.ErrInvalid, env.MaxRetries)
-	}
-	if env.Timeout < 0 {
-		return nil, fmt.Errorf("broker: %w: timeout %s is negative", job.ErrInvalid, env.Timeout)
-	}
-	if env.Backoff != nil {
-		if err := env.Backoff.Validate(); err != nil {
-			return nil, err
-		}
-	}
-	for k, v := range env.Headers {
-		if err := job.ValidateHeader(k, v); err != nil {
-			return nil, err
-		}
 	}
 	if c := b.opts.MaxPayloadBytes; c > 0 {
 		size := len(env.Payload)
@@ -202,9 +161,6 @@ func (b *Broker) prepare(env *job.Envelope, now time.Time) ([]byte, error) {
 		if size > c {
 			return nil, fmt.Errorf("broker: %w: %w: payload and headers of job %q are %d bytes, the cap is %d", job.ErrInvalid, ErrPayloadTooLarge, env.ID, size, c)
 		}
-	}
-	if env.CreatedAt.IsZero() {
-		env.CreatedAt = now
 	}
 	return env.MarshalBinary()
 }

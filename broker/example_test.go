@@ -110,7 +110,9 @@ func ExampleDuplicateError() {
 	if err != nil {
 		panic(err)
 	}
-	_, err = remind.Enqueue(ctx, b, Reminder{User: "ann", Day: "2026-12-03"}, job.In(2*time.Hour))
+	// Another producer asks for the same reminder (its header is not part
+	// of the id).
+	_, err = remind.Enqueue(ctx, b, Reminder{User: "ann", Day: "2026-12-03"}, job.In(2*time.Hour), job.Header("source", "signup"))
 	var dup *broker.DuplicateError
 	fmt.Println("refused:", errors.As(err, &dup), "same job:", dup.ID == first.ID)
 	_, err = remind.Enqueue(ctx, b, Reminder{User: "bob", Day: "2026-12-03"}, job.In(time.Hour))
@@ -153,4 +155,38 @@ func ExampleBroker_Enqueue_replace() {
 	// now ready in 1h0m0s
 	// scheduled jobs: 1
 	// expires in 5m0s <nil>
+}
+
+// A bulk load with an id and a ready time per job, and the typed helpers
+// that find the jobs again in the type's queue.
+func ExampleBroker_Enqueue_items() {
+	ctx := context.Background()
+	rdb, ns, done := redistest.ForExample("ExampleBroker_Enqueue_items")
+	defer done()
+	b, err := broker.New(rdb, broker.Options{Namespace: ns})
+	if err != nil {
+		panic(err)
+	}
+	type Reminder struct {
+		User string `json:"user"`
+	}
+	remind := job.New[Reminder]("reminder.send", job.Queue("reminders"))
+	start := time.Now().Add(time.Hour)
+	envs, err := remind.EnqueueItems(ctx, b, []job.Item[Reminder]{
+		{Args: Reminder{"ann"}, Opts: []job.Option{job.ID("remind-ann"), job.At(start)}},
+		{Args: Reminder{"bob"}, Opts: []job.Option{job.ID("remind-bob"), job.At(start.Add(time.Hour))}},
+	})
+	fmt.Println(len(envs), "stored:", err)
+
+	info, err := remind.Lookup(ctx, b, "remind-bob")
+	fmt.Println(info.Queue, info.State, time.Until(info.ReadyAt).Round(time.Hour), err)
+	ok, err := remind.Cancel(ctx, b, "remind-ann")
+	fmt.Println("cancelled:", ok, err)
+	ok, err = remind.Cancel(ctx, b, "remind-ann")
+	fmt.Println("again:", ok, errors.Is(err, broker.ErrNotFound))
+	// Output:
+	// 2 stored: <nil>
+	// reminders scheduled 2h0m0s <nil>
+	// cancelled: true <nil>
+	// again: false true
 }

@@ -43,7 +43,7 @@ func FuzzDecodeDeadRecord(f *testing.F) {
 		if env, err := job.Decode(r.Body); (err == nil) != (r.Envelope != nil) || env != nil && !bytes.Equal(env.Payload, r.Envelope.Payload) {
 			t.Fatalf("Envelope %+v does not match the body %q", r.Envelope, r.Body)
 		}
-		stored, err := r.marshal()
+		stored, err := marshalDead(r)
 		if err != nil {
 			t.Fatalf("marshal of decoded %+v: %v", r, err)
 		}

@@ -158,7 +158,7 @@ func (w workerSide) Settle(ctx context.Context, s keyspace.Shard, c protocol.Cal
 			a, b = durUS(op.Delay), body
 		case protocol.OpKill:
 			rec := &DeadRecord{ID: op.Lease.ID, Queue: s.Queue(), Type: op.Death.Type, Body: op.Death.Body, Error: op.Death.Error, Attempts: op.Death.Attempts}
-			data, err := rec.marshal()
+			data, err := marshalDead(rec)
 			if err != nil {
 				return nil, err
 			}

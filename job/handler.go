@@ -55,6 +55,10 @@ type Entry struct {
 	Handler Handler
 	Retry   retry.Policy  // nil means the worker's default
 	Timeout time.Duration // 0 means the worker's default
+	// Queue is the queue the type's jobs go to ([Type.Register] sets it);
+	// "" means DefaultQueue. A worker with no Config.Queues serves the
+	// queues of its registry's entries.
+	Queue string
 }
 
 // ErrAlreadyRegistered is wrapped by [Registry.Register] when the type name
@@ -107,6 +111,27 @@ func (r *Registry) Types() []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// Queues returns the queues of the registered types (an entry with no
+// Queue counts as DefaultQueue), sorted, each once.
+func (r *Registry) Queues() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	seen := make(map[string]bool)
+	var out []string
+	for _, e := range r.entries {
+		q := e.Queue
+		if q == "" {
+			q = DefaultQueue
+		}
+		if !seen[q] {
+			seen[q] = true
+			out = append(out, q)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // DecodeError reports a payload that does not decode into its type's Go

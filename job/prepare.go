@@ -3,9 +3,11 @@ package job
 import "time"
 
 // Prepare fills in what every enqueuer fills in when it is empty (Queue:
-// DefaultQueue; ID: [NewID]; CreatedAt: now) and checks env's fields as
-// broker.Enqueue does: queue, id, type and header names, the delay, the
-// retry budget, the timeout and the backoff. Errors wrap [ErrInvalid] and
+// DefaultQueue; ID: [NewID], or [UniqueID] for a Unique job; CreatedAt:
+// now) and checks env's fields as broker.Enqueue does (which calls it):
+// queue, id, type and header names, the delay, the uniqueness settings, the
+// expiry against the ready time, the retry budget, the timeout and the
+// backoff. Errors wrap [ErrInvalid] and
 // name the field. A size cap on the payload is the caller's (the broker's
 // MaxPayloadBytes). The outbox and the test kit's recording enqueuer call
 // it, so that they refuse what the broker refuses.
@@ -19,8 +21,15 @@ func Prepare(env *Envelope, now time.Time) error {
 	if err := ValidateQueue(env.Queue); err != nil {
 		return err
 	}
+	if err := ValidateUnique(env); err != nil {
+		return err
+	}
 	if env.ID == "" {
-		env.ID = NewID()
+		if env.Unique {
+			env.ID = UniqueID(env.Type, env.Payload)
+		} else {
+			env.ID = NewID()
+		}
 	}
 	if err := ValidateID(env.ID); err != nil {
 		return err
@@ -29,6 +38,9 @@ func Prepare(env *Envelope, now time.Time) error {
 		return err
 	}
 	if err := ValidateDelay(env.Delay); err != nil {
+		return err
+	}
+	if err := ValidateExpiry(env, now); err != nil {
 		return err
 	}
 	if env.MaxRetries < 0 {

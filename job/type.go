@@ -212,7 +212,7 @@ func (t *Type[T]) Register(r *Registry, fn func(ctx context.Context, j *Job[T]) 
 		}
 		return fn(ctx, j)
 	})
-	return r.Register(name, Entry{Handler: h, Retry: t.defaults.retry, Timeout: t.defaults.timeout})
+	return r.Register(name, Entry{Handler: h, Retry: t.defaults.retry, Timeout: t.defaults.timeout, Queue: t.defaults.queue})
 }
 
 // settings collects options.
@@ -466,4 +466,77 @@ func NewID() string {
 	var b [10]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
 	return idEncoding.EncodeToString(b[:])
+}
+
+// Queue returns the queue of the type's jobs (its Queue option, or
+// DefaultQueue).
+func (t *Type[T]) Queue() string { return t.defaults.queue }
+
+// Controller is what the typed helpers [Type.Cancel], [Type.Reschedule]
+// and [Type.Lookup] need of a broker; *broker.Broker implements it.
+type Controller interface {
+	Cancel(ctx context.Context, queue, id string) error
+	Reschedule(ctx context.Context, queue, id string, at time.Time) (time.Time, error)
+	Job(ctx context.Context, queue, id string) (*JobInfo, error)
+}
+
+// Cancel cancels the type's job id in the type's queue, so the queue is
+// never spelled twice. It reports whether the job was cancelled; when it
+// was not, the error says why, as broker.Broker.Cancel's does (wrapping
+// broker.ErrNotFound when the queue has no such pending job,
+// broker.ErrInProgress when a worker holds it).
+func (t *Type[T]) Cancel(ctx context.Context, b Controller, id string) (bool, error) {
+	if err := b.Cancel(ctx, t.Queue(), id); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// Reschedule moves the type's scheduled job id to ready at at (the zero
+// time means now), returning the stored ready time. Errors as for
+// broker.Broker.Reschedule (broker.ErrNotFound, broker.ErrInProgress).
+func (t *Type[T]) Reschedule(ctx context.Context, b Controller, id string, at time.Time) (time.Time, error) {
+	return b.Reschedule(ctx, t.Queue(), id, at)
+}
+
+// Lookup returns the type's job id as the broker's inspection sees it
+// (scheduled, processing or dead). Errors as for broker.Broker.Job (one
+// wrapping broker.ErrNotFound when the queue has no such job).
+func (t *Type[T]) Lookup(ctx context.Context, b Controller, id string) (*JobInfo, error) {
+	return b.Job(ctx, t.Queue(), id)
+}
+
+// Item is one job of [Type.EnqueueItems]: its arguments and its own
+// options (ID, In, At, Unique, ExpireAt, ...).
+type Item[T any] struct {
+	Args T
+	Opts []Option
+}
+
+// EnqueueItems stores one job per item, each with its own options, in one
+// broker call (one script call per shard and chunk of 1,000 jobs). An
+// item whose options or arguments are invalid fails the whole call before
+// anything is written, with an error wrapping ErrInvalid that names the
+// item. Otherwise it returns the envelopes, aligned with items, and, when
+// some failed (a duplicate id, ...), a *BatchError aligned with items.
+func (t *Type[T]) EnqueueItems(ctx context.Context, e Enqueuer, items []Item[T]) ([]*Envelope, error) {
+	envs := make([]*Envelope, len(items))
+	seen := make(map[string]int, len(items))
+	for i, it := range items {
+		env, err := t.Envelope(it.Args, it.Opts...)
+		if err != nil {
+			return nil, fmt.Errorf("item %d of %d: %w", i+1, len(items), err)
+		}
+		if env.ID != "" {
+			if j, ok := seen[env.ID]; ok {
+				return nil, invalid("items %d and %d of %d have the same id %q", j+1, i+1, len(items), env.ID)
+			}
+			seen[env.ID] = i
+		}
+		envs[i] = env
+	}
+	if len(envs) == 0 {
+		return envs, nil
+	}
+	return envs, e.Enqueue(ctx, envs...)
 }

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -28,7 +29,12 @@ type Config struct {
 	Broker   *broker.Broker
 	Registry *job.Registry
 
-	// Queues to serve. Default: the queue "default".
+	// Queues to serve. Default: the queues of the types registered in
+	// Registry when New is called (job.Registry.Queues), each of weight 1,
+	// or "default" when none is registered. When Queues is set and leaves
+	// the queue of a registered type unserved, Run logs a warning naming
+	// the type and the queue at start (a warning, not an error: a fleet may
+	// split one registry's queues among its workers on purpose).
 	Queues []Queue
 	// StrictPriority claims from Queues in the order given, moving to the
 	// next only when a queue has nothing due. Otherwise queues are tried in
@@ -72,6 +78,14 @@ type Config struct {
 	// through job.OnResult.
 	Middleware []job.Middleware
 
+	// Services run alongside the worker: Run starts each in its own
+	// goroutine, cancels their context when its own is cancelled (at the
+	// start of the shutdown), and returns only after every one returned.
+	// A service's error (or panic) is logged and does not stop the worker.
+	// Use it for what shares the worker's life, e.g. a periodic
+	// scheduler or an outbox relay. A nil entry is refused by New.
+	Services []Service
+
 	// Logger receives lifecycle events (info: start, stop, shutdown),
 	// anomalies (warn: orphans removed, leases reaped or lost, unfinished
 	// jobs released; error: Redis failures) and per-job decisions (debug).
@@ -79,6 +93,18 @@ type Config struct {
 	// Default zerolog.Nop(). Fields are listed in docs/observability.md.
 	Logger *zerolog.Logger
 }
+
+// Service is something that runs as long as a worker: Run blocks until ctx
+// is cancelled (or it fails) and then returns. See Config.Services.
+type Service interface {
+	Run(ctx context.Context) error
+}
+
+// ServiceFunc adapts a function to [Service].
+type ServiceFunc func(ctx context.Context) error
+
+// Run calls f(ctx).
+func (f ServiceFunc) Run(ctx context.Context) error { return f(ctx) }
 
 // DefaultMiddleware is the chain used when Config.Middleware is nil:
 // Recover, then Timeout (which applies the job's, type's or worker's
@@ -104,8 +130,19 @@ func (c Config) withDefaults() (Config, error) {
 		return c, errors.New("worker: Config.Registry is required")
 	}
 	if len(c.Queues) == 0 {
+		for _, q := range c.Registry.Queues() {
+			c.Queues = append(c.Queues, Queue{Name: q})
+		}
+	}
+	if len(c.Queues) == 0 {
 		c.Queues = []Queue{{Name: job.DefaultQueue}}
 	}
+	for i, svc := range c.Services {
+		if svc == nil {
+			return c, fmt.Errorf("worker: Config.Services[%d] is nil", i)
+		}
+	}
+	c.Services = append([]Service(nil), c.Services...)
 	seen := make(map[string]bool, len(c.Queues))
 	c.Queues = append([]Queue(nil), c.Queues...)
 	for i, q := range c.Queues {

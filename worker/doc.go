@@ -36,7 +36,11 @@
 //
 // # Timing and leases
 //
-// One Worker may serve several queues, by strict priority or by weight. It
+// One Worker may serve several queues, by strict priority or by weight;
+// with Config.Queues unset it serves the queues of its registered types,
+// and with Queues set it logs a warning at start for each registered type
+// whose queue it leaves unserved (a warning rather than an error, since a
+// fleet may split queues among workers on purpose). It
 // sleeps until the next ready time it knows of and is woken early when a
 // producer schedules an earlier job, so a job starts within milliseconds of
 // its ready time without polling. While a job runs, a heartbeat extends its
@@ -52,5 +56,7 @@
 //
 // Run blocks until its context is cancelled, then stops claiming, lets
 // in-flight jobs finish until Config.ShutdownTimeout, cancels the rest and
-// releases their leases without spending an attempt.
+// releases their leases without spending an attempt. Config.Services run
+// for the same span: their context is Run's, and Run returns after they
+// did.
 package worker

@@ -1,10 +1,12 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -91,6 +93,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	names := w.queueNames()
 	w.log.Info().Strs("queues", names).Int("concurrency", w.cfg.Concurrency).Int64("lease_ms", w.cfg.Lease.Milliseconds()).Msg("worker started")
+	w.warnUnserved()
+	services := w.startServices(ctx)
+	defer services.Wait()
 
 	// bg outlives ctx: it carries acks, retries and releases of the shutdown.
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
@@ -126,6 +131,44 @@ func (w *Worker) Run(ctx context.Context) error {
 	<-settlerDone
 	w.log.Info().Msg("worker stopped")
 	return nil
+}
+
+// warnUnserved logs a warning for each registered type whose queue this
+// worker does not serve: its jobs would wait for another worker.
+func (w *Worker) warnUnserved() {
+	served := make(map[string]bool, len(w.cfg.Queues))
+	for _, q := range w.cfg.Queues {
+		served[q.Name] = true
+	}
+	for _, typ := range w.cfg.Registry.Types() {
+		e, _ := w.cfg.Registry.Lookup(typ)
+		q := cmp.Or(e.Queue, job.DefaultQueue)
+		if !served[q] {
+			w.log.Warn().Str("type", typ).Str("queue", q).Strs("queues", w.queueNames()).
+				Msg("job type is registered but its queue is not served by this worker; its jobs wait for a worker that serves it")
+		}
+	}
+}
+
+// startServices runs Config.Services until ctx is done; the WaitGroup
+// waits for all of them.
+func (w *Worker) startServices(ctx context.Context) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for i, svc := range w.cfg.Services {
+		wg.Go(func() {
+			defer func() {
+				if v := recover(); v != nil {
+					w.log.Error().Int("service", i).Str("panic", fmt.Sprint(v)).Str("stack", string(debug.Stack())).Msg("service panicked")
+				}
+			}()
+			if err := svc.Run(ctx); err != nil && !(errors.Is(err, context.Canceled) && ctx.Err() != nil) {
+				w.log.Error().Err(err).Int("service", i).Msg("service failed")
+				return
+			}
+			w.log.Debug().Int("service", i).Msg("service stopped")
+		})
+	}
+	return &wg
 }
 
 func (w *Worker) queueNames() []string {

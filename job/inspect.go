@@ -1,0 +1,64 @@
+package job
+
+import "time"
+
+// JobState is where a job is in its life.
+type JobState string
+
+// States a job can be found in.
+const (
+	StateScheduled  JobState = "scheduled"  // waiting for its ready time, or due and not yet claimed
+	StateProcessing JobState = "processing" // leased to a worker
+	StateDead       JobState = "dead"       // in the dead-letter store
+)
+
+// JobInfo is one job as the inspection API sees it, read at one instant of
+// the server's clock.
+type JobInfo struct {
+	ID    string
+	Queue string
+	State JobState
+	Now   time.Time // the server's clock at the read
+
+	ReadyAt       time.Time // StateScheduled: when it is (or was) due
+	LeaseDeadline time.Time // StateProcessing: when its lease runs out
+	Attempts      int       // attempts spent (claims, less releases)
+
+	Body     []byte    // the envelope as stored (the record's body when dead)
+	Envelope *Envelope // Body decoded; nil when Err is set
+	Err      error     // Body did not decode: wraps job.ErrCorrupt
+
+	Dead *DeadRecord // StateDead: the dead record, with DiedAt
+}
+
+// LeaseRemaining is how long the lease of a processing job has left: 0 when
+// it ran out (the reaper will take the job back) or the job is not
+// processing.
+func (j *JobInfo) LeaseRemaining() time.Duration {
+	if j.State != StateProcessing {
+		return 0
+	}
+	return max(j.LeaseDeadline.Sub(j.Now), 0)
+}
+
+// Lateness is how long a scheduled job has been due without being claimed,
+// or 0.
+func (j *JobInfo) Lateness() time.Duration {
+	if j.State != StateScheduled {
+		return 0
+	}
+	return max(j.Now.Sub(j.ReadyAt), 0)
+}
+
+// DeadRecord is a job that used up its retries or failed permanently.
+type DeadRecord struct {
+	ID       string
+	Queue    string
+	Type     string    // job type, "" when the envelope was corrupt
+	Body     []byte    // the envelope as it was stored
+	Envelope *Envelope // Body decoded; nil when it does not decode
+	Error    string    // the final error (with a stack trace for panics)
+	Reason   string    // why it died when not by its error: "expired"; "" otherwise
+	Attempts int       // attempts spent
+	DiedAt   time.Time // server time; from the dead index
+}
