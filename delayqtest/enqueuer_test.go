@@ -152,7 +152,7 @@ func TestEnqueuerRefusesAsTheBrokerDoes(t *testing.T) {
 	})
 	mustFail(t, func(tb testing.TB) {
 		delayqtest.RequireEnqueued(tb, e, cancelUnpaid, delayqtest.HasID("order-2"), delayqtest.Pending())
-	}, "(cancelled) — not not cancelled")
+	}, "(cancelled) — not pending")
 	if _, err := cancelUnpaid.Enqueue(ctx, e, Order{ID: "2"}, job.ID("order-2")); err != nil {
 		t.Errorf("enqueue after cancel: %v", err)
 	}
