@@ -13,6 +13,7 @@ import (
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/job"
+	"github.com/delayq/delayq/outbox"
 )
 
 // historySpan is the window of the charts: the current minute and the 59
@@ -33,6 +34,7 @@ type overviewData struct {
 	Queues []queueRow
 	Total  broker.QueueStats // summed counts; NextReady and OldestDue the earliest
 	Charts charts
+	Relays []outbox.RelayStatus // the outbox relays that recorded their status
 }
 
 // knownQueues returns the names in ns:queues that delayq could have
@@ -58,7 +60,12 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 		d.redisError(w, r, err)
 		return
 	}
-	data := &overviewData{Queues: make([]queueRow, len(stats))}
+	relays, err := outbox.Relays(ctx, d.b.Client(), d.b.Namespace())
+	if err != nil {
+		d.redisError(w, r, err)
+		return
+	}
+	data := &overviewData{Queues: make([]queueRow, len(stats)), Relays: relays}
 	v := &view{Title: "Overview", Nav: "overview", Live: true, Flash: d.flash(r), Data: data}
 	if len(stats) == 0 {
 		d.render(w, r, http.StatusOK, "overview", v)

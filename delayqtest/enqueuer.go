@@ -16,13 +16,16 @@ import (
 
 // Enqueuer is a job.Enqueuer that records what it is given instead of
 // storing it, for tests of code that enqueues. It refuses what the broker
-// refuses (invalid envelopes, with errors wrapping job.ErrInvalid; an id
-// still pending in its queue, with an error wrapping broker.ErrDuplicate)
-// and fills in what the broker fills in (ID, Queue, CreatedAt, ReadyAt by
-// its clock). The very envelope sent again (a retry after a lost reply)
-// is accepted and recorded once, as by the broker. It also has the broker's Cancel, so it can stand in for a
-// broker that code enqueues to and cancels on. It is safe for concurrent
-// use; the zero value is ready.
+// refuses: invalid envelopes (errors wrap job.ErrInvalid) and an id still
+// pending in its queue (a *broker.DuplicateError, wrapping
+// broker.ErrDuplicate). The very envelope sent again (a retry after a lost
+// reply) is accepted and recorded once, and a job with a pending id and
+// job.Replace replaces it (the old one is marked Replaced), as by the
+// broker. It fills in what the broker fills in: ID, Queue, CreatedAt and
+// ReadyAt by its clock. It also has the broker's Cancel, so it can stand
+// in for a broker that code enqueues to and cancels on. It records no
+// ending, so job.Unique's window after success is not modelled. It is
+// safe for concurrent use; the zero value is ready.
 type Enqueuer struct {
 	// Now is the clock for CreatedAt and ReadyAt. nil means time.Now.
 	Now func() time.Time
@@ -39,6 +42,7 @@ type Enqueuer struct {
 type Recorded struct {
 	*job.Envelope      // a copy, with ID, Queue, CreatedAt and ReadyAt filled in
 	Cancelled     bool // removed by Cancel since
+	Replaced      bool // replaced since by a job with its id and job.Replace
 }
 
 var _ job.Enqueuer = (*Enqueuer)(nil)
@@ -75,7 +79,13 @@ func (e *Enqueuer) Enqueue(ctx context.Context, envs ...*job.Envelope) error {
 					env.ReadyAt = p.ReadyAt
 					continue
 				}
-				errs[i] = fmt.Errorf("%w: id %q in queue %q", broker.ErrDuplicate, env.ID, env.Queue)
+				if env.Replace {
+					// The broker replaces a scheduled job's envelope
+					// and ready time.
+					p.Replaced = true
+				} else {
+					errs[i] = &broker.DuplicateError{Queue: env.Queue, ID: env.ID}
+				}
 			}
 		}
 		if errs[i] != nil {
@@ -114,10 +124,11 @@ func (e *Enqueuer) Cancel(ctx context.Context, queue, id string) error {
 	return nil
 }
 
-// pending returns the recorded, not cancelled job of queue and id, or nil.
+// pending returns the recorded job of queue and id that is neither
+// cancelled nor replaced, or nil.
 func (e *Enqueuer) pending(queue, id string) *Recorded {
 	for _, r := range e.jobs {
-		if r.Queue == queue && r.ID == id && !r.Cancelled {
+		if r.Queue == queue && r.ID == id && !r.Cancelled && !r.Replaced {
 			return r
 		}
 	}
@@ -146,7 +157,7 @@ func (e *Enqueuer) Jobs() []Recorded {
 	out := make([]Recorded, len(e.jobs))
 	for i, r := range e.jobs {
 		c := *r.Envelope
-		out[i] = Recorded{Envelope: &c, Cancelled: r.Cancelled}
+		out[i] = Recorded{Envelope: &c, Cancelled: r.Cancelled, Replaced: r.Replaced}
 	}
 	return out
 }
@@ -166,7 +177,7 @@ type Enqueued[T any] struct {
 
 // Check is one condition on a recorded job; see [HasID], [InQueue],
 // [HasArgs], [ReadyIn], [ReadyAt], [HasMaxRetries], [HasTimeout],
-// [HasHeader], [Pending], [Cancelled] and [Where].
+// [HasHeader], [ExpiresIn], [Pending], [Cancelled], [Replaced] and [Where].
 type Check struct {
 	desc  string
 	match func(r *Recorded, args any) bool
@@ -224,9 +235,23 @@ func HasHeader(key, value string) Check {
 	}}
 }
 
-// Pending wants a job that was not cancelled.
+// ExpiresIn wants an expiry (job.ExpireIn, job.ExpireAt) d after the job
+// was enqueued (ExpireAt − CreatedAt), give or take within.
+func ExpiresIn(d, within time.Duration) Check {
+	return Check{fmt.Sprintf("expires in %v (±%v)", d, within), func(r *Recorded, _ any) bool {
+		return !r.ExpireAt.IsZero() && near(r.ExpireAt.Sub(r.CreatedAt), d, within)
+	}}
+}
+
+// Pending wants a job that was neither cancelled nor replaced.
 func Pending() Check {
-	return Check{"not cancelled", func(r *Recorded, _ any) bool { return !r.Cancelled }}
+	return Check{"pending", func(r *Recorded, _ any) bool { return !r.Cancelled && !r.Replaced }}
+}
+
+// Replaced wants a job that a later one with its id and job.Replace
+// replaced.
+func Replaced() Check {
+	return Check{"replaced", func(r *Recorded, _ any) bool { return r.Replaced }}
 }
 
 // Cancelled wants a job that was cancelled.
@@ -327,6 +352,9 @@ func listing[T any](all []Enqueued[T], checks []Check) string {
 		fmt.Fprintf(&b, "\n\tid %q queue %q ready in %v args %+v", j.ID, j.Queue, j.ReadyAt.Sub(j.CreatedAt), j.Args)
 		if j.Cancelled {
 			b.WriteString(" (cancelled)")
+		}
+		if j.Replaced {
+			b.WriteString(" (replaced)")
 		}
 		var failed []string
 		for _, c := range checks {

@@ -135,19 +135,21 @@ func TestOrderTimeout(t *testing.T) {
 	t.Parallel()
 	out := runExample(t, "ordertimeout", 20*time.Second)
 	expectLines(t, out,
-		"using embedded redis",
-		"placed order-1001 (25.00 EUR); order.cancel_unpaid scheduled in 2s with job id order-1001",
-		// A duplicate schedule is refused.
-		"place order-1001 again (the client retried): the order exists already",
-		`the second timeout for order-1001 is refused as a duplicate: broker: a job with that id is already pending: id "order-1001" in queue "orders"`,
-		// Paid orders have their timeout cancelled.
-		"order-1001 paid: its timeout job is cancelled",
-		"order-1004 paid: its timeout job is cancelled",
+		"using embedded redis (REDIS_URL unset) and SQLite in a temporary file; payment window 2s",
+		"placed order-1001 (25.00 EUR) and scheduled order.cancel_unpaid in 2s with job id order-1001, in one transaction",
+		// Placing it again schedules nothing more.
+		"place order-1001 again (the client retried): the order exists already; its timeout is not scheduled twice",
+		// Paid orders have their timeout cancelled, in the payment's transaction.
+		"order-1001 paid: its timeout job is cancelled in the same transaction",
+		"order-1004 paid: its timeout job is cancelled in the same transaction",
+		// More time moves the timeout (job.Replace through the outbox).
+		"order-1002 asked for more time: window extended by 1s; job.Replace moves its timeout",
+		"order-1002's timeout in Redis: scheduled, due in ",
 		// The redelivery after a crash finds the order cancelled.
 		"order.cancel_unpaid order-1003: simulated crash after the side effect, before the ack",
 		"order.cancel_unpaid order-1003 (attempt 2, redelivered after: panic: simulated crash after the side effect): order is already cancelled, nothing to do",
 		"payment for order-1002 refused: order-1002: order was cancelled (refund the customer)",
-		"final state (timeout jobs: scheduled 0, processing 0, dead 0):",
+		"final state (timeout jobs: scheduled 0, processing 0, dead 0; outbox rows pending 0):",
 		"order-1001 paid      stock released 0 time(s)",
 		"order-1002 cancelled stock released 1 time(s)",
 		"order-1003 cancelled stock released 1 time(s)",
@@ -159,17 +161,19 @@ func TestOrderTimeout(t *testing.T) {
 			t.Errorf("the timeout of paid %s ran:\n%s", id, out)
 		}
 	}
-	// Unpaid orders are cancelled on time: not before the window closed,
-	// and (a loose bound, for busy machines) not long after.
+	// Unpaid orders are cancelled on time: not before their window closed
+	// (order-1002's was extended to 3s), and (a loose bound, for busy
+	// machines) not long after.
 	re := regexp.MustCompile(`order\.cancel_unpaid (order-\d+) \(attempt 1\): cancelled unpaid order, stock released \(lateness (\d+)ms\)`)
 	cancelled := map[string]bool{}
+	window := map[string]float64{"order-1002": 3.0, "order-1003": 2.0}
 	for _, m := range re.FindAllStringSubmatch(out, -1) {
 		cancelled[m[1]] = true
 		if late, _ := strconv.Atoi(m[2]); late > 5000 {
 			t.Errorf("%s cancelled %dms late", m[1], late)
 		}
-		if at := firstStamp(t, out, "order.cancel_unpaid "+m[1]+" (attempt 1)"); at < 2.0 {
-			t.Errorf("%s cancelled at %.3fs, before its 2s window closed", m[1], at)
+		if at := firstStamp(t, out, "order.cancel_unpaid "+m[1]+" (attempt 1)"); at < window[m[1]] {
+			t.Errorf("%s cancelled at %.3fs, before its %.0fs window closed", m[1], at, window[m[1]])
 		}
 	}
 	if len(cancelled) != 2 || !cancelled["order-1002"] || !cancelled["order-1003"] {
@@ -233,7 +237,15 @@ func TestNotify(t *testing.T) {
 		"504 gateway timeout; retrying with backoff",
 		"already sent, the provider recognised the Idempotency-Key: not sent twice",
 		"done: 8 of 8 reminders sent, 8 of 8 phones received exactly one SMS; queue: scheduled 0, processing 0, dead 0",
+		// A login code that no sender started within 250ms is dropped,
+		// never sent late (job.ExpireIn); the next one goes out.
+		"u-5 asks for a login code while the senders restart; a code is worth sending for 250ms (job.ExpireIn)",
+		"otp u-5: login code 0815 delivered",
+		"otp: the first code expired before a sender started it: dropped unsent (expired and dropped: 1); dead 0",
 	)
+	if strings.Contains(out, "login code 4711 delivered") {
+		t.Errorf("the expired login code was sent:\n%s", out)
+	}
 	// The seeded provider fails the same calls on every run.
 	expectLines(t, out, "1 failed before sending (503), 2 sent but the response was lost (504)")
 

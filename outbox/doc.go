@@ -4,9 +4,10 @@
 // the committed rows to Redis.
 //
 // A committed job reaches Redis at least once, and exactly once as a job
-// thanks to its id while that id is pending there (a replay gets
-// broker.ErrDuplicate, which the relay counts as relayed); a rolled-back
-// one never does. Cancel works the same way, in the transaction that, say,
+// thanks to its id: a replayed row gets broker.ErrDuplicate, which the
+// relay counts as relayed, while the job is pending and, because the relay
+// enqueues with job.Unique for RelayOptions.ReplayWindow, for that long
+// after it ran; a rolled-back one never does. Cancel works the same way, in the transaction that, say,
 // marks the order paid, whether or not the job has reached Redis yet.
 //
 //	ob, _ := outbox.New(db, outbox.Postgres, outbox.Options{})

@@ -113,9 +113,10 @@ func (o *Outbox) Migrate(ctx context.Context) error {
 // compared. ReadyAt is that ready time as the database stored it.
 //
 // The envelope is stored whole, with every job option the caller gave, and
-// reaches the broker as it was. An id that is still pending in Redis when
-// the row is relayed is not enqueued a second time (broker.ErrDuplicate
-// counts as relayed).
+// reaches the broker as it was, plus job.Unique for the relay's
+// ReplayWindow. An id that is still pending in Redis when the row is
+// relayed, or that ran within that window, is not enqueued a second time
+// (broker.ErrDuplicate counts as relayed).
 func (o *Outbox) Enqueue(ctx context.Context, tx *sql.Tx, env *job.Envelope) error {
 	if tx == nil {
 		return invalid("nil transaction")

@@ -691,3 +691,149 @@ func runWorker(t *testing.T, tb *testBundle) (handled func() int) {
 		return n
 	}
 }
+
+// A replay after the job already ran is a no-op: the relay enqueues with
+// the job's id and uniqueness after completion (RelayOptions.ReplayWindow),
+// so the job's ack remembers the id, and the same row relayed again (the
+// relay died after Redis accepted the batch and before the row's delete
+// committed) is refused as a duplicate instead of running the job twice.
+// Without the window the replay runs it again.
+func TestReplayAfterJobRanIsNoOp(t *testing.T) {
+	t.Parallel()
+	forEach(t, func(t *testing.T, tb *testBundle) {
+		handled := runWorker(t, tb)
+		for _, c := range []struct {
+			name   string
+			window time.Duration
+			runs   int
+		}{{"window", 0, 1}, {"no window", -1, 2}} {
+			id := "order-" + strings.ReplaceAll(c.name, " ", "-")
+			tb.inTx(t, func(tx *sql.Tx) error {
+				_, err := outbox.EnqueueTyped(tb.ctx, tb.ob, tx, cancelUnpaid, Order{ID: id}, job.ID(id))
+				return err
+			})
+			// What a relay that crashes before its delete leaves behind.
+			var row []any
+			{
+				var op, queue, jobID string
+				var env sql.NullString
+				var payload []byte
+				var ready, created sql.NullInt64
+				q := "SELECT op, queue, job_id, envelope, payload, ready_at, created_at FROM delayq_outbox WHERE job_id = " + tb.param(1)
+				if err := tb.db.QueryRowContext(tb.ctx, q, id).Scan(&op, &queue, &jobID, &env, &payload, &ready, &created); err != nil {
+					t.Fatal(err)
+				}
+				row = []any{op, queue, jobID, env, payload, ready, created}
+			}
+			base := handled()
+			r, stop := tb.relay(t, tb.b, outbox.RelayOptions{PollInterval: 10 * time.Millisecond, ReplayWindow: c.window})
+			tb.waitEmpty(t, 10*time.Second)
+			redistest.WaitFor(t, 10*time.Second, "the job handled and acked", func() bool {
+				return handled() == base+1 && tb.redisJob(t, "orders", id) == nil
+			})
+
+			p := tb.param
+			ins := fmt.Sprintf("INSERT INTO delayq_outbox (op, queue, job_id, envelope, payload, ready_at, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+				p(1), p(2), p(3), p(4), p(5), p(6), p(7))
+			if _, err := tb.db.ExecContext(tb.ctx, ins, row...); err != nil {
+				t.Fatal(err)
+			}
+			r.Notify()
+			tb.waitEmpty(t, 10*time.Second)
+			if c.runs == 2 {
+				redistest.WaitFor(t, 10*time.Second, "the replayed job handled", func() bool { return handled() == base+2 })
+			} else {
+				time.Sleep(300 * time.Millisecond) // a worker that would run it has had the time
+			}
+			stop()
+			s := r.Stats()
+			if got := handled() - base; got != c.runs {
+				t.Errorf("%s: the job ran %d times, want %d", c.name, got, c.runs)
+			}
+			if c.runs == 1 && (s.Enqueued != 1 || s.Duplicates != 1) {
+				t.Errorf("%s: stats %+v, want 1 enqueued and the replay a duplicate", c.name, s)
+			}
+			if c.runs == 2 && s.Enqueued != 2 {
+				t.Errorf("%s: stats %+v, want the replay enqueued again", c.name, s)
+			}
+		}
+	})
+}
+
+// The relay runs inside a worker process as one of its services: it moves
+// committed rows while the worker runs, the worker handles the jobs, and
+// at shutdown the worker's Run returns only after the relay stopped
+// (its status is removed, and it can be run again).
+func TestRelayAsWorkerService(t *testing.T) {
+	t.Parallel()
+	forEach(t, func(t *testing.T, tb *testBundle) {
+		r, err := outbox.NewRelay(tb.ob, tb.b, outbox.RelayOptions{Name: "in-worker", PollInterval: 10 * time.Millisecond, StatusInterval: 20 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		handled := map[string]int{}
+		reg := job.NewRegistry()
+		cancelUnpaid.Handle(reg, func(_ context.Context, j *job.Job[Order]) error {
+			mu.Lock()
+			defer mu.Unlock()
+			handled[j.Args.ID]++
+			return nil
+		})
+		w, err := worker.New(worker.Config{Broker: tb.b, Registry: reg, MaxIdle: 50 * time.Millisecond, Services: []worker.Service{r}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx) }()
+
+		const n = 20
+		tb.inTx(t, func(tx *sql.Tx) error {
+			for i := range n {
+				if _, err := outbox.EnqueueTyped(tb.ctx, tb.ob, tx, cancelUnpaid, Order{ID: fmt.Sprint(i)}, job.ID(fmt.Sprintf("order-%d", i))); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		redistest.WaitFor(t, 20*time.Second, "every committed job relayed and handled", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(handled) == n
+		})
+		tb.waitEmpty(t, 10*time.Second)
+		redistest.WaitFor(t, 10*time.Second, "the relay's status", func() bool { return relayStatus(t, tb.b, "in-worker") != nil })
+
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("worker Run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the worker did not stop")
+		}
+		if s := relayStatus(t, tb.b, "in-worker"); s != nil {
+			t.Errorf("the relay's status is still listed after shutdown: %+v", s)
+		}
+		if s := r.Stats(); s.Enqueued != n {
+			t.Errorf("stats %+v, want %d enqueued", s, n)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for id, c := range handled {
+			if c != 1 {
+				t.Errorf("%s handled %d times", id, c)
+			}
+		}
+		// Run returned: the relay can run again (a second Run while one
+		// runs is refused).
+		rctx, rcancel := context.WithCancel(context.Background())
+		rcancel()
+		if err := r.Run(rctx); err != nil {
+			t.Errorf("Run after the worker stopped: %v", err)
+		}
+	})
+}

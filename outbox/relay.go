@@ -73,6 +73,19 @@ type RelayOptions struct {
 	// so it may be called twice for one row.
 	OnCancel func(queue, id string, err error)
 
+	// ReplayWindow is how long the broker remembers the id of a relayed
+	// job after it succeeded (job.Unique's window, set on every envelope
+	// the relay enqueues, or raised to this on one that is Unique with a
+	// shorter window), so that a replay of its row — a relay that died
+	// after Redis accepted the batch and before the row's delete
+	// committed — is refused as a duplicate instead of running the job
+	// again. It also refuses, for that long, a new job with the id that
+	// carries Unique (every job relayed by an outbox does). It costs about
+	// 100 bytes of Redis memory per job for the window (docs/outbox.md).
+	// 0 means 1h; negative means none: a replay after the job ended runs
+	// it again.
+	ReplayWindow time.Duration
+
 	// Name names the relay in the status it records in Redis (see
 	// [Relays]): printable, at most 200 bytes. Relays of one namespace
 	// need distinct names. "" means the host name and process id
@@ -97,6 +110,7 @@ const (
 	DefaultBatchTimeout = 5 * time.Second
 	DefaultMinBackoff   = 100 * time.Millisecond
 	DefaultMaxBackoff   = 10 * time.Second
+	DefaultReplayWindow = time.Hour
 )
 
 // Metric names, after those of the middleware package. The gauges are
@@ -171,6 +185,9 @@ func NewRelay(o *Outbox, b Broker, opts RelayOptions) (*Relay, error) {
 	}
 	if opts.MaxBackoff == 0 {
 		opts.MaxBackoff = DefaultMaxBackoff
+	}
+	if opts.ReplayWindow == 0 {
+		opts.ReplayWindow = DefaultReplayWindow
 	}
 	if opts.MaxBackoff < opts.MinBackoff {
 		return nil, invalid("MaxBackoff %s is below MinBackoff %s", opts.MaxBackoff, opts.MinBackoff)
@@ -470,6 +487,9 @@ func (r *Relay) apply(ctx context.Context, rows []row) (redisFailed bool) {
 			}
 			if w.wait.Valid && w.wait.Int64 > 0 {
 				env.Delay = time.Duration(w.wait.Int64) * time.Millisecond
+			}
+			if win := r.opts.ReplayWindow; win > 0 && (!env.Unique || env.UniqueFor < win) {
+				env.Unique, env.UniqueFor = true, win
 			}
 			w.env = env
 			envs, idx = append(envs, env), append(idx, i)

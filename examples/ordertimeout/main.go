@@ -4,16 +4,25 @@
 //
 // It shows the habits that make at-least-once delivery safe:
 //
-//   - the order id is the job id, so placing the same order twice schedules
-//     one timeout (the second is refused with broker.ErrDuplicate);
-//   - paying an order cancels its timeout job, and the handler checks the
-//     order's state anyway, so a payment that races the timeout is never
-//     undone;
+//   - the order and its timeout are saved in one transaction of the shop's
+//     SQL database, through the transactional outbox: a crash or a Redis
+//     outage between the two cannot leave an order that never times out;
+//   - the order id is the job id, and placing the same order twice saves
+//     one order and schedules one timeout (the database's primary key
+//     decides);
+//   - paying an order cancels its timeout in the same transaction that marks
+//     it paid, and the handler checks the order's state anyway, so a
+//     payment that races the timeout is never undone;
+//   - a customer who asks for more time gets a later deadline, and the
+//     timeout moves with it (job.Replace), in one transaction again;
 //   - the handler is idempotent: it changes state and releases stock in one
-//     step guarded by the state check, so a redelivery (here: a crash after
-//     the side effect, before the ack) releases the stock once.
+//     statement guarded by the state check, so a redelivery (here: a crash
+//     after the side effect, before the ack) releases the stock once.
 //
-// Run it with
+// The relay that moves the outbox to Redis runs inside the worker process,
+// as one of its services. The database is SQLite in a temporary file
+// (modernc.org/sqlite, pure Go), so no database server is needed. Run it
+// with
 //
 //	go run ./examples/ordertimeout                 # embedded Redis
 //	REDIS_URL=redis://127.0.0.1:6379/0 go run ./examples/ordertimeout
@@ -21,17 +30,21 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
-	"sort"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/demo"
 	"github.com/delayq/delayq/job"
+	"github.com/delayq/delayq/outbox"
 	"github.com/delayq/delayq/retry"
 	"github.com/delayq/delayq/worker"
 )
@@ -43,7 +56,9 @@ type OrderRef struct {
 }
 
 // CancelUnpaid cancels an order whose payment window closed. A failed
-// attempt is retried after 200ms.
+// attempt is retried after 200ms. Its queue is named here only: the
+// worker serves the queues of the types it handles, and the service
+// cancels with CancelUnpaid.Queue().
 var CancelUnpaid = job.New[OrderRef]("order.cancel_unpaid",
 	job.Queue("orders"),
 	job.Retry(retry.Constant(200*time.Millisecond)),
@@ -68,13 +83,28 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	dir, err := os.MkdirTemp("", "delayq-ordertimeout")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	store, err := OpenStore(ctx, filepath.Join(dir, "shop.db"))
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+
 	clock := demo.NewClock()
 	const window = 2 * time.Second // a shop would give 30 minutes
-	clock.Printf("using %s; payment window %v", where, window)
+	clock.Printf("using %s and SQLite in a temporary file; payment window %v", where, window)
 
+	relay, err := outbox.NewRelay(store.Outbox(), b, outbox.RelayOptions{PollInterval: 100 * time.Millisecond})
+	if err != nil {
+		return err
+	}
 	svc := &Service{
-		store:  NewStore(),
-		jobs:   b,
+		store:  store,
+		notify: relay.Notify,
 		window: window,
 		clock:  clock,
 		done:   make(chan string, 16),
@@ -83,7 +113,9 @@ func run() error {
 	}
 	reg := job.NewRegistry()
 	CancelUnpaid.Handle(reg, svc.HandleCancelUnpaid)
-	w, err := worker.New(worker.Config{Broker: b, Registry: reg, Queues: []worker.Queue{{Name: "orders"}}})
+	// No Queues: the worker serves "orders", the queue of CancelUnpaid.
+	// The relay runs as long as the worker does.
+	w, err := worker.New(worker.Config{Broker: b, Registry: reg, Services: []worker.Service{relay}})
 	if err != nil {
 		return err
 	}
@@ -110,11 +142,21 @@ func run() error {
 	if err := svc.Pay(ctx, "order-1001"); err != nil {
 		return err
 	}
+	// The customer of order-1002 asks for one more second.
+	if err := svc.Extend(ctx, "order-1002", time.Second); err != nil {
+		return err
+	}
 	if err := sleep(ctx, 300*time.Millisecond); err != nil {
 		return err
 	}
 	if err := svc.Pay(ctx, "order-1004"); err != nil {
 		return err
+	}
+	// The typed helper finds the job in the type's own queue.
+	if info, err := CancelUnpaid.Lookup(ctx, b, "order-1002"); err == nil {
+		clock.Printf("order-1002's timeout in Redis: %s, due in %v", info.State, time.Until(info.ReadyAt).Round(100*time.Millisecond))
+	} else {
+		return fmt.Errorf("look up order-1002's timeout: %w", err)
 	}
 
 	// Wait for the two unpaid orders' timeouts to finish (order-1003's
@@ -133,32 +175,33 @@ func run() error {
 		return fmt.Errorf("late payment of order-1002 was not refused: %v", err)
 	}
 
-	stopWorker()
+	stopWorker() // stops the relay too
 	if err := <-workerDone; err != nil {
 		return err
 	}
-	st, err := b.Stats(context.Background(), "orders")
+	st, err := b.Stats(context.Background(), CancelUnpaid.Queue())
 	if err != nil {
 		return err
 	}
-	clock.Printf("final state (timeout jobs: scheduled %d, processing %d, dead %d):", st.Scheduled, st.Processing, st.Dead)
-	for _, o := range svc.store.All() {
+	lag, err := store.Outbox().Lag(context.Background())
+	if err != nil {
+		return err
+	}
+	orders, err := store.All(context.Background())
+	if err != nil {
+		return err
+	}
+	clock.Printf("final state (timeout jobs: scheduled %d, processing %d, dead %d; outbox rows pending %d):", st.Scheduled, st.Processing, st.Dead, lag.Pending)
+	for _, o := range orders {
 		clock.Printf("  %s %-9s stock released %d time(s)", o.ID, o.State, o.Restocked)
 	}
 	return nil
 }
 
-// Jobs is what the service needs of the broker: *broker.Broker, or in
-// tests a delayqtest.Enqueuer.
-type Jobs interface {
-	job.Enqueuer
-	Cancel(ctx context.Context, queue, id string) error
-}
-
-// Service places and pays orders and cancels the unpaid ones.
+// Service places, pays and extends orders and cancels the unpaid ones.
 type Service struct {
 	store  *Store
-	jobs   Jobs
+	notify func() // wakes the relay after a commit; may be nil
 	window time.Duration
 	clock  *demo.Clock
 	done   chan string // ids whose timeout job finished
@@ -167,56 +210,91 @@ type Service struct {
 	crashOnce map[string]bool
 }
 
-// Place stores an order and schedules its timeout, with the order id as the
-// job id. Calling it again for the same order is harmless: the store keeps
-// the first order and the broker refuses a second timeout job. If the
-// schedule fails for another reason the caller retries Place.
+// Place saves an order and schedules its timeout in one transaction, with
+// the order id as the job id. Calling it again for the same order is
+// harmless: the order exists, and nothing is scheduled twice.
 func (s *Service) Place(ctx context.Context, id string, cents int) error {
-	if !s.store.Insert(id, cents) {
-		s.clock.Printf("place %s again (the client retried): the order exists already", id)
-	}
-	_, err := CancelUnpaid.Enqueue(ctx, s.jobs, OrderRef{ID: id}, job.ID(id), job.In(s.window))
-	switch {
-	case err == nil:
-		s.clock.Printf("placed %s (%d.%02d EUR); order.cancel_unpaid scheduled in %v with job id %s", id, cents/100, cents%100, s.window, id)
-		return nil
-	case errors.Is(err, broker.ErrDuplicate):
-		s.clock.Printf("the second timeout for %s is refused as a duplicate: %v", id, err)
-		return nil
-	default:
-		return fmt.Errorf("schedule the timeout of %s: %w", id, err)
-	}
-}
-
-// Pay marks an order paid and cancels its timeout job. It returns an error
-// wrapping ErrCancelled when the order was cancelled first.
-func (s *Service) Pay(ctx context.Context, id string) error {
-	if err := s.store.MarkPaid(id); err != nil {
-		s.clock.Printf("payment for %s refused: %v (refund the customer)", id, err)
+	deadline := time.Now().Add(s.window)
+	created := false
+	err := s.store.InTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		if created, err = s.store.Insert(ctx, tx, id, cents, deadline); err != nil || !created {
+			return err
+		}
+		_, err = outbox.EnqueueTyped(ctx, s.store.Outbox(), tx, CancelUnpaid, OrderRef{ID: id}, job.ID(id), job.At(deadline))
 		return err
-	}
-	err := s.jobs.Cancel(ctx, "orders", id)
+	})
 	switch {
-	case err == nil:
-		s.clock.Printf("%s paid: its timeout job is cancelled", id)
-	case errors.Is(err, broker.ErrInProgress), errors.Is(err, broker.ErrNotFound):
-		// The timeout is running or ran: its handler sees the order paid
-		// and leaves it alone.
-		s.clock.Printf("%s paid; its timeout job could not be cancelled (%v), and will find the order paid", id, err)
-	default:
-		// Harmless for the same reason; the job stays scheduled.
-		s.clock.Printf("%s paid; cancelling its timeout job failed: %v", id, err)
+	case err != nil:
+		return fmt.Errorf("place %s: %w", id, err)
+	case !created:
+		s.clock.Printf("place %s again (the client retried): the order exists already; its timeout is not scheduled twice", id)
+		return nil
 	}
+	s.wake()
+	s.clock.Printf("placed %s (%d.%02d EUR) and scheduled order.cancel_unpaid in %v with job id %s, in one transaction", id, cents/100, cents%100, s.window, id)
 	return nil
 }
 
+// Pay marks an order paid and cancels its timeout job in one transaction,
+// whether or not the job has reached Redis yet. It returns an error
+// wrapping ErrCancelled when the order was cancelled first.
+func (s *Service) Pay(ctx context.Context, id string) error {
+	err := s.store.InTx(ctx, func(tx *sql.Tx) error {
+		if err := s.store.MarkPaid(ctx, tx, id); err != nil {
+			return err
+		}
+		_, err := s.store.Outbox().Cancel(ctx, tx, CancelUnpaid.Queue(), id)
+		return err
+	})
+	if err != nil {
+		s.clock.Printf("payment for %s refused: %v (refund the customer)", id, err)
+		return err
+	}
+	s.wake()
+	s.clock.Printf("%s paid: its timeout job is cancelled in the same transaction", id)
+	return nil
+}
+
+// Extend gives a pending order more time: its deadline moves by extra, and
+// its timeout job with it (job.Replace replaces the scheduled job's ready
+// time), in one transaction.
+func (s *Service) Extend(ctx context.Context, id string, extra time.Duration) error {
+	var deadline time.Time
+	err := s.store.InTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		if deadline, err = s.store.Extend(ctx, tx, id, extra); err != nil {
+			return err
+		}
+		_, err = outbox.EnqueueTyped(ctx, s.store.Outbox(), tx, CancelUnpaid, OrderRef{ID: id}, job.ID(id), job.At(deadline), job.Replace())
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("extend %s: %w", id, err)
+	}
+	s.wake()
+	s.clock.Printf("%s asked for more time: window extended by %v; job.Replace moves its timeout", id, extra)
+	return nil
+}
+
+func (s *Service) wake() {
+	if s.notify != nil {
+		s.notify()
+	}
+}
+
 // HandleCancelUnpaid is the handler of order.cancel_unpaid. It is idempotent:
-// the state check and the side effects happen in one step of the store, so
-// running it twice for one order cancels it and releases its stock once.
+// the state check and the side effects are one statement of the store, so
+// running it twice for one order cancels it and releases its stock once. A
+// timeout that runs before the order's deadline (an extension that lost the
+// race with a worker that had claimed the job already) waits for it.
 func (s *Service) HandleCancelUnpaid(ctx context.Context, j *job.Job[OrderRef]) error {
 	id := j.Args.ID
-	o, cancelled, err := s.store.CancelIfPending(id)
-	if err != nil {
+	o, cancelled, err := s.store.CancelIfDue(ctx, id, time.Now())
+	switch {
+	case errors.Is(err, errNotDue):
+		return retry.After(time.Until(o.Deadline), err)
+	case err != nil:
 		return err // unknown order: retried, then dead-lettered for a person
 	}
 	if !cancelled {
@@ -259,79 +337,164 @@ const (
 // ErrCancelled: the order was cancelled before it was paid.
 var ErrCancelled = errors.New("order was cancelled")
 
+// errNotDue: the order's deadline has not passed yet.
+var errNotDue = errors.New("the order's payment window is still open")
+
 // Order is one order in the store.
 type Order struct {
 	ID        string
 	Cents     int
 	State     string
+	Deadline  time.Time
 	Restocked int // how often its items went back on the shelf: must stay <= 1
 }
 
-// Store is an in-memory order table. Each method is one transaction, as it
-// would be in a database.
+// Store is the shop's SQLite database: the orders table and the outbox.
 type Store struct {
-	mu     sync.Mutex
-	orders map[string]*Order
+	db *sql.DB
+	ob *outbox.Outbox
 }
 
-// NewStore returns an empty store.
-func NewStore() *Store { return &Store{orders: make(map[string]*Order)} }
+// OpenStore opens (creating) the database at path with the orders table
+// and the outbox table.
+func OpenStore(ctx context.Context, path string) (*Store, error) {
+	// WAL, a busy timeout, and transactions that take the write lock when
+	// they begin (SQLite has one writer at a time); one connection, so the
+	// shop's writers and the relay take turns in database/sql's queue.
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_txlock=immediate")
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(1)
+	ob, err := outbox.New(db, outbox.SQLite, outbox.Options{})
+	if err == nil {
+		err = ob.Migrate(ctx)
+	}
+	if err == nil {
+		_, err = db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS orders (
+	id TEXT PRIMARY KEY, cents INTEGER NOT NULL, state TEXT NOT NULL,
+	deadline_ms INTEGER NOT NULL, restocked INTEGER NOT NULL DEFAULT 0)`)
+	}
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return &Store{db: db, ob: ob}, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Outbox returns the store's outbox.
+func (s *Store) Outbox() *outbox.Outbox { return s.ob }
+
+// InTx runs fn in a transaction, committing it if fn returns nil.
+func (s *Store) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
 
 // Insert adds a pending order and reports whether it was new.
-func (s *Store) Insert(id string, cents int) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.orders[id]; ok {
-		return false
+func (s *Store) Insert(ctx context.Context, tx *sql.Tx, id string, cents int, deadline time.Time) (bool, error) {
+	res, err := tx.ExecContext(ctx, "INSERT INTO orders (id, cents, state, deadline_ms) VALUES (?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+		id, cents, Pending, deadline.UnixMilli())
+	if err != nil {
+		return false, err
 	}
-	s.orders[id] = &Order{ID: id, Cents: cents, State: Pending}
-	return true
+	n, err := res.RowsAffected()
+	return n == 1, err
 }
 
 // MarkPaid moves a pending order to paid. Paying a paid order is a no-op; a
 // cancelled order gives an error wrapping ErrCancelled.
-func (s *Store) MarkPaid(id string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	o, ok := s.orders[id]
-	switch {
-	case !ok:
+func (s *Store) MarkPaid(ctx context.Context, tx *sql.Tx, id string) error {
+	var state string
+	switch err := tx.QueryRowContext(ctx, "SELECT state FROM orders WHERE id = ?", id).Scan(&state); {
+	case errors.Is(err, sql.ErrNoRows):
 		return fmt.Errorf("no order %s", id)
-	case o.State == Cancelled:
+	case err != nil:
+		return err
+	case state == Cancelled:
 		return fmt.Errorf("%s: %w", id, ErrCancelled)
 	}
-	o.State = Paid
-	return nil
+	_, err := tx.ExecContext(ctx, "UPDATE orders SET state = ? WHERE id = ?", Paid, id)
+	return err
 }
 
-// CancelIfPending cancels a pending order and releases its stock, in one
-// step. It reports whether it did; an order in any other state is left
-// alone.
-func (s *Store) CancelIfPending(id string) (Order, bool, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	o, ok := s.orders[id]
-	if !ok {
-		return Order{}, false, fmt.Errorf("no order %s", id)
+// Extend moves a pending order's deadline by extra and returns the new
+// deadline.
+func (s *Store) Extend(ctx context.Context, tx *sql.Tx, id string, extra time.Duration) (time.Time, error) {
+	var ms int64
+	err := tx.QueryRowContext(ctx, "UPDATE orders SET deadline_ms = deadline_ms + ? WHERE id = ? AND state = ? RETURNING deadline_ms",
+		extra.Milliseconds(), id, Pending).Scan(&ms)
+	if errors.Is(err, sql.ErrNoRows) {
+		return time.Time{}, fmt.Errorf("no pending order %s", id)
 	}
-	if o.State != Pending {
-		return *o, false, nil
-	}
-	o.State = Cancelled
-	o.Restocked++
-	return *o, true, nil
+	return time.UnixMilli(ms), err
 }
 
-// All returns a copy of every order, by id.
-func (s *Store) All() []Order {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]Order, 0, len(s.orders))
-	for _, o := range s.orders {
-		out = append(out, *o)
+// CancelIfDue cancels a pending order whose deadline has passed by now and
+// releases its stock, in one statement. It reports whether it did; an
+// order in another state is left alone, and one whose deadline is still
+// ahead gives an error wrapping errNotDue (with the order, for its
+// deadline).
+func (s *Store) CancelIfDue(ctx context.Context, id string, now time.Time) (Order, bool, error) {
+	res, err := s.db.ExecContext(ctx, "UPDATE orders SET state = ?, restocked = restocked + 1 WHERE id = ? AND state = ? AND deadline_ms <= ?",
+		Cancelled, id, Pending, now.UnixMilli())
+	if err != nil {
+		return Order{}, false, err
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out
+	n, err := res.RowsAffected()
+	if err != nil {
+		return Order{}, false, err
+	}
+	o, err := s.get(ctx, id)
+	switch {
+	case err != nil:
+		return Order{}, false, err
+	case n == 0 && o.State == Pending:
+		return o, false, fmt.Errorf("%s: %w until %s", id, errNotDue, o.Deadline.Format(time.TimeOnly))
+	}
+	return o, n == 1, nil
+}
+
+func (s *Store) get(ctx context.Context, id string) (Order, error) {
+	var o Order
+	var ms int64
+	err := s.db.QueryRowContext(ctx, "SELECT id, cents, state, deadline_ms, restocked FROM orders WHERE id = ?", id).
+		Scan(&o.ID, &o.Cents, &o.State, &ms, &o.Restocked)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Order{}, fmt.Errorf("no order %s", id)
+	}
+	o.Deadline = time.UnixMilli(ms)
+	return o, err
+}
+
+// All returns every order, by id.
+func (s *Store) All(ctx context.Context) ([]Order, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT id, cents, state, deadline_ms, restocked FROM orders ORDER BY id")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Order
+	for rows.Next() {
+		var o Order
+		var ms int64
+		if err := rows.Scan(&o.ID, &o.Cents, &o.State, &ms, &o.Restocked); err != nil {
+			return nil, err
+		}
+		o.Deadline = time.UnixMilli(ms)
+		out = append(out, o)
+	}
+	return out, rows.Err()
 }
 
 func firstLine(s string) string {

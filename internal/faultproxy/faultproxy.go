@@ -192,21 +192,10 @@ func (p *Proxy) untrack(a, b net.Conn) {
 // time, telling replies the fate of each.
 func (p *Proxy) requests(server, client net.Conn, fate chan<- *dropRule) {
 	defer close(fate)
-	defer p.untrack(server, client)
-	r := bufio.NewReader(client)
-	for {
-		frame, cmd, err := readFrame(r)
-		if err != nil {
-			return
-		}
-		if !p.gate() {
-			return
-		}
+	p.pump(server, client, func(_ []byte, cmd []string) bool {
 		fate <- p.take(cmd)
-		if _, err := server.Write(frame); err != nil {
-			return
-		}
-	}
+		return true
+	})
 }
 
 // take returns (and removes) the first drop rule that matches cmd.
@@ -227,26 +216,27 @@ func (p *Proxy) take(cmd []string) *dropRule {
 // time; the reply of a command whose fate is a drop rule is thrown away and
 // the connection cut. Push frames (RESP3 Pub/Sub) answer no command.
 func (p *Proxy) replies(client, server net.Conn, fate <-chan *dropRule) {
-	defer p.untrack(server, client)
-	r := bufio.NewReader(server)
+	p.pump(client, server, func(frame []byte, _ []string) bool {
+		if frame[0] == '>' {
+			return true
+		}
+		rule, ok := <-fate
+		return ok && rule == nil // a lost reply: pump cuts the connection
+	})
+}
+
+// pump copies frames from src to dst, each after the stall and latency of
+// the moment and only if pass lets it through; it cuts both connections
+// when either side fails or pass refuses a frame.
+func (p *Proxy) pump(dst, src net.Conn, pass func(frame []byte, cmd []string) bool) {
+	defer p.untrack(dst, src)
+	r := bufio.NewReader(src)
 	for {
-		frame, _, err := readFrame(r)
-		if err != nil {
+		frame, cmd, err := readFrame(r)
+		if err != nil || !p.gate() || !pass(frame, cmd) {
 			return
 		}
-		if frame[0] != '>' {
-			rule, ok := <-fate
-			if !ok {
-				return
-			}
-			if rule != nil {
-				return // lost: the deferred untrack cuts the connection
-			}
-		}
-		if !p.gate() {
-			return
-		}
-		if _, err := client.Write(frame); err != nil {
+		if _, err := dst.Write(frame); err != nil {
 			return
 		}
 	}

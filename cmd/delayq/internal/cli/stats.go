@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/outbox"
 )
 
 func (a *app) statsCommand() *cobra.Command {
@@ -21,10 +22,15 @@ func (a *app) statsCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "stats",
-		Short: "Show every queue's counts: scheduled, due, processing, dead",
+		Short: "Show every queue's counts: scheduled, due, processing, dead; and the outbox relays",
 		Long: `Show every queue's counts: jobs scheduled, of those due now, processing and
 dead, how late the oldest due job is, and when the next job becomes ready.
-Counts are read in O(log N) per queue, never by scanning.`,
+Counts are read in O(log N) per queue, never by scanning.
+
+Then the outbox relays that recorded their status: the lag of the oldest row
+waiting in their table, rows pending and failed, rows relayed since the relay
+started, when it last recorded, and whether it is stale (killed, or cut off
+from Redis) or failing (its last error).`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for _, q := range queues {
@@ -81,6 +87,20 @@ func (a *app) watchStats(ctx context.Context, b *broker.Broker, queues []string,
 type statsJSON struct {
 	Now    *string          `json:"now"`
 	Queues []queueStatsJSON `json:"queues"`
+	Outbox []relayJSON      `json:"outbox_relays"`
+}
+
+// relayJSON is one outbox relay's last recorded status.
+type relayJSON struct {
+	Name      string  `json:"name"`
+	Table     string  `json:"table"`
+	LagMS     int64   `json:"lag_ms"`
+	Pending   int64   `json:"pending"`
+	Failed    int64   `json:"failed"`
+	Relayed   int64   `json:"relayed"`
+	Seen      *string `json:"seen"`
+	Stale     bool    `json:"stale"`
+	LastError string  `json:"last_error,omitempty"`
 }
 
 type queueStatsJSON struct {
@@ -114,23 +134,31 @@ func (a *app) showStats(ctx context.Context, b *broker.Broker, queues []string, 
 	if err != nil {
 		return err
 	}
+	relays, err := outbox.Relays(ctx, b.Client(), b.Namespace())
+	if err != nil {
+		return err
+	}
 	var now time.Time
 	if len(all) > 0 {
 		now = all[0].Now
 	}
 	if a.json {
-		out := statsJSON{Now: jsonTime(now), Queues: make([]queueStatsJSON, len(all))}
+		out := statsJSON{Now: jsonTime(now), Queues: make([]queueStatsJSON, len(all)), Outbox: make([]relayJSON, len(relays))}
 		for i, s := range all {
 			out.Queues[i] = queueStatsJSON{
 				Queue: s.Queue, Scheduled: s.Scheduled, Due: s.Due, Processing: s.Processing, Dead: s.Dead,
 				OldestDue: jsonTime(s.OldestDue), LatenessMS: s.Lateness().Milliseconds(), NextReady: jsonTime(s.NextReady),
 			}
 		}
+		for i, r := range relays {
+			out.Outbox[i] = relayJSON{Name: r.Name, Table: r.Table, LagMS: r.Lag.Milliseconds(), Pending: r.Pending,
+				Failed: r.Failed, Relayed: r.Relayed, Seen: jsonTime(r.Seen), Stale: r.Stale, LastError: r.Error}
+		}
 		return a.printJSON(out)
 	}
 	if len(all) == 0 {
 		fmt.Fprintln(a.stdout, "no queues yet: nothing was ever enqueued in namespace", orDash(b.Namespace()))
-		return nil
+		return a.showRelays(relays, now)
 	}
 	if watching {
 		fmt.Fprintf(a.stdout, "delayq stats at %s (namespace %s)\n\n", fmtTime(now), b.Namespace())
@@ -150,6 +178,33 @@ func (a *app) showStats(ctx context.Context, b *broker.Broker, queues []string, 
 	}
 	if len(all) > 1 {
 		t.row("(total)", num(tot.Scheduled), num(tot.Due), num(tot.Processing), num(tot.Dead))
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	return a.showRelays(relays, now)
+}
+
+// showRelays prints the outbox relays' table after the queues', when a
+// relay recorded its status.
+func (a *app) showRelays(relays []outbox.RelayStatus, now time.Time) error {
+	if len(relays) == 0 {
+		return nil
+	}
+	if now.IsZero() {
+		now = relays[0].Seen
+	}
+	fmt.Fprintln(a.stdout)
+	t := newTable(a.stdout, "OUTBOX RELAY", "TABLE", "LAG", "PENDING", "FAILED", "RELAYED", "SEEN", "STATE")
+	for _, r := range relays {
+		state := "live"
+		switch {
+		case r.Stale:
+			state = "stale (killed, or cannot reach Redis)"
+		case r.Error != "":
+			state = "failing: " + firstLine(r.Error, 120)
+		}
+		t.row(r.Name, orDash(r.Table), fmtDur(r.Lag), num(r.Pending), num(r.Failed), num(r.Relayed), relative(r.Seen, now), state)
 	}
 	return t.flush()
 }
