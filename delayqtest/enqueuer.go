@@ -177,7 +177,7 @@ type Enqueued[T any] struct {
 
 // Check is one condition on a recorded job; see [HasID], [InQueue],
 // [HasArgs], [ReadyIn], [ReadyAt], [HasMaxRetries], [HasTimeout],
-// [HasHeader], [Pending], [Cancelled], [Replaced] and [Where].
+// [HasHeader], [ExpiresIn], [Pending], [Cancelled], [Replaced] and [Where].
 type Check struct {
 	desc  string
 	match func(r *Recorded, args any) bool
@@ -232,6 +232,14 @@ func HasHeader(key, value string) Check {
 	return Check{fmt.Sprintf("header %s=%q", key, value), func(r *Recorded, _ any) bool {
 		v, ok := r.Headers[key]
 		return ok && v == value
+	}}
+}
+
+// ExpiresIn wants an expiry (job.ExpireIn, job.ExpireAt) d after the job
+// was enqueued (ExpireAt − CreatedAt), give or take within.
+func ExpiresIn(d, within time.Duration) Check {
+	return Check{fmt.Sprintf("expires in %v (±%v)", d, within), func(r *Recorded, _ any) bool {
+		return !r.ExpireAt.IsZero() && near(r.ExpireAt.Sub(r.CreatedAt), d, within)
 	}}
 }
 

@@ -195,3 +195,31 @@ func TestEnqueuerConcurrent(t *testing.T) {
 	}
 	mustPass(t, func(tb testing.TB) { delayqtest.RequireEnqueuedN(tb, e, cancelUnpaid, 50) })
 }
+
+// job.Replace replaces a pending job, as the broker does: the old record
+// is marked Replaced, the new one is pending; a duplicate without Replace
+// is a *broker.DuplicateError naming the job. ExpiresIn checks the expiry.
+func TestEnqueuerReplaceAndExpiry(t *testing.T) {
+	t.Parallel()
+	e := &delayqtest.Enqueuer{Now: fixedClock}
+	if _, err := cancelUnpaid.Enqueue(ctx, e, Order{ID: "1"}, job.ID("order-1"), job.In(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := cancelUnpaid.Enqueue(ctx, e, Order{ID: "1 again"}, job.ID("order-1"))
+	var dup *broker.DuplicateError
+	if !errors.As(err, &dup) || dup.ID != "order-1" || dup.Queue != "orders" {
+		t.Errorf("duplicate: %v, want a *broker.DuplicateError naming order-1", err)
+	}
+	if _, err := cancelUnpaid.Enqueue(ctx, e, Order{ID: "1"}, job.ID("order-1"), job.At(epoch.Add(2*time.Hour)), job.Replace(), job.ExpireAt(epoch.Add(3*time.Hour))); err != nil {
+		t.Fatal(err)
+	}
+	mustPass(t, func(tb testing.TB) {
+		delayqtest.RequireEnqueued(tb, e, cancelUnpaid, delayqtest.HasID("order-1"), delayqtest.Pending(), delayqtest.ReadyIn(2*time.Hour, 0), delayqtest.ExpiresIn(3*time.Hour, time.Second))
+	})
+	mustPass(t, func(tb testing.TB) {
+		delayqtest.RequireEnqueued(tb, e, cancelUnpaid, delayqtest.HasID("order-1"), delayqtest.Replaced(), delayqtest.ReadyIn(time.Hour, 0))
+	})
+	mustFail(t, func(tb testing.TB) {
+		delayqtest.RequireEnqueued(tb, e, cancelUnpaid, delayqtest.ExpiresIn(time.Hour, time.Second))
+	}, "(replaced) — not expires in 1h0m0s (±1s)", "not expires in 1h0m0s")
+}

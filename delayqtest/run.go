@@ -113,9 +113,15 @@ func RunAll[T any](ctx context.Context, r *Runner, typ *job.Type[T], args T, opt
 // Attempt runs attempt number attempt (1 for the first) of env through r:
 // any envelope, e.g. one with a payload that does not decode, or a later
 // attempt to see the retry budget run out. env is not changed; a missing
-// ID, Queue, CreatedAt or ReadyAt is filled in on the message. It returns
-// an error wrapping job.ErrInvalid for a nil env, a Runner without a
-// Registry or an attempt below 1.
+// ID, Queue, CreatedAt or ReadyAt is filled in on the message.
+//
+// A job whose ExpireAt has come by r's clock is not handed to the handler,
+// as no worker's claim hands it out: it is dead with Reason "expired"
+// (with job.DropExpired "expired, dropped": the broker deletes and counts
+// it instead of keeping a dead record).
+//
+// It returns an error wrapping job.ErrInvalid for a nil env, a Runner
+// without a Registry or an attempt below 1.
 func (r *Runner) Attempt(ctx context.Context, env *job.Envelope, attempt int) (*Result, error) {
 	switch {
 	case r == nil || r.Registry == nil:
@@ -142,6 +148,15 @@ func (r *Runner) Attempt(ctx context.Context, env *job.Envelope, attempt int) (*
 	}
 	if m.ReadyAt.IsZero() {
 		m.ReadyAt = at
+	}
+	if !m.ExpireAt.IsZero() && !at.Before(m.ExpireAt) {
+		// The claim ends an expired job: no handler, no attempt.
+		res := &Result{Outcome: job.OutcomeDead, Reason: "expired", Message: m,
+			Err: fmt.Errorf("expired: not started by its expiry at %s", m.ExpireAt.Format(time.RFC3339Nano))}
+		if m.DropExpired {
+			res.Reason = "expired, dropped"
+		}
+		return res, nil
 	}
 	entry, known := r.Registry.Lookup(m.Type)
 	// The handler's deadline: the job's, else its type's, else the

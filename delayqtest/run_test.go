@@ -253,3 +253,25 @@ func TestRunRefusesBadInput(t *testing.T) {
 		}
 	}
 }
+
+// A job whose expiry has come is not handed to the handler, as no claim
+// hands it out: it is dead, "expired" (or dropped with DropExpired).
+func TestRunExpired(t *testing.T) {
+	t.Parallel()
+	otp := job.New[SMS]("sms.otp", job.ExpireIn(time.Minute))
+	called := 0
+	rn := runner(t, otp, func(context.Context, *job.Job[SMS]) error { called++; return nil })
+	run(t, rn, otp, SMS{To: "+1"}).RequireSuccess(t)
+
+	rn.Now = func() time.Time { return time.Now().Add(2 * time.Minute) }
+	res := run(t, rn, otp, SMS{To: "+1"})
+	mustPass(t, func(tb testing.TB) { res.RequireDead(tb, "expired") })
+	mustFail(t, res.RequireSuccess, "dead (expired): expired: not started by its expiry at ")
+	dropped := run(t, rn, otp, SMS{To: "+1"}, job.DropExpired())
+	if dropped.Outcome != job.OutcomeDead || dropped.Reason != "expired, dropped" {
+		t.Errorf("DropExpired: %s", dropped)
+	}
+	if called != 1 {
+		t.Errorf("the handler ran %d times, want once (before the expiry)", called)
+	}
+}

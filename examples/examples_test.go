@@ -237,7 +237,15 @@ func TestNotify(t *testing.T) {
 		"504 gateway timeout; retrying with backoff",
 		"already sent, the provider recognised the Idempotency-Key: not sent twice",
 		"done: 8 of 8 reminders sent, 8 of 8 phones received exactly one SMS; queue: scheduled 0, processing 0, dead 0",
+		// A login code that no sender started within 250ms is dropped,
+		// never sent late (job.ExpireIn); the next one goes out.
+		"u-5 asks for a login code while the senders restart; a code is worth sending for 250ms (job.ExpireIn)",
+		"otp u-5: login code 0815 delivered",
+		"otp: the first code expired before a sender started it: dropped unsent (expired and dropped: 1); dead 0",
 	)
+	if strings.Contains(out, "login code 4711 delivered") {
+		t.Errorf("the expired login code was sent:\n%s", out)
+	}
 	// The seeded provider fails the same calls on every run.
 	expectLines(t, out, "1 failed before sending (503), 2 sent but the response was lost (504)")
 

@@ -16,6 +16,10 @@
 // response that was lost (the SMS went out, the 504 came back) does not send
 // the SMS twice. The provider's failures come from a seeded random source.
 //
+// Last, a one-time login code that expires: asked for while no sender
+// runs, it is dropped unsent once its 250ms are over (job.ExpireIn with
+// job.DropExpired), and the code asked for next is sent.
+//
 //	go run ./examples/notify                 # embedded Redis
 //	REDIS_URL=redis://127.0.0.1:6379/0 go run ./examples/notify
 package main
@@ -61,8 +65,26 @@ var SendReminder = job.New[Reminder]("sms.reminder",
 	job.Retry(retry.Exponential{Initial: 100 * time.Millisecond, Multiplier: 2, Max: 2 * time.Second, Jitter: 0.3}),
 )
 
-// Seed of the provider's random failures.
-const seed = 7
+// OTP is a one-time login code.
+type OTP struct {
+	UserID string `json:"user_id"`
+	Code   string `json:"code"`
+}
+
+// SendOTP sends a login code. A code is worth sending for 250ms here (a
+// few minutes in real life): one that no sender started by then is
+// dropped at claim and counted (job.ExpireIn, job.DropExpired), never sent
+// late, while the user has asked for a new one already.
+var SendOTP = job.New[OTP]("sms.otp",
+	job.Queue("sms"),
+	job.ExpireIn(250*time.Millisecond),
+	job.DropExpired(),
+	job.Retry(retry.Exponential{Initial: 100 * time.Millisecond, Multiplier: 2, Max: 2 * time.Second, Jitter: 0.3}),
+)
+
+// Seeds of the providers' random failures: the reminders' gateway, and the
+// login codes' one.
+const seed, otpSeed = 7, 4
 
 func main() {
 	if err := run(); err != nil {
@@ -177,7 +199,64 @@ func run() error {
 		c.Calls, c.Sent, c.Duplicates, c.Unavailable, c.Lost, c.Limited, c.Rejected)
 	clock.Printf("done: %d of %d reminders sent, %d of %d phones received exactly one SMS; queue: scheduled %d, processing %d, dead %d",
 		len(c.Inbox), len(schedule), once, len(schedule), st.Scheduled, st.Processing, st.Dead)
+	return sendOTPs(ctx, b, users, clock)
+}
+
+// sendOTPs shows a login code that expires: asked for while no sender
+// runs, it is dropped unsent; the one asked for next is sent.
+func sendOTPs(ctx context.Context, b *broker.Broker, users *Directory, clock *demo.Clock) error {
+	gateway := httptest.NewServer(NewProvider(otpSeed, 10, time.Second))
+	defer gateway.Close()
+	sender := &Sender{url: gateway.URL + "/messages", client: gateway.Client(), users: users, clock: clock,
+		sent: make(chan string, 4), failedAt: make(map[string]time.Time)}
+
+	// The senders restart (no worker runs) when u-5 asks for a code.
+	if _, err := SendOTP.Enqueue(ctx, b, OTP{UserID: "u-5", Code: "4711"}, job.ID("otp-u-5-1")); err != nil {
+		return err
+	}
+	clock.Printf("u-5 asks for a login code while the senders restart; a code is worth sending for 250ms (job.ExpireIn)")
+	if err := sleep(ctx, 400*time.Millisecond); err != nil {
+		return err
+	}
+	reg := job.NewRegistry()
+	SendOTP.Handle(reg, sender.HandleOTP)
+	w, err := worker.New(worker.Config{Broker: b, Registry: reg}) // serves "sms", SendOTP's queue
+	if err != nil {
+		return err
+	}
+	workerCtx, stopWorker := context.WithCancel(ctx)
+	defer stopWorker()
+	workerDone := make(chan error, 1)
+	go func() { workerDone <- w.Run(workerCtx) }()
+	clock.Printf("the senders are back; u-5, still waiting, asks again")
+	if _, err := SendOTP.Enqueue(ctx, b, OTP{UserID: "u-5", Code: "0815"}, job.ID("otp-u-5-2")); err != nil {
+		return err
+	}
+	select {
+	case <-sender.sent:
+	case <-ctx.Done():
+		return errors.New("timed out waiting for the login code")
+	}
+	stopWorker()
+	if err := <-workerDone; err != nil {
+		return err
+	}
+	st, err := b.Stats(context.Background(), SendOTP.Queue())
+	if err != nil {
+		return err
+	}
+	clock.Printf("otp: the first code expired before a sender started it: dropped unsent (expired and dropped: %d); dead %d", st.ExpiredDropped, st.Dead)
 	return nil
+}
+
+// HandleOTP sends one login code, through the same answer handling as a
+// reminder.
+func (s *Sender) HandleOTP(ctx context.Context, j *job.Job[OTP]) error {
+	err := s.Handle(ctx, &job.Job[Reminder]{Message: j.Message, Args: Reminder{UserID: j.Args.UserID, Text: "your login code is " + j.Args.Code}})
+	if err == nil {
+		s.clock.Printf("otp %s: login code %s delivered", j.Args.UserID, j.Args.Code)
+	}
+	return err
 }
 
 // Directory holds users' phone numbers.

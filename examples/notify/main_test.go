@@ -109,3 +109,38 @@ func TestParseRetryAfter(t *testing.T) {
 }
 
 func decodeJSON(r *http.Request, v any) error { return json.NewDecoder(r.Body).Decode(v) }
+
+// A login code expires 250ms after it was asked for: a sender that starts
+// it later never sends it; one in time does.
+func TestOTPExpires(t *testing.T) {
+	e := &delayqtest.Enqueuer{}
+	if _, err := SendOTP.Enqueue(t.Context(), e, OTP{UserID: "ok", Code: "1234"}); err != nil {
+		t.Fatal(err)
+	}
+	otp := delayqtest.RequireEnqueued(t, e, SendOTP, delayqtest.InQueue("sms"), delayqtest.ExpiresIn(250*time.Millisecond, 50*time.Millisecond))
+
+	p := &scripted{status: map[string]int{}, keys: map[string]int{}}
+	srv := httptest.NewServer(p)
+	t.Cleanup(srv.Close)
+	s := &Sender{url: srv.URL, client: srv.Client(), users: &Directory{phones: map[string]string{"ok": "+15550101"}},
+		clock: demo.NewClock(), sent: make(chan string, 4), failedAt: map[string]time.Time{}}
+	reg := job.NewRegistry()
+	SendOTP.Handle(reg, s.HandleOTP)
+
+	inTime := &delayqtest.Runner{Registry: reg, Now: func() time.Time { return otp.CreatedAt.Add(100 * time.Millisecond) }}
+	res, err := inTime.Attempt(t.Context(), otp.Envelope, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.RequireSuccess(t)
+
+	late := &delayqtest.Runner{Registry: reg, Now: func() time.Time { return otp.CreatedAt.Add(300 * time.Millisecond) }}
+	res, err = late.Attempt(t.Context(), otp.Envelope, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.RequireDead(t, "expired, dropped")
+	if n := len(p.keys); n != 1 {
+		t.Errorf("%d codes delivered, want only the one in time", n)
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/pgtest"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/job"
@@ -295,7 +296,17 @@ func TestOutboxRelayFaults(t *testing.T) {
 			t.Fatalf("cancel %s: %v", id, err)
 		}
 	}
-	dead := s.finish(t, []string{queue})
+	// A relay that stops gracefully removes its status; one killed with
+	// SIGKILL stays listed (Stale once its intervals pass) for an
+	// operator to see, so at most one entry per kill is left.
+	relays, err := outbox.Relays(s.ctx, s.rdb, s.ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(relays) > kills {
+		t.Errorf("%d relays listed after the run, want at most the %d killed ones: %+v", len(relays), kills, relays)
+	}
+	dead := s.finish(t, []string{queue}, keyspace.OutboxRelaysKey(s.ns))
 	summary(t, "jobs committed", len(committed), "rolled back", len(rolledBack), "relay kills", kills,
 		"redis outage", outage.Round(100*time.Millisecond), "in redis", len(ids), "missing", len(missing), "strays", len(strays),
 		"outbox rows left", rows, "dead", dead,
