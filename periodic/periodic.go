@@ -338,6 +338,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		if err == nil {
 			break
 		}
+		if ctx.Err() != nil {
+			return nil
+		}
 		s.log.Error().Err(err).Msg("scheduler cannot sync its schedules; retrying")
 		if !sleep(ctx, time.Second) {
 			return nil

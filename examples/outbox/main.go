@@ -10,7 +10,7 @@
 //   - "mark paid and cancel the timeout" in one transaction, both before
 //     the job reached Redis (it never gets there) and after (the relay
 //     removes it from Redis);
-//   - the relay and a worker running side by side in one process.
+//   - the relay running inside the worker process, as one of its services.
 //
 // The database is SQLite in a temporary file (modernc.org/sqlite, pure Go),
 // so no database server is needed. Run it with
@@ -141,33 +141,19 @@ func run() error {
 	shop.relay = relay
 	reg := job.NewRegistry()
 	CancelUnpaid.Handle(reg, shop.HandleCancelUnpaid)
-	w, err := worker.New(worker.Config{Broker: b, Registry: reg, Queues: []worker.Queue{{Name: "orders"}}})
+	// The relay runs as one of the worker's services: started with it,
+	// stopped at its shutdown. No Queues: it serves CancelUnpaid's.
+	w, err := worker.New(worker.Config{Broker: b, Registry: reg, Services: []worker.Service{relay}})
 	if err != nil {
 		return err
 	}
 	runCtx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	errs := make(chan error, 2)
-	for _, run := range []func(context.Context) error{relay.Run, w.Run} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := run(runCtx); err != nil {
-				errs <- err
-				stop()
-			}
-		}()
-	}
-	stopAll := func() error {
+	done := make(chan error, 1)
+	go func() { done <- w.Run(runCtx) }()
+	stopAll := sync.OnceValue(func() error {
 		stop()
-		wg.Wait()
-		select {
-		case err := <-errs:
-			return err
-		default:
-			return nil
-		}
-	}
+		return <-done
+	})
 	defer stopAll()
 	relay.Notify()
 
@@ -176,7 +162,7 @@ func run() error {
 	}
 	<-cancelled
 	for _, id := range []string{"order-1001", "order-1002", "order-1003"} {
-		_, err := b.Job(ctx, "orders", id)
+		_, err := CancelUnpaid.Lookup(ctx, b, id)
 		clock.Printf("redis has %s's timeout: %v", id, err == nil)
 	}
 
@@ -184,7 +170,7 @@ func run() error {
 	if err := shop.Place(ctx, "order-1004", 1500, nil); err != nil {
 		return err
 	}
-	if err := waitFor(ctx, func() bool { _, err := b.Job(ctx, "orders", "order-1004"); return err == nil }); err != nil {
+	if err := waitFor(ctx, func() bool { _, err := CancelUnpaid.Lookup(ctx, b, "order-1004"); return err == nil }); err != nil {
 		return fmt.Errorf("order-1004's timeout did not reach Redis: %w", err)
 	}
 	clock.Printf("relay: order-1004's timeout is in Redis")
@@ -271,7 +257,7 @@ func (s *Shop) Pay(ctx context.Context, id string) error {
 	if n, _ := res.RowsAffected(); n != 1 {
 		return fmt.Errorf("%s is not open", id)
 	}
-	removed, err := s.ob.Cancel(ctx, tx, "orders", id)
+	removed, err := s.ob.Cancel(ctx, tx, CancelUnpaid.Queue(), id)
 	if err != nil {
 		return err
 	}
