@@ -21,7 +21,7 @@ func (b *Broker) Cancel(ctx context.Context, queue, id string) error {
 		return err
 	}
 	k := s.Keys()
-	res, err := b.run(ctx, cancelScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts}, id)
+	res, err := b.run(ctx, cancelScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Parked}, id)
 	if err != nil {
 		return queueErr(queue, err)
 	}
@@ -56,7 +56,7 @@ func (b *Broker) reschedule(ctx context.Context, queue, id string, atMS, delayUS
 		return time.Time{}, err
 	}
 	k := s.Keys()
-	res, err := b.run(ctx, rescheduleScript, []string{k.Scheduled, k.Processing}, id, atMS, delayUS, k.Wake)
+	res, err := b.run(ctx, rescheduleScript, []string{k.Scheduled, k.Processing, k.Parked}, id, atMS, delayUS, k.Wake)
 	if err != nil {
 		return time.Time{}, queueErr(queue, err)
 	}

@@ -115,7 +115,7 @@ func TestNoJobIsClaimedEarlyOnTheServersClock(t *testing.T) {
 		}
 		for j, c := range claimed {
 			wait[c.ID] = delay(g*group + j + 13)
-			res, err := b.run(ctx, rescheduleScript, []string{k.Scheduled, k.Processing}, c.ID, 0, durUS(wait[c.ID]), k.Wake)
+			res, err := b.run(ctx, rescheduleScript, []string{k.Scheduled, k.Processing, k.Parked}, c.ID, 0, durUS(wait[c.ID]), k.Wake)
 			if err != nil {
 				t.Fatal(err)
 			}

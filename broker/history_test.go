@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"errors"
+	"reflect"
 	"strconv"
 	"testing"
 	"time"
@@ -162,7 +163,7 @@ func TestStatsOf(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got[i] != want {
+		if !reflect.DeepEqual(got[i], want) {
 			t.Errorf("StatsOf %s = %+v, Stats = %+v", q, got[i], want)
 		}
 	}

@@ -50,18 +50,19 @@ func (w workerSide) Claim(ctx context.Context, s keyspace.Shard, c protocol.Call
 	}
 	k := s.Keys()
 	res, err := w.b.run(ctx, claimScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Seq, k.Hist, k.Workers + c.ID,
-		k.Dead, k.DeadIndex, k.Unique, k.Counts},
+		k.Dead, k.DeadIndex, k.Unique, k.Counts, k.Paused, k.Parked},
 		n, durMS(lease), id, s.Queue(), w.b.deadCap(q, s), durMS(w.b.opts.DeadMaxAge))
 	if res == nil {
 		return protocol.ClaimResult{}, queueErr(s.Queue(), err)
 	}
 	parts, ok := res.([]any)
-	if !ok || len(parts) != 4 {
+	if !ok || len(parts) != 5 {
 		return protocol.ClaimResult{}, fmt.Errorf("broker: claim: unexpected reply %v", res)
 	}
 	now, _ := parts[0].(int64)
 	next, _ := parts[1].(int64)
-	out := protocol.ClaimResult{Now: fromUS(now)}
+	paused, _ := parts[4].(int64)
+	out := protocol.ClaimResult{Now: fromUS(now), Paused: paused == 1}
 	if next >= 0 {
 		out.Next = fromMS(next)
 	}
@@ -150,7 +151,7 @@ func (w workerSide) Settle(ctx context.Context, s keyspace.Shard, c protocol.Cal
 			if op.Remember > 0 {
 				a = durMS(op.Remember)
 			}
-		case protocol.OpRetry:
+		case protocol.OpRetry, protocol.OpSnooze:
 			body, err := op.Env.MarshalBinary()
 			if err != nil {
 				return nil, err
@@ -189,7 +190,7 @@ func (w workerSide) Settle(ctx context.Context, s keyspace.Shard, c protocol.Cal
 			out[i].Err = lostErr(l)
 		case code == -2:
 			out[i].Err = fmt.Errorf("%w: job %q in queue %q", ErrLeaseLive, l.ID, l.Queue())
-		case ops[i].Kind == protocol.OpRetry || ops[i].Kind == protocol.OpKill:
+		case ops[i].Kind == protocol.OpRetry || ops[i].Kind == protocol.OpKill || ops[i].Kind == protocol.OpSnooze:
 			out[i].At = fromMS(code)
 		}
 	}

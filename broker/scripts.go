@@ -46,6 +46,7 @@ func load(name string) *script {
 
 var (
 	enqueueScript    = load("enqueue")
+	pauseScript      = load("pause")
 	claimScript      = load("claim")
 	settleScript     = load("settle")
 	extendScript     = load("extend")

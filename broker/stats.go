@@ -2,6 +2,8 @@ package broker
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/delayq/delayq/internal/keyspace"
@@ -44,7 +46,7 @@ func (b *Broker) StatsOf(ctx context.Context, queues ...string) ([]QueueStats, e
 		resolved[i] = q
 		for _, s := range q.Shards() {
 			k := s.Keys()
-			calls = append(calls, read{s: statsScript, keys: []string{k.Scheduled, k.Processing, k.DeadIndex, k.Counts}})
+			calls = append(calls, read{s: statsScript, keys: []string{k.Scheduled, k.Processing, k.DeadIndex, k.Counts, k.Paused, k.Parked}})
 		}
 	}
 	res, errs := b.runReads(ctx, calls)
@@ -69,11 +71,21 @@ func (b *Broker) StatsOf(ctx context.Context, queues ...string) ([]QueueStats, e
 
 // parseStats decodes the reply of stats.lua.
 func parseStats(res any) (QueueStats, error) {
-	v, err := int64s(res, 8)
+	parts, ok := res.([]any)
+	if !ok || len(parts) != 11 {
+		return QueueStats{}, fmt.Errorf("broker: stats: unexpected reply %v", res)
+	}
+	v, err := int64s(parts[:10], 10)
 	if err != nil {
 		return QueueStats{}, err
 	}
-	s := QueueStats{Now: fromMS(v[0]), Scheduled: v[1], Due: v[2], Processing: v[3], Dead: v[4], ExpiredDropped: v[7]}
+	types, err := strs(parts[10])
+	if err != nil {
+		return QueueStats{}, err
+	}
+	slices.Sort(types)
+	s := QueueStats{Now: fromMS(v[0]), Scheduled: v[1], Due: v[2], Processing: v[3], Dead: v[4], ExpiredDropped: v[7],
+		Paused: v[8] == 1, Parked: v[9], PausedTypes: types}
 	if v[5] >= 0 {
 		s.OldestDue = fromMS(v[5])
 	}
@@ -95,6 +107,13 @@ func merge(into *QueueStats, st QueueStats, first bool) {
 	into.Processing += st.Processing
 	into.Dead += st.Dead
 	into.ExpiredDropped += st.ExpiredDropped
+	into.Parked += st.Parked
+	into.Paused = into.Paused || st.Paused
+	for _, t := range st.PausedTypes {
+		if !slices.Contains(into.PausedTypes, t) {
+			into.PausedTypes = append(into.PausedTypes, t)
+		}
+	}
 	earliest := func(have, t time.Time) time.Time {
 		if t.IsZero() {
 			return have

@@ -56,6 +56,10 @@ type Envelope struct {
 	// counts it when DropExpired is set. Zero means never.
 	ExpireAt    time.Time
 	DropExpired bool
+
+	// Snoozes counts the times the job snoozed (retry.Snooze), up to
+	// retry.MaxSnoozes.
+	Snoozes int
 }
 
 // DefaultQueue is the queue of jobs that name none.
@@ -96,6 +100,7 @@ type wire struct {
 	LastError  string            `json:"e,omitempty"`
 	UniqueMS   *int64            `json:"u,omitempty"`  // present when Unique: UniqueFor in ms
 	UniqueDead bool              `json:"ud,omitempty"` // with "u"
+	Snoozes    int               `json:"sz,omitempty"`
 	// Expire must stay the last field: the claim script reads it from the
 	// end of the body ("x":"<ms>" or "<ms>d" to drop) without parsing it.
 	Expire string `json:"x,omitempty"`
@@ -122,6 +127,7 @@ func (e *Envelope) MarshalBinary() ([]byte, error) {
 		TimeoutMS: ceilMS(e.Timeout),
 		Headers:   e.Headers,
 		LastError: truncate(e.LastError, MaxErrorLen),
+		Snoozes:   e.Snoozes,
 	}
 	if e.MaxRetries != DefaultMaxRetries {
 		r := e.MaxRetries
@@ -206,7 +212,7 @@ func Decode(data []byte) (*Envelope, error) {
 	if w.MaxRetries != nil {
 		maxRetries = *w.MaxRetries
 	}
-	if maxRetries < 0 || w.TimeoutMS < 0 {
+	if maxRetries < 0 || w.TimeoutMS < 0 || w.Snoozes < 0 {
 		return nil, fmt.Errorf("job: %w: negative max retries or timeout", ErrCorrupt)
 	}
 	if w.TimeoutMS > maxDurationMS {
@@ -218,6 +224,7 @@ func Decode(data []byte) (*Envelope, error) {
 		Timeout:    time.Duration(w.TimeoutMS) * time.Millisecond,
 		Headers:    w.Headers,
 		LastError:  w.LastError,
+		Snoozes:    w.Snoozes,
 	}
 	if w.CreatedMS != 0 {
 		e.CreatedAt = time.UnixMilli(w.CreatedMS)

@@ -17,8 +17,16 @@ type QueueStats struct {
 	// ExpiredDropped counts the jobs of job.DropExpired that expired
 	// before they started and were dropped, since the queue began.
 	ExpiredDropped int64
-	OldestDue      time.Time // ready time of the longest-waiting due job; zero when none
-	NextReady      time.Time // earliest ready time in the future; zero when none
+	// Paused: the queue is paused (broker.Broker.Pause); its due jobs wait
+	// and count in Due and Lateness.
+	Paused bool
+	// PausedTypes are the job types paused in the queue, sorted.
+	PausedTypes []string
+	// Parked counts due jobs of paused types, set aside until their type is
+	// resumed (not in Scheduled).
+	Parked    int64
+	OldestDue time.Time // ready time of the longest-waiting due job; zero when none
+	NextReady time.Time // earliest ready time in the future; zero when none
 }
 
 // Lateness is how long the oldest due job has waited, or 0.

@@ -837,3 +837,36 @@ func TestRelayAsWorkerService(t *testing.T) {
 		}
 	})
 }
+
+// A job whose expiry passes while it waits in the outbox (Redis down, the
+// relay behind) is deleted and counted, never enqueued: it could not run
+// any more. One still in time is relayed with its expiry.
+func TestExpiredInOutbox(t *testing.T) {
+	t.Parallel()
+	forEach(t, func(t *testing.T, tb *testBundle) {
+		tb.inTx(t, func(tx *sql.Tx) error {
+			if _, err := outbox.EnqueueTyped(tb.ctx, tb.ob, tx, cancelUnpaid, Order{ID: "1"}, job.ID("otp-late"), job.ExpireIn(50*time.Millisecond)); err != nil {
+				return err
+			}
+			_, err := outbox.EnqueueTyped(tb.ctx, tb.ob, tx, cancelUnpaid, Order{ID: "2"}, job.ID("otp-fine"), job.ExpireIn(time.Hour))
+			return err
+		})
+		time.Sleep(200 * time.Millisecond)
+		r, stop := tb.relay(t, tb.b, outbox.RelayOptions{PollInterval: 10 * time.Millisecond})
+		tb.waitEmpty(t, 10*time.Second)
+		stop()
+		if tb.redisJob(t, "orders", "otp-late") != nil {
+			t.Error("the expired job reached Redis")
+		}
+		fine := tb.redisJob(t, "orders", "otp-fine")
+		if fine == nil || fine.Envelope.ExpireAt.IsZero() {
+			t.Errorf("the job in time: %+v, want it in Redis with its expiry", fine)
+		}
+		if s := r.Stats(); s.Expired != 1 || s.Enqueued != 1 || s.Failed != 0 {
+			t.Errorf("stats %+v, want 1 expired, 1 enqueued, none failed", s)
+		}
+		if l := tb.lag(t); l.Failed != 0 {
+			t.Errorf("lag %+v: the expired row was marked failed", l)
+		}
+	})
+}

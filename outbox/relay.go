@@ -133,6 +133,7 @@ const (
 	OutcomeNotFound   = "not_found"   // a cancel found no scheduled job
 	OutcomeInProgress = "in_progress" // a cancel found the job held by a worker
 	OutcomeFailed     = "failed"      // the row was marked failed
+	OutcomeExpired    = "expired"     // the job's expiry passed while it waited in the outbox: deleted, never enqueued
 )
 
 // ScopeName is the instrumentation scope of the relay's meter.
@@ -240,11 +241,12 @@ type RelayStats struct {
 	NotFound   int64 // cancels that found no scheduled job
 	InProgress int64 // cancels that found the job held by a worker
 	Failed     int64 // rows marked failed
+	Expired    int64 // jobs whose expiry (job.ExpireAt) passed while they waited in the outbox: deleted, never enqueued
 	Errors     int64 // failed batches and Redis probes, each followed by a backoff
 }
 
 type relayCounters struct {
-	batches, enqueued, duplicates, cancelled, notFound, inProgress, failed, errors atomic.Int64
+	batches, enqueued, duplicates, cancelled, notFound, inProgress, failed, expired, errors atomic.Int64
 }
 
 // Stats returns the relay's counters.
@@ -253,7 +255,7 @@ func (r *Relay) Stats() RelayStats {
 	return RelayStats{
 		Batches: c.batches.Load(), Enqueued: c.enqueued.Load(), Duplicates: c.duplicates.Load(),
 		Cancelled: c.cancelled.Load(), NotFound: c.notFound.Load(), InProgress: c.inProgress.Load(),
-		Failed: c.failed.Load(), Errors: c.errors.Load(),
+		Failed: c.failed.Load(), Expired: c.expired.Load(), Errors: c.errors.Load(),
 	}
 }
 
@@ -491,6 +493,14 @@ func (r *Relay) apply(ctx context.Context, rows []row) (redisFailed bool) {
 			if win := r.opts.ReplayWindow; win > 0 && (!env.Unique || env.UniqueFor < win) {
 				env.Unique, env.UniqueFor = true, win
 			}
+			if err := job.ValidateExpiry(env, time.Now()); err != nil && !env.ExpireAt.IsZero() {
+				// It would never run: the broker refuses an expiry that
+				// is not after the ready time.
+				w.outcome = OutcomeExpired
+				r.log.Info().Str("table", r.o.t.full()).Str("queue", w.queue).Str("job_id", w.id).
+					Time("expired_at", env.ExpireAt).Msg("outbox relay: job expired while it waited in the outbox; not enqueued")
+				continue
+			}
 			w.env = env
 			envs, idx = append(envs, env), append(idx, i)
 		case "cancel":
@@ -583,6 +593,8 @@ func (r *Relay) count(rows []row, m *relayMetrics) {
 			c.inProgress.Add(1)
 		case OutcomeFailed:
 			c.failed.Add(1)
+		case OutcomeExpired:
+			c.expired.Add(1)
 		}
 		if w.op == "cancel" && w.outcome != OutcomeFailed && r.opts.OnCancel != nil {
 			r.opts.OnCancel(w.queue, w.id, w.cause)

@@ -265,7 +265,7 @@ func (r *Relay) forgetOld(ctx context.Context) {
 // relayed is how many rows the relay relayed and deleted.
 func (r *Relay) relayed() int64 {
 	st := r.Stats()
-	return st.Enqueued + st.Duplicates + st.Cancelled + st.NotFound + st.InProgress
+	return st.Enqueued + st.Duplicates + st.Cancelled + st.NotFound + st.InProgress + st.Expired
 }
 
 // statusFor returns the status side of a relay of b: recorded when b has

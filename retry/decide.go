@@ -11,8 +11,13 @@ type Decision struct {
 	Dead bool
 	// Delay is how long until the next attempt, when not Dead.
 	Delay time.Duration
+	// Snooze: the handler asked for the job again after Delay without
+	// spending the attempt (Snooze); the worker gives the attempt back,
+	// up to MaxSnoozes per job.
+	Snooze bool
 	// Reason says why, for logs: "permanent error", "retries exhausted
-	// (attempt 4, max retries 3)", "retry.After" or "retry policy".
+	// (attempt 4, max retries 3)", "retry.Snooze", "retry.After" or
+	// "retry policy".
 	Reason string
 }
 
@@ -21,9 +26,13 @@ type Decision struct {
 // gives the delay before the next attempt (nil gives 0) and err what the
 // attempt returned. A permanent error (Permanent) or a spent budget
 // (attempt > maxRetries) is dead; otherwise the delay of After wins over
-// the policy's. It is the one place this is decided: workers, the
+// the policy's. A snooze ([Snooze]) is neither: it does not count against
+// the budget (the caller enforces MaxSnoozes). It is the one place this is decided: workers, the
 // observing middleware and the test kit all call it.
 func Decide(attempt, maxRetries int, p Policy, err error) Decision {
+	if d, ok := SnoozeDelay(err); ok && !IsPermanent(err) {
+		return Decision{Snooze: true, Delay: d, Reason: "retry.Snooze"}
+	}
 	switch {
 	case IsPermanent(err):
 		return Decision{Dead: true, Reason: "permanent error"}

@@ -58,3 +58,31 @@ func AfterDelay(err error) (time.Duration, bool) {
 	}
 	return 0, false
 }
+
+// MaxSnoozes is how many times one job may snooze ([Snooze]). A snooze
+// beyond it counts as a failed attempt (its error says so), so that a job
+// cannot snooze forever.
+const MaxSnoozes = 100
+
+// snoozeError asks for the job again after a delay, without spending an
+// attempt.
+type snoozeError struct{ delay time.Duration }
+
+func (e *snoozeError) Error() string { return fmt.Sprintf("snoozed for %s", e.delay) }
+
+// Snooze is what a handler returns to say "not now, again in d" (a 429
+// with Retry-After): the job is scheduled d from now and the attempt is
+// given back, so its retry budget is not spent. A job snoozes at most
+// MaxSnoozes times; the next snooze is a failed attempt. A negative d is
+// taken as zero.
+func Snooze(d time.Duration) error { return &snoozeError{delay: max(d, 0)} }
+
+// SnoozeDelay reports the delay requested by [Snooze] in err's chain, if
+// any.
+func SnoozeDelay(err error) (time.Duration, bool) {
+	var s *snoozeError
+	if errors.As(err, &s) {
+		return s.delay, true
+	}
+	return 0, false
+}

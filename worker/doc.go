@@ -27,6 +27,8 @@
 //     (job.MaxRetries), or a payload that does not decode moves it to the
 //     dead letters with the error (see package deadletter).
 //   - retry.After(d, err) schedules the next attempt exactly d later.
+//   - retry.Snooze(d) schedules the job d later and gives the attempt back
+//     (at most retry.MaxSnoozes times per job; then it is a failure).
 //   - any other error schedules it after the backoff of the job
 //     (job.WithBackoff), else of its type (job.Retry), else Config.Retry.
 //

@@ -135,7 +135,20 @@ func remember(env *job.Envelope, dead bool) time.Duration {
 // middleware.Logging writes the outcome lines.
 func (w *Worker) fail(c *protocol.Claimed, m *job.Message, entry job.Entry, t *task, err error, settle func(job.Result)) {
 	logger := w.jobLogger(c)
+	if _, ok := retry.SnoozeDelay(err); ok && m.Snoozes >= retry.MaxSnoozes {
+		// The cap: this snooze is a failed attempt like any other.
+		err = fmt.Errorf("snoozed %d times, the cap (retry.MaxSnoozes); last: %s", m.Snoozes, err.Error())
+	}
 	d := w.decide(m, entry, err)
+	if d.Snooze {
+		logger.Debug().Str("type", m.Type).Int64("delay_ms", d.Delay.Milliseconds()).Msg("job snoozed")
+		env := *c.Envelope
+		env.Snoozes++
+		w.record(t, protocol.Op{Kind: protocol.OpSnooze, Lease: c.Lease, Delay: d.Delay, Env: &env}, func(r protocol.Settled) {
+			settle(settled(job.Result{Outcome: job.OutcomeRetry, Err: err, Delay: d.Delay}, r.Err))
+		})
+		return
+	}
 	if d.Dead {
 		logger.Debug().Err(err).Str("type", m.Type).Str("reason", d.Reason).Msg("job dead-lettered")
 		w.record(t, protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Death: death(c, m, err), Remember: remember(c.Envelope, true)}, func(r protocol.Settled) {

@@ -24,6 +24,10 @@
 -- KEYS[12] -> ns:{q}:counts     HASH counter -> n
 --             (KEYS[9] to KEYS[12] are touched only when a due job has
 --             expired)
+-- KEYS[13] -> ns:{q}:paused     HASH "*" -> the queue is paused,
+--                               "t:<type>" -> the type is paused
+-- KEYS[14] -> ns:{q}:parked     ZSET id -> ready ms: due jobs of paused
+--                               types (touched only when a type is paused)
 --
 -- Expiry (job.ExpireAt): a due job whose envelope ends in ,"x":"<ms>"} (or
 -- "<ms>d"}) with <ms> <= now is not leased: it goes to the dead letters with
@@ -32,7 +36,13 @@
 -- expired_dropped. Reading the mark costs a string match per claimed job,
 -- no Redis command; an expired job costs a few commands more.
 --
--- Returns {now µs, next, jobs, orphans}: next is the earliest ready time
+-- Pause (Broker.Pause, PauseType): one HGETALL of KEYS[13] per call. A
+-- paused queue claims nothing and reports next -1 (its workers sleep until
+-- the resume's wake-up notice); a due job of a paused type is moved to
+-- KEYS[14] instead of being leased (its type read with cjson, only while
+-- some type is paused), and comes back when the type is resumed.
+--
+-- Returns {now µs, next, jobs, orphans, paused}: next is the earliest ready time
 -- left in the scheduled set (-1 when empty); jobs is a flat list of
 -- id, token, attempt, ready ms, envelope; orphans lists ids that were
 -- scheduled without an envelope, now removed. A job whose attempts counter
@@ -80,7 +90,7 @@ if last and string.sub(last, 1, #cid + 1) == cid .. '\n' then
       end
     end
   end
-  return {now_u, next_ready(KEYS[1], now), jobs, orphans}
+  return {now_u, next_ready(KEYS[1], now), jobs, orphans, 0}
 end
 
 -- expire_jobs ends the jobs ids[k], k in which, found expired: dead
@@ -145,6 +155,17 @@ local function expire_jobs(ids, bodies, which, now, ended)
   end
 end
 
+-- Pauses: the queue's ("*") and its types' ("t:<type>").
+local pauses = redis.call('HGETALL', KEYS[13])
+local paused_types, any_type = {}, false
+for i = 1, #pauses, 2 do
+  if pauses[i] == '*' then
+    return {now_u, -1, jobs, orphans, 1}
+  end
+  paused_types[string.sub(pauses[i], 3)] = true
+  any_type = true
+end
+
 -- A fencing counter that is not an integer restarts at the server time in
 -- microseconds: above every token handed out so far unless claims outran a
 -- thousand a millisecond, so no token is handed out twice.
@@ -173,6 +194,24 @@ if n > 0 then
         end
       end
     end
+    local park = {}
+    if any_type then
+      for k = 1, #ids do
+        local b = bodies[k]
+        if b and not ended[k] then
+          local ok, env = pcall(cjson.decode, b)
+          if ok and type(env) == 'table' and type(env.t) == 'string' and paused_types[env.t] then
+            park[#park + 1] = k
+          end
+        end
+      end
+      if #park > 0 then
+        bad = expect({KEYS[14], 'zset'})
+        if bad then
+          return bad
+        end
+      end
+    end
     if #expired > 0 then
       bad = expect({KEYS[9], 'hash', KEYS[10], 'zset', KEYS[11], 'zset', KEYS[12], 'hash'})
       if bad then
@@ -182,6 +221,15 @@ if n > 0 then
     call_chunked('ZREM', KEYS[1], ids)
     if #expired > 0 then
       expire_jobs(ids, bodies, expired, now, ended)
+    end
+    if #park > 0 then
+      local members = {}
+      for _, k in ipairs(park) do
+        members[#members + 1] = readies[k]
+        members[#members + 1] = ids[k]
+        ended[k] = true
+      end
+      call_chunked('ZADD', KEYS[14], members)
     end
     local live, live_ready, live_body = {}, {}, {}
     for k = 1, #ids do
@@ -245,4 +293,4 @@ if hist then
   redis.pcall('HINCRBY', hist, 'late_sum', string.format('%d', late_sum))
   history_max(hist, 'late_max', late_max)
 end
-return {now_u, next_ready(KEYS[1], now), jobs, orphans}
+return {now_u, next_ready(KEYS[1], now), jobs, orphans, 0}

@@ -7,6 +7,8 @@
 -- KEYS[4] -> ns:{q}:attempts    HASH id -> attempts spent
 -- KEYS[5] -> ns:{q}:dead        HASH id -> dead record
 -- KEYS[6] -> ns:{q}:dead:index  ZSET id -> died-at ms
+-- KEYS[7] -> ns:{q}:parked      ZSET id -> ready ms (jobs of paused types,
+--                               reported as scheduled)
 -- ARGV[1] -> now ms ("" = server TIME)
 -- ARGV[2] -> id
 --
@@ -15,7 +17,7 @@
 -- time; body is the dead record), 0 not found (the other fields are 0 and
 -- ""). A pending job is reported even when a dead record of the same id is
 -- kept. Nothing changes.
-local bad = expect({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[4], 'hash', KEYS[5], 'hash', KEYS[6], 'zset'})
+local bad = expect({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[4], 'hash', KEYS[5], 'hash', KEYS[6], 'zset', KEYS[7], 'zset'})
 if bad then
   return bad
 end
@@ -29,7 +31,7 @@ local function pending(state, at)
   local attempts = tonumber(redis.call('HGET', KEYS[4], id) or '0')
   return {now, state, tonumber(at), attempts, body}
 end
-local at = redis.call('ZSCORE', KEYS[1], id)
+local at = redis.call('ZSCORE', KEYS[1], id) or redis.call('ZSCORE', KEYS[7], id)
 if at then
   local r = pending(1, at)
   if r then

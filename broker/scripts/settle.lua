@@ -30,6 +30,9 @@
 --   kind "k" kill: to the dead-letter store with record b, then the store
 --            is trimmed to its cap and max age; a > 0 as for ack
 --   kind "l" release: back to the schedule at now, the attempt given back
+--   kind "s" snooze: back to the schedule, ready a µs after now, with
+--            envelope b (which carries the snooze count), the attempt
+--            given back
 --   expired "1": the reaper's call: the lease must also have run out
 --
 -- Returns {now µs, one integer per operation}: ack and release 1; retry the
@@ -63,7 +66,7 @@ if last and string.sub(last, 1, #cid + 1) == cid .. '\n' then
 end
 
 local FIRST, WIDTH = 8, 6
-local KINDS = {a = true, r = true, k = true, l = true}
+local KINDS = {a = true, r = true, k = true, l = true, s = true}
 local ids = {}
 local remembers = false
 for i = FIRST, #ARGV, WIDTH do
@@ -134,7 +137,7 @@ for k = 1, #ids do
     if remembers then
       remember_for(i, id)
     end
-  else -- 'l': release
+  else -- 'l': release, 's': snooze
     redis.call('ZREM', KEYS[2], id)
     redis.call('HDEL', KEYS[5], id)
     local spent = redis.call('HGET', KEYS[4], id)
@@ -143,9 +146,16 @@ for k = 1, #ids do
     else
       redis.call('HDEL', KEYS[4], id)
     end
-    wake_if_earliest(KEYS[1], ARGV[5], now, now)
-    redis.call('ZADD', KEYS[1], now, id)
-    out[k] = 1
+    local ready = now
+    if kind == 's' then
+      ready = ready_after(now_u, tonumber(ARGV[i + 3]))
+      redis.call('HSET', KEYS[3], id, ARGV[i + 4])
+      out[k] = ready
+    else
+      out[k] = 1
+    end
+    wake_if_earliest(KEYS[1], ARGV[5], ready, now)
+    redis.call('ZADD', KEYS[1], ready, id)
   end
 end
 if #acked > 0 then

@@ -35,6 +35,8 @@ type Keys struct {
 	DeadIndex  string // ZSET id -> died-at (ms)
 	Unique     string // ZSET id -> remembered until (ms): unique jobs that ended
 	Counts     string // HASH counter -> n: expired_dropped
+	Paused     string // HASH "*" -> paused at (the queue), "t:<type>" -> paused at (a type)
+	Parked     string // ZSET id -> ready ms: due jobs of paused types, set aside by claim
 	Hist       string // prefix of the per-minute history hashes: Hist + minute
 	Workers    string // prefix of the workers' call records: Workers + worker id (HASH lane -> last call)
 	Wake       string // Pub/Sub channel of the user's queue (shared by its shards), not a key
@@ -53,6 +55,8 @@ func newKeys(ns, physical, queue string) Keys {
 		DeadIndex:  p + "dead:index",
 		Unique:     p + "unique",
 		Counts:     p + "counts",
+		Paused:     p + "paused",
+		Parked:     p + "parked",
 		Hist:       p + "hist:",
 		Workers:    p + "w:",
 		Wake:       WakeChannel(ns, queue),
@@ -60,10 +64,10 @@ func newKeys(ns, physical, queue string) Keys {
 }
 
 // JobKeys lists the keys of k that hold jobs, dead records, remembered
-// unique ids or counters (not the history, which expires by itself, nor the
+// unique ids, counters or pauses (not the history, which expires by itself, nor the
 // fencing counter, which is never deleted).
 func (k Keys) JobKeys() []string {
-	return []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Dead, k.DeadIndex, k.Unique, k.Counts}
+	return []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Dead, k.DeadIndex, k.Unique, k.Counts, k.Paused, k.Parked}
 }
 
 // WakeChannel is the Pub/Sub channel on which the workers of queue are

@@ -54,6 +54,7 @@ type ClaimResult struct {
 	Next    time.Time // earliest ready time left in the shard; zero when empty
 	Jobs    []Claimed
 	Orphans []string // scheduled ids without an envelope, removed
+	Paused  bool     // the queue is paused (Broker.Pause): nothing was claimed, Next is zero
 }
 
 // ReapResult lists jobs whose lease ran out.
@@ -101,14 +102,15 @@ const (
 	OpRetry   OpKind = 'r' // back to the schedule after Delay, as Env
 	OpKill    OpKind = 'k' // to the dead-letter store, as Death
 	OpRelease OpKind = 'l' // back to the schedule now, the attempt given back
+	OpSnooze  OpKind = 's' // back to the schedule after Delay, as Env, the attempt given back
 )
 
 // Op is one outcome for Settle to record.
 type Op struct {
 	Kind    OpKind
 	Lease   Lease
-	Delay   time.Duration // OpRetry
-	Env     *job.Envelope // OpRetry: the new envelope (with the last error)
+	Delay   time.Duration // OpRetry, OpSnooze
+	Env     *job.Envelope // OpRetry, OpSnooze: the new envelope (with the last error, the snooze count)
 	Death   Death         // OpKill
 	Expired bool          // the reaper's: the lease must also have run out
 	// Remember (OpAck, OpKill): the id is remembered this long after the

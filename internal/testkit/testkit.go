@@ -210,7 +210,7 @@ func nextID() string { return strconv.FormatUint(driverID.Add(1), 10) }
 
 // Claim claims up to n due jobs of queue, asking its shards in order for
 // what the earlier ones left. Next is the earliest next ready time of the
-// shards (in the first shard's clock).
+// shards (in the first shard's clock); Paused is whether any shard was.
 func (d Driver) Claim(ctx context.Context, queue string, n int, lease time.Duration) (protocol.ClaimResult, error) {
 	shards, err := d.p.Shards(ctx, queue)
 	if err != nil {
@@ -232,6 +232,7 @@ func (d Driver) Claim(ctx context.Context, queue string, n int, lease time.Durat
 		}
 		out.Jobs = append(out.Jobs, res.Jobs...)
 		out.Orphans = append(out.Orphans, res.Orphans...)
+		out.Paused = out.Paused || res.Paused
 		if n > 0 && len(out.Jobs) >= n {
 			break
 		}
