@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/dashboard"
+	"github.com/delayq/delayq/internal/faulttest/fixture"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/periodic"
 )
@@ -19,40 +20,16 @@ type reportArgs struct {
 
 var reportType = job.New[reportArgs]("report.build", job.Queue("reports"))
 
-// schedule runs a scheduler of one schedule on a clock that starts at at
-// and runs at real speed, until the schedule shows in List with ticked (a
-// last run) if asked, then stops it.
+// schedule syncs one schedule from a scheduler whose clock starts at at,
+// until it is stored (with a last run, when ticked).
 func (tb *testBundle) schedule(t *testing.T, at time.Time, name, spec string, ticked bool) {
 	t.Helper()
-	began := time.Now()
-	s, err := periodic.New(tb.b, periodic.Config{Clock: func() time.Time { return at.Add(time.Since(began)) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := periodic.Add(s, name, spec, reportType, reportArgs{Kind: name}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(tb.ctx)
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		list, err := periodic.List(tb.ctx, tb.b, at)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, st := range list {
-			if st.Name == name && (!ticked || !st.Last.IsZero()) {
-				return
-			}
-		}
-	}
-	t.Fatalf("schedule %s not synced within 30s", name)
+	fixture.RunScheduler(t, tb.b, at, func(s *periodic.Scheduler) error {
+		return periodic.Add(s, name, spec, reportType, reportArgs{Kind: name})
+	}, func(list []periodic.Status) bool {
+		st := fixture.Find(list, name)
+		return st != nil && (!ticked || !st.Last.IsZero())
+	})
 }
 
 // The periodic page lists each schedule with its expression, zone, next

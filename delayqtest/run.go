@@ -238,9 +238,9 @@ func (r *Result) RequireRetry(t testing.TB, min, max time.Duration) time.Duratio
 	return r.Delay
 }
 
-// RequireSnooze fails the test unless the handler asked for its next
+// RequireRetryAfter fails the test unless the handler asked for its next
 // attempt after exactly d with retry.After.
-func (r *Result) RequireSnooze(t testing.TB, d time.Duration) {
+func (r *Result) RequireRetryAfter(t testing.TB, d time.Duration) {
 	t.Helper()
 	if r.Outcome != job.OutcomeRetry || r.Reason != "retry.After" || r.Delay != d {
 		t.Fatalf("delayqtest: want a retry.After of %v, got %s", d, r)

@@ -97,10 +97,10 @@ func TestRunOutcomes(t *testing.T) {
 	mustFail(t, func(tb testing.TB) { dead.RequireDead(tb, "retries exhausted") }, `want dead with "retries exhausted"`, "dead (permanent error)")
 	mustFail(t, dead.RequireSuccess, "dead (permanent error): 400 invalid phone number")
 
-	snoozed := run(t, rn, sms, SMS{To: "+1429"})
-	mustPass(t, func(tb testing.TB) { snoozed.RequireSnooze(tb, 5*time.Second) })
-	mustFail(t, func(tb testing.TB) { snoozed.RequireSnooze(tb, time.Second) }, "want a retry.After of 1s", "retry after 5s (retry.After)")
-	mustFail(t, func(tb testing.TB) { retried.RequireSnooze(tb, 2*time.Second) }, "(retry policy)")
+	after := run(t, rn, sms, SMS{To: "+1429"})
+	mustPass(t, func(tb testing.TB) { after.RequireRetryAfter(tb, 5*time.Second) })
+	mustFail(t, func(tb testing.TB) { after.RequireRetryAfter(tb, time.Second) }, "want a retry.After of 1s", "retry after 5s (retry.After)")
+	mustFail(t, func(tb testing.TB) { retried.RequireRetryAfter(tb, 2*time.Second) }, "(retry policy)")
 }
 
 // The retry budget: the attempt after the last retry is dead; the worker's

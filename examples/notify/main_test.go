@@ -74,7 +74,7 @@ func TestProviderAnswersSteerRetries(t *testing.T) {
 	}
 	run("ok").RequireSuccess(t)
 	run("busy").RequireRetry(t, 70*time.Millisecond, 130*time.Millisecond) // 100ms ±30 %
-	run("limited").RequireSnooze(t, 2*time.Second)
+	run("limited").RequireRetryAfter(t, 2*time.Second)
 	run("invalid").RequireDead(t, "provider rejected +1555CALLME: 400")
 	run("nobody").RequireDead(t, "unknown user nobody")
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delayq/delayq/internal/faulttest/fixture"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/periodic"
 )
@@ -21,67 +22,22 @@ var (
 	cleanupType = job.New[digestArgs]("files.cleanup", job.Queue("maintenance"))
 )
 
-// runScheduler runs a scheduler of the schedules add declares on a clock
-// that starts at at and runs at real speed, until List shows until holds,
-// then stops it.
-func runScheduler(t *testing.T, tb *testBundle, at time.Time, add func(s *periodic.Scheduler) error, until func([]periodic.Status) bool) {
-	t.Helper()
-	began := time.Now()
-	s, err := periodic.New(tb.b, periodic.Config{Clock: func() time.Time { return at.Add(time.Since(began)) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := add(s); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(tb.ctx)
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		list, err := periodic.List(tb.ctx, tb.b, at)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if until(list) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("scheduler did not get there within 30s: %+v", list)
-		}
-	}
-}
-
-func byName(list []periodic.Status, name string) *periodic.Status {
-	for i := range list {
-		if list[i].Name == name {
-			return &list[i]
-		}
-	}
-	return nil
-}
-
 // seedPeriodic stores three schedules as of t0: one left behind by an old
 // deploy (stale), one that ticked at 03:03:00 (its scheduler started
 // 0.3 s before) and failed, one that never ran (RunOnce, in Berlin).
 func seedPeriodic(t *testing.T, tb *testBundle) {
 	t.Helper()
-	runScheduler(t, tb, t0.Add(-5*time.Minute-30*time.Second), func(s *periodic.Scheduler) error {
+	fixture.RunScheduler(t, tb.b, t0.Add(-5*time.Minute-30*time.Second), func(s *periodic.Scheduler) error {
 		return periodic.Add(s, "old-cleanup", "0 4 * * 0", cleanupType, digestArgs{})
-	}, func(l []periodic.Status) bool { return byName(l, "old-cleanup") != nil })
-	runScheduler(t, tb, time.Date(2030, 1, 2, 3, 2, 59, 700_000_000, time.UTC), func(s *periodic.Scheduler) error {
+	}, func(l []periodic.Status) bool { return fixture.Find(l, "old-cleanup") != nil })
+	fixture.RunScheduler(t, tb.b, time.Date(2030, 1, 2, 3, 2, 59, 700_000_000, time.UTC), func(s *periodic.Scheduler) error {
 		if err := periodic.Add(s, "hourly-digest", "3 * * * *", digestType, digestArgs{Week: 1}); err != nil {
 			return err
 		}
 		return periodic.Add(s, "nightly-report", "30 2 * * *", digestType, digestArgs{Week: 2},
 			periodic.Zone("Europe/Berlin"), periodic.RunMissedOnce(6*time.Hour))
 	}, func(l []periodic.Status) bool {
-		st := byName(l, "hourly-digest")
+		st := fixture.Find(l, "hourly-digest")
 		return st != nil && !st.Last.IsZero()
 	})
 	// The tick's job failed, outside a worker: "failed" with its error.
