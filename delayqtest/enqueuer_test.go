@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -222,4 +223,35 @@ func TestEnqueuerReplaceAndExpiry(t *testing.T) {
 	mustFail(t, func(tb testing.TB) {
 		delayqtest.RequireEnqueued(tb, e, cancelUnpaid, delayqtest.ExpiresIn(time.Hour, time.Second))
 	}, "(replaced) — not expires in 1h0m0s (±1s)", "not expires in 1h0m0s")
+}
+
+// A job.Unique job without an id gets the id the broker derives from its
+// type and arguments, so the same arguments make the same (pending) job.
+func TestEnqueuerUniqueDerivesID(t *testing.T) {
+	t.Parallel()
+	remind := job.New[Order]("order.remind", job.Unique(time.Hour))
+	// A clock that moves, so no two envelopes share a creation time (the
+	// very envelope sent again is accepted as a resend).
+	var mu sync.Mutex
+	now := epoch
+	e := &delayqtest.Enqueuer{Now: func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		now = now.Add(time.Millisecond)
+		return now
+	}}
+	env, err := remind.Enqueue(ctx, e, Order{ID: "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := job.UniqueID("order.remind", env.Payload); env.ID != want {
+		t.Errorf("id %q, want the derived %q", env.ID, want)
+	}
+	if _, err := remind.Enqueue(ctx, e, Order{ID: "1"}); !errors.Is(err, broker.ErrDuplicate) {
+		t.Errorf("the same arguments again: %v, want broker.ErrDuplicate", err)
+	}
+	if _, err := remind.Enqueue(ctx, e, Order{ID: "2"}); err != nil {
+		t.Errorf("other arguments: %v", err)
+	}
+	mustPass(t, func(tb testing.TB) { delayqtest.RequireEnqueuedN(tb, e, remind, 2) })
 }
