@@ -112,6 +112,8 @@ type queueStatsJSON struct {
 	OldestDue  *string `json:"oldest_due,omitempty"`
 	LatenessMS int64   `json:"lateness_ms"`
 	NextReady  *string `json:"next_ready,omitempty"`
+	Paused     bool    `json:"paused"`
+	Parked     int64   `json:"parked"`
 }
 
 func (a *app) readStats(ctx context.Context, b *broker.Broker, queues []string) ([]broker.QueueStats, error) {
@@ -148,6 +150,7 @@ func (a *app) showStats(ctx context.Context, b *broker.Broker, queues []string, 
 			out.Queues[i] = queueStatsJSON{
 				Queue: s.Queue, Scheduled: s.Scheduled, Due: s.Due, Processing: s.Processing, Dead: s.Dead,
 				OldestDue: jsonTime(s.OldestDue), LatenessMS: s.Lateness().Milliseconds(), NextReady: jsonTime(s.NextReady),
+				Paused: s.Paused, Parked: s.Parked,
 			}
 		}
 		for i, r := range relays {
@@ -170,7 +173,14 @@ func (a *app) showStats(ctx context.Context, b *broker.Broker, queues []string, 
 		if !s.OldestDue.IsZero() {
 			late = fmtDur(s.Lateness()) + " late"
 		}
-		t.row(s.Queue, num(s.Scheduled), num(s.Due), num(s.Processing), num(s.Dead), late, relative(s.NextReady, s.Now))
+		name := s.Queue
+		switch {
+		case s.Paused:
+			name += " (paused)"
+		case len(s.PausedTypes) > 0:
+			name += " (types paused)"
+		}
+		t.row(name, num(s.Scheduled), num(s.Due), num(s.Processing), num(s.Dead), late, relative(s.NextReady, s.Now))
 		tot.Scheduled += s.Scheduled
 		tot.Due += s.Due
 		tot.Processing += s.Processing

@@ -1,0 +1,159 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/job"
+)
+
+func (a *app) queuesCommand() *cobra.Command {
+	ls := &cobra.Command{
+		Use:   "ls",
+		Short: "List the queues: paused or active, paused job types, parked jobs",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			b, err := a.broker(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return a.listQueues(cmd.Context(), b)
+		},
+	}
+	return group("queues", "List, pause and resume queues", ls, a.pauseCommand(true), a.pauseCommand(false))
+}
+
+// pauseCommand is "queues pause" (pause) or "queues resume".
+func (a *app) pauseCommand(pause bool) *cobra.Command {
+	var typ string
+	use, short, long := "resume QUEUE", "Resume a paused queue, or a paused job type with --type",
+		`Resume a queue: its workers are woken and claim its due jobs again. With
+--type, resume one job type of the queue: its parked jobs go back to the
+schedule (due at once), and the count of them is printed. Resuming what is
+not paused changes nothing.`
+	if pause {
+		use, short, long = "pause QUEUE", "Pause a queue, or one job type of it with --type",
+			`Pause a queue: from now on no worker claims its jobs (checked inside the
+claim script) until it is resumed. Jobs go on being enqueued, retried and
+cancelled; running jobs run to their end. With --type, pause only the jobs of
+that type: a claim sets its due jobs aside (parked) and claims the others.
+Pausing what is paused changes nothing.`
+	}
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Long:  long,
+		Args:  exactArgs(1, "one queue name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			q := args[0]
+			if err := job.ValidateQueue(q); err != nil {
+				return usagef("invalid queue: %v", err)
+			}
+			if typ != "" {
+				if err := job.ValidateType(typ); err != nil {
+					return usagef("invalid --type: %v", err)
+				}
+			}
+			b, err := a.broker(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return a.setPause(cmd.Context(), b, q, typ, pause)
+		},
+	}
+	cmd.Flags().StringVar(&typ, "type", "", "only this job type of the queue")
+	return cmd
+}
+
+func (a *app) setPause(ctx context.Context, b *broker.Broker, q, typ string, pause bool) error {
+	var (
+		back int64
+		err  error
+	)
+	switch {
+	case pause && typ == "":
+		err = b.Pause(ctx, q)
+	case pause:
+		err = b.PauseType(ctx, q, typ)
+	case typ == "":
+		err = b.Resume(ctx, q)
+	default:
+		back, err = b.ResumeType(ctx, q, typ)
+	}
+	if err != nil {
+		return err
+	}
+	verb := "resumed"
+	if pause {
+		verb = "paused"
+	}
+	if a.json {
+		out := map[string]any{"queue": q, "paused": pause}
+		if typ != "" {
+			out["type"] = typ
+		}
+		if !pause && typ != "" {
+			out["parked_jobs_back"] = back
+		}
+		return a.printJSON(out)
+	}
+	what := "queue " + q
+	if typ != "" {
+		what = "job type " + typ + " in queue " + q
+	}
+	msg := verb + " " + what
+	if !pause && typ != "" {
+		msg += fmt.Sprintf(": %d parked jobs back on the schedule", back)
+	}
+	_, err = fmt.Fprintln(a.stdout, termSafe(msg, false))
+	return err
+}
+
+type queueJSON struct {
+	Queue       string   `json:"queue"`
+	Paused      bool     `json:"paused"`
+	PausedTypes []string `json:"paused_types"`
+	Parked      int64    `json:"parked"`
+	Scheduled   int64    `json:"scheduled"`
+	Due         int64    `json:"due"`
+	Processing  int64    `json:"processing"`
+}
+
+func (a *app) listQueues(ctx context.Context, b *broker.Broker) error {
+	all, err := b.AllStats(ctx)
+	if err != nil {
+		return err
+	}
+	if a.json {
+		out := make([]queueJSON, len(all))
+		for i, s := range all {
+			out[i] = queueJSON{Queue: s.Queue, Paused: s.Paused, PausedTypes: s.PausedTypes, Parked: s.Parked,
+				Scheduled: s.Scheduled, Due: s.Due, Processing: s.Processing}
+			if out[i].PausedTypes == nil {
+				out[i].PausedTypes = []string{}
+			}
+		}
+		return a.printJSON(map[string]any{"queues": out})
+	}
+	if len(all) == 0 {
+		fmt.Fprintln(a.stdout, "no queues yet: nothing was ever enqueued in namespace", orDash(b.Namespace()))
+		return nil
+	}
+	t := newTable(a.stdout, "QUEUE", "STATE", "PAUSED TYPES", "PARKED", "SCHEDULED", "DUE", "PROCESSING")
+	for _, s := range all {
+		state := "active"
+		if s.Paused {
+			state = "paused"
+		}
+		types := "-"
+		if len(s.PausedTypes) > 0 {
+			types = strings.Join(s.PausedTypes, ",")
+		}
+		t.row(s.Queue, state, types, num(s.Parked), num(s.Scheduled), num(s.Due), num(s.Processing))
+	}
+	return t.flush()
+}
