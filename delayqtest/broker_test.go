@@ -27,6 +27,7 @@ func TestRunnerAgreesWithWorker(t *testing.T) {
 		"budget spent":    {job.ID("budget-spent"), job.MaxRetries(0)},
 		"permanent":       {job.ID("permanent")},
 		"retry.After":     {job.ID("after")},
+		"retry.Snooze":    {job.ID("snooze")},
 		"success":         {job.ID("success")},
 		"decode is fine":  {job.ID("plain")},
 		"header and more": {job.ID("header"), job.Header("k", "v")},
@@ -37,6 +38,8 @@ func TestRunnerAgreesWithWorker(t *testing.T) {
 			return retry.Permanent(errors.New("no"))
 		case "after":
 			return retry.After(3*time.Hour, errors.New("later"))
+		case "snooze":
+			return retry.Snooze(4 * time.Hour)
 		case "success", "plain":
 			return nil
 		}

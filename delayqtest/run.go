@@ -50,9 +50,14 @@ type Result struct {
 	// Delay is how long until the next attempt, for a retry.
 	Delay time.Duration
 	// Reason says why a failure retries or dies, as retry.Decision.Reason:
-	// "permanent error", "retries exhausted (...)", "retry.After" or
-	// "retry policy".
+	// "permanent error", "retries exhausted (...)", "retry.Snooze",
+	// "retry.After" or "retry policy".
 	Reason string
+	// Snoozed: the handler returned retry.Snooze, so the job comes back
+	// after Delay and the attempt is given back (Outcome is
+	// job.OutcomeRetry), as long as the job has snoozed fewer than
+	// retry.MaxSnoozes times.
+	Snoozed bool
 	// Message is what the handler was given.
 	Message *job.Message
 }
@@ -89,24 +94,31 @@ func Run[T any](ctx context.Context, r *Runner, typ *job.Type[T], args T, opts .
 // RunAll runs a job of type typ with args and opts attempt after attempt,
 // without waiting for the retry delays, until an attempt succeeds or the
 // job is dead, and returns every attempt's result in order (at most the
-// job's MaxRetries+1). Each retry carries the previous attempt's error as
-// LastError, as a worker's does. Errors are Run's.
+// job's MaxRetries+1, plus its snoozes). Each retry carries the previous
+// attempt's error as LastError, as a worker's does; a snooze gives its
+// attempt back (the next run has the same attempt number) and counts in
+// Snoozes, up to retry.MaxSnoozes. Errors are Run's.
 func RunAll[T any](ctx context.Context, r *Runner, typ *job.Type[T], args T, opts ...job.Option) ([]*Result, error) {
 	env, err := typ.Envelope(args, opts...)
 	if err != nil {
 		return nil, err
 	}
 	var out []*Result
-	for attempt := 1; ; attempt++ {
+	for attempt := 1; ; {
 		res, err := r.Attempt(ctx, env, attempt)
 		if err != nil {
 			return out, err
 		}
 		out = append(out, res)
-		if res.Outcome != job.OutcomeRetry {
+		switch {
+		case res.Outcome != job.OutcomeRetry:
 			return out, nil
+		case res.Snoozed:
+			env.Snoozes++ // the attempt is given back
+		default:
+			env.LastError = res.Err.Error()
+			attempt++
 		}
-		env.LastError = res.Err.Error()
 	}
 }
 
@@ -181,8 +193,13 @@ func (r *Runner) Attempt(ctx context.Context, env *job.Envelope, attempt int) (*
 	err := call(ctx, job.Chain(h, mws...), m)
 	res := &Result{Outcome: job.OutcomeSuccess, Err: err, Message: m}
 	if err != nil {
+		if _, ok := retry.SnoozeDelay(err); ok && m.Snoozes >= retry.MaxSnoozes {
+			// The worker's cap: this snooze is a failed attempt.
+			err = fmt.Errorf("snoozed %d times, the cap (retry.MaxSnoozes); last: %s", m.Snoozes, err.Error())
+			res.Err = err
+		}
 		d := retry.Decide(m.Attempt, m.MaxRetries, r.policy(m, entry), err)
-		res.Reason, res.Delay, res.Outcome = d.Reason, d.Delay, job.OutcomeRetry
+		res.Reason, res.Delay, res.Outcome, res.Snoozed = d.Reason, d.Delay, job.OutcomeRetry, d.Snooze
 		if d.Dead {
 			res.Delay, res.Outcome = 0, job.OutcomeDead
 		}
@@ -244,6 +261,15 @@ func (r *Result) RequireRetryAfter(t testing.TB, d time.Duration) {
 	t.Helper()
 	if r.Outcome != job.OutcomeRetry || r.Reason != "retry.After" || r.Delay != d {
 		t.Fatalf("delayqtest: want a retry.After of %v, got %s", d, r)
+	}
+}
+
+// RequireSnooze fails the test unless the handler snoozed the job for
+// exactly d with retry.Snooze: back after d, its attempt given back.
+func (r *Result) RequireSnooze(t testing.TB, d time.Duration) {
+	t.Helper()
+	if r.Outcome != job.OutcomeRetry || !r.Snoozed || r.Delay != d {
+		t.Fatalf("delayqtest: want a retry.Snooze of %v, got %s", d, r)
 	}
 }
 

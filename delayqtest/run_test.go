@@ -275,3 +275,48 @@ func TestRunExpired(t *testing.T) {
 		t.Errorf("the handler ran %d times, want once (before the expiry)", called)
 	}
 }
+
+// retry.Snooze brings the job back after its delay and gives the attempt
+// back, up to retry.MaxSnoozes; RunAll follows snoozes at the same
+// attempt number.
+func TestRunSnooze(t *testing.T) {
+	t.Parallel()
+	sms := job.New[SMS]("sms.send", job.MaxRetries(0))
+	var calls []int
+	rn := runner(t, sms, func(_ context.Context, j *job.Job[SMS]) error {
+		calls = append(calls, j.Attempt)
+		if j.Snoozes < 2 {
+			return retry.Snooze(3 * time.Second)
+		}
+		return nil
+	})
+	first := run(t, rn, sms, SMS{To: "+1"})
+	mustPass(t, func(tb testing.TB) { first.RequireSnooze(tb, 3*time.Second) })
+	mustFail(t, func(tb testing.TB) { first.RequireSnooze(tb, time.Second) }, "want a retry.Snooze of 1s", "retry after 3s (retry.Snooze)")
+	mustFail(t, func(tb testing.TB) { first.RequireRetryAfter(tb, 3*time.Second) }, "want a retry.After of 3s")
+
+	calls = nil
+	results, err := delayqtest.RunAll(ctx, rn, sms, SMS{To: "+1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// MaxRetries(0): a failed attempt would be dead, but snoozes spend none.
+	if len(results) != 3 || results[2].Outcome != job.OutcomeSuccess || fmt.Sprint(calls) != "[1 1 1]" {
+		t.Fatalf("results %v, attempts %v; want two snoozes at attempt 1, then a success", results, calls)
+	}
+
+	// At the cap, a snooze is a failed attempt like any other.
+	env, err := sms.Envelope(SMS{To: "+1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.Snoozes, env.MaxRetries = retry.MaxSnoozes, 3
+	always := runner(t, sms, func(context.Context, *job.Job[SMS]) error { return retry.Snooze(time.Second) })
+	res, err := always.Attempt(ctx, env, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Snoozed || res.Outcome != job.OutcomeRetry || res.Reason != "retry policy" || !strings.Contains(res.Err.Error(), "the cap (retry.MaxSnoozes)") {
+		t.Errorf("a snooze at the cap: %s, want a failed attempt", res)
+	}
+}
