@@ -15,8 +15,8 @@ var aclCommands = []string{
 	// called by scripts
 	"time", "type", "pexpire",
 	"get", "set", "incr", "incrby",
-	"hset", "hsetnx", "hdel", "hexists", "hincrby", "hgetall", "expire",
-	"zadd", "zrem", "zrange", "zrangebyscore", "zremrangebyrank", "zcard", "zcount", "zrank",
+	"hset", "hsetnx", "hdel", "hexists", "hincrby", "hgetall", "hkeys", "expire",
+	"zadd", "zrem", "zrange", "zrangebyscore", "zremrangebyrank", "zremrangebyscore", "zmscore", "zcard", "zcount", "zrank",
 	"publish",
 }
 

@@ -14,18 +14,46 @@ var _ job.Controller = (*Broker)(nil)
 
 // Cancel removes a job that is still scheduled, so it never runs. It returns
 // an error wrapping ErrInProgress when a worker holds the job (nothing
-// changed) and ErrNotFound when the queue has no such pending job.
+// changed) and ErrNotFound when the queue has no such pending job. To stop
+// a running job too, use CancelJob.
 func (b *Broker) Cancel(ctx context.Context, queue, id string) error {
+	_, err := b.cancel(ctx, queue, id, false)
+	return err
+}
+
+// Cancelled is what CancelJob did.
+type Cancelled struct {
+	// Running: a worker was running the job; it was told to stop (its
+	// handler's context is cancelled with cause ErrCanceled) and the job
+	// ends in the dead letters with Reason ReasonCancelled once the handler
+	// returns an error (a handler that returns nil has done its work, and
+	// the job is acknowledged). False: the job was scheduled and is gone.
+	Running bool
+}
+
+// CancelJob cancels a job whether it is scheduled (removed, it never runs)
+// or running: the worker that holds it is told on the queue's cancel
+// channel, and its heartbeat finds the request too (within a third of its
+// lease) if the notice was missed; a job whose worker died meanwhile is
+// ended as cancelled by the reaper instead of retried. It returns an error
+// wrapping ErrNotFound when the queue has no such pending job.
+func (b *Broker) CancelJob(ctx context.Context, queue, id string) (Cancelled, error) {
+	code, err := b.cancel(ctx, queue, id, true)
+	return Cancelled{Running: code == 2}, err
+}
+
+func (b *Broker) cancel(ctx context.Context, queue, id string, running bool) (int64, error) {
 	s, err := b.shardOf(ctx, queue, id)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	k := s.Keys()
-	res, err := b.run(ctx, cancelScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Parked}, id)
+	res, err := b.run(ctx, cancelScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Parked, k.Leases, k.Cancels}, id, flag(running), k.Cancel)
 	if err != nil {
-		return queueErr(queue, err)
+		return 0, queueErr(queue, err)
 	}
-	return stateResult(queue, id, res)
+	code, _ := res.(int64)
+	return code, stateResult(queue, id, res)
 }
 
 // Reschedule moves a scheduled job to ready at at (the zero time means now).

@@ -38,6 +38,10 @@ type deadWire struct {
 // its expiry (job.ExpireAt). Redrive runs such a job without its expiry.
 const ReasonExpired = "expired"
 
+// ReasonCancelled is the DeadRecord.Reason of a job cancelled while it ran
+// (CancelJob).
+const ReasonCancelled = "cancelled"
+
 // expiryTail is the end of a body with an expiry (job.Envelope.ExpireAt,
 // its last field).
 var expiryTail = regexp.MustCompile(`,"x":"[0-9]+d?"}$`)

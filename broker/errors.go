@@ -34,6 +34,11 @@ var (
 	// first call stored the job, and never stores it twice.
 	ErrOutcomeUnknown = errors.New("broker: outcome unknown")
 
+	// ErrCanceled is the cause of a running handler's context when its job
+	// was cancelled (Broker.CancelJob): context.Cause(ctx) wraps it. The job
+	// ends in the dead letters with Reason ReasonCancelled, not retried.
+	ErrCanceled = errors.New("broker: job cancelled")
+
 	// ErrPayloadTooLarge: the payload is over the broker's cap.
 	ErrPayloadTooLarge = errors.New("broker: payload too large")
 )

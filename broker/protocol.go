@@ -158,7 +158,7 @@ func (w workerSide) Settle(ctx context.Context, s keyspace.Shard, c protocol.Cal
 			}
 			a, b = durUS(op.Delay), body
 		case protocol.OpKill:
-			rec := &DeadRecord{ID: op.Lease.ID, Queue: s.Queue(), Type: op.Death.Type, Body: op.Death.Body, Error: op.Death.Error, Attempts: op.Death.Attempts}
+			rec := &DeadRecord{ID: op.Lease.ID, Queue: s.Queue(), Type: op.Death.Type, Body: op.Death.Body, Error: op.Death.Error, Attempts: op.Death.Attempts, Reason: op.Death.Reason}
 			data, err := marshalDead(rec)
 			if err != nil {
 				return nil, err
@@ -170,7 +170,7 @@ func (w workerSide) Settle(ctx context.Context, s keyspace.Shard, c protocol.Cal
 		}
 		args = append(args, string(op.Kind), op.Lease.ID, tokenArg(op.Lease.Token), a, b, flag(op.Expired))
 	}
-	res, err := w.b.run(ctx, settleScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Dead, k.DeadIndex, k.Hist, k.Workers + c.ID, k.Unique}, args...)
+	res, err := w.b.run(ctx, settleScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Dead, k.DeadIndex, k.Hist, k.Workers + c.ID, k.Unique, k.Cancels}, args...)
 	if res == nil {
 		return nil, queueErr(s.Queue(), err)
 	}
@@ -222,7 +222,7 @@ func (w workerSide) Extend(ctx context.Context, lease time.Duration, leases ...p
 		for _, i := range idx {
 			args = append(args, leases[i].ID, tokenArg(leases[i].Token))
 		}
-		res, err := w.b.run(ctx, extendScript, []string{k.Processing, k.Leases}, args...)
+		res, err := w.b.run(ctx, extendScript, []string{k.Processing, k.Leases, k.Cancels}, args...)
 		var oks []int64
 		if res != nil {
 			oks, err = int64s(res, len(idx))
@@ -231,6 +231,8 @@ func (w workerSide) Extend(ctx context.Context, lease time.Duration, leases ...p
 			switch {
 			case oks == nil:
 				errs[i] = queueErr(sh.Queue(), err)
+			case oks[j] == 2:
+				errs[i] = fmt.Errorf("%w: job %q in queue %q (token %d)", ErrCanceled, leases[i].ID, leases[i].Queue(), leases[i].Token)
 			case oks[j] != 1:
 				errs[i] = lostErr(leases[i])
 			}
@@ -245,12 +247,12 @@ func (w workerSide) Extend(ctx context.Context, lease time.Duration, leases ...p
 
 func (w workerSide) Reap(ctx context.Context, s keyspace.Shard, limit int) (protocol.ReapResult, error) {
 	k := s.Keys()
-	res, err := w.b.run(ctx, reapScript, []string{k.Processing, k.Jobs, k.Attempts, k.Leases}, limit)
+	res, err := w.b.run(ctx, reapScript, []string{k.Processing, k.Jobs, k.Attempts, k.Leases, k.Cancels}, limit)
 	if res == nil {
 		return protocol.ReapResult{}, queueErr(s.Queue(), err)
 	}
 	parts, ok := res.([]any)
-	if !ok || len(parts) != 3 {
+	if !ok || len(parts) != 4 {
 		return protocol.ReapResult{}, fmt.Errorf("broker: reap: unexpected reply %v", res)
 	}
 	now, _ := parts[0].(int64)
@@ -259,7 +261,22 @@ func (w workerSide) Reap(ctx context.Context, s keyspace.Shard, limit int) (prot
 		return protocol.ReapResult{}, err
 	}
 	out.Orphans, err = strs(parts[2])
+	if err != nil {
+		return protocol.ReapResult{}, err
+	}
+	cancelled, err := strs(parts[3])
+	for _, id := range cancelled {
+		for i := range out.Jobs {
+			if out.Jobs[i].ID == id {
+				out.Jobs[i].Cancelled = true
+			}
+		}
+	}
 	return out, err
+}
+
+func (w workerSide) Cancels(ctx context.Context, queues []string) (<-chan protocol.CancelNotice, func()) {
+	return w.b.cancels(ctx, queues)
 }
 
 func (w workerSide) Wakeups(ctx context.Context, queues []string) (<-chan string, func()) {

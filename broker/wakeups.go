@@ -2,12 +2,15 @@ package broker
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/protocol"
 )
 
 // wakeups subscribes to the wake-up notices of queues: a queue's name is
@@ -59,6 +62,54 @@ func (b *Broker) wakeups(ctx context.Context, queues []string) (notices <-chan s
 				select {
 				case out <- byChannel[m.Channel]:
 				default: // a notice is already pending; one is enough
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	var once sync.Once
+	return out, func() {
+		once.Do(func() {
+			close(done)
+			_ = ps.Close()
+		})
+	}
+}
+
+// cancels subscribes to the cancel notices of queues ("<id>\n<token>" on
+// each queue's cancel channel). Notices are hints: a worker's heartbeat
+// finds the same request in the cancels hash. stop unsubscribes and
+// closes the channel.
+func (b *Broker) cancels(ctx context.Context, queues []string) (<-chan protocol.CancelNotice, func()) {
+	byChannel := make(map[string]string, len(queues))
+	channels := make([]string, 0, len(queues))
+	for _, q := range queues {
+		c := keyspace.CancelChannel(b.ns, q)
+		byChannel[c] = q
+		channels = append(channels, c)
+	}
+	ps := b.rdb.Subscribe(ctx, channels...)
+	out := make(chan protocol.CancelNotice, 64)
+	done := make(chan struct{})
+	go func() {
+		defer close(out)
+		in := ps.Channel()
+		for {
+			select {
+			case m, ok := <-in:
+				if !ok {
+					return
+				}
+				id, tok, found := strings.Cut(m.Payload, "\n")
+				token, err := strconv.ParseInt(tok, 10, 64)
+				if !found || err != nil {
+					continue
+				}
+				select {
+				case out <- protocol.CancelNotice{Queue: byChannel[m.Channel], ID: id, Token: token}:
+				case <-done:
+					return
 				}
 			case <-done:
 				return

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 
 	"github.com/delayq/delayq/broker"
@@ -32,6 +33,12 @@ func (w *Worker) heartbeat(bg context.Context) {
 		case errors.Is(e, broker.ErrLeaseLost):
 			if w.slots.lost(leases[i], broker.ErrLeaseLost) {
 				w.log.Warn().Str("job_id", leases[i].ID).Str("queue", leases[i].Queue()).Msg("lease lost; cancelling the handler")
+			}
+		case errors.Is(e, broker.ErrCanceled):
+			// The cancel notice was missed (or is on its way): the same
+			// request, read from Redis.
+			if w.slots.lost(leases[i], broker.ErrCanceled) {
+				w.log.Info().Str("job_id", leases[i].ID).Str("queue", leases[i].Queue()).Msg("job cancelled; cancelling the handler")
 			}
 		default:
 			w.log.Error().Err(e).Str("job_id", leases[i].ID).Msg("heartbeat failed")
@@ -105,6 +112,12 @@ func (w *Worker) expiry(c *protocol.Claimed) protocol.Op {
 		return protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Death: death(c, nil, c.Err), Expired: true}
 	}
 	m := c.Message()
+	if c.Cancelled {
+		// Asked to stop while its worker died: cancelled, not retried.
+		d := death(c, m, fmt.Errorf("%w while running; its worker stopped before it ended", broker.ErrCanceled))
+		d.Reason = broker.ReasonCancelled
+		return protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Death: d, Expired: true}
+	}
 	m.Attempt = max(c.Attempt, 1)
 	entry, _ := w.cfg.Registry.Lookup(m.Type)
 	if d := w.decide(m, entry, ErrLeaseExpired); !d.Dead {

@@ -54,6 +54,16 @@ func (w *Worker) process(ctx context.Context, claimedAt time.Time, c *protocol.C
 		settle(job.Result{Outcome: job.OutcomeReleased, Err: err})
 		return
 	}
+	if err != nil && errors.Is(context.Cause(ctx), broker.ErrCanceled) {
+		// Cancelled while it ran (Broker.CancelJob): it ends here, in the
+		// dead letters with the reason, and is not retried.
+		d := death(c, m, fmt.Errorf("%w while running: %v", broker.ErrCanceled, err))
+		d.Reason = broker.ReasonCancelled
+		w.record(t, protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Death: d}, func(r protocol.Settled) {
+			settle(settled(job.Result{Outcome: job.OutcomeDead, Err: err}, r.Err))
+		})
+		return
+	}
 	if err == nil {
 		w.record(t, protocol.Op{Kind: protocol.OpAck, Lease: c.Lease, Remember: remember(c.Envelope, false)}, func(r protocol.Settled) {
 			settle(settled(job.Result{Outcome: job.OutcomeSuccess}, r.Err))

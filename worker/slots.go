@@ -98,6 +98,21 @@ func (s *slots) lost(l protocol.Lease, cause error) bool {
 	return true
 }
 
+// cancelled handles a cancel notice: the handler of the running job id of
+// queue under token is cancelled with cause (broker.ErrCanceled). It
+// reports whether such a job was running.
+func (s *slots) cancelled(queue, id string, token int64, cause error) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for l, t := range s.inflight {
+		if l.ID == id && l.Token == token && l.Queue() == queue && !t.settled && !t.released {
+			t.cancel(cause)
+			return true
+		}
+	}
+	return false
+}
+
 // close starts the shutdown: it returns how many jobs run and a channel
 // closed once none does.
 func (s *slots) close() (running int, idle <-chan struct{}) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/job"
 )
@@ -106,6 +107,9 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	notices, unsubscribe := w.b.Wakeups(bg, names)
 	defer unsubscribe()
+	cancels, stopCancels := w.b.Cancels(bg, names)
+	defer stopCancels()
+	go w.listenCancels(cancels)
 
 	// The heartbeat keeps running through the shutdown wait; the reaper and
 	// the fetcher stop with ctx.
@@ -131,6 +135,16 @@ func (w *Worker) Run(ctx context.Context) error {
 	<-settlerDone
 	w.log.Info().Msg("worker stopped")
 	return nil
+}
+
+// listenCancels cancels the handlers of the running jobs that
+// Broker.CancelJob asks to stop, until notices is closed.
+func (w *Worker) listenCancels(notices <-chan protocol.CancelNotice) {
+	for n := range notices {
+		if w.slots.cancelled(n.Queue, n.ID, n.Token, broker.ErrCanceled) {
+			w.log.Info().Str("job_id", n.ID).Str("queue", n.Queue).Msg("job cancelled; cancelling the handler")
+		}
+	}
 }
 
 // warnUnserved logs a warning for each registered type whose queue this

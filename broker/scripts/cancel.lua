@@ -1,15 +1,24 @@
--- cancel: remove a job that is still scheduled.
+-- cancel: remove a job that is still scheduled; optionally ask the worker
+-- that runs a job to stop it.
 --
 -- KEYS[1] -> ns:{q}:scheduled   ZSET id -> ready ms
 -- KEYS[2] -> ns:{q}:processing  ZSET id -> lease deadline ms
 -- KEYS[3] -> ns:{q}:jobs        HASH id -> envelope
 -- KEYS[4] -> ns:{q}:attempts    HASH id -> attempts spent
 -- KEYS[5] -> ns:{q}:parked      ZSET id -> ready ms (jobs of paused types)
+-- KEYS[6] -> ns:{q}:leases      HASH id -> fencing token
+-- KEYS[7] -> ns:{q}:cancels     HASH id -> token of a running job asked to stop
 -- ARGV[1] -> now ms (unused)
 -- ARGV[2] -> id
+-- ARGV[3] -> "1": a running job is asked to stop; "0": it is left alone
+-- ARGV[4] -> cancel channel
 --
--- Returns 1 cancelled, -1 in progress (nothing changed), 0 not found.
-local bad = expect({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[4], 'hash', KEYS[5], 'zset'})
+-- Returns 1 cancelled (it was scheduled or parked: removed), 2 running and
+-- asked to stop (KEYS[7][id] = its token, "<id>\n<token>" published; the
+-- worker's heartbeat reads the mark when the notice is missed), -1 in
+-- progress with ARGV[3] "0" (nothing changed), 0 not found.
+local bad = expect({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[4], 'hash', KEYS[5], 'zset',
+  KEYS[6], 'hash', KEYS[7], 'hash'})
 if bad then
   return bad
 end
@@ -20,6 +29,12 @@ if redis.call('ZREM', KEYS[1], id) == 1 or redis.call('ZREM', KEYS[5], id) == 1 
   return 1
 end
 if redis.call('ZSCORE', KEYS[2], id) then
-  return -1
+  local token = redis.call('HGET', KEYS[6], id)
+  if ARGV[3] ~= '1' or not token then
+    return -1
+  end
+  redis.call('HSET', KEYS[7], id, token)
+  redis.call('PUBLISH', ARGV[4], id .. '\n' .. token)
+  return 2
 end
 return 0

@@ -4,10 +4,14 @@
 -- KEYS[2] -> ns:{q}:jobs        HASH id -> envelope
 -- KEYS[3] -> ns:{q}:attempts    HASH id -> attempts spent
 -- KEYS[4] -> ns:{q}:leases      HASH id -> fencing token
+-- KEYS[5] -> ns:{q}:cancels     HASH id -> token of a running job asked to stop
 -- ARGV[1] -> now ms ("" = server TIME)
 -- ARGV[2] -> the most jobs to return
 --
--- Returns {now, jobs, orphans}: jobs is a flat list of id, token, attempt,
+-- Returns {now, jobs, orphans, cancelled}: cancelled lists the ids among
+-- jobs whose lease was asked to stop (Broker.CancelJob): the caller ends
+-- them as cancelled rather than retrying them.
+-- In jobs, jobs is a flat list of id, token, attempt,
 -- deadline ms, envelope; nothing about them changes here (the caller retries
 -- or kills each with its token, and those scripts check the lease is still
 -- expired). orphans lists processing ids without an envelope, removed.
@@ -15,13 +19,13 @@
 -- returned with token 0, which no claim hands out. An attempts counter that
 -- is not an integer gives attempt -1, a job without a lease attempt -2: the
 -- caller reports the job corrupt and dead-letters it.
-local bad = expect({KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'hash', KEYS[4], 'hash'})
+local bad = expect({KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'hash', KEYS[4], 'hash', KEYS[5], 'hash'})
 if bad then
   return bad
 end
 local now = now_ms()
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[2]))
-local jobs, orphans = {}, {}
+local jobs, orphans, cancelled = {}, {}, {}
 for i = 1, #expired, 2 do
   local id = expired[i]
   local body = redis.call('HGET', KEYS[2], id)
@@ -46,6 +50,10 @@ for i = 1, #expired, 2 do
       token = '0'
       redis.call('HSET', KEYS[4], id, token)
     end
+    local mark = redis.call('HGET', KEYS[5], id)
+    if mark and mark == token then
+      cancelled[#cancelled + 1] = id
+    end
     jobs[#jobs + 1] = id
     jobs[#jobs + 1] = tonumber(token)
     jobs[#jobs + 1] = attempt
@@ -58,4 +66,4 @@ for i = 1, #expired, 2 do
     orphans[#orphans + 1] = id
   end
 end
-return {now, jobs, orphans}
+return {now, jobs, orphans, cancelled}

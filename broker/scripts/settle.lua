@@ -14,6 +14,9 @@
 -- KEYS[10] -> ns:{q}:unique     ZSET id -> remembered until ms (job.Unique);
 --                               touched only by acks and kills with a
 --                               window
+-- KEYS[11] -> ns:{q}:cancels    HASH id -> token of a running job asked to
+--                               stop; a kill clears the job's mark (touched
+--                               only by kills)
 -- ARGV[1] -> now ms ("" = server TIME)
 -- ARGV[2] -> lane: the record field of this kind of call ("settle", "reap")
 -- ARGV[3] -> call id, chosen by the worker: a call with the id of the
@@ -68,7 +71,7 @@ end
 local FIRST, WIDTH = 8, 6
 local KINDS = {a = true, r = true, k = true, l = true, s = true}
 local ids = {}
-local remembers = false
+local remembers, kills = false, false
 for i = FIRST, #ARGV, WIDTH do
   if not KINDS[ARGV[i]] then
     return redis.error_reply('ERR delayq: settle: unknown operation ' .. tostring(ARGV[i]) .. '; nothing was changed')
@@ -76,6 +79,15 @@ for i = FIRST, #ARGV, WIDTH do
   ids[#ids + 1] = ARGV[i + 1]
   if (ARGV[i] == 'a' or ARGV[i] == 'k') and ARGV[i + 3] ~= '' then
     remembers = true
+  end
+  if ARGV[i] == 'k' then
+    kills = true
+  end
+end
+if kills then
+  bad = expect({KEYS[11], 'hash'})
+  if bad then
+    return bad
   end
 end
 if remembers then
@@ -130,6 +142,7 @@ for k = 1, #ids do
     redis.call('HDEL', KEYS[3], id)
     redis.call('HDEL', KEYS[4], id)
     redis.call('HDEL', KEYS[5], id)
+    redis.call('HDEL', KEYS[11], id)
     redis.call('HSET', KEYS[6], id, ARGV[i + 4])
     redis.call('ZADD', KEYS[7], now, id)
     died = died + 1

@@ -37,9 +37,11 @@ type Keys struct {
 	Counts     string // HASH counter -> n: expired_dropped
 	Paused     string // HASH "*" -> paused at (the queue), "t:<type>" -> paused at (a type)
 	Parked     string // ZSET id -> ready ms: due jobs of paused types, set aside by claim
+	Cancels    string // HASH id -> fencing token of a running job asked to stop (Broker.CancelJob)
 	Hist       string // prefix of the per-minute history hashes: Hist + minute
 	Workers    string // prefix of the workers' call records: Workers + worker id (HASH lane -> last call)
 	Wake       string // Pub/Sub channel of the user's queue (shared by its shards), not a key
+	Cancel     string // Pub/Sub channel of cancel notices for running jobs of the user's queue, not a key
 }
 
 func newKeys(ns, physical, queue string) Keys {
@@ -57,9 +59,11 @@ func newKeys(ns, physical, queue string) Keys {
 		Counts:     p + "counts",
 		Paused:     p + "paused",
 		Parked:     p + "parked",
+		Cancels:    p + "cancels",
 		Hist:       p + "hist:",
 		Workers:    p + "w:",
 		Wake:       WakeChannel(ns, queue),
+		Cancel:     CancelChannel(ns, queue),
 	}
 }
 
@@ -67,12 +71,16 @@ func newKeys(ns, physical, queue string) Keys {
 // unique ids, counters or pauses (not the history, which expires by itself, nor the
 // fencing counter, which is never deleted).
 func (k Keys) JobKeys() []string {
-	return []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Dead, k.DeadIndex, k.Unique, k.Counts, k.Paused, k.Parked}
+	return []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Dead, k.DeadIndex, k.Unique, k.Counts, k.Paused, k.Parked, k.Cancels}
 }
 
 // WakeChannel is the Pub/Sub channel on which the workers of queue are
 // woken when a job becomes its earliest.
 func WakeChannel(ns, queue string) string { return ns + ":{" + queue + "}:wake" }
+
+// CancelChannel is the Pub/Sub channel on which the workers of queue are
+// told to cancel a running job: the message is "<id>\n<token>".
+func CancelChannel(ns, queue string) string { return ns + ":{" + queue + "}:cancel" }
 
 // QueuesKey is the SET of known queue names.
 func QueuesKey(ns string) string { return ns + ":queues" }

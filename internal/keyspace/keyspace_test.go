@@ -62,7 +62,7 @@ func FuzzKeys(f *testing.F) {
 				field := v.Type().Field(i).Name
 				key := v.Field(i).String()
 				tag := s.Name()
-				if field == "Wake" {
+				if field == "Wake" || field == "Cancel" {
 					tag = queue // one channel for the shards of a queue
 				}
 				if !strings.HasPrefix(key, ns+":{"+tag+"}:") {

@@ -41,6 +41,9 @@ type Claimed struct {
 	Body     []byte        // the envelope as stored
 	Envelope *job.Envelope // decoded Body; nil when Err is set
 	Err      error         // wraps job.ErrCorrupt: Body did not decode, or the attempts counter was garbage
+	// Cancelled (Reap): the job was asked to stop (broker.Broker.CancelJob)
+	// under this lease: it ends as cancelled, not retried.
+	Cancelled bool
 }
 
 // Message returns the delivery a handler sees. It panics if Err is set.
@@ -71,6 +74,7 @@ type Death struct {
 	Body     []byte // the envelope as stored
 	Error    string // the final error
 	Attempts int    // attempts spent
+	Reason   string // broker.ReasonCancelled for a cancelled job; "" otherwise
 }
 
 // Caller identifies one worker to the broker: its calls that change jobs
@@ -147,7 +151,8 @@ type Broker interface {
 	Settle(ctx context.Context, s keyspace.Shard, w Caller, lane Lane, id string, ops []Op) ([]Settled, error)
 	// Extend pushes the deadline of held leases to now + lease. It returns
 	// nil, or a *job.BatchError aligned with leases whose entries wrap
-	// broker.ErrLeaseLost or a Redis error.
+	// broker.ErrLeaseLost, broker.ErrCanceled (extended, but the job was
+	// asked to stop) or a Redis error.
 	Extend(ctx context.Context, lease time.Duration, leases ...Lease) error
 	// Reap lists up to limit jobs of s whose lease has run out, changing
 	// nothing about them: the caller settles each (Expired) with the token
@@ -157,6 +162,18 @@ type Broker interface {
 	// arrives when a job becomes its earliest while nothing there is due.
 	// stop unsubscribes and closes the channel.
 	Wakeups(ctx context.Context, queues []string) (notices <-chan string, stop func())
+	// Cancels subscribes to the cancel notices of queues: a running job
+	// asked to stop (broker.Broker.CancelJob). Notices are hints; Extend
+	// reports the same request (an error wrapping broker.ErrCanceled).
+	// stop unsubscribes and closes the channel.
+	Cancels(ctx context.Context, queues []string) (notices <-chan CancelNotice, stop func())
+}
+
+// CancelNotice asks the worker that holds a lease to stop its job.
+type CancelNotice struct {
+	Queue string // the user's queue
+	ID    string
+	Token int64
 }
 
 // impl is set by package broker when it is initialised.
