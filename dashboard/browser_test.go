@@ -281,6 +281,7 @@ func TestBrowser(t *testing.T) {
 	if _, err := b.DeadGet(context.Background(), "emails", victim); err == nil {
 		t.Fatal("the deleted job is still dead")
 	}
+	pauseAndResume(t, ctx, b, web.URL, handled)
 	do(t, ctx, "back to the overview",
 		chromedp.Navigate(web.URL+"/"),
 		chromedp.WaitVisible(chromedp.ID("total-dead")),
@@ -307,6 +308,47 @@ func TestBrowser(t *testing.T) {
 
 	freshCharts(t, ctx, b, web.URL)
 	rebinding(t, ctx, b, web.URL, attacker, seeded.Dead-2)
+}
+
+// pauseAndResume pauses the emails queue with its button: the badge shows,
+// and a job due meanwhile is not handled; the resume button lets the
+// worker handle it.
+func pauseAndResume(t *testing.T, ctx context.Context, b *broker.Broker, base string, handled <-chan string) {
+	t.Helper()
+	do(t, ctx, "pause the queue",
+		chromedp.Navigate(base+"/queues/emails"),
+		chromedp.WaitVisible(chromedp.ID("pause-queue")),
+		chromedp.Click(chromedp.ID("pause-queue")),
+		chromedp.WaitVisible(chromedp.ID("paused-badge")),
+	)
+	if f := eval[string](t, ctx, `document.querySelector('.flash').innerText`); !strings.Contains(f, "paused") {
+		t.Fatalf("flash after the pause: %q", f)
+	}
+	if err := b.Enqueue(context.Background(), &job.Envelope{ID: "while-paused", Queue: "emails", Type: "email.send", Payload: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	// The worker sleeps at most MaxIdle (1s) between claims: give it a few.
+	time.Sleep(3 * time.Second)
+	select {
+	case id := <-handled:
+		t.Fatalf("the worker handled %q while the queue was paused", id)
+	default:
+	}
+	if st, err := b.Stats(context.Background(), "emails"); err != nil || !st.Paused || st.Due < 1 {
+		t.Fatalf("stats while paused: %+v, %v", st, err)
+	}
+	do(t, ctx, "resume the queue",
+		chromedp.Click(chromedp.ID("resume-queue")),
+		chromedp.WaitVisible(chromedp.ID("pause-queue")),
+	)
+	select {
+	case id := <-handled:
+		if id != "while-paused" {
+			t.Fatalf("after the resume the worker handled %q, want while-paused", id)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no worker handled the job within 30s of the resume")
+	}
 }
 
 // freshCharts opens the page of a queue with nothing in its last hour: the

@@ -210,6 +210,8 @@ func (d *Dashboard) routes() http.Handler {
 	get("/queues/{queue}/job", d.jobDetail)
 	post("/queues/{queue}/cancel", d.cancel)
 	post("/queues/{queue}/reschedule", d.reschedule)
+	post("/queues/{queue}/pause", d.pause)
+	post("/queues/{queue}/resume", d.resume)
 	get("/dead", d.dead)
 	get("/dead/{queue}/job", d.deadDetail)
 	post("/dead/{queue}/redrive", d.redrive)

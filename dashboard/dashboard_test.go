@@ -527,9 +527,9 @@ func TestReadOnly(t *testing.T) {
 		r := tb.get(t, path)
 		wantStatus(t, path, r, http.StatusOK)
 		mustContain(t, path, r.body, "read-only")
-		mustNotContain(t, path, r.body, `method="post"`, "Redrive", "Purge", "Cancel job", "Run now")
+		mustNotContain(t, path, r.body, `method="post"`, "Redrive", "Purge", "Cancel job", "Run now", "Pause queue")
 	}
-	for _, path := range []string{"/queues/q/cancel", "/queues/q/reschedule", "/dead/q/redrive", "/dead/redrive-all", "/dead/q/delete", "/dead/q/purge"} {
+	for _, path := range []string{"/queues/q/cancel", "/queues/q/reschedule", "/queues/q/pause", "/queues/q/resume", "/dead/q/redrive", "/dead/redrive-all", "/dead/q/delete", "/dead/q/purge"} {
 		r := tb.post(t, path, url.Values{"id": {"a"}, "in": {"0"}, "confirmed": {"yes"}})
 		wantStatus(t, path, r, http.StatusForbidden)
 		mustContain(t, path, r.body, "read-only")

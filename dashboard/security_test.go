@@ -85,6 +85,8 @@ func TestForeignHostRefused(t *testing.T) {
 	actions := map[string]url.Values{
 		"/queues/q1/cancel":     {"id": {"j1"}},
 		"/queues/q1/reschedule": {"id": {"j1"}, "in": {"0"}},
+		"/queues/q1/pause":      {},
+		"/queues/q1/resume":     {},
 		"/dead/q1/redrive":      {"id": {"d1"}},
 		"/dead/redrive-all":     {"queue": {"q1"}},
 		"/dead/q1/delete":       {"id": {"d1"}},

@@ -327,9 +327,14 @@ func (a *app) jobsCancelCommand() *cobra.Command {
 	var queue string
 	cmd := &cobra.Command{
 		Use:   "cancel ID...",
-		Short: "Cancel scheduled jobs so that they never run",
-		Long: `Cancel scheduled jobs so that they never run. A job a worker already holds
-cannot be cancelled (exit status 1); it finishes or fails as usual.`,
+		Short: "Cancel jobs: scheduled ones never run, running ones are told to stop",
+		Long: `Cancel jobs. A scheduled job is removed: it never runs. A job a worker is
+running is cancelled too: the worker is told at once (and its heartbeat
+finds the request within a third of the lease if the notice was missed), the
+handler's context is cancelled, and the job ends in the dead letters as
+cancelled once the handler returns an error; a handler that still returns nil
+has done its work and the job is acknowledged. Each line says whether the job
+was running.`,
 		Args: minArgs(1, "at least one job id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			b, err := a.brokerFor(cmd.Context(), queue, args)
@@ -337,7 +342,14 @@ cannot be cancelled (exit status 1); it finishes or fails as usual.`,
 				return err
 			}
 			return a.eachID(args, "cancelled", func(id string) (string, error) {
-				return "", notFound(b.Cancel(cmd.Context(), queue, id))
+				res, err := b.CancelJob(cmd.Context(), queue, id)
+				if err != nil {
+					return "", notFound(err)
+				}
+				if res.Running {
+					return ": it was running; its worker was told to stop", nil
+				}
+				return ": it was scheduled and will never run", nil
 			})
 		},
 	}

@@ -1,0 +1,51 @@
+package dashboard
+
+import (
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/delayq/delayq/job"
+)
+
+// pause pauses the queue, or with a "type" field one job type of it.
+func (d *Dashboard) pause(w http.ResponseWriter, r *http.Request) { d.setPause(w, r, true) }
+
+// resume resumes the queue, or with a "type" field one job type of it.
+func (d *Dashboard) resume(w http.ResponseWriter, r *http.Request) { d.setPause(w, r, false) }
+
+func (d *Dashboard) setPause(w http.ResponseWriter, r *http.Request, pause bool) {
+	q, typ := r.PathValue("queue"), strings.TrimSpace(r.PostForm.Get("type"))
+	if typ != "" {
+		if err := job.ValidateType(typ); err != nil {
+			d.fail(w, r, http.StatusBadRequest, err.Error())
+			return
+		}
+	}
+	var (
+		back int64
+		err  error
+		done string
+	)
+	switch {
+	case pause && typ == "":
+		err, done = d.b.Pause(r.Context(), q), "paused"
+	case pause:
+		err, done = d.b.PauseType(r.Context(), q, typ), "type-paused"
+	case typ == "":
+		err, done = d.b.Resume(r.Context(), q), "resumed"
+	default:
+		back, err = d.b.ResumeType(r.Context(), q, typ)
+		done = "type-resumed"
+	}
+	if err != nil {
+		d.actionError(w, r, err)
+		return
+	}
+	nid := q
+	if typ != "" {
+		nid = typ
+	}
+	d.redirect(w, r, queuePath(q), url.Values{"done": {done}, "nid": {nid}, "n": {strconv.FormatInt(back, 10)}})
+}
