@@ -51,14 +51,19 @@ func deadPath(q string) string { return "/dead?" + url.Values{"queue": {q}}.Enco
 func (d *Dashboard) cancel(w http.ResponseWriter, r *http.Request) {
 	q, id := r.PathValue("queue"), r.PostForm.Get("id")
 	back := queuePath(q) + "/job?" + url.Values{"id": {id}}.Encode()
-	if !d.confirmed(w, r, fmt.Sprintf("Cancel job %q of queue %q? It will never run.", id, q), "Cancel the job", back) {
+	if !d.confirmed(w, r, fmt.Sprintf("Cancel job %q of queue %q? If it waits it will never run; if a worker runs it, the worker is told to stop it.", id, q), "Cancel the job", back) {
 		return
 	}
-	if err := d.b.Cancel(r.Context(), q, id); err != nil {
+	res, err := d.b.CancelJob(r.Context(), q, id)
+	if err != nil {
 		d.actionError(w, r, err)
 		return
 	}
-	d.redirect(w, r, queuePath(q), url.Values{"done": {"cancelled"}, "nid": {id}})
+	done := "cancelled"
+	if res.Running {
+		done = "cancelled-running"
+	}
+	d.redirect(w, r, queuePath(q), url.Values{"done": {done}, "nid": {id}})
 }
 
 func (d *Dashboard) reschedule(w http.ResponseWriter, r *http.Request) {

@@ -3,6 +3,7 @@ package dashboard_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -182,6 +183,13 @@ func TestBrowser(t *testing.T) {
 		handled <- j.ID
 		return nil
 	})
+	// A slow job runs until it is cancelled; its handler reports why it stopped.
+	stopped := make(chan error, 1)
+	job.New[email]("email.slow", job.Queue("emails"), job.MaxRetries(0)).Handle(reg, func(ctx context.Context, _ *job.Job[email]) error {
+		<-ctx.Done()
+		stopped <- context.Cause(ctx)
+		return context.Cause(ctx)
+	})
 	logger := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
 	w, err := worker.New(worker.Config{Broker: b, Registry: reg, Queues: []worker.Queue{{Name: "emails"}}, MaxIdle: time.Second, Logger: &logger})
 	if err != nil {
@@ -308,6 +316,7 @@ func TestBrowser(t *testing.T) {
 
 	freshCharts(t, ctx, b, web.URL)
 	rebinding(t, ctx, b, web.URL, attacker, seeded.Dead-2)
+	cancelRunning(t, ctx, b, web.URL, &dlg, stopped)
 }
 
 // pauseAndResume pauses the emails queue with its button: the badge shows,
@@ -348,6 +357,46 @@ func pauseAndResume(t *testing.T, ctx context.Context, b *broker.Broker, base st
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("no worker handled the job within 30s of the resume")
+	}
+}
+
+// cancelRunning cancels a job while a worker runs it, from its page: the
+// confirmation dialog, the notice, and the handler stopped with cause
+// broker.ErrCanceled.
+func cancelRunning(t *testing.T, ctx context.Context, b *broker.Broker, base string, dlg *dialogs, stopped <-chan error) {
+	t.Helper()
+	if err := b.Enqueue(context.Background(), &job.Envelope{ID: "slow-1", Queue: "emails", Type: "email.slow", Payload: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		info, err := b.Job(context.Background(), "emails", "slow-1")
+		if err == nil && info.State == broker.StateProcessing {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("slow-1 not running within 30s: %+v, %v", info, err)
+		}
+	}
+	before := len(dlg.seen())
+	do(t, ctx, "cancel the running job",
+		chromedp.Navigate(base+"/queues/emails/job?id=slow-1"),
+		chromedp.WaitVisible(chromedp.ID("cancel-running")),
+		chromedp.Click(chromedp.ID("cancel-running")),
+		chromedp.WaitVisible(chromedp.CSS(".flash")),
+	)
+	if got := dlg.seen(); len(got) != before+1 || !strings.Contains(got[before], "Cancel this running job") {
+		t.Fatalf("dialogs seen: %q, want the confirmation of the cancel", got)
+	}
+	if f := eval[string](t, ctx, `document.querySelector('.flash').innerText`); !strings.Contains(f, "cancelled while it ran") {
+		t.Fatalf("flash after the cancel: %q", f)
+	}
+	select {
+	case cause := <-stopped:
+		if !errors.Is(cause, broker.ErrCanceled) {
+			t.Fatalf("the handler stopped with %v, want broker.ErrCanceled", cause)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the running job's handler was not cancelled within 30s")
 	}
 }
 

@@ -169,13 +169,13 @@ func TestJobDetail(t *testing.T) {
 	wantStatus(t, "retried job", r, http.StatusOK)
 	mustContain(t, "retried job", r.body, "Last error", "smtp: 421 try later", ">1 of 4 allowed")
 
-	// A job being processed shows its lease and no actions.
+	// A job being processed shows its lease, and only the cancel action.
 	tb.enqueue(t, "q", "busy", "invoice.send", `{}`, 0)
 	tb.claim(t, "q", 1)
 	r = tb.get(t, "/queues/q/job?id=busy")
 	wantStatus(t, "processing job", r, http.StatusOK)
-	mustContain(t, "processing job", r.body, "processing", "left)", "A worker holds this job")
-	mustNotContain(t, "processing job", r.body, "Run now")
+	mustContain(t, "processing job", r.body, "processing", "left)", "A worker runs this job: it can no longer be rescheduled.", `id="cancel-running"`)
+	mustNotContain(t, "processing job", r.body, "Run now", "Reschedule")
 
 	wantStatus(t, "unknown job", tb.get(t, "/queues/q/job?id=nope"), http.StatusNotFound)
 	wantStatus(t, "no id", tb.get(t, "/queues/q/job"), http.StatusBadRequest)
@@ -206,9 +206,11 @@ func TestCancel(t *testing.T) {
 
 	tb.enqueue(t, "q", "busy", "t", `{}`, 0)
 	tb.claim(t, "q", 1)
+	mustContain(t, "processing job page", tb.get(t, "/queues/q/job?id=busy").body, `id="cancel-running"`, "Cancel running job")
 	r = tb.post(t, "/queues/q/cancel", url.Values{"id": {"busy"}, "confirmed": {"yes"}})
-	wantStatus(t, "cancel a processing job", r, http.StatusConflict)
-	mustContain(t, "conflict page", r.body, "being handled by a worker")
+	wantStatus(t, "cancel a processing job", r, http.StatusSeeOther)
+	mustContain(t, "page after cancelling a running job", tb.get(t, r.header.Get("Location")).body,
+		`Job &#34;busy&#34; cancelled while it ran: its worker was told to stop it`)
 	wantStatus(t, "cancel an unknown job", tb.post(t, "/queues/q/cancel", url.Values{"id": {"nope"}, "confirmed": {"yes"}}), http.StatusNotFound)
 	wantStatus(t, "cancel in a bad queue", tb.post(t, "/queues/a%20b/cancel", url.Values{"id": {"x"}, "confirmed": {"yes"}}), http.StatusBadRequest)
 	wantStatus(t, "cancel by GET", tb.get(t, "/queues/q/cancel?id=a"), http.StatusMethodNotAllowed)

@@ -104,16 +104,17 @@ func (d *Dashboard) redirect(w http.ResponseWriter, r *http.Request, path string
 // a valid signature (see Dashboard.flash), so a crafted link cannot put
 // words on the page.
 var notices = map[string]string{
-	"cancelled":    "Job %[1]s cancelled.",
-	"rescheduled":  "Job %[1]s rescheduled.",
-	"redriven":     "Job %[1]s sent back to its queue.",
-	"deleted":      "Dead job %[1]s deleted.",
-	"purged":       "Purged %[2]d dead jobs.",
-	"redrive-all":  "Sent %[2]d dead jobs back to their queue; %[3]d could not be (gone, or pending again).",
-	"paused":       "Queue %[1]s paused: no worker claims its jobs until it is resumed.",
-	"resumed":      "Queue %[1]s resumed.",
-	"type-paused":  "Job type %[1]s paused in this queue: its due jobs are parked until it is resumed.",
-	"type-resumed": "Job type %[1]s resumed: %[2]d parked jobs back on the schedule.",
+	"cancelled":         "Job %[1]s cancelled.",
+	"cancelled-running": "Job %[1]s cancelled while it ran: its worker was told to stop it; it ends in the dead letters as cancelled unless its handler finishes.",
+	"rescheduled":       "Job %[1]s rescheduled.",
+	"redriven":          "Job %[1]s sent back to its queue.",
+	"deleted":           "Dead job %[1]s deleted.",
+	"purged":            "Purged %[2]d dead jobs.",
+	"redrive-all":       "Sent %[2]d dead jobs back to their queue; %[3]d could not be (gone, or pending again).",
+	"paused":            "Queue %[1]s paused: no worker claims its jobs until it is resumed.",
+	"resumed":           "Queue %[1]s resumed.",
+	"type-paused":       "Job type %[1]s paused in this queue: its due jobs are parked until it is resumed.",
+	"type-resumed":      "Job type %[1]s resumed: %[2]d parked jobs back on the schedule.",
 }
 
 var funcs = template.FuncMap{

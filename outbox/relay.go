@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -172,24 +173,12 @@ func NewRelay(o *Outbox, b Broker, opts RelayOptions) (*Relay, error) {
 		return nil, invalid("PollInterval %s, BatchTimeout %s, MinBackoff %s and MaxBackoff %s must not be negative",
 			opts.PollInterval, opts.BatchTimeout, opts.MinBackoff, opts.MaxBackoff)
 	}
-	if opts.BatchSize == 0 {
-		opts.BatchSize = DefaultBatchSize
-	}
-	if opts.PollInterval == 0 {
-		opts.PollInterval = DefaultPollInterval
-	}
-	if opts.BatchTimeout == 0 {
-		opts.BatchTimeout = DefaultBatchTimeout
-	}
-	if opts.MinBackoff == 0 {
-		opts.MinBackoff = DefaultMinBackoff
-	}
-	if opts.MaxBackoff == 0 {
-		opts.MaxBackoff = DefaultMaxBackoff
-	}
-	if opts.ReplayWindow == 0 {
-		opts.ReplayWindow = DefaultReplayWindow
-	}
+	opts.BatchSize = cmp.Or(opts.BatchSize, DefaultBatchSize)
+	opts.PollInterval = cmp.Or(opts.PollInterval, DefaultPollInterval)
+	opts.BatchTimeout = cmp.Or(opts.BatchTimeout, DefaultBatchTimeout)
+	opts.MinBackoff = cmp.Or(opts.MinBackoff, DefaultMinBackoff)
+	opts.MaxBackoff = cmp.Or(opts.MaxBackoff, DefaultMaxBackoff)
+	opts.ReplayWindow = cmp.Or(opts.ReplayWindow, DefaultReplayWindow)
 	if opts.MaxBackoff < opts.MinBackoff {
 		return nil, invalid("MaxBackoff %s is below MinBackoff %s", opts.MaxBackoff, opts.MinBackoff)
 	}
