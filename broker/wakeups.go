@@ -19,13 +19,7 @@ import (
 // callers still sleep no longer than until the next ready time they know
 // of. stop unsubscribes and closes the channel.
 func (b *Broker) wakeups(ctx context.Context, queues []string) (notices <-chan string, stop func()) {
-	byChannel := make(map[string]string, len(queues))
-	channels := make([]string, 0, len(queues))
-	for _, q := range queues {
-		c := keyspace.WakeChannel(b.ns, q)
-		byChannel[c] = q
-		channels = append(channels, c)
-	}
+	byChannel, channels := channelsOf(b.ns, queues, keyspace.WakeChannel)
 	ps := b.rdb.Subscribe(ctx, channels...)
 	// Wait (briefly) until the server confirms the subscriptions, so that a
 	// job enqueued right after this returns is not missed. If Redis is
@@ -68,13 +62,7 @@ func (b *Broker) wakeups(ctx context.Context, queues []string) (notices <-chan s
 			}
 		}
 	}()
-	var once sync.Once
-	return out, func() {
-		once.Do(func() {
-			close(done)
-			_ = ps.Close()
-		})
-	}
+	return out, unsubscriber(done, ps)
 }
 
 // cancels subscribes to the cancel notices of queues ("<id>\n<token>" on
@@ -82,13 +70,7 @@ func (b *Broker) wakeups(ctx context.Context, queues []string) (notices <-chan s
 // finds the same request in the cancels hash. stop unsubscribes and
 // closes the channel.
 func (b *Broker) cancels(ctx context.Context, queues []string) (<-chan protocol.CancelNotice, func()) {
-	byChannel := make(map[string]string, len(queues))
-	channels := make([]string, 0, len(queues))
-	for _, q := range queues {
-		c := keyspace.CancelChannel(b.ns, q)
-		byChannel[c] = q
-		channels = append(channels, c)
-	}
+	byChannel, channels := channelsOf(b.ns, queues, keyspace.CancelChannel)
 	ps := b.rdb.Subscribe(ctx, channels...)
 	out := make(chan protocol.CancelNotice, 64)
 	done := make(chan struct{})
@@ -116,8 +98,27 @@ func (b *Broker) cancels(ctx context.Context, queues []string) (<-chan protocol.
 			}
 		}
 	}()
+	return out, unsubscriber(done, ps)
+}
+
+// channelsOf names the channels of queues (channel gives one), with the
+// queue of each.
+func channelsOf(ns string, queues []string, channel func(ns, queue string) string) (byChannel map[string]string, channels []string) {
+	byChannel = make(map[string]string, len(queues))
+	channels = make([]string, 0, len(queues))
+	for _, q := range queues {
+		c := channel(ns, q)
+		byChannel[c] = q
+		channels = append(channels, c)
+	}
+	return byChannel, channels
+}
+
+// unsubscriber returns the stop of a subscription: it ends the forwarding
+// goroutine (done) and closes ps, once.
+func unsubscriber(done chan struct{}, ps *redis.PubSub) func() {
 	var once sync.Once
-	return out, func() {
+	return func() {
 		once.Do(func() {
 			close(done)
 			_ = ps.Close()
