@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/job"
@@ -62,7 +63,7 @@ func (b *Broker) pause(ctx context.Context, queue, what string, on bool) (int64,
 	}
 	return b.sumShards(ctx, queue, func(_ keyspace.Queue, s keyspace.Shard) (int64, error) {
 		k := s.Keys()
-		res, err := b.run(ctx, pauseScript, []string{k.Paused, k.Parked, k.Scheduled, k.Jobs}, what, flag(on), k.Wake)
+		res, err := b.run(ctx, pauseScript, []string{k.Controls, k.Parked, k.Scheduled, k.Jobs}, what, flag(on), k.Wake)
 		if err != nil {
 			return 0, err
 		}
@@ -72,4 +73,52 @@ func (b *Broker) pause(ctx context.Context, queue, what string, on bool) (int64,
 		}
 		return n, nil
 	})
+}
+
+// RateLimit is a limit on how many jobs start per period, shared by every
+// worker (job.RateLimit).
+type RateLimit = job.RateLimit
+
+// SetRateLimit limits how many jobs of queue start per r.Per across all
+// workers: of the whole queue when typ is "", else of the jobs of type typ.
+// r.Burst jobs may start at once after a quiet spell (0 means 1). A zero
+// r.Count clears the limit. It is enforced in the claim script (GCRA), so
+// a job over the limit is not claimed and spends no attempt: a queue over
+// its limit claims nothing until its next token, and its workers sleep
+// until then; a due job of a limited type is moved to the time of its
+// type's next token. A sharded queue's rate is split evenly among its
+// shards. Bad input (a negative count, burst or period, a bad type name)
+// is refused with an error wrapping job.ErrInvalid, and nothing changes.
+func (b *Broker) SetRateLimit(ctx context.Context, queue, typ string, r RateLimit) error {
+	what := "*"
+	if typ != "" {
+		if err := job.ValidateType(typ); err != nil {
+			return err
+		}
+		what = typ
+	}
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	if err := job.ValidateQueue(queue); err != nil {
+		return err
+	}
+	q, err := b.route.Place(ctx, queue)
+	if err != nil {
+		return queueErr(queue, err)
+	}
+	value := ""
+	if r.Count > 0 {
+		value = fmt.Sprintf("%d/%d/%d/%d", r.Count, ceilMS(r.Per), max(r.Burst, 1), len(q.Shards()))
+	}
+	_, err = b.sumShards(ctx, queue, func(_ keyspace.Queue, s keyspace.Shard) (int64, error) {
+		k := s.Keys()
+		_, err := b.run(ctx, limitScript, []string{k.Controls, k.Rate}, what, value)
+		return 0, err
+	})
+	return err
+}
+
+func ceilMS(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }

@@ -50,7 +50,7 @@ func (w workerSide) Claim(ctx context.Context, s keyspace.Shard, c protocol.Call
 	}
 	k := s.Keys()
 	res, err := w.b.run(ctx, claimScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Seq, k.Hist, k.Workers + c.ID,
-		k.Dead, k.DeadIndex, k.Unique, k.Counts, k.Paused, k.Parked},
+		k.Dead, k.DeadIndex, k.Unique, k.Counts, k.Controls, k.Parked, k.Rate},
 		n, durMS(lease), id, s.Queue(), w.b.deadCap(q, s), durMS(w.b.opts.DeadMaxAge))
 	if res == nil {
 		return protocol.ClaimResult{}, queueErr(s.Queue(), err)

@@ -47,6 +47,7 @@ func load(name string) *script {
 var (
 	enqueueScript    = load("enqueue")
 	pauseScript      = load("pause")
+	limitScript      = load("limit")
 	claimScript      = load("claim")
 	settleScript     = load("settle")
 	extendScript     = load("extend")

@@ -46,7 +46,7 @@ func (b *Broker) StatsOf(ctx context.Context, queues ...string) ([]QueueStats, e
 		resolved[i] = q
 		for _, s := range q.Shards() {
 			k := s.Keys()
-			calls = append(calls, read{s: statsScript, keys: []string{k.Scheduled, k.Processing, k.DeadIndex, k.Counts, k.Paused, k.Parked}})
+			calls = append(calls, read{s: statsScript, keys: []string{k.Scheduled, k.Processing, k.DeadIndex, k.Counts, k.Controls, k.Parked}})
 		}
 	}
 	res, errs := b.runReads(ctx, calls)
@@ -72,7 +72,7 @@ func (b *Broker) StatsOf(ctx context.Context, queues ...string) ([]QueueStats, e
 // parseStats decodes the reply of stats.lua.
 func parseStats(res any) (QueueStats, error) {
 	parts, ok := res.([]any)
-	if !ok || len(parts) != 11 {
+	if !ok || len(parts) != 12 {
 		return QueueStats{}, fmt.Errorf("broker: stats: unexpected reply %v", res)
 	}
 	v, err := int64s(parts[:10], 10)
@@ -84,8 +84,26 @@ func parseStats(res any) (QueueStats, error) {
 		return QueueStats{}, err
 	}
 	slices.Sort(types)
+	rates, err := strs(parts[11])
+	if err != nil {
+		return QueueStats{}, err
+	}
+	var limits map[string]RateLimit
+	for i := 0; i+1 < len(rates); i += 2 {
+		var r RateLimit
+		var perMS int64
+		var shards int
+		if _, err := fmt.Sscanf(rates[i+1], "%d/%d/%d/%d", &r.Count, &perMS, &r.Burst, &shards); err != nil {
+			continue
+		}
+		r.Per = time.Duration(perMS) * time.Millisecond
+		if limits == nil {
+			limits = make(map[string]RateLimit)
+		}
+		limits[rates[i]] = r
+	}
 	s := QueueStats{Now: fromMS(v[0]), Scheduled: v[1], Due: v[2], Processing: v[3], Dead: v[4], ExpiredDropped: v[7],
-		Paused: v[8] == 1, Parked: v[9], PausedTypes: types}
+		Paused: v[8] == 1, Parked: v[9], PausedTypes: types, RateLimits: limits}
 	if v[5] >= 0 {
 		s.OldestDue = fromMS(v[5])
 	}
@@ -108,6 +126,12 @@ func merge(into *QueueStats, st QueueStats, first bool) {
 	into.Dead += st.Dead
 	into.ExpiredDropped += st.ExpiredDropped
 	into.Parked += st.Parked
+	for t, r := range st.RateLimits {
+		if into.RateLimits == nil {
+			into.RateLimits = make(map[string]RateLimit)
+		}
+		into.RateLimits[t] = r
+	}
 	into.Paused = into.Paused || st.Paused
 	for _, t := range st.PausedTypes {
 		if !slices.Contains(into.PausedTypes, t) {

@@ -1,6 +1,9 @@
 package job
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // QueueStats is the state of one queue at one instant of the Redis server's
 // clock, as package broker reads it (broker.QueueStats is this type). It
@@ -22,6 +25,9 @@ type QueueStats struct {
 	Paused bool
 	// PausedTypes are the job types paused in the queue, sorted.
 	PausedTypes []string
+	// RateLimits are the rate limits set on the queue
+	// (broker.Broker.SetRateLimit): "" for the whole queue, else by type.
+	RateLimits map[string]RateLimit
 	// Parked counts due jobs of paused types, set aside until their type is
 	// resumed (not in Scheduled).
 	Parked    int64
@@ -35,4 +41,31 @@ func (s QueueStats) Lateness() time.Duration {
 		return 0
 	}
 	return s.Now.Sub(s.OldestDue)
+}
+
+// RateLimit is a limit on how many jobs start per period across all
+// workers: Count per Per, with Burst (0 means 1) allowed at once after a
+// quiet spell. See broker.Broker.SetRateLimit.
+type RateLimit struct {
+	Count int
+	Per   time.Duration
+	Burst int
+}
+
+// Validate checks r: a zero Count (no limit) or a positive Count with a
+// period of at least 1 ms; no negative burst.
+func (r RateLimit) Validate() error {
+	switch {
+	case r.Count < 0:
+		return invalid("rate limit count %d is negative", r.Count)
+	case r.Burst < 0:
+		return invalid("rate limit burst %d is negative", r.Burst)
+	case r.Count > 0 && r.Per < time.Millisecond:
+		return invalid("rate limit period %s is below 1ms", r.Per)
+	}
+	return nil
+}
+
+func (r RateLimit) String() string {
+	return fmt.Sprintf("%d per %s, burst %d", r.Count, r.Per, max(r.Burst, 1))
 }

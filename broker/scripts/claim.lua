@@ -24,10 +24,13 @@
 -- KEYS[12] -> ns:{q}:counts     HASH counter -> n
 --             (KEYS[9] to KEYS[12] are touched only when a due job has
 --             expired)
--- KEYS[13] -> ns:{q}:paused     HASH "*" -> the queue is paused,
+-- KEYS[13] -> ns:{q}:controls     HASH "*" -> the queue is paused,
 --                               "t:<type>" -> the type is paused
 -- KEYS[14] -> ns:{q}:parked     ZSET id -> ready ms: due jobs of paused
 --                               types (touched only when a type is paused)
+-- KEYS[15] -> ns:{q}:rate       HASH "*" / "<type>" -> GCRA theoretical
+--                               arrival time ms (touched only when a rate
+--                               limit is set)
 --
 -- Expiry (job.ExpireAt): a due job whose envelope ends in ,"x":"<ms>"} (or
 -- "<ms>d"}) with <ms> <= now is not leased: it goes to the dead letters with
@@ -41,6 +44,16 @@
 -- the resume's wake-up notice); a due job of a paused type is moved to
 -- KEYS[14] instead of being leased (its type read with cjson, only while
 -- some type is paused), and comes back when the type is resumed.
+--
+-- Rate limits (Broker.SetRateLimit): fields "r" (the queue) and "r:<type>"
+-- of KEYS[13] hold "count/per ms/burst/shards"; each shard gets count per
+-- (per x shards). GCRA: a bucket's theoretical arrival time tat (KEYS[15])
+-- lets a job start when tat - now <= tau (tau = T x (burst - 1), T = the
+-- interval between tokens), and moves tat on by T. The queue's limit caps
+-- n before anything is read; a due job of a limited type without a token
+-- is not leased but moved to the time its token comes (the k-th such job
+-- of the call k intervals later), so no worker spins on it and no attempt
+-- is spent. With no limit set none of this runs.
 --
 -- Returns {now µs, next, jobs, orphans, paused}: next is the earliest ready time
 -- left in the scheduled set (-1 when empty); jobs is a flat list of
@@ -158,12 +171,46 @@ end
 -- Pauses: the queue's ("*") and its types' ("t:<type>").
 local pauses = redis.call('HGETALL', KEYS[13])
 local paused_types, any_type = {}, false
-for i = 1, #pauses, 2 do
-  if pauses[i] == '*' then
-    return {now_u, -1, jobs, orphans, 1}
+local qrate, trates, any_rate = nil, {}, false
+local function parse_rate(v)
+  local count, per, burst, shards = string.match(v, '^(%d+)/(%d+)/(%d+)/(%d+)$')
+  count, per, burst, shards = tonumber(count), tonumber(per), tonumber(burst), tonumber(shards)
+  if not count or count < 1 or per < 1 or shards < 1 then
+    return nil
   end
-  paused_types[string.sub(pauses[i], 3)] = true
-  any_type = true
+  local T = per * shards / count
+  return {T = T, tau = T * (math.max(burst, 1) - 1)}
+end
+for i = 1, #pauses, 2 do
+  local f = pauses[i]
+  if f == '*' then
+    return {now_u, -1, jobs, orphans, 1}
+  elseif f == 'r' then
+    qrate = parse_rate(pauses[i + 1])
+  elseif string.sub(f, 1, 2) == 'r:' then
+    trates[string.sub(f, 3)] = parse_rate(pauses[i + 1])
+    any_rate = true
+  else
+    paused_types[string.sub(f, 3)] = true
+    any_type = true
+  end
+end
+if qrate or any_rate then
+  bad = expect({KEYS[15], 'hash'})
+  if bad then
+    return bad
+  end
+end
+-- The queue's limit: how many may start now.
+local qtat, limited_until = nil, nil
+if qrate then
+  qtat = math.max(tonumber(redis.call('HGET', KEYS[15], '*')) or now, now)
+  local room = math.floor((now + qrate.tau - qtat) / qrate.T) + 1
+  if room < 1 then
+    room = 0
+    limited_until = math.ceil(qtat - qrate.tau)
+  end
+  n = math.min(n, room)
 end
 
 -- A fencing counter that is not an integer restarts at the server time in
@@ -191,17 +238,31 @@ if n > 0 then
         local x = string.match(string.sub(b, -32), ',"x":"(%d+)d?"}$')
         if x and tonumber(x) <= now then
           expired[#expired + 1] = k
+          ended[k] = true -- for the checks below; expire_jobs ends it
         end
       end
     end
-    local park = {}
-    if any_type then
+    local park, defer, tats = {}, {}, {}
+    if any_type or any_rate then
+      local deferred = {}
       for k = 1, #ids do
         local b = bodies[k]
         if b and not ended[k] then
           local ok, env = pcall(cjson.decode, b)
-          if ok and type(env) == 'table' and type(env.t) == 'string' and paused_types[env.t] then
+          local t = ok and type(env) == 'table' and type(env.t) == 'string' and env.t
+          if t and paused_types[t] then
             park[#park + 1] = k
+          elseif t and trates[t] then
+            local r = trates[t]
+            if not tats[t] then
+              tats[t] = math.max(tonumber(redis.call('HGET', KEYS[15], t)) or now, now)
+            end
+            if tats[t] - now <= r.tau then
+              tats[t] = tats[t] + r.T
+            else
+              deferred[t] = (deferred[t] or 0) + 1
+              defer[#defer + 1] = {k, math.ceil(tats[t] - r.tau + (deferred[t] - 1) * r.T)}
+            end
           end
         end
       end
@@ -230,6 +291,18 @@ if n > 0 then
         ended[k] = true
       end
       call_chunked('ZADD', KEYS[14], members)
+    end
+    for t, tat in pairs(tats) do
+      redis.call('HSET', KEYS[15], t, string.format('%.3f', tat))
+    end
+    if #defer > 0 then
+      local members = {}
+      for _, d in ipairs(defer) do
+        members[#members + 1] = d[2]
+        members[#members + 1] = ids[d[1]]
+        ended[d[1]] = true
+      end
+      call_chunked('ZADD', KEYS[1], members)
     end
     local live, live_ready, live_body = {}, {}, {}
     for k = 1, #ids do
@@ -281,6 +354,9 @@ if n > 0 then
       call_chunked('ZADD', KEYS[2], deadlines)
       call_chunked('HSET', KEYS[5], tokens)
       call_chunked('HSET', KEYS[4], attempts)
+      if qrate then
+        redis.call('HSET', KEYS[15], '*', string.format('%.3f', qtat + #live * qrate.T))
+      end
     end
   end
 end
@@ -293,4 +369,9 @@ if hist then
   redis.pcall('HINCRBY', hist, 'late_sum', string.format('%d', late_sum))
   history_max(hist, 'late_max', late_max)
 end
-return {now_u, next_ready(KEYS[1], now), jobs, orphans, 0}
+local next = next_ready(KEYS[1], now)
+if limited_until and next >= 0 and next <= now then
+  -- Due jobs wait for the queue's next token.
+  next = limited_until
+end
+return {now_u, next, jobs, orphans, 0}

@@ -1,6 +1,6 @@
 -- pause: pause or resume a queue (one shard of it) or a job type in it.
 --
--- KEYS[1] -> ns:{q}:paused      HASH "*" -> paused at ms (the queue),
+-- KEYS[1] -> ns:{q}:controls      HASH "*" -> paused at ms (the queue),
 --                               "t:<type>" -> paused at ms (a type)
 -- KEYS[2] -> ns:{q}:parked      ZSET id -> ready ms: due jobs of paused
 --                               types, set aside by claim

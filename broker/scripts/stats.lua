@@ -5,13 +5,15 @@
 -- KEYS[2] -> ns:{q}:processing  ZSET id -> lease deadline ms
 -- KEYS[3] -> ns:{q}:dead:index  ZSET id -> died-at ms
 -- KEYS[4] -> ns:{q}:counts      HASH counter -> n (expired_dropped)
--- KEYS[5] -> ns:{q}:paused      HASH "*" / "t:<type>" -> paused at ms
+-- KEYS[5] -> ns:{q}:controls    HASH "*" / "t:<type>" -> paused at ms,
+--                               "r" / "r:<type>" -> rate limit
 -- KEYS[6] -> ns:{q}:parked      ZSET id -> ready ms (jobs of paused types)
 -- ARGV[1] -> now ms ("" = server TIME)
 --
 -- Returns {now, scheduled, due, processing, dead, oldest due ready ms (-1 when
 -- none is due), next ready ms in the future (-1 when none), expired jobs
--- dropped, paused (1 or 0), parked jobs, {paused types}}. Every count is
+-- dropped, paused (1 or 0), parked jobs, {paused types}, {type ("" for
+-- the queue), rate limit, ...}}. Every count is
 -- O(1) or O(log N).
 local bad = expect({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'hash', KEYS[6], 'zset'})
 if bad then
@@ -33,14 +35,18 @@ local dropped = redis.call('HGET', KEYS[4], 'expired_dropped')
 if not (dropped and is_int(dropped)) then
   dropped = 0
 end
-local paused, types = 0, {}
-local pauses = redis.call('HKEYS', KEYS[5])
-for _, f in ipairs(pauses) do
+local paused, types, rates = 0, {}, {}
+local controls = redis.call('HGETALL', KEYS[5])
+for i = 1, #controls, 2 do
+  local f = controls[i]
   if f == '*' then
     paused = 1
+  elseif f == 'r' or string.sub(f, 1, 2) == 'r:' then
+    rates[#rates + 1] = string.sub(f, 3)
+    rates[#rates + 1] = controls[i + 1]
   else
     types[#types + 1] = string.sub(f, 3)
   end
 end
 return {now, scheduled, due, redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]), oldest, next, tonumber(dropped),
-  paused, redis.call('ZCARD', KEYS[6]), types}
+  paused, redis.call('ZCARD', KEYS[6]), types, rates}

@@ -35,7 +35,8 @@ type Keys struct {
 	DeadIndex  string // ZSET id -> died-at (ms)
 	Unique     string // ZSET id -> remembered until (ms): unique jobs that ended
 	Counts     string // HASH counter -> n: expired_dropped
-	Paused     string // HASH "*" -> paused at (the queue), "t:<type>" -> paused at (a type)
+	Controls   string // HASH of the flow controls: "*" -> paused at (the queue), "t:<type>" -> paused at (a type), "r" / "r:<type>" -> rate limit "count/per_ms/burst"
+	Rate       string // HASH "*" / "<type>" -> GCRA theoretical arrival time (ms) of a rate limit
 	Parked     string // ZSET id -> ready ms: due jobs of paused types, set aside by claim
 	Cancels    string // HASH id -> fencing token of a running job asked to stop (Broker.CancelJob)
 	Hist       string // prefix of the per-minute history hashes: Hist + minute
@@ -57,7 +58,8 @@ func newKeys(ns, physical, queue string) Keys {
 		DeadIndex:  p + "dead:index",
 		Unique:     p + "unique",
 		Counts:     p + "counts",
-		Paused:     p + "paused",
+		Controls:   p + "controls",
+		Rate:       p + "rate",
 		Parked:     p + "parked",
 		Cancels:    p + "cancels",
 		Hist:       p + "hist:",
@@ -71,7 +73,7 @@ func newKeys(ns, physical, queue string) Keys {
 // unique ids, counters or pauses (not the history, which expires by itself, nor the
 // fencing counter, which is never deleted).
 func (k Keys) JobKeys() []string {
-	return []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Dead, k.DeadIndex, k.Unique, k.Counts, k.Paused, k.Parked, k.Cancels}
+	return []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Dead, k.DeadIndex, k.Unique, k.Counts, k.Controls, k.Rate, k.Parked, k.Cancels}
 }
 
 // WakeChannel is the Pub/Sub channel on which the workers of queue are
