@@ -30,10 +30,6 @@ func TestPeriodicUnderNamespaceACL(t *testing.T) {
 	for _, r := range strings.Fields(broker.ACLRules(ns)) {
 		args = append(args, r)
 	}
-	// The broker's scripts for job.Unique (the ticks' jobs are unique) also
-	// call ZMSCORE and ZREMRANGEBYSCORE, which ACLRules does not list yet;
-	// granted here so that the test checks what package periodic sends.
-	args = append(args, "+zmscore", "+zremrangebyscore")
 	if err := admin.Do(ctx, args...).Err(); err != nil {
 		t.Fatalf("ACL SETUSER: %v", err)
 	}
