@@ -273,11 +273,17 @@ func In(d time.Duration) Option {
 
 // At makes the job ready at t (a time in the past means now). Per job only.
 func At(t time.Time) Option {
-	return Option{name: "At", jobScope: func(s *settings) error {
+	return pointInTime("At", "ready time", t, func(s *settings) { s.at, s.delay = t, 0 })
+}
+
+// pointInTime is a per-job option that sets a time (what it is, for the
+// error), refusing the zero time.
+func pointInTime(name, what string, t time.Time, set func(*settings)) Option {
+	return Option{name: name, jobScope: func(s *settings) error {
 		if t.IsZero() {
-			return invalid("ready time At is the zero time")
+			return invalid("%s %s is the zero time", what, name)
 		}
-		s.at, s.delay = t, 0
+		set(s)
 		return nil
 	}}
 }
@@ -404,13 +410,7 @@ func Replace() Option {
 // reason "expired" (or drops it and counts it, with [DropExpired]). t must
 // be after the ready time. Per job only.
 func ExpireAt(t time.Time) Option {
-	return Option{name: "ExpireAt", jobScope: func(s *settings) error {
-		if t.IsZero() {
-			return invalid("expiry ExpireAt is the zero time")
-		}
-		s.expireAt, s.expireIn = t, 0
-		return nil
-	}}
+	return pointInTime("ExpireAt", "expiry", t, func(s *settings) { s.expireAt, s.expireIn = t, 0 })
 }
 
 // ExpireIn is [ExpireAt] d after the envelope is built (the producer's
