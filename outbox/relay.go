@@ -617,12 +617,13 @@ func (r *Relay) instruments() (*relayMetrics, func() error) {
 	lag, err := meter.Float64ObservableGauge(MetricLag, metric.WithUnit("s"),
 		metric.WithDescription("How long the oldest outbox row not yet relayed has waited."))
 	handle(err)
-	pending, err := meter.Int64ObservableGauge(MetricPending, metric.WithUnit("{row}"),
-		metric.WithDescription("Outbox rows waiting for the relay."))
-	handle(err)
-	failed, err := meter.Int64ObservableGauge(MetricFailed, metric.WithUnit("{row}"),
-		metric.WithDescription("Outbox rows the relay could not relay, marked failed."))
-	handle(err)
+	rows := func(name, description string) metric.Int64ObservableGauge {
+		g, err := meter.Int64ObservableGauge(name, metric.WithUnit("{row}"), metric.WithDescription(description))
+		handle(err)
+		return g
+	}
+	pending := rows(MetricPending, "Outbox rows waiting for the relay.")
+	failed := rows(MetricFailed, "Outbox rows the relay could not relay, marked failed.")
 	labels := metric.WithAttributeSet(attribute.NewSet(LabelTable.String(r.o.t.full())))
 	reg, err := meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		l, err := r.o.Lag(ctx)
