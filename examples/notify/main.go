@@ -67,12 +67,16 @@ type Reminder struct {
 
 // SendReminder sends one SMS. Transient failures back off exponentially
 // (100ms, 200ms, 400ms, … each ±30 %), at most 10 retries.
-var SendReminder = job.New[Reminder]("sms.reminder",
+var SendReminder = job.New[Reminder]("sms.reminder", smsRetries...)
+
+// smsRetries are the options of a message that is worth retrying for a
+// while: queue sms, at most 10 retries, each attempt 2s at most.
+var smsRetries = []job.Option{
 	job.Queue("sms"),
 	job.MaxRetries(10),
-	job.Timeout(2*time.Second),
+	job.Timeout(2 * time.Second),
 	job.Retry(retry.Exponential{Initial: 100 * time.Millisecond, Multiplier: 2, Max: 2 * time.Second, Jitter: 0.3}),
-)
+}
 
 // OTP is a one-time login code.
 type OTP struct {
@@ -269,12 +273,7 @@ type Alert struct {
 }
 
 // SendAlert sends one alert; it retries like a reminder.
-var SendAlert = job.New[Alert]("sms.alert",
-	job.Queue("sms"),
-	job.MaxRetries(10),
-	job.Timeout(2*time.Second),
-	job.Retry(retry.Exponential{Initial: 100 * time.Millisecond, Multiplier: 2, Max: 2 * time.Second, Jitter: 0.3}),
-)
+var SendAlert = job.New[Alert]("sms.alert", smsRetries...)
 
 // The burst: burstSize alerts due at once; the gateway takes burstRate
 // calls a second, and so does the fleet-wide limit.
