@@ -20,6 +20,14 @@
 // runs, it is dropped unsent once its 250ms are over (job.ExpireIn with
 // job.DropExpired), and the code asked for next is sent.
 //
+// Then a burst: 1,000 alerts due at once, to a gateway that takes at most
+// 200 calls in any second and answers 429 above that. A fleet-wide rate
+// limit of 200/s on the alert type (Broker.SetRateLimit, enforced in the
+// claim) keeps the workers under it: every alert is delivered in about
+// 5 s, each on its first attempt, with no 429 and no dead letter. Without
+// the limit, the workers would learn the gateway's limit from 429s, each
+// one spending a retry.
+//
 //	go run ./examples/notify                 # embedded Redis
 //	REDIS_URL=redis://127.0.0.1:6379/0 go run ./examples/notify
 package main
@@ -38,6 +46,7 @@ import (
 	"regexp"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/delayq/delayq/broker"
@@ -58,12 +67,16 @@ type Reminder struct {
 
 // SendReminder sends one SMS. Transient failures back off exponentially
 // (100ms, 200ms, 400ms, … each ±30 %), at most 10 retries.
-var SendReminder = job.New[Reminder]("sms.reminder",
+var SendReminder = job.New[Reminder]("sms.reminder", smsRetries...)
+
+// smsRetries are the options of a message that is worth retrying for a
+// while: queue sms, at most 10 retries, each attempt 2s at most.
+var smsRetries = []job.Option{
 	job.Queue("sms"),
 	job.MaxRetries(10),
-	job.Timeout(2*time.Second),
+	job.Timeout(2 * time.Second),
 	job.Retry(retry.Exponential{Initial: 100 * time.Millisecond, Multiplier: 2, Max: 2 * time.Second, Jitter: 0.3}),
-)
+}
 
 // OTP is a one-time login code.
 type OTP struct {
@@ -94,7 +107,7 @@ func main() {
 }
 
 func run() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 18*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	rdb, where, closeRedis, err := demo.Redis(ctx)
 	if err != nil {
@@ -199,7 +212,11 @@ func run() error {
 		c.Calls, c.Sent, c.Duplicates, c.Unavailable, c.Lost, c.Limited, c.Rejected)
 	clock.Printf("done: %d of %d reminders sent, %d of %d phones received exactly one SMS; queue: scheduled %d, processing %d, dead %d",
 		len(c.Inbox), len(schedule), once, len(schedule), st.Scheduled, st.Processing, st.Dead)
-	return sendOTPs(ctx, b, users, clock)
+	if err := sendOTPs(ctx, b, users, clock); err != nil {
+		return err
+	}
+	_, err = sendBurst(ctx, b, clock)
+	return err
 }
 
 // sendOTPs shows a login code that expires: asked for while no sender
@@ -246,6 +263,116 @@ func sendOTPs(ctx context.Context, b *broker.Broker, users *Directory, clock *de
 		return err
 	}
 	clock.Printf("otp: the first code expired before a sender started it: dropped unsent (expired and dropped: %d); dead %d", st.ExpiredDropped, st.Dead)
+	return nil
+}
+
+// Alert is one message of a burst, to one phone.
+type Alert struct {
+	To   string `json:"to"`
+	Text string `json:"text"`
+}
+
+// SendAlert sends one alert; it retries like a reminder.
+var SendAlert = job.New[Alert]("sms.alert", smsRetries...)
+
+// The burst: burstSize alerts due at once; the gateway takes burstRate
+// calls a second, and so does the fleet-wide limit.
+const burstSize, burstRate = 1000, 200
+
+// BurstResult is what a burst came to.
+type BurstResult struct {
+	Delivered int           // alerts delivered (distinct phones with an SMS)
+	Limited   int           // calls the gateway answered 429
+	Retried   int           // attempts after the first, of any alert
+	Dead      int64         // dead letters of the queue afterwards
+	Took      time.Duration // from the worker's start to the last delivery
+}
+
+// sendBurst sends burstSize alerts due at once through a gateway that takes
+// burstRate calls a second, under a fleet-wide limit of burstRate/s on
+// SendAlert set with SetRateLimit.
+func sendBurst(ctx context.Context, b *broker.Broker, clock *demo.Clock) (BurstResult, error) {
+	var res BurstResult
+	provider := NewProvider(seed, burstRate, time.Second)
+	provider.fails = 0 // this gateway fails only over its limit
+	gateway := httptest.NewServer(provider)
+	defer gateway.Close()
+	limit := broker.RateLimit{Count: burstRate, Per: time.Second, Burst: 1}
+	if err := b.SetRateLimit(ctx, SendAlert.Queue(), SendAlert.Name(), limit); err != nil {
+		return res, err
+	}
+	for i := range burstSize {
+		a := Alert{To: fmt.Sprintf("+1555%07d", i), Text: "storm warning: stay indoors"}
+		if _, err := SendAlert.Enqueue(ctx, b, a, job.ID(fmt.Sprintf("alert-%04d", i))); err != nil {
+			return res, err
+		}
+	}
+	clock.Printf("burst: %d alerts due at once; the gateway takes %d calls a second (429 above); fleet-wide limit on %s: %v (Broker.SetRateLimit)",
+		burstSize, burstRate, SendAlert.Name(), limit)
+
+	s := &AlertSender{url: gateway.URL + "/messages", client: gateway.Client(), sent: make(chan string, burstSize)}
+	reg := job.NewRegistry()
+	SendAlert.Handle(reg, s.Handle)
+	w, err := worker.New(worker.Config{Broker: b, Registry: reg, Queues: []worker.Queue{{Name: SendAlert.Queue()}}, Concurrency: 16})
+	if err != nil {
+		return res, err
+	}
+	workerCtx, stopWorker := context.WithCancel(ctx)
+	defer stopWorker()
+	workerDone := make(chan error, 1)
+	start := time.Now()
+	go func() { workerDone <- w.Run(workerCtx) }()
+	for pending := burstSize; pending > 0; {
+		select {
+		case <-s.sent:
+			pending--
+		case <-ctx.Done():
+			stopWorker()
+			<-workerDone
+			return res, fmt.Errorf("burst: timed out with %d alerts undelivered", pending)
+		}
+	}
+	res.Took = time.Since(start)
+	stopWorker()
+	if err := <-workerDone; err != nil {
+		return res, err
+	}
+	st, err := b.Stats(context.Background(), SendAlert.Queue())
+	if err != nil {
+		return res, err
+	}
+	c := provider.Counts()
+	res.Delivered, res.Limited, res.Retried, res.Dead = len(c.Inbox), c.Limited, int(s.retried.Load()), st.Dead
+	clock.Printf("burst: %d of %d alerts delivered in %.1fs (%.0f/s, limit %d/s); gateway answered 429 %d times; attempts after the first: %d; dead %d",
+		res.Delivered, burstSize, res.Took.Seconds(), float64(burstSize)/res.Took.Seconds(), burstRate, res.Limited, res.Retried, res.Dead)
+	return res, nil
+}
+
+// AlertSender is the handler of sms.alert. It counts the attempts after an
+// alert's first: the rate limit spends none.
+type AlertSender struct {
+	url     string
+	client  *http.Client
+	sent    chan string
+	retried atomic.Int64
+}
+
+// Handle sends one alert; a 429 waits its Retry-After, any other failure
+// backs off.
+func (s *AlertSender) Handle(ctx context.Context, j *job.Job[Alert]) error {
+	if j.Attempt > 1 {
+		s.retried.Add(1)
+	}
+	status, retryAfter, answer, err := post(ctx, s.client, s.url, j.ID, j.Args.To, j.Args.Text)
+	switch {
+	case err != nil:
+		return err
+	case status == http.StatusTooManyRequests:
+		return retry.After(retryAfter, errors.New("provider: 429 rate-limited"))
+	case status != http.StatusOK:
+		return fmt.Errorf("provider: %d %s", status, answer)
+	}
+	s.sent <- j.ID
 	return nil
 }
 
@@ -305,7 +432,7 @@ func (s *Sender) Handle(ctx context.Context, j *job.Job[Reminder]) error {
 	} else {
 		who += fmt.Sprintf(" (lateness %dms)", j.Lateness().Milliseconds())
 	}
-	status, retryAfter, answer, err := s.post(ctx, j.ID, phone, j.Args.Text)
+	status, retryAfter, answer, err := post(ctx, s.client, s.url, j.ID, phone, j.Args.Text)
 	if err != nil {
 		s.failed(j.ID)
 		s.clock.Printf("%s: %v; retrying with backoff", who, err)
@@ -347,15 +474,15 @@ func (s *Sender) sinceFailure(id string) (time.Duration, bool) {
 
 // post sends one SMS request; the job id is its idempotency key. It returns
 // the status, the Retry-After delay of a 429 and the answer's text.
-func (s *Sender) post(ctx context.Context, key, to, text string) (int, time.Duration, string, error) {
+func post(ctx context.Context, client *http.Client, url, key, to, text string) (int, time.Duration, string, error) {
 	body, _ := json.Marshal(map[string]string{"to": to, "text": text})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return 0, 0, "", err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)
-	resp, err := s.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return 0, 0, "", err
 	}
@@ -392,6 +519,7 @@ type Provider struct {
 	rng    *rand.Rand
 	limit  int
 	per    time.Duration
+	fails  float64         // share of calls let through that fail (half 503, half 504)
 	recent []time.Time     // calls let through the rate limit in the last per
 	keys   map[string]bool // idempotency keys of messages sent
 	counts Counts
@@ -410,6 +538,7 @@ func NewProvider(seed uint64, limit int, per time.Duration) *Provider {
 		rng:    rand.New(rand.NewPCG(seed, seed)),
 		limit:  limit,
 		per:    per,
+		fails:  0.30,
 		keys:   make(map[string]bool),
 		counts: Counts{Inbox: make(map[string]int)},
 	}
@@ -450,10 +579,10 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	p.recent = append(p.recent, now)
 	switch x := p.rng.Float64(); {
-	case x < 0.15:
+	case x < p.fails/2:
 		p.counts.Unavailable++
 		reply(w, http.StatusServiceUnavailable, "error", "service unavailable")
-	case x < 0.30:
+	case x < p.fails:
 		// The SMS goes out, but the answer is lost on the way back.
 		p.deliver(key, msg.To)
 		p.counts.Lost++

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/delayq/delayq/delayqtest"
 	"github.com/delayq/delayq/internal/demo"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
 
@@ -142,5 +144,31 @@ func TestOTPExpires(t *testing.T) {
 	res.RequireDead(t, "expired, dropped")
 	if n := len(p.keys); n != 1 {
 		t.Errorf("%d codes delivered, want only the one in time", n)
+	}
+}
+
+// A burst of 1,000 alerts under a fleet-wide limit of 200/s, to a gateway
+// that answers 429 above 200 calls a second: every alert is delivered,
+// each on its first attempt; the gateway never says 429 and nothing is
+// dead. (How fast is for the bench, not for a test.)
+func TestBurstUnderRateLimit(t *testing.T) {
+	t.Parallel()
+	bd := testkit.Setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	res, err := sendBurst(ctx, bd.B, demo.NewClock())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Delivered != burstSize || res.Limited != 0 || res.Retried != 0 || res.Dead != 0 {
+		t.Errorf("burst: %d of %d delivered, %d answered 429, %d attempts after the first, %d dead; want all delivered and 0, 0, 0",
+			res.Delivered, burstSize, res.Limited, res.Retried, res.Dead)
+	}
+	st, err := bd.B.Stats(ctx, SendAlert.Queue())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.RateLimits[SendAlert.Name()]; got.Count != burstRate || got.Per != time.Second {
+		t.Errorf("rate limit of %s in Stats = %v, want %d per 1s", SendAlert.Name(), got, burstRate)
 	}
 }
