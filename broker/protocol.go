@@ -52,12 +52,9 @@ func (w workerSide) Claim(ctx context.Context, s keyspace.Shard, c protocol.Call
 	res, err := w.b.run(ctx, claimScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Seq, k.Hist, k.Workers + c.ID,
 		k.Dead, k.DeadIndex, k.Unique, k.Counts, k.Controls, k.Parked, k.Rate},
 		n, durMS(lease), id, s.Queue(), w.b.deadCap(q, s), durMS(w.b.opts.DeadMaxAge))
-	if res == nil {
-		return protocol.ClaimResult{}, queueErr(s.Queue(), err)
-	}
-	parts, ok := res.([]any)
-	if !ok || len(parts) != 5 {
-		return protocol.ClaimResult{}, fmt.Errorf("broker: claim: unexpected reply %v", res)
+	parts, perr := replyParts(s, "claim", res, err, 5)
+	if perr != nil {
+		return protocol.ClaimResult{}, perr
 	}
 	now, _ := parts[0].(int64)
 	next, _ := parts[1].(int64)
@@ -171,12 +168,9 @@ func (w workerSide) Settle(ctx context.Context, s keyspace.Shard, c protocol.Cal
 		args = append(args, string(op.Kind), op.Lease.ID, tokenArg(op.Lease.Token), a, b, flag(op.Expired))
 	}
 	res, err := w.b.run(ctx, settleScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Dead, k.DeadIndex, k.Hist, k.Workers + c.ID, k.Unique, k.Cancels}, args...)
-	if res == nil {
-		return nil, queueErr(s.Queue(), err)
-	}
-	parts, ok := res.([]any)
-	if !ok || len(parts) != 2 {
-		return nil, fmt.Errorf("broker: settle: unexpected reply %v", res)
+	parts, perr := replyParts(s, "settle", res, err, 2)
+	if perr != nil {
+		return nil, perr
 	}
 	codes, perr := int64s(parts[1], len(ops))
 	if perr != nil {
@@ -248,12 +242,9 @@ func (w workerSide) Extend(ctx context.Context, lease time.Duration, leases ...p
 func (w workerSide) Reap(ctx context.Context, s keyspace.Shard, limit int) (protocol.ReapResult, error) {
 	k := s.Keys()
 	res, err := w.b.run(ctx, reapScript, []string{k.Processing, k.Jobs, k.Attempts, k.Leases, k.Cancels}, limit)
-	if res == nil {
-		return protocol.ReapResult{}, queueErr(s.Queue(), err)
-	}
-	parts, ok := res.([]any)
-	if !ok || len(parts) != 4 {
-		return protocol.ReapResult{}, fmt.Errorf("broker: reap: unexpected reply %v", res)
+	parts, perr := replyParts(s, "reap", res, err, 4)
+	if perr != nil {
+		return protocol.ReapResult{}, perr
 	}
 	now, _ := parts[0].(int64)
 	out := protocol.ReapResult{Now: fromMS(now)}
@@ -281,4 +272,18 @@ func (w workerSide) Cancels(ctx context.Context, queues []string) (<-chan protoc
 
 func (w workerSide) Wakeups(ctx context.Context, queues []string) (<-chan string, func()) {
 	return w.b.wakeups(ctx, queues)
+}
+
+// replyParts reads the reply of the script name on s: n values, or the
+// call's error when it has no reply. (A reply may come with an error, such
+// as ErrNotReplicated, that the caller still returns.)
+func replyParts(s keyspace.Shard, name string, res any, err error, n int) ([]any, error) {
+	if res == nil {
+		return nil, queueErr(s.Queue(), err)
+	}
+	parts, ok := res.([]any)
+	if !ok || len(parts) != n {
+		return nil, fmt.Errorf("broker: %s: unexpected reply %v", name, res)
+	}
+	return parts, nil
 }

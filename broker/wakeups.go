@@ -43,26 +43,7 @@ func (b *Broker) wakeups(ctx context.Context, queues []string) (notices <-chan s
 	for _, q := range early {
 		out <- q
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(out)
-		in := ps.Channel()
-		for {
-			select {
-			case m, ok := <-in:
-				if !ok {
-					return
-				}
-				select {
-				case out <- byChannel[m.Channel]:
-				default: // a notice is already pending; one is enough
-				}
-			case <-done:
-				return
-			}
-		}
-	}()
-	return out, unsubscriber(done, ps)
+	return out, forward(ps, out, func(m *redis.Message) (string, bool) { return byChannel[m.Channel], true }, true)
 }
 
 // cancels subscribes to the cancel notices of queues ("<id>\n<token>" on
@@ -73,32 +54,11 @@ func (b *Broker) cancels(ctx context.Context, queues []string) (<-chan protocol.
 	byChannel, channels := channelsOf(b.ns, queues, keyspace.CancelChannel)
 	ps := b.rdb.Subscribe(ctx, channels...)
 	out := make(chan protocol.CancelNotice, 64)
-	done := make(chan struct{})
-	go func() {
-		defer close(out)
-		in := ps.Channel()
-		for {
-			select {
-			case m, ok := <-in:
-				if !ok {
-					return
-				}
-				id, tok, found := strings.Cut(m.Payload, "\n")
-				token, err := strconv.ParseInt(tok, 10, 64)
-				if !found || err != nil {
-					continue
-				}
-				select {
-				case out <- protocol.CancelNotice{Queue: byChannel[m.Channel], ID: id, Token: token}:
-				case <-done:
-					return
-				}
-			case <-done:
-				return
-			}
-		}
-	}()
-	return out, unsubscriber(done, ps)
+	return out, forward(ps, out, func(m *redis.Message) (protocol.CancelNotice, bool) {
+		id, tok, found := strings.Cut(m.Payload, "\n")
+		token, err := strconv.ParseInt(tok, 10, 64)
+		return protocol.CancelNotice{Queue: byChannel[m.Channel], ID: id, Token: token}, found && err == nil
+	}, false)
 }
 
 // channelsOf names the channels of queues (channel gives one), with the
@@ -112,6 +72,47 @@ func channelsOf(ns string, queues []string, channel func(ns, queue string) strin
 		channels = append(channels, c)
 	}
 	return byChannel, channels
+}
+
+// forward copies the messages of ps, read by conv (false: skip it), to
+// out until stop is called; then out is closed. With lossy, a message
+// that finds out full is dropped (a notice already pending is as good);
+// otherwise forward waits for the reader. stop unsubscribes, once.
+func forward[T any](ps *redis.PubSub, out chan<- T, conv func(*redis.Message) (T, bool), lossy bool) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(out)
+		in := ps.Channel()
+		for {
+			var m *redis.Message
+			var ok bool
+			select {
+			case m, ok = <-in:
+				if !ok {
+					return
+				}
+			case <-done:
+				return
+			}
+			v, keep := conv(m)
+			if !keep {
+				continue
+			}
+			if lossy {
+				select {
+				case out <- v:
+				default:
+				}
+				continue
+			}
+			select {
+			case out <- v:
+			case <-done:
+				return
+			}
+		}
+	}()
+	return unsubscriber(done, ps)
 }
 
 // unsubscriber returns the stop of a subscription: it ends the forwarding

@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"context"
 	"encoding/base64"
 	"errors"
 	"net/http"
@@ -208,11 +209,21 @@ func decodeJobCursor(s string) (broker.JobCursor, error) {
 	return broker.JobCursor{At: time.UnixMilli(v), ID: id}, nil
 }
 
-func (d *Dashboard) jobDetail(w http.ResponseWriter, r *http.Request) {
-	q, id := r.PathValue("queue"), r.URL.Query().Get("id")
-	j, err := d.b.Job(r.Context(), q, id)
+// detail reads what a detail page shows: get of the page's queue and id.
+// On an error it has answered with the error page, and ok is false.
+func detail[T any](d *Dashboard, w http.ResponseWriter, r *http.Request, get func(ctx context.Context, queue, id string) (T, error)) (v T, q, id string, ok bool) {
+	q, id = r.PathValue("queue"), r.URL.Query().Get("id")
+	v, err := get(r.Context(), q, id)
 	if err != nil {
 		d.actionError(w, r, err)
+		return v, q, id, false
+	}
+	return v, q, id, true
+}
+
+func (d *Dashboard) jobDetail(w http.ResponseWriter, r *http.Request) {
+	j, q, id, ok := detail(d, w, r, d.b.Job)
+	if !ok {
 		return
 	}
 	if j.State == broker.StateDead {
@@ -287,10 +298,8 @@ func (d *Dashboard) dead(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Dashboard) deadDetail(w http.ResponseWriter, r *http.Request) {
-	q, id := r.PathValue("queue"), r.URL.Query().Get("id")
-	rec, err := d.dl.Get(r.Context(), q, id)
-	if err != nil {
-		d.actionError(w, r, err)
+	rec, _, id, ok := detail(d, w, r, d.dl.Get)
+	if !ok {
 		return
 	}
 	d.render(w, r, http.StatusOK, "deadjob", &view{Title: "Dead job " + id, Nav: "dead", Flash: d.flash(r), Data: rec})

@@ -198,7 +198,7 @@ func (r *Runner) Attempt(ctx context.Context, env *job.Envelope, attempt int) (*
 			err = fmt.Errorf("snoozed %d times, the cap (retry.MaxSnoozes); last: %s", m.Snoozes, err.Error())
 			res.Err = err
 		}
-		d := retry.Decide(m.Attempt, m.MaxRetries, r.policy(m, entry), err)
+		d := retry.Decide(m.Attempt, m.MaxRetries, entry.Policy(m, r.fallback()), err)
 		res.Reason, res.Delay, res.Outcome, res.Snoozed = d.Reason, d.Delay, job.OutcomeRetry, d.Snooze
 		if d.Dead {
 			res.Delay, res.Outcome = 0, job.OutcomeDead
@@ -206,20 +206,6 @@ func (r *Runner) Attempt(ctx context.Context, env *job.Envelope, attempt int) (*
 	}
 	settle(job.Result{Outcome: res.Outcome, Err: err, Delay: res.Delay})
 	return res, nil
-}
-
-// policy is the retry policy of a job as the worker picks it: its own
-// backoff, else its type's policy, else the runner's, else retry.Default.
-func (r *Runner) policy(m *job.Message, entry job.Entry) retry.Policy {
-	switch {
-	case m.Backoff != nil:
-		return retry.Exponential{Initial: m.Backoff.Initial, Multiplier: m.Backoff.Multiplier, Max: m.Backoff.Max, Jitter: m.Backoff.Jitter}
-	case entry.Retry != nil:
-		return entry.Retry
-	case r.Retry != nil:
-		return r.Retry
-	}
-	return retry.Default
 }
 
 // call runs h, turning a panic that escaped the middleware into an error,
@@ -290,4 +276,13 @@ func span(min, max time.Duration) string {
 		return min.String()
 	}
 	return fmt.Sprintf("between %v and %v", min, max)
+}
+
+// fallback is the policy of jobs whose type sets none, as for a worker
+// with this Retry.
+func (r *Runner) fallback() retry.Policy {
+	if r.Retry != nil {
+		return r.Retry
+	}
+	return retry.Default
 }

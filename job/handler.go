@@ -61,6 +61,19 @@ type Entry struct {
 	Queue string
 }
 
+// Policy is the retry policy of an attempt of m: the job's own backoff,
+// else the type's policy, else fallback (a worker's default). Every place
+// that decides a failed attempt picks it here.
+func (e Entry) Policy(m *Message, fallback retry.Policy) retry.Policy {
+	switch {
+	case m.Backoff != nil:
+		return retry.Exponential{Initial: m.Backoff.Initial, Multiplier: m.Backoff.Multiplier, Max: m.Backoff.Max, Jitter: m.Backoff.Jitter}
+	case e.Retry != nil:
+		return e.Retry
+	}
+	return fallback
+}
+
 // ErrAlreadyRegistered is wrapped by [Registry.Register] when the type name
 // has a handler already.
 var ErrAlreadyRegistered = errors.New("job: handler already registered")

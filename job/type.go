@@ -273,11 +273,17 @@ func In(d time.Duration) Option {
 
 // At makes the job ready at t (a time in the past means now). Per job only.
 func At(t time.Time) Option {
-	return Option{name: "At", jobScope: func(s *settings) error {
+	return pointInTime("At", "ready time", t, func(s *settings) { s.at, s.delay = t, 0 })
+}
+
+// pointInTime is a per-job option that sets a time (what it is, for the
+// error), refusing the zero time.
+func pointInTime(name, what string, t time.Time, set func(*settings)) Option {
+	return Option{name: name, jobScope: func(s *settings) error {
 		if t.IsZero() {
-			return invalid("ready time At is the zero time")
+			return invalid("%s %s is the zero time", what, name)
 		}
-		s.at, s.delay = t, 0
+		set(s)
 		return nil
 	}}
 }
@@ -308,23 +314,23 @@ func Queue(q string) Option {
 // MaxRetries sets how many times a failed job is retried before it is
 // dead-lettered; 0 dead-letters on the first failure. Default 10.
 func MaxRetries(n int) Option {
-	return both("MaxRetries", func(s *settings) error {
-		if n < 0 {
-			return invalid("max retries %d is negative", n)
-		}
-		s.maxRetries = n
-		return nil
-	})
+	return nonNegative("MaxRetries", "max retries", n, func(s *settings) { s.maxRetries = n })
 }
 
 // Timeout sets the deadline of each attempt's context. 0 leaves it to the
 // worker's default.
 func Timeout(d time.Duration) Option {
-	return both("Timeout", func(s *settings) error {
-		if d < 0 {
-			return invalid("timeout %s is negative", d)
+	return nonNegative("Timeout", "timeout", d, func(s *settings) { s.timeout = d })
+}
+
+// nonNegative is an option of both scopes that sets a count or a duration
+// (what it is, for the error) that must not be negative.
+func nonNegative[N int | time.Duration](name, what string, n N, set func(*settings)) Option {
+	return both(name, func(s *settings) error {
+		if n < 0 {
+			return invalid("%s %v is negative", what, n)
 		}
-		s.timeout = d
+		set(s)
 		return nil
 	})
 }
@@ -368,13 +374,7 @@ func Header(key, value string) Option {
 // refused. Only enqueues that carry Unique are checked against what is
 // remembered after the end. Type or job.
 func Unique(ttl time.Duration) Option {
-	return both("Unique", func(s *settings) error {
-		if ttl < 0 {
-			return invalid("uniqueness ttl %s is negative", ttl)
-		}
-		s.unique, s.uniqueFor = true, ttl
-		return nil
-	})
+	return nonNegative("Unique", "uniqueness ttl", ttl, func(s *settings) { s.unique, s.uniqueFor = true, ttl })
 }
 
 // UniqueIncludeDead makes a job of [Unique] remembered for its ttl also when
@@ -404,13 +404,7 @@ func Replace() Option {
 // reason "expired" (or drops it and counts it, with [DropExpired]). t must
 // be after the ready time. Per job only.
 func ExpireAt(t time.Time) Option {
-	return Option{name: "ExpireAt", jobScope: func(s *settings) error {
-		if t.IsZero() {
-			return invalid("expiry ExpireAt is the zero time")
-		}
-		s.expireAt, s.expireIn = t, 0
-		return nil
-	}}
+	return pointInTime("ExpireAt", "expiry", t, func(s *settings) { s.expireAt, s.expireIn = t, 0 })
 }
 
 // ExpireIn is [ExpireAt] d after the envelope is built (the producer's

@@ -238,6 +238,13 @@ type relayCounters struct {
 	batches, enqueued, duplicates, cancelled, notFound, inProgress, failed, expired, errors atomic.Int64
 }
 
+// byOutcome maps each row outcome to its counter.
+func (c *relayCounters) byOutcome() map[string]*atomic.Int64 {
+	return map[string]*atomic.Int64{OutcomeEnqueued: &c.enqueued, OutcomeDuplicate: &c.duplicates,
+		OutcomeCancelled: &c.cancelled, OutcomeNotFound: &c.notFound, OutcomeInProgress: &c.inProgress,
+		OutcomeFailed: &c.failed, OutcomeExpired: &c.expired}
+}
+
 // Stats returns the relay's counters.
 func (r *Relay) Stats() RelayStats {
 	c := &r.stats
@@ -563,27 +570,15 @@ func (r *Relay) enqueued(w *row, err error) (redisFailed bool) {
 func (r *Relay) count(rows []row, m *relayMetrics) {
 	c := &r.stats
 	byOutcome := map[string]int64{}
+	counters := c.byOutcome()
 	for i := range rows {
 		w := &rows[i]
 		if w.outcome == "" {
 			continue
 		}
 		byOutcome[w.outcome]++
-		switch w.outcome {
-		case OutcomeEnqueued:
-			c.enqueued.Add(1)
-		case OutcomeDuplicate:
-			c.duplicates.Add(1)
-		case OutcomeCancelled:
-			c.cancelled.Add(1)
-		case OutcomeNotFound:
-			c.notFound.Add(1)
-		case OutcomeInProgress:
-			c.inProgress.Add(1)
-		case OutcomeFailed:
-			c.failed.Add(1)
-		case OutcomeExpired:
-			c.expired.Add(1)
+		if n := counters[w.outcome]; n != nil {
+			n.Add(1)
 		}
 		if w.op == "cancel" && w.outcome != OutcomeFailed && r.opts.OnCancel != nil {
 			r.opts.OnCancel(w.queue, w.id, w.cause)
@@ -622,12 +617,13 @@ func (r *Relay) instruments() (*relayMetrics, func() error) {
 	lag, err := meter.Float64ObservableGauge(MetricLag, metric.WithUnit("s"),
 		metric.WithDescription("How long the oldest outbox row not yet relayed has waited."))
 	handle(err)
-	pending, err := meter.Int64ObservableGauge(MetricPending, metric.WithUnit("{row}"),
-		metric.WithDescription("Outbox rows waiting for the relay."))
-	handle(err)
-	failed, err := meter.Int64ObservableGauge(MetricFailed, metric.WithUnit("{row}"),
-		metric.WithDescription("Outbox rows the relay could not relay, marked failed."))
-	handle(err)
+	rows := func(name, description string) metric.Int64ObservableGauge {
+		g, err := meter.Int64ObservableGauge(name, metric.WithUnit("{row}"), metric.WithDescription(description))
+		handle(err)
+		return g
+	}
+	pending := rows(MetricPending, "Outbox rows waiting for the relay.")
+	failed := rows(MetricFailed, "Outbox rows the relay could not relay, marked failed.")
 	labels := metric.WithAttributeSet(attribute.NewSet(LabelTable.String(r.o.t.full())))
 	reg, err := meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		l, err := r.o.Lag(ctx)

@@ -88,19 +88,7 @@ func (w *Worker) record(t *task, op protocol.Op, done func(protocol.Settled)) {
 
 // decide decides a failed attempt of m (retry.Decide with the job's policy).
 func (w *Worker) decide(m *job.Message, entry job.Entry, err error) retry.Decision {
-	return retry.Decide(m.Attempt, m.MaxRetries, w.policy(m, entry), err)
-}
-
-// policy is the retry policy of a job: its own backoff, else its type's,
-// else the worker's.
-func (w *Worker) policy(m *job.Message, entry job.Entry) retry.Policy {
-	switch {
-	case m.Backoff != nil:
-		return retry.Exponential{Initial: m.Backoff.Initial, Multiplier: m.Backoff.Multiplier, Max: m.Backoff.Max, Jitter: m.Backoff.Jitter}
-	case entry.Retry != nil:
-		return entry.Retry
-	}
-	return w.cfg.Retry
+	return retry.Decide(m.Attempt, m.MaxRetries, entry.Policy(m, w.cfg.Retry), err)
 }
 
 // jobLogger returns the logger for one job's outcome. It is built only when

@@ -286,6 +286,18 @@ func (a *app) broker(ctx context.Context) (*broker.Broker, error) {
 	return a.brokerWith(ctx, broker.Options{})
 }
 
+// onBroker is the RunE of a command that takes no arguments: it connects
+// and runs fn.
+func (a *app) onBroker(fn func(context.Context, *broker.Broker) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		b, err := a.broker(cmd.Context())
+		if err != nil {
+			return err
+		}
+		return fn(cmd.Context(), b)
+	}
+}
+
 // brokerWith is broker with options; Namespace and Clock come from the flags.
 func (a *app) brokerWith(ctx context.Context, bo broker.Options) (*broker.Broker, error) {
 	tgt, err := parseTarget(a.redisURL, a.getenv)

@@ -21,13 +21,7 @@ latest finished attempt (recorded by periodic.Outcomes in the worker), and
 whether the schedule is stale: no running scheduler declares it any more, so
 nothing runs it and the next scheduler's heartbeat removes it.`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			b, err := a.broker(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return a.listPeriodic(cmd.Context(), b)
-		},
+		RunE: a.onBroker(a.listPeriodic),
 	}
 	return group("periodic", "Inspect periodic schedules", ls)
 }

@@ -16,13 +16,7 @@ func (a *app) queuesCommand() *cobra.Command {
 		Use:   "ls",
 		Short: "List the queues: paused or active, paused job types, parked jobs",
 		Args:  noArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			b, err := a.broker(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return a.listQueues(cmd.Context(), b)
-		},
+		RunE:  a.onBroker(a.listQueues),
 	}
 	return group("queues", "List, pause and resume queues", ls, a.pauseCommand(true), a.pauseCommand(false))
 }
