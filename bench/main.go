@@ -25,7 +25,12 @@ import (
 
 var stderr io.Writer = os.Stderr
 
-func main() { os.Exit(run()) }
+func main() {
+	if os.Getenv(rlWorkerEnv) != "" {
+		os.Exit(rateLimitWorker())
+	}
+	os.Exit(run())
+}
 
 // Report is what -json writes.
 type Report struct {
@@ -151,6 +156,11 @@ func run() int {
 		redisBin      = fs.String("redis-server", "redis-server", "redis-server binary, when REDIS_URL is not set")
 		skipMemory    = fs.Bool("skip-memory", false, "skip the Redis memory-per-job measurement")
 		cpuProfile    = fs.String("cpuprofile", "", "write a CPU profile of the harness process (all systems' clients and workers) to this file")
+		rateLimitN    = fs.Int("ratelimit", 0, "instead of the comparison: the rate-limit run with this many jobs due at once (see README.md)")
+		rate          = fs.Int("rate", 200, "rate-limit run: the limit, jobs per second across all workers")
+		rateBurst     = fs.Int("rate-burst", 20, "rate-limit run: the limit's burst")
+		procs         = fs.Int("procs", 3, "rate-limit run: worker processes")
+		procConc      = fs.Int("proc-concurrency", 10, "rate-limit run: concurrency of each worker process")
 	)
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
@@ -214,6 +224,20 @@ func run() int {
 	}
 	defer admin.Close()
 	defer admin.FlushAll(context.Background())
+	if *rateLimitN > 0 {
+		if *rate <= 0 || *rateBurst <= 0 || *procs <= 0 || *procConc <= 0 {
+			return fail("-rate, -rate-burst, -procs and -proc-concurrency must be positive")
+		}
+		if err := admin.FlushAll(ctx); err != nil {
+			return fail("%v", err)
+		}
+		c := rateLimitConfig{N: *rateLimitN, Rate: *rate, Burst: *rateBurst, Procs: *procs, Concurrency: *procConc,
+			Timeout: time.Duration(*rateLimitN / *rate)*time.Second*2 + *lostTimeout}
+		if err := runRateLimit(ctx, url, c, os.Stdout); err != nil {
+			return fail("%v", err)
+		}
+		return 0
+	}
 
 	cfg := benchConfig{URL: url, N: *n, Producers: *producers, BatchSize: *batchSize, LostTimeout: *lostTimeout, Settle: *settle}
 	rep := &Report{
