@@ -13,7 +13,7 @@ var aclCommands = []string{
 	"subscribe", "unsubscribe", "ping", // wake-up notices (PING is the Pub/Sub health check)
 	"cluster|slots", // a cluster client reads the slot map with it; others never send it
 	// called by scripts
-	"time", "type", "pexpire",
+	"time", "type", "exists", "pexpire",
 	"get", "set", "incr", "incrby",
 	"hset", "hsetnx", "hdel", "hexists", "hincrby", "hgetall", "hkeys", "expire",
 	"zadd", "zrem", "zrange", "zrangebyscore", "zremrangebyrank", "zremrangebyscore", "zmscore", "zcard", "zcount", "zrank",

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/testkit"
 )
 
@@ -33,5 +34,42 @@ func TestCancelJob(t *testing.T) {
 	}
 	if _, err := tb.b.CancelJob(tb.ctx, "q", "nothing"); !errors.Is(err, broker.ErrNotFound) {
 		t.Fatalf("CancelJob of no job: %v", err)
+	}
+}
+
+// A running job asked to stop that ends some other way (its handler
+// finished anyway, failed, or was released at shutdown) leaves no mark
+// behind: the next lease of the id has another token.
+func TestCancelMarkEndsWithTheLease(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	tb.enqueue(t, env("acked", 0), env("retried", 0), env("released", 0))
+	jobs := tb.claim(t, 3).Jobs
+	if len(jobs) != 3 {
+		t.Fatalf("claimed %d jobs, want 3", len(jobs))
+	}
+	leases := map[string]protocol.Lease{}
+	for _, c := range jobs {
+		if res, err := tb.b.CancelJob(tb.ctx, "q", c.ID); err != nil || !res.Running {
+			t.Fatalf("CancelJob(%s): %+v, %v", c.ID, res, err)
+		}
+		leases[c.ID] = c.Lease
+	}
+	cancels := testkit.Keys(t, tb.b, "q").Cancels
+	if n := tb.rdb.HLen(tb.ctx, cancels).Val(); n != 3 {
+		t.Fatalf("%d cancel marks, want 3", n)
+	}
+	d := testkit.Drive(tb.b)
+	if err := d.Ack(tb.ctx, leases["acked"]); err != nil {
+		t.Fatalf("ack: %v", err)
+	}
+	if _, err := d.Retry(tb.ctx, leases["retried"], time.Hour, env("retried", 0)); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	if err := d.Release(tb.ctx, leases["released"]); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	if marks := tb.rdb.HKeys(tb.ctx, cancels).Val(); len(marks) != 0 {
+		t.Fatalf("cancel marks left after the leases ended: %v", marks)
 	}
 }

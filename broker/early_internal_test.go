@@ -130,7 +130,7 @@ func TestNoJobIsClaimedEarlyOnTheServersClock(t *testing.T) {
 
 func settleKeys(s keyspace.Shard, c protocol.Caller) []string {
 	k := s.Keys()
-	return []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Dead, k.DeadIndex, k.Hist, k.Workers + c.ID}
+	return []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Dead, k.DeadIndex, k.Hist, k.Workers + c.ID, k.Unique, k.Cancels}
 }
 
 func testAck(ctx context.Context, b *Broker, s keyspace.Shard, c protocol.Caller, id string, claimed []protocol.Claimed) error {

@@ -15,8 +15,8 @@
 --                               touched only by acks and kills with a
 --                               window
 -- KEYS[11] -> ns:{q}:cancels    HASH id -> token of a running job asked to
---                               stop; a kill clears the job's mark (touched
---                               only by kills)
+--                               stop; every operation that ends a lease
+--                               clears the job's mark
 -- ARGV[1] -> now ms ("" = server TIME)
 -- ARGV[2] -> lane: the record field of this kind of call ("settle", "reap")
 -- ARGV[3] -> call id, chosen by the worker: a call with the id of the
@@ -84,7 +84,12 @@ for i = FIRST, #ARGV, WIDTH do
     kills = true
   end
 end
-if kills then
+-- A running job asked to stop (Broker.CancelJob) whose lease ends here,
+-- whatever the outcome, takes its mark in KEYS[11] along: a later lease of
+-- the id has another token, so a mark left behind would only hold memory.
+-- One EXISTS per call when no kill is among the operations.
+local marked = kills or redis.call('EXISTS', KEYS[11]) == 1
+if marked then
   bad = expect({KEYS[11], 'hash'})
   if bad then
     return bad
@@ -133,6 +138,9 @@ for k = 1, #ids do
     redis.call('ZREM', KEYS[2], id)
     redis.call('HDEL', KEYS[5], id)
     redis.call('HSET', KEYS[3], id, ARGV[i + 4])
+    if marked then
+      redis.call('HDEL', KEYS[11], id)
+    end
     wake_if_earliest(KEYS[1], ARGV[5], ready, now)
     redis.call('ZADD', KEYS[1], ready, id)
     failed = failed + 1
@@ -153,6 +161,9 @@ for k = 1, #ids do
   else -- 'l': release, 's': snooze
     redis.call('ZREM', KEYS[2], id)
     redis.call('HDEL', KEYS[5], id)
+    if marked then
+      redis.call('HDEL', KEYS[11], id)
+    end
     local spent = redis.call('HGET', KEYS[4], id)
     if spent and is_int(spent) and tonumber(spent) > 1 then
       redis.call('HINCRBY', KEYS[4], id, -1)
@@ -176,6 +187,9 @@ if #acked > 0 then
   call_chunked('HDEL', KEYS[3], acked)
   call_chunked('HDEL', KEYS[4], acked)
   call_chunked('HDEL', KEYS[5], acked)
+  if marked then
+    call_chunked('HDEL', KEYS[11], acked)
+  end
   history(KEYS[8], now, 'done', #acked)
 end
 if died > 0 then
