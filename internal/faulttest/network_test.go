@@ -118,7 +118,10 @@ func TestNetworkFaults(t *testing.T) {
 	var drops, dropped, stalls, slows int
 	var longest time.Duration
 	end := time.Now().Add(10 * time.Second)
-	// The first fault is a stall past the lease, so fencing is always tried.
+	// The first fault is a stall past the lease, once jobs are flowing (so
+	// that the first worker holds some whose acks the stall holds back):
+	// fencing is always tried.
+	time.Sleep(time.Second)
 	proxies[0].Stall(2500 * time.Millisecond)
 	stalls, longest = 1, 2500*time.Millisecond
 	time.Sleep(time.Second)
