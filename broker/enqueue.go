@@ -18,9 +18,10 @@ import (
 // pending fail with a *DuplicateError wrapping ErrDuplicate (in a
 // *job.BatchError for a batch) and leave the stored job unchanged; so do
 // job.Unique ids remembered after their end. With job.Replace, a scheduled
-// job with the id is replaced (ErrInProgress when a worker holds it). On success each envelope gets its ID (generated
-// when empty), Queue, CreatedAt and ReadyAt (server time). Single-job calls
-// that overlap in time share script calls (see combine.go).
+// job with the id is replaced (ErrInProgress when a worker holds it). On
+// success each envelope gets its ID (generated when empty), Queue,
+// CreatedAt and ReadyAt (server time). Single-job calls that overlap in
+// time share script calls (see combine.go).
 func (b *Broker) Enqueue(ctx context.Context, envs ...*job.Envelope) error {
 	bodies := make([][]byte, len(envs))
 	now := time.Now()
