@@ -48,7 +48,7 @@ func (b *Broker) cancel(ctx context.Context, queue, id string, running bool) (in
 		return 0, err
 	}
 	k := s.Keys()
-	res, err := b.run(ctx, cancelScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Parked, k.Leases, k.Cancels}, id, flag(running), k.Cancel)
+	res, err := b.run(ctx, cancelScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Parked, k.Leases, k.Cancels, k.Held}, id, flag(running), k.Cancel)
 	if err != nil {
 		return 0, queueErr(queue, err)
 	}
@@ -84,7 +84,7 @@ func (b *Broker) reschedule(ctx context.Context, queue, id string, atMS, delayUS
 		return time.Time{}, err
 	}
 	k := s.Keys()
-	res, err := b.run(ctx, rescheduleScript, []string{k.Scheduled, k.Processing, k.Parked}, id, atMS, delayUS, k.Wake)
+	res, err := b.run(ctx, rescheduleScript, []string{k.Scheduled, k.Processing, k.Parked, k.Held, k.Jobs}, id, atMS, delayUS, k.Wake)
 	if err != nil {
 		return time.Time{}, queueErr(queue, err)
 	}

@@ -115,7 +115,7 @@ func TestNoJobIsClaimedEarlyOnTheServersClock(t *testing.T) {
 		}
 		for j, c := range claimed {
 			wait[c.ID] = delay(g*group + j + 13)
-			res, err := b.run(ctx, rescheduleScript, []string{k.Scheduled, k.Processing, k.Parked}, c.ID, 0, durUS(wait[c.ID]), k.Wake)
+			res, err := b.run(ctx, rescheduleScript, []string{k.Scheduled, k.Processing, k.Parked, k.Held, k.Jobs}, c.ID, 0, durUS(wait[c.ID]), k.Wake)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -126,11 +126,6 @@ func TestNoJobIsClaimedEarlyOnTheServersClock(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-}
-
-func settleKeys(s keyspace.Shard, c protocol.Caller) []string {
-	k := s.Keys()
-	return []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Dead, k.DeadIndex, k.Hist, k.Workers + c.ID, k.Unique, k.Cancels}
 }
 
 func testAck(ctx context.Context, b *Broker, s keyspace.Shard, c protocol.Caller, id string, claimed []protocol.Claimed) error {

@@ -62,7 +62,7 @@ func (b *Broker) Job(ctx context.Context, queue, id string) (*JobInfo, error) {
 		return nil, err
 	}
 	k := s.Keys()
-	res, err := b.run(ctx, jobScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Dead, k.DeadIndex, k.Parked}, id)
+	res, err := b.run(ctx, jobScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Dead, k.DeadIndex, k.Parked, k.Held}, id)
 	if err != nil {
 		return nil, queueErr(queue, err)
 	}

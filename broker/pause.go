@@ -122,3 +122,56 @@ func (b *Broker) SetRateLimit(ctx context.Context, queue, typ string, r RateLimi
 func ceilMS(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
+
+// SetConcurrency caps how many jobs of queue run at once across all
+// workers: of the whole queue when typ is "", else of the jobs of type typ.
+// A job counts from its claim until its lease ends (acknowledged, retried,
+// dead-lettered, released, snoozed, or run out: a crashed worker's jobs
+// stop counting when their lease expires). It is enforced in the claim
+// script: a queue at its cap claims nothing, and a due job of a type at
+// its cap is held aside (no attempt spent, other types still claimed)
+// until a job of its type ends; the worker that ends one wakes the
+// queue's other workers. n = 0 clears the cap, and held jobs go back to
+// the schedule. A sharded queue's cap is split among its shards (shard i
+// gets n/S, the first n mod S one more), so n must be at least the number
+// of shards. A type's cap counts the jobs claimed since it was set. Bad
+// input (a negative n, n below the shard count, a bad queue or type name)
+// is refused with an error wrapping job.ErrInvalid, and nothing changes.
+func (b *Broker) SetConcurrency(ctx context.Context, queue, typ string, n int) error {
+	what := "*"
+	if typ != "" {
+		if err := job.ValidateType(typ); err != nil {
+			return err
+		}
+		what = typ
+	}
+	if err := job.ValidateQueue(queue); err != nil {
+		return err
+	}
+	if n < 0 {
+		return fmt.Errorf("broker: %w: concurrency cap %d is negative", job.ErrInvalid, n)
+	}
+	q, err := b.route.Place(ctx, queue)
+	if err != nil {
+		return queueErr(queue, err)
+	}
+	shards := q.Shards()
+	if n > 0 && n < len(shards) {
+		return fmt.Errorf("broker: %w: concurrency cap %d of queue %q is below its %d shards (each shard needs a slot)", job.ErrInvalid, n, queue, len(shards))
+	}
+	for i, s := range shards {
+		value := ""
+		if n > 0 {
+			share := n / len(shards)
+			if i < n%len(shards) {
+				share++
+			}
+			value = fmt.Sprintf("%d/%d", share, n)
+		}
+		k := s.Keys()
+		if _, err := b.run(ctx, capScript, []string{k.Controls, k.Scheduled, k.Held}, what, value, k.Wake); err != nil {
+			return queueErr(queue, err)
+		}
+	}
+	return nil
+}

@@ -50,7 +50,7 @@ func (w workerSide) Claim(ctx context.Context, s keyspace.Shard, c protocol.Call
 	}
 	k := s.Keys()
 	res, err := w.b.run(ctx, claimScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Seq, k.Hist, k.Workers + c.ID,
-		k.Dead, k.DeadIndex, k.Unique, k.Counts, k.Controls, k.Parked, k.Rate},
+		k.Dead, k.DeadIndex, k.Unique, k.Counts, k.Controls, k.Parked, k.Rate, k.Running, k.Held},
 		n, durMS(lease), id, s.Queue(), w.b.deadCap(q, s), durMS(w.b.opts.DeadMaxAge))
 	parts, perr := replyParts(s, "claim", res, err, 5)
 	if perr != nil {
@@ -167,7 +167,7 @@ func (w workerSide) Settle(ctx context.Context, s keyspace.Shard, c protocol.Cal
 		}
 		args = append(args, string(op.Kind), op.Lease.ID, tokenArg(op.Lease.Token), a, b, flag(op.Expired))
 	}
-	res, err := w.b.run(ctx, settleScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Dead, k.DeadIndex, k.Hist, k.Workers + c.ID, k.Unique, k.Cancels}, args...)
+	res, err := w.b.run(ctx, settleScript, settleKeys(s, c), args...)
 	parts, perr := replyParts(s, "settle", res, err, 2)
 	if perr != nil {
 		return nil, perr
@@ -286,4 +286,10 @@ func replyParts(s keyspace.Shard, name string, res any, err error, n int) ([]any
 		return nil, fmt.Errorf("broker: %s: unexpected reply %v", name, res)
 	}
 	return parts, nil
+}
+
+// settleKeys are the keys of settle.lua for worker c on shard s.
+func settleKeys(s keyspace.Shard, c protocol.Caller) []string {
+	k := s.Keys()
+	return []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Dead, k.DeadIndex, k.Hist, k.Workers + c.ID, k.Unique, k.Cancels, k.Running}
 }

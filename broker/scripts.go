@@ -48,6 +48,7 @@ var (
 	enqueueScript    = load("enqueue")
 	pauseScript      = load("pause")
 	limitScript      = load("limit")
+	capScript        = load("cap")
 	claimScript      = load("claim")
 	settleScript     = load("settle")
 	extendScript     = load("extend")

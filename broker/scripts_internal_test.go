@@ -12,7 +12,7 @@ import (
 // several keys) needs a look at its key handling before it is added.
 var singleKey = map[string]bool{
 	"ZADD": true, "ZREM": true, "ZSCORE": true, "ZCARD": true, "ZCOUNT": true, "ZRANGE": true,
-	"ZRANGEBYSCORE": true, "ZREMRANGEBYRANK": true,
+	"ZRANGEBYSCORE": true, "ZREMRANGEBYRANK": true, "ZPOPMIN": true,
 	"HGET": true, "HSET": true, "HSETNX": true, "HDEL": true, "HEXISTS": true, "HINCRBY": true,
 	"INCR": true, "INCRBY": true, "GET": true, "SET": true, "ZRANK": true, "HMGET": true,
 	"TYPE": true, "EXISTS": true, "PEXPIRE": true, "ZMSCORE": true, "ZREMRANGEBYSCORE": true, "HGETALL": true, "HKEYS": true,
@@ -24,7 +24,10 @@ var keyless = map[string]bool{"TIME": true, "PUBLISH": true}
 
 var (
 	callRE     = regexp.MustCompile(`redis\.call\(\s*'(\w+)'\s*(?:,\s*([^,)]+))?`)
-	declaredRE = regexp.MustCompile(`(?m)^-- (KEYS\[\d+\]) ->`)
+	declaredRE = regexp.MustCompile(`(?m)^-- (KEYS\[\d+\]) ->(.*)$`)
+	// A key named under a prefix (a per-type key): KEYS[n] .. name, where
+	// the header declares KEYS[n] as a prefix. Its slot is the prefix's.
+	prefixedRE = regexp.MustCompile(`^(KEYS\[\d+\]) \.\. \w+$`)
 	keysUseRE  = regexp.MustCompile(`KEYS\[\d+\]`)
 	// prelude helpers and how many leading arguments of each are keys.
 	helperRE = regexp.MustCompile(`\b(holds|lease_state|held|wake_if_earliest|trim_dead|call_chunked|hmget|earliest|next_ready|history)\(([^)]*)\)`)
@@ -72,9 +75,19 @@ func TestScriptsTouchOnlyDeclaredKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 		src := string(body)
-		declared := map[string]bool{}
+		declared, prefixes := map[string]bool{}, map[string]bool{}
 		for _, m := range declaredRE.FindAllStringSubmatch(src, -1) {
 			declared[m[1]] = true
+			if strings.Contains(m[2], "prefix") {
+				prefixes[m[1]] = true
+			}
+		}
+		isKey := func(arg string) bool {
+			if keysUseRE.FindString(arg) == arg {
+				return true
+			}
+			m := prefixedRE.FindStringSubmatch(arg)
+			return m != nil && prefixes[m[1]]
 		}
 		code := stripComments(src)
 		for _, k := range keysUseRE.FindAllString(code, -1) {
@@ -88,14 +101,14 @@ func TestScriptsTouchOnlyDeclaredKeys(t *testing.T) {
 			case keyless[cmd]:
 			case !singleKey[cmd]:
 				t.Errorf("%s calls %s, which is not a known single-key command", name, cmd)
-			case !keysUseRE.MatchString(arg) || keysUseRE.FindString(arg) != arg:
+			case !isKey(arg):
 				t.Errorf("%s calls %s on %q, not on one of KEYS", name, cmd, arg)
 			}
 		}
 		for _, m := range helperRE.FindAllStringSubmatch(code, -1) {
 			args := strings.Split(m[2], ",")
 			for _, i := range helperKeys[m[1]] {
-				if a := strings.TrimSpace(args[i]); keysUseRE.FindString(a) != a {
+				if a := strings.TrimSpace(args[i]); !isKey(a) {
 					t.Errorf("%s passes %q as a key to %s", name, a, m[1])
 				}
 			}

@@ -46,7 +46,7 @@ func (b *Broker) StatsOf(ctx context.Context, queues ...string) ([]QueueStats, e
 		resolved[i] = q
 		for _, s := range q.Shards() {
 			k := s.Keys()
-			calls = append(calls, read{s: statsScript, keys: []string{k.Scheduled, k.Processing, k.DeadIndex, k.Counts, k.Controls, k.Parked}})
+			calls = append(calls, read{s: statsScript, keys: []string{k.Scheduled, k.Processing, k.DeadIndex, k.Counts, k.Controls, k.Parked, k.Held}})
 		}
 	}
 	res, errs := b.runReads(ctx, calls)
@@ -72,7 +72,7 @@ func (b *Broker) StatsOf(ctx context.Context, queues ...string) ([]QueueStats, e
 // parseStats decodes the reply of stats.lua.
 func parseStats(res any) (QueueStats, error) {
 	parts, ok := res.([]any)
-	if !ok || len(parts) != 12 {
+	if !ok || len(parts) != 14 {
 		return QueueStats{}, fmt.Errorf("broker: stats: unexpected reply %v", res)
 	}
 	v, err := int64s(parts[:10], 10)
@@ -102,8 +102,24 @@ func parseStats(res any) (QueueStats, error) {
 		}
 		limits[rates[i]] = r
 	}
+	capList, err := strs(parts[12])
+	if err != nil {
+		return QueueStats{}, err
+	}
+	var caps map[string]int
+	for i := 0; i+1 < len(capList); i += 2 {
+		var share, total int
+		if _, err := fmt.Sscanf(capList[i+1], "%d/%d", &share, &total); err != nil {
+			continue
+		}
+		if caps == nil {
+			caps = make(map[string]int)
+		}
+		caps[capList[i]] = total
+	}
+	held, _ := parts[13].(int64)
 	s := QueueStats{Now: fromMS(v[0]), Scheduled: v[1], Due: v[2], Processing: v[3], Dead: v[4], ExpiredDropped: v[7],
-		Paused: v[8] == 1, Parked: v[9], PausedTypes: types, RateLimits: limits}
+		Paused: v[8] == 1, Parked: v[9], PausedTypes: types, RateLimits: limits, Caps: caps, Held: held}
 	if v[5] >= 0 {
 		s.OldestDue = fromMS(v[5])
 	}
@@ -126,6 +142,13 @@ func merge(into *QueueStats, st QueueStats, first bool) {
 	into.Dead += st.Dead
 	into.ExpiredDropped += st.ExpiredDropped
 	into.Parked += st.Parked
+	into.Held += st.Held
+	for t, n := range st.Caps {
+		if into.Caps == nil {
+			into.Caps = make(map[string]int)
+		}
+		into.Caps[t] = n
+	}
 	for t, r := range st.RateLimits {
 		if into.RateLimits == nil {
 			into.RateLimits = make(map[string]RateLimit)

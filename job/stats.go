@@ -28,9 +28,16 @@ type QueueStats struct {
 	// RateLimits are the rate limits set on the queue
 	// (broker.Broker.SetRateLimit): "" for the whole queue, else by type.
 	RateLimits map[string]RateLimit
+	// Caps are the concurrency caps set on the queue
+	// (broker.Broker.SetConcurrency): "" for the whole queue, else by type;
+	// each the whole cap, over all shards.
+	Caps map[string]int
 	// Parked counts due jobs of paused types, set aside until their type is
 	// resumed (not in Scheduled).
-	Parked    int64
+	Parked int64
+	// Held counts due jobs of capped types held aside until a job of their
+	// type ends (not in Scheduled).
+	Held      int64
 	OldestDue time.Time // ready time of the longest-waiting due job; zero when none
 	NextReady time.Time // earliest ready time in the future; zero when none
 }

@@ -8,12 +8,14 @@
 -- KEYS[5] -> ns:{q}:parked      ZSET id -> ready ms (jobs of paused types)
 -- KEYS[6] -> ns:{q}:leases      HASH id -> fencing token
 -- KEYS[7] -> ns:{q}:cancels     HASH id -> token of a running job asked to stop
+-- KEYS[8] -> ns:{q}:held:       prefix of the per-type ZSETs of jobs held
+--                               back by their type's concurrency cap
 -- ARGV[1] -> now ms (unused)
 -- ARGV[2] -> id
 -- ARGV[3] -> "1": a running job is asked to stop; "0": it is left alone
 -- ARGV[4] -> cancel channel
 --
--- Returns 1 cancelled (it was scheduled or parked: removed), 2 running and
+-- Returns 1 cancelled (it was scheduled, parked or held: removed), 2 running and
 -- asked to stop (KEYS[7][id] = its token, "<id>\n<token>" published; the
 -- worker's heartbeat reads the mark when the notice is missed), -1 in
 -- progress with ARGV[3] "0" (nothing changed), 0 not found.
@@ -36,5 +38,17 @@ if redis.call('ZSCORE', KEYS[2], id) then
   redis.call('HSET', KEYS[7], id, token)
   redis.call('PUBLISH', ARGV[4], id .. '\n' .. token)
   return 2
+end
+local t = type_of(redis.call('HGET', KEYS[3], id))
+if t then
+  bad = expect({KEYS[8] .. t, 'zset'})
+  if bad then
+    return bad
+  end
+  if redis.call('ZREM', KEYS[8] .. t, id) == 1 then
+    redis.call('HDEL', KEYS[3], id)
+    redis.call('HDEL', KEYS[4], id)
+    return 1
+  end
 end
 return 0

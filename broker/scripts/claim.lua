@@ -31,6 +31,12 @@
 -- KEYS[15] -> ns:{q}:rate       HASH "*" / "<type>" -> GCRA theoretical
 --                               arrival time ms (touched only when a rate
 --                               limit is set)
+-- KEYS[16] -> ns:{q}:running    HASH id -> type ("*": counted by the queue's
+--                               cap only): jobs leased under a concurrency
+--                               cap (touched only when a cap is set)
+-- KEYS[17] -> ns:{q}:held:      prefix of the per-type ZSETs id -> ready ms
+--                               of due jobs set aside because their type was
+--                               at its cap
 --
 -- Expiry (job.ExpireAt): a due job whose envelope ends in ,"x":"<ms>"} (or
 -- "<ms>d"}) with <ms> <= now is not leased: it goes to the dead letters with
@@ -54,6 +60,21 @@
 -- is not leased but moved to the time its token comes (the k-th such job
 -- of the call k intervals later), so no worker spins on it and no attempt
 -- is spent. With no limit set none of this runs.
+--
+-- Concurrency caps (Broker.SetConcurrency): fields "c" (the queue) and
+-- "c:<type>" of KEYS[13] hold "share/total", share being this shard's part
+-- of the cap. A job runs under the queue's cap while its lease is live: the
+-- queue's room is share - ZCOUNT(KEYS[2], now, +inf), so a crashed
+-- worker's jobs stop counting when their lease runs out. A type's running
+-- jobs are those of KEYS[16] whose lease in KEYS[2] is live (one HGETALL
+-- and one ZMSCORE, O(running capped jobs)); the claim leasing a job of a
+-- capped type records it there, and every operation that ends the lease
+-- removes it (settle.lua) and wakes the queue's workers. A due job of a
+-- type at its cap is moved to KEYS[17]..type (no attempt spent, no head of
+-- line blocked); a claim that finds room for the type moves that many back
+-- to the schedule at their ready times, before it looks for due jobs. A
+-- queue at its cap claims nothing and reports, as next, the earliest live
+-- lease deadline (when a crashed worker's slot comes back) if jobs are due.
 --
 -- Returns {now µs, next, jobs, orphans, paused}: next is the earliest ready time
 -- left in the scheduled set (-1 when empty); jobs is a flat list of
@@ -172,6 +193,14 @@ end
 local pauses = redis.call('HGETALL', KEYS[13])
 local paused_types, any_type = {}, false
 local qrate, trates, any_rate = nil, {}, false
+local qcap, tcaps, any_tcap = nil, {}, false
+local function parse_cap(v)
+  local share = tonumber(string.match(v, '^(%d+)/%d+$'))
+  if share and share >= 1 then
+    return share
+  end
+  return nil
+end
 local function parse_rate(v)
   local count, per, burst, shards = string.match(v, '^(%d+)/(%d+)/(%d+)/(%d+)$')
   count, per, burst, shards = tonumber(count), tonumber(per), tonumber(burst), tonumber(shards)
@@ -190,6 +219,14 @@ for i = 1, #pauses, 2 do
   elseif string.sub(f, 1, 2) == 'r:' then
     trates[string.sub(f, 3)] = parse_rate(pauses[i + 1])
     any_rate = true
+  elseif f == 'c' then
+    qcap = parse_cap(pauses[i + 1])
+  elseif string.sub(f, 1, 2) == 'c:' then
+    local cap = parse_cap(pauses[i + 1])
+    if cap then
+      tcaps[string.sub(f, 3)] = cap
+      any_tcap = true
+    end
   else
     paused_types[string.sub(f, 3)] = true
     any_type = true
@@ -201,6 +238,62 @@ if qrate or any_rate then
     return bad
   end
 end
+if qcap or any_tcap then
+  local spec = {KEYS[16], 'hash'}
+  for t in pairs(tcaps) do
+    spec[#spec + 1] = KEYS[17] .. t
+    spec[#spec + 1] = 'zset'
+  end
+  bad = expect(spec)
+  if bad then
+    return bad
+  end
+end
+-- The queue's cap: how many may start now.
+local q_capped = false
+if qcap then
+  local room = qcap - redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf')
+  if room < 1 then
+    room = 0
+    q_capped = true
+  end
+  n = math.min(n, room)
+end
+-- The types' caps: how many of each run now (live leases in KEYS[16]),
+-- and the earliest of those leases to run out. Entries whose job holds no
+-- lease any more are dropped.
+local trun, t_full, cap_deadline, stale = {}, false, nil, {}
+if any_tcap then
+  local run = redis.call('HGETALL', KEYS[16])
+  local rids = {}
+  for i = 1, #run, 2 do
+    rids[#rids + 1] = run[i]
+  end
+  for i = 1, #rids, CHUNK do
+    local part = redis.call('ZMSCORE', KEYS[2], unpack(rids, i, math.min(i + CHUNK - 1, #rids)))
+    for j = 1, #part do
+      local k = i + j - 1
+      local deadline = tonumber(part[j])
+      if not deadline then
+        stale[#stale + 1] = rids[k]
+      elseif deadline > now then
+        local t = run[2 * k]
+        if tcaps[t] then
+          trun[t] = (trun[t] or 0) + 1
+          if not cap_deadline or deadline < cap_deadline then
+            cap_deadline = deadline
+          end
+        end
+      end
+    end
+  end
+  for t, cap in pairs(tcaps) do
+    if (trun[t] or 0) >= cap then
+      t_full = true
+    end
+  end
+end
+
 -- The queue's limit: how many may start now.
 local qtat, limited_until = nil, nil
 if qrate then
@@ -242,16 +335,18 @@ if n > 0 then
         end
       end
     end
-    local park, defer, tats = {}, {}, {}
-    if any_type or any_rate then
+    local park, defer, tats, hold, taken = {}, {}, {}, {}, {}
+    if any_type or any_rate or any_tcap then
       local deferred = {}
       for k = 1, #ids do
         local b = bodies[k]
         if b and not ended[k] then
-          local ok, env = pcall(cjson.decode, b)
-          local t = ok and type(env) == 'table' and type(env.t) == 'string' and env.t
+          local t = type_of(b)
           if t and paused_types[t] then
             park[#park + 1] = k
+          elseif t and tcaps[t] and (trun[t] or 0) >= tcaps[t] then
+            hold[#hold + 1] = {k, t}
+            t_full = true
           elseif t and trates[t] then
             local r = trates[t]
             if not tats[t] then
@@ -259,10 +354,17 @@ if n > 0 then
             end
             if tats[t] - now <= r.tau then
               tats[t] = tats[t] + r.T
+              if tcaps[t] then
+                trun[t] = (trun[t] or 0) + 1
+                taken[k] = t
+              end
             else
               deferred[t] = (deferred[t] or 0) + 1
               defer[#defer + 1] = {k, math.ceil(tats[t] - r.tau + (deferred[t] - 1) * r.T)}
             end
+          elseif t and tcaps[t] then
+            trun[t] = (trun[t] or 0) + 1
+            taken[k] = t
           end
         end
       end
@@ -279,6 +381,10 @@ if n > 0 then
         return bad
       end
     end
+    if #stale > 0 then
+      call_chunked('HDEL', KEYS[16], stale)
+      stale = {}
+    end
     call_chunked('ZREM', KEYS[1], ids)
     if #expired > 0 then
       expire_jobs(ids, bodies, expired, now, ended)
@@ -292,6 +398,19 @@ if n > 0 then
       end
       call_chunked('ZADD', KEYS[14], members)
     end
+    if #hold > 0 then
+      local by_type = {}
+      for _, h in ipairs(hold) do
+        local members = by_type[h[2]] or {}
+        members[#members + 1] = readies[h[1]]
+        members[#members + 1] = ids[h[1]]
+        by_type[h[2]] = members
+        ended[h[1]] = true
+      end
+      for t, members in pairs(by_type) do
+        call_chunked('ZADD', KEYS[17] .. t, members)
+      end
+    end
     for t, tat in pairs(tats) do
       redis.call('HSET', KEYS[15], t, string.format('%.3f', tat))
     end
@@ -304,11 +423,15 @@ if n > 0 then
       end
       call_chunked('ZADD', KEYS[1], members)
     end
-    local live, live_ready, live_body = {}, {}, {}
+    local live, live_ready, live_body, running = {}, {}, {}, {}
     for k = 1, #ids do
       if ended[k] then
-        -- expired: ended above
+        -- expired, parked, held or deferred: ended above
       elseif bodies[k] then
+        if taken[k] or qcap then
+          running[#running + 1] = ids[k]
+          running[#running + 1] = taken[k] or '*'
+        end
         live[#live + 1] = ids[k]
         live_ready[#live_ready + 1] = readies[k]
         live_body[#live_body + 1] = bodies[k]
@@ -357,6 +480,28 @@ if n > 0 then
       if qrate then
         redis.call('HSET', KEYS[15], '*', string.format('%.3f', qtat + #live * qrate.T))
       end
+      if #running > 0 then
+        call_chunked('HSET', KEYS[16], running)
+      end
+    end
+  end
+end
+if #stale > 0 then
+  call_chunked('HDEL', KEYS[16], stale)
+end
+-- Held jobs of a type with room left go back to the schedule, first in
+-- line again with their ready times: the next claim takes them.
+for t, cap in pairs(tcaps) do
+  local room = cap - (trun[t] or 0)
+  if room > 0 then
+    local back = redis.call('ZPOPMIN', KEYS[17] .. t, room)
+    if #back > 0 then
+      local members = {}
+      for i = 1, #back, 2 do
+        members[#members + 1] = back[i + 1]
+        members[#members + 1] = back[i]
+      end
+      call_chunked('ZADD', KEYS[1], members)
     end
   end
 end
@@ -373,5 +518,14 @@ local next = next_ready(KEYS[1], now)
 if limited_until and next >= 0 and next <= now then
   -- Due jobs wait for the queue's next token.
   next = limited_until
+end
+if q_capped and next >= 0 and next <= now then
+  -- Due jobs wait for a slot: a settle wakes the workers, and a crashed
+  -- worker's slot comes back when its lease runs out.
+  local first = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  next = math.ceil(finite(first[2], now + lease))
+elseif t_full and cap_deadline and (next < 0 or cap_deadline < next) then
+  -- Held jobs wait for their type's slot.
+  next = math.ceil(cap_deadline)
 end
 return {now_u, next, jobs, orphans, 0}

@@ -9,6 +9,9 @@
 -- KEYS[6] -> ns:{q}:dead:index  ZSET id -> died-at ms
 -- KEYS[7] -> ns:{q}:parked      ZSET id -> ready ms (jobs of paused types,
 --                               reported as scheduled)
+-- KEYS[8] -> ns:{q}:held:       prefix of the per-type ZSETs of jobs held
+--                               back by their type's concurrency cap
+--                               (reported as scheduled)
 -- ARGV[1] -> now ms ("" = server TIME)
 -- ARGV[2] -> id
 --
@@ -43,6 +46,16 @@ if at then
   local r = pending(2, at)
   if r then
     return r
+  end
+end
+local t = type_of(redis.call('HGET', KEYS[3], id))
+if t and expect({KEYS[8] .. t, 'zset'}) == nil then
+  at = redis.call('ZSCORE', KEYS[8] .. t, id)
+  if at then
+    local r = pending(1, at)
+    if r then
+      return r
+    end
   end
 end
 local record = redis.call('HGET', KEYS[5], id)

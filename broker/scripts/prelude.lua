@@ -51,6 +51,18 @@ local function expect(spec)
   return nil
 end
 
+-- The job type an envelope names, or nil when it does not decode.
+local function type_of(body)
+  if not body then
+    return nil
+  end
+  local ok, env = pcall(cjson.decode, body)
+  if ok and type(env) == 'table' and type(env.t) == 'string' then
+    return env.t
+  end
+  return nil
+end
+
 -- Publish score on channel when a job at score becomes the earliest of the
 -- scheduled set and nothing there is due yet, so sleeping workers wake up
 -- early. Call it before adding the member.

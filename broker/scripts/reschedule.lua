@@ -4,6 +4,11 @@
 -- KEYS[2] -> ns:{q}:processing  ZSET id -> lease deadline ms
 -- KEYS[3] -> ns:{q}:parked      ZSET id -> ready ms (jobs of paused types:
 --                               they move there, and stay parked)
+-- KEYS[4] -> ns:{q}:held:       prefix of the per-type ZSETs of jobs held
+--                               back by their type's concurrency cap (a
+--                               held job moved goes back to KEYS[1])
+-- KEYS[5] -> ns:{q}:jobs        HASH id -> envelope (read for a held job's
+--                               type)
 -- ARGV[1] -> now ms ("" = server TIME)
 -- ARGV[2] -> id
 -- ARGV[3] -> at ms (0 = use the delay)
@@ -12,7 +17,7 @@
 --
 -- Returns {now µs, code}: code is the new ready time in ms, -1 in progress
 -- (nothing changed), 0 not found.
-local bad = expect({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'zset'})
+local bad = expect({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'zset', KEYS[5], 'hash'})
 if bad then
   return bad
 end
@@ -37,5 +42,21 @@ if redis.call('ZSCORE', KEYS[3], id) then
 end
 if redis.call('ZSCORE', KEYS[2], id) then
   return {now, -1}
+end
+local t = type_of(redis.call('HGET', KEYS[5], id))
+if t then
+  bad = expect({KEYS[4] .. t, 'zset'})
+  if bad then
+    return bad
+  end
+  if redis.call('ZREM', KEYS[4] .. t, id) == 1 then
+    local ready = tonumber(ARGV[3])
+    if ready <= 0 then
+      ready = ready_after(now, tonumber(ARGV[4]))
+    end
+    wake_if_earliest(KEYS[1], ARGV[5], ready, ms_of(now))
+    redis.call('ZADD', KEYS[1], ready, id)
+    return {now, ready}
+  end
 end
 return {now, 0}

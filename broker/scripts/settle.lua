@@ -17,6 +17,11 @@
 -- KEYS[11] -> ns:{q}:cancels    HASH id -> token of a running job asked to
 --                               stop; every operation that ends a lease
 --                               clears the job's mark
+-- KEYS[12] -> ns:{q}:running    HASH id -> type: jobs leased under a
+--                               concurrency cap; every operation that ends
+--                               a lease removes the job, and the queue's
+--                               workers are woken (ARGV[5]) when one was
+--                               there: a slot came free
 -- ARGV[1] -> now ms ("" = server TIME)
 -- ARGV[2] -> lane: the record field of this kind of call ("settle", "reap")
 -- ARGV[3] -> call id, chosen by the worker: a call with the id of the
@@ -87,8 +92,19 @@ end
 -- A running job asked to stop (Broker.CancelJob) whose lease ends here,
 -- whatever the outcome, takes its mark in KEYS[11] along: a later lease of
 -- the id has another token, so a mark left behind would only hold memory.
--- One EXISTS per call when no kill is among the operations.
-local marked = kills or redis.call('EXISTS', KEYS[11]) == 1
+-- Likewise a job counted by a concurrency cap leaves KEYS[12]. One EXISTS
+-- of both keys per call finds whether either is there.
+local marked, capped = kills, false
+if redis.call('EXISTS', KEYS[11], KEYS[12]) > 0 then
+  marked = kills or redis.call('EXISTS', KEYS[11]) == 1
+  capped = redis.call('EXISTS', KEYS[12]) == 1
+end
+if capped then
+  bad = expect({KEYS[12], 'hash'})
+  if bad then
+    return bad
+  end
+end
 if marked then
   bad = expect({KEYS[11], 'hash'})
   if bad then
@@ -110,7 +126,7 @@ local function remember_for(i, id)
   end
 end
 local current = hmget(KEYS[5], ids)
-local out, acked, seen = {}, {}, {}
+local out, acked, seen, ended = {}, {}, {}, {}
 local failed, died = 0, 0
 for k = 1, #ids do
   local i = FIRST + WIDTH * (k - 1)
@@ -125,6 +141,9 @@ for k = 1, #ids do
     end
   end
   seen[id] = true
+  if code >= 0 then
+    ended[#ended + 1] = id
+  end
   if code < 0 then
     out[k] = code
   elseif kind == 'a' then
@@ -200,6 +219,15 @@ history(KEYS[8], now, 'failed', failed)
 if #remember > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', now)
   call_chunked('ZADD', KEYS[10], remember)
+end
+if capped and #ended > 0 then
+  local freed = 0
+  for i = 1, #ended, CHUNK do
+    freed = freed + redis.call('HDEL', KEYS[12], unpack(ended, i, math.min(i + CHUNK - 1, #ended)))
+  end
+  if freed > 0 then
+    redis.call('PUBLISH', ARGV[5], 'slot')
+  end
 end
 local record = {cid}
 for k = 1, #out do

@@ -8,13 +8,16 @@
 -- KEYS[5] -> ns:{q}:controls    HASH "*" / "t:<type>" -> paused at ms,
 --                               "r" / "r:<type>" -> rate limit
 -- KEYS[6] -> ns:{q}:parked      ZSET id -> ready ms (jobs of paused types)
+-- KEYS[7] -> ns:{q}:held:       prefix of the per-type ZSETs of jobs held
+--                               back by their type's concurrency cap
 -- ARGV[1] -> now ms ("" = server TIME)
 --
 -- Returns {now, scheduled, due, processing, dead, oldest due ready ms (-1 when
 -- none is due), next ready ms in the future (-1 when none), expired jobs
 -- dropped, paused (1 or 0), parked jobs, {paused types}, {type ("" for
--- the queue), rate limit, ...}}. Every count is
--- O(1) or O(log N).
+-- the queue), rate limit, ...}, {type ("" for the queue), "share/total",
+-- ...}, held jobs}. Every count is O(1) or O(log N) (one ZCARD per capped
+-- type).
 local bad = expect({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'hash', KEYS[6], 'zset'})
 if bad then
   return bad
@@ -35,7 +38,7 @@ local dropped = redis.call('HGET', KEYS[4], 'expired_dropped')
 if not (dropped and is_int(dropped)) then
   dropped = 0
 end
-local paused, types, rates = 0, {}, {}
+local paused, types, rates, caps, held = 0, {}, {}, {}, 0
 local controls = redis.call('HGETALL', KEYS[5])
 for i = 1, #controls, 2 do
   local f = controls[i]
@@ -44,9 +47,16 @@ for i = 1, #controls, 2 do
   elseif f == 'r' or string.sub(f, 1, 2) == 'r:' then
     rates[#rates + 1] = string.sub(f, 3)
     rates[#rates + 1] = controls[i + 1]
+  elseif f == 'c' or string.sub(f, 1, 2) == 'c:' then
+    local t = string.sub(f, 3)
+    caps[#caps + 1] = t
+    caps[#caps + 1] = controls[i + 1]
+    if t ~= '' and expect({KEYS[7] .. t, 'zset'}) == nil then
+      held = held + redis.call('ZCARD', KEYS[7] .. t)
+    end
   else
     types[#types + 1] = string.sub(f, 3)
   end
 end
 return {now, scheduled, due, redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]), oldest, next, tonumber(dropped),
-  paused, redis.call('ZCARD', KEYS[6]), types, rates}
+  paused, redis.call('ZCARD', KEYS[6]), types, rates, caps, held}

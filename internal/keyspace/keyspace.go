@@ -35,10 +35,12 @@ type Keys struct {
 	DeadIndex  string // ZSET id -> died-at (ms)
 	Unique     string // ZSET id -> remembered until (ms): unique jobs that ended
 	Counts     string // HASH counter -> n: expired_dropped
-	Controls   string // HASH of the flow controls: "*" -> paused at (the queue), "t:<type>" -> paused at (a type), "r" / "r:<type>" -> rate limit "count/per_ms/burst"
+	Controls   string // HASH of the flow controls: "*" -> paused at (the queue), "t:<type>" -> paused at (a type), "r" / "r:<type>" -> rate limit "count/per_ms/burst/shards", "c" / "c:<type>" -> concurrency cap "share/total"
 	Rate       string // HASH "*" / "<type>" -> GCRA theoretical arrival time (ms) of a rate limit
 	Parked     string // ZSET id -> ready ms: due jobs of paused types, set aside by claim
 	Cancels    string // HASH id -> fencing token of a running job asked to stop (Broker.CancelJob)
+	Running    string // HASH id -> type ("*" for the queue's cap only): jobs leased under a concurrency cap
+	Held       string // prefix of the per-type ZSETs id -> ready ms: due jobs of a type at its concurrency cap, set aside by claim (Held + type)
 	Hist       string // prefix of the per-minute history hashes: Hist + minute
 	Workers    string // prefix of the workers' call records: Workers + worker id (HASH lane -> last call)
 	Wake       string // Pub/Sub channel of the user's queue (shared by its shards), not a key
@@ -62,6 +64,8 @@ func newKeys(ns, physical, queue string) Keys {
 		Rate:       p + "rate",
 		Parked:     p + "parked",
 		Cancels:    p + "cancels",
+		Running:    p + "running",
+		Held:       p + "held:",
 		Hist:       p + "hist:",
 		Workers:    p + "w:",
 		Wake:       WakeChannel(ns, queue),
@@ -70,10 +74,11 @@ func newKeys(ns, physical, queue string) Keys {
 }
 
 // JobKeys lists the keys of k that hold jobs, dead records, remembered
-// unique ids, counters or pauses (not the history, which expires by itself, nor the
+// unique ids, counters or pauses (not the held jobs of capped types, whose
+// keys are named by type, nor the history, which expires by itself, nor the
 // fencing counter, which is never deleted).
 func (k Keys) JobKeys() []string {
-	return []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Dead, k.DeadIndex, k.Unique, k.Counts, k.Controls, k.Rate, k.Parked, k.Cancels}
+	return []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Dead, k.DeadIndex, k.Unique, k.Counts, k.Controls, k.Rate, k.Parked, k.Cancels, k.Running}
 }
 
 // WakeChannel is the Pub/Sub channel on which the workers of queue are
