@@ -74,3 +74,24 @@ func TestPauseAndResume(t *testing.T) {
 	wantStatus(t, "a bad type", tb.post(t, "/queues/q/pause", url.Values{"type": {"no spaces"}}), http.StatusBadRequest)
 	wantStatus(t, "GET of an action", tb.get(t, "/queues/q/pause"), http.StatusMethodNotAllowed)
 }
+
+// The queue page shows the queue's concurrency caps and how many due jobs
+// wait for a slot.
+func TestCapsShown(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, dashboard.Options{})
+	tb.enqueue(t, "q", "a", "report.build", `{}`, 0)
+	tb.enqueue(t, "q", "b", "report.build", `{}`, 0)
+	mustNotContain(t, "queue page without caps", tb.get(t, "/queues/q").body, `id="caps-note"`)
+	if err := tb.b.SetConcurrency(tb.ctx, "q", "report.build", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.b.SetConcurrency(tb.ctx, "q", "", 3); err != nil {
+		t.Fatal(err)
+	}
+	if res := tb.claim(t, "q", 10); len(res.Jobs) != 1 {
+		t.Fatalf("claimed %d under a type cap of 1", len(res.Jobs))
+	}
+	mustContain(t, "queue page with caps", tb.get(t, "/queues/q").body,
+		`Concurrency caps across all workers: the queue at most 3 running; type <bdi>report.build</bdi> at most 1 running; 1 due jobs held until their type has a free slot.`)
+}

@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -14,11 +16,87 @@ import (
 func (a *app) queuesCommand() *cobra.Command {
 	ls := &cobra.Command{
 		Use:   "ls",
-		Short: "List the queues: paused or active, paused job types, parked jobs",
+		Short: "List the queues: paused or active, paused job types, parked jobs, concurrency caps, held jobs",
 		Args:  noArgs,
 		RunE:  a.onBroker(a.listQueues),
 	}
-	return group("queues", "List, pause and resume queues", ls, a.pauseCommand(true), a.pauseCommand(false))
+	return group("queues", "List, pause, resume and cap queues", ls, a.pauseCommand(true), a.pauseCommand(false), a.capCommand())
+}
+
+// capCommand is "queues cap".
+func (a *app) capCommand() *cobra.Command {
+	var typ string
+	cmd := &cobra.Command{
+		Use:   "cap QUEUE N",
+		Short: "Cap how many jobs of a queue (or of one job type with --type) run at once across all workers",
+		Long: `Cap how many jobs of a queue run at once across all workers, or with --type
+how many jobs of one type of it. A job counts from its claim until its lease
+ends; a crashed worker's jobs stop counting when their lease runs out. A
+queue at its cap claims nothing; a due job of a type at its cap is held aside
+(no attempt spent) until a job of its type ends. N = 0 clears the cap. A
+sharded queue's cap is split among its shards, so N must be at least the
+number of shards.`,
+		Args: exactArgs(2, "a queue name and a cap"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			q := args[0]
+			if err := job.ValidateQueue(q); err != nil {
+				return usagef("invalid queue: %v", err)
+			}
+			n, err := strconv.Atoi(args[1])
+			if err != nil || n < 0 {
+				return usagef("invalid cap %q: want a whole number, 0 to clear", args[1])
+			}
+			if typ != "" {
+				if err := job.ValidateType(typ); err != nil {
+					return usagef("invalid --type: %v", err)
+				}
+			}
+			b, err := a.broker(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if err := b.SetConcurrency(cmd.Context(), q, typ, n); err != nil {
+				return err
+			}
+			if a.json {
+				return a.printJSON(map[string]any{"queue": q, "type": typ, "cap": n})
+			}
+			what := "queue " + q
+			if typ != "" {
+				what = "job type " + typ + " in queue " + q
+			}
+			msg := fmt.Sprintf("capped %s at %d running", what, n)
+			if n == 0 {
+				msg = "cleared the concurrency cap of " + what
+			}
+			_, err = fmt.Fprintln(a.stdout, termSafe(msg, false))
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&typ, "type", "", "only this job type of the queue")
+	return cmd
+}
+
+// capsText renders a queue's concurrency caps: "5" for the queue's,
+// "report.build=2" for a type's, comma-separated; "-" for none.
+func capsText(caps map[string]int) string {
+	if len(caps) == 0 {
+		return "-"
+	}
+	keys := make([]string, 0, len(caps))
+	for k := range caps {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		if k == "" {
+			parts[i] = strconv.Itoa(caps[k])
+		} else {
+			parts[i] = k + "=" + strconv.Itoa(caps[k])
+		}
+	}
+	return strings.Join(parts, ",")
 }
 
 // pauseCommand is "queues pause" (pause) or "queues resume".
@@ -112,9 +190,12 @@ type queueJSON struct {
 	Paused      bool     `json:"paused"`
 	PausedTypes []string `json:"paused_types"`
 	Parked      int64    `json:"parked"`
-	Scheduled   int64    `json:"scheduled"`
-	Due         int64    `json:"due"`
-	Processing  int64    `json:"processing"`
+	// Caps: the concurrency caps, "" for the queue's, else by type.
+	Caps       map[string]int `json:"caps"`
+	Held       int64          `json:"held"`
+	Scheduled  int64          `json:"scheduled"`
+	Due        int64          `json:"due"`
+	Processing int64          `json:"processing"`
 }
 
 func (a *app) listQueues(ctx context.Context, b *broker.Broker) error {
@@ -126,9 +207,12 @@ func (a *app) listQueues(ctx context.Context, b *broker.Broker) error {
 		out := make([]queueJSON, len(all))
 		for i, s := range all {
 			out[i] = queueJSON{Queue: s.Queue, Paused: s.Paused, PausedTypes: s.PausedTypes, Parked: s.Parked,
-				Scheduled: s.Scheduled, Due: s.Due, Processing: s.Processing}
+				Caps: s.Caps, Held: s.Held, Scheduled: s.Scheduled, Due: s.Due, Processing: s.Processing}
 			if out[i].PausedTypes == nil {
 				out[i].PausedTypes = []string{}
+			}
+			if out[i].Caps == nil {
+				out[i].Caps = map[string]int{}
 			}
 		}
 		return a.printJSON(map[string]any{"queues": out})
@@ -137,7 +221,7 @@ func (a *app) listQueues(ctx context.Context, b *broker.Broker) error {
 		fmt.Fprintln(a.stdout, "no queues yet: nothing was ever enqueued in namespace", orDash(b.Namespace()))
 		return nil
 	}
-	t := newTable(a.stdout, "QUEUE", "STATE", "PAUSED TYPES", "PARKED", "SCHEDULED", "DUE", "PROCESSING")
+	t := newTable(a.stdout, "QUEUE", "STATE", "PAUSED TYPES", "PARKED", "CAPS", "HELD", "SCHEDULED", "DUE", "PROCESSING")
 	for _, s := range all {
 		state := "active"
 		if s.Paused {
@@ -147,7 +231,7 @@ func (a *app) listQueues(ctx context.Context, b *broker.Broker) error {
 		if len(s.PausedTypes) > 0 {
 			types = strings.Join(s.PausedTypes, ",")
 		}
-		t.row(s.Queue, state, types, num(s.Parked), num(s.Scheduled), num(s.Due), num(s.Processing))
+		t.row(s.Queue, state, types, num(s.Parked), capsText(s.Caps), num(s.Held), num(s.Scheduled), num(s.Due), num(s.Processing))
 	}
 	return t.flush()
 }

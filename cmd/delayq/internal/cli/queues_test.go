@@ -43,7 +43,7 @@ func TestQueuesPauseResume(t *testing.T) {
 		t.Fatalf("claimed %v from a paused queue", ids)
 	}
 	out := tb.ok(t, "queues", "ls")
-	if !strings.Contains(out, "QUEUE  STATE   PAUSED TYPES  PARKED  SCHEDULED  DUE  PROCESSING") || !strings.Contains(out, "mail   paused  -             0       2          2    0") {
+	if !strings.Contains(out, "QUEUE  STATE   PAUSED TYPES  PARKED  CAPS  HELD  SCHEDULED  DUE  PROCESSING") || !strings.Contains(out, "mail   paused  -             0       -     0     2          2    0") {
 		t.Errorf("queues ls while paused:\n%s", out)
 	}
 	if out := tb.ok(t, "stats"); !strings.Contains(out, "mail (paused)") {
@@ -96,5 +96,55 @@ func TestQueuesPauseResume(t *testing.T) {
 		if r := tb.run(t, args...); r.code != 2 {
 			t.Errorf("delayq %v: exit %d (%q), want 2", args, r.code, r.stderr)
 		}
+	}
+}
+
+// TestQueuesCap: delayq queues cap sets a queue's or a type's concurrency
+// cap, queues ls shows it with the held jobs, 0 clears it, and bad input is
+// refused with nothing changed.
+func TestQueuesCap(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	for _, id := range []string{"r1", "r2", "r3"} {
+		if err := tb.b.Enqueue(tb.ctx, &job.Envelope{ID: id, Queue: "reports", Type: "report.build", Payload: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out := tb.ok(t, "queues", "cap", "reports", "1", "--type", "report.build"); out != "capped job type report.build in queue reports at 1 running\n" {
+		t.Errorf("cap --type: %q", out)
+	}
+	if out := tb.ok(t, "queues", "cap", "reports", "4"); out != "capped queue reports at 4 running\n" {
+		t.Errorf("cap: %q", out)
+	}
+	res, err := testkit.Drive(tb.b).Claim(tb.ctx, "reports", 10, time.Minute)
+	if err != nil || len(res.Jobs) != 1 {
+		t.Fatalf("claimed %d under a type cap of 1: %v", len(res.Jobs), err)
+	}
+	out := tb.ok(t, "queues", "ls")
+	if !strings.Contains(out, "reports  active  -             0       4,report.build=1  2     0          0    1") {
+		t.Errorf("queues ls with caps:\n%s", out)
+	}
+	var ls struct {
+		Queues []struct {
+			Caps map[string]int `json:"caps"`
+			Held int64          `json:"held"`
+		} `json:"queues"`
+	}
+	tb.okJSON(t, &ls, "queues", "ls")
+	if len(ls.Queues) != 1 || ls.Queues[0].Caps[""] != 4 || ls.Queues[0].Caps["report.build"] != 1 || ls.Queues[0].Held != 2 {
+		t.Errorf("queues ls --json with caps: %+v", ls.Queues)
+	}
+	for _, args := range [][]string{{"queues", "cap", "reports"}, {"queues", "cap", "reports", "-1"}, {"queues", "cap", "reports", "x"},
+		{"queues", "cap", "no spaces", "1"}, {"queues", "cap", "reports", "1", "--type", "bad type"}} {
+		if r := tb.run(t, args...); r.code != 2 {
+			t.Errorf("delayq %v: exit %d (%q), want 2", args, r.code, r.stderr)
+		}
+	}
+	if out := tb.ok(t, "queues", "cap", "reports", "0", "--type", "report.build"); out != "cleared the concurrency cap of job type report.build in queue reports\n" {
+		t.Errorf("cap 0: %q", out)
+	}
+	st, err := tb.b.Stats(tb.ctx, "reports")
+	if err != nil || st.Held != 0 || st.Scheduled != 2 || len(st.Caps) != 1 {
+		t.Errorf("after clearing the type's cap: %+v, %v", st, err)
 	}
 }
