@@ -49,7 +49,9 @@ type workerProc struct {
 	done chan struct{}
 }
 
-func startWorkerProc(t *testing.T, bin, url, ns, name string) *workerProc {
+// startWorkerProc starts a faultworker; extra environment entries
+// (KEY=value) override the defaults.
+func startWorkerProc(t *testing.T, bin, url, ns, name string, extra ...string) *workerProc {
 	t.Helper()
 	logPath := filepath.Join(t.TempDir(), name+".log")
 	logf, err := os.Create(logPath)
@@ -60,6 +62,7 @@ func startWorkerProc(t *testing.T, bin, url, ns, name string) *workerProc {
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), "FAULTWORKER_URL="+url, "FAULTWORKER_NS="+ns, "FAULTWORKER_NAME="+name,
 		"FAULTWORKER_FAIL=0.1", "FAULTWORKER_DELAY=5ms", "FAULTWORKER_LEASE=2s")
+	cmd.Env = append(cmd.Env, extra...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// The kernel kills the worker if the test binary dies first.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -249,12 +249,13 @@ func runWorker(t *testing.T, cfg worker.Config) (stop func()) {
 	return testkit.StartWorker(t, cfg)
 }
 
-// waitDrained waits until queue has nothing scheduled or processing.
+// waitDrained waits until queue has nothing scheduled, processing, parked
+// or held.
 func (s *suite) waitDrained(t *testing.T, queue string, timeout time.Duration) {
 	t.Helper()
 	redistest.WaitFor(t, timeout, "queue "+queue+" drained", func() bool {
 		st, err := s.b.Stats(s.ctx, queue)
-		return err == nil && st.Scheduled == 0 && st.Processing == 0
+		return err == nil && st.Scheduled == 0 && st.Processing == 0 && st.Parked == 0 && st.Held == 0
 	})
 }
 

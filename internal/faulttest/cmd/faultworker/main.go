@@ -11,10 +11,14 @@
 //	FAULTWORKER_FAIL     probability that a handling fails and is retried (default 0.1)
 //	FAULTWORKER_DELAY    longest random handler delay (default 5ms)
 //	FAULTWORKER_LEASE    lease (default 2s)
+//	FAULTWORKER_CONCURRENCY  handler slots (default 16)
+//	FAULTWORKER_SPANS    "1": also record when each handler starts and ends
 //
 // Each handling appends "id name attempt outcome" to the list NS:log before
-// the handler returns, outcome being ok, fail or poison. SIGTERM or SIGINT
-// stop it gracefully.
+// the handler returns, outcome being ok, fail or poison. With
+// FAULTWORKER_SPANS, a handler appends "start name id attempt unixnano" to
+// NS:spans as it starts and "end name id attempt unixnano" before it
+// returns. SIGTERM or SIGINT stop it gracefully.
 package main
 
 import (
@@ -74,6 +78,13 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	concurrency := 16
+	if v := os.Getenv("FAULTWORKER_CONCURRENCY"); v != "" {
+		if concurrency, err = strconv.Atoi(v); err != nil || concurrency < 1 {
+			return fmt.Errorf("FAULTWORKER_CONCURRENCY=%q: want a positive integer", v)
+		}
+	}
+	spans := os.Getenv("FAULTWORKER_SPANS") == "1"
 	opts, err := redis.ParseURL(url)
 	if err != nil {
 		return err
@@ -86,7 +97,20 @@ func run() error {
 	}
 	logKey := ns + ":log"
 	reg := job.NewRegistry()
+	span := func(ctx context.Context, what string, j *job.Job[Args]) error {
+		if !spans {
+			return nil
+		}
+		rec := fmt.Sprintf("%s %s %s %d %d", what, name, j.ID, j.Attempt, time.Now().UnixNano())
+		if err := rdb.RPush(context.WithoutCancel(ctx), ns+":spans", rec).Err(); err != nil {
+			return fmt.Errorf("recording the handler's %s: %w", what, err)
+		}
+		return nil
+	}
 	Fault.Handle(reg, func(ctx context.Context, j *job.Job[Args]) error {
+		if err := span(ctx, "start", j); err != nil {
+			return err
+		}
 		if maxDelay > 0 {
 			time.Sleep(rand.N(maxDelay))
 		}
@@ -101,13 +125,16 @@ func run() error {
 		if err := rdb.RPush(context.WithoutCancel(ctx), logKey, rec).Err(); err != nil {
 			return fmt.Errorf("recording the handling: %w", err)
 		}
+		if err := span(ctx, "end", j); err != nil {
+			return err
+		}
 		return result
 	})
 	logger := zerolog.New(os.Stderr).Level(zerolog.WarnLevel).With().Timestamp().Str("worker", name).Logger()
 	w, err := worker.New(worker.Config{
 		Broker:            b,
 		Registry:          reg,
-		Concurrency:       16,
+		Concurrency:       concurrency,
 		Lease:             lease,
 		HeartbeatInterval: lease / 4,
 		MaxIdle:           500 * time.Millisecond,
