@@ -58,6 +58,18 @@ func TestBurstEndToEnd(t *testing.T) {
 			if f.Early != 0 {
 				t.Errorf("burst jobs are due at enqueue; early = %d", f.Early)
 			}
+			// Every system stores each job with at least one command and
+			// handles it with at least one more; the luabaseline enqueue is
+			// two pipelined commands per job, one request (plus the HELLO of each
+			// new connection).
+			if e := f.EnqueueRedis; e == nil || e.CommandsPerJob < 1 || e.RequestsPerJob <= 0 {
+				t.Errorf("enqueue requests/commands per job not measured: %+v", e)
+			} else if sys == "luabaseline" && (e.CommandsPerJob < 2 || e.CommandsPerJob > 2.2 || e.RequestsPerJob < 0.9 || e.RequestsPerJob > 1.2) {
+				t.Errorf("luabaseline enqueue: %.3f commands and %.3f requests per job, want 2 and about 1", e.CommandsPerJob, e.RequestsPerJob)
+			}
+			if d := f.WindowRedis; d == nil || d.CommandsPerJob <= 0 || d.RequestsPerJob <= 0 {
+				t.Errorf("drain requests/commands per job not measured: %+v", d)
+			}
 		})
 	}
 }

@@ -93,7 +93,16 @@ func optional[T int | float64](p *T) (float64, bool) {
 	return float64(*p), true
 }
 
-func fmtInt(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }
+func fmtInt(v float64) string    { return strconv.FormatFloat(v, 'f', 0, 64) }
+func fmtPerJob(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
+
+func redisFig(d *redisDelta, get func(*redisDelta) float64) (float64, bool) {
+	if d == nil {
+		return 0, false
+	}
+	return get(d), true
+}
+
 func fmtCPU(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
 func fmtMs(v float64) string {
 	switch a := math.Abs(v); {
@@ -118,6 +127,21 @@ var metrics = []metric{
 	{"early", "early", 2, fmtInt, func(f *Figures) (float64, bool) { return always(float64(f.Early)) }},
 	{"early_over_1ms", "early>1ms", 2, fmtInt, func(f *Figures) (float64, bool) { return always(float64(f.EarlyOver1ms)) }},
 	{"enqueued_after_ready", "enq>ready", 2, fmtInt, func(f *Figures) (float64, bool) { return optional(f.EnqueuedAfterReady) }},
+	{"enqueue_requests_per_job", "enq req/job", 3, fmtPerJob, func(f *Figures) (float64, bool) {
+		return redisFig(f.EnqueueRedis, func(d *redisDelta) float64 { return d.RequestsPerJob })
+	}},
+	{"enqueue_commands_per_job", "enq cmds/job", 3, fmtPerJob, func(f *Figures) (float64, bool) {
+		return redisFig(f.EnqueueRedis, func(d *redisDelta) float64 { return d.CommandsPerJob })
+	}},
+	{"window_requests_per_job", "drain req/job", 3, fmtPerJob, func(f *Figures) (float64, bool) {
+		return redisFig(f.WindowRedis, func(d *redisDelta) float64 { return d.RequestsPerJob })
+	}},
+	{"window_scripts_per_job", "drain scripts/job", 3, fmtPerJob, func(f *Figures) (float64, bool) {
+		return redisFig(f.WindowRedis, func(d *redisDelta) float64 { return d.ScriptsPerJob })
+	}},
+	{"window_commands_per_job", "drain cmds/job", 3, fmtPerJob, func(f *Figures) (float64, bool) {
+		return redisFig(f.WindowRedis, func(d *redisDelta) float64 { return d.CommandsPerJob })
+	}},
 	{"duplicates", "dup", 2, fmtInt, func(f *Figures) (float64, bool) { return always(float64(f.Duplicates)) }},
 	{"lost", "lost", 2, fmtInt, func(f *Figures) (float64, bool) { return always(float64(f.Lost)) }},
 }
@@ -413,8 +437,12 @@ func printTables(out io.Writer, rep *Report, systems []string) {
 	if rounds > 1 {
 		fmt.Fprintln(out, "cells: median [min–max] over rounds")
 	}
-	titles := map[int]string{1: "Throughput and cost", 2: "Timing and correctness (lateness = handler start − max(ready, enqueue returned))"}
-	for table := 1; table <= 2; table++ {
+	titles := map[int]string{
+		1: "Throughput and cost",
+		2: "Timing and correctness (lateness = handler start − max(ready, enqueue returned))",
+		3: "Redis per job: requests (read events), script calls and commands (those run by scripts included); enq = burst enqueue, drain = drain window (spread: producers too)",
+	}
+	for table := 1; table <= 3; table++ {
 		fmt.Fprintf(out, "\n%s\n", titles[table])
 		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 		hdr := []string{"system", "workload", "conc"}

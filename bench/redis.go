@@ -195,3 +195,89 @@ func (a *redisAdmin) Version(ctx context.Context) string {
 	}
 	return "?"
 }
+
+// redisCounters is a snapshot of the server's request and command counters:
+// total_reads_processed of INFO stats (read events on client connections,
+// about one per round trip of a request–reply client, one per pipeline) and
+// the calls and µs of every command in INFO commandstats (commands a script
+// runs are counted under their own names as well as in the EVALSHA).
+type redisCounters struct {
+	Reads    float64
+	Commands map[string]cmdStat
+}
+
+type cmdStat struct {
+	Calls float64 `json:"calls"`
+	Usec  float64 `json:"usec"`
+}
+
+// Counters reads the request and command counters.
+func (a *redisAdmin) Counters(ctx context.Context) (redisCounters, error) {
+	reads, err := a.infoField(ctx, "stats", "total_reads_processed")
+	if err != nil {
+		return redisCounters{}, err
+	}
+	s, err := a.c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return redisCounters{}, err
+	}
+	rc := redisCounters{Reads: reads, Commands: map[string]cmdStat{}}
+	for _, line := range strings.Split(s, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		name, isCmd := strings.CutPrefix(name, "cmdstat_")
+		if !ok || !isCmd {
+			continue
+		}
+		var st cmdStat
+		for _, kv := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			f, _ := strconv.ParseFloat(v, 64)
+			switch k {
+			case "calls":
+				st.Calls = f
+			case "usec":
+				st.Usec = f
+			}
+		}
+		rc.Commands[name] = st
+	}
+	return rc, nil
+}
+
+// redisDelta is what the systems asked of Redis between two snapshots, per
+// job: the harness's own INFO requests (one read each) are taken out.
+type redisDelta struct {
+	RequestsPerJob float64            `json:"requests_per_job"`
+	CommandsPerJob float64            `json:"commands_per_job"`
+	ScriptsPerJob  float64            `json:"scripts_per_job"`
+	Commands       map[string]cmdStat `json:"commands"` // totals over the phase
+}
+
+func deltaPerJob(before, after redisCounters, jobs int) *redisDelta {
+	if jobs <= 0 {
+		return nil
+	}
+	d := &redisDelta{Commands: map[string]cmdStat{}}
+	var cmds, scripts float64
+	for name, a := range after.Commands {
+		b := before.Commands[name]
+		st := cmdStat{Calls: a.Calls - b.Calls, Usec: a.Usec - b.Usec}
+		if st.Calls == 0 {
+			continue
+		}
+		d.Commands[name] = st
+		if name == "info" {
+			continue
+		}
+		cmds += st.Calls
+		switch name {
+		case "evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro":
+			scripts += st.Calls
+		}
+	}
+	reads := after.Reads - before.Reads - d.Commands["info"].Calls
+	d.RequestsPerJob = max(reads, 0) / float64(jobs)
+	d.CommandsPerJob = cmds / float64(jobs)
+	d.ScriptsPerJob = scripts / float64(jobs)
+	return d
+}

@@ -86,6 +86,12 @@ type Figures struct {
 	Stray              int      `json:"stray"`
 	CPUSecPer100k      float64  `json:"cpu_s_per_100k"`
 	RedisCPUSecPer100k *float64 `json:"redis_cpu_s_per_100k"`
+	// What the system asked of Redis per job (see redisDelta): during the
+	// enqueue of the burst workload (consumers idle; null elsewhere), and
+	// over the drain window (burst: claims and acks only; spread and
+	// backlog: producers and consumers together).
+	EnqueueRedis *redisDelta `json:"enqueue_redis"`
+	WindowRedis  *redisDelta `json:"window_redis"`
 }
 
 // RunResult is one system × workload × concurrency run of one round.
@@ -403,6 +409,10 @@ func runOne(ctx context.Context, admin *redisAdmin, cfg benchConfig, sysName str
 		cpu0        float64
 		rcpu0       float64
 		rcpuErr     error
+		enqC0       redisCounters // before the burst's enqueue
+		winC0       redisCounters // at the start of the drain window
+		enqErr      error
+		winErr      error
 	)
 	switch w.Kind {
 	case "spread":
@@ -418,6 +428,7 @@ func runOne(ctx context.Context, admin *redisAdmin, cfg benchConfig, sysName str
 		}
 		cpu0 = processCPU()
 		rcpu0, rcpuErr = admin.CPU(ctx)
+		winC0, winErr = admin.Counters(ctx)
 		t0 = time.Now()
 		windowStart = t0
 		for i := range jobs {
@@ -425,6 +436,7 @@ func runOne(ctx context.Context, admin *redisAdmin, cfg benchConfig, sysName str
 		}
 		p = produce(ctx, sys, jobs, cfg.Producers, nil)
 	case "burst":
+		enqC0, enqErr = admin.Counters(ctx)
 		t0 = time.Now()
 		for i := range jobs {
 			jobs[i].ReadyAt = t0
@@ -435,6 +447,10 @@ func runOne(ctx context.Context, admin *redisAdmin, cfg benchConfig, sysName str
 		}
 		cpu0 = processCPU()
 		rcpu0, rcpuErr = admin.CPU(ctx)
+		winC0, winErr = admin.Counters(ctx)
+		if enqErr == nil && winErr == nil {
+			res.Figures.EnqueueRedis = deltaPerJob(enqC0, winC0, p.ok)
+		}
 		windowStart = time.Now()
 		if err := startConsumers(); err != nil {
 			return res, err
@@ -456,6 +472,7 @@ func runOne(ctx context.Context, admin *redisAdmin, cfg benchConfig, sysName str
 		runtime.GC()
 		cpu0 = processCPU()
 		rcpu0, rcpuErr = admin.CPU(ctx)
+		winC0, winErr = admin.Counters(ctx)
 		t0 = time.Now()
 		windowStart = t0
 		// A stream of jobs due at once: ready = the moment of the call.
@@ -486,6 +503,7 @@ func runOne(ctx context.Context, admin *redisAdmin, cfg benchConfig, sysName str
 	}
 	cpu1 := processCPU()
 	rcpu1, rcpuErr1 := admin.CPU(ctx)
+	winC1, winErr1 := admin.Counters(ctx)
 	sleepCtx(ctx, cfg.Settle) // late duplicates
 	if err := stop(); err != nil {
 		return res, fmt.Errorf("stop: %w", err)
@@ -513,6 +531,9 @@ func runOne(ctx context.Context, admin *redisAdmin, cfg benchConfig, sysName str
 		if rcpuErr == nil && rcpuErr1 == nil {
 			v := (rcpu1 - rcpu0) * 100000 / float64(f.Handled)
 			f.RedisCPUSecPer100k = &v
+		}
+		if winErr == nil && winErr1 == nil {
+			f.WindowRedis = deltaPerJob(winC0, winC1, f.Handled)
 		}
 	}
 
