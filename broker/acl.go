@@ -17,7 +17,7 @@ var aclCommands = []string{
 	"get", "set", "incr", "incrby",
 	"hset", "hsetnx", "hdel", "hexists", "hincrby", "hgetall", "hkeys", "expire",
 	"zadd", "zrem", "zrange", "zrangebyscore", "zremrangebyrank", "zremrangebyscore", "zmscore", "zcard", "zcount", "zrank",
-	"publish",
+	"zpopmin", "publish",
 }
 
 // ACLRules returns the Redis ACL rules that let a user do everything a

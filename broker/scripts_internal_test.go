@@ -130,3 +130,31 @@ func stripComments(src string) string {
 	}
 	return b.String()
 }
+
+// TestScriptCommandsInACL checks that every command a script calls is one
+// the ACL rules allow (Redis checks a script's commands against the
+// caller's ACL): a command missing there fails only for users given
+// ACLRules, at the first call that reaches it.
+func TestScriptCommandsInACL(t *testing.T) {
+	t.Parallel()
+	allowed := map[string]bool{}
+	for _, c := range aclCommands {
+		allowed[strings.ToUpper(c)] = true
+	}
+	names, err := fs.Glob(scriptFS, "scripts/*.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	anyCall := regexp.MustCompile(`redis\.p?call\(\s*'(\w+)'`)
+	for _, name := range names {
+		body, err := scriptFS.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range anyCall.FindAllStringSubmatch(stripComments(string(body)), -1) {
+			if !allowed[strings.ToUpper(m[1])] {
+				t.Errorf("%s calls %s, which ACLRules does not allow", name, m[1])
+			}
+		}
+	}
+}
