@@ -39,17 +39,12 @@ number of shards.`,
 		Args: exactArgs(2, "a queue name and a cap"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			q := args[0]
-			if err := job.ValidateQueue(q); err != nil {
-				return usagef("invalid queue: %v", err)
+			if err := checkQueueType(q, typ); err != nil {
+				return err
 			}
 			n, err := strconv.Atoi(args[1])
 			if err != nil || n < 0 {
 				return usagef("invalid cap %q: want a whole number, 0 to clear", args[1])
-			}
-			if typ != "" {
-				if err := job.ValidateType(typ); err != nil {
-					return usagef("invalid --type: %v", err)
-				}
 			}
 			b, err := a.broker(cmd.Context())
 			if err != nil {
@@ -75,6 +70,20 @@ number of shards.`,
 	}
 	cmd.Flags().StringVar(&typ, "type", "", "only this job type of the queue")
 	return cmd
+}
+
+// checkQueueType checks a queue argument and a --type flag ("" for none):
+// a usage error naming the bad one.
+func checkQueueType(q, typ string) error {
+	if err := job.ValidateQueue(q); err != nil {
+		return usagef("invalid queue: %v", err)
+	}
+	if typ != "" {
+		if err := job.ValidateType(typ); err != nil {
+			return usagef("invalid --type: %v", err)
+		}
+	}
+	return nil
 }
 
 // capsText renders a queue's concurrency caps: "5" for the queue's,
@@ -122,13 +131,8 @@ Pausing what is paused changes nothing.`
 		Args:  exactArgs(1, "one queue name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			q := args[0]
-			if err := job.ValidateQueue(q); err != nil {
-				return usagef("invalid queue: %v", err)
-			}
-			if typ != "" {
-				if err := job.ValidateType(typ); err != nil {
-					return usagef("invalid --type: %v", err)
-				}
+			if err := checkQueueType(q, typ); err != nil {
+				return err
 			}
 			b, err := a.broker(cmd.Context())
 			if err != nil {
