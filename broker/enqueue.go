@@ -24,10 +24,7 @@ import (
 // time share script calls (see combine.go).
 func (b *Broker) Enqueue(ctx context.Context, envs ...*job.Envelope) error {
 	bodies := make([][]byte, len(envs))
-	now := time.Now()
-	if b.opts.Clock != nil {
-		now = b.opts.Clock()
-	}
+	now := b.createdNow()
 	for i, env := range envs {
 		body, err := b.prepare(env, now)
 		if err != nil {
@@ -136,6 +133,16 @@ func enqueueFlags(env *job.Envelope) string {
 		return "r"
 	}
 	return ""
+}
+
+// createdNow is the CreatedAt of jobs made now (the options' Clock in
+// tests): a record of when a job was made, never compared with a ready
+// time, which comes from the server's clock.
+func (b *Broker) createdNow() time.Time {
+	if b.opts.Clock != nil {
+		return b.opts.Clock()
+	}
+	return time.Now()
 }
 
 // outcomeUnknown reports whether err leaves it unknown if a script ran: a

@@ -125,7 +125,7 @@ func decodeClaimed(s keyspace.Shard, v any) ([]protocol.Claimed, error) {
 }
 
 // opWidth is the number of ARGV values of one settle operation.
-const opWidth = 6
+const opWidth = 7
 
 func (w workerSide) Settle(ctx context.Context, s keyspace.Shard, c protocol.Caller, lane protocol.Lane, id string, ops []protocol.Op) ([]protocol.Settled, error) {
 	if len(ops) == 0 {
@@ -165,7 +165,11 @@ func (w workerSide) Settle(ctx context.Context, s keyspace.Shard, c protocol.Cal
 				a = durMS(op.Remember)
 			}
 		}
-		args = append(args, string(op.Kind), op.Lease.ID, tokenArg(op.Lease.Token), a, b, flag(op.Expired))
+		batch := ""
+		if op.Kind == protocol.OpAck || op.Kind == protocol.OpKill {
+			batch = op.Batch
+		}
+		args = append(args, string(op.Kind), op.Lease.ID, tokenArg(op.Lease.Token), a, b, flag(op.Expired), batch)
 	}
 	res, err := w.b.run(ctx, settleScript, settleKeys(s, c), args...)
 	parts, perr := replyParts(s, "settle", res, err, 2)
@@ -291,5 +295,5 @@ func replyParts(s keyspace.Shard, name string, res any, err error, n int) ([]any
 // settleKeys are the keys of settle.lua for worker c on shard s.
 func settleKeys(s keyspace.Shard, c protocol.Caller) []string {
 	k := s.Keys()
-	return []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Dead, k.DeadIndex, k.Hist, k.Workers + c.ID, k.Unique, k.Cancels, k.Running}
+	return []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Dead, k.DeadIndex, k.Hist, k.Workers + c.ID, k.Unique, k.Cancels, k.Running, k.Batched}
 }

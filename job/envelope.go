@@ -60,6 +60,11 @@ type Envelope struct {
 	// Snoozes counts the times the job snoozed (retry.Snooze), up to
 	// retry.MaxSnoozes.
 	Snoozes int
+
+	// Batch is the id of the batch the job is a member of, "" for none.
+	// Broker.AddToBatch sets it; the worker reports the member's ending
+	// (success or dead) to the batch. See docs/batches.md.
+	Batch string
 }
 
 // DefaultQueue is the queue of jobs that name none.
@@ -101,6 +106,7 @@ type wire struct {
 	UniqueMS   *int64            `json:"u,omitempty"`  // present when Unique: UniqueFor in ms
 	UniqueDead bool              `json:"ud,omitempty"` // with "u"
 	Snoozes    int               `json:"sz,omitempty"`
+	Batch      string            `json:"bt,omitempty"`
 	// Expire must stay the last field: the claim script reads it from the
 	// end of the body ("x":"<ms>" or "<ms>d" to drop) without parsing it.
 	Expire string `json:"x,omitempty"`
@@ -128,6 +134,7 @@ func (e *Envelope) MarshalBinary() ([]byte, error) {
 		Headers:   e.Headers,
 		LastError: truncate(e.LastError, MaxErrorLen),
 		Snoozes:   e.Snoozes,
+		Batch:     e.Batch,
 	}
 	if e.MaxRetries != DefaultMaxRetries {
 		r := e.MaxRetries
@@ -225,6 +232,10 @@ func Decode(data []byte) (*Envelope, error) {
 		Headers:    w.Headers,
 		LastError:  w.LastError,
 		Snoozes:    w.Snoozes,
+		Batch:      w.Batch,
+	}
+	if w.Batch != "" && ValidateBatchID(w.Batch) != nil {
+		return nil, fmt.Errorf("job: %w: batch id %q is not valid", ErrCorrupt, w.Batch)
 	}
 	if w.CreatedMS != 0 {
 		e.CreatedAt = time.UnixMilli(w.CreatedMS)

@@ -54,6 +54,11 @@ func Prepare(env *Envelope, now time.Time) error {
 			return err
 		}
 	}
+	if env.Batch != "" {
+		if err := ValidateBatchID(env.Batch); err != nil {
+			return err
+		}
+	}
 	for k, v := range env.Headers {
 		if err := ValidateHeader(k, v); err != nil {
 			return err

@@ -144,3 +144,12 @@ func UniqueID(typ string, payload []byte) string {
 	h.Write(payload)
 	return "u:" + idEncoding.EncodeToString(h.Sum(nil)[:20])
 }
+
+// MaxBatchIDLen is the longest batch id, in bytes.
+const MaxBatchIDLen = 128
+
+// ValidateBatchID checks a batch id: 1 to MaxBatchIDLen bytes of ASCII
+// letters, digits and '.', '_', '-', ':'. Errors wrap ErrInvalid.
+func ValidateBatchID(id string) error {
+	return checkToken("batch id", id, MaxBatchIDLen, ":")
+}

@@ -70,6 +70,13 @@ func (w *Worker) reap(ctx, bg context.Context) {
 					break
 				}
 			}
+			// Endings of batch members whose worker died between its
+			// settle and counting them in their batch.
+			if n, err := w.b.SweepBatches(bg, s, maxBatch); err != nil {
+				w.log.Error().Err(err).Str("queue", q.Name).Str("shard", s.Name()).Msg("batch sweep failed; next round tries again")
+			} else if n > 0 {
+				w.log.Debug().Int("endings", n).Str("queue", q.Name).Msg("batch endings swept")
+			}
 		}
 	}
 }
@@ -90,6 +97,7 @@ func (w *Worker) expire(bg context.Context, s keyspace.Shard, jobs []protocol.Cl
 		w.log.Error().Err(err).Str("queue", s.Queue()).Msg("reap failed; next round tries again")
 		return
 	}
+	w.endBatches(bg, s, ops, res)
 	for i := range jobs {
 		logger := w.jobLogger(&jobs[i])
 		switch e := res[i].Err; {
@@ -109,21 +117,21 @@ func (w *Worker) expire(bg context.Context, s keyspace.Shard, jobs []protocol.Cl
 // that does not decode (or whose state is corrupt) is dead-lettered.
 func (w *Worker) expiry(c *protocol.Claimed) protocol.Op {
 	if c.Err != nil {
-		return protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Death: death(c, nil, c.Err), Expired: true}
+		return protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Batch: batchOf(c), Death: death(c, nil, c.Err), Expired: true}
 	}
 	m := c.Message()
 	if c.Cancelled {
 		// Asked to stop while its worker died: cancelled, not retried.
 		d := death(c, m, fmt.Errorf("%w while running; its worker stopped before it ended", broker.ErrCanceled))
 		d.Reason = broker.ReasonCancelled
-		return protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Death: d, Expired: true}
+		return protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Batch: batchOf(c), Death: d, Expired: true}
 	}
 	m.Attempt = max(c.Attempt, 1)
 	entry, _ := w.cfg.Registry.Lookup(m.Type)
 	if d := w.decide(m, entry, ErrLeaseExpired); !d.Dead {
 		env := *c.Envelope
 		env.LastError = ErrLeaseExpired.Error()
-		return protocol.Op{Kind: protocol.OpRetry, Lease: c.Lease, Delay: d.Delay, Env: &env, Expired: true}
+		return protocol.Op{Kind: protocol.OpRetry, Lease: c.Lease, Batch: batchOf(c), Delay: d.Delay, Env: &env, Expired: true}
 	}
-	return protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Death: death(c, m, ErrLeaseExpired), Expired: true, Remember: remember(c.Envelope, true)}
+	return protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Batch: batchOf(c), Death: death(c, m, ErrLeaseExpired), Expired: true, Remember: remember(c.Envelope, true)}
 }

@@ -24,7 +24,7 @@ func (w *Worker) process(ctx context.Context, claimedAt time.Time, c *protocol.C
 		// No handler or middleware sees it: there is no message to give.
 		logger := w.jobLogger(c)
 		logger.Error().Err(c.Err).Msg("envelope does not decode; dead-lettering")
-		w.record(t, protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Death: death(c, nil, c.Err)}, func(protocol.Settled) {})
+		w.record(t, protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Batch: batchOf(c), Death: death(c, nil, c.Err)}, func(protocol.Settled) {})
 		return
 	}
 	m := c.Message()
@@ -59,13 +59,13 @@ func (w *Worker) process(ctx context.Context, claimedAt time.Time, c *protocol.C
 		// dead letters with the reason, and is not retried.
 		d := death(c, m, fmt.Errorf("%w while running: %v", broker.ErrCanceled, err))
 		d.Reason = broker.ReasonCancelled
-		w.record(t, protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Death: d}, func(r protocol.Settled) {
+		w.record(t, protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Batch: batchOf(c), Death: d}, func(r protocol.Settled) {
 			settle(settled(job.Result{Outcome: job.OutcomeDead, Err: err}, r.Err))
 		})
 		return
 	}
 	if err == nil {
-		w.record(t, protocol.Op{Kind: protocol.OpAck, Lease: c.Lease, Remember: remember(c.Envelope, false)}, func(r protocol.Settled) {
+		w.record(t, protocol.Op{Kind: protocol.OpAck, Lease: c.Lease, Batch: batchOf(c), Remember: remember(c.Envelope, false)}, func(r protocol.Settled) {
 			settle(settled(job.Result{Outcome: job.OutcomeSuccess}, r.Err))
 		})
 		return
@@ -78,6 +78,7 @@ func (w *Worker) process(ctx context.Context, claimedAt time.Time, c *protocol.C
 // recorded. A lease found lost is logged here.
 func (w *Worker) record(t *task, op protocol.Op, done func(protocol.Settled)) {
 	w.slots.settling(t)
+
 	w.settler.add(op, func(r protocol.Settled) {
 		if errors.Is(r.Err, broker.ErrLeaseLost) {
 			w.log.Warn().Str("job_id", op.Lease.ID).Str("queue", op.Lease.Queue()).Msg("outcome refused: lease lost; the job was or will be handled again")
@@ -142,14 +143,14 @@ func (w *Worker) fail(c *protocol.Claimed, m *job.Message, entry job.Entry, t *t
 		logger.Debug().Str("type", m.Type).Int64("delay_ms", d.Delay.Milliseconds()).Msg("job snoozed")
 		env := *c.Envelope
 		env.Snoozes++
-		w.record(t, protocol.Op{Kind: protocol.OpSnooze, Lease: c.Lease, Delay: d.Delay, Env: &env}, func(r protocol.Settled) {
+		w.record(t, protocol.Op{Kind: protocol.OpSnooze, Lease: c.Lease, Batch: batchOf(c), Delay: d.Delay, Env: &env}, func(r protocol.Settled) {
 			settle(settled(job.Result{Outcome: job.OutcomeRetry, Err: err, Delay: d.Delay}, r.Err))
 		})
 		return
 	}
 	if d.Dead {
 		logger.Debug().Err(err).Str("type", m.Type).Str("reason", d.Reason).Msg("job dead-lettered")
-		w.record(t, protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Death: death(c, m, err), Remember: remember(c.Envelope, true)}, func(r protocol.Settled) {
+		w.record(t, protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Batch: batchOf(c), Death: death(c, m, err), Remember: remember(c.Envelope, true)}, func(r protocol.Settled) {
 			settle(settled(job.Result{Outcome: job.OutcomeDead, Err: err}, r.Err))
 		})
 		return
@@ -157,9 +158,18 @@ func (w *Worker) fail(c *protocol.Claimed, m *job.Message, entry job.Entry, t *t
 	logger.Debug().Err(err).Str("type", m.Type).Int64("delay_ms", d.Delay.Milliseconds()).Msg("job failed; retrying")
 	env := *c.Envelope // as stored: not the worker's defaults
 	env.LastError = err.Error()
-	w.record(t, protocol.Op{Kind: protocol.OpRetry, Lease: c.Lease, Delay: d.Delay, Env: &env}, func(r protocol.Settled) {
+	w.record(t, protocol.Op{Kind: protocol.OpRetry, Lease: c.Lease, Batch: batchOf(c), Delay: d.Delay, Env: &env}, func(r protocol.Settled) {
 		settle(settled(job.Result{Outcome: job.OutcomeRetry, Err: err, Delay: d.Delay}, r.Err))
 	})
+}
+
+// batchOf is the batch c is a member of, "" for none (or when its
+// envelope does not decode).
+func batchOf(c *protocol.Claimed) string {
+	if c.Envelope == nil {
+		return ""
+	}
+	return c.Envelope.Batch
 }
 
 // settled is res, or OutcomeLeaseLost when recording it failed with lost.

@@ -127,6 +127,28 @@ func (s *settler) call(bg context.Context, sh keyspace.Shard, items []settling) 
 		}
 		it.done(res[i])
 	}
+	if err == nil {
+		w.endBatches(bg, sh, ops, res)
+	}
+}
+
+// endBatches counts the endings of batch members among ops (settled as
+// res) into their batches. A failure is logged: the endings stay recorded
+// in the shard, and the reaper's sweep counts them.
+func (w *Worker) endBatches(bg context.Context, sh keyspace.Shard, ops []protocol.Op, res []protocol.Settled) {
+	var ends []protocol.BatchEnd
+	for i, op := range ops {
+		if op.Batch == "" || res[i].Err != nil || (op.Kind != protocol.OpAck && op.Kind != protocol.OpKill) {
+			continue
+		}
+		ends = append(ends, protocol.BatchEnd{ID: op.Lease.ID, Batch: op.Batch, Dead: op.Kind == protocol.OpKill})
+	}
+	if len(ends) == 0 {
+		return
+	}
+	if err := w.b.EndBatch(bg, sh, ends); err != nil {
+		w.log.Warn().Err(err).Str("queue", sh.Queue()).Msg("batch endings not counted yet; the sweep counts them")
+	}
 }
 
 // persist runs op, retrying Redis errors with backoff for as long as the

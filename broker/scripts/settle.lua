@@ -22,6 +22,10 @@
 --                               a lease removes the job, and the queue's
 --                               workers are woken (ARGV[5]) when one was
 --                               there: a slot came free
+-- KEYS[13] -> ns:{q}:batched   HASH id -> "<batch id>\n<s|d>": the ending
+--                               of a batch member, written with its ack or
+--                               kill, until the worker (or a sweep) has
+--                               counted it in the batch's own keys
 -- ARGV[1] -> now ms ("" = server TIME)
 -- ARGV[2] -> lane: the record field of this kind of call ("settle", "reap")
 -- ARGV[3] -> call id, chosen by the worker: a call with the id of the
@@ -30,7 +34,8 @@
 -- ARGV[5] -> wake channel
 -- ARGV[6] -> cap on dead records (< 0: none)
 -- ARGV[7] -> max age of dead records in ms (<= 0: none)
--- ARGV[8+6i .. 13+6i] -> one operation: kind, id, token, a, b, expired
+-- ARGV[8+7i .. 14+7i] -> one operation: kind, id, token, a, b, expired,
+--   batch (the member's batch id, "" for a job in no batch)
 --   kind "a" ack: the handler succeeded; the job is deleted; a > 0
 --            remembers the id in KEYS[10] for a ms (job.Unique)
 --   kind "r" retry: back to the schedule, ready a µs after now, with
@@ -42,6 +47,7 @@
 --            envelope b (which carries the snooze count), the attempt
 --            given back
 --   expired "1": the reaper's call: the lease must also have run out
+--   batch: an ack or kill of a batch member records its ending in KEYS[13]
 --
 -- Returns {now µs, one integer per operation}: ack and release 1; retry the
 -- new ready time ms; kill the died-at ms; and for any of them -1 when the
@@ -73,15 +79,18 @@ if last and string.sub(last, 1, #cid + 1) == cid .. '\n' then
   return {now_u, out}
 end
 
-local FIRST, WIDTH = 8, 6
+local FIRST, WIDTH = 8, 7
 local KINDS = {a = true, r = true, k = true, l = true, s = true}
 local ids = {}
-local remembers, kills = false, false
+local remembers, kills, batched = false, false, false
 for i = FIRST, #ARGV, WIDTH do
   if not KINDS[ARGV[i]] then
     return redis.error_reply('ERR delayq: settle: unknown operation ' .. tostring(ARGV[i]) .. '; nothing was changed')
   end
   ids[#ids + 1] = ARGV[i + 1]
+  if (ARGV[i] == 'a' or ARGV[i] == 'k') and ARGV[i + 6] ~= '' then
+    batched = true
+  end
   if (ARGV[i] == 'a' or ARGV[i] == 'k') and ARGV[i + 3] ~= '' then
     remembers = true
   end
@@ -113,6 +122,12 @@ if marked then
 end
 if remembers then
   bad = expect({KEYS[10], 'zset'})
+  if bad then
+    return bad
+  end
+end
+if batched then
+  bad = expect({KEYS[13], 'hash'})
   if bad then
     return bad
   end
@@ -152,6 +167,9 @@ for k = 1, #ids do
     if remembers then
       remember_for(i, id)
     end
+    if batched and ARGV[i + 6] ~= '' then
+      redis.call('HSET', KEYS[13], id, ARGV[i + 6] .. '\ns')
+    end
   elseif kind == 'r' then
     local ready = ready_after(now_u, tonumber(ARGV[i + 3]))
     redis.call('ZREM', KEYS[2], id)
@@ -176,6 +194,9 @@ for k = 1, #ids do
     out[k] = now
     if remembers then
       remember_for(i, id)
+    end
+    if batched and ARGV[i + 6] ~= '' then
+      redis.call('HSET', KEYS[13], id, ARGV[i + 6] .. '\nd')
     end
   else -- 'l': release, 's': snooze
     redis.call('ZREM', KEYS[2], id)

@@ -32,8 +32,8 @@ import (
 // wallClockAllowed lists the functions of worker and broker that may read
 // the wall clock, and why.
 var wallClockAllowed = map[string]string{
-	"broker.(*Broker).Enqueue": "CreatedAt, a record of when the job was made; never compared with a ready time",
-	"broker.(*Broker).shards":  "how long an undeclared queue's shard count stays cached; a local interval, never compared with a ready time",
+	"broker.(*Broker).createdNow": "CreatedAt, a record of when a job was made; never compared with a ready time",
+	"broker.(*Broker).shards":     "how long an undeclared queue's shard count stays cached; a local interval, never compared with a ready time",
 }
 
 // TestWorkerReadsNoWallClock fails if any function of the worker or broker

@@ -40,6 +40,7 @@ type Keys struct {
 	Parked     string // ZSET id -> ready ms: due jobs of paused types, set aside by claim
 	Cancels    string // HASH id -> fencing token of a running job asked to stop (Broker.CancelJob)
 	Running    string // HASH id -> type ("*" for the queue's cap only): jobs leased under a concurrency cap
+	Batched    string // HASH id -> "<batch id>\n<s|d>": endings of batch members not yet counted by their batch (see BatchKeys)
 	Held       string // prefix of the per-type ZSETs id -> ready ms: due jobs of a type at its concurrency cap, set aside by claim (Held + type)
 	Hist       string // prefix of the per-minute history hashes: Hist + minute
 	Workers    string // prefix of the workers' call records: Workers + worker id (HASH lane -> last call)
@@ -65,6 +66,7 @@ func newKeys(ns, physical, queue string) Keys {
 		Parked:     p + "parked",
 		Cancels:    p + "cancels",
 		Running:    p + "running",
+		Batched:    p + "batched",
 		Held:       p + "held:",
 		Hist:       p + "hist:",
 		Workers:    p + "w:",
@@ -78,7 +80,7 @@ func newKeys(ns, physical, queue string) Keys {
 // keys are named by type, nor the history, which expires by itself, nor the
 // fencing counter, which is never deleted).
 func (k Keys) JobKeys() []string {
-	return []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Dead, k.DeadIndex, k.Unique, k.Counts, k.Controls, k.Rate, k.Parked, k.Cancels, k.Running}
+	return []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Dead, k.DeadIndex, k.Unique, k.Counts, k.Controls, k.Rate, k.Parked, k.Cancels, k.Running, k.Batched}
 }
 
 // WakeChannel is the Pub/Sub channel on which the workers of queue are
@@ -88,6 +90,23 @@ func WakeChannel(ns, queue string) string { return ns + ":{" + queue + "}:wake" 
 // CancelChannel is the Pub/Sub channel on which the workers of queue are
 // told to cancel a running job: the message is "<id>\n<token>".
 func CancelChannel(ns, queue string) string { return ns + ":{" + queue + "}:cancel" }
+
+// BatchKeys are the keys of one batch, under the batch's own hash tag
+// ns:batch:{<id>}:..., so that one script sees all of them whatever the
+// queues of its members.
+type BatchKeys struct {
+	Meta    string // HASH: total, sealed, succeeded, dead, created, the callbacks and whether they fired
+	Members string // HASH "<queue>\n<id>" -> p (added), s (succeeded) or d (dead)
+}
+
+// Batch returns the keys of batch id.
+func Batch(ns, id string) BatchKeys {
+	p := ns + ":batch:{" + id + "}:"
+	return BatchKeys{Meta: p + "meta", Members: p + "members"}
+}
+
+// BatchesKey is the ZSET batch id -> created ms, for listing batches.
+func BatchesKey(ns string) string { return ns + ":batches" }
 
 // QueuesKey is the SET of known queue names.
 func QueuesKey(ns string) string { return ns + ":queues" }

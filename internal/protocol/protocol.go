@@ -121,6 +121,26 @@ type Op struct {
 	// job ended, so that a job.Unique enqueue with it is refused; 0 for
 	// none (see job.Envelope.UniqueFor).
 	Remember time.Duration
+	// Batch (OpAck, OpKill): the batch the job is a member of
+	// (job.Envelope.Batch), "" for none; its ending is recorded for the
+	// batch with the ack or kill.
+	Batch string
+}
+
+// BatchEnd is the ending of a batch member that Settle recorded (an ack
+// or kill of an Op with Batch set), for EndBatch to count.
+type BatchEnd struct {
+	ID    string // the member's job id, in the shard
+	Batch string // its batch
+	Dead  bool   // killed, not acked
+}
+
+// Ending is the record's mark of the ending: "s" succeeded, "d" dead.
+func (e BatchEnd) Ending() string {
+	if e.Dead {
+		return "d"
+	}
+	return "s"
 }
 
 // Settled is what became of one Op: its time (the new ready time of a
@@ -158,6 +178,14 @@ type Broker interface {
 	// nothing about them: the caller settles each (Expired) with the token
 	// read here.
 	Reap(ctx context.Context, s keyspace.Shard, limit int) (ReapResult, error)
+	// EndBatch counts the endings of batch members of s into their
+	// batches, enqueues the callbacks that became due, and drops the
+	// records Settle kept. It may be repeated: an ending counts once.
+	EndBatch(ctx context.Context, s keyspace.Shard, ends []BatchEnd) error
+	// SweepBatches counts up to limit endings of batch members of s that
+	// were recorded but never counted (their worker died after Settle),
+	// and returns how many it found.
+	SweepBatches(ctx context.Context, s keyspace.Shard, limit int) (int, error)
 	// Wakeups subscribes to the wake-up notices of queues: a queue's name
 	// arrives when a job becomes its earliest while nothing there is due.
 	// stop unsubscribes and closes the channel.

@@ -1,0 +1,452 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/protocol"
+	"github.com/delayq/delayq/job"
+)
+
+// Batches: a group of jobs, in any queues, whose end fires callback jobs
+// once. See docs/batches.md for the model and its guarantees.
+
+var (
+	// ErrBatchNotFound: no batch with the id (or its record has expired).
+	ErrBatchNotFound = errors.New("broker: batch not found")
+	// ErrBatchSealed: the batch takes no more members.
+	ErrBatchSealed = errors.New("broker: batch is sealed")
+)
+
+// DefaultBatchKeep is how long a batch's record is kept after its callbacks
+// fired, when BatchSpec.Keep is 0.
+const DefaultBatchKeep = 7 * 24 * time.Hour
+
+// BatchHeader is the header a batch's callback jobs carry: the batch id.
+const BatchHeader = "delayq-batch"
+
+// BatchSpec describes a new batch.
+type BatchSpec struct {
+	ID         string        // generated (job.NewID) when empty; see job.ValidateBatchID
+	OnSuccess  *job.Envelope // optional: enqueued once, when every member succeeded
+	OnComplete *job.Envelope // optional: enqueued once, when every member ended (succeeded or dead)
+	// Keep is how long the batch's record is kept once it is complete
+	// and its callbacks fired; 0 means DefaultBatchKeep. It is also how
+	// long a callback's id is remembered (job.UniqueFor), so that a
+	// repeated enqueue of it is refused.
+	Keep time.Duration
+}
+
+// BatchStatus is a batch read at one instant.
+type BatchStatus struct {
+	ID            string
+	CreatedAt     time.Time
+	Sealed        bool // no more members; complete once every member ended
+	Total         int  // members added
+	Pending       int  // Total - Succeeded - Dead
+	Succeeded     int
+	Dead          int       // members that ended in the dead-letter store; one redriven that succeeds moves to Succeeded
+	OnSuccess     string    // "queue/id" of the success callback ("" when none); the id is "<batch>:success"
+	OnComplete    string    // "queue/id" of the complete callback ("" when none); the id is "<batch>:complete"
+	SuccessFired  bool      // the success callback was enqueued
+	CompleteFired bool      // the complete callback was enqueued
+	ExpiresAt     time.Time // when the record goes; zero until the batch is complete and its callbacks fired
+}
+
+// Complete reports whether the batch is sealed and every member ended.
+func (s *BatchStatus) Complete() bool { return s.Sealed && s.Pending == 0 }
+
+// SuccessID and CompleteID are the ids of batch id's callback jobs.
+func SuccessID(id string) string  { return id + ":success" }
+func CompleteID(id string) string { return id + ":complete" }
+
+func (b *Broker) batchKeys(id string) []string {
+	k := keyspace.Batch(b.ns, id)
+	return []string{k.Meta, k.Members}
+}
+
+// callback prepares a batch callback for storing: its id is derived from
+// the batch's, it is Unique for keep, and it names the batch in a header.
+func (b *Broker) callback(env *job.Envelope, id string, keep time.Duration, now time.Time) (queue string, body []byte, err error) {
+	if env == nil {
+		return "", nil, nil
+	}
+	if env.Batch != "" {
+		return "", nil, fmt.Errorf("broker: %w: a batch callback cannot itself be a batch member (batch %q)", job.ErrInvalid, env.Batch)
+	}
+	cb := *env
+	cb.ID, cb.Unique, cb.UniqueFor, cb.UniqueDead, cb.Replace = id, true, keep, true, false
+	cb.Headers = make(map[string]string, len(env.Headers)+1)
+	for k, v := range env.Headers {
+		cb.Headers[k] = v
+	}
+	cb.Headers[BatchHeader] = id[:strings.LastIndexByte(id, ':')]
+	body, err = b.prepare(&cb, now)
+	if err != nil {
+		return "", nil, err
+	}
+	return cb.Queue, body, nil
+}
+
+// CreateBatch stores a new open batch and returns its id: add members
+// with AddToBatch, then SealBatch. Errors wrap job.ErrInvalid (a bad id,
+// Keep or callback, named) or ErrDuplicate (the id is taken); nothing is
+// stored then.
+func (b *Broker) CreateBatch(ctx context.Context, spec BatchSpec) (string, error) {
+	id := spec.ID
+	if id == "" {
+		id = job.NewID()
+	}
+	if err := job.ValidateBatchID(id); err != nil {
+		return "", fmt.Errorf("broker: create batch: %w", err)
+	}
+	if spec.Keep < 0 {
+		return "", fmt.Errorf("broker: create batch %q: %w: keep %s is negative", id, job.ErrInvalid, spec.Keep)
+	}
+	keep := spec.Keep
+	if keep == 0 {
+		keep = DefaultBatchKeep
+	}
+	now := b.createdNow()
+	sq, sb, err := b.callback(spec.OnSuccess, SuccessID(id), keep, now)
+	if err != nil {
+		return "", fmt.Errorf("broker: create batch %q: success callback: %w", id, err)
+	}
+	cq, cbody, err := b.callback(spec.OnComplete, CompleteID(id), keep, now)
+	if err != nil {
+		return "", fmt.Errorf("broker: create batch %q: complete callback: %w", id, err)
+	}
+	res, err := b.run(ctx, batchCreateScript, b.batchKeys(id), sq, sb, cq, cbody, durMS(keep))
+	if err != nil {
+		return "", fmt.Errorf("broker: create batch %q: %w", id, err)
+	}
+	v, err := int64s(res, 2)
+	if err != nil {
+		return "", fmt.Errorf("broker: create batch %q: %w", id, err)
+	}
+	if v[0] == 0 {
+		return "", fmt.Errorf("%w: batch %q exists", ErrDuplicate, id)
+	}
+	// Second step, in the index's own slot: a crash here leaves a batch
+	// that works but is not listed (Batch still finds it).
+	if err := b.rdb.ZAdd(ctx, keyspace.BatchesKey(b.ns), redis.Z{Score: float64(v[1]), Member: id}).Err(); err != nil {
+		return id, fmt.Errorf("broker: create batch %q: stored, but not listed: %w", id, err)
+	}
+	return id, nil
+}
+
+// batchAddChunk bounds the members one batch_add call counts.
+const batchAddChunk = 1000
+
+// AddToBatch makes members part of the open batch id and enqueues them,
+// as Enqueue does; each envelope gets Batch = id (and its ID, Queue and
+// CreatedAt, as with Enqueue). Members are counted into the batch first,
+// then enqueued, so a member cannot end before it is counted. A call that
+// returned an error may be made again with the same envelopes (the same
+// IDs: give members ids of your own, or keep the envelopes): members that
+// are counted already are not counted again, and a member found already
+// enqueued is taken as enqueued by the earlier call.
+//
+// Errors: job.ErrInvalid for a bad batch id or envelope (nothing stored),
+// ErrBatchNotFound, ErrBatchSealed (nothing stored), or a *job.BatchError
+// aligned with members (a member whose id is pending elsewhere is taken
+// back out of the batch and fails with ErrDuplicate).
+func (b *Broker) AddToBatch(ctx context.Context, id string, members ...*job.Envelope) error {
+	if err := job.ValidateBatchID(id); err != nil {
+		return fmt.Errorf("broker: add to batch: %w", err)
+	}
+	if len(members) == 0 {
+		return nil
+	}
+	now := b.createdNow()
+	fields := make([]any, len(members))
+	seen := make(map[string]bool, len(members))
+	for i, env := range members {
+		if env == nil {
+			return fmt.Errorf("broker: add to batch %q: %w: member %d of %d is nil", id, job.ErrInvalid, i+1, len(members))
+		}
+		if env.Batch != "" && env.Batch != id {
+			return fmt.Errorf("broker: add to batch %q: %w: member %d of %d (%q) is of batch %q", id, job.ErrInvalid, i+1, len(members), env.ID, env.Batch)
+		}
+		if env.Replace {
+			return fmt.Errorf("broker: add to batch %q: %w: member %d of %d (%q) asks to replace a job; a member is a new job", id, job.ErrInvalid, i+1, len(members), env.ID)
+		}
+		env.Batch = id
+		if _, err := b.prepare(env, now); err != nil {
+			env.Batch = ""
+			return fmt.Errorf("broker: add to batch %q: member %d of %d: %w", id, i+1, len(members), err)
+		}
+		f := env.Queue + "\n" + env.ID
+		if seen[f] {
+			return fmt.Errorf("broker: add to batch %q: %w: member %q of queue %q is listed twice", id, job.ErrInvalid, env.ID, env.Queue)
+		}
+		seen[f] = true
+		fields[i] = f
+	}
+	added := make([]bool, len(members))
+	for start := 0; start < len(fields); start += batchAddChunk {
+		part := fields[start:min(start+batchAddChunk, len(fields))]
+		res, err := b.run(ctx, batchAddScript, b.batchKeys(id), append([]any{"+"}, part...)...)
+		if err != nil {
+			return fmt.Errorf("broker: add to batch %q: %w", id, err)
+		}
+		list, _ := res.([]any)
+		v, err := int64s(res, len(list))
+		if err != nil {
+			return fmt.Errorf("broker: add to batch %q: %w", id, err)
+		}
+		switch {
+		case len(v) > 0 && v[0] == -1:
+			return fmt.Errorf("%w: %q", ErrBatchNotFound, id)
+		case len(v) > 0 && v[0] == -2:
+			return fmt.Errorf("%w: %q; no member was added", ErrBatchSealed, id)
+		case len(v) != len(part)+1:
+			return fmt.Errorf("broker: add to batch %q: unexpected reply %v", id, res)
+		}
+		for j := range part {
+			added[start+j] = v[j+1] == 1
+		}
+	}
+	err := b.Enqueue(ctx, members...)
+	if err == nil {
+		return nil
+	}
+	errs := make([]error, len(members))
+	var be *job.BatchError
+	if len(members) > 1 && errors.As(err, &be) && len(be.Errs) == len(members) {
+		copy(errs, be.Errs)
+	} else {
+		for i := range errs {
+			errs[i] = err
+		}
+	}
+	var back []any
+	for i, e := range errs {
+		if !errors.Is(e, ErrDuplicate) {
+			continue
+		}
+		if !added[i] {
+			errs[i] = nil // enqueued by an earlier call that counted it
+			continue
+		}
+		back = append(back, fields[i])
+	}
+	if len(back) > 0 {
+		if _, err := b.run(ctx, batchAddScript, b.batchKeys(id), append([]any{"-"}, back...)...); err != nil {
+			return fmt.Errorf("broker: add to batch %q: a member's id is taken, and taking it back out failed: %w", id, err)
+		}
+	}
+	return batchErr(errs)
+}
+
+// SealBatch closes batch id to new members: it is complete once every
+// member ended (at once when all already have), and its callbacks are
+// enqueued then. Sealing a sealed batch changes nothing but enqueues a
+// due callback that a crash left unenqueued. Errors wrap ErrBatchNotFound,
+// or job.ErrInvalid for a bad id.
+func (b *Broker) SealBatch(ctx context.Context, id string) error {
+	if err := job.ValidateBatchID(id); err != nil {
+		return fmt.Errorf("broker: seal batch: %w", err)
+	}
+	return b.endBatch(ctx, id, true, nil)
+}
+
+// endBatch counts endings (member field, "s" or "d" pairs) into batch id,
+// sealing it first when seal is set, and enqueues the callbacks that are
+// due. It returns nil for a batch that does not exist when only endings
+// were given (a batch whose record expired counts nothing).
+func (b *Broker) endBatch(ctx context.Context, id string, seal bool, pairs []any) error {
+	args := append([]any{flag(seal)}, pairs...)
+	res, err := b.run(ctx, batchEndScript, b.batchKeys(id), args...)
+	if err != nil {
+		return fmt.Errorf("broker: batch %q: %w", id, err)
+	}
+	parts, ok := res.([]any)
+	if ok && len(parts) == 1 {
+		if seal {
+			return fmt.Errorf("%w: %q", ErrBatchNotFound, id)
+		}
+		return nil
+	}
+	if !ok || len(parts) != 8 {
+		return fmt.Errorf("broker: batch %q: unexpected reply %v", id, res)
+	}
+	str := func(i int) string { s, _ := parts[i].(string); return s }
+	for _, cb := range []struct{ queue, body, id, mark string }{
+		{str(4), str(5), SuccessID(id), "s"},
+		{str(6), str(7), CompleteID(id), "c"},
+	} {
+		if cb.queue == "" {
+			continue
+		}
+		env, err := job.Decode([]byte(cb.body))
+		if err != nil {
+			return fmt.Errorf("broker: batch %q: callback %q: %w", id, cb.id, err)
+		}
+		env.ID, env.Queue = cb.id, cb.queue
+		// A repeat (the mark below was not written: a crash, a Redis
+		// error) is refused as a duplicate: the callback is enqueued once.
+		if err := b.Enqueue(ctx, env); err != nil && !errors.Is(err, ErrDuplicate) {
+			return fmt.Errorf("broker: batch %q: callback %q: %w", id, cb.id, err)
+		}
+		if _, err := b.run(ctx, batchFiredScript, b.batchKeys(id), cb.mark); err != nil {
+			return fmt.Errorf("broker: batch %q: callback %q enqueued, not marked: %w", id, cb.id, err)
+		}
+	}
+	return nil
+}
+
+// Batch returns the status of batch id: an error wrapping
+// ErrBatchNotFound when there is none (or its record has expired), or
+// job.ErrInvalid for a bad id.
+func (b *Broker) Batch(ctx context.Context, id string) (*BatchStatus, error) {
+	if err := job.ValidateBatchID(id); err != nil {
+		return nil, fmt.Errorf("broker: batch: %w", err)
+	}
+	m, err := b.rdb.HGetAll(ctx, keyspace.Batch(b.ns, id).Meta).Result()
+	if err != nil {
+		return nil, fmt.Errorf("broker: batch %q: %w", id, err)
+	}
+	if len(m) == 0 {
+		return nil, fmt.Errorf("%w: %q", ErrBatchNotFound, id)
+	}
+	return batchStatus(id, m), nil
+}
+
+func batchStatus(id string, m map[string]string) *BatchStatus {
+	num := func(k string) int64 { v, _ := strconv.ParseInt(m[k], 10, 64); return v }
+	s := &BatchStatus{
+		ID:            id,
+		CreatedAt:     fromMS(num("created")),
+		Sealed:        m["sealed"] == "1",
+		Total:         int(num("total")),
+		Succeeded:     int(num("succeeded")),
+		Dead:          int(num("dead")),
+		SuccessFired:  m["sf"] == "1",
+		CompleteFired: m["cf"] == "1",
+	}
+	s.Pending = s.Total - s.Succeeded - s.Dead
+	if q := m["sq"]; q != "" {
+		s.OnSuccess = q + "/" + SuccessID(id)
+	}
+	if q := m["cq"]; q != "" {
+		s.OnComplete = q + "/" + CompleteID(id)
+	}
+	if v := num("expires"); v > 0 {
+		s.ExpiresAt = fromMS(v)
+	}
+	return s
+}
+
+// MaxBatchesPage is the most batches one Batches call returns.
+const MaxBatchesPage = 1000
+
+// Batches lists batches, newest first: up to limit (1 to MaxBatchesPage)
+// from offset. Batches whose record expired are dropped from the list as
+// they are met. Errors wrap job.ErrInvalid for a bad offset or limit.
+func (b *Broker) Batches(ctx context.Context, offset, limit int) ([]*BatchStatus, error) {
+	if offset < 0 || limit < 1 || limit > MaxBatchesPage {
+		return nil, fmt.Errorf("broker: batches: %w: offset %d must not be negative and limit %d must be 1 to %d", job.ErrInvalid, offset, limit, MaxBatchesPage)
+	}
+	ids, err := b.rdb.ZRevRange(ctx, keyspace.BatchesKey(b.ns), int64(offset), int64(offset+limit-1)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("broker: batches: %w", err)
+	}
+	out := make([]*BatchStatus, 0, len(ids))
+	var gone []any
+	for _, id := range ids {
+		s, err := b.Batch(ctx, id)
+		if errors.Is(err, ErrBatchNotFound) || errors.Is(err, job.ErrInvalid) {
+			gone = append(gone, id)
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	if len(gone) > 0 {
+		if err := b.rdb.ZRem(ctx, keyspace.BatchesKey(b.ns), gone...).Err(); err != nil {
+			return nil, fmt.Errorf("broker: batches: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// EndBatch counts the endings of batch members of shard s, recorded by
+// Settle with their ack or kill, into their batches (enqueueing the
+// callbacks that are due), then drops the records. Repeating it is
+// harmless: a batch counts a member's ending once.
+func (w workerSide) EndBatch(ctx context.Context, s keyspace.Shard, ends []protocol.BatchEnd) error {
+	return w.b.endBatches(ctx, s, ends)
+}
+
+func (b *Broker) endBatches(ctx context.Context, s keyspace.Shard, ends []protocol.BatchEnd) error {
+	var order []string
+	by := map[string][]any{}
+	var clear []any
+	for _, e := range ends {
+		if job.ValidateBatchID(e.Batch) != nil {
+			clear = append(clear, e.ID, e.Batch+"\n"+e.Ending())
+			continue
+		}
+		if _, ok := by[e.Batch]; !ok {
+			order = append(order, e.Batch)
+		}
+		by[e.Batch] = append(by[e.Batch], s.Queue()+"\n"+e.ID, e.Ending())
+	}
+	var first error
+	for _, id := range order {
+		if err := b.endBatch(ctx, id, false, by[id]); err != nil {
+			first = cmpErr(first, err)
+			continue
+		}
+		for i := 0; i < len(by[id]); i += 2 {
+			f := by[id][i].(string)
+			clear = append(clear, f[strings.IndexByte(f, '\n')+1:], id+"\n"+by[id][i+1].(string))
+		}
+	}
+	if len(clear) > 0 {
+		if _, err := b.run(ctx, batchClearScript, []string{s.Keys().Batched}, clear...); err != nil {
+			first = cmpErr(first, queueErr(s.Queue(), err))
+		}
+	}
+	return first
+}
+
+func cmpErr(first, err error) error {
+	if first != nil {
+		return first
+	}
+	return err
+}
+
+// SweepBatches counts endings of batch members of shard s that were
+// recorded but not yet counted (their worker died between its settle and
+// its EndBatch): up to limit of them. It returns how many it found.
+func (w workerSide) SweepBatches(ctx context.Context, s keyspace.Shard, limit int) (int, error) {
+	kv, _, err := w.b.rdb.HScan(ctx, s.Keys().Batched, 0, "", int64(limit)).Result()
+	if err != nil {
+		return 0, queueErr(s.Queue(), err)
+	}
+	ends := make([]protocol.BatchEnd, 0, len(kv)/2)
+	for i := 0; i+1 < len(kv); i += 2 {
+		rec := kv[i+1]
+		j := strings.LastIndexByte(rec, '\n')
+		if j < 0 {
+			continue
+		}
+		ends = append(ends, protocol.BatchEnd{ID: kv[i], Batch: rec[:j], Dead: rec[j+1:] == "d"})
+	}
+	if len(ends) == 0 {
+		return 0, nil
+	}
+	return len(ends), w.b.endBatches(ctx, s, ends)
+}
