@@ -30,7 +30,7 @@ func TestBurstEndToEnd(t *testing.T) {
 	cfg := benchConfig{URL: srv.URL, N: 200, Producers: 8, BatchSize: 50, LostTimeout: 5 * time.Second, Settle: 100 * time.Millisecond}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	for i, sys := range []string{"zsetloop", "luabaseline", "delayq"} {
+	for i, sys := range []string{"zsetloop", "luabaseline", "delayq", "delayq-prefetch"} {
 		t.Run(sys, func(t *testing.T) {
 			res, err := runOne(ctx, admin, cfg, sys, workloadSpec{Kind: "burst"}, 10, 1, "t"+string(rune('a'+i))+"-", false)
 			if err != nil {

@@ -164,7 +164,7 @@ func parseInts(s string) ([]int, error) {
 func run() int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	var (
-		systemsFlag   = fs.String("systems", strings.Join(knownSystems(), ","), "comma-separated systems (known: "+strings.Join(knownSystems(), ", ")+")")
+		systemsFlag   = fs.String("systems", strings.Join(defaultSystems(), ","), "comma-separated systems (known: "+strings.Join(knownSystems(), ", ")+")")
 		workloadsFlag = fs.String("workloads", "spread,burst,backlog", "comma-separated workloads: spread, burst, backlog")
 		n             = fs.Int("n", 100000, "jobs per run")
 		concFlag      = fs.String("concurrency", "10,100", "comma-separated consumer concurrencies")

@@ -16,22 +16,30 @@ import (
 // are the raw JSON payload, and a worker.Worker. Everything is at its
 // default except the producer's connection pool (sized for the producer
 // goroutines, as a user running many producers would) and the worker's
-// Concurrency, which the harness sets.
-func init() { register("delayq", newDelayq) }
+// Concurrency, which the harness sets. "delayq-prefetch" is the same with
+// the one opt-in worker setting for fast handlers at low concurrency,
+// worker.Config.Prefetch = Concurrency; it is not in the default systems.
+func init() {
+	register("delayq", func(url string) (System, error) { return newDelayq(url, "delayq", false) })
+	register("delayq-prefetch", func(url string) (System, error) { return newDelayq(url, "delayq-prefetch", true) })
+	optIn["delayq-prefetch"] = true
+}
 
 // delayqJob carries the harness payload byte for byte.
 var delayqJob = job.New[json.RawMessage]("bench.job")
 
 type delayqSys struct {
-	url    string
-	rdb    *redis.Client
-	br     *broker.Broker
-	cons   *redis.Client
-	cancel context.CancelFunc
-	done   chan error
+	name     string
+	prefetch bool // worker.Config.Prefetch = Concurrency
+	url      string
+	rdb      *redis.Client
+	br       *broker.Broker
+	cons     *redis.Client
+	cancel   context.CancelFunc
+	done     chan error
 }
 
-func newDelayq(url string) (System, error) {
+func newDelayq(url, name string, prefetch bool) (System, error) {
 	rdb, err := newRedisClient(url, 32)
 	if err != nil {
 		return nil, err
@@ -41,10 +49,10 @@ func newDelayq(url string) (System, error) {
 		rdb.Close()
 		return nil, err
 	}
-	return &delayqSys{url: url, rdb: rdb, br: br}, nil
+	return &delayqSys{name: name, prefetch: prefetch, url: url, rdb: rdb, br: br}, nil
 }
 
-func (d *delayqSys) Name() string { return "delayq" }
+func (d *delayqSys) Name() string { return d.name }
 
 // Enqueue is one typed Enqueue call.
 func (d *delayqSys) Enqueue(ctx context.Context, j Job) error {
@@ -85,7 +93,11 @@ func (d *delayqSys) Start(ctx context.Context, concurrency int, handle func(id s
 		handle(j.ID)
 		return nil
 	})
-	w, err := worker.New(worker.Config{Broker: br, Registry: reg, Concurrency: concurrency})
+	cfg := worker.Config{Broker: br, Registry: reg, Concurrency: concurrency}
+	if d.prefetch {
+		cfg.Prefetch = concurrency
+	}
+	w, err := worker.New(cfg)
 	if err != nil {
 		cons.Close()
 		return err

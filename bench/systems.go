@@ -44,6 +44,10 @@ var errNoBatch = errors.New("no batch enqueue API")
 
 var registry = map[string]Factory{}
 
+// optIn names the registered systems that run only when -systems names
+// them: variants of a system with a non-default setting.
+var optIn = map[string]bool{}
+
 // register adds a system under name; each sys_*.go file calls it from init.
 func register(name string, f Factory) {
 	if _, dup := registry[name]; dup {
@@ -59,6 +63,17 @@ func knownSystems() []string {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	return names
+}
+
+// defaultSystems returns the registered names that are not opt-in, sorted.
+func defaultSystems() []string {
+	var names []string
+	for _, n := range knownSystems() {
+		if !optIn[n] {
+			names = append(names, n)
+		}
+	}
 	return names
 }
 

@@ -43,9 +43,19 @@ type Config struct {
 
 	// Concurrency is how many jobs run at once. Default 10.
 	Concurrency int
-	// BatchSize caps the jobs claimed in one call. Default min(Concurrency,
-	// 100). A worker never claims more than its free slots.
+	// BatchSize caps the jobs claimed in one call. Default
+	// min(Concurrency+Prefetch, 100). A worker never claims more than its
+	// free slots (Concurrency+Prefetch).
 	BatchSize int
+	// Prefetch is how many claimed jobs may wait for a free goroutine
+	// beyond Concurrency, so a worker at low concurrency claims its next
+	// jobs while the current ones run instead of one round trip per
+	// handful. Their leases are heartbeated like those of running jobs and
+	// handed back at shutdown without running (no attempt spent). A
+	// prefetched job waits in this worker behind slow handlers while an
+	// idle worker elsewhere cannot take it, so keep it at or below
+	// Concurrency, and 0 when handlers are slow. Default 0.
+	Prefetch int
 
 	// Lease is how long a claimed job stays with this worker without a
 	// heartbeat. A crashed worker's jobs come back after it. Default 30s.
@@ -180,8 +190,11 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency
 	}
+	if c.Prefetch < 0 {
+		return c, fmt.Errorf("worker: Prefetch %d is negative", c.Prefetch)
+	}
 	if c.BatchSize == 0 {
-		c.BatchSize = min(c.Concurrency, maxBatch)
+		c.BatchSize = min(c.Concurrency+c.Prefetch, maxBatch)
 	}
 	if c.Lease == 0 {
 		c.Lease = DefaultLease

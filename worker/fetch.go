@@ -227,6 +227,20 @@ func (w *Worker) start(jobs context.Context, claimedAt time.Time, c *protocol.Cl
 	w.slots.take(t)
 	handlers.Go(func() {
 		defer cancel(nil)
+		if w.cfg.Prefetch > 0 {
+			// A prefetched job waits for one of Concurrency goroutines;
+			// one that is still waiting when the worker shuts down is
+			// handed back unrun.
+			w.run <- struct{}{}
+			defer func() { <-w.run }()
+			if ok, release := w.slots.startable(t); !ok {
+				if release {
+					w.release([]protocol.Lease{t.lease})
+				}
+				w.slots.finish(t)
+				return
+			}
+		}
 		w.process(ctx, claimedAt, c, t)
 	})
 }

@@ -57,6 +57,22 @@ func (s *slots) finish(t *task) {
 	signal(s.freed)
 }
 
+// startable reports whether t may start: not handed back and the worker
+// not shutting down. When it may not, release says whether the caller
+// hands its lease back (it was not handed back yet; it is marked so now).
+func (s *slots) startable(t *task) (ok, release bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t.released {
+		return false, false
+	}
+	if s.closing {
+		t.released = true
+		return false, true
+	}
+	return true, false
+}
+
 // released reports whether t was handed back at shutdown.
 func (s *slots) released(t *task) bool {
 	s.mu.Lock()

@@ -40,6 +40,7 @@ type Worker struct {
 	log     zerolog.Logger
 	running atomic.Bool
 	slots   *slots
+	run     chan struct{} // with Prefetch: one token per running job
 	settler *settler
 	claims  claims // the fetcher's
 	reapSeq uint64 // call ids of the reaper
@@ -56,7 +57,8 @@ func New(cfg Config) (*Worker, error) {
 		b:      protocol.For(cfg.Broker),
 		caller: protocol.Caller{ID: job.NewID(), Lease: cfg.Lease},
 		log:    *cfg.Logger,
-		slots:  newSlots(cfg.Concurrency),
+		slots:  newSlots(cfg.Concurrency + cfg.Prefetch),
+		run:    make(chan struct{}, cfg.Concurrency),
 	}
 	w.settler = newSettler(w)
 	return w, nil
