@@ -230,7 +230,8 @@ func (d *Dashboard) jobDetail(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, d.opts.Prefix+"/dead/"+url.PathEscape(q)+"/job?"+url.Values{"id": {id}}.Encode(), http.StatusFound)
 		return
 	}
-	d.render(w, r, http.StatusOK, "job", &view{Title: "Job " + id, Nav: q, Now: j.Now, Flash: d.flash(r), Data: j})
+	// A running job's page refreshes itself, so its progress moves.
+	d.render(w, r, http.StatusOK, "job", &view{Title: "Job " + id, Nav: q, Live: j.State == broker.StateProcessing, Now: j.Now, Flash: d.flash(r), Data: j})
 }
 
 type deadQueue struct {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"html/template"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -125,6 +126,8 @@ var funcs = template.FuncMap{
 	"payload":   formatPayload,
 	"firstLine": firstLine,
 	"add":       func(a, b int) int { return a + b },
+	"pct":       percent,
+	"result":    formatResult,
 	"pathq":     url.PathEscape, // a queue name as one path segment
 }
 
@@ -235,6 +238,21 @@ func formatPayload(p []byte) string {
 	default:
 		return fmt.Sprintf("(%d bytes, not UTF-8; base64)\n%s", len(p), base64.StdEncoding.EncodeToString(p))
 	}
+}
+
+// formatResult shows a succeeded job's result as formatPayload does;
+// "(none set)" when the handler set none.
+func formatResult(r []byte) string {
+	if r == nil {
+		return "(none set)"
+	}
+	return formatPayload(r)
+}
+
+// percent writes a fraction 0..1 as a percentage to one decimal, without a
+// trailing ".0": 0.425 is "42.5", 0.42 is "42".
+func percent(f float64) string {
+	return strconv.FormatFloat(math.Round(f*1000)/10, 'f', -1, 64)
 }
 
 // unescapeHTMLInJSON turns the \u003c, \u003e and \u0026 escapes that

@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -42,6 +44,22 @@ type jobJSON struct {
 	LastError        string            `json:"last_error,omitempty"`
 	Corrupt          string            `json:"corrupt,omitempty"` // why the envelope does not decode
 	Body             string            `json:"body_base64,omitempty"`
+	// A succeeded job kept with its result (job.Retain): the result as
+	// text when it is UTF-8, else as base64; its length in bytes either way.
+	Result       *string       `json:"result,omitempty"`
+	ResultBase64 string        `json:"result_base64,omitempty"`
+	ResultBytes  *int          `json:"result_bytes,omitempty"`
+	StartedAt    *string       `json:"started_at,omitempty"`
+	FinishedAt   *string       `json:"finished_at,omitempty"`
+	ExpiresAt    *string       `json:"expires_at,omitempty"`
+	Progress     *progressJSON `json:"progress,omitempty"`
+}
+
+// progressJSON is the last progress a handler reported.
+type progressJSON struct {
+	Fraction float64 `json:"fraction"`
+	Message  string  `json:"message,omitempty"`
+	At       *string `json:"at,omitempty"`
 }
 
 func toJobJSON(j *broker.JobInfo) jobJSON {
@@ -54,6 +72,22 @@ func toJobJSON(j *broker.JobInfo) jobJSON {
 	if j.Dead != nil {
 		out.DiedAt = jsonTime(j.Dead.DiedAt)
 		out.LastError = j.Dead.Error
+	}
+	if j.State == broker.StateSucceeded {
+		out.StartedAt, out.FinishedAt, out.ExpiresAt = jsonTime(j.StartedAt), jsonTime(j.FinishedAt), jsonTime(j.ExpiresAt)
+		if j.Result != nil {
+			n := len(j.Result)
+			out.ResultBytes = &n
+			if utf8.Valid(j.Result) {
+				r := string(j.Result)
+				out.Result = &r
+			} else {
+				out.ResultBase64 = base64.StdEncoding.EncodeToString(j.Result)
+			}
+		}
+	}
+	if p := j.Progress; p != nil {
+		out.Progress = &progressJSON{Fraction: p.Fraction, Message: p.Message, At: jsonTime(p.At)}
 	}
 	if e := j.Envelope; e != nil {
 		out.Type, out.Payload, out.Headers = e.Type, payloadJSON(e.Payload), e.Headers
@@ -95,6 +129,8 @@ func when(j *broker.JobInfo) string {
 		return "lease expired " + relative(j.LeaseDeadline, j.Now)
 	case broker.StateDead:
 		return "died " + relative(j.Dead.DiedAt, j.Now)
+	case broker.StateSucceeded:
+		return "finished " + relative(j.FinishedAt, j.Now)
 	}
 	return "-"
 }
@@ -107,6 +143,8 @@ func jobTime(j *broker.JobInfo) time.Time {
 		return j.LeaseDeadline
 	case broker.StateDead:
 		return j.Dead.DiedAt
+	case broker.StateSucceeded:
+		return j.FinishedAt
 	}
 	return time.Time{}
 }
@@ -293,6 +331,18 @@ func (a *app) showJob(j *broker.JobInfo) error {
 		t.row("Lease until:", fmtTime(j.LeaseDeadline)+" ("+when(j)+")")
 	case broker.StateDead:
 		t.row("Died:", fmtTime(j.Dead.DiedAt)+" ("+relative(j.Dead.DiedAt, j.Now)+")")
+	case broker.StateSucceeded:
+		t.row("Started:", whenAt(j.StartedAt, j.Now))
+		took := ""
+		if !j.StartedAt.IsZero() && !j.FinishedAt.IsZero() {
+			took = ", took " + fmtDur(j.FinishedAt.Sub(j.StartedAt))
+		}
+		t.row("Finished:", fmtTime(j.FinishedAt)+" ("+relative(j.FinishedAt, j.Now)+took+")")
+		t.row("Expires:", whenAt(j.ExpiresAt, j.Now))
+		t.row("Result:", resultText(j.Result))
+	}
+	if p := j.Progress; p != nil {
+		t.row("Progress:", progressText(p, j.Now))
 	}
 	e := j.Envelope
 	if e == nil {
@@ -562,4 +612,32 @@ is still pending fails with exit status 1 and leaves the pending job as it is.`,
 	_ = cmd.MarkFlagRequired("type")
 	_ = cmd.MarkFlagRequired("payload")
 	return cmd
+}
+
+// resultText is a succeeded job's result for people: the text when it is
+// UTF-8, else its length and base64; "-" when the handler set none.
+func resultText(r []byte) string {
+	switch {
+	case r == nil:
+		return "- (none set)"
+	case utf8.Valid(r):
+		return string(r)
+	default:
+		return fmt.Sprintf("%d bytes, not UTF-8: base64:%s", len(r), base64.StdEncoding.EncodeToString(r))
+	}
+}
+
+// progressText is a handler's last progress report: "42% resizing (3s ago)".
+func progressText(p *job.Progress, now time.Time) string {
+	s := percent(p.Fraction) + "%"
+	if p.Message != "" {
+		s += " " + p.Message
+	}
+	return s + " (" + relative(p.At, now) + ")"
+}
+
+// percent writes a fraction 0..1 as a percentage to one decimal, without a
+// trailing ".0": 0.425 is "42.5", 0.42 is "42".
+func percent(f float64) string {
+	return strconv.FormatFloat(math.Round(f*1000)/10, 'f', -1, 64)
 }
