@@ -219,6 +219,8 @@ func (d *Dashboard) routes() http.Handler {
 	post("/dead/{queue}/delete", d.deleteDead)
 	post("/dead/{queue}/purge", d.purge)
 	get("/periodic", d.periodic)
+	get("/batches", d.batches)
+	get("/batches/{id}", d.batch)
 
 	static, _ := fs.Sub(staticFS, "static")
 	files := http.StripPrefix(p+"/static/", http.FileServerFS(static))

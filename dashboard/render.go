@@ -16,7 +16,7 @@ import (
 
 // pageNames are the templates under templates/, each rendered inside
 // layout.html.
-var pageNames = []string{"overview", "queue", "job", "dead", "deadjob", "periodic", "confirm", "error"}
+var pageNames = []string{"overview", "queue", "job", "dead", "deadjob", "periodic", "batches", "batch", "confirm", "error"}
 
 func parsePages() (map[string]*template.Template, error) {
 	base, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html")
@@ -37,7 +37,7 @@ func parsePages() (map[string]*template.Template, error) {
 // view is what every page template gets.
 type view struct {
 	Title     string
-	Nav       string // "overview", "dead", "periodic" or a queue name
+	Nav       string // "overview", "dead", "periodic", "batches" or a queue name
 	Prefix    string
 	CSRF      string
 	ReadOnly  bool

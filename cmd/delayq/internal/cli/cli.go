@@ -132,7 +132,7 @@ func (a *app) rootCommand() *cobra.Command {
 		Short: "Inspect and operate delayq queues",
 		Long: `delayq inspects and operates delayq queues in Redis: queue stats,
 scheduled and processing jobs, enqueueing, the dead-letter store, periodic
-schedules, and a web dashboard.
+schedules, batches, and a web dashboard.
 
 It connects to --redis-url (or $REDIS_URL):
 
@@ -171,6 +171,7 @@ Output is a table for people, or JSON with --json. Exit status: 0 success,
 		a.enqueueCommand(),
 		a.deadCommand(),
 		a.periodicCommand(),
+		a.batchesCommand(),
 		a.dashboardCommand(),
 		a.versionCommand(),
 	)

@@ -1,0 +1,132 @@
+package dashboard
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/job"
+)
+
+// batchRow is a batch as the batch pages show it.
+type batchRow struct{ *broker.BatchStatus }
+
+// State is open (members can still be added), sealed (some pending) or
+// complete.
+func (b batchRow) State() string {
+	switch {
+	case b.Complete():
+		return "complete"
+	case b.Sealed:
+		return "sealed"
+	}
+	return "open"
+}
+
+// batchCallback is one callback of a batch: its job's queue and id, and
+// whether it fired.
+type batchCallback struct {
+	Name  string // "success" or "complete"
+	Queue string
+	ID    string
+	State string // fired, waiting, or skipped (a success callback of a batch that completed with a dead member)
+}
+
+// Callbacks are the batch's callbacks, success first; none when it has
+// none.
+func (b batchRow) Callbacks() []batchCallback {
+	var out []batchCallback
+	add := func(name, ref string, fired bool) {
+		if ref == "" {
+			return
+		}
+		q, id, _ := strings.Cut(ref, "/")
+		st := "waiting"
+		switch {
+		case fired:
+			st = "fired"
+		case name == "success" && b.Complete() && b.Dead > 0:
+			st = "skipped"
+		}
+		out = append(out, batchCallback{Name: name, Queue: q, ID: id, State: st})
+	}
+	add("success", b.OnSuccess, b.SuccessFired)
+	add("complete", b.OnComplete, b.CompleteFired)
+	return out
+}
+
+type batchesData struct {
+	Batches    []batchRow
+	Offset     int
+	Prev, Next int // offsets of the neighbouring pages; -1 for none
+}
+
+// batches lists the batches, newest first, read-only.
+func (d *Dashboard) batches(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	offset := 0
+	if s := r.URL.Query().Get("offset"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			d.fail(w, r, http.StatusBadRequest, "Bad offset "+strconv.Quote(s)+": want a whole number, 0 or more.")
+			return
+		}
+		offset = n
+	}
+	list, err := d.b.Batches(ctx, offset, pageSize)
+	if err != nil {
+		d.redisError(w, r, err)
+		return
+	}
+	data := &batchesData{Batches: make([]batchRow, len(list)), Offset: offset, Prev: -1, Next: -1}
+	for i, s := range list {
+		data.Batches[i] = batchRow{s}
+	}
+	if offset > 0 {
+		data.Prev = max(offset-pageSize, 0)
+	}
+	if len(list) > 0 {
+		// Records found expired were dropped from the index: the rest moved
+		// up, so the next page starts after those listed.
+		more, err := d.b.Batches(ctx, offset+len(list), 1)
+		if err != nil {
+			d.redisError(w, r, err)
+			return
+		}
+		if len(more) > 0 {
+			data.Next = offset + len(list)
+		}
+	}
+	now, err := d.b.Client().Time(ctx).Result()
+	if err != nil {
+		d.redisError(w, r, err)
+		return
+	}
+	d.render(w, r, http.StatusOK, "batches", &view{Title: "Batches", Nav: "batches", Live: true, Now: now, Data: data})
+}
+
+// batch shows one batch, read-only.
+func (d *Dashboard) batch(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	id := r.PathValue("id")
+	s, err := d.b.Batch(ctx, id)
+	switch {
+	case errors.Is(err, job.ErrInvalid):
+		d.fail(w, r, http.StatusBadRequest, "Bad batch id: "+err.Error())
+		return
+	case errors.Is(err, broker.ErrBatchNotFound):
+		d.fail(w, r, http.StatusNotFound, "Not found: batch "+strconv.Quote(id)+" (never created, or its record expired).")
+		return
+	case err != nil:
+		d.redisError(w, r, err)
+		return
+	}
+	now, err := d.b.Client().Time(ctx).Result()
+	if err != nil {
+		d.redisError(w, r, err)
+		return
+	}
+	d.render(w, r, http.StatusOK, "batch", &view{Title: "Batch " + id, Nav: "batches", Live: true, Now: now, Data: batchRow{s}})
+}

@@ -1,0 +1,190 @@
+package dashboard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/dashboard"
+	"github.com/delayq/delayq/internal/clock"
+	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/job"
+	"github.com/delayq/delayq/retry"
+	"github.com/delayq/delayq/worker"
+)
+
+// runWorker runs a worker of reg on the queues until the test stops it
+// with the returned function (also called at cleanup).
+func (tb *testBundle) runWorker(t *testing.T, reg *job.Registry, queues ...string) (stop func()) {
+	t.Helper()
+	qs := make([]worker.Queue, len(queues))
+	for i, q := range queues {
+		qs[i] = worker.Queue{Name: q}
+	}
+	logger := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+	w, err := worker.New(worker.Config{Broker: tb.b, Registry: reg, Queues: qs, Concurrency: 4, Logger: &logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(tb.ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("worker: %v", err)
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+type memberArgs struct {
+	Fail bool `json:"fail"`
+}
+
+// The batches page lists batches newest first with their state, counts and
+// callbacks, in pages of 50; the batch page shows one with links to its
+// callback jobs; bad or unknown ids get 400 and 404.
+func TestBatchPages(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, dashboard.Options{})
+	r := tb.get(t, "/batches")
+	wantStatus(t, "empty batches page", r, http.StatusOK)
+	mustContain(t, "empty batches page", r.body, "No batches in this namespace.", `aria-current="page">Batches</a>`)
+
+	// Created an hour ago, a minute apart: 50 old open ones, then the three
+	// the test looks at (members due at once for a worker on the real clock).
+	clk := clock.NewSimulated(time.Now().Add(-time.Hour))
+	b, err := broker.New(tb.rdb, broker.Options{Namespace: tb.ns, Clock: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		clk.Advance(time.Second)
+		if _, err := b.CreateBatch(tb.ctx, broker.BatchSpec{ID: fmt.Sprintf("old-%02d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	member := job.New[memberArgs]("batch.member", job.MaxRetries(0), job.Queue("work"))
+	create := func(id string, spec broker.BatchSpec, seal bool, members ...memberArgs) {
+		t.Helper()
+		clk.Advance(time.Minute)
+		spec.ID = id
+		if _, err := b.CreateBatch(tb.ctx, spec); err != nil {
+			t.Fatal(err)
+		}
+		envs := make([]*job.Envelope, len(members))
+		for i, m := range members {
+			e, err := member.Envelope(m, job.ID(fmt.Sprintf("%s-m%d", id, i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			envs[i] = e
+		}
+		if err := b.AddToBatch(tb.ctx, id, envs...); err != nil {
+			t.Fatal(err)
+		}
+		if seal {
+			if err := b.SealBatch(tb.ctx, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// b-ok: both callbacks in queue cb, run by the worker. b-dead: a member
+	// dies; its complete callback goes to queue held, which no worker
+	// serves, so its job stays to be linked to. b-open: not sealed.
+	create("b-ok", broker.BatchSpec{OnSuccess: &job.Envelope{Type: "batch.cb", Queue: "cb"}, OnComplete: &job.Envelope{Type: "batch.cb", Queue: "cb"}},
+		true, memberArgs{}, memberArgs{})
+	create("b-dead", broker.BatchSpec{OnSuccess: &job.Envelope{Type: "batch.cb", Queue: "cb"}, OnComplete: &job.Envelope{Type: "batch.cb", Queue: "held"}},
+		true, memberArgs{}, memberArgs{Fail: true})
+	create("b-open", broker.BatchSpec{}, false, memberArgs{})
+
+	reg := job.NewRegistry()
+	member.Handle(reg, func(ctx context.Context, j *job.Job[memberArgs]) error {
+		if j.Args.Fail {
+			return retry.Permanent(errors.New("member failed"))
+		}
+		return nil
+	})
+	if err := reg.Register("batch.cb", job.Entry{Handler: job.HandlerFunc(func(context.Context, *job.Message) error { return nil }), Queue: "cb"}); err != nil {
+		t.Fatal(err)
+	}
+	stop := tb.runWorker(t, reg, "work", "cb")
+	redistest.WaitFor(t, 30*time.Second, "b-ok and b-dead fired their callbacks", func() bool {
+		ok, err1 := tb.b.Batch(tb.ctx, "b-ok")
+		dead, err2 := tb.b.Batch(tb.ctx, "b-dead")
+		open, err3 := tb.b.Batch(tb.ctx, "b-open")
+		return err1 == nil && err2 == nil && err3 == nil && ok.SuccessFired && ok.CompleteFired && dead.CompleteFired && open.Pending == 0
+	})
+	stop()
+
+	r = tb.get(t, "/batches")
+	wantStatus(t, "batches page", r, http.StatusOK)
+	mustContain(t, "batches page", r.body,
+		`<a href="/batches/b-open"><bdi>b-open</bdi></a>`, `<span class="state s-open">open</span>`,
+		`<a href="/batches/b-dead"><bdi>b-dead</bdi></a>`,
+		`success <span class="cb cb-skipped">skipped</span>, complete <span class="cb cb-fired">fired</span>`,
+		`<a href="/batches/b-ok"><bdi>b-ok</bdi></a>`, `<span class="state s-complete">complete</span>`,
+		`success <span class="cb cb-fired">fired</span>, complete <span class="cb cb-fired">fired</span>`,
+		`<td class="r"><span class="bad">1</span></td>`,
+		`href="/batches?offset=50" rel="next">older →</a>`, "old-49")
+	mustNotContain(t, "batches page", r.body, "old-02", `rel="prev"`)
+	// Newest first: b-open, b-dead, b-ok, then the old ones.
+	order := []string{"/batches/b-open", "/batches/b-dead", "/batches/b-ok", "/batches/old-49", "/batches/old-03"}
+	for i := 1; i < len(order); i++ {
+		if a, b := strings.Index(r.body, order[i-1]), strings.Index(r.body, order[i]); a < 0 || b < 0 || a > b {
+			t.Errorf("batches page: %s (at %d) is not listed before %s (at %d)", order[i-1], a, order[i], b)
+		}
+	}
+	r = tb.get(t, "/batches?offset=50")
+	wantStatus(t, "second page", r, http.StatusOK)
+	mustContain(t, "second page", r.body, "/batches/old-02", "/batches/old-01", "/batches/old-00", `href="/batches?offset=0" rel="prev">← newer</a>`)
+	mustNotContain(t, "second page", r.body, "b-ok", `rel="next"`)
+	r = tb.get(t, "/batches?offset=53")
+	wantStatus(t, "past the end", r, http.StatusOK)
+	mustContain(t, "past the end", r.body, "No batches past the newest 53.")
+
+	r = tb.get(t, "/batches/b-dead")
+	wantStatus(t, "batch page", r, http.StatusOK)
+	mustContain(t, "batch page", r.body, `Batch <code class="id"><bdi>b-dead</bdi></code> <span class="state s-complete">complete</span>`,
+		"<dt>Total</dt><dd>2</dd>", "<dt>Pending</dt><dd>0</dd>", "<dt>Succeeded</dt><dd>1</dd>", `<dt>Dead</dt><dd><span class="bad">1</span></dd>`,
+		"<dt>Sealed</dt><dd>yes", `aria-current="page">Batches</a>`,
+		`<td>success</td>`, `href="/queues/cb/job?id=b-dead%3asuccess"`, `<span class="cb cb-skipped">skipped</span>`,
+		`<td>complete</td>`, `href="/queues/held/job?id=b-dead%3acomplete"`)
+	mustNotContain(t, "batch page", r.body, "kept until complete", `method="post"`)
+	// The fired complete callback waits in queue held: its link leads to it.
+	r = tb.get(t, "/queues/held/job?id=b-dead%3acomplete")
+	wantStatus(t, "complete callback's job page", r, http.StatusOK)
+	mustContain(t, "complete callback's job page", r.body, "<bdi>delayq-batch</bdi>", "<code><bdi>b-dead</bdi></code>")
+
+	r = tb.get(t, "/batches/b-open")
+	wantStatus(t, "open batch page", r, http.StatusOK)
+	mustContain(t, "open batch page", r.body, `<span class="state s-open">open</span>`, "<dt>Sealed</dt><dd>no",
+		"<dt>Succeeded</dt><dd>1</dd>", "— (kept until complete and its callbacks fired)", "This batch has no callbacks.")
+
+	for path, status := range map[string]int{
+		"/batches/no%20such":  http.StatusBadRequest,
+		"/batches/nope-1":     http.StatusNotFound,
+		"/batches?offset=-1":  http.StatusBadRequest,
+		"/batches?offset=two": http.StatusBadRequest,
+	} {
+		r := tb.get(t, path)
+		wantStatus(t, path, r, status)
+		mustNotContain(t, path, r.body, "<table")
+	}
+	mustContain(t, "unknown batch", tb.get(t, "/batches/nope-1").body, "Not found: batch &#34;nope-1&#34;")
+	mustContain(t, "overview", tb.get(t, "/").body, `href="/batches"`)
+}
