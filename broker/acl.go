@@ -11,9 +11,10 @@ var aclCommands = []string{
 	"hmget", "hget", "zscore", "zrevrangebyscore", // reading dead records
 	"hlen", "unlink", "multi", "exec", // purging dead records
 	"subscribe", "unsubscribe", "ping", // wake-up notices (PING is the Pub/Sub health check)
-	"cluster|slots", // a cluster client reads the slot map with it; others never send it
+	"cluster|slots",      // a cluster client reads the slot map with it; others never send it
+	"hscan", "zrevrange", // the reaper's sweep of batch endings; listing batches
 	// called by scripts
-	"time", "type", "exists", "pexpire",
+	"time", "type", "exists", "pexpire", "pttl",
 	"get", "set", "incr", "incrby",
 	"hset", "hsetnx", "hdel", "hexists", "hincrby", "hgetall", "hkeys", "expire",
 	"zadd", "zrem", "zrange", "zrangebyscore", "zremrangebyrank", "zremrangebyscore", "zmscore", "zcard", "zcount", "zrank",

@@ -92,7 +92,7 @@ func TestNoJobIsClaimedEarlyOnTheServersClock(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			args = append(args, "r", c.ID, tokenArg(c.Token), durUS(wait[c.ID]), body, "0", "")
+			args = append(args, "r", c.ID, tokenArg(c.Token), durUS(wait[c.ID]), body, "0", "", "")
 		}
 		res, err := b.run(ctx, settleScript, settleKeys(s, caller), args...)
 		if err != nil {
@@ -108,7 +108,7 @@ func TestNoJobIsClaimedEarlyOnTheServersClock(t *testing.T) {
 		args = []any{"settle", id(), 60_000, k.Wake, -1, 0}
 		for _, c := range claimed {
 			body, _ := c.Envelope.MarshalBinary()
-			args = append(args, "r", c.ID, tokenArg(c.Token), durUS(time.Hour), body, "0", "")
+			args = append(args, "r", c.ID, tokenArg(c.Token), durUS(time.Hour), body, "0", "", "")
 		}
 		if _, err := b.run(ctx, settleScript, settleKeys(s, caller), args...); err != nil {
 			t.Fatal(err)

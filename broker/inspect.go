@@ -23,6 +23,7 @@ const (
 	StateScheduled  = job.StateScheduled  // waiting for its ready time, or due and not yet claimed
 	StateProcessing = job.StateProcessing // leased to a worker
 	StateDead       = job.StateDead       // in the dead-letter store
+	StateSucceeded  = job.StateSucceeded  // succeeded and kept for its retention (job.Retain)
 )
 
 // JobInfo is one job as the inspection API sees it, read at one instant of
@@ -51,23 +52,26 @@ func newJobInfo(queue, id string, state JobState, now, at time.Time, attempts in
 	return j
 }
 
-// Job returns the job id of queue: scheduled, processing or dead, with its
-// envelope, its ready time or lease deadline, and its attempts. It returns
-// an error wrapping ErrNotFound when the queue has no such job. A job that
-// is pending is reported as such even if a dead record of the same id is
-// kept. One script call.
+// Job returns the job id of queue: scheduled, processing (with the last
+// progress its handler reported), dead, or succeeded and retained
+// (job.Retain: with its result, attempts, start, finish and expiry), with
+// its envelope, its ready time or lease deadline, and its attempts. It
+// returns an error wrapping ErrNotFound when the queue has no such job: an
+// id never enqueued, or a job that succeeded without retention (or whose
+// retention ran out). A job that is pending is reported as such even if a
+// dead or succeeded record of the same id is kept. One script call.
 func (b *Broker) Job(ctx context.Context, queue, id string) (*JobInfo, error) {
 	s, err := b.shardOf(ctx, queue, id)
 	if err != nil {
 		return nil, err
 	}
 	k := s.Keys()
-	res, err := b.run(ctx, jobScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Dead, k.DeadIndex, k.Parked, k.Held}, id)
+	res, err := b.run(ctx, jobScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Dead, k.DeadIndex, k.Parked, k.Held, k.Progress, k.Done}, id)
 	if err != nil {
 		return nil, queueErr(queue, err)
 	}
 	parts, ok := res.([]any)
-	if !ok || len(parts) != 5 {
+	if !ok || len(parts) != 7 {
 		return nil, fmt.Errorf("broker: job: unexpected reply %v", res)
 	}
 	now, _ := parts[0].(int64)
@@ -75,11 +79,17 @@ func (b *Broker) Job(ctx context.Context, queue, id string) (*JobInfo, error) {
 	at, _ := parts[2].(int64)
 	attempts, _ := parts[3].(int64)
 	body, _ := parts[4].(string)
+	progress, _ := parts[5].(string)
+	ttl, _ := parts[6].(int64)
 	switch state {
 	case 1:
 		return newJobInfo(queue, id, StateScheduled, fromMS(now), fromMS(at), attempts, []byte(body)), nil
 	case 2:
-		return newJobInfo(queue, id, StateProcessing, fromMS(now), fromMS(at), attempts, []byte(body)), nil
+		j := newJobInfo(queue, id, StateProcessing, fromMS(now), fromMS(at), attempts, []byte(body))
+		j.Progress = parseProgress(progress)
+		return j, nil
+	case 4:
+		return succeededInfo(queue, id, fromMS(now), body, ttl), nil
 	case 3:
 		rec := decodeStored(s, id, []byte(body))
 		rec.DiedAt = fromMS(at)

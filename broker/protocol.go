@@ -125,7 +125,7 @@ func decodeClaimed(s keyspace.Shard, v any) ([]protocol.Claimed, error) {
 }
 
 // opWidth is the number of ARGV values of one settle operation.
-const opWidth = 7
+const opWidth = 8
 
 func (w workerSide) Settle(ctx context.Context, s keyspace.Shard, c protocol.Caller, lane protocol.Lane, id string, ops []protocol.Op) ([]protocol.Settled, error) {
 	if len(ops) == 0 {
@@ -142,11 +142,18 @@ func (w workerSide) Settle(ctx context.Context, s keyspace.Shard, c protocol.Cal
 		if op.Lease.Shard.Name() != s.Name() {
 			return nil, fmt.Errorf("broker: settle: job %q is of shard %q, not %q", op.Lease.ID, op.Lease.Shard.Name(), s.Name())
 		}
-		var a, b any = "", ""
+		var a, b, retain any = "", "", ""
 		switch op.Kind {
 		case protocol.OpAck:
 			if op.Remember > 0 {
 				a = durMS(op.Remember)
+			}
+			if op.Retain > 0 && op.Done != nil {
+				data, err := marshalDone(op.Done)
+				if err != nil {
+					return nil, err
+				}
+				b, retain = data, max(durMS(op.Retain), 1)
 			}
 		case protocol.OpRetry, protocol.OpSnooze:
 			body, err := op.Env.MarshalBinary()
@@ -169,7 +176,7 @@ func (w workerSide) Settle(ctx context.Context, s keyspace.Shard, c protocol.Cal
 		if op.Kind == protocol.OpAck || op.Kind == protocol.OpKill {
 			batch = op.Batch
 		}
-		args = append(args, string(op.Kind), op.Lease.ID, tokenArg(op.Lease.Token), a, b, flag(op.Expired), batch)
+		args = append(args, string(op.Kind), op.Lease.ID, tokenArg(op.Lease.Token), a, b, flag(op.Expired), batch, retain)
 	}
 	res, err := w.b.run(ctx, settleScript, settleKeys(s, c), args...)
 	parts, perr := replyParts(s, "settle", res, err, 2)
@@ -295,5 +302,5 @@ func replyParts(s keyspace.Shard, name string, res any, err error, n int) ([]any
 // settleKeys are the keys of settle.lua for worker c on shard s.
 func settleKeys(s keyspace.Shard, c protocol.Caller) []string {
 	k := s.Keys()
-	return []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Dead, k.DeadIndex, k.Hist, k.Workers + c.ID, k.Unique, k.Cancels, k.Running, k.Batched}
+	return []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Dead, k.DeadIndex, k.Hist, k.Workers + c.ID, k.Unique, k.Cancels, k.Running, k.Batched, k.Progress, k.Done}
 }

@@ -66,4 +66,5 @@ var (
 	batchEndScript    = load("batch_end")
 	batchFiredScript  = load("batch_fired")
 	batchClearScript  = load("batch_clear")
+	progressScript    = load("progress")
 )

@@ -15,7 +15,7 @@ var singleKey = map[string]bool{
 	"ZRANGEBYSCORE": true, "ZREMRANGEBYRANK": true, "ZPOPMIN": true,
 	"HGET": true, "HSET": true, "HSETNX": true, "HDEL": true, "HEXISTS": true, "HINCRBY": true,
 	"INCR": true, "INCRBY": true, "GET": true, "SET": true, "ZRANK": true, "HMGET": true,
-	"TYPE": true, "EXISTS": true, "PEXPIRE": true, "ZMSCORE": true, "ZREMRANGEBYSCORE": true, "HGETALL": true, "HKEYS": true,
+	"TYPE": true, "EXISTS": true, "PEXPIRE": true, "PTTL": true, "ZMSCORE": true, "ZREMRANGEBYSCORE": true, "HGETALL": true, "HKEYS": true,
 }
 
 // keyless lists commands that touch no key: PUBLISH's channel is not a key

@@ -65,6 +65,10 @@ type Envelope struct {
 	// Broker.AddToBatch sets it; the worker reports the member's ending
 	// (success or dead) to the batch. See docs/batches.md.
 	Batch string
+
+	// Retain is how long the job is kept after it succeeded, with its
+	// result, attempts and timings (job.Retain); 0 deletes it at the ack.
+	Retain time.Duration
 }
 
 // DefaultQueue is the queue of jobs that name none.
@@ -107,6 +111,7 @@ type wire struct {
 	UniqueDead bool              `json:"ud,omitempty"` // with "u"
 	Snoozes    int               `json:"sz,omitempty"`
 	Batch      string            `json:"bt,omitempty"`
+	RetainMS   int64             `json:"rt,omitempty"`
 	// Expire must stay the last field: the claim script reads it from the
 	// end of the body ("x":"<ms>" or "<ms>d" to drop) without parsing it.
 	Expire string `json:"x,omitempty"`
@@ -135,6 +140,7 @@ func (e *Envelope) MarshalBinary() ([]byte, error) {
 		LastError: truncate(e.LastError, MaxErrorLen),
 		Snoozes:   e.Snoozes,
 		Batch:     e.Batch,
+		RetainMS:  ceilMS(e.Retain),
 	}
 	if e.MaxRetries != DefaultMaxRetries {
 		r := e.MaxRetries
@@ -219,11 +225,11 @@ func Decode(data []byte) (*Envelope, error) {
 	if w.MaxRetries != nil {
 		maxRetries = *w.MaxRetries
 	}
-	if maxRetries < 0 || w.TimeoutMS < 0 || w.Snoozes < 0 {
-		return nil, fmt.Errorf("job: %w: negative max retries or timeout", ErrCorrupt)
+	if maxRetries < 0 || w.TimeoutMS < 0 || w.Snoozes < 0 || w.RetainMS < 0 {
+		return nil, fmt.Errorf("job: %w: negative max retries, timeout or retention", ErrCorrupt)
 	}
-	if w.TimeoutMS > maxDurationMS {
-		return nil, fmt.Errorf("job: %w: timeout of %d ms is out of range", ErrCorrupt, w.TimeoutMS)
+	if w.TimeoutMS > maxDurationMS || w.RetainMS > maxDurationMS {
+		return nil, fmt.Errorf("job: %w: timeout of %d ms or retention of %d ms is out of range", ErrCorrupt, w.TimeoutMS, w.RetainMS)
 	}
 	e := &Envelope{
 		Type:       w.Type,
@@ -233,6 +239,7 @@ func Decode(data []byte) (*Envelope, error) {
 		LastError:  w.LastError,
 		Snoozes:    w.Snoozes,
 		Batch:      w.Batch,
+		Retain:     time.Duration(w.RetainMS) * time.Millisecond,
 	}
 	if w.Batch != "" && ValidateBatchID(w.Batch) != nil {
 		return nil, fmt.Errorf("job: %w: batch id %q is not valid", ErrCorrupt, w.Batch)

@@ -10,6 +10,7 @@ const (
 	StateScheduled  JobState = "scheduled"  // waiting for its ready time, or due and not yet claimed
 	StateProcessing JobState = "processing" // leased to a worker
 	StateDead       JobState = "dead"       // in the dead-letter store
+	StateSucceeded  JobState = "succeeded"  // succeeded and retained (job.Retain)
 )
 
 // JobInfo is one job as the inspection API sees it, read at one instant of
@@ -29,6 +30,16 @@ type JobInfo struct {
 	Err      error     // Body did not decode: wraps job.ErrCorrupt
 
 	Dead *DeadRecord // StateDead: the dead record, with DiedAt
+
+	// StateSucceeded (a job kept by Retain):
+	Result     []byte    // what the handler set with SetResult; nil when none
+	StartedAt  time.Time // when the succeeding attempt was claimed (the server's clock)
+	FinishedAt time.Time // when it was acknowledged (the server's clock)
+	ExpiresAt  time.Time // when the kept record goes
+
+	// Progress is the last one the handler reported (ReportProgress):
+	// while StateProcessing, and kept with StateSucceeded; nil when none.
+	Progress *Progress
 }
 
 // LeaseRemaining is how long the lease of a processing job has left: 0 when

@@ -6,8 +6,8 @@ import "time"
 // DefaultQueue; ID: [NewID], or [UniqueID] for a Unique job; CreatedAt:
 // now) and checks env's fields as broker.Enqueue does (which calls it):
 // queue, id, type and header names, the delay, the uniqueness settings, the
-// expiry against the ready time, the retry budget, the timeout and the
-// backoff. Errors wrap [ErrInvalid] and
+// expiry against the ready time, the retry budget, the timeout, the
+// retention and the backoff. Errors wrap [ErrInvalid] and
 // name the field. A size cap on the payload is the caller's (the broker's
 // MaxPayloadBytes). The outbox and the test kit's recording enqueuer call
 // it, so that they refuse what the broker refuses.
@@ -48,6 +48,9 @@ func Prepare(env *Envelope, now time.Time) error {
 	}
 	if env.Timeout < 0 {
 		return invalid("timeout %s of job %q is negative", env.Timeout, env.ID)
+	}
+	if env.Retain < 0 {
+		return invalid("retention %s of job %q is negative", env.Retain, env.ID)
 	}
 	if env.Backoff != nil {
 		if err := env.Backoff.Validate(); err != nil {

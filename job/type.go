@@ -126,6 +126,7 @@ func (t *Type[T]) Envelope(args T, opts ...Option) (*Envelope, error) {
 		Payload:    payload,
 		MaxRetries: s.maxRetries,
 		Timeout:    s.timeout,
+		Retain:     s.retain,
 		Backoff:    s.backoff,
 		Delay:      s.delay,
 		At:         s.at,
@@ -212,7 +213,7 @@ func (t *Type[T]) Register(r *Registry, fn func(ctx context.Context, j *Job[T]) 
 		}
 		return fn(ctx, j)
 	})
-	return r.Register(name, Entry{Handler: h, Retry: t.defaults.retry, Timeout: t.defaults.timeout, Queue: t.defaults.queue})
+	return r.Register(name, Entry{Handler: h, Retry: t.defaults.retry, Timeout: t.defaults.timeout, Retain: t.defaults.retain, Queue: t.defaults.queue})
 }
 
 // settings collects options.
@@ -221,6 +222,7 @@ type settings struct {
 	queue      string
 	maxRetries int
 	timeout    time.Duration
+	retain     time.Duration
 	delay      time.Duration
 	at         time.Time
 	backoff    *Backoff
@@ -321,6 +323,15 @@ func MaxRetries(n int) Option {
 // worker's default.
 func Timeout(d time.Duration) Option {
 	return nonNegative("Timeout", "timeout", d, func(s *settings) { s.timeout = d })
+}
+
+// Retain keeps a succeeded job for d after its ack, with its result
+// (SetResult), attempts and timings: Broker.Job answers StateSucceeded
+// until then (and ErrNotFound for an id never enqueued). 0, the default,
+// deletes it at the ack. On a type it is the default of jobs that do not
+// set their own. Memory per retained job: see docs/batches.md#results-and-retention.
+func Retain(d time.Duration) Option {
+	return nonNegative("Retain", "retention", d, func(s *settings) { s.retain = d })
 }
 
 // nonNegative is an option of both scopes that sets a count or a duration

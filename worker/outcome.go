@@ -46,8 +46,13 @@ func (w *Worker) process(ctx context.Context, claimedAt time.Time, c *protocol.C
 			return fmt.Errorf("no handler registered for type %q", m.Type)
 		})
 	}
-	// settle tells middleware what became of the attempt (job.OnResult).
+	// settle tells middleware what became of the attempt (job.OnResult);
+	// the attempt keeps what the handler says of it (job.SetResult,
+	// job.ReportProgress).
 	ctx, settle := job.WithResults(ctx)
+	ctx, attempt := job.WithAttempt(ctx, func(ctx context.Context, p job.Progress) (time.Time, error) {
+		return w.b.Progress(ctx, c.Lease, p)
+	})
 	err := call(ctx, job.Chain(h, w.cfg.Middleware...), m)
 	if w.slots.released(t) {
 		// Handed back at shutdown; another worker takes it.
@@ -65,7 +70,12 @@ func (w *Worker) process(ctx context.Context, claimedAt time.Time, c *protocol.C
 		return
 	}
 	if err == nil {
-		w.record(t, protocol.Op{Kind: protocol.OpAck, Lease: c.Lease, Batch: batchOf(c), Remember: remember(c.Envelope, false)}, func(r protocol.Settled) {
+		op := protocol.Op{Kind: protocol.OpAck, Lease: c.Lease, Batch: batchOf(c), Remember: remember(c.Envelope, false)}
+		if op.Retain = retain(c.Envelope, entry); op.Retain > 0 {
+			result, _ := attempt.Result()
+			op.Done = &protocol.Done{Body: c.Body, Attempts: c.Attempt, StartedAt: claimedAt, Result: result, Progress: attempt.Progress()}
+		}
+		w.record(t, op, func(r protocol.Settled) {
 			settle(settled(job.Result{Outcome: job.OutcomeSuccess}, r.Err))
 		})
 		return
@@ -161,6 +171,15 @@ func (w *Worker) fail(c *protocol.Claimed, m *job.Message, entry job.Entry, t *t
 	w.record(t, protocol.Op{Kind: protocol.OpRetry, Lease: c.Lease, Batch: batchOf(c), Delay: d.Delay, Env: &env}, func(r protocol.Settled) {
 		settle(settled(job.Result{Outcome: job.OutcomeRetry, Err: err, Delay: d.Delay}, r.Err))
 	})
+}
+
+// retain is how long a succeeded job is kept: its own Retain, else its
+// type's.
+func retain(env *job.Envelope, entry job.Entry) time.Duration {
+	if env.Retain > 0 {
+		return env.Retain
+	}
+	return entry.Retain
 }
 
 // batchOf is the batch c is a member of, "" for none (or when its

@@ -26,6 +26,11 @@
 --                               of a batch member, written with its ack or
 --                               kill, until the worker (or a sweep) has
 --                               counted it in the batch's own keys
+-- KEYS[14] -> ns:{q}:progress   HASH id -> the running job's last progress;
+--                               every operation that ends a lease clears it
+-- KEYS[15] -> ns:{q}:done:      prefix of the STRINGs of retained succeeded
+--                               jobs: KEYS[15] .. id -> "<finished ms>\n<record>",
+--                               expiring after the job's retention
 -- ARGV[1] -> now ms ("" = server TIME)
 -- ARGV[2] -> lane: the record field of this kind of call ("settle", "reap")
 -- ARGV[3] -> call id, chosen by the worker: a call with the id of the
@@ -34,10 +39,12 @@
 -- ARGV[5] -> wake channel
 -- ARGV[6] -> cap on dead records (< 0: none)
 -- ARGV[7] -> max age of dead records in ms (<= 0: none)
--- ARGV[8+7i .. 14+7i] -> one operation: kind, id, token, a, b, expired,
---   batch (the member's batch id, "" for a job in no batch)
+-- ARGV[8+8i .. 15+8i] -> one operation: kind, id, token, a, b, expired,
+--   batch (the member's batch id, "" for a job in no batch), retain
 --   kind "a" ack: the handler succeeded; the job is deleted; a > 0
---            remembers the id in KEYS[10] for a ms (job.Unique)
+--            remembers the id in KEYS[10] for a ms (job.Unique); retain
+--            > 0 keeps record b in KEYS[15] .. id for retain ms
+--            (job.Retain)
 --   kind "r" retry: back to the schedule, ready a µs after now, with
 --            envelope b (which carries the last error)
 --   kind "k" kill: to the dead-letter store with record b, then the store
@@ -79,7 +86,7 @@ if last and string.sub(last, 1, #cid + 1) == cid .. '\n' then
   return {now_u, out}
 end
 
-local FIRST, WIDTH = 8, 7
+local FIRST, WIDTH = 8, 8
 local KINDS = {a = true, r = true, k = true, l = true, s = true}
 local ids = {}
 local remembers, kills, batched = false, false, false
@@ -101,12 +108,20 @@ end
 -- A running job asked to stop (Broker.CancelJob) whose lease ends here,
 -- whatever the outcome, takes its mark in KEYS[11] along: a later lease of
 -- the id has another token, so a mark left behind would only hold memory.
--- Likewise a job counted by a concurrency cap leaves KEYS[12]. One EXISTS
--- of both keys per call finds whether either is there.
-local marked, capped = kills, false
-if redis.call('EXISTS', KEYS[11], KEYS[12]) > 0 then
+-- Likewise a job counted by a concurrency cap leaves KEYS[12], and a job's
+-- progress report KEYS[14]. One EXISTS of the three keys per call finds
+-- whether any is there.
+local marked, capped, reported = kills, false, false
+if redis.call('EXISTS', KEYS[11], KEYS[12], KEYS[14]) > 0 then
   marked = kills or redis.call('EXISTS', KEYS[11]) == 1
   capped = redis.call('EXISTS', KEYS[12]) == 1
+  reported = redis.call('EXISTS', KEYS[14]) == 1
+end
+if reported then
+  bad = expect({KEYS[14], 'hash'})
+  if bad then
+    return bad
+  end
 end
 if capped then
   bad = expect({KEYS[12], 'hash'})
@@ -169,6 +184,10 @@ for k = 1, #ids do
     end
     if batched and ARGV[i + 6] ~= '' then
       redis.call('HSET', KEYS[13], id, ARGV[i + 6] .. '\ns')
+    end
+    local retain = tonumber(ARGV[i + 7])
+    if retain and retain > 0 then
+      redis.call('SET', KEYS[15] .. id, string.format('%d', now) .. '\n' .. ARGV[i + 4], 'PX', retain)
     end
   elseif kind == 'r' then
     local ready = ready_after(now_u, tonumber(ARGV[i + 3]))
@@ -240,6 +259,9 @@ history(KEYS[8], now, 'failed', failed)
 if #remember > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', now)
   call_chunked('ZADD', KEYS[10], remember)
+end
+if reported and #ended > 0 then
+  call_chunked('HDEL', KEYS[14], ended)
 end
 if capped and #ended > 0 then
   local freed = 0

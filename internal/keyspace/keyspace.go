@@ -41,6 +41,8 @@ type Keys struct {
 	Cancels    string // HASH id -> fencing token of a running job asked to stop (Broker.CancelJob)
 	Running    string // HASH id -> type ("*" for the queue's cap only): jobs leased under a concurrency cap
 	Batched    string // HASH id -> "<batch id>\n<s|d>": endings of batch members not yet counted by their batch (see BatchKeys)
+	Progress   string // HASH id -> "<ms>\n<fraction>\n<message>": the last progress a running job reported (job.ReportProgress)
+	Done       string // prefix of the STRINGs of retained succeeded jobs (Done + id -> "<finished ms>\n<record>"), each expiring with its retention
 	Held       string // prefix of the per-type ZSETs id -> ready ms: due jobs of a type at its concurrency cap, set aside by claim (Held + type)
 	Hist       string // prefix of the per-minute history hashes: Hist + minute
 	Workers    string // prefix of the workers' call records: Workers + worker id (HASH lane -> last call)
@@ -67,6 +69,8 @@ func newKeys(ns, physical, queue string) Keys {
 		Cancels:    p + "cancels",
 		Running:    p + "running",
 		Batched:    p + "batched",
+		Progress:   p + "progress",
+		Done:       p + "done:",
 		Held:       p + "held:",
 		Hist:       p + "hist:",
 		Workers:    p + "w:",
@@ -80,7 +84,7 @@ func newKeys(ns, physical, queue string) Keys {
 // keys are named by type, nor the history, which expires by itself, nor the
 // fencing counter, which is never deleted).
 func (k Keys) JobKeys() []string {
-	return []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Dead, k.DeadIndex, k.Unique, k.Counts, k.Controls, k.Rate, k.Parked, k.Cancels, k.Running, k.Batched}
+	return []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Dead, k.DeadIndex, k.Unique, k.Counts, k.Controls, k.Rate, k.Parked, k.Cancels, k.Running, k.Batched, k.Progress}
 }
 
 // WakeChannel is the Pub/Sub channel on which the workers of queue are

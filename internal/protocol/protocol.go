@@ -125,6 +125,21 @@ type Op struct {
 	// (job.Envelope.Batch), "" for none; its ending is recorded for the
 	// batch with the ack or kill.
 	Batch string
+	// Retain (OpAck): keep the succeeded job this long with Done
+	// (job.Envelope.Retain, else its type's); 0 deletes it at the ack.
+	Retain time.Duration
+	// Done (OpAck with Retain): what is kept of the succeeded job.
+	Done *Done
+}
+
+// Done is what a retained succeeded job keeps (broker.Broker.Job reads it
+// back); the server adds when it was acked.
+type Done struct {
+	Body      []byte    // the envelope as stored
+	Attempts  int       // attempts spent, the succeeding one included
+	StartedAt time.Time // when the succeeding attempt was claimed (the server's clock)
+	Result    []byte    // job.SetResult's; nil when none
+	Progress  *job.Progress
 }
 
 // BatchEnd is the ending of a batch member that Settle recorded (an ack
@@ -178,6 +193,10 @@ type Broker interface {
 	// nothing about them: the caller settles each (Expired) with the token
 	// read here.
 	Reap(ctx context.Context, s keyspace.Shard, limit int) (ReapResult, error)
+	// Progress stores the progress of the running job of lease l, fenced
+	// by its token (an error wrapping broker.ErrLeaseLost when the lease
+	// is gone), and returns the server's time of it.
+	Progress(ctx context.Context, l Lease, p job.Progress) (time.Time, error)
 	// EndBatch counts the endings of batch members of s into their
 	// batches, enqueues the callbacks that became due, and drops the
 	// records Settle kept. It may be repeated: an ending counts once.
