@@ -15,6 +15,7 @@ import (
 	"github.com/delayq/delayq/dashboard"
 	"github.com/delayq/delayq/internal/clock"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
 	"github.com/delayq/delayq/worker"
@@ -29,26 +30,7 @@ func (tb *testBundle) runWorker(t *testing.T, reg *job.Registry, queues ...strin
 		qs[i] = worker.Queue{Name: q}
 	}
 	logger := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
-	w, err := worker.New(worker.Config{Broker: tb.b, Registry: reg, Queues: qs, Concurrency: 4, Logger: &logger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(tb.ctx)
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	stopped := false
-	stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("worker: %v", err)
-		}
-	}
-	t.Cleanup(stop)
-	return stop
+	return testkit.StartWorker(t, worker.Config{Broker: tb.b, Registry: reg, Queues: qs, Concurrency: 4, Logger: &logger})
 }
 
 type memberArgs struct {

@@ -12,6 +12,7 @@ import (
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/clock"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
 	"github.com/delayq/delayq/worker"
@@ -26,26 +27,7 @@ func runWorker(t *testing.T, tb *testBundle, reg *job.Registry, queues ...string
 		qs[i] = worker.Queue{Name: q}
 	}
 	logger := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
-	w, err := worker.New(worker.Config{Broker: tb.b, Registry: reg, Queues: qs, Concurrency: 4, Logger: &logger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(tb.ctx)
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	stopped := false
-	stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("worker: %v", err)
-		}
-	}
-	t.Cleanup(stop)
-	return stop
+	return testkit.StartWorker(t, worker.Config{Broker: tb.b, Registry: reg, Queues: qs, Concurrency: 4, Logger: &logger})
 }
 
 // bt0 is when the batches of seedBatches are created: in the past, so
