@@ -51,15 +51,16 @@ func (w workerSide) Claim(ctx context.Context, s keyspace.Shard, c protocol.Call
 	k := s.Keys()
 	res, err := w.b.run(ctx, claimScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Seq, k.Hist, k.Workers + c.ID,
 		k.Dead, k.DeadIndex, k.Unique, k.Counts, k.Controls, k.Parked, k.Rate, k.Running, k.Held},
-		n, durMS(lease), id, s.Queue(), w.b.deadCap(q, s), durMS(w.b.opts.DeadMaxAge))
-	parts, perr := replyParts(s, "claim", res, err, 5)
+		n, durMS(lease), id, s.Queue(), w.b.deadCap(q, s), durMS(w.b.opts.DeadMaxAge), max(c.Ahead, 0))
+	parts, perr := replyParts(s, "claim", res, err, 6)
 	if perr != nil {
 		return protocol.ClaimResult{}, perr
 	}
 	now, _ := parts[0].(int64)
 	next, _ := parts[1].(int64)
 	paused, _ := parts[4].(int64)
-	out := protocol.ClaimResult{Now: fromUS(now), Paused: paused == 1}
+	controlled, _ := parts[5].(int64)
+	out := protocol.ClaimResult{Now: fromUS(now), Paused: paused == 1, Controlled: controlled == 1}
 	if next >= 0 {
 		out.Next = fromMS(next)
 	}

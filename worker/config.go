@@ -43,18 +43,39 @@ type Config struct {
 
 	// Concurrency is how many jobs run at once. Default 10.
 	Concurrency int
-	// BatchSize caps the jobs claimed in one call. Default
-	// min(Concurrency+Prefetch, 100). A worker never claims more than its
-	// free slots (Concurrency+Prefetch).
+	// BatchSize caps the jobs claimed in one call. Default 100, or
+	// Concurrency+Prefetch when Prefetch is fixed (or off) and that is
+	// less. A worker never claims more than its free slots (Concurrency
+	// plus what it may prefetch).
 	BatchSize int
 	// Prefetch is how many claimed jobs may wait for a free goroutine
-	// beyond Concurrency, so a worker at low concurrency claims its next
-	// jobs while the current ones run instead of one round trip per
-	// handful. Their leases are heartbeated like those of running jobs and
-	// handed back at shutdown without running (no attempt spent). A
-	// prefetched job waits in this worker behind slow handlers while an
-	// idle worker elsewhere cannot take it, so keep it at or below
-	// Concurrency, and 0 when handlers are slow. Default 0.
+	// beyond Concurrency, so that a worker claims its next jobs while the
+	// current ones run instead of one claim round trip per handful of
+	// jobs. Their leases are heartbeated like those of running jobs; at
+	// shutdown the ones that have not started are handed back at once,
+	// unrun (no attempt spent); one whose lease was lost meanwhile is
+	// never started. Their attempt counts from the claim: a worker that
+	// crashes spends it, like that of a running job.
+	//
+	// 0 (the default) adapts it to the handlers: as many jobs as the
+	// worker's goroutines finish during one claim round trip (Concurrency
+	// x round trip / mean handler time, both measured as moving
+	// averages), at most 100, so that a prefetched job waits about one
+	// round trip for a goroutine. Fast handlers (a no-op handler at
+	// concurrency 10 on a local Redis) get the 100; handlers much slower
+	// than a round trip get none, so a slow job never waits in one worker
+	// while another is idle; a new worker prefetches nothing until it
+	// has measured both. A positive value is a fixed number, kept
+	// whatever the handlers take (keep it at or below Concurrency when
+	// handlers can be slow); negative turns prefetching off.
+	//
+	// Whatever the setting, a queue with a concurrency cap or a rate
+	// limit (Broker.SetConcurrency, SetRateLimit; of the queue or of any
+	// of its types) is not prefetched from: its claims take only what
+	// free goroutines start at once, so a lease counted against a cap is
+	// a running job and a token of a limit is spent by a start. A
+	// prefetched job claimed before Broker.Pause may still start after
+	// it, within about one round trip with the adaptive default.
 	Prefetch int
 
 	// Lease is how long a claimed job stays with this worker without a
@@ -130,6 +151,9 @@ const (
 	DefaultMaxIdle         = 5 * time.Second
 	DefaultShutdownTimeout = 10 * time.Second
 	maxBatch               = 100
+	// maxPrefetch bounds the adaptive prefetch (Config.Prefetch 0): one
+	// claim's batch.
+	maxPrefetch = maxBatch
 )
 
 func (c Config) withDefaults() (Config, error) {
@@ -190,11 +214,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency
 	}
-	if c.Prefetch < 0 {
-		return c, fmt.Errorf("worker: Prefetch %d is negative", c.Prefetch)
-	}
 	if c.BatchSize == 0 {
-		c.BatchSize = min(c.Concurrency+c.Prefetch, maxBatch)
+		c.BatchSize = min(c.Concurrency+c.mostAhead(), maxBatch)
 	}
 	if c.Lease == 0 {
 		c.Lease = DefaultLease
@@ -228,4 +249,16 @@ func (c Config) withDefaults() (Config, error) {
 		c.Logger = &nop
 	}
 	return c, nil
+}
+
+// mostAhead is the most jobs the worker may hold beyond Concurrency:
+// Prefetch when fixed, maxPrefetch when adaptive, 0 when off.
+func (c Config) mostAhead() int {
+	switch {
+	case c.Prefetch > 0:
+		return c.Prefetch
+	case c.Prefetch == 0:
+		return maxPrefetch
+	}
+	return 0
 }

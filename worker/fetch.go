@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/delayq/delayq/broker"
@@ -27,9 +28,30 @@ type claims struct {
 
 // pendingClaim is a claim to send again.
 type pendingClaim struct {
-	shard keyspace.Shard
-	id    string
-	n     int
+	shard    keyspace.Shard
+	id       string
+	n, ahead int
+}
+
+// room is what a worker may claim now: run is how many of its
+// Concurrency goroutines are free (negative when prefetched jobs wait for
+// them), free how many jobs it may take in all (free goroutines plus what it
+// may prefetch), and depth the prefetch it aims at.
+type room struct{ run, free, depth int }
+
+// room returns the room of the worker now.
+func (w *Worker) room() room {
+	held := w.slots.count()
+	d := w.pace.depth(w.cfg)
+	return room{run: w.cfg.Concurrency - held, free: w.cfg.Concurrency + d - held, depth: d}
+}
+
+// worth reports whether a claim is worth its round trip: a goroutine is
+// free, or a quarter of the prefetch has started (so that claims come in
+// batches of a quarter of it or more, while the three quarters still
+// waiting keep the goroutines busy).
+func (r room) worth() bool {
+	return r.free > 0 && (r.run > 0 || r.free >= (r.depth+3)/4)
 }
 
 // fetch claims jobs for free slots until ctx is done. Each round visits
@@ -37,13 +59,15 @@ type pendingClaim struct {
 // starting at the next one in turn (so that claims spread over them), each
 // asked for what the free slots leave. It then sleeps until the earliest
 // next ready time it was told of (at most MaxIdle), a wake-up notice, or a
-// freed slot when none was free.
+// freed slot when none was free (or when a shard with a cap or a rate
+// limit, from which nothing is prefetched, waits for a free goroutine).
 func (w *Worker) fetch(ctx, jobs context.Context, notices <-chan string, handlers *sync.WaitGroup) {
 	var failures int
 	var turn int
+	controlled := map[string]bool{} // shards with a cap or a rate limit, as the last claim said
 	for ctx.Err() == nil {
-		free := w.slots.available()
-		if free == 0 {
+		r := w.room()
+		if !r.worth() {
 			select {
 			case <-ctx.Done():
 			case <-w.slots.freed:
@@ -51,10 +75,11 @@ func (w *Worker) fetch(ctx, jobs context.Context, notices <-chan string, handler
 			continue
 		}
 		wait := w.cfg.MaxIdle
+		var freed <-chan struct{} // set when a shard waits for a goroutine
 		turn++
 		if p := w.claims.pending; p != nil {
 			// First the claim whose reply was lost.
-			res, err := w.claim(ctx, jobs, p.shard, p.id, p.n, handlers)
+			res, err := w.claim(ctx, jobs, p.shard, p.id, p.n, p.ahead, handlers)
 			switch {
 			case err != nil:
 				failures++
@@ -64,16 +89,16 @@ func (w *Worker) fetch(ctx, jobs context.Context, notices <-chan string, handler
 			}
 			if err == nil {
 				failures = 0
-				free = w.slots.available()
+				r = w.room()
 			}
-			if err != nil || free == 0 {
-				sleep(ctx, wait, notices)
+			if err != nil || r.free <= 0 {
+				sleep(ctx, wait, notices, nil)
 				continue
 			}
 		}
 	round:
 		for _, q := range w.order() {
-			if free == 0 || ctx.Err() != nil {
+			if r.free <= 0 || ctx.Err() != nil {
 				break
 			}
 			shards, err := w.b.Shards(ctx, q)
@@ -86,13 +111,23 @@ func (w *Worker) fetch(ctx, jobs context.Context, notices <-chan string, handler
 				continue
 			}
 			for i := range shards {
-				if free == 0 || ctx.Err() != nil {
+				if r.free <= 0 || ctx.Err() != nil {
 					break
 				}
 				s := shards[(turn+i)%len(shards)]
-				n := min(free, w.cfg.BatchSize)
+				n := min(r.free, w.cfg.BatchSize)
+				ahead := max(n-max(r.run, 0), 0)
+				if controlled[s.Name()] {
+					// Nothing is prefetched from it: claim only for free
+					// goroutines, and wait for one when none is.
+					if r.run <= 0 {
+						freed = w.slots.freed
+						continue
+					}
+					n, ahead = min(r.run, w.cfg.BatchSize), 0
+				}
 				w.claims.seq++
-				res, err := w.claim(ctx, jobs, s, strconv.FormatUint(w.claims.seq, 10), n, handlers)
+				res, err := w.claim(ctx, jobs, s, strconv.FormatUint(w.claims.seq, 10), n, ahead, handlers)
 				if err != nil {
 					failures++
 					wait = min(wait, errorBackoff(failures))
@@ -102,33 +137,46 @@ func (w *Worker) fetch(ctx, jobs context.Context, notices <-chan string, handler
 					continue
 				}
 				failures = 0
-				free -= len(res.Jobs)
+				controlled[s.Name()] = res.Controlled
+				r.free -= len(res.Jobs)
+				r.run -= len(res.Jobs)
 				switch {
 				case len(res.Jobs) == n:
 					wait = 0 // there may be more due
+				case res.Controlled && ahead > 0 && len(res.Jobs) == n-ahead:
+					// What was not prefetched may be due: it waits for a
+					// free goroutine.
+					freed = w.slots.freed
+					if res.Next.After(res.Now) {
+						wait = min(wait, res.Next.Sub(res.Now))
+					}
 				case !res.Next.IsZero():
 					wait = min(wait, max(res.Next.Sub(res.Now), 0))
 				}
 			}
 		}
-		sleep(ctx, wait, notices)
+		sleep(ctx, wait, notices, freed)
 	}
 }
 
 // claim sends one claim and starts its jobs. A claim that failed in a way
 // that leaves it unknown whether it ran becomes the pending one; one that
 // was answered (even short of replicas: its jobs are handed over) clears it.
-func (w *Worker) claim(ctx, jobs context.Context, s keyspace.Shard, id string, n int, handlers *sync.WaitGroup) (protocol.ClaimResult, error) {
-	res, err := w.b.Claim(ctx, s, w.caller, id, n, w.cfg.Lease)
+func (w *Worker) claim(ctx, jobs context.Context, s keyspace.Shard, id string, n, ahead int, handlers *sync.WaitGroup) (protocol.ClaimResult, error) {
+	c := w.caller
+	c.Ahead = ahead
+	began := time.Now()
+	res, err := w.b.Claim(ctx, s, c, id, n, w.cfg.Lease)
 	if err != nil && !(errors.Is(err, broker.ErrNotReplicated) && res.Now.After(time.Time{})) {
 		if ctx.Err() == nil {
 			w.log.Error().Err(err).Str("queue", s.Queue()).Str("shard", s.Name()).Msg("claim failed")
 		}
 		if !errors.Is(err, job.ErrInvalid) {
-			w.claims.pending = &pendingClaim{shard: s, id: id, n: n}
+			w.claims.pending = &pendingClaim{shard: s, id: id, n: n, ahead: ahead}
 		}
 		return res, err
 	}
+	w.pace.claimed(time.Since(began))
 	if err != nil {
 		w.log.Warn().Err(err).Str("queue", s.Queue()).Msg("claim not confirmed by replicas; its jobs run anyway")
 	}
@@ -146,7 +194,9 @@ func (w *Worker) giveBackClaim(bg context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(bg, 2*time.Second)
 	defer cancel()
-	res, err := w.b.Claim(ctx, p.shard, w.caller, p.id, p.n, w.cfg.Lease)
+	c := w.caller
+	c.Ahead = p.ahead
+	res, err := w.b.Claim(ctx, p.shard, c, p.id, p.n, w.cfg.Lease)
 	if len(res.Jobs) == 0 {
 		if err != nil && !errors.Is(err, broker.ErrNotReplicated) {
 			w.log.Warn().Err(err).Str("queue", p.shard.Queue()).Msg("a claim's reply was lost; its jobs, if any, come back after their lease")
@@ -160,8 +210,9 @@ func (w *Worker) giveBackClaim(bg context.Context) {
 	w.release(leases)
 }
 
-// sleep waits up to d for ctx, a wake-up notice or the time to pass.
-func sleep(ctx context.Context, d time.Duration, notices <-chan string) {
+// sleep waits up to d for ctx, a wake-up notice, a freed slot (when freed
+// is not nil) or the time to pass.
+func sleep(ctx context.Context, d time.Duration, notices <-chan string, freed <-chan struct{}) {
 	if d <= 0 {
 		return
 	}
@@ -171,6 +222,7 @@ func sleep(ctx context.Context, d time.Duration, notices <-chan string) {
 	case <-ctx.Done():
 	case <-t.C:
 	case <-notices:
+	case <-freed:
 	}
 }
 
@@ -220,27 +272,72 @@ func (w *Worker) order() []string {
 	return out
 }
 
-// start runs one claimed job in a goroutine of its own.
+// start runs one claimed job in a goroutine of its own, once one of
+// Concurrency run tokens is free: a prefetched job waits for one, and one
+// still waiting when the worker shuts down (or whose lease the heartbeat
+// found lost) is not run.
 func (w *Worker) start(jobs context.Context, claimedAt time.Time, c *protocol.Claimed, handlers *sync.WaitGroup) {
 	ctx, cancel := context.WithCancelCause(jobs)
 	t := &task{lease: c.Lease, cancel: cancel}
 	w.slots.take(t)
 	handlers.Go(func() {
 		defer cancel(nil)
-		if w.cfg.Prefetch > 0 {
-			// A prefetched job waits for one of Concurrency goroutines;
-			// one that is still waiting when the worker shuts down is
-			// handed back unrun.
-			w.run <- struct{}{}
-			defer func() { <-w.run }()
-			if ok, release := w.slots.startable(t); !ok {
-				if release {
-					w.release([]protocol.Lease{t.lease})
-				}
-				w.slots.finish(t)
-				return
+		w.run <- struct{}{}
+		defer func() { <-w.run }()
+		if ok, release := w.slots.startable(t); !ok {
+			if release {
+				w.release([]protocol.Lease{t.lease})
 			}
+			w.slots.finish(t)
+			return
 		}
+		began := time.Now()
 		w.process(ctx, claimedAt, c, t)
+		w.pace.handled(time.Since(began))
 	})
+}
+
+// pace measures what the adaptive prefetch is made of: how long a claim's
+// round trip and a job's handling take (moving averages, ns; 0 until
+// measured).
+type pace struct {
+	rtt, handler atomic.Int64
+}
+
+func (p *pace) claimed(d time.Duration) { ewma(&p.rtt, int64(d)) }
+func (p *pace) handled(d time.Duration) { ewma(&p.handler, int64(d)) }
+
+// ewma moves a toward v by an eighth (sets it when it is 0).
+func ewma(a *atomic.Int64, v int64) {
+	v = max(v, 1)
+	for {
+		old := a.Load()
+		nv := v
+		if old != 0 {
+			nv = old + (v-old)/8
+		}
+		if a.CompareAndSwap(old, nv) {
+			return
+		}
+	}
+}
+
+// depth is how many jobs the worker may hold beyond Concurrency now: a
+// fixed Prefetch, none when it is off, else the jobs its goroutines finish
+// during one claim round trip (Concurrency x round trip / handler time,
+// rounded), at most maxPrefetch: so a prefetched job waits about one round
+// trip for a goroutine, whatever the handlers take.
+func (p *pace) depth(cfg Config) int {
+	switch {
+	case cfg.Prefetch > 0:
+		return cfg.Prefetch
+	case cfg.Prefetch < 0:
+		return 0
+	}
+	rtt, h := p.rtt.Load(), p.handler.Load()
+	if rtt == 0 || h == 0 {
+		return 0
+	}
+	c := int64(cfg.Concurrency)
+	return int(min((c*rtt+h/2)/h, maxPrefetch))
 }

@@ -78,5 +78,9 @@ func TestPrefetchRunsAtMostConcurrencyAndHandsBackUnstarted(t *testing.T) {
 	cfg2.Registry = reg2
 	start(t, cfg2)
 	redistest.WaitFor(t, 5*time.Second, "the other 8 jobs handled on attempt 1", func() bool { return attempts1.Load() == 8 })
+	redistest.WaitFor(t, 5*time.Second, "the last acks recorded", func() bool {
+		n, _ := tb.rdb.Exists(tb.ctx, leased).Result()
+		return n == 0
+	})
 	tb.queueKeysEmpty(t, job.DefaultQueue)
 }

@@ -11,7 +11,12 @@ import (
 // shutdown waits for in-flight jobs until the deadline, then cancels and
 // releases the rest.
 func (w *Worker) shutdown(bg context.Context, cancelJobs context.CancelFunc, handlers *sync.WaitGroup) {
-	n, idle := w.slots.close()
+	waiting, n, idle := w.slots.close()
+	if len(waiting) > 0 {
+		// Prefetched jobs that have not started go back at once, unrun.
+		w.release(waiting)
+		w.log.Info().Int("released", len(waiting)).Msg("shutting down: handed back prefetched jobs that had not started")
+	}
 	if n > 0 {
 		w.log.Info().Int("in_flight", n).Int64("timeout_ms", w.cfg.ShutdownTimeout.Milliseconds()).Msg("shutting down: waiting for in-flight jobs")
 	}

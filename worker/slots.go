@@ -2,16 +2,18 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"sync"
 
+	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/protocol"
 )
 
-// slots tracks the jobs a worker runs and how many more it may take.
+// slots tracks the jobs a worker holds: claimed and not finished, running
+// or prefetched (waiting for one of Concurrency goroutines).
 type slots struct {
 	mu       sync.Mutex
 	inflight map[protocol.Lease]*task
-	free     int
 	freed    chan struct{} // a slot freed (buffered 1)
 	idle     chan struct{} // closed when inflight empties during shutdown
 	closing  bool
@@ -21,26 +23,26 @@ type slots struct {
 type task struct {
 	lease    protocol.Lease
 	cancel   context.CancelCauseFunc
-	released bool // handed back at shutdown: its outcome is not recorded
+	started  bool // its handler was started (it is not waiting any more)
+	released bool // handed back at shutdown, or its lease lost before it started: its outcome is not recorded
 	settled  bool // its outcome is decided and queued for the settler
 }
 
-func newSlots(n int) *slots {
-	return &slots{inflight: make(map[protocol.Lease]*task), free: n, freed: make(chan struct{}, 1)}
+func newSlots() *slots {
+	return &slots{inflight: make(map[protocol.Lease]*task), freed: make(chan struct{}, 1)}
 }
 
-// available returns the number of free slots.
-func (s *slots) available() int {
+// count returns the number of jobs held: running or waiting to.
+func (s *slots) count() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.free
+	return len(s.inflight)
 }
 
-// take records a started task in a slot.
+// take records a claimed task.
 func (s *slots) take(t *task) {
 	s.mu.Lock()
 	s.inflight[t.lease] = t
-	s.free--
 	s.mu.Unlock()
 }
 
@@ -48,7 +50,6 @@ func (s *slots) take(t *task) {
 func (s *slots) finish(t *task) {
 	s.mu.Lock()
 	delete(s.inflight, t.lease)
-	s.free++
 	if s.closing && len(s.inflight) == 0 && s.idle != nil {
 		close(s.idle)
 		s.idle = nil
@@ -57,9 +58,10 @@ func (s *slots) finish(t *task) {
 	signal(s.freed)
 }
 
-// startable reports whether t may start: not handed back and the worker
-// not shutting down. When it may not, release says whether the caller
-// hands its lease back (it was not handed back yet; it is marked so now).
+// startable reports whether t may start: not handed back (nor its lease
+// lost) and the worker not shutting down; if so it is marked started. When
+// it may not, release says whether the caller hands its lease back (it was
+// not handed back yet; it is marked so now).
 func (s *slots) startable(t *task) (ok, release bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -70,6 +72,7 @@ func (s *slots) startable(t *task) (ok, release bool) {
 		t.released = true
 		return false, true
 	}
+	t.started = true
 	return true, false
 }
 
@@ -102,13 +105,18 @@ func (s *slots) held() []protocol.Lease {
 
 // lost handles a lease the heartbeat found lost: the handler of a job that
 // still runs is cancelled with cause, and lost reports true; a job that
-// finished (or whose outcome is being recorded) meanwhile is no loss.
+// finished (or whose outcome is being recorded) meanwhile is no loss. A
+// prefetched job that has not started never will: someone else may hold
+// it now.
 func (s *slots) lost(l protocol.Lease, cause error) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t, ok := s.inflight[l]
 	if !ok || t.settled || t.released {
 		return false
+	}
+	if !t.started && errors.Is(cause, broker.ErrLeaseLost) {
+		t.released = true
 	}
 	t.cancel(cause)
 	return true
@@ -129,30 +137,39 @@ func (s *slots) cancelled(queue, id string, token int64, cause error) bool {
 	return false
 }
 
-// close starts the shutdown: it returns how many jobs run and a channel
-// closed once none does.
-func (s *slots) close() (running int, idle <-chan struct{}) {
+// close starts the shutdown: it marks the jobs that wait for a goroutine
+// (prefetched, not started) as handed back and returns their leases, how
+// many jobs are held, and a channel closed once none is.
+func (s *slots) close() (waiting []protocol.Lease, held int, idle <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closing = true
+	for l, t := range s.inflight {
+		if !t.started && !t.released {
+			t.released = true
+			waiting = append(waiting, l)
+		}
+	}
 	ch := make(chan struct{})
 	if len(s.inflight) == 0 {
 		close(ch)
 	} else {
 		s.idle = ch
 	}
-	return len(s.inflight), ch
+	return waiting, len(s.inflight), ch
 }
 
-// releaseAll marks every running job as handed back and returns their
-// leases.
+// releaseAll marks every held job as handed back and returns the leases
+// of those that were not already.
 func (s *slots) releaseAll() []protocol.Lease {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]protocol.Lease, 0, len(s.inflight))
 	for l, t := range s.inflight {
-		t.released = true
-		out = append(out, l)
+		if !t.released {
+			t.released = true
+			out = append(out, l)
+		}
 	}
 	return out
 }

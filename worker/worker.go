@@ -22,7 +22,7 @@ import (
 //
 //	worker.go    Worker, New, Use, Run: starting and stopping the loops
 //	fetch.go     the fetcher: claims for free slots, sleeps until due
-//	slots.go     slots: the in-flight jobs and the free count
+//	slots.go     slots: the jobs held, running or prefetched
 //	outcome.go   running one job and recording its outcome
 //	settler.go   settler: outcomes recorded in batches
 //	leases.go    the heartbeat and the reaper
@@ -40,7 +40,8 @@ type Worker struct {
 	log     zerolog.Logger
 	running atomic.Bool
 	slots   *slots
-	run     chan struct{} // with Prefetch: one token per running job
+	run     chan struct{} // one token per running job: Concurrency of them
+	pace    pace          // what the adaptive prefetch is made of
 	settler *settler
 	claims  claims // the fetcher's
 	reapSeq uint64 // call ids of the reaper
@@ -57,7 +58,7 @@ func New(cfg Config) (*Worker, error) {
 		b:      protocol.For(cfg.Broker),
 		caller: protocol.Caller{ID: job.NewID(), Lease: cfg.Lease},
 		log:    *cfg.Logger,
-		slots:  newSlots(cfg.Concurrency + cfg.Prefetch),
+		slots:  newSlots(),
 		run:    make(chan struct{}, cfg.Concurrency),
 	}
 	w.settler = newSettler(w)

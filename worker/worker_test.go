@@ -541,7 +541,6 @@ func TestConfigErrors(t *testing.T) {
 		{func(c *worker.Config) { c.Queues = []worker.Queue{{Name: "a{b}"}} }, `queue name "a{b}" contains '{'`},
 		{func(c *worker.Config) { c.Queues = []worker.Queue{{Name: "a"}, {Name: "a"}} }, `queue "a" is listed twice`},
 		{func(c *worker.Config) { c.Concurrency = -1 }, "Concurrency -1 is negative"},
-		{func(c *worker.Config) { c.Prefetch = -2 }, "Prefetch -2 is negative"},
 		{func(c *worker.Config) { c.Lease = time.Millisecond }, "Lease 1ms is below 10ms"},
 		{func(c *worker.Config) { c.Lease, c.HeartbeatInterval = 100*time.Millisecond, time.Second }, "HeartbeatInterval 1s is not below Lease 100ms"},
 		{func(c *worker.Config) { c.Lease, c.HeartbeatInterval = time.Second, time.Second }, "HeartbeatInterval 1s is not below Lease 1s"},
@@ -580,6 +579,7 @@ func TestClaimsRotateOverShards(t *testing.T) {
 	cfg := tb.config(t)
 	cfg.Queues = []worker.Queue{{Name: "spread"}}
 	cfg.Concurrency = 1
+	cfg.Prefetch = -1 // one job per claim
 	start(t, cfg)
 	redistest.WaitFor(t, 10*time.Second, "15 jobs handled", func() bool {
 		mu.Lock()

@@ -18,6 +18,8 @@
 -- ARGV[5] -> the user's queue name (for the dead records of expired jobs)
 -- ARGV[6] -> cap on dead records (< 0: none)
 -- ARGV[7] -> max age of dead records in ms (<= 0: none)
+-- ARGV[8] -> ahead: how many of the n may wait in the worker for a free
+--            goroutine (prefetch); "" or absent = 0
 -- KEYS[9] -> ns:{q}:dead        HASH id -> dead record
 -- KEYS[10] -> ns:{q}:dead:index ZSET id -> died-at ms
 -- KEYS[11] -> ns:{q}:unique     ZSET id -> remembered until ms
@@ -76,7 +78,13 @@
 -- queue at its cap claims nothing and reports, as next, the earliest live
 -- lease deadline (when a crashed worker's slot comes back) if jobs are due.
 --
--- Returns {now µs, next, jobs, orphans, paused}: next is the earliest ready time
+-- Prefetch: a shard with a concurrency cap or a rate limit (of the queue
+-- or of any type) leases at most n - ahead, so that every lease it hands
+-- out is a job that starts at once: a lease counted against a cap is a
+-- running job, and a token is spent by a start. The reply's controlled
+-- flag tells the worker so.
+--
+-- Returns {now µs, next, jobs, orphans, paused, controlled}: next is the earliest ready time
 -- left in the scheduled set (-1 when empty); jobs is a flat list of
 -- id, token, attempt, ready ms, envelope; orphans lists ids that were
 -- scheduled without an envelope, now removed. A job whose attempts counter
@@ -124,7 +132,7 @@ if last and string.sub(last, 1, #cid + 1) == cid .. '\n' then
       end
     end
   end
-  return {now_u, next_ready(KEYS[1], now), jobs, orphans, 0}
+  return {now_u, next_ready(KEYS[1], now), jobs, orphans, 0, 0}
 end
 
 -- expire_jobs ends the jobs ids[k], k in which, found expired: dead
@@ -213,7 +221,7 @@ end
 for i = 1, #pauses, 2 do
   local f = pauses[i]
   if f == '*' then
-    return {now_u, -1, jobs, orphans, 1}
+    return {now_u, -1, jobs, orphans, 1, 0}
   elseif f == 'r' then
     qrate = parse_rate(pauses[i + 1])
   elseif string.sub(f, 1, 2) == 'r:' then
@@ -231,6 +239,11 @@ for i = 1, #pauses, 2 do
     paused_types[string.sub(f, 3)] = true
     any_type = true
   end
+end
+local controlled = 0
+if qrate or any_rate or qcap or any_tcap then
+  controlled = 1
+  n = math.max(n - (tonumber(ARGV[8]) or 0), 0)
 end
 if qrate or any_rate then
   bad = expect({KEYS[15], 'hash'})
@@ -528,4 +541,4 @@ elseif t_full and cap_deadline and (next < 0 or cap_deadline < next) then
   -- Held jobs wait for their type's slot.
   next = math.ceil(cap_deadline)
 end
-return {now_u, next, jobs, orphans, 0}
+return {now_u, next, jobs, orphans, 0, controlled}

@@ -58,6 +58,9 @@ type ClaimResult struct {
 	Jobs    []Claimed
 	Orphans []string // scheduled ids without an envelope, removed
 	Paused  bool     // the queue is paused (Broker.Pause): nothing was claimed, Next is zero
+	// Controlled: the shard has a concurrency cap or a rate limit, so the
+	// claim left Caller.Ahead out (nothing prefetched).
+	Controlled bool
 }
 
 // ReapResult lists jobs whose lease ran out.
@@ -85,6 +88,12 @@ type Death struct {
 type Caller struct {
 	ID    string        // the worker's id, unique per process: job.NewID()
 	Lease time.Duration // how long the broker keeps the worker's last calls
+	// Ahead, in a Claim, is how many of its n jobs may wait in the worker
+	// for a free goroutine (prefetch). A shard with a concurrency cap or a
+	// rate limit leases at most n - Ahead (and says so in
+	// ClaimResult.Controlled), so that its leases are running jobs. 0 for
+	// other calls.
+	Ahead int
 }
 
 // Lane is a sequence of calls of one worker to one shard: a lane has one

@@ -1,0 +1,320 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/protocol"
+	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/job"
+)
+
+// The tests of prefetching as a default: what a worker may hold beyond
+// Concurrency, and that the guarantees hold for what it holds.
+
+// enqueueN stores n jobs of typ, due at once, ids "<prefix><i>".
+func enqueueN(t *testing.T, tb *testBundle, typ *job.Type[payload], prefix string, n int) {
+	t.Helper()
+	items := make([]job.Item[payload], n)
+	for i := range items {
+		items[i] = job.Item[payload]{Args: payload{N: i}, Opts: []job.Option{job.ID(fmt.Sprintf("%s%d", prefix, i))}}
+	}
+	if _, err := typ.EnqueueItems(tb.ctx, tb.b, items); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// With the default (adaptive) prefetch and fast handlers, a worker of
+// concurrency 1 runs one handler at a time, and every job runs exactly
+// once, on attempt 1: nothing lost, nothing delivered twice.
+func TestDefaultPrefetchConcurrencyOne(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	typ := job.New[payload]("fast")
+	var running, most atomic.Int32
+	var mu sync.Mutex
+	seen := map[string]int{}
+	var later atomic.Int32
+	typ.Handle(tb.reg, func(_ context.Context, j *job.Job[payload]) error {
+		n := running.Add(1)
+		defer running.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		if j.Attempt != 1 {
+			later.Add(1)
+		}
+		mu.Lock()
+		seen[j.ID]++
+		mu.Unlock()
+		return nil
+	})
+	const total = 600
+	enqueueN(t, tb, typ, "j", total)
+	cfg := tb.config(t)
+	cfg.Concurrency = 1
+	stop := start(t, cfg)
+	redistest.WaitFor(t, 20*time.Second, "all jobs handled", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen) == total
+	})
+	stop()
+	if m := most.Load(); m != 1 {
+		t.Fatalf("%d handlers ran at once, Concurrency is 1", m)
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("job %s ran %d times", id, n)
+		}
+	}
+	if n := later.Load(); n != 0 {
+		t.Fatalf("%d jobs ran on a later attempt", n)
+	}
+	tb.queueKeysEmpty(t, job.DefaultQueue)
+}
+
+// claimWatch records what each claim of a worker asked for and got.
+type claimWatch struct {
+	protocol.Broker
+	mu     sync.Mutex
+	claims []watchedClaim
+}
+
+type watchedClaim struct {
+	n, ahead, got int
+	controlled    bool
+}
+
+func (c *claimWatch) Claim(ctx context.Context, s keyspace.Shard, w protocol.Caller, id string, n int, lease time.Duration) (protocol.ClaimResult, error) {
+	res, err := c.Broker.Claim(ctx, s, w, id, n, lease)
+	c.mu.Lock()
+	c.claims = append(c.claims, watchedClaim{n: n, ahead: w.Ahead, got: len(res.Jobs), controlled: res.Controlled})
+	c.mu.Unlock()
+	return res, err
+}
+
+func (c *claimWatch) all() []watchedClaim {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]watchedClaim(nil), c.claims...)
+}
+
+// Handlers much slower than a claim round trip get no prefetch by default:
+// no claim asks for more than the free goroutines.
+func TestDefaultPrefetchNoneForSlowHandlers(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	typ := job.New[payload]("slow")
+	var done atomic.Int32
+	typ.Handle(tb.reg, func(ctx context.Context, j *job.Job[payload]) error {
+		time.Sleep(60 * time.Millisecond)
+		done.Add(1)
+		return nil
+	})
+	enqueueN(t, tb, typ, "s", 24)
+	watch := &claimWatch{}
+	cfg := tb.wrapped(t, tb.config(t), func(p protocol.Broker) protocol.Broker { watch.Broker = p; return watch })
+	cfg.Concurrency = 3
+	start(t, cfg)
+	redistest.WaitFor(t, 20*time.Second, "all jobs handled", func() bool { return done.Load() == 24 })
+	for i, c := range watch.all() {
+		if c.ahead != 0 || c.n > 3 {
+			t.Fatalf("claim %d asked for %d jobs, %d of them ahead: slow handlers were prefetched for (all: %+v)", i+1, c.n, c.ahead, watch.all())
+		}
+	}
+}
+
+// A queue with a concurrency cap or a rate limit is not prefetched from,
+// even with a fixed Prefetch: a lease counted against a cap is a running
+// job, and a token of a limit is spent by a start. The jobs beyond the
+// goroutines stay scheduled, for any worker to take.
+func TestNoPrefetchUnderCapOrLimit(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		set  func(tb *testBundle) error
+	}{
+		{"queue cap", func(tb *testBundle) error { return tb.b.SetConcurrency(tb.ctx, "default", "", 50) }},
+		{"type cap", func(tb *testBundle) error { return tb.b.SetConcurrency(tb.ctx, "default", "capped", 50) }},
+		{"type cap, other type", func(tb *testBundle) error { return tb.b.SetConcurrency(tb.ctx, "default", "other", 50) }},
+		{"queue rate limit", func(tb *testBundle) error {
+			return tb.b.SetRateLimit(tb.ctx, "default", "", broker.RateLimit{Count: 1000, Per: time.Second, Burst: 50})
+		}},
+		{"type rate limit", func(tb *testBundle) error {
+			return tb.b.SetRateLimit(tb.ctx, "default", "capped", broker.RateLimit{Count: 1000, Per: time.Second, Burst: 50})
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			tb := setup(t)
+			typ := job.New[payload]("capped")
+			var started atomic.Int32
+			release := make(chan struct{})
+			typ.Handle(tb.reg, func(ctx context.Context, j *job.Job[payload]) error {
+				started.Add(1)
+				<-release
+				return nil
+			})
+			if err := c.set(tb); err != nil {
+				t.Fatal(err)
+			}
+			enqueueN(t, tb, typ, "c", 10)
+			cfg := tb.config(t)
+			cfg.Concurrency = 2
+			cfg.Prefetch = 8
+			start(t, cfg)
+			defer close(release)
+			redistest.WaitFor(t, 5*time.Second, "2 running", func() bool { return started.Load() == 2 })
+			time.Sleep(200 * time.Millisecond) // time for a prefetching claim
+			if n, _ := tb.rdb.ZCard(tb.ctx, tb.key(job.DefaultQueue, "processing")).Result(); n != 2 {
+				t.Fatalf("%d jobs leased by a worker of 2 goroutines: jobs were prefetched from a queue under a cap or limit", n)
+			}
+			if n, _ := tb.rdb.ZCard(tb.ctx, tb.key(job.DefaultQueue, "scheduled")).Result(); n != 8 {
+				t.Fatalf("%d jobs scheduled, want the 8 not running", n)
+			}
+		})
+	}
+}
+
+// Without a cap or limit, the same worker prefetches: the control above
+// is what stops it.
+func TestFixedPrefetchWithoutControls(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	typ := job.New[payload]("free")
+	var started atomic.Int32
+	release := make(chan struct{})
+	typ.Handle(tb.reg, func(ctx context.Context, j *job.Job[payload]) error {
+		started.Add(1)
+		<-release
+		return nil
+	})
+	enqueueN(t, tb, typ, "p", 12)
+	cfg := tb.config(t)
+	cfg.Concurrency = 2
+	cfg.Prefetch = 8
+	start(t, cfg)
+	defer close(release)
+	redistest.WaitFor(t, 5*time.Second, "2 running and 8 prefetched", func() bool {
+		n, _ := tb.rdb.ZCard(tb.ctx, tb.key(job.DefaultQueue, "processing")).Result()
+		return started.Load() == 2 && n == 10
+	})
+}
+
+// At shutdown, prefetched jobs that have not started go back at once, not
+// after the running handlers end, and without spending an attempt; a job
+// whose lease the heartbeat found lost before it started never runs here.
+func TestPrefetchedReleasedAtOnceAtShutdown(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	typ := job.New[payload]("held")
+	var started atomic.Int32
+	release := make(chan struct{})
+	typ.Handle(tb.reg, func(ctx context.Context, j *job.Job[payload]) error {
+		started.Add(1)
+		<-release
+		return nil
+	})
+	enqueueN(t, tb, typ, "h", 4)
+	cfg := tb.config(t)
+	cfg.Concurrency = 1
+	cfg.Prefetch = 3
+	cfg.ShutdownTimeout = 10 * time.Second
+	stop := start(t, cfg)
+	leased := tb.key(job.DefaultQueue, "processing")
+	redistest.WaitFor(t, 5*time.Second, "1 running and 3 prefetched", func() bool {
+		n, _ := tb.rdb.ZCard(tb.ctx, leased).Result()
+		return n == 4 && started.Load() == 1
+	})
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	redistest.WaitFor(t, 3*time.Second, "the 3 waiting handed back while the 1 still runs", func() bool {
+		n, _ := tb.rdb.ZCard(tb.ctx, leased).Result()
+		return n == 1
+	})
+	if n, _ := tb.rdb.ZCard(tb.ctx, tb.key(job.DefaultQueue, "scheduled")).Result(); n != 3 {
+		t.Fatalf("%d jobs scheduled again, want the 3 prefetched", n)
+	}
+	close(release)
+	<-stopped
+	if s := started.Load(); s != 1 {
+		t.Fatalf("%d handlers started, want 1", s)
+	}
+	// Given back unrun: their attempt is not spent.
+	attempts, _ := tb.rdb.HGetAll(tb.ctx, tb.key(job.DefaultQueue, "attempts")).Result()
+	for id, a := range attempts {
+		if a != "0" {
+			t.Errorf("job %s: attempts %s after it was handed back unrun", id, a)
+		}
+	}
+}
+
+// A prefetched job whose lease is lost while it waits (another worker took
+// it) is never started by this worker: fencing covers the wait too.
+func TestPrefetchedWithLostLeaseNeverStarts(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	typ := job.New[payload]("fenced")
+	var mu sync.Mutex
+	ran := map[string]bool{}
+	first := make(chan string, 1)
+	release := make(chan struct{})
+	typ.Handle(tb.reg, func(ctx context.Context, j *job.Job[payload]) error {
+		mu.Lock()
+		ran[j.ID] = true
+		n := len(ran)
+		mu.Unlock()
+		if n == 1 {
+			first <- j.ID
+			<-release
+		}
+		return nil
+	})
+	enqueueN(t, tb, typ, "f", 3)
+	cfg := tb.config(t)
+	cfg.Concurrency = 1
+	cfg.Prefetch = 2
+	cfg.Lease = 600 * time.Millisecond
+	cfg.HeartbeatInterval = 50 * time.Millisecond
+	start(t, cfg)
+	running := <-first
+	leases := tb.key(job.DefaultQueue, "leases")
+	redistest.WaitFor(t, 5*time.Second, "3 jobs leased", func() bool {
+		n, _ := tb.rdb.HLen(tb.ctx, leases).Result()
+		return n == 3
+	})
+	// Another holder's token on one waiting job: this worker's lease on
+	// it is lost.
+	var stolen string
+	for _, id := range []string{"f0", "f1", "f2"} {
+		if id != running {
+			stolen = id
+			break
+		}
+	}
+	if err := tb.rdb.HSet(tb.ctx, leases, stolen, "999999999").Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // several heartbeats
+	close(release)
+	redistest.WaitFor(t, 5*time.Second, "the third job handled", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(ran) >= 2
+	})
+	time.Sleep(200 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	if ran[stolen] {
+		t.Fatalf("job %s ran in a worker whose lease on it was lost", stolen)
+	}
+	if len(ran) != 2 {
+		t.Fatalf("ran %v, want the other two", ran)
+	}
+}
