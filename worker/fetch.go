@@ -272,18 +272,15 @@ func (w *Worker) order() []string {
 	return out
 }
 
-// start runs one claimed job in a goroutine of its own, once one of
-// Concurrency run tokens is free: a prefetched job waits for one, and one
-// still waiting when the worker shuts down (or whose lease the heartbeat
-// found lost) is not run.
+// start hands one claimed job to a runner: a new one when fewer than
+// Concurrency run, else the job waits (prefetched) in line for the first
+// runner that is done with its job. A job still waiting when the worker
+// shuts down, or whose lease the heartbeat found lost, is not run.
 func (w *Worker) start(jobs context.Context, claimedAt time.Time, c *protocol.Claimed, handlers *sync.WaitGroup) {
 	ctx, cancel := context.WithCancelCause(jobs)
 	t := &task{lease: c.Lease, cancel: cancel}
-	w.slots.take(t)
-	handlers.Go(func() {
+	t.run = func() {
 		defer cancel(nil)
-		w.run <- struct{}{}
-		defer func() { <-w.run }()
 		if ok, release := w.slots.startable(t); !ok {
 			if release {
 				w.release([]protocol.Lease{t.lease})
@@ -294,7 +291,17 @@ func (w *Worker) start(jobs context.Context, claimedAt time.Time, c *protocol.Cl
 		began := time.Now()
 		w.process(ctx, claimedAt, c, t)
 		w.pace.handled(time.Since(began))
-	})
+	}
+	if w.slots.take(t, w.cfg.Concurrency) {
+		handlers.Go(func() { w.runner(t) })
+	}
+}
+
+// runner runs t, then the jobs waiting in line, until none is left.
+func (w *Worker) runner(t *task) {
+	for ; t != nil; t = w.slots.next() {
+		t.run()
+	}
 }
 
 // pace measures what the adaptive prefetch is made of: how long a claim's

@@ -14,6 +14,8 @@ import (
 type slots struct {
 	mu       sync.Mutex
 	inflight map[protocol.Lease]*task
+	runners  int           // goroutines running jobs: at most Concurrency
+	line     []*task       // claimed jobs waiting for a runner, first first
 	freed    chan struct{} // a slot freed (buffered 1)
 	idle     chan struct{} // closed when inflight empties during shutdown
 	closing  bool
@@ -23,9 +25,10 @@ type slots struct {
 type task struct {
 	lease    protocol.Lease
 	cancel   context.CancelCauseFunc
-	started  bool // its handler was started (it is not waiting any more)
-	released bool // handed back at shutdown, or its lease lost before it started: its outcome is not recorded
-	settled  bool // its outcome is decided and queued for the settler
+	run      func() // runs it (or, not startable, forgets it)
+	started  bool   // its handler was started (it is not waiting any more)
+	released bool   // handed back at shutdown, or its lease lost before it started: its outcome is not recorded
+	settled  bool   // its outcome is decided and queued for the settler
 }
 
 func newSlots() *slots {
@@ -39,11 +42,34 @@ func (s *slots) count() int {
 	return len(s.inflight)
 }
 
-// take records a claimed task.
-func (s *slots) take(t *task) {
+// take records a claimed task. It reports true when the caller starts a
+// runner for it (fewer than max run); otherwise t waits in line.
+func (s *slots) take(t *task, max int) (runner bool) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.inflight[t.lease] = t
-	s.mu.Unlock()
+	if s.runners < max {
+		s.runners++
+		return true
+	}
+	s.line = append(s.line, t)
+	return false
+}
+
+// next returns the first task in line for a runner that is done with its
+// job, or nil when none waits (the runner then ends).
+func (s *slots) next() *task {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.line) == 0 {
+		s.runners--
+		s.line = nil
+		return nil
+	}
+	t := s.line[0]
+	s.line[0] = nil
+	s.line = s.line[1:]
+	return t
 }
 
 // finish forgets a task and frees its slot.

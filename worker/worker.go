@@ -40,8 +40,7 @@ type Worker struct {
 	log     zerolog.Logger
 	running atomic.Bool
 	slots   *slots
-	run     chan struct{} // one token per running job: Concurrency of them
-	pace    pace          // what the adaptive prefetch is made of
+	pace    pace // what the adaptive prefetch is made of
 	settler *settler
 	claims  claims // the fetcher's
 	reapSeq uint64 // call ids of the reaper
@@ -59,7 +58,6 @@ func New(cfg Config) (*Worker, error) {
 		caller: protocol.Caller{ID: job.NewID(), Lease: cfg.Lease},
 		log:    *cfg.Logger,
 		slots:  newSlots(),
-		run:    make(chan struct{}, cfg.Concurrency),
 	}
 	w.settler = newSettler(w)
 	return w, nil
