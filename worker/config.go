@@ -65,7 +65,9 @@ type Config struct {
 	// concurrency 10 on a local Redis) get the 100; handlers much slower
 	// than a round trip get none, so a slow job never waits in one worker
 	// while another is idle; a new worker prefetches nothing until it
-	// has measured both. A positive value is a fixed number, kept
+	// has measured both. When handlers slow down, a handler running
+	// longer than the mean counts at its age so far, and at each heartbeat
+	// the prefetched jobs beyond what that allows are handed back unrun. A positive value is a fixed number, kept
 	// whatever the handlers take (keep it at or below Concurrency when
 	// handlers can be slow); negative turns prefetching off.
 	//

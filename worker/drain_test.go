@@ -318,3 +318,49 @@ func TestPrefetchedWithLostLeaseNeverStarts(t *testing.T) {
 		t.Fatalf("ran %v, want the other two", ran)
 	}
 }
+
+// When handlers slow down after the adaptive prefetch grew, the jobs that
+// wait behind a stalled handler are handed back unrun at the next
+// heartbeat (attempt not spent), and the worker stops claiming ahead: the
+// other worker runs them meanwhile.
+func TestAdaptivePrefetchHandsBackBehindStalledHandler(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	typ := job.New[payload]("stall")
+	var handled atomic.Int32
+	var stalledOn atomic.Value
+	release := make(chan struct{})
+	typ.Handle(tb.reg, func(ctx context.Context, j *job.Job[payload]) error {
+		if handled.Add(1) == 300 {
+			stalledOn.Store(j.ID)
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+		return nil
+	})
+	enqueueN(t, tb, typ, "x", 600)
+	cfg := tb.config(t)
+	cfg.Concurrency = 1
+	cfg.Lease = 3 * time.Second
+	cfg.HeartbeatInterval = 100 * time.Millisecond
+	start(t, cfg)
+	defer close(release)
+	redistest.WaitFor(t, 20*time.Second, "the stalled handler", func() bool { return stalledOn.Load() != nil })
+	leased := tb.key(job.DefaultQueue, "processing")
+	redistest.WaitFor(t, 3*time.Second, "only the stalled job leased", func() bool {
+		n, _ := tb.rdb.ZCard(tb.ctx, leased).Result()
+		return n == 1
+	})
+	attempts, _ := tb.rdb.HGetAll(tb.ctx, tb.key(job.DefaultQueue, "attempts")).Result()
+	for id, a := range attempts {
+		if id != stalledOn.Load().(string) && a != "0" {
+			t.Errorf("job %s: attempts %s after it was handed back unrun", id, a)
+		}
+	}
+	// A second worker takes what was handed back.
+	cfg2 := tb.config(t)
+	start(t, cfg2)
+	redistest.WaitFor(t, 20*time.Second, "all but the stalled job handled", func() bool { return handled.Load() == 600 })
+}

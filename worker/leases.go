@@ -15,6 +15,7 @@ import (
 // heartbeat extends the leases of running jobs; a job whose lease is lost
 // gets its context cancelled.
 func (w *Worker) heartbeat(bg context.Context) {
+	w.unstall()
 	leases := w.slots.held()
 	if len(leases) == 0 {
 		return
@@ -134,4 +135,37 @@ func (w *Worker) expiry(c *protocol.Claimed) protocol.Op {
 		return protocol.Op{Kind: protocol.OpRetry, Lease: c.Lease, Batch: batchOf(c), Delay: d.Delay, Env: &env, Expired: true}
 	}
 	return protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Batch: batchOf(c), Death: death(c, m, ErrLeaseExpired), Expired: true, Remember: remember(c.Envelope, true)}
+}
+
+// unstall keeps the adaptive prefetch honest when handlers slow down: a
+// handler that has run longer than the mean so far counts as a sample of
+// that length already (so the prefetch shrinks before it ends), and the
+// prefetched jobs beyond what the prefetch now allows are handed back
+// unrun (no attempt spent), for another worker to take, instead of waiting
+// behind it.
+func (w *Worker) unstall() {
+	if w.cfg.Prefetch != 0 {
+		return
+	}
+	if age := w.slots.oldestRunning(); age > 0 && int64(age) > w.pace.handler.Load() {
+		w.pace.handled(age)
+	}
+	back, gone := w.slots.trimLine(w.pace.depth(w.cfg))
+	for _, t := range gone {
+		t.cancel(nil)
+		w.slots.finish(t)
+	}
+	if len(back) == 0 {
+		return
+	}
+	leases := make([]protocol.Lease, len(back))
+	for i, t := range back {
+		leases[i] = t.lease
+	}
+	w.release(leases)
+	for _, t := range back {
+		t.cancel(nil)
+		w.slots.finish(t)
+	}
+	w.log.Info().Int("released", len(back)).Msg("handlers slowed down: handed back prefetched jobs that had not started")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/protocol"
@@ -25,10 +26,11 @@ type slots struct {
 type task struct {
 	lease    protocol.Lease
 	cancel   context.CancelCauseFunc
-	run      func() // runs it (or, not startable, forgets it)
-	started  bool   // its handler was started (it is not waiting any more)
-	released bool   // handed back at shutdown, or its lease lost before it started: its outcome is not recorded
-	settled  bool   // its outcome is decided and queued for the settler
+	run      func()    // runs it (or, not startable, forgets it)
+	started  bool      // its handler was started (it is not waiting any more)
+	began    time.Time // when it started
+	released bool      // handed back at shutdown, or its lease lost before it started: its outcome is not recorded
+	settled  bool      // its outcome is decided and queued for the settler
 }
 
 func newSlots() *slots {
@@ -99,7 +101,43 @@ func (s *slots) startable(t *task) (ok, release bool) {
 		return false, true
 	}
 	t.started = true
+	t.began = time.Now()
 	return true, false
+}
+
+// oldestRunning returns how long the longest-running handler has run (0
+// when none runs).
+func (s *slots) oldestRunning() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var oldest time.Duration
+	for _, t := range s.inflight {
+		if t.started && !t.settled {
+			oldest = max(oldest, time.Since(t.began))
+		}
+	}
+	return oldest
+}
+
+// trimLine takes the jobs waiting in line beyond keep (the last claimed
+// first) out of it: back are marked handed back now (the caller releases
+// their leases), gone were already (their lease lost); the caller
+// finishes both.
+func (s *slots) trimLine(keep int) (back, gone []*task) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(s.line) > max(keep, 0) {
+		t := s.line[len(s.line)-1]
+		s.line[len(s.line)-1] = nil
+		s.line = s.line[:len(s.line)-1]
+		if t.released {
+			gone = append(gone, t)
+			continue
+		}
+		t.released = true
+		back = append(back, t)
+	}
+	return back, gone
 }
 
 // released reports whether t was handed back at shutdown.
