@@ -179,6 +179,32 @@ func TestOrderTimeout(t *testing.T) {
 	if len(cancelled) != 2 || !cancelled["order-1002"] || !cancelled["order-1003"] {
 		t.Errorf("cancelled %v, want order-1002 and order-1003 once each:\n%s", cancelled, out)
 	}
+
+	// Afterwards the broker tells a timeout that ran (retained, with its
+	// attempts, times and result) from one never scheduled (not found).
+	expectLines(t, out,
+		"afterwards: did an order's timeout run? The broker keeps timeouts that ran for a week (job.Retain):",
+		"order-1005: not found: never scheduled (no timeout pending, dead or run in the last week)",
+	)
+	if firstStamp(t, out, "afterwards: did an order's timeout run?") < firstStamp(t, out, "final state") {
+		t.Errorf("the broker was asked before the final state:\n%s", out)
+	}
+	ranRE := regexp.MustCompile(`(order-\d+): succeeded in (\d+) attempt\(s\), the last at \d\d:\d\d:\d\d\.\d{3} \((-?\d+)ms after the window closed, for \d+ms\); result "([^"]*)"; kept until (\d{4}-\d\d-\d\d \d\d:\d\d)`)
+	ran := map[string]string{}
+	for _, m := range ranRE.FindAllStringSubmatch(out, -1) {
+		ran[m[1]] = m[2] + " attempt(s), " + m[4]
+		if after, _ := strconv.Atoi(m[3]); after < 0 || after > 5000 {
+			t.Errorf("%s's timeout started %dms after the window closed", m[1], after)
+		}
+		until, err := time.ParseInLocation("2006-01-02 15:04", m[5], time.Local)
+		if d := time.Until(until); err != nil || d < 7*24*time.Hour-5*time.Minute || d > 7*24*time.Hour {
+			t.Errorf("%s's timeout kept until %s (%v), want a week from now", m[1], m[5], err)
+		}
+	}
+	want := map[string]string{"order-1002": "1 attempt(s), cancelled", "order-1003": "2 attempt(s), already cancelled"}
+	if len(ran) != len(want) || ran["order-1002"] != want["order-1002"] || ran["order-1003"] != want["order-1003"] {
+		t.Errorf("retained timeouts %v, want %v:\n%s", ran, want, out)
+	}
 }
 
 func TestOutbox(t *testing.T) {
