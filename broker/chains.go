@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/job"
@@ -16,10 +15,11 @@ import (
 // Chains (job.Then, job.Next): the next jobs of a succeeded job are
 // enqueued with its ack. Those that live in the job's own slot go into the
 // ack's settle call and are stored atomically with it; the others are
-// enqueued just before it, as an idempotent first step (docs/batches.md,
+// enqueued just before it, as an idempotent first step, and so are all
+// next jobs of a batch member, which join its batch (docs/batches.md,
 // "Chains").
 
-func (w workerSide) Chain(ctx context.Context, parent protocol.Lease, created time.Time, next []*job.Envelope) ([]*job.Envelope, error) {
+func (w workerSide) Chain(ctx context.Context, parent protocol.Lease, env *job.Envelope, next []*job.Envelope) ([]*job.Envelope, error) {
 	now := w.b.createdNow()
 	var here, there []*job.Envelope
 	for i, n := range next {
@@ -28,7 +28,7 @@ func (w workerSide) Chain(ctx context.Context, parent protocol.Lease, created ti
 		}
 		e := *n
 		if e.ID == "" {
-			e.ID = job.ChainID(parent.ID, created, i+1)
+			e.ID = job.ChainID(parent.ID, env.CreatedAt, i+1)
 		}
 		if e.Queue == "" {
 			e.Queue = job.DefaultQueue
@@ -37,7 +37,7 @@ func (w workerSide) Chain(ctx context.Context, parent protocol.Lease, created ti
 		if err != nil {
 			return nil, fmt.Errorf("broker: next job %d of job %q: %w", i+1, parent.ID, err)
 		}
-		if s.Name() != parent.Shard.Name() {
+		if s.Name() != parent.Shard.Name() || env.Batch != "" {
 			// Remembered after its end, so that a second success of the
 			// parent (its worker died before the ack) does not enqueue it
 			// again.
@@ -50,10 +50,19 @@ func (w workerSide) Chain(ctx context.Context, parent protocol.Lease, created ti
 		}
 		here = append(here, &e)
 	}
-	if len(there) > 0 {
-		if err := enqueuedOrPending(w.b.Enqueue(ctx, there...)); err != nil {
-			return nil, fmt.Errorf("broker: next jobs of job %q: %w", parent.ID, err)
-		}
+	if len(there) == 0 {
+		return here, nil
+	}
+	var err error
+	if env.Batch != "" {
+		// The next jobs of a batch member are members too, counted in the
+		// batch's slot before the member's ending is.
+		err = w.b.addToBatch(ctx, env.Batch, "<"+parent.Queue()+"\n"+parent.ID, there)
+	} else {
+		err = w.b.Enqueue(ctx, there...)
+	}
+	if err := enqueuedOrPending(err); err != nil {
+		return nil, fmt.Errorf("broker: next jobs of job %q: %w", parent.ID, err)
 	}
 	return here, nil
 }

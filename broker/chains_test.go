@@ -26,7 +26,7 @@ func TestChainInSlotIsAtomicWithTheAck(t *testing.T) {
 		{Queue: "q", Type: "t.next", Payload: []byte(`{"step":2}`), Delay: 5 * time.Second},
 		{ID: "b", Queue: "q", Type: "t.next", Payload: []byte(`{"step":3}`)},
 	}
-	here, err := p.Chain(tb.ctx, first.Lease, parent.CreatedAt, next)
+	here, err := p.Chain(tb.ctx, first.Lease, parent, next)
 	if err != nil || len(here) != 2 {
 		t.Fatalf("chain: %d in the shard, %v; want both", len(here), err)
 	}
@@ -90,7 +90,7 @@ func TestChainAcrossSlotsIsIdempotent(t *testing.T) {
 	p := protocol.For(tb.b)
 	next := []*job.Envelope{{Queue: "other", Type: "t.next", Payload: []byte(`{}`)}}
 	for round := range 2 {
-		here, err := p.Chain(tb.ctx, c.Lease, parent.CreatedAt, next)
+		here, err := p.Chain(tb.ctx, c.Lease, parent, next)
 		if err != nil || len(here) != 0 {
 			t.Fatalf("round %d: %d left for the ack, %v; want none", round, len(here), err)
 		}
@@ -110,7 +110,7 @@ func TestChainAcrossSlotsIsIdempotent(t *testing.T) {
 	if res, err := d.Settle(tb.ctx, protocol.Op{Kind: protocol.OpAck, Lease: got.Jobs[0].Lease, Remember: nextEnv.UniqueFor}); err != nil || res[0].Err != nil {
 		t.Fatalf("ack of the next job: %+v, %v", res, err)
 	}
-	if _, err := p.Chain(tb.ctx, c.Lease, parent.CreatedAt, next); err != nil {
+	if _, err := p.Chain(tb.ctx, c.Lease, parent, next); err != nil {
 		t.Fatalf("chain after the next job ended: %v", err)
 	}
 	if info, err := tb.b.Job(tb.ctx, "other", id); !errors.Is(err, broker.ErrNotFound) {
@@ -138,7 +138,7 @@ func TestChainBadInput(t *testing.T) {
 		"nil":       {nil},
 		"bad id":    {{ID: "a{b}", Queue: "q", Type: "t"}},
 	} {
-		if _, err := p.Chain(tb.ctx, c.Lease, parent.CreatedAt, next); !errors.Is(err, job.ErrInvalid) {
+		if _, err := p.Chain(tb.ctx, c.Lease, parent, next); !errors.Is(err, job.ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", name, err)
 		}
 	}

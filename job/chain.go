@@ -36,7 +36,8 @@ const ChainRemember = 24 * time.Hour
 // delay ([In]) counts from the success, its ready time ([At]) is absolute,
 // and it may carry next jobs of its own, so a chain can be as long as
 // needed. A next job without an [ID] gets [ChainID] of the job. Next jobs
-// may not be [Unique], [Replace] or batch members: the chain itself makes
+// may not be [Unique], [Replace] or members of a batch of their own (the
+// next jobs of a batch member join its batch): the chain itself makes
 // them enqueued once. The envelopes are copied. Per job only.
 func Then(next ...*Envelope) Option {
 	return Option{name: "Then", jobScope: func(s *settings) error {

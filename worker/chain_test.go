@@ -273,3 +273,119 @@ func TestChainAfterALostAck(t *testing.T) {
 		t.Fatalf("runs %v; want each next job once", runs)
 	}
 }
+
+// The next jobs of a batch member join its batch, sealed or not: the batch
+// succeeds once every chain ran to its end, and a chain stopped by a dead
+// step completes it without success until the step is redriven and the
+// rest of its chain ran.
+func TestChainInABatch(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	var log runLog
+	var fixed sync.Mutex
+	broken := true
+	first := job.New[step]("flow.first", job.Queue("a"))
+	second := job.New[step]("flow.second", job.Queue("b"), job.MaxRetries(0))
+	third := job.New[step]("flow.third", job.Queue("a"))
+	first.Handle(tb.reg, func(ctx context.Context, j *job.Job[step]) error {
+		log.add("first", j.ID)
+		env, err := second.Envelope(step{Order: j.Args.Order})
+		if err != nil {
+			return err
+		}
+		return job.Next(ctx, env)
+	})
+	second.Handle(tb.reg, func(ctx context.Context, j *job.Job[step]) error {
+		fixed.Lock()
+		fail := broken && j.Args.Order == 2
+		fixed.Unlock()
+		if fail {
+			return errors.New("step 2 of chain 2 fails")
+		}
+		log.add("second", j.ID)
+		env, err := third.Envelope(step{Order: j.Args.Order})
+		if err != nil {
+			return err
+		}
+		return job.Next(ctx, env)
+	})
+	third.Handle(tb.reg, func(ctx context.Context, j *job.Job[step]) error {
+		log.add("third", j.ID)
+		return nil
+	})
+	for _, name := range []string{"flow.done", "flow.ended"} {
+		name := name
+		if err := tb.reg.Register(name, job.Entry{Queue: "cb", Handler: job.HandlerFunc(func(ctx context.Context, m *job.Message) error {
+			log.add(name, m.ID)
+			return nil
+		})}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start(t, tb.config(t))
+	if _, err := tb.b.CreateBatch(tb.ctx, broker.BatchSpec{ID: "flow",
+		OnSuccess:  &job.Envelope{Type: "flow.done", Queue: "cb"},
+		OnComplete: &job.Envelope{Type: "flow.ended", Queue: "cb"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var members []*job.Envelope
+	for i := 1; i <= 3; i++ {
+		env, err := first.Envelope(step{Order: i}, job.ID(fmt.Sprintf("chain-%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		members = append(members, env)
+	}
+	if err := tb.b.AddToBatch(tb.ctx, "flow", members...); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.b.SealBatch(tb.ctx, "flow"); err != nil {
+		t.Fatal(err)
+	}
+	redistest.WaitFor(t, 15*time.Second, "the batch completed", func() bool { return log.count("flow.ended") > 0 })
+	st, err := tb.b.Batch(tb.ctx, "flow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// chains 1 and 3: three steps each; chain 2: its first step, and its
+	// second dead.
+	if st.Total != 8 || st.Succeeded != 7 || st.Dead != 1 || st.SuccessFired || !st.CompleteFired {
+		t.Fatalf("batch after the dead step: %+v; want 8 members, 7 succeeded, 1 dead, completed without success", *st)
+	}
+	if log.count("third") != 2 || log.count("flow.done") != 0 {
+		runs, _ := log.snapshot()
+		t.Fatalf("runs %v", runs)
+	}
+
+	fixed.Lock()
+	broken = false
+	fixed.Unlock()
+	dead, err := tb.b.Job(tb.ctx, "b", job.ChainID("chain-2", members[1].CreatedAt, 1))
+	if err != nil || dead.State != broker.StateDead {
+		t.Fatalf("the dead step: %+v, %v", dead, err)
+	}
+	if err := tb.b.Redrive(tb.ctx, "b", 0, dead.ID); err != nil {
+		t.Fatal(err)
+	}
+	redistest.WaitFor(t, 15*time.Second, "the batch succeeded", func() bool { return log.count("flow.done") > 0 })
+	if st, err = tb.b.Batch(tb.ctx, "flow"); err != nil {
+		t.Fatal(err)
+	}
+	if st.Total != 9 || st.Succeeded != 9 || st.Dead != 0 || !st.SuccessFired {
+		t.Fatalf("batch after the redrive: %+v; want 9 members, all succeeded", *st)
+	}
+	runs, _ := log.snapshot()
+	if log.count("third") != 3 || log.count("flow.done") != 1 || log.count("flow.ended") != 1 {
+		t.Fatalf("runs %v; want three third steps and each callback once", runs)
+	}
+	lastThird := 0
+	for i, r := range runs {
+		if r == "third" {
+			lastThird = i
+		}
+	}
+	if slices.Index(runs, "flow.done") < lastThird {
+		t.Errorf("runs %v; want the success callback after the last step", runs)
+	}
+}

@@ -101,7 +101,7 @@ func (w *Worker) chain(ctx context.Context, c *protocol.Claimed, next []*job.Env
 	// worth of its own.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.Lease)
 	defer cancel()
-	here, err := w.b.Chain(ctx, c.Lease, c.Envelope.CreatedAt, next)
+	here, err := w.b.Chain(ctx, c.Lease, c.Envelope, next)
 	if err == nil {
 		return here, nil
 	}
