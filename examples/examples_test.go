@@ -321,28 +321,24 @@ func TestPipeline(t *testing.T) {
 	out := runExample(t, "pipeline", 20*time.Second)
 	expectLines(t, out,
 		"using embedded redis",
-		"batch fetch: 6 fetches added in one call, sealed; transform and store stay open",
+		"batch catalogue: 6 fetches added in one call, sealed; each step hands its record on with job.Next",
 		// A transient failure is retried.
 		"fetch     rec-3 attempt 1 failed: source answered 503 Service Unavailable; retrying with backoff",
 		"fetch     rec-3 attempt 2 failed: source answered 503 Service Unavailable; retrying with backoff",
 		"fetch     rec-3 attempt 3: ok",
 		`transform rec-1: "24.90" -> 2490 cents`,
-		"batch fetch     succeeded (success callback): 6 of 6 members",
-		"batch transform sealed: no more members can come",
 		// The poison record parks in the dead letters with its error:
-		// its stage ends, but does not succeed.
+		// the batch ends, but does not succeed.
 		`transform rec-4 attempt 1: poison input, permanent: price "4,5O" is not a number`,
-		"batch transform ended (complete callback): 5 succeeded, 1 dead",
-		"batch transform does not succeed while a member is dead: store waits for it",
+		"batch catalogue ended (complete callback): 16 steps succeeded, 1 dead",
+		"batch catalogue does not succeed while a step is dead: its record waits for a person",
 		`parked for a person: transform-rec-4 in queue transform after 1 attempt(s): transform rec-4: price "4,5O" is not a number`,
-		// The redrive after the correction completes the batch.
+		// The redrive after the correction goes on with the chain and
+		// completes the batch.
 		"a person corrects rec-4's price to 4.50 and redrives transform-rec-4",
 		`transform rec-4 attempt 1: "4,5O" corrected to "4.50" -> 450 cents`,
 		"store     rec-4: upserted",
-		"batch transform succeeded (success callback): 6 of 6 members",
-		"batch store     sealed: no more members can come",
-		"batch store     succeeded (success callback): 6 of 6 members",
-		"batch store     ended (complete callback): 6 succeeded, 0 dead",
+		"batch catalogue succeeded (success callback): 18 of 18 steps",
 		"stored 6 of 6 records:",
 		"rec-1 kettle     24.90",
 		"rec-2 toaster    39.00",
@@ -350,24 +346,32 @@ func TestPipeline(t *testing.T) {
 		"rec-4 mug         4.50",
 		"rec-5 spoon       1.20",
 		"rec-6 tray       12.00",
-		"batch fetch     6 members: 6 succeeded, 0 dead; success callback fired true, complete callback fired true",
-		"batch transform 6 members: 6 succeeded, 0 dead; success callback fired true, complete callback fired true",
-		"batch store     6 members: 6 succeeded, 0 dead; success callback fired true, complete callback fired true",
+		"batch catalogue: 18 steps, 18 succeeded, 0 dead; success callback fired true, complete callback fired true",
 		"all checks passed",
 	)
-	// The order the callbacks promise: the transform stage succeeds only
-	// after the redrive, and the store stage is sealed only then.
+	// The order the callbacks promise: the batch succeeds only after the
+	// redrive and the last step of its chain.
 	before := func(a, b string) {
 		t.Helper()
 		if firstStamp(t, out, a) > firstStamp(t, out, b) {
 			t.Errorf("%q came after %q:\n%s", a, b, out)
 		}
 	}
-	before("batch transform ended (complete callback)", "a person corrects rec-4's price")
-	before("a person corrects rec-4's price", "batch transform succeeded (success callback)")
-	before("batch transform succeeded (success callback)", "batch store     sealed")
-	if strings.Count(out, "(success callback)") != 3 || strings.Count(out, "(complete callback)") != 3 {
-		t.Errorf("want each stage's two callbacks once:\n%s", out)
+	before("batch catalogue ended (complete callback)", "a person corrects rec-4's price")
+	before("a person corrects rec-4's price", "store     rec-4: upserted")
+	before("store     rec-4: upserted", "batch catalogue succeeded (success callback)")
+	if strings.Count(out, "(success callback)") != 1 || strings.Count(out, "(complete callback)") != 1 {
+		t.Errorf("want each of the batch's callbacks once:\n%s", out)
+	}
+	// No polling loop is left in the program: the callbacks say when.
+	src, err := os.ReadFile("pipeline/main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, poll := range []string{"time.NewTicker", "time.Tick(", "time.Sleep("} {
+		if strings.Contains(string(src), poll) {
+			t.Errorf("examples/pipeline/main.go calls %s: a polling loop", poll)
+		}
 	}
 }
 
