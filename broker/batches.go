@@ -159,6 +159,12 @@ const batchAddChunk = 1000
 // aligned with members (a member whose id is pending elsewhere is taken
 // back out of the batch and fails with ErrDuplicate).
 func (b *Broker) AddToBatch(ctx context.Context, id string, members ...*job.Envelope) error {
+	return b.addToBatch(ctx, id, "+", members)
+}
+
+// addToBatch is AddToBatch, or with mode "<" .. "<queue>\n<id>" of a
+// member (batch_add.lua) the adding of that member's next jobs.
+func (b *Broker) addToBatch(ctx context.Context, id, mode string, members []*job.Envelope) error {
 	if err := job.ValidateBatchID(id); err != nil {
 		return fmt.Errorf("broker: add to batch: %w", err)
 	}
@@ -193,7 +199,7 @@ func (b *Broker) AddToBatch(ctx context.Context, id string, members ...*job.Enve
 	added := make([]bool, len(members))
 	for start := 0; start < len(fields); start += batchAddChunk {
 		part := fields[start:min(start+batchAddChunk, len(fields))]
-		res, err := b.run(ctx, batchAddScript, b.batchKeys(id), append([]any{"+"}, part...)...)
+		res, err := b.run(ctx, batchAddScript, b.batchKeys(id), append([]any{mode}, part...)...)
 		if err != nil {
 			return fmt.Errorf("broker: add to batch %q: %w", id, err)
 		}
@@ -207,6 +213,8 @@ func (b *Broker) AddToBatch(ctx context.Context, id string, members ...*job.Enve
 			return fmt.Errorf("%w: %q", ErrBatchNotFound, id)
 		case len(v) > 0 && v[0] == -2:
 			return fmt.Errorf("%w: %q; no member was added", ErrBatchSealed, id)
+		case len(v) > 0 && v[0] == -3:
+			return fmt.Errorf("broker: add to batch %q: %w: the member whose next jobs these are (%s) succeeded already, or is no member", id, ErrLeaseLost, strings.ReplaceAll(mode[1:], "\n", "/"))
 		case len(v) != len(part)+1:
 			return fmt.Errorf("broker: add to batch %q: unexpected reply %v", id, res)
 		}

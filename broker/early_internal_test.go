@@ -85,16 +85,12 @@ func TestNoJobIsClaimedEarlyOnTheServersClock(t *testing.T) {
 		claimed := claimAll("enqueue", ids, set, wait)
 
 		// Retried after odd delays; settle returns its server time.
-		args := []any{"settle", id(), 60_000, k.Wake, -1, 0}
+		ops := make([]protocol.Op, len(claimed))
 		for j, c := range claimed {
 			wait[c.ID] = delay(g*group + j + 7)
-			body, err := c.Envelope.MarshalBinary()
-			if err != nil {
-				t.Fatal(err)
-			}
-			args = append(args, "r", c.ID, tokenArg(c.Token), durUS(wait[c.ID]), body, "0", "", "")
+			ops[j] = protocol.Op{Kind: protocol.OpRetry, Lease: c.Lease, Delay: wait[c.ID], Env: c.Envelope}
 		}
-		res, err := b.run(ctx, settleScript, settleKeys(s, caller), args...)
+		res, err := b.run(ctx, settleScript, settleKeys(s, caller), settleArgs(t, b, q, s, caller, id(), ops)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,12 +101,11 @@ func TestNoJobIsClaimedEarlyOnTheServersClock(t *testing.T) {
 
 		// Back to the schedule for an hour, then rescheduled after odd
 		// delays.
-		args = []any{"settle", id(), 60_000, k.Wake, -1, 0}
-		for _, c := range claimed {
-			body, _ := c.Envelope.MarshalBinary()
-			args = append(args, "r", c.ID, tokenArg(c.Token), durUS(time.Hour), body, "0", "", "")
+		ops = make([]protocol.Op, len(claimed))
+		for j, c := range claimed {
+			ops[j] = protocol.Op{Kind: protocol.OpRetry, Lease: c.Lease, Delay: time.Hour, Env: c.Envelope}
 		}
-		if _, err := b.run(ctx, settleScript, settleKeys(s, caller), args...); err != nil {
+		if _, err := b.run(ctx, settleScript, settleKeys(s, caller), settleArgs(t, b, q, s, caller, id(), ops)...); err != nil {
 			t.Fatal(err)
 		}
 		for j, c := range claimed {
@@ -126,6 +121,17 @@ func TestNoJobIsClaimedEarlyOnTheServersClock(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// settleArgs are the arguments Settle sends for ops, for a test that reads
+// the script's whole reply (its server time).
+func settleArgs(t *testing.T, b *Broker, q keyspace.Queue, s keyspace.Shard, c protocol.Caller, id string, ops []protocol.Op) []any {
+	t.Helper()
+	args, err := b.settleArgs(q, s, c, protocol.LaneSettle, id, ops)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return args
 }
 
 func testAck(ctx context.Context, b *Broker, s keyspace.Shard, c protocol.Caller, id string, claimed []protocol.Claimed) error {

@@ -126,7 +126,7 @@ func decodeClaimed(s keyspace.Shard, v any) ([]protocol.Claimed, error) {
 }
 
 // opWidth is the number of ARGV values of one settle operation.
-const opWidth = 8
+const opWidth = 9
 
 func (w workerSide) Settle(ctx context.Context, s keyspace.Shard, c protocol.Caller, lane protocol.Lane, id string, ops []protocol.Op) ([]protocol.Settled, error) {
 	if len(ops) == 0 {
@@ -136,48 +136,9 @@ func (w workerSide) Settle(ctx context.Context, s keyspace.Shard, c protocol.Cal
 	if err != nil {
 		return nil, err
 	}
-	k := s.Keys()
-	args := make([]any, 0, 6+opWidth*len(ops))
-	args = append(args, string(lane), id, durMS(c.Lease), k.Wake, w.b.deadCap(q, s), durMS(w.b.opts.DeadMaxAge))
-	for _, op := range ops {
-		if op.Lease.Shard.Name() != s.Name() {
-			return nil, fmt.Errorf("broker: settle: job %q is of shard %q, not %q", op.Lease.ID, op.Lease.Shard.Name(), s.Name())
-		}
-		var a, b, retain any = "", "", ""
-		switch op.Kind {
-		case protocol.OpAck:
-			if op.Remember > 0 {
-				a = durMS(op.Remember)
-			}
-			if op.Retain > 0 && op.Done != nil {
-				data, err := marshalDone(op.Done)
-				if err != nil {
-					return nil, err
-				}
-				b, retain = data, max(durMS(op.Retain), 1)
-			}
-		case protocol.OpRetry, protocol.OpSnooze:
-			body, err := op.Env.MarshalBinary()
-			if err != nil {
-				return nil, err
-			}
-			a, b = durUS(op.Delay), body
-		case protocol.OpKill:
-			rec := &DeadRecord{ID: op.Lease.ID, Queue: s.Queue(), Type: op.Death.Type, Body: op.Death.Body, Error: op.Death.Error, Attempts: op.Death.Attempts, Reason: op.Death.Reason}
-			data, err := marshalDead(rec)
-			if err != nil {
-				return nil, err
-			}
-			b = data
-			if op.Remember > 0 {
-				a = durMS(op.Remember)
-			}
-		}
-		batch := ""
-		if op.Kind == protocol.OpAck || op.Kind == protocol.OpKill {
-			batch = op.Batch
-		}
-		args = append(args, string(op.Kind), op.Lease.ID, tokenArg(op.Lease.Token), a, b, flag(op.Expired), batch, retain)
+	args, err := w.b.settleArgs(q, s, c, lane, id, ops)
+	if err != nil {
+		return nil, err
 	}
 	res, err := w.b.run(ctx, settleScript, settleKeys(s, c), args...)
 	parts, perr := replyParts(s, "settle", res, err, 2)
@@ -298,6 +259,62 @@ func replyParts(s keyspace.Shard, name string, res any, err error, n int) ([]any
 		return nil, fmt.Errorf("broker: %s: unexpected reply %v", name, res)
 	}
 	return parts, nil
+}
+
+// settleArgs are the ARGV of settle.lua (from ARGV[2]) for ops, all of
+// shard s of queue q.
+func (b *Broker) settleArgs(q keyspace.Queue, s keyspace.Shard, c protocol.Caller, lane protocol.Lane, id string, ops []protocol.Op) ([]any, error) {
+	k := s.Keys()
+	args := make([]any, 0, 6+opWidth*len(ops))
+	args = append(args, string(lane), id, durMS(c.Lease), k.Wake, b.deadCap(q, s), durMS(b.opts.DeadMaxAge))
+	for _, op := range ops {
+		if op.Lease.Shard.Name() != s.Name() {
+			return nil, fmt.Errorf("broker: settle: job %q is of shard %q, not %q", op.Lease.ID, op.Lease.Shard.Name(), s.Name())
+		}
+		var a, body, retain, next any = "", "", "", ""
+		switch op.Kind {
+		case protocol.OpAck:
+			if op.Remember > 0 {
+				a = durMS(op.Remember)
+			}
+			if op.Retain > 0 && op.Done != nil {
+				data, err := marshalDone(op.Done)
+				if err != nil {
+					return nil, err
+				}
+				body, retain = data, max(durMS(op.Retain), 1)
+			}
+			if len(op.Next) > 0 {
+				data, err := chainArg(op.Next)
+				if err != nil {
+					return nil, err
+				}
+				next = data
+			}
+		case protocol.OpRetry, protocol.OpSnooze:
+			data, err := op.Env.MarshalBinary()
+			if err != nil {
+				return nil, err
+			}
+			a, body = durUS(op.Delay), data
+		case protocol.OpKill:
+			rec := &DeadRecord{ID: op.Lease.ID, Queue: s.Queue(), Type: op.Death.Type, Body: op.Death.Body, Error: op.Death.Error, Attempts: op.Death.Attempts, Reason: op.Death.Reason}
+			data, err := marshalDead(rec)
+			if err != nil {
+				return nil, err
+			}
+			body = data
+			if op.Remember > 0 {
+				a = durMS(op.Remember)
+			}
+		}
+		batch := ""
+		if op.Kind == protocol.OpAck || op.Kind == protocol.OpKill {
+			batch = op.Batch
+		}
+		args = append(args, string(op.Kind), op.Lease.ID, tokenArg(op.Lease.Token), a, body, flag(op.Expired), batch, retain, next)
+	}
+	return args, nil
 }
 
 // settleKeys are the keys of settle.lua for worker c on shard s.

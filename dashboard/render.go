@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/delayq/delayq/job"
 )
 
 // pageNames are the templates under templates/, each rendered inside
@@ -129,6 +131,16 @@ var funcs = template.FuncMap{
 	"pct":       percent,
 	"result":    formatResult,
 	"pathq":     url.PathEscape, // a queue name as one path segment
+	"queueOr":   queueOr,
+}
+
+// queueOr is q, or the default queue's name when it is empty (a next job
+// of a chain that names none).
+func queueOr(q string) string {
+	if q == "" {
+		return job.DefaultQueue
+	}
+	return q
 }
 
 // escapeBidi writes the bidirectional formatting characters of s (the

@@ -79,3 +79,28 @@ func TestJobPageProgressAndResult(t *testing.T) {
 	wantStatus(t, "binary result page", r, http.StatusOK)
 	mustContain(t, "binary result page", r.body, "<pre class=\"payload\" id=\"result\" dir=\"auto\">(3 bytes, not UTF-8; base64)\n/wAB</pre>")
 }
+
+// The job page lists the jobs a job's success enqueues (job.Then), each
+// with its type, queue and when, and a link when it has an id of its own.
+func TestJobPageNextJobs(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, dashboard.Options{})
+	typ := job.New[resizeArgs]("image.resize", job.Queue("img"))
+	thumb := job.New[resizeArgs]("image.thumb", job.Queue("thumbs"))
+	first, err := thumb.Envelope(resizeArgs{}, job.In(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := thumb.Envelope(resizeArgs{}, job.ID("t<2>"), job.Then(first))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := typ.Enqueue(tb.ctx, tb.b, resizeArgs{}, job.ID("r1"), job.In(time.Hour), job.Then(first, second)); err != nil {
+		t.Fatal(err)
+	}
+	r := tb.get(t, "/queues/img/job?id=r1")
+	wantStatus(t, "job page", r, http.StatusOK)
+	mustContain(t, "job page", r.body,
+		`<dt>Then</dt><dd class="next"><bdi>image.thumb</bdi> (id from this job's) in queue <bdi>thumbs</bdi>, 1m00s after this job succeeds</dd>`,
+		`<dt>Then (2)</dt><dd class="next"><bdi>image.thumb</bdi> <a href="/queues/thumbs/job?id=t%3c2%3e"><code class="id"><bdi>t&lt;2&gt;</bdi></code></a> in queue <bdi>thumbs</bdi>, then 1 more</dd>`)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -60,6 +61,15 @@ type Result struct {
 	Snoozed bool
 	// Message is what the handler was given.
 	Message *job.Message
+	// Next are the jobs a success enqueues after the job (job.Then's,
+	// then those the handler declared with job.Next), as declared: a
+	// worker gives those without an ID job.ChainID. Nil unless the
+	// attempt succeeded.
+	Next []*job.Envelope
+	// Value is the result the handler kept (job.SetResult,
+	// job.HandleResult), kept with the job when it is retained; nil when
+	// none, or when the attempt failed.
+	Value []byte
 }
 
 // String describes the result in one line, as failure messages show it.
@@ -190,9 +200,13 @@ func (r *Runner) Attempt(ctx context.Context, env *job.Envelope, attempt int) (*
 		mws = worker.DefaultMiddleware()
 	}
 	ctx, settle := job.WithResults(ctx)
+	ctx, a := job.WithAttempt(ctx, nil)
 	err := call(ctx, job.Chain(h, mws...), m)
 	res := &Result{Outcome: job.OutcomeSuccess, Err: err, Message: m}
-	if err != nil {
+	if err == nil {
+		res.Next = slices.Concat(m.Next, a.Next())
+		res.Value, _ = a.Result()
+	} else {
 		if _, ok := retry.SnoozeDelay(err); ok && m.Snoozes >= retry.MaxSnoozes {
 			// The worker's cap: this snooze is a failed attempt.
 			err = fmt.Errorf("snoozed %d times, the cap (retry.MaxSnoozes); last: %s", m.Snoozes, err.Error())

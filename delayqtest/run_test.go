@@ -320,3 +320,48 @@ func TestRunSnooze(t *testing.T) {
 		t.Errorf("a snooze at the cap: %s, want a failed attempt", res)
 	}
 }
+
+// A run shows the next jobs a success enqueues (declared at enqueue and by
+// the handler) and the result the handler kept; a failed attempt shows
+// neither.
+func TestRunShowsNextJobsAndResult(t *testing.T) {
+	t.Parallel()
+	receipt := job.New[SMS]("sms.receipt")
+	send := job.New[SMS]("sms.send.chained")
+	reg := job.NewRegistry()
+	job.HandleResult(send, reg, func(ctx context.Context, j *job.Job[SMS]) (string, error) {
+		if j.Args.To == "+1503" {
+			next, _ := receipt.Envelope(SMS{To: "never"})
+			_ = job.Next(ctx, next)
+			return "", errUnavailable
+		}
+		next, err := receipt.Envelope(SMS{To: j.Args.To, Body: "sent: " + j.Args.Body})
+		if err != nil {
+			return "", err
+		}
+		return "msg-1", job.Next(ctx, next)
+	})
+	rn := &delayqtest.Runner{Registry: reg}
+	declared, err := receipt.Envelope(SMS{To: "ops"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := delayqtest.Run(t.Context(), rn, send, SMS{To: "+15550100", Body: "hi"}, job.Then(declared))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.RequireSuccess(t)
+	if len(res.Next) != 2 || string(res.Next[0].Payload) != `{"to":"ops","body":""}` || string(res.Next[1].Payload) != `{"to":"+15550100","body":"sent: hi"}` {
+		t.Fatalf("next jobs %+v", res.Next)
+	}
+	if string(res.Value) != `"msg-1"` {
+		t.Fatalf("result %q", res.Value)
+	}
+	failed, err := delayqtest.Run(t.Context(), rn, send, SMS{To: "+1503"}, job.Then(declared))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if failed.Outcome != job.OutcomeRetry || failed.Next != nil || failed.Value != nil {
+		t.Fatalf("failed attempt: %s, next %v, result %q", failed, failed.Next, failed.Value)
+	}
+}

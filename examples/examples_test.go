@@ -179,6 +179,32 @@ func TestOrderTimeout(t *testing.T) {
 	if len(cancelled) != 2 || !cancelled["order-1002"] || !cancelled["order-1003"] {
 		t.Errorf("cancelled %v, want order-1002 and order-1003 once each:\n%s", cancelled, out)
 	}
+
+	// Afterwards the broker tells a timeout that ran (retained, with its
+	// attempts, times and result) from one never scheduled (not found).
+	expectLines(t, out,
+		"afterwards: did an order's timeout run? The broker keeps timeouts that ran for a week (job.Retain):",
+		"order-1005: not found: never scheduled (no timeout pending, dead or run in the last week)",
+	)
+	if firstStamp(t, out, "afterwards: did an order's timeout run?") < firstStamp(t, out, "final state") {
+		t.Errorf("the broker was asked before the final state:\n%s", out)
+	}
+	ranRE := regexp.MustCompile(`(order-\d+): succeeded in (\d+) attempt\(s\), the last at \d\d:\d\d:\d\d\.\d{3} \((-?\d+)ms after the window closed, for \d+ms\); result "([^"]*)"; kept until (\d{4}-\d\d-\d\d \d\d:\d\d)`)
+	ran := map[string]string{}
+	for _, m := range ranRE.FindAllStringSubmatch(out, -1) {
+		ran[m[1]] = m[2] + " attempt(s), " + m[4]
+		if after, _ := strconv.Atoi(m[3]); after < 0 || after > 5000 {
+			t.Errorf("%s's timeout started %dms after the window closed", m[1], after)
+		}
+		until, err := time.ParseInLocation("2006-01-02 15:04", m[5], time.Local)
+		if d := time.Until(until); err != nil || d < 7*24*time.Hour-5*time.Minute || d > 7*24*time.Hour {
+			t.Errorf("%s's timeout kept until %s (%v), want a week from now", m[1], m[5], err)
+		}
+	}
+	want := map[string]string{"order-1002": "1 attempt(s), cancelled", "order-1003": "2 attempt(s), already cancelled"}
+	if len(ran) != len(want) || ran["order-1002"] != want["order-1002"] || ran["order-1003"] != want["order-1003"] {
+		t.Errorf("retained timeouts %v, want %v:\n%s", ran, want, out)
+	}
 }
 
 func TestOutbox(t *testing.T) {
@@ -295,28 +321,24 @@ func TestPipeline(t *testing.T) {
 	out := runExample(t, "pipeline", 20*time.Second)
 	expectLines(t, out,
 		"using embedded redis",
-		"batch fetch: 6 fetches added in one call, sealed; transform and store stay open",
+		"batch catalogue: 6 fetches added in one call, sealed; each step hands its record on with job.Next",
 		// A transient failure is retried.
 		"fetch     rec-3 attempt 1 failed: source answered 503 Service Unavailable; retrying with backoff",
 		"fetch     rec-3 attempt 2 failed: source answered 503 Service Unavailable; retrying with backoff",
 		"fetch     rec-3 attempt 3: ok",
 		`transform rec-1: "24.90" -> 2490 cents`,
-		"batch fetch     succeeded (success callback): 6 of 6 members",
-		"batch transform sealed: no more members can come",
 		// The poison record parks in the dead letters with its error:
-		// its stage ends, but does not succeed.
+		// the batch ends, but does not succeed.
 		`transform rec-4 attempt 1: poison input, permanent: price "4,5O" is not a number`,
-		"batch transform ended (complete callback): 5 succeeded, 1 dead",
-		"batch transform does not succeed while a member is dead: store waits for it",
+		"batch catalogue ended (complete callback): 16 steps succeeded, 1 dead",
+		"batch catalogue does not succeed while a step is dead: its record waits for a person",
 		`parked for a person: transform-rec-4 in queue transform after 1 attempt(s): transform rec-4: price "4,5O" is not a number`,
-		// The redrive after the correction completes the batch.
+		// The redrive after the correction goes on with the chain and
+		// completes the batch.
 		"a person corrects rec-4's price to 4.50 and redrives transform-rec-4",
 		`transform rec-4 attempt 1: "4,5O" corrected to "4.50" -> 450 cents`,
 		"store     rec-4: upserted",
-		"batch transform succeeded (success callback): 6 of 6 members",
-		"batch store     sealed: no more members can come",
-		"batch store     succeeded (success callback): 6 of 6 members",
-		"batch store     ended (complete callback): 6 succeeded, 0 dead",
+		"batch catalogue succeeded (success callback): 18 of 18 steps",
 		"stored 6 of 6 records:",
 		"rec-1 kettle     24.90",
 		"rec-2 toaster    39.00",
@@ -324,24 +346,32 @@ func TestPipeline(t *testing.T) {
 		"rec-4 mug         4.50",
 		"rec-5 spoon       1.20",
 		"rec-6 tray       12.00",
-		"batch fetch     6 members: 6 succeeded, 0 dead; success callback fired true, complete callback fired true",
-		"batch transform 6 members: 6 succeeded, 0 dead; success callback fired true, complete callback fired true",
-		"batch store     6 members: 6 succeeded, 0 dead; success callback fired true, complete callback fired true",
+		"batch catalogue: 18 steps, 18 succeeded, 0 dead; success callback fired true, complete callback fired true",
 		"all checks passed",
 	)
-	// The order the callbacks promise: the transform stage succeeds only
-	// after the redrive, and the store stage is sealed only then.
+	// The order the callbacks promise: the batch succeeds only after the
+	// redrive and the last step of its chain.
 	before := func(a, b string) {
 		t.Helper()
 		if firstStamp(t, out, a) > firstStamp(t, out, b) {
 			t.Errorf("%q came after %q:\n%s", a, b, out)
 		}
 	}
-	before("batch transform ended (complete callback)", "a person corrects rec-4's price")
-	before("a person corrects rec-4's price", "batch transform succeeded (success callback)")
-	before("batch transform succeeded (success callback)", "batch store     sealed")
-	if strings.Count(out, "(success callback)") != 3 || strings.Count(out, "(complete callback)") != 3 {
-		t.Errorf("want each stage's two callbacks once:\n%s", out)
+	before("batch catalogue ended (complete callback)", "a person corrects rec-4's price")
+	before("a person corrects rec-4's price", "store     rec-4: upserted")
+	before("store     rec-4: upserted", "batch catalogue succeeded (success callback)")
+	if strings.Count(out, "(success callback)") != 1 || strings.Count(out, "(complete callback)") != 1 {
+		t.Errorf("want each of the batch's callbacks once:\n%s", out)
+	}
+	// No polling loop is left in the program: the callbacks say when.
+	src, err := os.ReadFile("pipeline/main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, poll := range []string{"time.NewTicker", "time.Tick(", "time.Sleep("} {
+		if strings.Contains(string(src), poll) {
+			t.Errorf("examples/pipeline/main.go calls %s: a polling loop", poll)
+		}
 	}
 }
 

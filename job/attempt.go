@@ -12,10 +12,10 @@ import (
 )
 
 // What a handler can tell the worker about the attempt it runs: a result
-// to keep with the succeeded job (SetResult) and how far it has come
-// (ReportProgress). The worker puts an [Attempt] in the handler's context.
+// to keep with the succeeded job (SetResult), how far it has come
+// (ReportProgress) and the jobs that follow it (Next). The worker puts an [Attempt] in the handler's context.
 
-// ErrNoAttempt is returned by [SetResult] and [ReportProgress] when the
+// ErrNoAttempt is returned by [SetResult], [ReportProgress] and [Next] when the
 // context is not a handler's (no worker runs the job).
 var ErrNoAttempt = errors.New("job: the context is not a handler's: no worker runs this job")
 
@@ -41,6 +41,7 @@ type Attempt struct {
 	result    []byte
 	hasResult bool
 	progress  *Progress
+	next      []*Envelope
 }
 
 type attemptKey struct{}
@@ -64,6 +65,13 @@ func (a *Attempt) Result() ([]byte, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.result, a.hasResult
+}
+
+// Next returns the next jobs declared during the attempt ([Next]).
+func (a *Attempt) Next() []*Envelope {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.next
 }
 
 // Progress returns the last progress reported, or nil.

@@ -69,6 +69,10 @@ type Envelope struct {
 	// Retain is how long the job is kept after it succeeded, with its
 	// result, attempts and timings (job.Retain); 0 deletes it at the ack.
 	Retain time.Duration
+
+	// Next are the jobs enqueued when this one succeeds (job.Then), in
+	// order; see docs/batches.md, "Chains".
+	Next []*Envelope
 }
 
 // DefaultQueue is the queue of jobs that name none.
@@ -112,6 +116,7 @@ type wire struct {
 	Snoozes    int               `json:"sz,omitempty"`
 	Batch      string            `json:"bt,omitempty"`
 	RetainMS   int64             `json:"rt,omitempty"`
+	Next       []wireNext        `json:"n,omitempty"`
 	// Expire must stay the last field: the claim script reads it from the
 	// end of the body ("x":"<ms>" or "<ms>d" to drop) without parsing it.
 	Expire string `json:"x,omitempty"`
@@ -163,6 +168,11 @@ func (e *Envelope) MarshalBinary() ([]byte, error) {
 	if len(e.Payload) > 0 && !raw {
 		w.PayloadB = e.Payload
 	}
+	next, err := marshalNext(e.Next)
+	if err != nil {
+		return nil, err
+	}
+	w.Next = next
 	if b := e.Backoff; b != nil {
 		w.Backoff = &wireBackoff{InitialMS: ceilMS(b.Initial), Multiplier: b.Multiplier, MaxMS: ceilMS(b.Max), Jitter: b.Jitter}
 	}
@@ -261,6 +271,11 @@ func Decode(data []byte) (*Envelope, error) {
 		}
 		e.ExpireAt, e.DropExpired = time.UnixMilli(v), drop
 	}
+	next, err := decodeNext(w.Next)
+	if err != nil {
+		return nil, err
+	}
+	e.Next = next
 	switch {
 	case len(w.Payload) > 0:
 		e.Payload = []byte(w.Payload)

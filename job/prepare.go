@@ -1,6 +1,9 @@
 package job
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Prepare fills in what every enqueuer fills in when it is empty (Queue:
 // DefaultQueue; ID: [NewID], or [UniqueID] for a Unique job; CreatedAt:
@@ -65,6 +68,11 @@ func Prepare(env *Envelope, now time.Time) error {
 	for k, v := range env.Headers {
 		if err := ValidateHeader(k, v); err != nil {
 			return err
+		}
+	}
+	if len(env.Next) > 0 {
+		if err := validateChain(env.Next, now); err != nil {
+			return fmt.Errorf("job %q: %w", env.ID, err)
 		}
 	}
 	if env.CreatedAt.IsZero() {

@@ -137,6 +137,7 @@ func (t *Type[T]) Envelope(args T, opts ...Option) (*Envelope, error) {
 		Replace:     s.replace,
 		ExpireAt:    s.expireAt,
 		DropExpired: s.dropExpired,
+		Next:        s.next,
 	}
 	if s.expireIn > 0 && s.expireAt.IsZero() {
 		env.ExpireAt = time.Now().Add(s.expireIn)
@@ -237,6 +238,8 @@ type settings struct {
 	expireAt    time.Time
 	expireIn    time.Duration
 	dropExpired bool
+
+	next []*Envelope // per job only (Then)
 }
 
 // checkControls refuses options that mean nothing without another.
@@ -505,7 +508,8 @@ func (t *Type[T]) Reschedule(ctx context.Context, b Controller, id string, at ti
 }
 
 // Lookup returns the type's job id as the broker's inspection sees it
-// (scheduled, processing or dead). Errors as for broker.Broker.Job (one
+// (scheduled, processing, dead, or succeeded while retained: [Retain]).
+// Errors as for broker.Broker.Job (one
 // wrapping broker.ErrNotFound when the queue has no such job).
 func (t *Type[T]) Lookup(ctx context.Context, b Controller, id string) (*JobInfo, error) {
 	return b.Job(ctx, t.Queue(), id)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -71,6 +72,15 @@ func (w *Worker) process(ctx context.Context, claimedAt time.Time, c *protocol.C
 	}
 	if err == nil {
 		op := protocol.Op{Kind: protocol.OpAck, Lease: c.Lease, Batch: batchOf(c), Remember: remember(c.Envelope, false)}
+		if next := slices.Concat(c.Envelope.Next, attempt.Next()); len(next) > 0 {
+			if op.Next, err = w.chain(ctx, c, next); err != nil {
+				// Not acked: the attempt fails, and a later success
+				// enqueues the next jobs (those enqueued already are
+				// found pending or remembered).
+				w.fail(c, m, entry, t, err, settle)
+				return
+			}
+		}
 		if op.Retain = retain(c.Envelope, entry); op.Retain > 0 {
 			result, _ := attempt.Result()
 			op.Done = &protocol.Done{Body: c.Body, Attempts: c.Attempt, StartedAt: claimedAt, Result: result, Progress: attempt.Progress()}
@@ -81,6 +91,25 @@ func (w *Worker) process(ctx context.Context, claimedAt time.Time, c *protocol.C
 		return
 	}
 	w.fail(c, m, entry, t, err, settle)
+}
+
+// chain enqueues the next jobs of the succeeded job c that live in other
+// shards and returns those of c's shard, for its ack (job.Then, job.Next).
+// A next job the broker refuses is a permanent failure of c.
+func (w *Worker) chain(ctx context.Context, c *protocol.Claimed, next []*job.Envelope) ([]*job.Envelope, error) {
+	// The handler's deadline may have passed: the enqueue gets a lease's
+	// worth of its own.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.Lease)
+	defer cancel()
+	here, err := w.b.Chain(ctx, c.Lease, c.Envelope, next)
+	if err == nil {
+		return here, nil
+	}
+	err = fmt.Errorf("enqueue the next jobs: %w", err)
+	if errors.Is(err, job.ErrInvalid) {
+		return nil, retry.Permanent(err)
+	}
+	return nil, err
 }
 
 // record marks t as settling (its outcome is decided, so a lease lost from

@@ -39,12 +39,15 @@
 -- ARGV[5] -> wake channel
 -- ARGV[6] -> cap on dead records (< 0: none)
 -- ARGV[7] -> max age of dead records in ms (<= 0: none)
--- ARGV[8+8i .. 15+8i] -> one operation: kind, id, token, a, b, expired,
---   batch (the member's batch id, "" for a job in no batch), retain
+-- ARGV[8+9i .. 16+9i] -> one operation: kind, id, token, a, b, expired,
+--   batch (the member's batch id, "" for a job in no batch), retain, next
 --   kind "a" ack: the handler succeeded; the job is deleted; a > 0
 --            remembers the id in KEYS[10] for a ms (job.Unique); retain
 --            > 0 keeps record b in KEYS[15] .. id for retain ms
---            (job.Retain)
+--            (job.Retain); next: the job's next jobs of this shard
+--            (job.Then), four lines each: id, ready ms (0: use the
+--            delay), delay µs, envelope; stored once the acks are done,
+--            each unless its id is pending
 --   kind "r" retry: back to the schedule, ready a µs after now, with
 --            envelope b (which carries the last error)
 --   kind "k" kill: to the dead-letter store with record b, then the store
@@ -86,7 +89,7 @@ if last and string.sub(last, 1, #cid + 1) == cid .. '\n' then
   return {now_u, out}
 end
 
-local FIRST, WIDTH = 8, 8
+local FIRST, WIDTH = 8, 9
 local KINDS = {a = true, r = true, k = true, l = true, s = true}
 local ids = {}
 local remembers, kills, batched = false, false, false
@@ -156,7 +159,7 @@ local function remember_for(i, id)
   end
 end
 local current = hmget(KEYS[5], ids)
-local out, acked, seen, ended = {}, {}, {}, {}
+local out, acked, seen, ended, nexts = {}, {}, {}, {}, {}
 local failed, died = 0, 0
 for k = 1, #ids do
   local i = FIRST + WIDTH * (k - 1)
@@ -188,6 +191,9 @@ for k = 1, #ids do
     local retain = tonumber(ARGV[i + 7])
     if retain and retain > 0 then
       redis.call('SET', KEYS[15] .. id, string.format('%d', now) .. '\n' .. ARGV[i + 4], 'PX', retain)
+    end
+    if ARGV[i + 8] ~= '' then
+      nexts[#nexts + 1] = ARGV[i + 8]
     end
   elseif kind == 'r' then
     local ready = ready_after(now_u, tonumber(ARGV[i + 3]))
@@ -250,6 +256,36 @@ if #acked > 0 then
     call_chunked('HDEL', KEYS[11], acked)
   end
   history(KEYS[8], now, 'done', #acked)
+end
+if #nexts > 0 then
+  -- The next jobs of the acked jobs (job.Then), after the acks deleted
+  -- theirs: one HMGET finds the ids pending already (an earlier success of
+  -- the parent enqueued them, or another job has the id), which are left
+  -- as they are.
+  local nid, nready, nbody = {}, {}, {}
+  for _, blob in ipairs(nexts) do
+    local l = {}
+    for line in string.gmatch(blob, '([^\n]*)\n') do
+      l[#l + 1] = line
+    end
+    for j = 1, #l - 3, 4 do
+      local at = tonumber(l[j + 1])
+      if not at or at <= 0 then
+        at = ready_after(now_u, tonumber(l[j + 2]))
+      end
+      nid[#nid + 1], nready[#nready + 1], nbody[#nbody + 1] = l[j], at, l[j + 3]
+    end
+  end
+  local pending = hmget(KEYS[3], nid)
+  local stored = {}
+  for j = 1, #nid do
+    if not pending[j] and not stored[nid[j]] then
+      stored[nid[j]] = true
+      redis.call('HSET', KEYS[3], nid[j], nbody[j])
+      wake_if_earliest(KEYS[1], ARGV[5], nready[j], now)
+      redis.call('ZADD', KEYS[1], nready[j], nid[j])
+    end
+  end
 end
 if died > 0 then
   trim_dead(KEYS[6], KEYS[7], tonumber(ARGV[6]), tonumber(ARGV[7]), now)

@@ -17,7 +17,13 @@
 //     timeout moves with it (job.Replace), in one transaction again;
 //   - the handler is idempotent: it changes state and releases stock in one
 //     statement guarded by the state check, so a redelivery (here: a crash
-//     after the side effect, before the ack) releases the stock once.
+//     after the side effect, before the ack) releases the stock once;
+//   - a timeout that ran stays readable for a week (job.Retain), with its
+//     attempts, when it ran and what the handler did (its result: "cancelled",
+//     "already paid", ...), so afterwards the broker tells an order whose
+//     timeout ran (succeeded) from one that never had a timeout scheduled
+//     (broker.ErrNotFound). A timeout cancelled at payment, or one whose
+//     retention ran out, answers not found as well.
 //
 // The relay that moves the outbox to Redis runs inside the worker process,
 // as one of its services. The database is SQLite in a temporary file
@@ -56,12 +62,14 @@ type OrderRef struct {
 }
 
 // CancelUnpaid cancels an order whose payment window closed. A failed
-// attempt is retried after 200ms. Its queue is named here only: the
-// worker serves the queues of the types it handles, and the service
-// cancels with CancelUnpaid.Queue().
+// attempt is retried after 200ms. A timeout that ran is kept for a week
+// with its result, so support can still ask what it did. Its queue is
+// named here only: the worker serves the queues of the types it handles,
+// and the service cancels with CancelUnpaid.Queue().
 var CancelUnpaid = job.New[OrderRef]("order.cancel_unpaid",
 	job.Queue("orders"),
 	job.Retry(retry.Constant(200*time.Millisecond)),
+	job.Retain(7*24*time.Hour),
 )
 
 func main() {
@@ -112,7 +120,8 @@ func run() error {
 		crashOnce: map[string]bool{"order-1003": true},
 	}
 	reg := job.NewRegistry()
-	CancelUnpaid.Handle(reg, svc.HandleCancelUnpaid)
+	// The handler's result (what it did) is kept with the retained job.
+	job.HandleResult(CancelUnpaid, reg, svc.HandleCancelUnpaid)
 	// No Queues: the worker serves "orders", the queue of CancelUnpaid.
 	// The relay runs as long as the worker does.
 	w, err := worker.New(worker.Config{Broker: b, Registry: reg, Services: []worker.Service{relay}})
@@ -194,6 +203,66 @@ func run() error {
 	clock.Printf("final state (timeout jobs: scheduled %d, processing %d, dead %d; outbox rows pending %d):", st.Scheduled, st.Processing, st.Dead, lag.Pending)
 	for _, o := range orders {
 		clock.Printf("  %s %-9s stock released %d time(s)", o.ID, o.State, o.Restocked)
+	}
+
+	// Afterwards, support asks the broker: did this order's timeout run?
+	// A retained timeout answers succeeded, with what the handler did;
+	// an order that never had a timeout answers not found.
+	clock.Printf("afterwards: did an order's timeout run? The broker keeps timeouts that ran for a week (job.Retain):")
+	for _, want := range []struct {
+		id       string
+		attempts int
+		result   string
+	}{
+		{"order-1002", 1, "cancelled"},         // cancelled by its first attempt
+		{"order-1003", 2, "already cancelled"}, // the redelivery found the crashed attempt's work done
+	} {
+		if err := svc.ShowTimeout(context.Background(), b, want.id, want.attempts, want.result); err != nil {
+			return err
+		}
+	}
+	// order-1005 was never placed: no timeout was ever scheduled for it.
+	switch _, err := CancelUnpaid.Lookup(context.Background(), b, "order-1005"); {
+	case errors.Is(err, broker.ErrNotFound):
+		clock.Printf("  order-1005: not found: never scheduled (no timeout pending, dead or run in the last week)")
+	case err != nil:
+		return fmt.Errorf("look up order-1005's timeout: %w", err)
+	default:
+		return errors.New("order-1005 was never placed, yet the broker has a timeout for it")
+	}
+	return nil
+}
+
+// ShowTimeout prints what the broker keeps of order id's timeout after it
+// ran, and checks it: succeeded in attempts, not before the order's
+// deadline, with the handler's result want.
+func (s *Service) ShowTimeout(ctx context.Context, b *broker.Broker, id string, attempts int, want string) error {
+	info, err := CancelUnpaid.Lookup(ctx, b, id)
+	if err != nil {
+		return fmt.Errorf("look up %s's timeout after it ran: %w", id, err)
+	}
+	if info.State != broker.StateSucceeded {
+		return fmt.Errorf("%s's timeout is %s after it ran, want %s", id, info.State, broker.StateSucceeded)
+	}
+	result, err := job.ResultAs[string](info)
+	if err != nil {
+		return fmt.Errorf("%s's timeout: %w", id, err)
+	}
+	o, err := s.store.get(ctx, id)
+	if err != nil {
+		return err
+	}
+	after := info.StartedAt.Sub(o.Deadline)
+	s.clock.Printf("  %s: %s in %d attempt(s), the last at %s (%dms after the window closed, for %dms); result %q; kept until %s",
+		id, info.State, info.Attempts, info.StartedAt.Format("15:04:05.000"), after.Milliseconds(),
+		info.FinishedAt.Sub(info.StartedAt).Milliseconds(), result, info.ExpiresAt.Format("2006-01-02 15:04"))
+	switch {
+	case result != want:
+		return fmt.Errorf("%s's timeout has result %q, want %q", id, result, want)
+	case info.Attempts != attempts:
+		return fmt.Errorf("%s's timeout succeeded in %d attempt(s), want %d", id, info.Attempts, attempts)
+	case after < 0:
+		return fmt.Errorf("%s's timeout started %v before the order's deadline", id, -after)
 	}
 	return nil
 }
@@ -287,15 +356,17 @@ func (s *Service) wake() {
 // the state check and the side effects are one statement of the store, so
 // running it twice for one order cancels it and releases its stock once. A
 // timeout that runs before the order's deadline (an extension that lost the
-// race with a worker that had claimed the job already) waits for it.
-func (s *Service) HandleCancelUnpaid(ctx context.Context, j *job.Job[OrderRef]) error {
+// race with a worker that had claimed the job already) waits for it. Its
+// result, kept with the retained job, says what it did: "cancelled", or
+// "already paid" / "already cancelled" when there was nothing to do.
+func (s *Service) HandleCancelUnpaid(ctx context.Context, j *job.Job[OrderRef]) (string, error) {
 	id := j.Args.ID
 	o, cancelled, err := s.store.CancelIfDue(ctx, id, time.Now())
 	switch {
 	case errors.Is(err, errNotDue):
-		return retry.After(time.Until(o.Deadline), err)
+		return "", retry.After(time.Until(o.Deadline), err)
 	case err != nil:
-		return err // unknown order: retried, then dead-lettered for a person
+		return "", err // unknown order: retried, then dead-lettered for a person
 	}
 	if !cancelled {
 		why := ""
@@ -304,7 +375,7 @@ func (s *Service) HandleCancelUnpaid(ctx context.Context, j *job.Job[OrderRef]) 
 		}
 		s.clock.Printf("order.cancel_unpaid %s (attempt %d%s): order is already %s, nothing to do", id, j.Attempt, why, o.State)
 		s.done <- id
-		return nil
+		return "already " + o.State, nil
 	}
 	s.clock.Printf("order.cancel_unpaid %s (attempt %d): cancelled unpaid order, stock released (lateness %dms)",
 		id, j.Attempt, j.Lateness().Milliseconds())
@@ -316,7 +387,7 @@ func (s *Service) HandleCancelUnpaid(ctx context.Context, j *job.Job[OrderRef]) 
 		panic("simulated crash after the side effect")
 	}
 	s.done <- id
-	return nil
+	return Cancelled, nil
 }
 
 func (s *Service) crash(id string) bool {

@@ -68,10 +68,11 @@ func (bd *bundle) order(t *testing.T, id string) Order {
 	return o
 }
 
-// runner returns a Runner with the service's handler.
+// runner returns a Runner with the service's handler, registered as the
+// program registers it.
 func (bd *bundle) runner() *delayqtest.Runner {
 	reg := job.NewRegistry()
-	CancelUnpaid.Handle(reg, bd.svc.HandleCancelUnpaid)
+	job.HandleResult(CancelUnpaid, reg, bd.svc.HandleCancelUnpaid)
 	return &delayqtest.Runner{Registry: reg}
 }
 

@@ -1,38 +1,38 @@
 // Command pipeline runs records through three steps — fetch, transform,
-// store — each a job type on its own queue, each handing the record to the
-// next. One worker serves the three queues by weight, favouring the steps
-// nearer the end so that records already under way finish first.
+// store — each a job type on its own queue. One worker serves the queues
+// by weight, favouring the steps nearer the end so that records already
+// under way finish first.
 //
-// Each step is a stage, and each stage is a batch of that step's jobs
-// (broker.CreateBatch). Nothing polls to learn how far the records got: a
-// stage's callback jobs say it.
+// Each record is a chain: a step that succeeds declares the next step of
+// its record with job.Next, with the arguments it produced, and the worker
+// enqueues it with the step's acknowledgement (docs/batches.md, "Chains").
+// A step that fails hands nothing on.
 //
-//   - Its success callback runs once every member succeeded. Then no more
-//     records can reach the next stage, so the callback seals the next
-//     stage's batch; after the last stage the pipeline is done.
-//   - Its complete callback runs once every member ended, succeeded or
-//     dead. With a member dead, the success callback waits: the record is
-//     parked in the dead letters for a person, and the stages after it
-//     stay open for it.
+// The records are one batch (broker.CreateBatch): the fetches are its
+// members, and the next steps of a member join it, so the batch's callbacks
+// say how far the records got. Nothing polls.
+//
+//   - Its success callback runs once every step of every record succeeded:
+//     the pipeline is done.
+//   - Its complete callback runs once every chain ended, some with a step
+//     dead. The success callback then waits: the record is parked in the
+//     dead letters for a person.
 //
 // The run shows:
 //
 //   - a fetch that fails transiently (the source answers 503 twice) is
 //     retried with backoff and goes on;
 //   - a poison record (a price that does not parse) fails permanently in
-//     transform and parks in the dead letters with its error; the
-//     transform stage ends (complete callback) but does not succeed;
-//   - a person corrects the price and redrives the dead job: it succeeds,
-//     which moves it from dead to succeeded in its batch, so the transform
-//     stage succeeds after all, the store stage is sealed and every record
-//     is stored.
+//     transform and parks in the dead letters with its error; the batch
+//     ends (complete callback) but does not succeed;
+//   - a person corrects the price and redrives the dead step: it succeeds
+//     and hands the record on to store, which joins the batch; once it is
+//     stored, the batch succeeds.
 //
-// Each hand-off adds the next step to its stage with a job id derived from
-// the record ("transform-rec-3") before the step is acknowledged, so a
-// stage cannot succeed while a hand-off of it is missing. A step that runs
-// twice (at-least-once) adds the same member again, which its batch counts
-// once; the store step is an upsert, so storing a record twice leaves one
-// row.
+// Each step's next step has an id derived from the record
+// ("transform-rec-3"), so a step that runs twice (at-least-once) hands on
+// the same job, which the broker enqueues once and the batch counts once;
+// the store step is an upsert, so storing a record twice leaves one row.
 //
 //	go run ./examples/pipeline                 # embedded Redis
 //	REDIS_URL=redis://127.0.0.1:6379/0 go run ./examples/pipeline
@@ -83,27 +83,26 @@ type (
 // fast is the backoff of every step: 100ms, 200ms, 400ms, … ±20 %.
 var fast = job.Retry(retry.Exponential{Initial: 100 * time.Millisecond, Multiplier: 2, Max: time.Second, Jitter: 0.2})
 
-// The three steps, one queue each. A stage's batch has the id of its
-// step's queue.
+// The three steps, one queue each.
 var (
 	Fetch     = job.New[FetchArgs]("pipeline.fetch", job.Queue("fetch"), job.MaxRetries(5), fast)
 	Transform = job.New[Raw]("pipeline.transform", job.Queue("transform"), job.MaxRetries(5), fast)
 	Store     = job.New[Product]("pipeline.store", job.Queue("store"), job.MaxRetries(5), fast)
 )
 
-// StageArgs names a stage and the stage after it ("" after the last).
-type StageArgs struct {
-	Stage string `json:"stage"`
-	Next  string `json:"next"`
+// BatchArgs names the batch of the run's records.
+type BatchArgs struct {
+	Batch string `json:"batch"`
 }
 
-// The callbacks of every stage's batch.
+// The callbacks of the batch.
 var (
-	StageSucceeded = job.New[StageArgs]("pipeline.stage_succeeded", job.Queue("stages"))
-	StageEnded     = job.New[StageArgs]("pipeline.stage_ended", job.Queue("stages"))
+	CatalogueStored = job.New[BatchArgs]("pipeline.catalogue_stored", job.Queue("callbacks"))
+	CatalogueEnded  = job.New[BatchArgs]("pipeline.catalogue_ended", job.Queue("callbacks"))
 )
 
-var stages = []StageArgs{{"fetch", "transform"}, {"transform", "store"}, {"store", ""}}
+// catalogue is the id of the batch of the run's records.
+const catalogue = "catalogue"
 
 func main() {
 	if err := run(); err != nil {
@@ -147,7 +146,7 @@ func run() error {
 		Broker:   b,
 		Registry: reg,
 		Queues: []worker.Queue{{Name: "fetch", Weight: 1}, {Name: "transform", Weight: 2}, {Name: "store", Weight: 3},
-			{Name: "stages", Weight: 3}},
+			{Name: "callbacks", Weight: 3}},
 	})
 	if err != nil {
 		return err
@@ -157,21 +156,19 @@ func run() error {
 	workerDone := make(chan error, 1)
 	go func() { workerDone <- w.Run(workerCtx) }()
 
-	// One batch per stage, all open; the fetches go in, and the fetch
-	// stage is sealed: it is the only one whose members are all known.
-	for _, s := range stages {
-		ok, err := StageSucceeded.Envelope(s)
-		if err != nil {
-			return err
-		}
-		ended, err := StageEnded.Envelope(s)
-		if err != nil {
-			return err
-		}
-		// The demo's records need not outlive it by the default week.
-		if _, err := b.CreateBatch(ctx, broker.BatchSpec{ID: s.Stage, OnSuccess: ok, OnComplete: ended, Keep: time.Hour}); err != nil {
-			return err
-		}
+	// One batch for the records; the fetches go in, and it is sealed: the
+	// later steps join it as the records go on.
+	stored, err := CatalogueStored.Envelope(BatchArgs{catalogue})
+	if err != nil {
+		return err
+	}
+	ended, err := CatalogueEnded.Envelope(BatchArgs{catalogue})
+	if err != nil {
+		return err
+	}
+	// The demo's records need not outlive it by the default week.
+	if _, err := b.CreateBatch(ctx, broker.BatchSpec{ID: catalogue, OnSuccess: stored, OnComplete: ended, Keep: time.Hour}); err != nil {
+		return err
 	}
 	records := []string{"rec-1", "rec-2", "rec-3", "rec-4", "rec-5", "rec-6"}
 	fetches := make([]*job.Envelope, len(records))
@@ -180,30 +177,29 @@ func run() error {
 			return err
 		}
 	}
-	if err := b.AddToBatch(ctx, "fetch", fetches...); err != nil {
+	if err := b.AddToBatch(ctx, catalogue, fetches...); err != nil {
 		return err
 	}
-	if err := b.SealBatch(ctx, "fetch"); err != nil {
+	if err := b.SealBatch(ctx, catalogue); err != nil {
 		return err
 	}
-	clock.Printf("batch fetch: %d fetches added in one call, sealed; transform and store stay open", len(fetches))
+	clock.Printf("batch %s: %d fetches added in one call, sealed; each step hands its record on with job.Next", catalogue, len(fetches))
 
-	// A stage ended with a member dead: that is the person's cue.
-	var parked string
+	// The batch ended with a step dead: that is the person's cue.
 	select {
-	case parked = <-p.parked:
+	case <-p.parked:
 	case <-p.done:
 		return errors.New("the pipeline succeeded with the poison record in it")
 	case <-ctx.Done():
-		return fmt.Errorf("timed out before a stage ended with a dead member: %s", p.statuses(context.Background()))
+		return fmt.Errorf("timed out before the batch ended with a dead step: %s", p.status(context.Background()))
 	}
 	dead := deadletter.New(b)
-	page, err := dead.List(ctx, parked, deadletter.ListOptions{})
+	page, err := dead.List(ctx, Transform.Queue(), deadletter.ListOptions{})
 	if err != nil {
 		return err
 	}
 	if len(page.Records) != 1 || page.Records[0].ID != "transform-rec-4" {
-		return fmt.Errorf("stage %s parked %d jobs, want transform-rec-4 alone", parked, len(page.Records))
+		return fmt.Errorf("%d steps parked in transform, want transform-rec-4 alone", len(page.Records))
 	}
 	r := page.Records[0]
 	clock.Printf("parked for a person: %s in queue %s after %d attempt(s): %s", r.ID, r.Queue, r.Attempts, r.Error)
@@ -218,7 +214,7 @@ func run() error {
 	select {
 	case <-p.done:
 	case <-ctx.Done():
-		return fmt.Errorf("timed out after the redrive: %s", p.statuses(context.Background()))
+		return fmt.Errorf("timed out after the redrive: %s", p.status(context.Background()))
 	}
 	stopWorker()
 	if err := <-workerDone; err != nil {
@@ -227,9 +223,9 @@ func run() error {
 	return p.report(context.Background(), records)
 }
 
-// report prints the warehouse and the stages, and checks them: every record
-// stored with its price, every stage's members succeeded, each callback
-// run once, the transform stage ended once with the poison record dead.
+// report prints the warehouse and the batch, and checks them: every record
+// stored with its price, every step of every record succeeded, each
+// callback run once, the batch ended once with the poison record dead.
 func (p *Pipeline) report(ctx context.Context, records []string) error {
 	rows := p.rows()
 	p.clock.Printf("stored %d of %d records:", len(rows), len(records))
@@ -244,28 +240,24 @@ func (p *Pipeline) report(ctx context.Context, records []string) error {
 	if len(rows) != len(records) {
 		problems = append(problems, fmt.Sprintf("%d records stored, want %d", len(rows), len(records)))
 	}
-	for _, s := range stages {
-		st, err := p.broker.Batch(ctx, s.Stage)
-		if err != nil {
-			return err
-		}
-		p.clock.Printf("batch %-9s %d members: %d succeeded, %d dead; success callback fired %t, complete callback fired %t",
-			s.Stage, st.Total, st.Succeeded, st.Dead, st.SuccessFired, st.CompleteFired)
-		if st.Total != len(records) || st.Succeeded != st.Total || !st.SuccessFired || !st.CompleteFired {
-			problems = append(problems, fmt.Sprintf("batch %s: %+v", s.Stage, *st))
-		}
+	st, err := p.broker.Batch(ctx, catalogue)
+	if err != nil {
+		return err
+	}
+	p.clock.Printf("batch %s: %d steps, %d succeeded, %d dead; success callback fired %t, complete callback fired %t",
+		catalogue, st.Total, st.Succeeded, st.Dead, st.SuccessFired, st.CompleteFired)
+	if st.Total != 3*len(records) || st.Succeeded != st.Total || !st.SuccessFired || !st.CompleteFired {
+		problems = append(problems, fmt.Sprintf("batch %s: %+v, want %d steps all succeeded", catalogue, *st, 3*len(records)))
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, s := range stages {
-		for _, name := range []string{broker.SuccessID(s.Stage), broker.CompleteID(s.Stage)} {
-			if n := p.callbacks[name]; n != 1 {
-				problems = append(problems, fmt.Sprintf("callback %s ran %d times, want once", name, n))
-			}
+	for _, name := range []string{broker.SuccessID(catalogue), broker.CompleteID(catalogue)} {
+		if n := p.callbacks[name]; n != 1 {
+			problems = append(problems, fmt.Sprintf("callback %s ran %d times, want once", name, n))
 		}
 	}
-	if d := p.deadAtEnd["transform"]; d != 1 {
-		problems = append(problems, fmt.Sprintf("the transform stage ended with %d dead, want 1", d))
+	if p.deadAtEnd != 1 {
+		problems = append(problems, fmt.Sprintf("the batch ended with %d steps dead, want 1", p.deadAtEnd))
 	}
 	if len(problems) > 0 {
 		return errors.New(strings.Join(problems, "; "))
@@ -274,48 +266,38 @@ func (p *Pipeline) report(ctx context.Context, records []string) error {
 	return nil
 }
 
-// batcher adds members to a batch: the broker, or a stand-in in tests.
-type batcher interface {
-	AddToBatch(ctx context.Context, id string, members ...*job.Envelope) error
-}
-
-// Pipeline holds the handlers of the three steps and of the stages'
+// Pipeline holds the handlers of the three steps and of the batch's
 // callbacks.
 type Pipeline struct {
-	broker *broker.Broker // seals and reads the stages' batches
-	jobs   batcher        // takes the hand-offs
+	broker *broker.Broker // reads the batch
 	source string
 	client *http.Client
 	clock  *demo.Clock
 
-	parked   chan string   // a stage that ended with members dead
-	done     chan struct{} // closed when the last stage succeeded and both its callbacks ran
+	parked   chan struct{} // the batch ended with steps dead
+	done     chan struct{} // closed when the batch succeeded and both its callbacks ran
 	doneOnce sync.Once
 
 	mu          sync.Mutex
 	warehouse   map[string]Product
 	corrections map[string]string // record -> price, entered by a person
 	callbacks   map[string]int    // callback job id -> runs
-	deadAtEnd   map[string]int    // stage -> dead members when it ended
+	deadAtEnd   int               // dead steps when the batch ended
 }
 
 func newPipeline(b *broker.Broker, source string, client *http.Client, clock *demo.Clock) *Pipeline {
-	p := &Pipeline{broker: b, source: source, client: client, clock: clock,
-		parked: make(chan string, len(stages)), done: make(chan struct{}),
+	return &Pipeline{broker: b, source: source, client: client, clock: clock,
+		parked: make(chan struct{}, 1), done: make(chan struct{}),
 		warehouse: map[string]Product{}, corrections: map[string]string{},
-		callbacks: map[string]int{}, deadAtEnd: map[string]int{}}
-	if b != nil {
-		p.jobs = b
-	}
-	return p
+		callbacks: map[string]int{}}
 }
 
 func (p *Pipeline) register(reg *job.Registry) {
 	Fetch.Handle(reg, p.fetch)
 	Transform.Handle(reg, p.transform)
 	Store.Handle(reg, p.store)
-	StageSucceeded.Handle(reg, p.stageSucceeded)
-	StageEnded.Handle(reg, p.stageEnded)
+	CatalogueStored.Handle(reg, p.catalogueStored)
+	CatalogueEnded.Handle(reg, p.catalogueEnded)
 }
 
 // fetch downloads a record and hands it to transform.
@@ -341,7 +323,7 @@ func (p *Pipeline) fetch(ctx context.Context, j *job.Job[FetchArgs]) error {
 		return fmt.Errorf("fetch %s: %w", j.Args.Record, err)
 	}
 	p.clock.Printf("fetch     %s attempt %d: ok", raw.Record, j.Attempt)
-	return handOff(ctx, p.jobs, Transform, raw, "transform-"+raw.Record)
+	return handOn(ctx, Transform, raw, "transform-"+raw.Record)
 }
 
 // transform parses the price, or the correction a person entered for it.
@@ -365,7 +347,7 @@ func (p *Pipeline) transform(ctx context.Context, j *job.Job[Raw]) error {
 	} else {
 		p.clock.Printf("transform %s: %q -> %d cents", j.Args.Record, price, cents)
 	}
-	return handOff(ctx, p.jobs, Store, Product{Record: j.Args.Record, Name: j.Args.Name, Cents: cents}, "store-"+j.Args.Record)
+	return handOn(ctx, Store, Product{Record: j.Args.Record, Name: j.Args.Name, Cents: cents}, "store-"+j.Args.Record)
 }
 
 // store upserts the product by record id, so storing it twice leaves one row.
@@ -377,87 +359,69 @@ func (p *Pipeline) store(ctx context.Context, j *job.Job[Product]) error {
 	return nil
 }
 
-// stageSucceeded runs once every member of a stage succeeded. Every
-// record has then been handed to the next stage, so that batch is sealed:
-// it succeeds in turn once those members have. A stage with a member dead
-// does not get here until the member is redriven and succeeds, so the next
-// stage stays open for its hand-off. Sealing twice (a callback run again)
-// changes nothing.
-func (p *Pipeline) stageSucceeded(ctx context.Context, j *job.Job[StageArgs]) error {
-	st, err := p.stage(ctx, j)
+// catalogueStored runs once every step of every record succeeded: the
+// batch's success callback.
+func (p *Pipeline) catalogueStored(ctx context.Context, j *job.Job[BatchArgs]) error {
+	st, err := p.batch(ctx, j)
 	if err != nil {
 		return err
 	}
-	p.clock.Printf("batch %-9s succeeded (success callback): %d of %d members", st.ID, st.Succeeded, st.Total)
-	if j.Args.Next == "" {
-		p.lastRan()
-		return nil
-	}
-	if err := p.broker.SealBatch(ctx, j.Args.Next); err != nil {
-		return err
-	}
-	p.clock.Printf("batch %-9s sealed: no more members can come", j.Args.Next)
+	p.clock.Printf("batch %s succeeded (success callback): %d of %d steps", st.ID, st.Succeeded, st.Total)
+	p.lastRan()
 	return nil
 }
 
-// stageEnded runs once every member of a stage ended, succeeded or dead.
-// With none dead the success callback does the rest; with some, they wait
-// in the dead letters, and the program is told.
-func (p *Pipeline) stageEnded(ctx context.Context, j *job.Job[StageArgs]) error {
-	st, err := p.stage(ctx, j)
+// catalogueEnded runs once every record's chain ended, its last step
+// succeeded or dead: the batch's complete callback. With none dead the
+// success callback follows; with some, they wait in the dead letters, and
+// the program is told.
+func (p *Pipeline) catalogueEnded(ctx context.Context, j *job.Job[BatchArgs]) error {
+	st, err := p.batch(ctx, j)
 	if err != nil {
 		return err
 	}
-	p.clock.Printf("batch %-9s ended (complete callback): %d succeeded, %d dead", st.ID, st.Succeeded, st.Dead)
+	p.clock.Printf("batch %s ended (complete callback): %d steps succeeded, %d dead", st.ID, st.Succeeded, st.Dead)
 	p.mu.Lock()
-	p.deadAtEnd[st.ID] = st.Dead
+	p.deadAtEnd = st.Dead
 	p.mu.Unlock()
 	if st.Dead > 0 {
-		p.clock.Printf("batch %-9s does not succeed while a member is dead: %s waits for it", st.ID, j.Args.Next)
+		p.clock.Printf("batch %s does not succeed while a step is dead: its record waits for a person", st.ID)
 		select {
-		case p.parked <- st.ID:
+		case p.parked <- struct{}{}:
 		default: // told already
 		}
 	}
-	if j.Args.Next == "" {
-		p.lastRan()
-	}
+	p.lastRan()
 	return nil
 }
 
-// lastRan closes done once both callbacks of the last stage ran: the
-// worker may run them in either order, and the program checks both.
+// lastRan closes done once both callbacks ran and the batch succeeded:
+// the worker may run them in either order, and the program checks both.
 func (p *Pipeline) lastRan() {
-	last := stages[len(stages)-1].Stage
 	p.mu.Lock()
-	both := p.callbacks[broker.SuccessID(last)] > 0 && p.callbacks[broker.CompleteID(last)] > 0
+	both := p.callbacks[broker.SuccessID(catalogue)] > 0 && p.callbacks[broker.CompleteID(catalogue)] > 0
 	p.mu.Unlock()
 	if both {
 		p.doneOnce.Do(func() { close(p.done) })
 	}
 }
 
-// stage counts a callback's run and reads the batch it is about, named by
+// batch counts a callback's run and reads the batch it is about, named by
 // the callback's batch header.
-func (p *Pipeline) stage(ctx context.Context, j *job.Job[StageArgs]) (*broker.BatchStatus, error) {
+func (p *Pipeline) batch(ctx context.Context, j *job.Job[BatchArgs]) (*broker.BatchStatus, error) {
 	p.mu.Lock()
 	p.callbacks[j.ID]++
 	p.mu.Unlock()
 	return p.broker.Batch(ctx, j.Headers[broker.BatchHeader])
 }
 
-// statuses describes the stages, for an error.
-func (p *Pipeline) statuses(ctx context.Context) string {
-	var out []string
-	for _, s := range stages {
-		st, err := p.broker.Batch(ctx, s.Stage)
-		if err != nil {
-			out = append(out, err.Error())
-			continue
-		}
-		out = append(out, fmt.Sprintf("%s %+v", s.Stage, *st))
+// status describes the batch, for an error.
+func (p *Pipeline) status(ctx context.Context) string {
+	st, err := p.broker.Batch(ctx, catalogue)
+	if err != nil {
+		return err.Error()
 	}
-	return strings.Join(out, "; ")
+	return fmt.Sprintf("%+v", *st)
 }
 
 // correct records a person's correction of a record's price.
@@ -467,17 +431,16 @@ func (p *Pipeline) correct(record, price string) {
 	p.corrections[record] = price
 }
 
-// handOff adds the next step of a record to that step's stage, with an id
-// derived from the record. It runs before this step is acknowledged, so
-// the next stage holds the record before this one can succeed and seal
-// it. A step that runs again adds the same member again: the batch counts
-// it once, and takes the job found pending as the one added before.
-func handOff[T any](ctx context.Context, b batcher, step *job.Type[T], args T, id string) error {
+// handOn declares the next step of a record, with an id derived from the
+// record: the worker enqueues it when this step succeeds, and a step that
+// runs again hands on the same job, which is enqueued once. Being the next
+// step of a batch member, it joins the batch.
+func handOn[T any](ctx context.Context, step *job.Type[T], args T, id string) error {
 	env, err := step.Envelope(args, job.ID(id))
 	if err != nil {
 		return err
 	}
-	return b.AddToBatch(ctx, step.Queue(), env)
+	return job.Next(ctx, env)
 }
 
 func (p *Pipeline) rows() []Product {

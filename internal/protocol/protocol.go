@@ -139,6 +139,10 @@ type Op struct {
 	Retain time.Duration
 	// Done (OpAck with Retain): what is kept of the succeeded job.
 	Done *Done
+	// Next (OpAck): the next jobs of the succeeded job (job.Then,
+	// job.Next) that live in its shard, as Chain returned them: stored in
+	// the call that acks it, unless their ids are pending there already.
+	Next []*job.Envelope
 }
 
 // Done is what a retained succeeded job keeps (broker.Broker.Job reads it
@@ -206,6 +210,16 @@ type Broker interface {
 	// by its token (an error wrapping broker.ErrLeaseLost when the lease
 	// is gone), and returns the server's time of it.
 	Progress(ctx context.Context, l Lease, p job.Progress) (time.Time, error)
+	// Chain prepares the next jobs of the job of lease parent, whose
+	// envelope is env (job.Then, job.Next), for its ack: a next job
+	// without an id gets job.ChainID. Those that live in another shard are
+	// enqueued here, remembered for job.ChainRemember after they end (an id
+	// found pending or remembered counts as enqueued); so are all next jobs
+	// of a batch member, which join its batch. Those of parent's shard are
+	// returned, for Settle to store with the ack. Errors wrap
+	// job.ErrInvalid for a next job the broker refuses; any error means
+	// the parent must not be acked.
+	Chain(ctx context.Context, parent Lease, env *job.Envelope, next []*job.Envelope) ([]*job.Envelope, error)
 	// EndBatch counts the endings of batch members of s into their
 	// batches, enqueues the callbacks that became due, and drops the
 	// records Settle kept. It may be repeated: an ending counts once.

@@ -53,6 +53,18 @@ type jobJSON struct {
 	FinishedAt   *string       `json:"finished_at,omitempty"`
 	ExpiresAt    *string       `json:"expires_at,omitempty"`
 	Progress     *progressJSON `json:"progress,omitempty"`
+	// The jobs enqueued when it succeeds (job.Then).
+	Next []nextJSON `json:"next,omitempty"`
+}
+
+// nextJSON is a next job of a chain, as its parent declares it.
+type nextJSON struct {
+	Type    string  `json:"type"`
+	Queue   string  `json:"queue"`
+	ID      string  `json:"id,omitempty"` // empty: job.ChainID of the parent
+	DelayMS int64   `json:"delay_ms,omitempty"`
+	ReadyAt *string `json:"ready_at,omitempty"`
+	Then    int     `json:"then,omitempty"` // next jobs of its own
 }
 
 // progressJSON is the last progress a handler reported.
@@ -98,6 +110,10 @@ func toJobJSON(j *broker.JobInfo) jobJSON {
 		if out.LastError == "" {
 			out.LastError = e.LastError
 		}
+		for _, n := range e.Next {
+			out.Next = append(out.Next, nextJSON{Type: n.Type, Queue: queueOr(n.Queue), ID: n.ID,
+				DelayMS: n.Delay.Milliseconds(), ReadyAt: jsonTime(n.At), Then: len(n.Next)})
+		}
 	} else {
 		if j.Err != nil {
 			out.Corrupt = j.Err.Error()
@@ -105,6 +121,33 @@ func toJobJSON(j *broker.JobInfo) jobJSON {
 		out.Body = base64.StdEncoding.EncodeToString(j.Body)
 	}
 	return out
+}
+
+// nextText describes a next job of a chain in one line.
+func nextText(n *job.Envelope) string {
+	id := n.ID
+	if id == "" {
+		id = "(id from this job's)"
+	}
+	s := n.Type + " " + id + " in queue " + queueOr(n.Queue)
+	switch {
+	case !n.At.IsZero():
+		s += ", ready at " + fmtTime(n.At)
+	case n.Delay > 0:
+		s += ", " + fmtDur(n.Delay) + " after this job succeeds"
+	}
+	if len(n.Next) > 0 {
+		s += fmt.Sprintf(", then %d more", len(n.Next))
+	}
+	return s
+}
+
+// queueOr is q, or the default queue's name when it is empty.
+func queueOr(q string) string {
+	if q == "" {
+		return job.DefaultQueue
+	}
+	return q
 }
 
 func jobType(j *broker.JobInfo) string {
@@ -364,6 +407,13 @@ func (a *app) showJob(j *broker.JobInfo) error {
 	}
 	t.row("Last error:", orDash(clip(lastErr, 200)))
 	t.row("Payload:", payloadText(e.Payload))
+	for i, n := range e.Next {
+		label := ""
+		if i == 0 {
+			label = "Then:"
+		}
+		t.row(label, nextText(n))
+	}
 	if err := t.flush(); err != nil {
 		return err
 	}

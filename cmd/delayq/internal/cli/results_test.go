@@ -142,3 +142,45 @@ func hasRow(out, label, value string) bool {
 	}
 	return false
 }
+
+// jobs show lists the jobs a job's success enqueues (job.Then), in the
+// table and in JSON.
+func TestJobsShowNextJobs(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	typ := job.New[resizeArgs]("image.resize", job.Queue("img"))
+	thumb := job.New[resizeArgs]("image.thumb", job.Queue("thumbs"))
+	last, err := thumb.Envelope(resizeArgs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := thumb.Envelope(resizeArgs{}, job.In(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := thumb.Envelope(resizeArgs{}, job.ID("t-2"), job.Then(last))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := typ.Enqueue(tb.ctx, tb.b, resizeArgs{}, job.ID("r1"), job.In(time.Hour), job.Then(first, second)); err != nil {
+		t.Fatal(err)
+	}
+	out := tb.ok(t, "jobs", "show", "r1", "--queue", "img")
+	if !hasRow(out, "Then:", "image.thumb (id from this job's) in queue thumbs, 1m") ||
+		!strings.Contains(out, "image.thumb t-2 in queue thumbs, then 1 more") {
+		t.Errorf("jobs show lacks the next jobs:\n%s", out)
+	}
+	var got struct {
+		Next []struct {
+			Type    string `json:"type"`
+			Queue   string `json:"queue"`
+			ID      string `json:"id"`
+			DelayMS int64  `json:"delay_ms"`
+			Then    int    `json:"then"`
+		} `json:"next"`
+	}
+	tb.okJSON(t, &got, "jobs", "show", "r1", "--queue", "img")
+	if len(got.Next) != 2 || got.Next[0].DelayMS != 60_000 || got.Next[0].ID != "" || got.Next[1].ID != "t-2" || got.Next[1].Then != 1 || got.Next[1].Queue != "thumbs" {
+		t.Errorf("jobs show --json next: %+v", got.Next)
+	}
+}

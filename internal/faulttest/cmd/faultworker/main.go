@@ -13,6 +13,7 @@
 //	FAULTWORKER_LEASE    lease (default 2s)
 //	FAULTWORKER_CONCURRENCY  handler slots (default 16)
 //	FAULTWORKER_SPANS    "1": also record when each handler starts and ends
+//	FAULTWORKER_CHAINED  "1": also handle fault.chained jobs in queue "chained"
 //
 // Each handling appends "id name attempt outcome" to the list NS:log before
 // the handler returns, outcome being ok, fail or poison. With
@@ -49,6 +50,10 @@ type Args struct {
 
 // Fault is the crash suite's job type.
 var Fault = job.New[Args]("fault.crash", job.MaxRetries(6), job.Retry(retry.Constant(20*time.Millisecond)))
+
+// Chained is the type of the chain suite's next jobs in queue "chained",
+// handled as Fault is, with FAULTWORKER_CHAINED=1.
+var Chained = job.New[Args]("fault.chained", job.Queue("chained"), job.MaxRetries(6), job.Retry(retry.Constant(20*time.Millisecond)))
 
 func main() {
 	if err := run(); err != nil {
@@ -107,7 +112,7 @@ func run() error {
 		}
 		return nil
 	}
-	Fault.Handle(reg, func(ctx context.Context, j *job.Job[Args]) error {
+	handle := func(ctx context.Context, j *job.Job[Args]) error {
 		if err := span(ctx, "start", j); err != nil {
 			return err
 		}
@@ -129,7 +134,12 @@ func run() error {
 			return err
 		}
 		return result
-	})
+	}
+	Fault.Handle(reg, handle)
+	if os.Getenv("FAULTWORKER_CHAINED") == "1" {
+		// The chain suite's next jobs of another queue (and slot).
+		Chained.Handle(reg, handle)
+	}
 	logger := zerolog.New(os.Stderr).Level(zerolog.WarnLevel).With().Timestamp().Str("worker", name).Logger()
 	w, err := worker.New(worker.Config{
 		Broker:            b,
