@@ -180,9 +180,9 @@ func Tracing(opts ...TracingOption) job.Middleware {
 				defer span.End()
 				return next.Handle(ctx, m)
 			}
-			return observe(ctx, m, next, func(res job.Result, end time.Time) {
-				finishConsumer(span, m, res, end)
-			})
+			a := consumerAttempts.Get().(*consumerAttempt)
+			a.span, a.m = span, m
+			return observeAttempt(ctx, m, next, a)
 		})
 	}
 }
@@ -235,16 +235,45 @@ func (ct *consumerTracer) spanName(q string) string {
 	return name
 }
 
-// finishConsumer records the message's attributes and the attempt's
-// result on its span and ends it at end.
-func finishConsumer(span trace.Span, m *job.Message, res job.Result, end time.Time) {
+// consumerAttempt is what Tracing keeps of one recorded attempt until the
+// worker settles it. They are pooled: with its callback bound once and room
+// for the attributes, an attempt's bookkeeping allocates nothing.
+type consumerAttempt struct {
+	span trace.Span
+	m    *job.Message
+	end  time.Time
+	cb   func(job.Result) // a.settled, bound once
+	kvs  [12]attribute.KeyValue
+	opts [1]trace.SpanEndOption
+}
+
+var consumerAttempts sync.Pool
+
+func init() {
+	// Set here: New refers to done, which puts into the pool.
+	consumerAttempts.New = func() any {
+		a := &consumerAttempt{}
+		a.cb = a.settled
+		return a
+	}
+}
+
+func (a *consumerAttempt) callback() func(job.Result) { return a.cb }
+func (a *consumerAttempt) returned()                  { a.end = time.Now() }
+func (a *consumerAttempt) settled(res job.Result)     { a.done(res, a.end) }
+
+// done records the message's attributes and the attempt's result on the
+// span, ends it at end and puts a back in the pool: the callback runs once
+// (job.OnResult), and nothing holds a afterwards.
+func (a *consumerAttempt) done(res job.Result, end time.Time) {
+	span, m := a.span, a.m
 	// One SetAttributes call: each call may copy the span's attributes.
+	// The SDK copies them, so a.kvs is free again once it returned.
 	q := m.Queue
 	if q == "" {
 		q = job.DefaultQueue
 	}
-	kvs := make([]attribute.KeyValue, 0, 12)
-	kvs = append(kvs,
+	kvs := append(a.kvs[:0],
 		semconv.MessagingSystemKey.String(System),
 		semconv.MessagingOperationName("process"),
 		semconv.MessagingOperationTypeProcess,
@@ -279,7 +308,12 @@ func finishConsumer(span trace.Span, m *job.Message, res job.Result, end time.Ti
 	if res.Outcome == job.OutcomeDead {
 		span.AddEvent(EventDeadLettered, trace.WithTimestamp(end))
 	}
-	span.End(trace.WithTimestamp(end))
+	a.opts[0] = trace.WithTimestamp(end)
+	span.End(a.opts[:]...)
+	clear(kvs) // drop what the pooled arrays would keep alive
+	a.opts[0] = nil
+	a.span, a.m, a.end = nil, nil, time.Time{}
+	consumerAttempts.Put(a)
 }
 
 // statusText is the first line of err's message, at most 256 bytes: enough
