@@ -84,7 +84,13 @@ func WithNewTrace() TracingOption {
 
 // DefaultPropagator is the propagator of [Tracing] and [EnqueueTracing]
 // unless [WithPropagator] says otherwise: W3C Trace Context and Baggage.
-var DefaultPropagator propagation.TextMapPropagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+var DefaultPropagator propagation.TextMapPropagator = defaultPropagator
+
+// defaultPropagator is DefaultPropagator's value; [Tracing] recognises it
+// (by pointer) to read the common case, a traceparent alone, itself.
+var defaultPropagator = &w3cPropagator{propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})}
+
+type w3cPropagator struct{ propagation.TextMapPropagator }
 
 func newTracingConfig(opts []TracingOption) tracingConfig {
 	c := tracingConfig{prop: DefaultPropagator}
@@ -171,7 +177,8 @@ func EnqueueTracing(opts ...TracingOption) job.EnqueueMiddleware {
 // the event delayq.dead_lettered.
 func Tracing(opts ...TracingOption) job.Middleware {
 	c := newTracingConfig(opts)
-	ct := &consumerTracer{tracer: c.tp.Tracer(ScopeName), prop: c.prop, newRoot: c.newRoot}
+	ct := &consumerTracer{tracer: c.tp.Tracer(ScopeName), prop: c.prop, newRoot: c.newRoot,
+		w3c: c.prop == propagation.TextMapPropagator(defaultPropagator)}
 	return func(next job.Handler) job.Handler {
 		return job.HandlerFunc(func(ctx context.Context, m *job.Message) error {
 			ctx, span := ct.start(ctx, m)
@@ -197,6 +204,7 @@ type consumerTracer struct {
 	tracer  trace.Tracer
 	prop    propagation.TextMapPropagator
 	newRoot bool
+	w3c     bool     // prop is defaultPropagator
 	names   sync.Map // queue → span name
 }
 
@@ -209,7 +217,7 @@ func (ct *consumerTracer) start(ctx context.Context, m *job.Message) (context.Co
 	if trace.SpanContextFromContext(ctx).IsValid() {
 		ctx = trace.ContextWithSpanContext(ctx, trace.SpanContext{})
 	}
-	pctx := ct.prop.Extract(ctx, propagation.MapCarrier(m.Headers))
+	pctx := ct.extract(ctx, m.Headers)
 	producer := trace.SpanContextFromContext(pctx)
 	q := m.Queue
 	if q == "" {
@@ -223,6 +231,64 @@ func (ct *consumerTracer) start(ctx context.Context, m *job.Message) (context.Co
 		return ct.tracer.Start(pctx, name, consumerKind, trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: producer}))
 	}
 	return ct.tracer.Start(pctx, name, consumerKind)
+}
+
+// extract returns ctx with the producer's span context and baggage read
+// from the headers.
+func (ct *consumerTracer) extract(ctx context.Context, headers map[string]string) context.Context {
+	if ct.w3c {
+		if sc, ok := traceparentOnly(headers); ok {
+			return trace.ContextWithRemoteSpanContext(ctx, sc)
+		}
+	}
+	return ct.prop.Extract(ctx, propagation.MapCarrier(headers))
+}
+
+// traceparentOnly reads the span context of headers that hold a valid
+// version-00 traceparent in lower-case hex and no tracestate or baggage, the
+// headers EnqueueTracing writes for a span without either. For those it
+// gives what defaultPropagator's Extract gives, without its general
+// parsing; for any other headers it reports false, and the propagator reads
+// them.
+func traceparentOnly(headers map[string]string) (trace.SpanContext, bool) {
+	tp := headers["traceparent"]
+	// 00-<trace id: 32>-<span id: 16>-<flags: 2>
+	if len(tp) != 55 || tp[0] != '0' || tp[1] != '0' || tp[2] != '-' || tp[35] != '-' || tp[52] != '-' ||
+		headers["tracestate"] != "" || headers["baggage"] != "" {
+		return trace.SpanContext{}, false
+	}
+	var c trace.SpanContextConfig
+	var flags [1]byte
+	if !lowerHex(c.TraceID[:], tp[3:35]) || !lowerHex(c.SpanID[:], tp[36:52]) || !lowerHex(flags[:], tp[53:55]) || flags[0] > 3 {
+		return trace.SpanContext{}, false
+	}
+	c.TraceFlags = trace.TraceFlags(flags[0]) & (trace.FlagsSampled | trace.FlagsRandom)
+	c.Remote = true
+	sc := trace.NewSpanContext(c)
+	return sc, sc.IsValid()
+}
+
+// lowerHex decodes src, lower-case hex of 2*len(dst) digits, into dst.
+func lowerHex(dst []byte, src string) bool {
+	for i := range dst {
+		hi, ok1 := hexDigit(src[2*i])
+		lo, ok2 := hexDigit(src[2*i+1])
+		if !ok1 || !ok2 {
+			return false
+		}
+		dst[i] = hi<<4 | lo
+	}
+	return true
+}
+
+func hexDigit(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
 }
 
 // spanName returns "process <queue>", made once per queue.
