@@ -218,17 +218,18 @@ func (ct *consumerTracer) start(ctx context.Context, m *job.Message) (context.Co
 		ctx = trace.ContextWithSpanContext(ctx, trace.SpanContext{})
 	}
 	pctx := ct.extract(ctx, m.Headers)
-	producer := trace.SpanContextFromContext(pctx)
 	q := m.Queue
 	if q == "" {
 		q = job.DefaultQueue
 	}
 	// No attributes at the start: an attempt that is not sampled then costs
 	// no attribute slices at all, and a recorded one gets them all in one
-	// call with its result (see finishConsumer).
+	// call with its result (see consumerAttempt.done).
 	name := ct.spanName(q)
-	if ct.newRoot && producer.IsValid() {
-		return ct.tracer.Start(pctx, name, consumerKind, trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: producer}))
+	if ct.newRoot {
+		if producer := trace.SpanContextFromContext(pctx); producer.IsValid() {
+			return ct.tracer.Start(pctx, name, consumerKind, trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: producer}))
+		}
 	}
 	return ct.tracer.Start(pctx, name, consumerKind)
 }
@@ -270,26 +271,29 @@ func traceparentOnly(headers map[string]string) (trace.SpanContext, bool) {
 
 // lowerHex decodes src, lower-case hex of 2*len(dst) digits, into dst.
 func lowerHex(dst []byte, src string) bool {
+	invalid := byte(0)
 	for i := range dst {
-		hi, ok1 := hexDigit(src[2*i])
-		lo, ok2 := hexDigit(src[2*i+1])
-		if !ok1 || !ok2 {
-			return false
-		}
+		hi, lo := hexValue[src[2*i]], hexValue[src[2*i+1]]
 		dst[i] = hi<<4 | lo
+		invalid |= hi | lo
 	}
-	return true
+	return invalid&0xf0 == 0
 }
 
-func hexDigit(c byte) (byte, bool) {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0', true
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10, true
+// hexValue maps a lower-case hex digit to its value and any other byte to
+// 0xff.
+var hexValue = func() (t [256]byte) {
+	for i := range t {
+		t[i] = 0xff
 	}
-	return 0, false
-}
+	for c := byte('0'); c <= '9'; c++ {
+		t[c] = c - '0'
+	}
+	for c := byte('a'); c <= 'f'; c++ {
+		t[c] = c - 'a' + 10
+	}
+	return t
+}()
 
 // spanName returns "process <queue>", made once per queue.
 func (ct *consumerTracer) spanName(q string) string {
@@ -376,7 +380,9 @@ func (a *consumerAttempt) done(res job.Result, end time.Time) {
 	}
 	a.opts[0] = trace.WithTimestamp(end)
 	span.End(a.opts[:]...)
-	clear(kvs) // drop what the pooled arrays would keep alive
+	// a.kvs keeps its strings (ids, names, an error's text) until it is
+	// used again or the pool is emptied at a collection: a few hundred
+	// bytes, cheaper to keep than to clear on every attempt.
 	a.opts[0] = nil
 	a.span, a.m, a.end = nil, nil, time.Time{}
 	consumerAttempts.Put(a)
