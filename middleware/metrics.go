@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -79,27 +81,71 @@ func handle(err error) {
 	}
 }
 
-// labelSets caches attribute sets: building one sorts and allocates.
-type labelSets struct{ m sync.Map }
-
-type labelKey struct {
-	queue, typ string
-	outcome    job.Outcome
-	withOut    bool
+// labelSets caches, by queue and job type, the measurement options of
+// their attribute sets: building a set sorts and allocates, and so does
+// boxing a key for a sync.Map. Reads are a plain map lookup on a map that is
+// copied on write, since new pairs are rare after the first minutes.
+type labelSets struct {
+	mu sync.Mutex                             // serialises writers
+	m  atomic.Pointer[map[labelKey]*labelSet] // never written after it is stored
 }
 
-func (l *labelSets) get(queue, typ string, outcome job.Outcome, withOutcome bool) metric.MeasurementOption {
-	k := labelKey{queue, typ, outcome, withOutcome}
-	if v, ok := l.m.Load(k); ok {
-		return v.(metric.MeasurementOption)
+type labelKey struct{ queue, typ string }
+
+// knownOutcomes bounds the outcomes whose options a labelSet holds ready.
+const knownOutcomes = int(job.OutcomeReleased) + 1
+
+// labelSet holds the options of one queue and type: without an outcome
+// (lateness, enqueued) and with each outcome (handled, duration), as the
+// variadic slices the instruments take, so that no call allocates one.
+type labelSet struct {
+	queue, typ string
+	add        []metric.AddOption
+	record     []metric.RecordOption
+	addOut     [knownOutcomes][]metric.AddOption
+	recordOut  [knownOutcomes][]metric.RecordOption
+}
+
+func (l *labelSets) get(queue, typ string) *labelSet {
+	if m := l.m.Load(); m != nil {
+		if s, ok := (*m)[labelKey{queue, typ}]; ok {
+			return s
+		}
 	}
-	kvs := []attribute.KeyValue{LabelQueue.String(queue), LabelType.String(typ)}
-	if withOutcome {
-		kvs = append(kvs, LabelOutcome.String(outcome.String()))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var old map[labelKey]*labelSet
+	if m := l.m.Load(); m != nil {
+		old = *m
+		if s, ok := old[labelKey{queue, typ}]; ok {
+			return s
+		}
 	}
-	opt := metric.WithAttributeSet(attribute.NewSet(kvs...))
-	l.m.Store(k, opt)
-	return opt
+	s := &labelSet{queue: queue, typ: typ}
+	opt := metric.WithAttributeSet(attribute.NewSet(LabelQueue.String(queue), LabelType.String(typ)))
+	s.add, s.record = []metric.AddOption{opt}, []metric.RecordOption{opt}
+	for o := range knownOutcomes {
+		s.addOut[o], s.recordOut[o] = s.withOutcome(job.Outcome(o))
+	}
+	m := make(map[labelKey]*labelSet, len(old)+1)
+	maps.Copy(m, old)
+	m[labelKey{queue, typ}] = s
+	l.m.Store(&m)
+	return s
+}
+
+// withOutcome builds the options of s's labels plus outcome.
+func (s *labelSet) withOutcome(outcome job.Outcome) ([]metric.AddOption, []metric.RecordOption) {
+	opt := metric.WithAttributeSet(attribute.NewSet(LabelQueue.String(s.queue), LabelType.String(s.typ), LabelOutcome.String(outcome.String())))
+	return []metric.AddOption{opt}, []metric.RecordOption{opt}
+}
+
+// outcome returns the options of s's labels plus outcome.
+func (s *labelSet) outcome(outcome job.Outcome) ([]metric.AddOption, []metric.RecordOption) {
+	if int(outcome) < knownOutcomes {
+		return s.addOut[outcome], s.recordOut[outcome]
+	}
+	return s.withOutcome(outcome)
 }
 
 // Metrics is handler middleware that counts settled attempts by outcome
@@ -120,7 +166,7 @@ func Metrics(opts ...MetricsOption) job.Middleware {
 		metric.WithDescription("Time from a job's ready time to its claim by a worker, per attempt."),
 		metric.WithExplicitBucketBoundaries(LatenessBuckets...))
 	handle(err)
-	sets := &labelSets{}
+	mi := &metricsInstruments{handled: handled, duration: duration}
 	return func(next job.Handler) job.Handler {
 		return job.HandlerFunc(func(ctx context.Context, m *job.Message) error {
 			if !handled.Enabled(ctx) && !duration.Enabled(ctx) && !lateness.Enabled(ctx) {
@@ -130,17 +176,56 @@ func Metrics(opts ...MetricsOption) job.Middleware {
 			if q == "" {
 				q = job.DefaultQueue
 			}
-			lateness.Record(ctx, max(m.Lateness(), 0).Seconds(), sets.get(q, m.Type, 0, false))
-			start := time.Now()
-			return observe(ctx, m, next, func(res job.Result, end time.Time) {
-				// ctx may be cancelled by now; synchronous instruments
-				// record all the same (ctx only selects exemplars).
-				labels := sets.get(q, m.Type, res.Outcome, true)
-				handled.Add(ctx, 1, labels)
-				duration.Record(ctx, end.Sub(start).Seconds(), labels)
-			})
+			labels := mi.sets.get(q, m.Type)
+			lateness.Record(ctx, max(m.Lateness(), 0).Seconds(), labels.record...)
+			a := metricsAttempts.Get().(*metricsAttempt)
+			a.mi, a.ctx, a.labels, a.start = mi, ctx, labels, time.Now()
+			return observeAttempt(ctx, m, next, a)
 		})
 	}
+}
+
+// metricsInstruments are the instruments Metrics records on when an
+// attempt settles, and its label cache.
+type metricsInstruments struct {
+	handled  metric.Int64Counter
+	duration metric.Float64Histogram
+	sets     labelSets
+}
+
+// metricsAttempt is what Metrics keeps of one attempt until the worker
+// settles it; pooled, like consumerAttempt.
+type metricsAttempt struct {
+	mi         *metricsInstruments
+	ctx        context.Context
+	labels     *labelSet
+	start, end time.Time
+	cb         func(job.Result) // a.settled, bound once
+}
+
+var metricsAttempts sync.Pool
+
+func init() {
+	// Set here: New refers to done, which puts into the pool.
+	metricsAttempts.New = func() any {
+		a := &metricsAttempt{}
+		a.cb = a.settled
+		return a
+	}
+}
+
+func (a *metricsAttempt) callback() func(job.Result) { return a.cb }
+func (a *metricsAttempt) returned()                  { a.end = time.Now() }
+func (a *metricsAttempt) settled(res job.Result)     { a.done(res, a.end) }
+
+func (a *metricsAttempt) done(res job.Result, end time.Time) {
+	// a.ctx may be cancelled by now; synchronous instruments record all
+	// the same (ctx only selects exemplars).
+	add, record := a.labels.outcome(res.Outcome)
+	a.mi.handled.Add(a.ctx, 1, add...)
+	a.mi.duration.Record(a.ctx, end.Sub(a.start).Seconds(), record...)
+	*a = metricsAttempt{cb: a.cb}
+	metricsAttempts.Put(a)
 }
 
 // EnqueueMetrics is producer middleware that counts the envelopes stored
@@ -158,7 +243,7 @@ func EnqueueMetrics(opts ...MetricsOption) job.EnqueueMiddleware {
 			errOf := errorsOf(err, len(envs))
 			for i, env := range envs {
 				if env != nil && errOf(i) == nil {
-					enqueued.Add(ctx, 1, sets.get(queueOf(env), env.Type, 0, false))
+					enqueued.Add(ctx, 1, sets.get(queueOf(env), env.Type).add...)
 				}
 			}
 			return err

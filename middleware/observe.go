@@ -39,6 +39,35 @@ func observe(ctx context.Context, m *job.Message, next job.Handler, done func(re
 	return err
 }
 
+// attempt is the state of one observed attempt that keeps the handler's
+// return time itself, so that observing it allocates nothing: callback is a
+// func(job.Result) bound once, which calls done with that time.
+type attempt interface {
+	callback() func(job.Result)
+	returned()                          // the chain below returned (or panicked) now
+	done(res job.Result, end time.Time) // called once
+}
+
+// observeAttempt is observe for an attempt that keeps its own state.
+func observeAttempt(ctx context.Context, m *job.Message, next job.Handler, a attempt) error {
+	if job.OnResult(ctx, a.callback()) {
+		// The worker settles after the chain returned, so the return time
+		// is set by then, also when the handler panicked.
+		defer a.returned()
+		return next.Handle(ctx, m)
+	}
+	returned := false
+	defer func() {
+		if !returned {
+			a.done(job.Result{Outcome: job.OutcomeUnknown, Err: errPanicked}, time.Now())
+		}
+	}()
+	err := next.Handle(ctx, m)
+	returned = true
+	a.done(judge(m, err), time.Now())
+	return err
+}
+
 // judge gives the result a worker would record for err when it can record
 // it: success for nil, else retry.Decide's decision without the worker's
 // policy (so the delay is that of retry.After, or 0).

@@ -84,7 +84,13 @@ func WithNewTrace() TracingOption {
 
 // DefaultPropagator is the propagator of [Tracing] and [EnqueueTracing]
 // unless [WithPropagator] says otherwise: W3C Trace Context and Baggage.
-var DefaultPropagator propagation.TextMapPropagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+var DefaultPropagator propagation.TextMapPropagator = defaultPropagator
+
+// defaultPropagator is DefaultPropagator's value; [Tracing] recognises it
+// (by pointer) to read the common case, a traceparent alone, itself.
+var defaultPropagator = &w3cPropagator{propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})}
+
+type w3cPropagator struct{ propagation.TextMapPropagator }
 
 func newTracingConfig(opts []TracingOption) tracingConfig {
 	c := tracingConfig{prop: DefaultPropagator}
@@ -171,7 +177,8 @@ func EnqueueTracing(opts ...TracingOption) job.EnqueueMiddleware {
 // the event delayq.dead_lettered.
 func Tracing(opts ...TracingOption) job.Middleware {
 	c := newTracingConfig(opts)
-	ct := &consumerTracer{tracer: c.tp.Tracer(ScopeName), prop: c.prop, newRoot: c.newRoot}
+	ct := &consumerTracer{tracer: c.tp.Tracer(ScopeName), prop: c.prop, newRoot: c.newRoot,
+		w3c: c.prop == propagation.TextMapPropagator(defaultPropagator)}
 	return func(next job.Handler) job.Handler {
 		return job.HandlerFunc(func(ctx context.Context, m *job.Message) error {
 			ctx, span := ct.start(ctx, m)
@@ -180,9 +187,9 @@ func Tracing(opts ...TracingOption) job.Middleware {
 				defer span.End()
 				return next.Handle(ctx, m)
 			}
-			return observe(ctx, m, next, func(res job.Result, end time.Time) {
-				finishConsumer(span, m, res, end)
-			})
+			a := consumerAttempts.Get().(*consumerAttempt)
+			a.span, a.m = span, m
+			return observeAttempt(ctx, m, next, a)
 		})
 	}
 }
@@ -197,6 +204,7 @@ type consumerTracer struct {
 	tracer  trace.Tracer
 	prop    propagation.TextMapPropagator
 	newRoot bool
+	w3c     bool     // prop is defaultPropagator
 	names   sync.Map // queue → span name
 }
 
@@ -209,21 +217,83 @@ func (ct *consumerTracer) start(ctx context.Context, m *job.Message) (context.Co
 	if trace.SpanContextFromContext(ctx).IsValid() {
 		ctx = trace.ContextWithSpanContext(ctx, trace.SpanContext{})
 	}
-	pctx := ct.prop.Extract(ctx, propagation.MapCarrier(m.Headers))
-	producer := trace.SpanContextFromContext(pctx)
+	pctx := ct.extract(ctx, m.Headers)
 	q := m.Queue
 	if q == "" {
 		q = job.DefaultQueue
 	}
 	// No attributes at the start: an attempt that is not sampled then costs
 	// no attribute slices at all, and a recorded one gets them all in one
-	// call with its result (see finishConsumer).
+	// call with its result (see consumerAttempt.done).
 	name := ct.spanName(q)
-	if ct.newRoot && producer.IsValid() {
-		return ct.tracer.Start(pctx, name, consumerKind, trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: producer}))
+	if ct.newRoot {
+		if producer := trace.SpanContextFromContext(pctx); producer.IsValid() {
+			return ct.tracer.Start(pctx, name, consumerKind, trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: producer}))
+		}
 	}
 	return ct.tracer.Start(pctx, name, consumerKind)
 }
+
+// extract returns ctx with the producer's span context and baggage read
+// from the headers.
+func (ct *consumerTracer) extract(ctx context.Context, headers map[string]string) context.Context {
+	if ct.w3c {
+		if sc, ok := traceparentOnly(headers); ok {
+			return trace.ContextWithRemoteSpanContext(ctx, sc)
+		}
+	}
+	return ct.prop.Extract(ctx, propagation.MapCarrier(headers))
+}
+
+// traceparentOnly reads the span context of headers that hold a valid
+// version-00 traceparent in lower-case hex and no tracestate or baggage, the
+// headers EnqueueTracing writes for a span without either. For those it
+// gives what defaultPropagator's Extract gives, without its general
+// parsing; for any other headers it reports false, and the propagator reads
+// them.
+func traceparentOnly(headers map[string]string) (trace.SpanContext, bool) {
+	tp := headers["traceparent"]
+	// 00-<trace id: 32>-<span id: 16>-<flags: 2>
+	if len(tp) != 55 || tp[0] != '0' || tp[1] != '0' || tp[2] != '-' || tp[35] != '-' || tp[52] != '-' ||
+		headers["tracestate"] != "" || headers["baggage"] != "" {
+		return trace.SpanContext{}, false
+	}
+	var c trace.SpanContextConfig
+	var flags [1]byte
+	if !lowerHex(c.TraceID[:], tp[3:35]) || !lowerHex(c.SpanID[:], tp[36:52]) || !lowerHex(flags[:], tp[53:55]) || flags[0] > 3 {
+		return trace.SpanContext{}, false
+	}
+	c.TraceFlags = trace.TraceFlags(flags[0]) & (trace.FlagsSampled | trace.FlagsRandom)
+	c.Remote = true
+	sc := trace.NewSpanContext(c)
+	return sc, sc.IsValid()
+}
+
+// lowerHex decodes src, lower-case hex of 2*len(dst) digits, into dst.
+func lowerHex(dst []byte, src string) bool {
+	invalid := byte(0)
+	for i := range dst {
+		hi, lo := hexValue[src[2*i]], hexValue[src[2*i+1]]
+		dst[i] = hi<<4 | lo
+		invalid |= hi | lo
+	}
+	return invalid&0xf0 == 0
+}
+
+// hexValue maps a lower-case hex digit to its value and any other byte to
+// 0xff.
+var hexValue = func() (t [256]byte) {
+	for i := range t {
+		t[i] = 0xff
+	}
+	for c := byte('0'); c <= '9'; c++ {
+		t[c] = c - '0'
+	}
+	for c := byte('a'); c <= 'f'; c++ {
+		t[c] = c - 'a' + 10
+	}
+	return t
+}()
 
 // spanName returns "process <queue>", made once per queue.
 func (ct *consumerTracer) spanName(q string) string {
@@ -235,16 +305,45 @@ func (ct *consumerTracer) spanName(q string) string {
 	return name
 }
 
-// finishConsumer records the message's attributes and the attempt's
-// result on its span and ends it at end.
-func finishConsumer(span trace.Span, m *job.Message, res job.Result, end time.Time) {
+// consumerAttempt is what Tracing keeps of one recorded attempt until the
+// worker settles it. They are pooled: with its callback bound once and room
+// for the attributes, an attempt's bookkeeping allocates nothing.
+type consumerAttempt struct {
+	span trace.Span
+	m    *job.Message
+	end  time.Time
+	cb   func(job.Result) // a.settled, bound once
+	kvs  [12]attribute.KeyValue
+	opts [1]trace.SpanEndOption
+}
+
+var consumerAttempts sync.Pool
+
+func init() {
+	// Set here: New refers to done, which puts into the pool.
+	consumerAttempts.New = func() any {
+		a := &consumerAttempt{}
+		a.cb = a.settled
+		return a
+	}
+}
+
+func (a *consumerAttempt) callback() func(job.Result) { return a.cb }
+func (a *consumerAttempt) returned()                  { a.end = time.Now() }
+func (a *consumerAttempt) settled(res job.Result)     { a.done(res, a.end) }
+
+// done records the message's attributes and the attempt's result on the
+// span, ends it at end and puts a back in the pool: the callback runs once
+// (job.OnResult), and nothing holds a afterwards.
+func (a *consumerAttempt) done(res job.Result, end time.Time) {
+	span, m := a.span, a.m
 	// One SetAttributes call: each call may copy the span's attributes.
+	// The SDK copies them, so a.kvs is free again once it returned.
 	q := m.Queue
 	if q == "" {
 		q = job.DefaultQueue
 	}
-	kvs := make([]attribute.KeyValue, 0, 12)
-	kvs = append(kvs,
+	kvs := append(a.kvs[:0],
 		semconv.MessagingSystemKey.String(System),
 		semconv.MessagingOperationName("process"),
 		semconv.MessagingOperationTypeProcess,
@@ -279,7 +378,14 @@ func finishConsumer(span trace.Span, m *job.Message, res job.Result, end time.Ti
 	if res.Outcome == job.OutcomeDead {
 		span.AddEvent(EventDeadLettered, trace.WithTimestamp(end))
 	}
-	span.End(trace.WithTimestamp(end))
+	a.opts[0] = trace.WithTimestamp(end)
+	span.End(a.opts[:]...)
+	// a.kvs keeps its strings (ids, names, an error's text) until it is
+	// used again or the pool is emptied at a collection: a few hundred
+	// bytes, cheaper to keep than to clear on every attempt.
+	a.opts[0] = nil
+	a.span, a.m, a.end = nil, nil, time.Time{}
+	consumerAttempts.Put(a)
 }
 
 // statusText is the first line of err's message, at most 256 bytes: enough
