@@ -117,23 +117,35 @@ func (c *combiner) handOnLocked() {
 }
 
 // sendCombined sends the waiting jobs (own among them) in one script call,
-// hands each other caller its result, passes the lead on, and returns the
-// result of own.
+// passes the lead on, hands each other caller its result, and returns the
+// result of own. The lead passes on before the results go out, so that the
+// jobs that gathered during the call are on their way while the callers of
+// this one wake up.
 func (b *Broker) sendCombined(c *combiner, own *pendingJob) error {
 	c.mu.Lock()
 	take := min(len(c.waiting), enqueueChunk)
-	batch := make([]*pendingJob, 0, take)
-	rest := c.waiting[take:]
-	for _, p := range c.waiting[:take] {
-		if p != own && p.ctx.Err() != nil {
-			p.ch <- turn{err: p.ctx.Err()} // gave up before it was sent
-			continue
+	var batch []*pendingJob
+	if take == 1 {
+		// Alone (the common case of a single producer): no copies.
+		batch = c.waiting[:1:1]
+		c.waiting = c.waiting[1:]
+		if len(c.waiting) == 0 {
+			c.waiting = nil
 		}
-		batch = append(batch, p)
+	} else {
+		batch = make([]*pendingJob, 0, take)
+		rest := c.waiting[take:]
+		for _, p := range c.waiting[:take] {
+			if p != own && p.ctx.Err() != nil {
+				p.ch <- turn{err: p.ctx.Err()} // gave up before it was sent
+				continue
+			}
+			batch = append(batch, p)
+		}
+		// own is always among the first enqueueChunk: a caller leads only
+		// from the head of the list or when it found the list empty.
+		c.waiting = append([]*pendingJob(nil), rest...)
 	}
-	// own is always among the first enqueueChunk: a caller leads only from
-	// the head of the list or when it found the list empty.
-	c.waiting = append([]*pendingJob(nil), rest...)
 	c.mu.Unlock()
 
 	envs := make([]*job.Envelope, len(batch))
@@ -148,6 +160,9 @@ func (b *Broker) sendCombined(c *combiner, own *pendingJob) error {
 			errs[i] = err
 		}
 	}
+	c.mu.Lock()
+	c.handOnLocked()
+	c.mu.Unlock()
 	var ownErr error
 	for i, p := range batch {
 		if p == own {
@@ -156,8 +171,5 @@ func (b *Broker) sendCombined(c *combiner, own *pendingJob) error {
 		}
 		p.ch <- turn{err: errs[i]}
 	}
-	c.mu.Lock()
-	c.handOnLocked()
-	c.mu.Unlock()
 	return ownErr
 }

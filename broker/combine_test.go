@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -217,5 +218,47 @@ func TestLeadPassesOnFromACallerThatGivesUp(t *testing.T) {
 		if !b.stored(t, id2) {
 			t.Fatalf("round %d: second job not stored", i)
 		}
+	}
+}
+
+// One job alone takes the script's single-job path (HSETNX): a resent call
+// with the very envelope succeeds with its stored ready time, or, once a
+// worker has it (no longer scheduled), succeeds without scheduling it
+// again; another envelope with the id is a duplicate; a key of the wrong
+// type fails before anything is written.
+func TestSingleEnqueuePath(t *testing.T) {
+	t.Parallel()
+	b := combineBroker(t)
+	ctx := context.Background()
+	env := combineEnv("one")
+	if err := b.Enqueue(ctx, env); err != nil {
+		t.Fatal(err)
+	}
+	first := env.ReadyAt
+	again := *env
+	again.ReadyAt = time.Time{}
+	if err := b.Enqueue(ctx, &again); err != nil || !again.ReadyAt.Equal(first) {
+		t.Fatalf("the very envelope again: %v, ready %v, want nil and %v", err, again.ReadyAt, first)
+	}
+	other := combineEnv("one")
+	other.Payload = []byte(`{"n":2}`)
+	if err := b.Enqueue(ctx, other); !errors.Is(err, ErrDuplicate) {
+		t.Fatalf("another envelope with the id: %v, want ErrDuplicate", err)
+	}
+	k := b.shardQ(t).Keys()
+	b.rdb.ZRem(ctx, k.Scheduled, "one") // as a claim does
+	resent := *env
+	if err := b.Enqueue(ctx, &resent); err != nil || resent.ReadyAt.IsZero() {
+		t.Fatalf("the very envelope, held by a worker: %v, ready %v", err, resent.ReadyAt)
+	}
+	if n := b.rdb.ZCard(ctx, k.Scheduled).Val(); n != 0 {
+		t.Fatalf("a held job was scheduled again: %d scheduled", n)
+	}
+	b.rdb.Set(ctx, k.Scheduled, "x", 0)
+	if err := b.Enqueue(ctx, combineEnv("two")); err == nil || !strings.Contains(err.Error(), k.Scheduled) {
+		t.Fatalf("scheduled of the wrong type: %v, want an error naming it", err)
+	}
+	if b.rdb.HExists(ctx, k.Jobs, "two").Val() {
+		t.Fatal("the job was stored although the call failed")
 	}
 }

@@ -2,10 +2,13 @@ package job
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -138,7 +141,23 @@ const MaxErrorLen = 16 << 10
 // Durations are stored in whole milliseconds, rounded up, so a positive
 // timeout or backoff stays positive.
 func (e *Envelope) MarshalBinary() ([]byte, error) {
-	w := wire{
+	w, raw := e.wire()
+	if len(e.Next) > 0 {
+		next, err := marshalNext(e.Next)
+		if err != nil {
+			return nil, err
+		}
+		w.Next = next
+	} else if out, ok := w.appendCommon(nil, e.Payload, raw); ok {
+		return out, nil
+	}
+	return w.encode(e.Payload, raw)
+}
+
+// wire is the stored form of e but its next jobs (job.Then), and whether
+// its payload is spliced in as raw JSON.
+func (e *Envelope) wire() (w wire, raw bool) {
+	w = wire{
 		Type:      e.Type,
 		TimeoutMS: ceilMS(e.Timeout),
 		Headers:   e.Headers,
@@ -164,29 +183,30 @@ func (e *Envelope) MarshalBinary() ([]byte, error) {
 			w.Expire += "d"
 		}
 	}
-	raw := len(e.Payload) > 0 && rawjson.IsCompact(e.Payload)
+	raw = len(e.Payload) > 0 && rawjson.IsCompact(e.Payload)
 	if len(e.Payload) > 0 && !raw {
 		w.PayloadB = e.Payload
 	}
-	next, err := marshalNext(e.Next)
-	if err != nil {
-		return nil, err
-	}
-	w.Next = next
 	if b := e.Backoff; b != nil {
 		w.Backoff = &wireBackoff{InitialMS: ceilMS(b.Initial), Multiplier: b.Multiplier, MaxMS: ceilMS(b.Max), Jitter: b.Jitter}
 	}
+	return w, raw
+}
+
+// encode is the body of w with encoding/json, a raw JSON payload spliced in
+// front.
+func (w *wire) encode(payload []byte, raw bool) ([]byte, error) {
 	var buf bytes.Buffer
 	if raw {
-		buf.Grow(len(e.Payload) + 64)
+		buf.Grow(len(payload) + 64)
 		buf.WriteString(`{"p":`)
-		buf.Write(e.Payload)
+		buf.Write(payload)
 		buf.WriteByte(',')
 	}
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
 	start := buf.Len()
-	if err := enc.Encode(&w); err != nil {
+	if err := enc.Encode(w); err != nil {
 		return nil, err
 	}
 	out := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
@@ -195,6 +215,89 @@ func (e *Envelope) MarshalBinary() ([]byte, error) {
 		out = append(out[:start], out[start+1:]...)
 	}
 	return out, nil
+}
+
+// wireFields is the number of fields of wire that appendCommon knows. A
+// field added to wire turns appendCommon off (and fails a test) until it
+// writes the new field too.
+const wireFields = 16
+
+var wireKnown = reflect.TypeFor[wire]().NumField() == wireFields
+
+// appendCommon appends the body of w as encoding/json writes it (in
+// MarshalBinary, after a raw JSON payload spliced in front) for the bodies
+// most jobs have: no backoff, no headers, no next jobs, strings of printable ASCII
+// without quotes or backslashes. It reports false for anything else, and
+// MarshalBinary then uses encoding/json: the output is the same either way
+// (a test compares them), this way costs no reflection and one allocation.
+func (w *wire) appendCommon(out, payload []byte, raw bool) ([]byte, bool) {
+	if !wireKnown || w.Backoff != nil || len(w.Headers) > 0 || len(w.Next) > 0 || !plainASCII(w.Type) || !plainASCII(w.LastError) ||
+		!plainASCII(w.Batch) || !plainASCII(w.Expire) {
+		return nil, false
+	}
+	n := 64 + len(w.Type) + len(w.LastError) + len(w.Batch) + len(w.Expire)
+	if raw {
+		n += len(payload)
+	} else {
+		n += base64.StdEncoding.EncodedLen(len(w.PayloadB))
+	}
+	out = slices.Grow(out, n)
+	if raw {
+		out = append(out, `{"p":`...)
+		out = append(out, payload...)
+		out = append(out, `,"t":"`...)
+	} else {
+		out = append(out, `{"t":"`...)
+	}
+	out = append(out, w.Type...)
+	out = append(out, '"')
+	if len(w.PayloadB) > 0 {
+		out = append(out, `,"pb":"`...)
+		out = base64.StdEncoding.AppendEncode(out, w.PayloadB)
+		out = append(out, '"')
+	}
+	if w.MaxRetries != nil {
+		out = strconv.AppendInt(append(out, `,"r":`...), int64(*w.MaxRetries), 10)
+	}
+	if w.TimeoutMS != 0 {
+		out = strconv.AppendInt(append(out, `,"to":`...), w.TimeoutMS, 10)
+	}
+	if w.CreatedMS != 0 {
+		out = strconv.AppendInt(append(out, `,"c":`...), w.CreatedMS, 10)
+	}
+	if w.LastError != "" {
+		out = append(append(append(out, `,"e":"`...), w.LastError...), '"')
+	}
+	if w.UniqueMS != nil {
+		out = strconv.AppendInt(append(out, `,"u":`...), *w.UniqueMS, 10)
+	}
+	if w.UniqueDead {
+		out = append(out, `,"ud":true`...)
+	}
+	if w.Snoozes != 0 {
+		out = strconv.AppendInt(append(out, `,"sz":`...), int64(w.Snoozes), 10)
+	}
+	if w.Batch != "" {
+		out = append(append(append(out, `,"bt":"`...), w.Batch...), '"')
+	}
+	if w.RetainMS != 0 {
+		out = strconv.AppendInt(append(out, `,"rt":`...), w.RetainMS, 10)
+	}
+	if w.Expire != "" {
+		out = append(append(append(out, `,"x":"`...), w.Expire...), '"')
+	}
+	return append(out, '}'), true
+}
+
+// plainASCII reports whether encoding/json writes s as it is between its
+// quotes: printable ASCII without '"' and '\\'.
+func plainASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
 }
 
 // expireMS is the expiry t in whole ms, rounded down: a job expires once the

@@ -244,7 +244,7 @@ func TestNewID(t *testing.T) {
 	seen := map[string]bool{}
 	for range 1000 {
 		id := job.NewID()
-		if len(id) != 16 || job.ValidateID(id) != nil || seen[id] {
+		if len(id) != 12 || job.ValidateID(id) != nil || job.ValidateBatchID(id) != nil || job.ValidateQueue(id) != nil || seen[id] {
 			t.Fatalf("bad or repeated id %q", id)
 		}
 		seen[id] = true

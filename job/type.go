@@ -469,11 +469,30 @@ func Retry(p retry.Policy) Option {
 
 var idEncoding = base32.NewEncoding("0123456789abcdefghijklmnopqrstuv").WithPadding(base32.NoPadding)
 
-// NewID returns a random job id: 16 characters, 80 bits of randomness.
+// idAlphabet is the characters of a [NewID]: letters and digits, so that an
+// id needs no quoting in a URL, a key or a command line.
+const idAlphabet = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+// NewID returns a random job id: 12 letters and digits, 71 bits of
+// randomness. Twelve characters is the longest id that Redis stores in its
+// smallest string allocation (16 bytes with the header), and a job's id is
+// stored twice: in the jobs hash and in the schedule.
 func NewID() string {
-	var b [10]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-	return idEncoding.EncodeToString(b[:])
+	var out [12]byte
+	var buf [16]byte
+	n := 0
+	for n < len(out) {
+		_, _ = rand.Read(buf[:]) // crypto/rand.Read never fails (Go 1.24+)
+		for _, c := range buf {
+			// 248 = 4 × 62: values from 248 up would favour the first
+			// characters, so they are drawn again.
+			if c < 248 && n < len(out) {
+				out[n] = idAlphabet[c%62]
+				n++
+			}
+		}
+	}
+	return string(out[:])
 }
 
 // Queue returns the queue of the type's jobs (its Queue option, or

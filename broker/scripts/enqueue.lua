@@ -22,17 +22,67 @@
 -- lost reply succeeds without storing twice. A job flagged "r" whose id is
 -- scheduled replaces the stored envelope and ready time.
 --
--- A fixed number of commands per call, whatever the number of jobs: one
--- HMGET finds the pending ids, one HSET and one ZADD store the new jobs, and
--- the earliest ready time is read once, so that at most one wake-up notice
--- is published per call (see wake_if_earliest). Jobs flagged "u" add one
--- ZMSCORE and one trim of KEYS[3] per call.
-local bad = expect({KEYS[1], 'zset', KEYS[2], 'hash'})
-if bad then
-  return bad
+-- A fixed number of commands per call, whatever the number of jobs: the
+-- earliest ready time is read once (so that at most one wake-up notice is
+-- published per call, see wake_if_earliest), one HMGET finds the pending
+-- ids, one HSET and one ZADD store the new jobs. A call of one job without
+-- flags, the common single Enqueue, stores it with HSETNX instead of HMGET
+-- and HSET: TIME, ZRANGE, HSETNX, ZADD. Jobs flagged "u" add one ZMSCORE
+-- and one trim of KEYS[3] per call.
+--
+-- The two reads come before any write and check the keys' types on the
+-- way (a read of a key of the wrong type fails, and expect then names it),
+-- so the script fails before it changes anything, as every script does,
+-- without a TYPE per key and call.
+
+-- The earliest scheduled job: read first, before any write, so that a
+-- scheduled key of the wrong type stops the script at the door.
+local first = redis.pcall('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if first.err then
+  return expect({KEYS[1], 'zset'}) or first
 end
 local now = now_us()
 local W = 5
+
+-- Publish the wake-up notice for the earliest new ready time, as
+-- wake_if_earliest does, from the first member read above.
+local function wake(soonest)
+  local channel = ARGV[2]
+  if channel == nil or channel == '' then
+    return
+  end
+  if first[2] == nil or (soonest < tonumber(first[2]) and tonumber(first[2]) > ms_of(now)) then
+    redis.call('PUBLISH', channel, soonest)
+  end
+end
+
+local function ready_of(i)
+  local ready = tonumber(ARGV[i + 2])
+  if ready <= 0 then
+    ready = ready_after(now, tonumber(ARGV[i + 3]))
+  end
+  return ready
+end
+
+-- One job without flags: HSETNX stores it unless its id is pending.
+if #ARGV == 2 + W and ARGV[7] == '' then
+  local id, body = ARGV[3], ARGV[4]
+  local added = redis.pcall('HSETNX', KEYS[2], id, body)
+  if type(added) == 'table' and added.err then
+    return expect({KEYS[2], 'hash'}) or added
+  end
+  if added == 0 then
+    if redis.call('HGET', KEYS[2], id) == body then
+      return {now, {tonumber(redis.call('ZSCORE', KEYS[1], id)) or -2}}
+    end
+    return {now, {-1}}
+  end
+  local ready = ready_of(3)
+  wake(ready)
+  redis.call('ZADD', KEYS[1], ready, id)
+  return {now, {ready}}
+end
+
 local ids, uniq = {}, {}
 for i = 3, #ARGV, W do
   ids[#ids + 1] = ARGV[i]
@@ -40,10 +90,19 @@ for i = 3, #ARGV, W do
     uniq[#uniq + 1] = #ids
   end
 end
-local pending = hmget(KEYS[2], ids)
+local pending = {}
+for i = 1, #ids, CHUNK do
+  local part = redis.pcall('HMGET', KEYS[2], unpack(ids, i, math.min(i + CHUNK - 1, #ids)))
+  if part.err then
+    return expect({KEYS[2], 'hash'}) or part
+  end
+  for j = 1, #part do
+    pending[#pending + 1] = part[j]
+  end
+end
 local remembered = {}
 if #uniq > 0 then
-  bad = expect({KEYS[3], 'zset'})
+  local bad = expect({KEYS[3], 'zset'})
   if bad then
     return bad
   end
@@ -68,10 +127,7 @@ end
 local out, fields, members, seen = {}, {}, {}, {}
 local soonest = nil
 local function store(k, i)
-  local ready = tonumber(ARGV[i + 2])
-  if ready <= 0 then
-    ready = ready_after(now, tonumber(ARGV[i + 3]))
-  end
+  local ready = ready_of(i)
   if soonest == nil or ready < soonest then
     soonest = ready
   end
@@ -110,7 +166,7 @@ if #uniq > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ms_of(now))
 end
 if soonest ~= nil then
-  wake_if_earliest(KEYS[1], ARGV[2], soonest, ms_of(now))
+  wake(soonest)
   call_chunked('HSET', KEYS[2], fields)
   call_chunked('ZADD', KEYS[1], members)
 end
