@@ -34,6 +34,13 @@ import (
 var wallClockAllowed = map[string]string{
 	"broker.(*Broker).createdNow": "CreatedAt, a record of when a job was made; never compared with a ready time",
 	"broker.(*Broker).shards":     "how long an undeclared queue's shard count stays cached; a local interval, never compared with a ready time",
+	// The adaptive prefetch (worker.Config.Prefetch 0) is sized from two
+	// durations on the monotonic clock: a claim's round trip and how long
+	// handlers run. Neither is compared with a ready time or a lease.
+	"worker.(*Worker).claim":        "the claim's round trip, a duration that sizes the prefetch",
+	"worker.(*Worker).start":        "how long a handler ran, a duration that sizes the prefetch",
+	"worker.(*slots).startable":     "when a handler started, for how long it has run (a duration)",
+	"worker.(*slots).oldestRunning": "how long the longest handler has run, a duration that shrinks the prefetch",
 }
 
 // TestWorkerReadsNoWallClock fails if any function of the worker or broker
