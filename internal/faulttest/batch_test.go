@@ -5,8 +5,6 @@ package faulttest_test
 import (
 	"fmt"
 	"math/rand/v2"
-	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -72,15 +70,6 @@ func TestBatchCallbacksUnderWorkerCrashes(t *testing.T) {
 	}
 
 	url := "redis://" + srv.Addr() + "/0"
-	started, kills := 0, 0
-	var procs []*workerProc
-	spawn := func() {
-		started++
-		procs = append(procs, startWorkerProc(t, bin, url, ns, "w"+strconv.Itoa(started)))
-	}
-	for range 4 {
-		spawn()
-	}
 	done := func() bool {
 		for _, name := range []string{"mixed", "clean"} {
 			st, err := s.b.Batch(s.ctx, name)
@@ -91,15 +80,7 @@ func TestBatchCallbacksUnderWorkerCrashes(t *testing.T) {
 		st, err := s.b.Stats(s.ctx, queue)
 		return err == nil && st.Scheduled == 0 && st.Processing == 0
 	}
-	deadline := time.Now().Add(120 * time.Second)
-	for !done() && time.Now().Before(deadline) {
-		time.Sleep(2 * time.Second)
-		i := rng.IntN(len(procs))
-		procs[i].signal(syscall.SIGKILL, 0)
-		kills++
-		procs = slices.Delete(procs, i, i+1)
-		spawn()
-	}
+	procs, kills, deadline := crashLoop(rng, func(name string) *workerProc { return startWorkerProc(t, bin, url, ns, name) }, done)
 	s.waitDrained(t, queue, time.Until(deadline)+30*time.Second)
 	for _, p := range procs {
 		p.signal(syscall.SIGTERM, 10*time.Second)

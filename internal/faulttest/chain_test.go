@@ -5,8 +5,6 @@ package faulttest_test
 import (
 	"fmt"
 	"math/rand/v2"
-	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -62,15 +60,6 @@ func TestChainsUnderWorkerCrashes(t *testing.T) {
 	}
 
 	url := "redis://" + srv.Addr() + "/0"
-	started, kills := 0, 0
-	var procs []*workerProc
-	spawn := func() {
-		started++
-		procs = append(procs, startWorkerProc(t, bin, url, ns, "w"+strconv.Itoa(started), "FAULTWORKER_CHAINED=1"))
-	}
-	for range 4 {
-		spawn()
-	}
 	drained := func() bool {
 		for _, q := range queues {
 			st, err := s.b.Stats(s.ctx, q)
@@ -80,15 +69,9 @@ func TestChainsUnderWorkerCrashes(t *testing.T) {
 		}
 		return true
 	}
-	deadline := time.Now().Add(120 * time.Second)
-	for !drained() && time.Now().Before(deadline) {
-		time.Sleep(2 * time.Second)
-		i := rng.IntN(len(procs))
-		procs[i].signal(syscall.SIGKILL, 0)
-		kills++
-		procs = slices.Delete(procs, i, i+1)
-		spawn()
-	}
+	procs, kills, deadline := crashLoop(rng, func(name string) *workerProc {
+		return startWorkerProc(t, bin, url, ns, name, "FAULTWORKER_CHAINED=1")
+	}, drained)
 	for _, q := range queues {
 		s.waitDrained(t, q, time.Until(deadline)+30*time.Second)
 	}

@@ -75,6 +75,31 @@ func startWorkerProc(t *testing.T, bin, url, ns, name string, extra ...string) *
 	return p
 }
 
+// crashLoop runs four worker processes made by start (with a name each)
+// and, every 2 s until done reports true or 120 s have passed, SIGKILLs one
+// at random and starts another in its place. It returns the processes left
+// running, the number killed and the loop's deadline.
+func crashLoop(rng *rand.Rand, start func(name string) *workerProc, done func() bool) (procs []*workerProc, kills int, deadline time.Time) {
+	started := 0
+	spawn := func() {
+		started++
+		procs = append(procs, start("w"+strconv.Itoa(started)))
+	}
+	for range 4 {
+		spawn()
+	}
+	deadline = time.Now().Add(120 * time.Second)
+	for !done() && time.Now().Before(deadline) {
+		time.Sleep(2 * time.Second)
+		i := rng.IntN(len(procs))
+		procs[i].signal(syscall.SIGKILL, 0)
+		kills++
+		procs = slices.Delete(procs, i, i+1)
+		spawn()
+	}
+	return procs, kills, deadline
+}
+
 // signal sends sig and waits up to timeout (forever if 0) for the exit,
 // sending SIGKILL after it.
 func (p *workerProc) signal(sig syscall.Signal, timeout time.Duration) {
