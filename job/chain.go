@@ -19,8 +19,8 @@ import (
 // another slot just before the acknowledgement, as an idempotent first step
 // (see docs/batches.md, "Chains").
 
-// MaxNext is the most next jobs one job may declare, [Then] and [Next]
-// together.
+// MaxNext is the most next jobs a job may declare with [Then], and the
+// most an attempt may add with [Next].
 const MaxNext = 100
 
 // ChainRemember is how long the id of a next job that lives in another
