@@ -153,14 +153,7 @@ func TestNoPrefetchUnderCapOrLimit(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			tb := setup(t)
-			typ := job.New[payload]("capped")
-			var started atomic.Int32
-			release := make(chan struct{})
-			typ.Handle(tb.reg, func(ctx context.Context, j *job.Job[payload]) error {
-				started.Add(1)
-				<-release
-				return nil
-			})
+			typ, started, release := blockingType(tb, "capped")
 			if err := c.set(tb); err != nil {
 				t.Fatal(err)
 			}
@@ -187,14 +180,7 @@ func TestNoPrefetchUnderCapOrLimit(t *testing.T) {
 func TestFixedPrefetchWithoutControls(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
-	typ := job.New[payload]("free")
-	var started atomic.Int32
-	release := make(chan struct{})
-	typ.Handle(tb.reg, func(ctx context.Context, j *job.Job[payload]) error {
-		started.Add(1)
-		<-release
-		return nil
-	})
+	typ, started, release := blockingType(tb, "free")
 	enqueueN(t, tb, typ, "p", 12)
 	cfg := tb.config(t)
 	cfg.Concurrency = 2
@@ -213,14 +199,7 @@ func TestFixedPrefetchWithoutControls(t *testing.T) {
 func TestPrefetchedReleasedAtOnceAtShutdown(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
-	typ := job.New[payload]("held")
-	var started atomic.Int32
-	release := make(chan struct{})
-	typ.Handle(tb.reg, func(ctx context.Context, j *job.Job[payload]) error {
-		started.Add(1)
-		<-release
-		return nil
-	})
+	typ, started, release := blockingType(tb, "held")
 	enqueueN(t, tb, typ, "h", 4)
 	cfg := tb.config(t)
 	cfg.Concurrency = 1
@@ -363,4 +342,16 @@ func TestAdaptivePrefetchHandsBackBehindStalledHandler(t *testing.T) {
 	cfg2 := tb.config(t)
 	start(t, cfg2)
 	redistest.WaitFor(t, 20*time.Second, "all but the stalled job handled", func() bool { return handled.Load() == 600 })
+}
+
+// blockingType registers a job type whose handler counts its starts and
+// then blocks until release is closed.
+func blockingType(tb *testBundle, name string) (typ *job.Type[payload], started *atomic.Int32, release chan struct{}) {
+	typ, started, release = job.New[payload](name), new(atomic.Int32), make(chan struct{})
+	typ.Handle(tb.reg, func(ctx context.Context, j *job.Job[payload]) error {
+		started.Add(1)
+		<-release
+		return nil
+	})
+	return typ, started, release
 }
