@@ -90,12 +90,7 @@ func (b *Broker) enqueueShard(ctx context.Context, s keyspace.Shard, envs []*job
 			}
 			return queueErr(s.Queue(), err)
 		}
-		parts, ok := res.([]any)
-		if !ok || len(parts) != 2 {
-			return fmt.Errorf("broker: enqueue: unexpected reply %v", res)
-		}
-		now, _ := parts[0].(int64)
-		ready, perr := int64s(parts[1], len(part))
+		now, ready, perr := parseEnqueued(res, len(part))
 		if perr != nil {
 			return perr
 		}
@@ -119,6 +114,22 @@ func (b *Broker) enqueueShard(ctx context.Context, s keyspace.Shard, envs []*job
 		}
 	}
 	return nil
+}
+
+// parseEnqueued decodes enqueue.lua's reply for n jobs: the server's time
+// (µs, 0 when the script did not read it) and one integer per job. A single
+// job that was stored comes back as its ready time alone.
+func parseEnqueued(res any, n int) (now int64, ready []int64, err error) {
+	if r, ok := res.(int64); ok && n == 1 {
+		return 0, []int64{r}, nil
+	}
+	parts, ok := res.([]any)
+	if !ok || len(parts) != 2 {
+		return 0, nil, fmt.Errorf("broker: enqueue: unexpected reply %v", res)
+	}
+	now, _ = parts[0].(int64)
+	ready, err = int64s(parts[1], n)
+	return now, ready, err
 }
 
 // enqueueFlags are the flags of env in enqueue.lua: "u" checks the ids

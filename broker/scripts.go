@@ -2,6 +2,7 @@ package broker
 
 import (
 	"embed"
+	"regexp"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -22,7 +23,8 @@ type script struct {
 // readOnlyMark is the header line of a script that changes nothing.
 const readOnlyMark = "-- read-only"
 
-// load returns the named script with the shared prelude prepended.
+// load returns the named script with the parts of the shared prelude it
+// uses prepended (see preludeFor).
 func load(name string) *script {
 	prelude, err := scriptFS.ReadFile("scripts/prelude.lua")
 	if err != nil {
@@ -32,7 +34,7 @@ func load(name string) *script {
 	if err != nil {
 		panic(err)
 	}
-	s := &script{name: name, lua: redis.NewScript(string(prelude) + "\n" + string(body))}
+	s := &script{name: name, lua: redis.NewScript(preludeFor(string(prelude), string(body)) + "\n" + string(body))}
 	for _, line := range strings.Split(string(body), "\n") {
 		if !strings.HasPrefix(line, "--") {
 			break // the header is the leading comment
@@ -42,6 +44,63 @@ func load(name string) *script {
 		}
 	}
 	return s
+}
+
+// definedRE finds what a paragraph of the prelude defines: its top-level
+// local functions and values.
+var definedRE = regexp.MustCompile(`(?m)^local (?:function )?([A-Za-z_]\w*)`)
+
+// commentRE matches a Lua line comment (the scripts' strings hold no
+// "--") or a string literal: what is not code naming a definition.
+var commentRE = regexp.MustCompile(`--[^\n]*|'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*"`)
+
+// preludeFor returns the paragraphs of prelude (blocks between blank lines)
+// that define a name body uses, directly or through another such paragraph,
+// in their order. Every call of a script runs its prelude again, defining
+// each function anew: a single-job enqueue spent about 1.5 µs of its 13 on
+// the functions it never called.
+func preludeFor(prelude, body string) string {
+	paras := strings.Split(prelude, "\n\n")
+	defines := make([][]string, len(paras))
+	code := make([]string, len(paras)) // without comments and strings
+	for i, p := range paras {
+		for _, m := range definedRE.FindAllStringSubmatch(p, -1) {
+			defines[i] = append(defines[i], m[1])
+		}
+		code[i] = commentRE.ReplaceAllString(p, "")
+	}
+	body = commentRE.ReplaceAllString(body, "")
+	uses := func(text, name string) bool {
+		return regexp.MustCompile(`\b` + name + `\b`).MatchString(text)
+	}
+	keep := make([]bool, len(paras))
+	for changed := true; changed; {
+		changed = false
+		for i, names := range defines {
+			if keep[i] {
+				continue
+			}
+			for _, name := range names {
+				used := uses(body, name)
+				for j := range paras {
+					if keep[j] && j != i && uses(code[j], name) {
+						used = true
+					}
+				}
+				if used {
+					keep[i], changed = true, true
+					break
+				}
+			}
+		}
+	}
+	var out []string
+	for i, p := range paras {
+		if keep[i] {
+			out = append(out, p)
+		}
+	}
+	return strings.Join(out, "\n\n")
 }
 
 var (

@@ -158,3 +158,57 @@ func TestScriptCommandsInACL(t *testing.T) {
 		}
 	}
 }
+
+// TestPreludeHasWhatEachScriptUses checks that the part of the prelude
+// loaded with each script defines every prelude name the script, or a
+// definition loaded with it, uses; and that what a script does not use is
+// left out.
+func TestPreludeHasWhatEachScriptUses(t *testing.T) {
+	t.Parallel()
+	prelude, err := scriptFS.ReadFile("scripts/prelude.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, m := range definedRE.FindAllStringSubmatch(string(prelude), -1) {
+		names = append(names, m[1])
+	}
+	if len(names) < 10 {
+		t.Fatalf("found %d definitions in prelude.lua: %v", len(names), names)
+	}
+	entries, err := fs.ReadDir(scriptFS, "scripts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		name := strings.TrimSuffix(e.Name(), ".lua")
+		if name == "prelude" {
+			continue
+		}
+		body, err := scriptFS.ReadFile("scripts/" + e.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		part := preludeFor(string(prelude), string(body))
+		code := commentRE.ReplaceAllString(part+"\n"+string(body), "")
+		defined := map[string]bool{}
+		for _, m := range definedRE.FindAllStringSubmatch(part, -1) {
+			defined[m[1]] = true
+		}
+		for _, n := range names {
+			if regexp.MustCompile(`\b`+n+`\b`).MatchString(code) && !defined[n] {
+				t.Errorf("%s.lua uses %s, which its prelude does not define", name, n)
+			}
+		}
+	}
+	enqueue, _ := scriptFS.ReadFile("scripts/enqueue.lua")
+	part := preludeFor(string(prelude), string(enqueue))
+	for _, n := range []string{"trim_dead", "history", "held", "type_of"} {
+		if strings.Contains(part, "local function "+n+"(") {
+			t.Errorf("enqueue.lua is loaded with %s, which it does not use", n)
+		}
+	}
+	if !strings.Contains(part, "local function now_us(") || !strings.Contains(part, "local function expect(") {
+		t.Errorf("enqueue.lua is loaded without now_us or expect:\n%s", part)
+	}
+}

@@ -11,24 +11,28 @@
 --                       is remembered in KEYS[3]) and "r" (replace a
 --                       scheduled job with the id)
 --
--- Returns {now µs, one integer per job}: the job's ready time in ms; -1 when
--- a job with that id is pending with another envelope, or comes earlier in
--- this call (the stored one is left unchanged); -2 when the very envelope is
--- stored already and no longer scheduled (a worker has it): a resent call
--- whose first run stored it; -3 when a job flagged "r" found the pending job
--- with its id held by a worker (nothing changed); -4 when a job flagged "u"
--- found its id remembered after its end. A job whose very envelope is
--- scheduled already gets its stored ready time, so a call resent after a
--- lost reply succeeds without storing twice. A job flagged "r" whose id is
--- scheduled replaces the stored envelope and ready time.
+-- Returns {now µs, one integer per job}, or just the ready time when a call
+-- of one job without flags stored it without reading the server's time (now
+-- is in the reply whenever the script read it). The integer of a job: its
+-- ready time in ms; -1 when a job with that id is pending with another
+-- envelope, or comes earlier in this call (the stored one is left
+-- unchanged); -2 when the very envelope is stored already and no longer
+-- scheduled (a worker has it): a resent call whose first run stored it; -3
+-- when a job flagged "r" found the pending job with its id held by a worker
+-- (nothing changed); -4 when a job flagged "u" found its id remembered after
+-- its end. A job whose very envelope is scheduled already gets its stored
+-- ready time, so a call resent after a lost reply succeeds without storing
+-- twice. A job flagged "r" whose id is scheduled replaces the stored
+-- envelope and ready time.
 --
 -- A fixed number of commands per call, whatever the number of jobs: the
 -- earliest ready time is read once (so that at most one wake-up notice is
 -- published per call, see wake_if_earliest), one HMGET finds the pending
 -- ids, one HSET and one ZADD store the new jobs. A call of one job without
 -- flags, the common single Enqueue, stores it with HSETNX instead of HMGET
--- and HSET: TIME, ZRANGE, HSETNX, ZADD. Jobs flagged "u" add one ZMSCORE
--- and one trim of KEYS[3] per call.
+-- and HSET: ZRANGE, HSETNX, ZADD, and TIME only for a delay from now or to
+-- compare with an earliest job that is not due. Jobs flagged "u" add one
+-- ZMSCORE and one trim of KEYS[3] per call.
 --
 -- The two reads come before any write and check the keys' types on the
 -- way (a read of a key of the wrong type fails, and expect then names it),
@@ -41,7 +45,15 @@ local first = redis.pcall('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if first.err then
   return expect({KEYS[1], 'zset'}) or first
 end
-local now = now_us()
+-- The server's time, read once and only when needed: a job with a ready
+-- time of its own and no earlier job to compare with needs none.
+local now_value
+local function now()
+  if now_value == nil then
+    now_value = now_us()
+  end
+  return now_value
+end
 local W = 5
 
 -- Publish the wake-up notice for the earliest new ready time, as
@@ -51,7 +63,7 @@ local function wake(soonest)
   if channel == nil or channel == '' then
     return
   end
-  if first[2] == nil or (soonest < tonumber(first[2]) and tonumber(first[2]) > ms_of(now)) then
+  if first[2] == nil or (soonest < tonumber(first[2]) and tonumber(first[2]) > ms_of(now())) then
     redis.call('PUBLISH', channel, soonest)
   end
 end
@@ -59,7 +71,7 @@ end
 local function ready_of(i)
   local ready = tonumber(ARGV[i + 2])
   if ready <= 0 then
-    ready = ready_after(now, tonumber(ARGV[i + 3]))
+    ready = ready_after(now(), tonumber(ARGV[i + 3]))
   end
   return ready
 end
@@ -73,14 +85,17 @@ if #ARGV == 2 + W and ARGV[7] == '' then
   end
   if added == 0 then
     if redis.call('HGET', KEYS[2], id) == body then
-      return {now, {tonumber(redis.call('ZSCORE', KEYS[1], id)) or -2}}
+      return {now(), {tonumber(redis.call('ZSCORE', KEYS[1], id)) or -2}}
     end
-    return {now, {-1}}
+    return {now(), {-1}}
   end
   local ready = ready_of(3)
   wake(ready)
   redis.call('ZADD', KEYS[1], ready, id)
-  return {now, {ready}}
+  if now_value ~= nil then
+    return {now_value, {ready}}
+  end
+  return ready
 end
 
 local ids, uniq = {}, {}
@@ -119,7 +134,7 @@ if #uniq > 0 then
   end
   for j, k in ipairs(uniq) do
     local u = tonumber(until_ms[j])
-    if u and u > ms_of(now) then
+    if u and u > ms_of(now()) then
       remembered[k] = true
     end
   end
@@ -163,11 +178,11 @@ for k = 1, #ids do
   end
 end
 if #uniq > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ms_of(now))
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ms_of(now()))
 end
 if soonest ~= nil then
   wake(soonest)
   call_chunked('HSET', KEYS[2], fields)
   call_chunked('ZADD', KEYS[1], members)
 end
-return {now, out}
+return {now(), out}
