@@ -40,12 +40,14 @@ func (w *Worker) process(ctx context.Context, claimedAt time.Time, c *protocol.C
 	if m.Timeout <= 0 {
 		m.Timeout = w.cfg.Timeout
 	}
-	h := entry.Handler
-	if !known {
+	var h job.Handler
+	if known {
+		h = w.chained(m.Type, entry.Handler)
+	} else {
 		// Middleware sees the attempt fail like any other.
-		h = job.HandlerFunc(func(context.Context, *job.Message) error {
+		h = job.Chain(job.HandlerFunc(func(context.Context, *job.Message) error {
 			return fmt.Errorf("no handler registered for type %q", m.Type)
-		})
+		}), w.cfg.Middleware...)
 	}
 	// settle tells middleware what became of the attempt (job.OnResult);
 	// the attempt keeps what the handler says of it (job.SetResult,
@@ -54,7 +56,7 @@ func (w *Worker) process(ctx context.Context, claimedAt time.Time, c *protocol.C
 	ctx, attempt := job.WithAttempt(ctx, func(ctx context.Context, p job.Progress) (time.Time, error) {
 		return w.b.Progress(ctx, c.Lease, p)
 	})
-	err := call(ctx, job.Chain(h, w.cfg.Middleware...), m)
+	err := call(ctx, h, m)
 	if w.slots.released(t) {
 		// Handed back at shutdown; another worker takes it.
 		settle(job.Result{Outcome: job.OutcomeReleased, Err: err})
@@ -110,6 +112,18 @@ func (w *Worker) chain(ctx context.Context, c *protocol.Claimed, next []*job.Env
 		return nil, retry.Permanent(err)
 	}
 	return nil, err
+}
+
+// chained returns the handler of a registered type wrapped in the worker's
+// middleware, built once per type: the middleware is fixed once Run starts
+// (Use), and a registered type's handler never changes, so each attempt
+// need not allocate the chain's closures again.
+func (w *Worker) chained(typ string, h job.Handler) job.Handler {
+	if c, ok := w.chains.Load(typ); ok {
+		return c.(job.Handler)
+	}
+	c, _ := w.chains.LoadOrStore(typ, job.Chain(h, w.cfg.Middleware...))
+	return c.(job.Handler)
 }
 
 // record marks t as settling (its outcome is decided, so a lease lost from

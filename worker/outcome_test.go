@@ -228,3 +228,55 @@ func mustPanic(t *testing.T, what string, f func()) {
 	}()
 	f()
 }
+
+// TestMiddlewareWrapsEachTypeOnce: the worker builds a type's chain once
+// and runs every attempt through it, for types registered before Run and
+// after it started alike.
+func TestMiddlewareWrapsEachTypeOnce(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	var mu sync.Mutex
+	wraps, calls := map[string]int{}, map[string]int{}
+	count := func(next job.Handler) job.Handler {
+		mu.Lock()
+		wraps["chain"]++
+		mu.Unlock()
+		return job.HandlerFunc(func(ctx context.Context, m *job.Message) error {
+			mu.Lock()
+			calls[m.Type]++
+			mu.Unlock()
+			return next.Handle(ctx, m)
+		})
+	}
+	early := job.New[payload]("wrap.early")
+	early.Handle(tb.reg, func(context.Context, *job.Job[payload]) error { return nil })
+	w, err := worker.New(tb.config(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Use(count)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = w.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	const n = 20
+	if _, err := early.EnqueueMany(tb.ctx, tb.b, make([]payload, n)); err != nil {
+		t.Fatal(err)
+	}
+	late := job.New[payload]("wrap.late")
+	late.Handle(tb.reg, func(context.Context, *job.Job[payload]) error { return nil })
+	if _, err := late.EnqueueMany(tb.ctx, tb.b, make([]payload, n)); err != nil {
+		t.Fatal(err)
+	}
+	redistest.WaitFor(t, 10*time.Second, "every job through the middleware", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return calls["wrap.early"] == n && calls["wrap.late"] == n
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if wraps["chain"] != 2 {
+		t.Fatalf("the middleware wrapped a handler %d times for 2 types and %d attempts, want once per type", wraps["chain"], 2*n)
+	}
+}

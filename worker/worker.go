@@ -42,8 +42,9 @@ type Worker struct {
 	slots   *slots
 	pace    pace // what the adaptive prefetch is made of
 	settler *settler
-	claims  claims // the fetcher's
-	reapSeq uint64 // call ids of the reaper
+	claims  claims   // the fetcher's
+	reapSeq uint64   // call ids of the reaper
+	chains  sync.Map // job type → its handler in the middleware (chained)
 }
 
 // New checks cfg, fills in its defaults and returns a Worker.
@@ -71,6 +72,11 @@ func New(cfg Config) (*Worker, error) {
 //
 //	w.Use(middleware.Recover(), middleware.Tracing(), middleware.Metrics(),
 //		middleware.Logging(logger), middleware.Timeout(0))
+//
+// The chain wraps each registered type's handler once, when the worker
+// first runs a job of that type, and every attempt of the type runs through
+// it: a middleware keeps per-attempt state in its handler's call, not in the
+// closure it returns.
 //
 // Use must be called before Run; it panics when called after, or with a nil
 // middleware.
