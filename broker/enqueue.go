@@ -118,7 +118,7 @@ func (b *Broker) enqueueShard(ctx context.Context, s keyspace.Shard, envs []*job
 
 // parseEnqueued decodes enqueue.lua's reply for n jobs: the server's time
 // (µs, 0 when the script did not read it) and one integer per job. A single
-// job that was stored comes back as its ready time alone.
+// job that was stored comes back as {now, ready} or as its ready time alone.
 func parseEnqueued(res any, n int) (now int64, ready []int64, err error) {
 	if r, ok := res.(int64); ok && n == 1 {
 		return 0, []int64{r}, nil
@@ -128,6 +128,9 @@ func parseEnqueued(res any, n int) (now int64, ready []int64, err error) {
 		return 0, nil, fmt.Errorf("broker: enqueue: unexpected reply %v", res)
 	}
 	now, _ = parts[0].(int64)
+	if r, ok := parts[1].(int64); ok && n == 1 {
+		return now, []int64{r}, nil
+	}
 	ready, err = int64s(parts[1], n)
 	return now, ready, err
 }

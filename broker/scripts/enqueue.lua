@@ -11,19 +11,18 @@
 --                       is remembered in KEYS[3]) and "r" (replace a
 --                       scheduled job with the id)
 --
--- Returns {now µs, one integer per job}, or just the ready time when a call
--- of one job without flags stored it without reading the server's time (now
--- is in the reply whenever the script read it). The integer of a job: its
--- ready time in ms; -1 when a job with that id is pending with another
--- envelope, or comes earlier in this call (the stored one is left
--- unchanged); -2 when the very envelope is stored already and no longer
--- scheduled (a worker has it): a resent call whose first run stored it; -3
--- when a job flagged "r" found the pending job with its id held by a worker
--- (nothing changed); -4 when a job flagged "u" found its id remembered after
--- its end. A job whose very envelope is scheduled already gets its stored
--- ready time, so a call resent after a lost reply succeeds without storing
--- twice. A job flagged "r" whose id is scheduled replaces the stored
--- envelope and ready time.
+-- Returns {now µs, {one integer per job}}; when a call of one job without
+-- flags stores it, {now µs, its ready time}, or just its ready time if the
+-- script did not read the server's time. The integer of a job: its ready
+-- time in ms; -1 when a job with that id is pending with another envelope,
+-- or comes earlier in this call (the stored one is left unchanged); -2 when
+-- the very envelope is stored already and no longer scheduled (a worker has
+-- it): a resent call whose first run stored it; -3 when a job flagged "r"
+-- found the pending job with its id held by a worker (nothing changed); -4
+-- when a job flagged "u" found its id remembered after its end. A job whose
+-- very envelope is scheduled already gets its stored ready time, so a call
+-- resent after a lost reply succeeds without storing twice. A job flagged
+-- "r" whose id is scheduled replaces the stored envelope and ready time.
 --
 -- A fixed number of commands per call, whatever the number of jobs: the
 -- earliest ready time is read once (so that at most one wake-up notice is
@@ -93,7 +92,7 @@ if #ARGV == 2 + W and ARGV[7] == '' then
   wake(ready)
   redis.call('ZADD', KEYS[1], ready, id)
   if now_value ~= nil then
-    return {now_value, {ready}}
+    return {now_value, ready}
   end
   return ready
 end
