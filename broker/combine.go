@@ -8,34 +8,42 @@ import (
 	"github.com/delayq/delayq/job"
 )
 
-// Single-job Enqueue calls that overlap in time share script calls: while
-// one call to a queue is in flight, the jobs that arrive for that queue wait
-// and then go together in the next call (at most enqueueChunk of them). A
-// caller that finds no call in flight sends at once, so a lone producer
-// waits no longer than before; many concurrent producers cost Redis one
-// request per round trip instead of one per job, which on a busy server is
-// most of the work (each request costs more than the commands of a job).
+// Single-job Enqueue calls that overlap in time share script calls: at most
+// maxInFlight calls to a queue are in flight at once, and the jobs that
+// arrive meanwhile wait and go together in the next call (at most
+// enqueueChunk of them). A caller that finds fewer calls in flight sends at
+// once, so a lone producer waits no longer than without combining; many
+// concurrent producers cost Redis one request per call instead of one per
+// job, which on a busy server is most of the work (each request costs more
+// than the commands of a job). Two calls rather than one: while one call's
+// reply is read and its callers woken, the other is on its way, so the
+// producers are not held to one round trip at a time (docs/benchmarks.md
+// has the figures; three measured slower than two).
 //
-// The caller whose job opens a call sends it; when it is done, the first
-// waiting caller takes over and sends everything that gathered meanwhile.
-// The call runs on the sender's context without its cancellation, so one
-// caller giving up does not fail the jobs of the others. A caller whose
-// context ends while its job waits (not yet sent) gets the context's error
-// and its job is not stored.
+// The caller whose job opens a call sends it, with the jobs waiting then;
+// when it is done, it hands the lead to the first waiting caller not handed
+// one yet, which sends what gathered meanwhile. The call runs on the
+// sender's context without its cancellation, so one caller giving up does
+// not fail the jobs of the others. A caller whose context ends while its job
+// waits (not yet sent) gets the context's error and its job is not stored.
 
 // combiner gathers the single-job enqueues of one physical queue (shard).
 type combiner struct {
 	shard   keyspace.Shard
 	mu      sync.Mutex
 	waiting []*pendingJob
-	busy    bool // a caller is sending; the next one is chosen from waiting
+	busy    int // calls in flight or handed to a waiting caller, at most maxInFlight
 }
+
+// maxInFlight bounds the script calls in flight per queue (shard).
+const maxInFlight = 2
 
 type pendingJob struct {
 	ctx  context.Context
 	env  *job.Envelope
 	body []byte
 	ch   chan turn // buffered 1: the result, or the lead
+	led  bool      // handed the lead: it sends its own call (under mu)
 }
 
 // turn tells a waiting caller that its job is done (err) or that it sends
@@ -63,8 +71,11 @@ func (b *Broker) enqueueCombined(ctx context.Context, s keyspace.Shard, env *job
 	p := &pendingJob{ctx: ctx, env: env, body: body, ch: make(chan turn, 1)}
 	c.mu.Lock()
 	c.waiting = append(c.waiting, p)
-	lead := !c.busy
-	c.busy = true
+	lead := c.busy < maxInFlight
+	if lead {
+		c.busy++
+		p.led = true
+	}
 	c.mu.Unlock()
 	for !lead {
 		select {
@@ -107,45 +118,27 @@ func (c *combiner) withdraw(p *pendingJob) bool {
 	return false
 }
 
-// handOnLocked gives the lead to the first waiting caller, or clears busy.
+// handOnLocked gives the lead to the first waiting caller that has none,
+// or ends a call.
 func (c *combiner) handOnLocked() {
-	if len(c.waiting) > 0 {
-		c.waiting[0].ch <- turn{lead: true}
-		return
+	for _, p := range c.waiting {
+		if !p.led {
+			p.led = true
+			p.ch <- turn{lead: true}
+			return
+		}
 	}
-	c.busy = false
+	c.busy--
 }
 
-// sendCombined sends the waiting jobs (own among them) in one script call,
+// sendCombined sends own's job and the waiting ones in one script call,
 // passes the lead on, hands each other caller its result, and returns the
 // result of own. The lead passes on before the results go out, so that the
 // jobs that gathered during the call are on their way while the callers of
 // this one wake up.
 func (b *Broker) sendCombined(c *combiner, own *pendingJob) error {
 	c.mu.Lock()
-	take := min(len(c.waiting), enqueueChunk)
-	var batch []*pendingJob
-	if take == 1 {
-		// Alone (the common case of a single producer): no copies.
-		batch = c.waiting[:1:1]
-		c.waiting = c.waiting[1:]
-		if len(c.waiting) == 0 {
-			c.waiting = nil
-		}
-	} else {
-		batch = make([]*pendingJob, 0, take)
-		rest := c.waiting[take:]
-		for _, p := range c.waiting[:take] {
-			if p != own && p.ctx.Err() != nil {
-				p.ch <- turn{err: p.ctx.Err()} // gave up before it was sent
-				continue
-			}
-			batch = append(batch, p)
-		}
-		// own is always among the first enqueueChunk: a caller leads only
-		// from the head of the list or when it found the list empty.
-		c.waiting = append([]*pendingJob(nil), rest...)
-	}
+	batch := c.takeLocked(own)
 	c.mu.Unlock()
 
 	envs := make([]*job.Envelope, len(batch))
@@ -172,4 +165,33 @@ func (b *Broker) sendCombined(c *combiner, own *pendingJob) error {
 		p.ch <- turn{err: errs[i]}
 	}
 	return ownErr
+}
+
+// takeLocked removes from the waiting list and returns own and the jobs
+// that go with it: those of callers that do not lead a call of their own,
+// up to enqueueChunk in all. A waiting caller whose context ended gets its
+// error instead.
+func (c *combiner) takeLocked(own *pendingJob) []*pendingJob {
+	if len(c.waiting) == 1 && c.waiting[0] == own {
+		// Alone (the common case of a single producer): no copies.
+		batch := c.waiting[:1:1]
+		c.waiting = nil
+		return batch
+	}
+	batch := make([]*pendingJob, 1, min(len(c.waiting), enqueueChunk))
+	batch[0] = own
+	var rest []*pendingJob
+	for _, p := range c.waiting {
+		switch {
+		case p == own:
+		case p.led || len(batch) == enqueueChunk:
+			rest = append(rest, p)
+		case p.ctx.Err() != nil:
+			p.ch <- turn{err: p.ctx.Err()} // gave up before it was sent
+		default:
+			batch = append(batch, p)
+		}
+	}
+	c.waiting = rest
+	return batch
 }

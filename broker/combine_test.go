@@ -81,7 +81,7 @@ func TestConcurrentSingleEnqueuesAreAllStored(t *testing.T) {
 	c := b.combinerFor(b.shardQ(t))
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.busy || len(c.waiting) != 0 {
+	if c.busy != 0 || len(c.waiting) != 0 {
 		t.Fatalf("combiner left busy=%v with %d waiting", c.busy, len(c.waiting))
 	}
 }
@@ -131,6 +131,53 @@ func TestCancelledEnqueueStoresNothing(t *testing.T) {
 	}
 }
 
+// TestCallsInFlightAreBounded: while fewer than maxInFlight calls to a queue
+// are in flight a caller sends at once; at the bound it waits for one of
+// them to end.
+func TestCallsInFlightAreBounded(t *testing.T) {
+	t.Parallel()
+	b := combineBroker(t)
+	c := b.combinerFor(b.shardQ(t))
+	c.mu.Lock()
+	c.busy = maxInFlight - 1 // as if the other calls were in flight, for good
+	c.mu.Unlock()
+	if err := b.Enqueue(context.Background(), combineEnv("beside")); err != nil {
+		t.Fatal(err)
+	}
+	if !b.stored(t, "beside") {
+		t.Fatal("a caller below the bound did not send at once")
+	}
+
+	c.mu.Lock()
+	c.busy = maxInFlight
+	c.mu.Unlock()
+	done := make(chan error, 1)
+	go func() { done <- b.Enqueue(context.Background(), combineEnv("behind")) }()
+	waitWaiting(t, c, 1)
+	select {
+	case err := <-done:
+		t.Fatalf("a caller at the bound returned (%v) while every call was in flight", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if b.stored(t, "behind") {
+		t.Fatal("a caller at the bound sent while every call was in flight")
+	}
+	c.mu.Lock()
+	c.handOnLocked() // one of them ends
+	c.mu.Unlock()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !b.stored(t, "behind") {
+		t.Fatal("job not stored once a call ended")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.busy != maxInFlight-1 || len(c.waiting) != 0 {
+		t.Fatalf("combiner left busy=%v with %d waiting, want %d and none", c.busy, len(c.waiting), maxInFlight-1)
+	}
+}
+
 // waitWaiting waits until n callers wait in c.
 func waitWaiting(t *testing.T, c *combiner, n int) {
 	t.Helper()
@@ -146,7 +193,7 @@ func TestWaitingCallerGivesUp(t *testing.T) {
 	b := combineBroker(t)
 	c := b.combinerFor(b.shardQ(t))
 	c.mu.Lock()
-	c.busy = true // as if a call were in flight
+	c.busy = maxInFlight // as if as many calls as may be were in flight
 	c.mu.Unlock()
 
 	ctx1, cancel1 := context.WithCancel(context.Background())
@@ -161,7 +208,7 @@ func TestWaitingCallerGivesUp(t *testing.T) {
 		t.Fatalf("first: err = %v, want context.Canceled", err)
 	}
 	waitWaiting(t, c, 1)
-	// The call in flight ends: the next waiting caller sends.
+	// A call in flight ends: the next waiting caller sends.
 	c.mu.Lock()
 	c.handOnLocked()
 	c.mu.Unlock()
@@ -173,8 +220,8 @@ func TestWaitingCallerGivesUp(t *testing.T) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.busy || len(c.waiting) != 0 {
-		t.Fatalf("combiner left busy=%v with %d waiting", c.busy, len(c.waiting))
+	if c.busy != maxInFlight-1 || len(c.waiting) != 0 {
+		t.Fatalf("combiner left busy=%v with %d waiting, want the other calls (%d) in flight and none waiting", c.busy, len(c.waiting), maxInFlight-1)
 	}
 }
 
@@ -187,7 +234,7 @@ func TestLeadPassesOnFromACallerThatGivesUp(t *testing.T) {
 	c := b.combinerFor(b.shardQ(t))
 	for i := range 30 {
 		c.mu.Lock()
-		c.busy = true
+		c.busy = maxInFlight
 		c.mu.Unlock()
 		ctx1, cancel1 := context.WithCancel(context.Background())
 		id1, id2 := fmt.Sprintf("a%d", i), fmt.Sprintf("b%d", i)
