@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -187,17 +186,8 @@ func bareSpan(tracer trace.Tracer, withAttrs bool) job.Middleware {
 			ctx, span := tracer.Start(ctx, "process")
 			err := next.Handle(ctx, m)
 			if withAttrs {
-				span.SetAttributes(
-					attribute.String("messaging.system", middleware.System),
-					attribute.String("messaging.operation.name", "process"),
-					attribute.String("messaging.operation.type", "process"),
-					attribute.String("messaging.destination.name", m.Queue),
-					attribute.String("messaging.message.id", m.ID),
-					middleware.AttrJobType.String(m.Type),
-					middleware.AttrAttempt.Int(m.Attempt),
-					middleware.AttrLatenessMS.Int64(m.Lateness().Milliseconds()),
-					middleware.AttrOutcome.String("success"),
-				)
+				attrs := successAttrs(m)
+				span.SetAttributes(attrs[:]...)
 			}
 			span.End()
 			return err
