@@ -122,8 +122,16 @@ func (w *Worker) chained(typ string, h job.Handler) job.Handler {
 	if c, ok := w.chains.Load(typ); ok {
 		return c.(job.Handler)
 	}
-	c, _ := w.chains.LoadOrStore(typ, job.Chain(h, w.cfg.Middleware...))
-	return c.(job.Handler)
+	// Built under a lock, so that jobs of a new type starting together
+	// wrap its handler once.
+	w.chainMu.Lock()
+	defer w.chainMu.Unlock()
+	if c, ok := w.chains.Load(typ); ok {
+		return c.(job.Handler)
+	}
+	c := job.Chain(h, w.cfg.Middleware...)
+	w.chains.Store(typ, c)
+	return c
 }
 
 // record marks t as settling (its outcome is decided, so a lease lost from

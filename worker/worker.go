@@ -42,9 +42,10 @@ type Worker struct {
 	slots   *slots
 	pace    pace // what the adaptive prefetch is made of
 	settler *settler
-	claims  claims   // the fetcher's
-	reapSeq uint64   // call ids of the reaper
-	chains  sync.Map // job type → its handler in the middleware (chained)
+	claims  claims     // the fetcher's
+	reapSeq uint64     // call ids of the reaper
+	chains  sync.Map   // job type → its handler in the middleware (chained)
+	chainMu sync.Mutex // builds a chain missing from chains
 }
 
 // New checks cfg, fills in its defaults and returns a Worker.
