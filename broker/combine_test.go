@@ -178,6 +178,72 @@ func TestCallsInFlightAreBounded(t *testing.T) {
 	}
 }
 
+// TestCombinerUnderCancellations: many producers whose contexts end at
+// random moments, some while their job waits, some while it is in flight
+// and some as the lead reaches them. Every call returns; a job whose call
+// returned nil is stored, one whose call returned the context's error is
+// not; and the combiner ends with no call counted in flight and none
+// waiting.
+func TestCombinerUnderCancellations(t *testing.T) {
+	t.Parallel()
+	b := combineBroker(t)
+	const producers, each = 24, 30
+	type outcome struct {
+		id  string
+		err error
+	}
+	out := make(chan outcome, producers*each)
+	var wg sync.WaitGroup
+	for p := range producers {
+		wg.Go(func() {
+			for i := range each {
+				id := fmt.Sprintf("p%d-%d", p, i)
+				// Deadlines of 0 to 250 µs, and every seventh call none.
+				ctx, cancel := context.Background(), context.CancelFunc(func() {})
+				if k := (p*each + i) % 7; k < 6 {
+					ctx, cancel = context.WithTimeout(context.Background(), time.Duration(k)*50*time.Microsecond)
+				}
+				out <- outcome{id, b.Enqueue(ctx, combineEnv(id))}
+				cancel()
+			}
+		})
+	}
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(30 * time.Second):
+		t.Fatal("enqueue calls did not all return within 30 s")
+	}
+	close(out)
+	var ok, gaveUp int
+	for o := range out {
+		switch {
+		case o.err == nil:
+			ok++
+			if !b.stored(t, o.id) {
+				t.Errorf("job %s: Enqueue returned nil but it is not stored", o.id)
+			}
+		case errors.Is(o.err, context.DeadlineExceeded):
+			gaveUp++
+			if b.stored(t, o.id) {
+				t.Errorf("job %s: Enqueue returned %v but it is stored", o.id, o.err)
+			}
+		default:
+			t.Errorf("job %s: %v", o.id, o.err)
+		}
+	}
+	if ok == 0 || gaveUp == 0 {
+		t.Fatalf("%d stored and %d given up: the test wants both", ok, gaveUp)
+	}
+	c := b.combinerFor(b.shardQ(t))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.busy != 0 || len(c.waiting) != 0 {
+		t.Fatalf("combiner left busy=%v with %d waiting", c.busy, len(c.waiting))
+	}
+}
+
 // waitWaiting waits until n callers wait in c.
 func waitWaiting(t *testing.T, c *combiner, n int) {
 	t.Helper()
