@@ -178,6 +178,47 @@ func TestCallsInFlightAreBounded(t *testing.T) {
 	}
 }
 
+// TestWithdrawPassesTheLeadOn: a caller that gives up after the lead
+// reached it, but before it took it (both ready at once), passes the lead
+// to the next waiting caller; without one, the call it would have sent no
+// longer counts as in flight.
+func TestWithdrawPassesTheLeadOn(t *testing.T) {
+	t.Parallel()
+	c := &combiner{}
+	p := &pendingJob{ctx: context.Background(), ch: make(chan turn, 1), led: true}
+	q := &pendingJob{ctx: context.Background(), ch: make(chan turn, 1)}
+	c.busy = maxInFlight
+	c.waiting = []*pendingJob{p, q}
+	p.ch <- turn{lead: true}
+	if !c.withdraw(p) {
+		t.Fatal("withdraw of a waiting caller reported it sent")
+	}
+	select {
+	case got := <-q.ch:
+		if !got.lead || !q.led {
+			t.Fatalf("next caller got %+v (led %v), want the lead", got, q.led)
+		}
+	default:
+		t.Fatal("the lead did not pass on to the next waiting caller")
+	}
+	if c.busy != maxInFlight || len(c.waiting) != 1 || c.waiting[0] != q {
+		t.Fatalf("busy=%d waiting=%d, want %d and the next caller alone", c.busy, len(c.waiting), maxInFlight)
+	}
+
+	// Alone, a caller that gives up with the lead ends the call it would
+	// have sent.
+	c = &combiner{busy: maxInFlight}
+	r := &pendingJob{ctx: context.Background(), ch: make(chan turn, 1), led: true}
+	c.waiting = []*pendingJob{r}
+	r.ch <- turn{lead: true}
+	if !c.withdraw(r) {
+		t.Fatal("withdraw of a waiting caller reported it sent")
+	}
+	if c.busy != maxInFlight-1 || len(c.waiting) != 0 {
+		t.Fatalf("busy=%d waiting=%d, want %d and none", c.busy, len(c.waiting), maxInFlight-1)
+	}
+}
+
 // TestCombinerUnderCancellations: many producers whose contexts end at
 // random moments, some while their job waits, some while it is in flight
 // and some as the lead reaches them. Every call returns; a job whose call
