@@ -78,12 +78,7 @@ func TestConcurrentSingleEnqueuesAreAllStored(t *testing.T) {
 	if n, _ := b.rdb.HLen(context.Background(), b.shardQ(t).Keys().Jobs).Result(); n != producers*each {
 		t.Fatalf("%d jobs stored, want %d", n, producers*each)
 	}
-	c := b.combinerFor(b.shardQ(t))
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.busy != 0 || len(c.waiting) != 0 {
-		t.Fatalf("combiner left busy=%v with %d waiting", c.busy, len(c.waiting))
-	}
+	wantCombiner(t, b.combinerFor(b.shardQ(t)), 0)
 }
 
 func TestConcurrentSameIDStoresOne(t *testing.T) {
@@ -171,11 +166,7 @@ func TestCallsInFlightAreBounded(t *testing.T) {
 	if !b.stored(t, "behind") {
 		t.Fatal("job not stored once a call ended")
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.busy != maxInFlight-1 || len(c.waiting) != 0 {
-		t.Fatalf("combiner left busy=%v with %d waiting, want %d and none", c.busy, len(c.waiting), maxInFlight-1)
-	}
+	wantCombiner(t, c, maxInFlight-1)
 }
 
 // TestWithdrawPassesTheLeadOn: a caller that gives up after the lead
@@ -214,9 +205,7 @@ func TestWithdrawPassesTheLeadOn(t *testing.T) {
 	if !c.withdraw(r) {
 		t.Fatal("withdraw of a waiting caller reported it sent")
 	}
-	if c.busy != maxInFlight-1 || len(c.waiting) != 0 {
-		t.Fatalf("busy=%d waiting=%d, want %d and none", c.busy, len(c.waiting), maxInFlight-1)
-	}
+	wantCombiner(t, c, maxInFlight-1)
 }
 
 // TestCombinerUnderCancellations: many producers whose contexts end at
@@ -277,12 +266,7 @@ func TestCombinerUnderCancellations(t *testing.T) {
 	if ok == 0 || gaveUp == 0 {
 		t.Fatalf("%d stored and %d given up: the test wants both", ok, gaveUp)
 	}
-	c := b.combinerFor(b.shardQ(t))
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.busy != 0 || len(c.waiting) != 0 {
-		t.Fatalf("combiner left busy=%v with %d waiting", c.busy, len(c.waiting))
-	}
+	wantCombiner(t, b.combinerFor(b.shardQ(t)), 0)
 }
 
 // waitWaiting waits until n callers wait in c.
@@ -325,11 +309,7 @@ func TestWaitingCallerGivesUp(t *testing.T) {
 	if b.stored(t, "first") || !b.stored(t, "second") {
 		t.Fatal("want only the second job stored")
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.busy != maxInFlight-1 || len(c.waiting) != 0 {
-		t.Fatalf("combiner left busy=%v with %d waiting, want the other calls (%d) in flight and none waiting", c.busy, len(c.waiting), maxInFlight-1)
-	}
+	wantCombiner(t, c, maxInFlight-1) // the other calls in flight
 }
 
 // A caller that gives up just as the lead reaches it either sends (its job
@@ -414,5 +394,16 @@ func TestSingleEnqueuePath(t *testing.T) {
 	}
 	if b.rdb.HExists(ctx, k.Jobs, "two").Val() {
 		t.Fatal("the job was stored although the call failed")
+	}
+}
+
+// wantCombiner fails t unless c has busy calls in flight (or handed on)
+// and no caller waiting.
+func wantCombiner(t *testing.T, c *combiner, busy int) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.busy != busy || len(c.waiting) != 0 {
+		t.Fatalf("combiner left busy=%d with %d waiting, want %d and none waiting", c.busy, len(c.waiting), busy)
 	}
 }
