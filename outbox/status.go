@@ -85,7 +85,7 @@ func Relays(ctx context.Context, rdb redis.UniversalClient, ns string) ([]RelayS
 	if rdb == nil {
 		return nil, invalid("nil Redis client")
 	}
-	b, err := broker.New(rdb, broker.Options{Namespace: ns}) // validates ns; contacts nothing
+	b, err := broker.New(rdb, broker.Options{Namespace: ns}) // validates ns (and checks the server's version)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: relays: %w", err)
 	}
