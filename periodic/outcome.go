@@ -82,13 +82,21 @@ func Outcomes(b *broker.Broker) job.Middleware {
 	}
 }
 
-// truncate cuts s to at most n bytes on a rune boundary.
+// truncate cuts s to at most n bytes on a rune boundary, marking the cut.
 func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return cut(s, n) + "…"
+}
+
+// cut returns the first n bytes of s, or fewer, on a rune boundary.
+func cut(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
 	for n > 0 && s[n]&0xC0 == 0x80 {
 		n--
 	}
-	return s[:n] + "…"
+	return s[:n]
 }

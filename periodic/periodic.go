@@ -137,6 +137,14 @@ func (m Missed) String() string {
 	return "skip"
 }
 
+// parseMissed reads a policy as String writes it.
+func parseMissed(s string) Missed {
+	if s == RunOnce.String() {
+		return RunOnce
+	}
+	return Skip
+}
+
 // Option configures one schedule.
 type Option func(*entry) error
 

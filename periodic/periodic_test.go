@@ -3,6 +3,7 @@ package periodic_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -140,3 +141,45 @@ func waitFor(t *testing.T, d time.Duration, cond func() bool) bool {
 	}
 	return cond()
 }
+
+// TestListShowsTheRestBesideAnUnreadableRecord: a schedule record and an
+// outcome that do not decode (garbage written into Redis) do not fail
+// List: the other schedules are listed as usual, and each bad record's
+// schedule is listed with its name and a Problem that says which record
+// and why.
+func TestListShowsTheRestBesideAnUnreadableRecord(t *testing.T) {
+	t.Parallel()
+	tb := testkit.Setup(t)
+	keys := keyspace.Periodic(tb.NS)
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	good := `{"spec":"@hourly","zone":"UTC","type":"health.ping","queue":"health","missed":"once","within_ms":3600000,"seen":` +
+		itoa(now.UnixMilli()) + `,"expires":` + itoa(now.Add(time.Minute).UnixMilli()) + `}`
+	if err := tb.RDB.HSet(tb.Ctx, keys.Schedules, "good", good, "broken", "{not json", "bad-outcome", good).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.RDB.HSet(tb.Ctx, keys.Outcomes, "bad-outcome", "\x00\x01", "good", `{"result":"success","tick":1,"at":2,"attempt":1}`).Err(); err != nil {
+		t.Fatal(err)
+	}
+	list, err := periodic.List(tb.Ctx, tb.B, now)
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	if len(list) != 3 {
+		t.Fatalf("List: %d schedules, want 3: %+v", len(list), list)
+	}
+	badOutcome, broken, ok := list[0], list[1], list[2]
+	if broken.Name != "broken" || !strings.HasPrefix(broken.Problem, "stored schedule record does not decode: ") ||
+		!strings.Contains(broken.Problem, `"{not json"`) || broken.Spec != "" || broken.Stale {
+		t.Errorf("broken: %+v; want its name and a Problem naming the schedule record", broken)
+	}
+	if badOutcome.Name != "bad-outcome" || badOutcome.Spec != "@hourly" || badOutcome.Outcome != nil ||
+		!strings.HasPrefix(badOutcome.Problem, "stored outcome does not decode: ") {
+		t.Errorf("bad-outcome: %+v; want the schedule, no outcome, a Problem naming the outcome", badOutcome)
+	}
+	if ok.Name != "good" || ok.Problem != "" || ok.Spec != "@hourly" || ok.Missed != periodic.RunOnce || ok.Within != time.Hour ||
+		ok.Outcome == nil || ok.Outcome.Result != "success" || !ok.Next.Equal(time.Date(2030, 1, 2, 4, 0, 0, 0, time.UTC)) {
+		t.Errorf("good: %+v, outcome %+v; want it whole", ok, ok.Outcome)
+	}
+}
+
+func itoa(v int64) string { return strconv.FormatInt(v, 10) }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -201,6 +202,13 @@ type Status struct {
 	Seen    time.Time // the last heartbeat of a scheduler that declares it
 	Expires time.Time // when it counts as stale without another heartbeat
 	Stale   bool      // no scheduler declared it since Expires
+
+	// Problem says which of the schedule's stored records could not be
+	// read and why (e.g. `stored schedule record does not decode: …`);
+	// empty when every record decoded. A schedule whose own record does
+	// not decode is listed with its name, Problem, and what its other
+	// records hold; the fields its record holds are zero.
+	Problem string
 }
 
 // LastOutcome is how the latest finished attempt of a schedule's job ended.
@@ -217,7 +225,9 @@ type LastOutcome struct {
 
 // List returns the schedules stored in namespace of b, sorted by name.
 // Stale is judged against now; the zero time means the Redis server's
-// clock.
+// clock. A stored record that does not decode does not fail the listing:
+// its schedule is listed with Status.Problem naming it, and the others as
+// usual. Only a Redis error fails List.
 func List(ctx context.Context, b *broker.Broker, now time.Time) ([]Status, error) {
 	rdb, keys := b.Client(), keyspace.Periodic(b.Namespace())
 	var (
@@ -248,41 +258,52 @@ func List(ctx context.Context, b *broker.Broker, now time.Time) ([]Status, error
 	}
 	out := make([]Status, 0, len(defs.Val()))
 	for name, body := range defs.Val() {
+		st := Status{Name: name, Last: lastOf[name]}
+		var problems []string
 		var r record
 		if err := json.Unmarshal([]byte(body), &r); err != nil {
-			return nil, fmt.Errorf("periodic: schedule %q: stored record does not decode: %v", name, err)
-		}
-		st := Status{
-			Name: name, Spec: r.Spec, Zone: r.Zone, Type: r.Type, Queue: r.Queue,
-			Within: time.Duration(r.WithinMS) * time.Millisecond,
-			Next:   fromMS(r.Next), Last: lastOf[name],
-			Seen: fromMS(r.Seen), Expires: fromMS(r.Expires),
-			Stale: now.UnixMilli() > r.Expires,
-		}
-		// The next tick from the expression itself: the stored one is as
-		// old as the last heartbeat. A stale schedule has none: nothing
-		// runs it.
-		if loc, err := time.LoadLocation(r.Zone); err == nil && !st.Stale {
-			if sched, err := parseSpec(r.Spec, loc); err == nil {
-				st.Next = sched.Next(now).UTC()
+			problems = append(problems, fmt.Sprintf("stored schedule record does not decode: %v (%s)", err, quoteStart(body, 40)))
+		} else {
+			st.Spec, st.Zone, st.Type, st.Queue = r.Spec, r.Zone, r.Type, r.Queue
+			st.Within = time.Duration(r.WithinMS) * time.Millisecond
+			st.Seen, st.Expires = fromMS(r.Seen), fromMS(r.Expires)
+			st.Stale = now.UnixMilli() > r.Expires
+			st.Missed = parseMissed(r.Missed)
+			// The next tick from the expression itself: the stored one is
+			// as old as the last heartbeat. A stale schedule has none:
+			// nothing runs it.
+			if !st.Stale {
+				st.Next = fromMS(r.Next)
+				if loc, err := time.LoadLocation(r.Zone); err == nil {
+					if sched, err := parseSpec(r.Spec, loc); err == nil {
+						st.Next = sched.Next(now).UTC()
+					}
+				}
 			}
-		} else if st.Stale {
-			st.Next = time.Time{}
-		}
-		if r.Missed == RunOnce.String() {
-			st.Missed = RunOnce
 		}
 		if !st.Last.IsZero() {
 			st.LastID = TickID(name, st.Last)
 		}
 		if raw, ok := outs.Val()[name]; ok {
 			var o outcome
-			if err := json.Unmarshal([]byte(raw), &o); err == nil {
+			if err := json.Unmarshal([]byte(raw), &o); err != nil {
+				problems = append(problems, fmt.Sprintf("stored outcome does not decode: %v (%s)", err, quoteStart(raw, 40)))
+			} else {
 				st.Outcome = &LastOutcome{Result: o.Result, Tick: fromMS(o.Tick), At: fromMS(o.At), Attempt: o.Attempt, Error: o.Error}
 			}
 		}
+		st.Problem = strings.Join(problems, "; ")
 		out = append(out, st)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
+}
+
+// quoteStart quotes the first n bytes of a stored value, for an error that
+// shows what was found.
+func quoteStart(s string, n int) string {
+	if len(s) <= n {
+		return fmt.Sprintf("%q", s)
+	}
+	return fmt.Sprintf("%q…", cut(s, n))
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/internal/faulttest/fixture"
+	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/periodic"
 )
@@ -92,5 +93,60 @@ func TestGoldenPeriodic(t *testing.T) {
 	}
 	if r := tb.run(t, "periodic", "rm"); r.code != 2 || !strings.Contains(r.stderr, `unknown command "rm"`) {
 		t.Errorf("delayq periodic rm: exit %d, stderr %q; want 2", r.code, r.stderr)
+	}
+}
+
+// TestPeriodicLsUnreadableRecord: a schedule record that does not decode
+// (garbage written into Redis) leaves `periodic ls` answering, table and
+// --json, with every other schedule as usual and a row that names the bad
+// record and says why; the exit code is 0.
+func TestPeriodicLsUnreadableRecord(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	seedPeriodic(t, tb)
+	if err := tb.rdb.HSet(tb.ctx, keyspace.Periodic(tb.ns).Schedules, "broken", "{not json").Err(); err != nil {
+		t.Fatal(err)
+	}
+	out := tb.ok(t, "periodic", "ls", "--now", rfc(t0))
+	var broken string
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "broken ") {
+			broken = line
+		}
+	}
+	if !strings.Contains(broken, `unreadable: stored schedule record does not decode: `) || !strings.Contains(broken, `"{not json"`) {
+		t.Errorf("periodic ls: the bad record's row is %q; want its name and why it is unreadable:\n%s", broken, out)
+	}
+	for _, name := range []string{"hourly-digest ", "nightly-report ", "old-cleanup "} {
+		if !strings.Contains(out, "\n"+name) {
+			t.Errorf("periodic ls lacks %s:\n%s", name, out)
+		}
+	}
+	if !strings.Contains(out, "failed 40s ago: smtp: 550 mailbox unavailable") {
+		t.Errorf("periodic ls lost hourly-digest's outcome:\n%s", out)
+	}
+
+	var got struct {
+		Schedules []struct {
+			Name    string `json:"name"`
+			Spec    string `json:"spec"`
+			Problem string `json:"problem"`
+		} `json:"schedules"`
+	}
+	tb.okJSON(t, &got, "periodic", "ls", "--now", rfc(t0))
+	var names []string
+	for _, s := range got.Schedules {
+		names = append(names, s.Name)
+		switch {
+		case s.Name == "broken":
+			if s.Spec != "" || !strings.HasPrefix(s.Problem, "stored schedule record does not decode: ") {
+				t.Errorf("--json: broken: %+v; want a problem naming the schedule record", s)
+			}
+		case s.Problem != "" || s.Spec == "":
+			t.Errorf("--json: %+v; want it whole, without a problem", s)
+		}
+	}
+	if strings.Join(names, ",") != "broken,hourly-digest,nightly-report,old-cleanup" {
+		t.Errorf("--json lists %v", names)
 	}
 }
