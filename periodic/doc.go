@@ -29,6 +29,15 @@
 // follow the schedule's policy: [Skip] (the default) drops them, [RunOnce]
 // enqueues one job for the latest of them.
 //
+// # A tick that cannot be enqueued
+//
+// Each tick's job is built and checked on its own before a step's one
+// enqueue call, and enqueued one by one when the broker refuses that call
+// whole. A tick whose job cannot be enqueued (an expiry that passed, a
+// payload beyond the broker's cap) is skipped, logged with the schedule's
+// name and why, and stored as the schedule's last outcome, "refused"; the
+// other schedules, and the schedule's own later ticks, go on.
+//
 // # Daylight saving
 //
 // Expressions are read in their time zone, as cron does: on the day the

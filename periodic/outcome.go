@@ -55,11 +55,11 @@ func Outcomes(b *broker.Broker) job.Middleware {
 			settled := job.OnResult(ctx, func(res job.Result) {
 				switch res.Outcome {
 				case job.OutcomeSuccess:
-					o.Result = "success"
+					o.Result = ResultSuccess
 				case job.OutcomeRetry:
-					o.Result = "retry"
+					o.Result = ResultRetry
 				case job.OutcomeDead:
-					o.Result = "dead"
+					o.Result = ResultDead
 				default:
 					return // lease lost or released: it runs again
 				}
@@ -71,9 +71,9 @@ func Outcomes(b *broker.Broker) job.Middleware {
 			})
 			err := next.Handle(ctx, m)
 			if !settled {
-				o.Result, o.At = "success", ended()
+				o.Result, o.At = ResultSuccess, ended()
 				if err != nil {
-					o.Result, o.Error = "failed", truncate(err.Error(), 512)
+					o.Result, o.Error = ResultFailed, truncate(err.Error(), 512)
 				}
 				write(ctx, name, o)
 			}

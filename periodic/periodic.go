@@ -2,6 +2,7 @@ package periodic
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -218,6 +219,32 @@ type entry struct {
 	build      func(opts ...job.Option) (*job.Envelope, error)
 
 	cur time.Time // the latest tick this process dealt with
+
+	// When a refused tick was last logged (zero once a tick is enqueued
+	// again), and how many were refused since: a schedule whose every
+	// tick is refused logs once per Heartbeat, not once per tick.
+	refusedAt time.Time
+	refused   int
+}
+
+// tickJob builds and checks the job of e's tick at: its id, ready time,
+// uniqueness and headers, then every check of the broker's enqueue that
+// does not need Redis (job.Prepare, at now). An error says why the tick's
+// job cannot be enqueued; it wraps job.ErrInvalid.
+func (e *entry) tickJob(at, now time.Time, unique time.Duration) (*job.Envelope, error) {
+	opts := []job.Option{job.ID(TickID(e.name, at)), job.At(at),
+		job.Header(HeaderSchedule, e.name), job.Header(HeaderTick, at.UTC().Format(tickLayout))}
+	if unique > 0 {
+		opts = append(opts, job.Unique(unique), job.UniqueIncludeDead())
+	}
+	env, err := e.build(opts...)
+	if err != nil {
+		return nil, err
+	}
+	if err := job.Prepare(env, now); err != nil {
+		return nil, err
+	}
+	return env, nil
 }
 
 // Add declares a schedule on s: a job of type t with args at every tick of
@@ -263,9 +290,21 @@ func Add[T any](s *Scheduler, name, spec string, t *job.Type[T], args T, opts ..
 	if env.ID != "" || env.Delay != 0 || !env.At.IsZero() {
 		return bad(errors.New("job options ID, In and At are set by the scheduler, not by the schedule"))
 	}
+	if env.Replace {
+		return bad(errors.New("job option Replace would let a second scheduler replace a tick's job instead of being refused"))
+	}
 	e.typ, e.queue = env.Type, env.Queue
 	e.build = func(extra ...job.Option) (*job.Envelope, error) {
 		return t.Envelope(args, append(jobOpts, extra...)...)
+	}
+	// A tick's job as the scheduler would enqueue it, for a tick due now:
+	// what is wrong with it already (an expiry that passed, a header the
+	// broker refuses) is refused here rather than at every tick. An
+	// expiry that passes later is the scheduler's to report, tick by tick.
+	if now := time.Now(); sched.Next(now).IsZero() {
+		return bad(fmt.Errorf("cron expression %q has no tick after %s", spec, now.UTC().Format(time.RFC3339)))
+	} else if _, err := e.tickJob(now.Truncate(time.Second), now, 0); err != nil {
+		return bad(fmt.Errorf("the job of a tick due now: %w", err))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -431,73 +470,80 @@ func (e *entry) due(now time.Time, tol time.Duration) []time.Time {
 	return out
 }
 
-// step enqueues every due tick of every schedule in one call and returns
-// when the next tick is due (at most a Heartbeat ahead).
+// tick is one tick of one schedule in a step, and what became of it.
+type tick struct {
+	e   *entry
+	at  time.Time
+	env *job.Envelope
+	err error // why it was not enqueued; nil when it was
+	// invalid: err says why its job can never be enqueued (it does not
+	// build, or the broker refused it as invalid).
+	invalid bool
+}
+
+// step enqueues the due ticks of every schedule and returns when the next
+// tick is due (at most a Heartbeat ahead). A tick whose job cannot be
+// built, or that the broker refuses as invalid, is reported (logged with
+// the schedule's name and why, and stored as the schedule's last outcome,
+// "refused") and skipped: it holds up neither its schedule's later ticks
+// nor any other schedule's. The error returned is a Redis error; the
+// ticks it left undecided are tried again at the next step.
 func (s *Scheduler) step(ctx context.Context, now time.Time) (time.Time, error) {
-	type tick struct {
-		e  *entry
-		at time.Time
-	}
-	var (
-		ticks []tick
-		envs  []*job.Envelope
-	)
 	if err := s.catchUp(ctx, false); err != nil {
 		return now.Add(time.Second), err
 	}
+	var ticks, ready []*tick
 	for _, e := range s.entries {
 		for _, at := range e.due(now, s.cfg.Tolerance) {
-			env, err := e.build(job.ID(TickID(e.name, at)), job.At(at),
-				job.Unique(s.uniqueness()), job.UniqueIncludeDead(),
-				job.Header(HeaderSchedule, e.name), job.Header(HeaderTick, at.UTC().Format(tickLayout)))
-			if err != nil {
-				return now, fmt.Errorf("schedule %q: %w", e.name, err)
+			tk := &tick{e: e, at: at}
+			tk.env, tk.err = e.tickJob(at, now, s.uniqueness())
+			tk.invalid = tk.err != nil
+			ticks = append(ticks, tk)
+			if !tk.invalid {
+				ready = append(ready, tk)
 			}
-			ticks = append(ticks, tick{e, at})
-			envs = append(envs, env)
 		}
 	}
-	var failed error
-	if len(envs) > 0 {
-		errs := make([]error, len(envs))
-		if err := s.b.Enqueue(ctx, envs...); err != nil {
-			var be *job.BatchError
-			switch {
-			case len(envs) == 1:
-				errs[0] = err
-			case errors.As(err, &be) && len(be.Errs) == len(envs):
-				errs = be.Errs
-			default:
-				return now, err
+	s.enqueue(ctx, ready)
+
+	var (
+		failed   error
+		refused  []*tick
+		stuck    = map[*entry]bool{}
+		enqueued = map[string]time.Time{}
+	)
+	for _, tk := range ticks {
+		switch err := tk.err; {
+		case stuck[tk.e]:
+			continue
+		case err == nil:
+			s.log.Debug().Str("schedule", tk.e.name).Str("job_id", tk.env.ID).Str("queue", tk.env.Queue).Msg("tick enqueued")
+			tk.e.refusedAt, tk.e.refused = time.Time{}, 0
+			if tk.at.After(enqueued[tk.e.name]) {
+				enqueued[tk.e.name] = tk.at
 			}
-		}
-		stuck := map[*entry]bool{}
-		mine := map[string]time.Time{}
-		for i, tk := range ticks {
-			err := errs[i]
-			switch {
-			case stuck[tk.e]:
-				continue
-			case err == nil:
-				s.log.Debug().Str("schedule", tk.e.name).Str("job_id", envs[i].ID).Str("queue", envs[i].Queue).Msg("tick enqueued")
-				if tk.at.After(mine[tk.e.name]) {
-					mine[tk.e.name] = tk.at
-				}
-			case errors.Is(err, broker.ErrDuplicate):
-				// Another scheduler enqueued it (or it ran already).
-			default:
-				// Not decided: tried again at the next step.
-				stuck[tk.e] = true
-				failed = fmt.Errorf("schedule %q, tick %s: %w", tk.e.name, envs[i].ID, err)
-				continue
+		case errors.Is(err, broker.ErrDuplicate):
+			// Another scheduler enqueued it (or it ran already).
+		case tk.invalid || errors.Is(err, job.ErrInvalid):
+			refused = append(refused, tk)
+		default:
+			// Not decided: tried again at the next step, with the
+			// schedule's later ticks.
+			stuck[tk.e] = true
+			if failed == nil {
+				failed = fmt.Errorf("schedule %q, tick %s: %w", tk.e.name, tk.at.UTC().Format(tickLayout), err)
 			}
-			if tk.at.After(tk.e.cur) {
-				tk.e.cur = tk.at
-			}
+			continue
 		}
-		if err := s.recordLast(ctx, mine); err != nil && failed == nil {
-			failed = err
+		if tk.at.After(tk.e.cur) {
+			tk.e.cur = tk.at
 		}
+	}
+	if err := s.recordLast(ctx, enqueued); err != nil && failed == nil {
+		failed = err
+	}
+	if err := s.refuse(ctx, now, refused); err != nil && failed == nil {
+		failed = err
 	}
 	wake := now.Add(s.cfg.Heartbeat)
 	for _, e := range s.entries {
@@ -506,4 +552,63 @@ func (s *Scheduler) step(ctx context.Context, now time.Time) (time.Time, error) 
 		}
 	}
 	return wake, failed
+}
+
+// enqueue enqueues the jobs of ticks in one call, and sets each tick's
+// err. When the broker refuses the call whole (one job it finds invalid
+// refuses them all, and nothing is written), it enqueues them one by one,
+// so that the one bad job is refused alone.
+func (s *Scheduler) enqueue(ctx context.Context, ticks []*tick) {
+	if len(ticks) == 0 {
+		return
+	}
+	envs := make([]*job.Envelope, len(ticks))
+	for i, tk := range ticks {
+		envs[i] = tk.env
+	}
+	err := s.b.Enqueue(ctx, envs...)
+	var be *job.BatchError
+	switch {
+	case err == nil:
+	case len(ticks) == 1:
+		ticks[0].err = err
+	case errors.As(err, &be) && len(be.Errs) == len(ticks):
+		for i, tk := range ticks {
+			tk.err = be.Errs[i]
+		}
+	default:
+		for _, tk := range ticks {
+			tk.err = s.b.Enqueue(ctx, tk.env)
+		}
+	}
+}
+
+// refuse reports ticks whose jobs cannot be enqueued: each schedule's
+// latest refusal becomes its last outcome ("refused", with why), and is
+// logged: the first of a run of refusals, then one line per Heartbeat
+// that says how many were refused since the last line.
+func (s *Scheduler) refuse(ctx context.Context, now time.Time, ticks []*tick) error {
+	if len(ticks) == 0 {
+		return nil
+	}
+	fields := make([]any, 0, 2*len(ticks))
+	for _, tk := range ticks {
+		e, why := tk.e, tk.err.Error()
+		e.refused++
+		if e.refusedAt.IsZero() || !now.Before(e.refusedAt.Add(s.cfg.Heartbeat)) {
+			s.log.Error().Str("schedule", e.name).Str("tick", tk.at.UTC().Format(tickLayout)).Str("queue", e.queue).
+				Str("reason", why).Int("refused_since_last_line", e.refused).
+				Msg("the job of a tick cannot be enqueued; the tick is skipped, the other schedules go on")
+			e.refused, e.refusedAt = 0, now
+		}
+		body, err := json.Marshal(outcome{Result: ResultRefused, Tick: tk.at.UnixMilli(), At: now.UnixMilli(), Error: truncate(why, 512)})
+		if err != nil {
+			return err
+		}
+		fields = append(fields, e.name, body)
+	}
+	if err := s.b.Client().HSet(ctx, s.keys.Outcomes, fields...).Err(); err != nil {
+		return fmt.Errorf("recording refused ticks: %w", err)
+	}
+	return nil
 }

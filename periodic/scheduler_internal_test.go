@@ -1,14 +1,18 @@
 package periodic
 
 import (
+	"bytes"
 	"context"
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/clock"
@@ -356,4 +360,112 @@ func TestTickUniqueAfterItsJobEnded(t *testing.T) {
 	if err != nil {
 		t.Fatalf("enqueue after the window: %v (%+v)", err, env)
 	}
+}
+
+// TestPoisonedScheduleIsSkipped: beside two healthy every-second
+// schedules, one whose job expires 2.5 s after the start (an expiry that
+// Add accepts) and one whose arguments exceed the broker's payload cap (a
+// job only the broker refuses, which refuses the whole call): every tick
+// of the healthy ones is enqueued, at its step; the bad ones' ticks are
+// skipped, each reported in the log (with its schedule's name and why)
+// and as its schedule's last outcome, "refused", which List shows.
+func TestPoisonedScheduleIsSkipped(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	clk := clock.NewSimulated(start)
+	tb := testkit.Setup(t, func(o *broker.Options) { o.Clock, o.MaxPayloadBytes = clk.Now, 1000 })
+	sim := &simulated{tb: tb, clk: clk}
+	var logs syncBuffer
+	logger := zerolog.New(&logs)
+	s := sim.scheduler(t, Config{Logger: &logger}, func(s *Scheduler) {
+		mustAdd(t, s, "healthy-a", "@every 1s")
+		mustAdd(t, s, "expiring", "@every 1s", JobOptions(job.ExpireAt(start.Add(2500*time.Millisecond))))
+		if err := Add(s, "too-big", "@every 1s", reportType, reportArgs{Kind: strings.Repeat("x", 2000)}); err != nil {
+			t.Fatal(err)
+		}
+		mustAdd(t, s, "healthy-b", "@every 1s")
+	})
+	const seconds = 10
+	for range seconds {
+		sim.clk.Advance(time.Second)
+		wake, err := s.step(context.Background(), sim.clk.Now())
+		if err != nil {
+			t.Fatalf("step: %v", err)
+		}
+		if want := sim.clk.Now().Add(time.Second); !wake.Equal(want) {
+			t.Errorf("step at %s wakes at %s, want %s (the next tick)", sim.clk.Now(), wake, want)
+		}
+	}
+	got := map[string]bool{}
+	for _, id := range sim.pending(t) {
+		got[id] = true
+	}
+	for i := 1; i <= seconds; i++ {
+		at := start.Add(time.Duration(i) * time.Second)
+		for _, name := range []string{"healthy-a", "healthy-b"} {
+			if !got[TickID(name, at)] {
+				t.Errorf("tick %s not enqueued", TickID(name, at))
+			}
+		}
+		if want := i <= 2; got[TickID("expiring", at)] != want {
+			t.Errorf("tick %s enqueued: %v, want %v (the expiry is at +2.5s)", TickID("expiring", at), !want, want)
+		}
+		if got[TickID("too-big", at)] {
+			t.Errorf("tick %s enqueued beyond the payload cap", TickID("too-big", at))
+		}
+	}
+	if len(got) != 2*seconds+2 {
+		t.Errorf("%d jobs enqueued, want %d", len(got), 2*seconds+2)
+	}
+
+	list, err := List(sim.tb.Ctx, sim.tb.B, sim.clk.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	outcomes := map[string]*LastOutcome{}
+	for _, st := range list {
+		outcomes[st.Name] = st.Outcome
+	}
+	last := start.Add(seconds * time.Second)
+	for name, why := range map[string]string{"expiring": "expiry 2030-01-02T03:04:07.5Z is not after the ready time", "too-big": "payload and headers of job"} {
+		o := outcomes[name]
+		if o == nil || o.Result != ResultRefused || !o.Tick.Equal(last) || !strings.Contains(o.Error, why) {
+			t.Errorf("%s: last outcome %+v, want refused at tick %s, saying %q", name, o, last, why)
+		}
+	}
+	if outcomes["healthy-a"] != nil || outcomes["healthy-b"] != nil {
+		t.Errorf("healthy schedules have outcomes %+v, %+v; want none (no worker ran)", outcomes["healthy-a"], outcomes["healthy-b"])
+	}
+	// Logged once each (the same reason again within a Heartbeat is not
+	// logged again), with the schedule's name and why.
+	out := logs.String()
+	for name, why := range map[string]string{"expiring": "is not after the ready time", "too-big": "the cap is 1000"} {
+		lines := 0
+		for _, l := range strings.Split(out, "\n") {
+			if strings.Contains(l, `"schedule":"`+name+`"`) && strings.Contains(l, why) && strings.Contains(l, `"level":"error"`) {
+				lines++
+			}
+		}
+		if lines != 1 {
+			t.Errorf("%s: %d log lines saying why, want 1:\n%s", name, lines, out)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *syncBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }

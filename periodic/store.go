@@ -196,7 +196,9 @@ type Status struct {
 	// LastID is the job id of the Last tick.
 	LastID string
 	// Outcome is the latest finished attempt of one of the schedule's
-	// jobs, as [Outcomes] recorded it; nil when none was recorded.
+	// jobs, as [Outcomes] recorded it, or the latest tick whose job the
+	// scheduler could not enqueue (ResultRefused); nil when none was
+	// recorded.
 	Outcome *LastOutcome
 
 	Seen    time.Time // the last heartbeat of a scheduler that declares it
@@ -211,11 +213,23 @@ type Status struct {
 	Problem string
 }
 
-// LastOutcome is how the latest finished attempt of a schedule's job ended.
+// Results of a LastOutcome.
+const (
+	ResultSuccess = "success" // the attempt succeeded
+	ResultRetry   = "retry"   // the attempt failed; the job is retried
+	ResultDead    = "dead"    // the attempt failed for good
+	ResultFailed  = "failed"  // the attempt failed outside a worker: what follows is unknown
+	// ResultRefused: the scheduler could not enqueue the tick's job (an
+	// expiry before the tick, a job the broker finds invalid) and skipped
+	// the tick; Error says why.
+	ResultRefused = "refused"
+)
+
+// LastOutcome is how the latest finished attempt of a schedule's job
+// ended, or why the scheduler could not enqueue its latest tick.
 type LastOutcome struct {
-	// Result is "success", "retry" (failed, to be retried), "dead"
-	// (failed for good) or "failed" (failed, where the handler ran
-	// outside a worker so that what followed is unknown).
+	// Result is one of ResultSuccess, ResultRetry, ResultDead,
+	// ResultFailed and ResultRefused.
 	Result  string
 	Tick    time.Time // the tick of the job
 	At      time.Time // when the attempt ended
