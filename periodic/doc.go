@@ -23,11 +23,14 @@
 //
 // # Missed ticks
 //
-// A scheduler enqueues each tick when it is due, and catches up on the
-// ticks of the last Config.Tolerance (one minute) when it was held up or
-// restarted. Ticks older than that, missed while every scheduler was down,
-// follow the schedule's policy: [Skip] (the default) drops them, [RunOnce]
-// enqueues one job for the latest of them.
+// A scheduler enqueues each tick when it is due, and every tick it reached
+// within Config.Tolerance (5 s) of its time when it woke late. A tick
+// reached later than that, or due before the scheduler started, was
+// missed, and follows the schedule's policy: [RunOnce] (the default,
+// within [DefaultMissedWithin]) enqueues one job for the latest of them,
+// [Skip] drops them, [RunAll] enqueues each within a window. Whatever the
+// policy but RunAll, a scheduler that comes back enqueues at most one job
+// for the time it was away.
 //
 // # A tick that cannot be enqueued
 //

@@ -28,20 +28,33 @@ const MaxNameLen = 128
 
 // Defaults of Config.
 const (
-	DefaultTolerance  = time.Minute
+	DefaultTolerance  = 5 * time.Second
 	DefaultHeartbeat  = 30 * time.Second
 	DefaultStaleAfter = 5 * time.Minute
 )
 
+// DefaultMissedWithin is the window of the default missed-tick policy,
+// RunMissedOnce(DefaultMissedWithin): after a scheduler was away, one job
+// for the ticks it missed, if the latest of them is at most an hour old.
+const DefaultMissedWithin = time.Hour
+
+// MaxCatchUp is the most ticks of one schedule a step enqueues; a
+// RunMissedAll catch-up of more goes on at once in further steps.
+const MaxCatchUp = 1000
+
 // Config configures a Scheduler. The zero value is usable: every field has
 // a documented default.
 type Config struct {
-	// Tolerance is how late a tick may be reached and still be enqueued: a
-	// scheduler that was down, busy or cut off from Redis enqueues the
-	// ticks of the last Tolerance when it comes back; older ones are missed
-	// and their schedule's missed-tick policy decides. It is also the
-	// width of the uniqueness window of the ticks' jobs (plus five
-	// minutes). Default 1 minute; it must not be negative.
+	// Tolerance is how late a running scheduler may reach a tick and still
+	// count as on time: a scheduler that wakes a little late (a pause, a
+	// slow reply, Redis unreachable for a moment) enqueues every tick it
+	// reached within Tolerance of its time. A tick reached later than
+	// that, and every tick due before the scheduler started, was missed
+	// while the scheduler was away: the schedule's missed-tick policy
+	// decides which of them run ([RunMissedOnce], the default, runs one).
+	// Tolerance plus five minutes is also how long a tick's job id is
+	// remembered after the job ended. Default 5 s; it must not be
+	// negative.
 	Tolerance time.Duration
 
 	// Heartbeat is how often the scheduler writes its schedules to Redis
@@ -118,30 +131,44 @@ func New(b *broker.Broker, cfg Config) (*Scheduler, error) {
 	return &Scheduler{b: b, cfg: cfg, keys: keyspace.Periodic(b.Namespace()), log: log}, nil
 }
 
-// Missed is a schedule's policy for ticks that no scheduler enqueued in
-// time (every scheduler was down for longer than Config.Tolerance).
+// Missed is a schedule's policy for the ticks it missed: those due while
+// no scheduler was there to enqueue them on time (every scheduler was
+// down, stalled or cut off from Redis for longer than Config.Tolerance,
+// or had not started yet). Whatever the policy, a scheduler that comes
+// back enqueues at most one job for its absence, unless the policy is
+// RunAll.
 type Missed uint8
 
 const (
-	// Skip drops missed ticks: the schedule goes on with its next tick.
-	// The default.
+	// Skip drops missed ticks: the schedule goes on with its next tick
+	// (a tick reached within Config.Tolerance of its time is not missed,
+	// and runs).
 	Skip Missed = iota
 	// RunOnce enqueues one job for all the missed ticks: the latest of
-	// them, with that tick's id, ready at once.
+	// them, with that tick's id, ready at once, if it is no older than the
+	// policy's window. The default, with DefaultMissedWithin.
 	RunOnce
+	// RunAll enqueues a job for every missed tick no older than the
+	// policy's window, oldest first, up to MaxCatchUp per step.
+	RunAll
 )
 
 func (m Missed) String() string {
-	if m == RunOnce {
+	switch m {
+	case RunOnce:
 		return "once"
+	case RunAll:
+		return "all"
 	}
 	return "skip"
 }
 
 // parseMissed reads a policy as String writes it.
 func parseMissed(s string) Missed {
-	if s == RunOnce.String() {
-		return RunOnce
+	for _, m := range []Missed{RunOnce, RunAll} {
+		if s == m.String() {
+			return m
+		}
 	}
 	return Skip
 }
@@ -177,22 +204,36 @@ func Location(loc *time.Location) Option {
 	}
 }
 
-// SkipMissed sets the Skip policy (the default): ticks missed while every
-// scheduler was down are not run.
+// SkipMissed sets the Skip policy: ticks missed while every scheduler was
+// away are not run; the schedule goes on with its next tick.
 func SkipMissed() Option {
 	return func(e *entry) error { e.missed, e.within = Skip, 0; return nil }
 }
 
-// RunMissedOnce sets the RunOnce policy: when ticks were missed, one job
-// runs for them all (the latest missed tick's), provided that tick is no
-// older than within when a scheduler notices. within bounds the catch-up;
-// it must be positive.
+// RunMissedOnce sets the RunOnce policy (the default, with
+// DefaultMissedWithin): when ticks were missed, one job runs for them all
+// (the latest missed tick's), provided that tick is no older than within
+// when a scheduler comes back. within must be positive.
 func RunMissedOnce(within time.Duration) Option {
 	return func(e *entry) error {
 		if within <= 0 {
 			return fmt.Errorf("RunMissedOnce window %s is not positive", within)
 		}
 		e.missed, e.within = RunOnce, within
+		return nil
+	}
+}
+
+// RunMissedAll sets the RunAll policy: when ticks were missed, a job runs
+// for each of them no older than within when a scheduler comes back,
+// oldest first, each with its own tick's id (a burst: a minute away from
+// an every-second schedule is 60 jobs at once). within must be positive.
+func RunMissedAll(within time.Duration) Option {
+	return func(e *entry) error {
+		if within <= 0 {
+			return fmt.Errorf("RunMissedAll window %s is not positive", within)
+		}
+		e.missed, e.within = RunAll, within
 		return nil
 	}
 }
@@ -219,6 +260,9 @@ type entry struct {
 	build      func(opts ...job.Option) (*job.Envelope, error)
 
 	cur time.Time // the latest tick this process dealt with
+	// away: the ticks after cur were due while this process was not
+	// running (it has just started), so they were missed.
+	away bool
 
 	// When a refused tick was last logged (zero once a tick is enqueued
 	// again), and how many were refused since: a schedule whose every
@@ -268,7 +312,7 @@ func Add[T any](s *Scheduler, name, spec string, t *job.Type[T], args T, opts ..
 	if t == nil {
 		return bad(errors.New("nil job type"))
 	}
-	e := &entry{name: name, spec: spec, loc: time.UTC}
+	e := &entry{name: name, spec: spec, loc: time.UTC, missed: RunOnce, within: DefaultMissedWithin}
 	for _, o := range opts {
 		if o == nil {
 			return bad(errors.New("nil option"))
@@ -445,29 +489,47 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// due returns the ticks of e to enqueue at now: under RunOnce the latest
-// missed tick (after cur, older than tol, within the window), then every
-// tick of the last tol after cur.
-func (e *entry) due(now time.Time, tol time.Duration) []time.Time {
-	var out []time.Time
-	live := now.Add(-tol)
-	if e.missed == RunOnce && e.cur.Before(live) {
-		from := e.cur
-		if w := now.Add(-e.within); from.Before(w) {
-			from = w
-		}
-		if m := latest(e.sched, from, live); !m.IsZero() {
-			out = append(out, m)
-		}
+// due returns the ticks of e to enqueue at now, and where its cursor
+// goes once they are dealt with: now, or the last tick returned when a
+// catch-up goes on in further steps.
+//
+// Every tick after the cursor is due. When the first of them is at most
+// tol old and the scheduler did not just start, the scheduler was there
+// and is only a little late: they all run. Otherwise they were missed,
+// and the schedule's policy says which run: Skip the latest if it is at
+// most tol old (it is on time), RunOnce the latest if it is within its
+// window, RunAll all within its window.
+func (e *entry) due(now time.Time, tol time.Duration) ([]time.Time, time.Time) {
+	first := e.sched.Next(e.cur)
+	if first.IsZero() || first.After(now) {
+		return nil, now
 	}
 	from := e.cur
-	if from.Before(live) {
-		from = live
+	if e.away || now.Sub(first) > tol {
+		switch e.missed {
+		case RunAll:
+			if w := now.Add(-e.within); from.Before(w) {
+				from = w
+			}
+		default:
+			window := tol
+			if e.missed == RunOnce {
+				window = max(window, e.within)
+			}
+			if t := latest(e.sched, e.cur, now); !t.IsZero() && now.Sub(t) <= window {
+				return []time.Time{t}, now
+			}
+			return nil, now
+		}
 	}
+	var out []time.Time
 	for t := e.sched.Next(from); !t.IsZero() && !t.After(now); t = e.sched.Next(t) {
+		if len(out) == MaxCatchUp {
+			return out, out[len(out)-1]
+		}
 		out = append(out, t)
 	}
-	return out
+	return out, now
 }
 
 // tick is one tick of one schedule in a step, and what became of it.
@@ -493,8 +555,13 @@ func (s *Scheduler) step(ctx context.Context, now time.Time) (time.Time, error) 
 		return now.Add(time.Second), err
 	}
 	var ticks, ready []*tick
+	upTo := make(map[*entry]time.Time, len(s.entries))
+	more := false
 	for _, e := range s.entries {
-		for _, at := range e.due(now, s.cfg.Tolerance) {
+		due, to := e.due(now, s.cfg.Tolerance)
+		upTo[e] = to
+		more = more || to.Before(now)
+		for _, at := range due {
 			tk := &tick{e: e, at: at}
 			tk.env, tk.err = e.tickJob(at, now, s.uniqueness())
 			tk.invalid = tk.err != nil
@@ -539,11 +606,24 @@ func (s *Scheduler) step(ctx context.Context, now time.Time) (time.Time, error) 
 			tk.e.cur = tk.at
 		}
 	}
+	for _, e := range s.entries {
+		// Every due tick was dealt with: the ones the policy dropped
+		// are passed too.
+		if !stuck[e] {
+			if upTo[e].After(e.cur) {
+				e.cur = upTo[e]
+			}
+			e.away = false
+		}
+	}
 	if err := s.recordLast(ctx, enqueued); err != nil && failed == nil {
 		failed = err
 	}
 	if err := s.refuse(ctx, now, refused); err != nil && failed == nil {
 		failed = err
+	}
+	if more && failed == nil {
+		return now, nil // a RunAll catch-up goes on
 	}
 	wake := now.Add(s.cfg.Heartbeat)
 	for _, e := range s.entries {

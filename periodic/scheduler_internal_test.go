@@ -170,9 +170,12 @@ func TestSchedulersEnqueueEachTickOnce(t *testing.T) {
 	}
 }
 
-// TestMissedTicks: after every scheduler was down, Skip runs only the
-// ticks within the tolerance; RunOnce runs one job for the missed ones
-// too, if the latest is within its window.
+// TestMissedTicks: after every scheduler was down, a new one enqueues
+// for the ticks missed meanwhile what the schedule's policy says, and at
+// most one job unless the policy is RunAll: RunOnce (the default, within
+// an hour) the latest missed tick if it is within the window, Skip only a
+// tick that is on time (within the Tolerance), RunAll each tick within
+// the window.
 func TestMissedTicks(t *testing.T) {
 	t.Parallel()
 	start := time.Date(2030, 1, 2, 12, 0, 0, 0, time.UTC)
@@ -183,10 +186,14 @@ func TestMissedTicks(t *testing.T) {
 		down time.Duration
 		want []string // tick times after the restart
 	}{
-		{"skip (default)", "* * * * *", nil, 10*time.Minute + 10*time.Second, []string{"12:10"}},
-		{"run once", "* * * * *", RunMissedOnce(time.Hour), 10*time.Minute + 10*time.Second, []string{"12:09", "12:10"}},
-		{"run once, missed tick within the window", "0 3 * * *", RunMissedOnce(12 * time.Hour), 24 * time.Hour, []string{"12:00"}},
-		{"run once, missed tick outside the window", "0 3 * * *", RunMissedOnce(6 * time.Hour), 24 * time.Hour, nil},
+		{"once (default)", "* * * * *", nil, 10*time.Minute + 10*time.Second, []string{"12:10"}},
+		{"once, the latest tick outside the window", "* * * * *", RunMissedOnce(5 * time.Second), 10*time.Minute + 10*time.Second, nil},
+		{"skip", "* * * * *", SkipMissed(), 10*time.Minute + 10*time.Second, nil},
+		{"skip, the latest tick on time", "* * * * *", SkipMissed(), 10*time.Minute + 2*time.Second, []string{"12:10"}},
+		{"all within the window", "* * * * *", RunMissedAll(5 * time.Minute), 10*time.Minute + 10*time.Second, []string{"12:06", "12:07", "12:08", "12:09", "12:10"}},
+		{"once, daily, missed tick within the window", "0 3 * * *", RunMissedOnce(12 * time.Hour), 24 * time.Hour, []string{"03:00"}},
+		{"once, daily, missed tick outside the window", "0 3 * * *", RunMissedOnce(6 * time.Hour), 24 * time.Hour, nil},
+		{"once (default), daily, 9 hours late", "0 3 * * *", nil, 24 * time.Hour, nil},
 		{"skip, daily", "0 3 * * *", SkipMissed(), 24 * time.Hour, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -197,32 +204,145 @@ func TestMissedTicks(t *testing.T) {
 				opts = append(opts, tc.opt)
 			}
 			add := func(s *Scheduler) { mustAdd(t, s, "s", tc.spec, opts...) }
-			cfg := Config{Tolerance: 30 * time.Second}
-			s := sim.scheduler(t, cfg, add)
+			s := sim.scheduler(t, Config{}, add)
 			// The first run records a last tick (forcing one at 12:00 for the daily spec).
 			sim.clk.Advance(time.Second)
 			if _, err := sim.tb.RDB.ZAdd(sim.tb.Ctx, s.keys.Last, redisZ("s", start)).Result(); err != nil {
 				t.Fatal(err)
 			}
 			sim.clk.Advance(tc.down)
-			s = sim.scheduler(t, cfg, add) // every scheduler was down; a new one starts
+			s = sim.scheduler(t, Config{}, add) // every scheduler was down; a new one starts
 			if _, err := s.step(sim.tb.Ctx, sim.clk.Now()); err != nil {
 				t.Fatal(err)
 			}
-			var got []string
-			for _, id := range sim.pending(t) {
-				tick, err := time.Parse(tickLayout, id[len("s@"):])
-				if err != nil {
-					t.Fatal(err)
-				}
-				got = append(got, tick.Format("15:04"))
-			}
-			if tc.name == "run once, missed tick within the window" {
-				// The missed 03:00 of the next day, enqueued at once.
-				tc.want = []string{"03:00"}
-			}
-			if !slices.Equal(got, tc.want) {
+			if got := sim.tickTimes(t, "s", "15:04"); !slices.Equal(got, tc.want) {
 				t.Errorf("after %s down: jobs for ticks %v, want %v", tc.down, got, tc.want)
+			}
+		})
+	}
+}
+
+// tickTimes returns the ticks of the schedule name whose jobs are in the
+// reports queue, formatted with layout.
+func (sim *simulated) tickTimes(t *testing.T, name, layout string) []string {
+	t.Helper()
+	var out []string
+	for _, id := range sim.pending(t) {
+		rest, ok := strings.CutPrefix(id, name+"@")
+		if !ok {
+			continue
+		}
+		tick, err := time.Parse(tickLayout, rest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, tick.Format(layout))
+	}
+	return out
+}
+
+// TestCatchUpAfterAScheduleChange: a schedule that ticked every 20
+// seconds is deployed as every second 15 s after its last tick. The new
+// scheduler enqueues one job for the 15 seconds it was not there (the
+// tick due as it starts), not 15; then one per second. RunMissedAll
+// enqueues all 15, which is what it is for.
+func TestCatchUpAfterAScheduleChange(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name    string
+		opts    []Option
+		catchUp int
+	}{
+		{"once (default)", nil, 1},
+		{"skip", []Option{SkipMissed()}, 1},
+		{"all within a minute", []Option{RunMissedAll(time.Minute)}, 15},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			sim := newSimulated(t, start)
+			old := sim.scheduler(t, Config{}, func(s *Scheduler) { mustAdd(t, s, "report", "*/20 * * * * *", tc.opts...) })
+			for range 60 {
+				sim.clk.Advance(time.Second)
+				sim.step(t, old)
+			}
+			want := []string{"03:04:20", "03:04:40", "03:05:00"}
+			if got := sim.tickTimes(t, "report", "15:04:05"); !slices.Equal(got, want) {
+				t.Fatalf("the old deploy enqueued %v, want %v", got, want)
+			}
+			// The old deploy stops at 03:05:00; the new one starts 15 s later.
+			sim.clk.Advance(15 * time.Second)
+			cur := sim.scheduler(t, Config{}, func(s *Scheduler) { mustAdd(t, s, "report", "* * * * * *", tc.opts...) })
+			sim.step(t, cur)
+			got := sim.tickTimes(t, "report", "15:04:05")[len(want):]
+			if len(got) != tc.catchUp || got[len(got)-1] != "03:05:15" {
+				t.Errorf("the new deploy's first step enqueued %v; want %d job(s), the last for 03:05:15", got, tc.catchUp)
+			}
+			for range 5 {
+				sim.clk.Advance(time.Second)
+				sim.step(t, cur)
+			}
+			got = sim.tickTimes(t, "report", "15:04:05")[len(want)+tc.catchUp:]
+			if want := []string{"03:05:16", "03:05:17", "03:05:18", "03:05:19", "03:05:20"}; !slices.Equal(got, want) {
+				t.Errorf("then %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// TestCatchUpAfterAnOutage: an @every 5s schedule whose scheduler was
+// away for a minute (stopped and started again, or stalled) enqueues one
+// job for the 12 ticks it missed, under the default policy; a scheduler
+// only a little late (within the Tolerance) enqueues each tick it reached.
+func TestCatchUpAfterAnOutage(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name    string
+		restart bool
+		away    time.Duration
+		want    []string // ticks enqueued by the first step after the outage
+	}{
+		{"stopped a minute", true, time.Minute + 2*time.Second, []string{"03:05:30"}},
+		{"stalled a minute", false, time.Minute + 2*time.Second, []string{"03:05:30"}},
+		{"stalled 5.5 s", false, 5500 * time.Millisecond, []string{"03:04:35"}},
+		{"held up 4.5 s, every second", false, 0, nil}, // see below
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			sim := newSimulated(t, start)
+			spec := "@every 5s"
+			if tc.away == 0 {
+				spec = "@every 1s"
+			}
+			add := func(s *Scheduler) { mustAdd(t, s, "s", spec) }
+			s := sim.scheduler(t, Config{}, add)
+			for range 30 {
+				sim.clk.Advance(time.Second)
+				sim.step(t, s)
+			}
+			before := len(sim.pending(t))
+			if before != map[string]int{"@every 5s": 6, "@every 1s": 30}[spec] {
+				t.Fatalf("%d jobs in the first 30 s", before)
+			}
+			if tc.away == 0 {
+				// A running every-second scheduler held up 4.5 s (within
+				// the 5 s Tolerance): it was there, and enqueues the 4
+				// ticks it reached late.
+				sim.clk.Advance(4500 * time.Millisecond)
+				sim.step(t, s)
+				if got := sim.tickTimes(t, "s", "15:04:05")[before:]; !slices.Equal(got, []string{"03:04:31", "03:04:32", "03:04:33", "03:04:34"}) {
+					t.Errorf("held up 4.5 s: %v", got)
+				}
+				return
+			}
+			sim.clk.Advance(tc.away)
+			if tc.restart {
+				s = sim.scheduler(t, Config{}, add)
+			}
+			sim.step(t, s)
+			if got := sim.tickTimes(t, "s", "15:04:05")[before:]; !slices.Equal(got, tc.want) {
+				t.Errorf("away %s: the first step enqueued %v, want %v", tc.away, got, tc.want)
 			}
 		})
 	}
@@ -341,8 +461,10 @@ func TestTickUniqueAfterItsJobEnded(t *testing.T) {
 	if err := sim.tb.RDB.Del(sim.tb.Ctx, a.keys.Last).Err(); err != nil {
 		t.Fatal(err)
 	}
-	late := sim.scheduler(t, Config{}, add)
-	late.entries[0].cur = start // held up since the start, and knows of no tick
+	// Held up since the start (running, not restarted, with a Tolerance
+	// that makes its 11 ticks on time), and knows of no tick.
+	late := sim.scheduler(t, Config{Tolerance: time.Minute}, add)
+	late.entries[0].cur, late.entries[0].away = start, false
 	sim.clk.Advance(time.Second)
 	sim.step(t, late)
 	sim.drain(t, handled)

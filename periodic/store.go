@@ -131,10 +131,12 @@ func fromMS(v int64) time.Time {
 
 // resume sets where each schedule left off: its latest enqueued tick, by
 // any scheduler. A schedule that never ticked starts at now: its first
-// job is its next tick's.
+// job is its next tick's. The ticks since the latest enqueued one were
+// due while this scheduler was away: its first step leaves them to the
+// schedule's missed-tick policy.
 func (s *Scheduler) resume(ctx context.Context, now time.Time) error {
 	for _, e := range s.entries {
-		e.cur = now
+		e.cur, e.away = now, true
 	}
 	return s.catchUp(ctx, true)
 }
