@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/delayq/delayq/broker"
@@ -269,6 +272,9 @@ type entry struct {
 	// tick is refused logs once per Heartbeat, not once per tick.
 	refusedAt time.Time
 	refused   int
+	// The same for ticks claimed for another queue than e.queue.
+	movedAt time.Time
+	moved   int
 }
 
 // tickJob builds and checks the job of e's tick at: its id, ready time,
@@ -554,6 +560,12 @@ func (s *Scheduler) step(ctx context.Context, now time.Time) (time.Time, error) 
 	if err := s.catchUp(ctx, false); err != nil {
 		return now.Add(time.Second), err
 	}
+	return s.enqueueDue(ctx, now)
+}
+
+// enqueueDue is step after its catch-up: it enqueues the ticks due after
+// the schedules' cursors.
+func (s *Scheduler) enqueueDue(ctx context.Context, now time.Time) (time.Time, error) {
 	var ticks, ready []*tick
 	upTo := make(map[*entry]time.Time, len(s.entries))
 	more := false
@@ -570,6 +582,12 @@ func (s *Scheduler) step(ctx context.Context, now time.Time) (time.Time, error) 
 				ready = append(ready, tk)
 			}
 		}
+	}
+	if err := s.claim(ctx, now, ready); err != nil {
+		for _, tk := range ready {
+			tk.err = err
+		}
+		ready = nil
 	}
 	s.enqueue(ctx, ready)
 
@@ -632,6 +650,55 @@ func (s *Scheduler) step(ctx context.Context, now time.Time) (time.Time, error) 
 		}
 	}
 	return wake, failed
+}
+
+// claim decides, for each tick, the queue its job goes to: the queue of
+// the first scheduler of the namespace to reach the tick, whatever queue
+// the others declare. One MULTI of HSETNX and HGET per tick on the ticks
+// hash: a scheduler that finds a tick claimed for another queue enqueues
+// its job there too (the broker refuses it as a duplicate when the job is
+// there already; it stores it when the first scheduler died before its
+// enqueue), so that a schedule moved to another queue by a rolling deploy
+// runs each tick once. See docs/periodic.md.
+func (s *Scheduler) claim(ctx context.Context, now time.Time, ticks []*tick) error {
+	if len(ticks) == 0 {
+		return nil
+	}
+	owner := make([]*redis.StringCmd, len(ticks))
+	if _, err := s.b.Client().TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for i, tk := range ticks {
+			keep := s.uniqueness()
+			if tk.e.missed != Skip {
+				keep = max(keep, tk.e.within)
+			}
+			p.HSetNX(ctx, s.keys.Ticks, tk.env.ID, strconv.FormatInt(now.Add(keep).UnixMilli(), 10)+" "+tk.env.Queue)
+			owner[i] = p.HGet(ctx, s.keys.Ticks, tk.env.ID)
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("claiming ticks: %w", err)
+	}
+	for i, tk := range ticks {
+		_, q, ok := strings.Cut(owner[i].Val(), " ")
+		switch {
+		case !ok || job.ValidateQueue(q) != nil:
+			// Not a claim a scheduler wrote: the tick goes to this
+			// scheduler's queue.
+			s.log.Warn().Str("schedule", tk.e.name).Str("tick", tk.at.UTC().Format(tickLayout)).Str("claim", truncate(owner[i].Val(), 100)).
+				Msg("the stored claim of a tick is unreadable; the tick's job goes to this scheduler's queue")
+		case q != tk.env.Queue:
+			e := tk.e
+			e.moved++
+			if e.movedAt.IsZero() || !now.Before(e.movedAt.Add(s.cfg.Heartbeat)) {
+				s.log.Warn().Str("schedule", e.name).Str("tick", tk.at.UTC().Format(tickLayout)).Str("queue", tk.env.Queue).Str("claimed_queue", q).
+					Int("ticks_since_last_line", e.moved).
+					Msg("another scheduler declares this schedule on another queue and reached the tick first; its job goes to that queue, once")
+				e.movedAt, e.moved = now, 0
+			}
+			tk.env.Queue = q
+		}
+	}
+	return nil
 }
 
 // enqueue enqueues the jobs of ticks in one call, and sets each tick's

@@ -77,13 +77,36 @@ func (sim *simulated) step(t *testing.T, ss ...*Scheduler) {
 	}
 }
 
+// stepTogether runs one step of each scheduler as if at the same moment:
+// each reads where the others are before any of them enqueues (then they
+// enqueue in a random order).
+func (sim *simulated) stepTogether(t *testing.T, ss ...*Scheduler) {
+	t.Helper()
+	for _, s := range ss {
+		if err := s.catchUp(context.Background(), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, i := range rand.Perm(len(ss)) {
+		if _, err := ss[i].enqueueDue(context.Background(), sim.clk.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // drain claims and acks every due job of the reports queue, counting them
 // by id.
 func (sim *simulated) drain(t *testing.T, handled map[string]int) {
 	t.Helper()
+	sim.drainQueue(t, "reports", handled)
+}
+
+// drainQueue claims and acks every due job of queue, counting them by id.
+func (sim *simulated) drainQueue(t *testing.T, queue string, handled map[string]int) {
+	t.Helper()
 	d := testkit.Drive(sim.tb.B)
 	for {
-		res, err := d.Claim(sim.tb.Ctx, "reports", 100, time.Minute)
+		res, err := d.Claim(sim.tb.Ctx, queue, 100, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -590,4 +613,83 @@ func (w *syncBuffer) String() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.b.String()
+}
+
+// TestQueueMoveRunsEachTickOnce: a rolling deploy moves a schedule from
+// queue qa to qb; old and new schedulers overlap for 30 s, stepping at the
+// same moments (each reads the last tick before either enqueues), with
+// both queues drained after every second. Each tick runs once, in the
+// queue of the first scheduler to reach it. A tick claimed by a scheduler
+// that died before its enqueue is enqueued by the other, in the claimed
+// queue.
+func TestQueueMoveRunsEachTickOnce(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	sim := newSimulated(t, start)
+	declare := func(queue string) func(s *Scheduler) {
+		return func(s *Scheduler) { mustAdd(t, s, "mv", "@every 1s", JobOptions(job.Queue(queue))) }
+	}
+	old := sim.scheduler(t, Config{}, declare("qa"))
+	handled := map[string]int{}
+	drain := func() {
+		sim.drainQueue(t, "qa", handled)
+		sim.drainQueue(t, "qb", handled)
+	}
+	seconds := 0
+	second := func(ss ...*Scheduler) {
+		seconds++
+		sim.clk.Advance(time.Second)
+		sim.stepTogether(t, ss...)
+		drain()
+	}
+	for range 5 {
+		second(old)
+	}
+	cur := sim.scheduler(t, Config{}, declare("qb"))
+	for range 30 {
+		second(old, cur)
+	}
+	// The old scheduler claims the next tick and dies before enqueueing
+	// it: the new one enqueues it into qa.
+	sim.clk.Advance(time.Second)
+	seconds++
+	lost := TickID("mv", sim.clk.Now())
+	tk := &tick{e: old.entries[0], at: sim.clk.Now()}
+	var err error
+	if tk.env, err = tk.e.tickJob(tk.at, sim.clk.Now(), old.uniqueness()); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.claim(sim.tb.Ctx, sim.clk.Now(), []*tick{tk}); err != nil {
+		t.Fatal(err)
+	}
+	sim.step(t, cur)
+	if ids, err := sim.tb.RDB.HKeys(sim.tb.Ctx, sim.tb.Keys("qa").Jobs).Result(); err != nil || !slices.Equal(ids, []string{lost}) {
+		t.Errorf("qa holds %v (%v), want the dead scheduler's claimed tick %s", ids, err, lost)
+	}
+	drain()
+	for range 5 {
+		second(cur)
+	}
+
+	for i := 1; i <= seconds; i++ {
+		id := TickID("mv", start.Add(time.Duration(i)*time.Second))
+		if handled[id] != 1 {
+			t.Errorf("tick %s handled %d times, want 1", id, handled[id])
+		}
+	}
+	if len(handled) != seconds {
+		t.Errorf("%d distinct jobs handled, want %d", len(handled), seconds)
+	}
+	// The claims expire: the next heartbeat past their expiry removes them.
+	n, err := sim.tb.RDB.HLen(sim.tb.Ctx, cur.keys.Ticks).Result()
+	if err != nil || n != int64(seconds) {
+		t.Fatalf("%d tick claims stored (%v), want %d", n, err, seconds)
+	}
+	sim.clk.Advance(DefaultMissedWithin + time.Second)
+	if err := cur.heartbeat(sim.tb.Ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := sim.tb.RDB.Exists(sim.tb.Ctx, cur.keys.Ticks).Result(); err != nil || n != 0 {
+		t.Errorf("the expired claims are still stored (%v)", err)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -83,6 +84,9 @@ func (s *Scheduler) heartbeat(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("reading the schedules: %w", err)
 	}
+	if err := s.pruneTicks(ctx, now); err != nil {
+		return err
+	}
 	var stale []string
 	for name, body := range all {
 		var r record
@@ -105,6 +109,34 @@ func (s *Scheduler) heartbeat(ctx context.Context) error {
 	}
 	s.log.Info().Strs("schedules", stale).Msg("removed stale schedules that no scheduler declares")
 	return nil
+}
+
+// pruneTicks removes the tick claims that expired (and any that do not
+// read as one), a few hundred fields per call.
+func (s *Scheduler) pruneTicks(ctx context.Context, now time.Time) error {
+	rdb := s.b.Client()
+	var cursor uint64
+	for {
+		kv, next, err := rdb.HScan(ctx, s.keys.Ticks, cursor, "", 500).Result()
+		if err != nil {
+			return fmt.Errorf("reading the tick claims: %w", err)
+		}
+		var expired []string
+		for i := 0; i+1 < len(kv); i += 2 {
+			ms, _, _ := strings.Cut(kv[i+1], " ")
+			if v, err := strconv.ParseInt(ms, 10, 64); err != nil || v < now.UnixMilli() {
+				expired = append(expired, kv[i])
+			}
+		}
+		if len(expired) > 0 {
+			if err := rdb.HDel(ctx, s.keys.Ticks, expired...).Err(); err != nil {
+				return fmt.Errorf("removing expired tick claims: %w", err)
+			}
+		}
+		if cursor = next; cursor == 0 {
+			return nil
+		}
+	}
 }
 
 func toAny(ss []string) []any {

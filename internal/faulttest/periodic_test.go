@@ -184,5 +184,5 @@ func TestPeriodicSchedulers(t *testing.T) {
 	summary(t, "ticks", span, "handled", len(ticks), "missing", missing, "duplicates", duplicates,
 		"schedulers", 3, "kills", 1, "killed at", killedAt.Sub(start).Round(time.Second), "restarts", 1)
 	pk := keyspace.Periodic(ns)
-	s.finish(t, []string{queue}, pk.Schedules, pk.Last, pk.Outcomes, testkit.Keys(t, s.b, queue).Unique)
+	s.finish(t, []string{queue}, pk.Schedules, pk.Last, pk.Outcomes, pk.Ticks, testkit.Keys(t, s.b, queue).Unique)
 }
