@@ -13,6 +13,9 @@
 //
 //	w.Use(periodic.Outcomes(b))
 //
+// Only the job a scheduler enqueued for a tick records an outcome: its id
+// is the tick's and it carries the scheduler's signature ([HeaderSignature]).
+//
 // # No leader
 //
 // Run a Scheduler in as many processes as you like, all with the same

@@ -14,9 +14,17 @@ import (
 const outcomeTimeout = 5 * time.Second
 
 // Outcomes returns worker middleware that records, for every job a
-// Scheduler enqueued (it carries HeaderSchedule), how its attempt ended:
-// success, retry or dead, with the error. [List] shows the latest as the
-// schedule's last outcome. Other jobs pass through untouched.
+// Scheduler enqueued for a tick, how its attempt ended: success, retry or
+// dead, with the error. [List] shows the latest as the schedule's last
+// outcome. Other jobs pass through untouched.
+//
+// A job counts as a tick's only when its id is the tick's ([TickID] of
+// its HeaderSchedule and HeaderTick) and its HeaderSignature holds for its
+// id and queue: schedulers sign their ticks' jobs with a key that only
+// they write (see docs/periodic.md). So a job that merely carries the
+// headers, which anyone who can enqueue can set, records nothing; nor
+// does a copy of a tick's headers on another job or queue. An outcome
+// never replaces the stored outcome of a later tick.
 //
 // Under a worker the outcome is the one the worker settled (job.OnResult),
 // written after the handler returned without holding up the worker; an
@@ -24,7 +32,8 @@ const outcomeTimeout = 5 * time.Second
 // nothing (the job runs again). Called outside a worker, it records
 // "success" or "failed" from the handler's error before returning.
 func Outcomes(b *broker.Broker) job.Middleware {
-	rdb, key := b.Client(), keyspace.Periodic(b.Namespace()).Outcomes
+	rdb, keys := b.Client(), keyspace.Periodic(b.Namespace())
+	v := &verifier{rdb: rdb, key: keys.Secret}
 	write := func(ctx context.Context, name string, o outcome) {
 		body, err := json.Marshal(o)
 		if err != nil {
@@ -32,19 +41,28 @@ func Outcomes(b *broker.Broker) job.Middleware {
 		}
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), outcomeTimeout)
 		defer cancel()
-		// A lost write costs only what the operator sees; the job is done.
-		_ = rdb.HSet(ctx, key, name, body).Err()
+		// A lost write costs only what the operator sees; the job is
+		// done. The check of the stored tick and the write are two
+		// commands: of two outcomes written at the same moment, the
+		// earlier tick's may win until the next outcome.
+		if raw, err := rdb.HGet(ctx, keys.Outcomes, name).Result(); err == nil {
+			var prev outcome
+			if json.Unmarshal([]byte(raw), &prev) == nil && prev.Tick > o.Tick {
+				return
+			}
+		}
+		_ = rdb.HSet(ctx, keys.Outcomes, name, body).Err()
 	}
 	return func(next job.Handler) job.Handler {
 		return job.HandlerFunc(func(ctx context.Context, m *job.Message) error {
-			name := m.Headers[HeaderSchedule]
-			if name == "" {
+			if m.Headers[HeaderSchedule] == "" {
 				return next.Handle(ctx, m)
 			}
-			o := outcome{Attempt: m.Attempt}
-			if t, err := time.Parse(tickLayout, m.Headers[HeaderTick]); err == nil {
-				o.Tick = t.UnixMilli()
+			name, tick, ok := v.tick(ctx, m)
+			if !ok {
+				return next.Handle(ctx, m)
 			}
+			o := outcome{Attempt: m.Attempt, Tick: tick.UnixMilli()}
 			start := time.Now()
 			ended := func() int64 {
 				if m.ClaimedAt.IsZero() {

@@ -20,7 +20,7 @@ import (
 )
 
 // Headers a tick's job carries: the schedule's name and the tick's time
-// (RFC 3339, UTC). [Outcomes] reads them.
+// (RFC 3339, UTC), and HeaderSignature. [Outcomes] reads them.
 const (
 	HeaderSchedule = "delayq-periodic"
 	HeaderTick     = "delayq-periodic-tick"
@@ -100,6 +100,7 @@ type Scheduler struct {
 	started bool
 
 	offset time.Duration // server clock - local clock, when Clock is nil
+	secret []byte        // the periodic key, read at every heartbeat
 }
 
 // ErrStarted is returned by [Add] once the scheduler runs, and by a second
@@ -697,6 +698,7 @@ func (s *Scheduler) claim(ctx context.Context, now time.Time, ticks []*tick) err
 			}
 			tk.env.Queue = q
 		}
+		tk.env.Headers[HeaderSignature] = sign(s.secret, tk.env.ID, tk.env.Queue)
 	}
 	return nil
 }

@@ -186,3 +186,86 @@ func TestListShowsTheRestBesideAnUnreadableRecord(t *testing.T) {
 }
 
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }
+
+// TestForgedJobDoesNotChangeTheOutcome: while a scheduler and a worker
+// with Outcomes run an every-second schedule, jobs that carry its headers
+// (a tick of next year's, one with a made-up signature, one of a name that
+// is no schedule) fail for good in the same worker. None becomes the
+// schedule's last outcome, though it would stay (a later tick's outcome is
+// never replaced): the outcomes that follow are the real ticks'
+// successes, and no outcome of the made-up name is stored.
+func TestForgedJobDoesNotChangeTheOutcome(t *testing.T) {
+	t.Parallel()
+	tb := testkit.Setup(t)
+	forger := job.New[Ping]("health.forged", job.Queue("health"), job.MaxRetries(0))
+	pingType.Handle(tb.Reg, func(context.Context, *job.Job[Ping]) error { return nil })
+	forger.Handle(tb.Reg, func(context.Context, *job.Job[Ping]) error { return errors.New("forged: it never ran") })
+	cfg := tb.Config(t)
+	cfg.Queues = []worker.Queue{{Name: "health"}}
+	testkit.StartWorker(t, cfg, periodic.Outcomes(tb.B))
+	s, err := periodic.New(tb.B, periodic.Config{Logger: testkit.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := periodic.Add(s, "nightly", "@every 1s", pingType, Ping{Service: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	outcome := func() *periodic.LastOutcome {
+		t.Helper()
+		list, err := periodic.List(tb.Ctx, tb.B, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range list {
+			if st.Name == "nightly" {
+				return st.Outcome
+			}
+		}
+		return nil
+	}
+	if !waitFor(t, 30*time.Second, func() bool { o := outcome(); return o != nil && o.Result == periodic.ResultSuccess }) {
+		t.Fatalf("no success recorded within 30s: %+v", outcome())
+	}
+
+	next := time.Now().UTC().AddDate(1, 0, 0).Truncate(time.Second)
+	tick := next.Format("2006-01-02T15:04:05Z")
+	for id, h := range map[string]map[string]string{
+		periodic.TickID("nightly", next):                {periodic.HeaderSchedule: "nightly", periodic.HeaderTick: tick},
+		periodic.TickID("nightly", next.Add(time.Hour)): {periodic.HeaderSchedule: "nightly", periodic.HeaderTick: next.Add(time.Hour).Format("2006-01-02T15:04:05Z"), periodic.HeaderSignature: "AAAAAAAAAAAAAAAAAAAAAA"},
+		periodic.TickID("ghost", next):                  {periodic.HeaderSchedule: "ghost", periodic.HeaderTick: tick},
+	} {
+		opts := []job.Option{job.ID(id)}
+		for k, v := range h {
+			opts = append(opts, job.Header(k, v))
+		}
+		if _, err := forger.Enqueue(tb.Ctx, tb.B, Ping{}, opts...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !waitFor(t, 30*time.Second, func() bool {
+		st, err := tb.B.Stats(tb.Ctx, "health")
+		return err == nil && st.Dead == 3
+	}) {
+		t.Fatal("the forged jobs did not fail within 30s")
+	}
+	died := time.Now()
+	// Had a forged job been recorded, its tick (next year) would hold.
+	if !waitFor(t, 30*time.Second, func() bool {
+		o := outcome()
+		return o != nil && o.Result == periodic.ResultSuccess && o.Tick.After(died.Add(time.Second))
+	}) {
+		t.Fatalf("outcome after the forged jobs died: %+v; want the real ticks' successes", outcome())
+	}
+	if names, err := tb.RDB.HKeys(tb.Ctx, keyspace.Periodic(tb.NS).Outcomes).Result(); err != nil || len(names) != 1 || names[0] != "nightly" {
+		t.Errorf("outcomes stored for %v (%v), want nightly's alone", names, err)
+	}
+}

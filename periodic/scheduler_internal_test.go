@@ -3,6 +3,8 @@ package periodic
 import (
 	"bytes"
 	"context"
+	"errors"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -691,5 +693,124 @@ func TestQueueMoveRunsEachTickOnce(t *testing.T) {
 	}
 	if n, err := sim.tb.RDB.Exists(sim.tb.Ctx, cur.keys.Ticks).Result(); err != nil || n != 0 {
 		t.Errorf("the expired claims are still stored (%v)", err)
+	}
+}
+
+// TestOnlyTheSchedulersJobRecordsAnOutcome: Outcomes records the outcome
+// of a tick's job as the scheduler enqueued it (read back from Redis),
+// and nothing for a job that forges it: the headers alone, the tick's id
+// without the signature, another tick's signature, the signature on
+// another queue, another name, a made-up signature. An older tick's
+// outcome never replaces a later one's.
+func TestOnlyTheSchedulersJobRecordsAnOutcome(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	sim := newSimulated(t, start)
+	s := sim.scheduler(t, Config{}, func(s *Scheduler) { mustAdd(t, s, "nightly", "@every 1s") })
+	for range 2 {
+		sim.clk.Advance(time.Second)
+		sim.step(t, s)
+	}
+	t1, t2 := start.Add(time.Second), start.Add(2*time.Second)
+	stored := func(at time.Time) *job.Message {
+		t.Helper()
+		info, err := sim.tb.B.Job(sim.tb.Ctx, "reports", TickID("nightly", at))
+		if err != nil || info.Envelope == nil {
+			t.Fatalf("the job of tick %s: %v", at, err)
+		}
+		return &job.Message{Envelope: *info.Envelope, Attempt: 1}
+	}
+	genuine1, genuine2 := stored(t1), stored(t2)
+	if genuine1.Headers[HeaderSignature] == "" {
+		t.Fatalf("the tick's job is not signed: %v", genuine1.Headers)
+	}
+	handle := func(m *job.Message, err error) {
+		t.Helper()
+		h := Outcomes(sim.tb.B)(job.HandlerFunc(func(context.Context, *job.Message) error { return err }))
+		if got := h.Handle(sim.tb.Ctx, m); got != err {
+			t.Fatalf("the handler returned %v through Outcomes, want %v", got, err)
+		}
+	}
+	outcome := func() (*LastOutcome, []string) {
+		t.Helper()
+		names, err := sim.tb.RDB.HKeys(sim.tb.Ctx, s.keys.Outcomes).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		list, err := List(sim.tb.Ctx, sim.tb.B, sim.clk.Now())
+		if err != nil || len(list) != 1 {
+			t.Fatalf("List: %+v, %v", list, err)
+		}
+		return list[0].Outcome, names
+	}
+
+	handle(genuine1, nil)
+	if o, _ := outcome(); o == nil || o.Result != ResultSuccess || !o.Tick.Equal(t1) {
+		t.Fatalf("after the genuine job of %s: outcome %+v, want success", t1, o)
+	}
+	forged := errors.New("forged: upstream said no")
+	later := start.Add(time.Hour)
+	clone := func(m *job.Message, change func(c *job.Message)) *job.Message {
+		c := *m
+		c.Headers = maps.Clone(m.Headers)
+		change(&c)
+		return &c
+	}
+	for name, m := range map[string]*job.Message{
+		"the headers alone": {Envelope: job.Envelope{ID: "anything", Queue: "reports", Type: reportType.Name(),
+			Headers: map[string]string{HeaderSchedule: "nightly", HeaderTick: t2.Format(tickLayout)}}},
+		"the tick's id without the signature": clone(genuine2, func(c *job.Message) { delete(c.Headers, HeaderSignature) }),
+		"another tick's signature": clone(genuine1, func(c *job.Message) {
+			c.ID, c.Headers[HeaderTick] = TickID("nightly", later), later.Format(tickLayout)
+		}),
+		"the signature on another queue": clone(genuine2, func(c *job.Message) { c.Queue = "other" }),
+		"another name": clone(genuine2, func(c *job.Message) {
+			c.ID, c.Headers[HeaderSchedule] = TickID("ghost", t2), "ghost"
+		}),
+		"a made-up signature": clone(genuine2, func(c *job.Message) { c.Headers[HeaderSignature] = "AAAAAAAAAAAAAAAAAAAAAA" }),
+	} {
+		handle(m, forged)
+		if o, names := outcome(); o == nil || o.Result != ResultSuccess || !o.Tick.Equal(t1) || !slices.Equal(names, []string{"nightly"}) {
+			t.Errorf("after a job with %s: outcome %+v, outcomes of %v; want nightly's success at %s alone", name, o, names, t1)
+		}
+	}
+
+	handle(genuine2, forged)
+	if o, _ := outcome(); o == nil || o.Result != ResultFailed || !o.Tick.Equal(t2) || o.Error != forged.Error() {
+		t.Fatalf("after the genuine job of %s failed: outcome %+v, want failed", t2, o)
+	}
+	handle(genuine1, nil)
+	if o, _ := outcome(); o == nil || o.Result != ResultFailed || !o.Tick.Equal(t2) {
+		t.Errorf("the earlier tick's success replaced the later tick's outcome: %+v", o)
+	}
+}
+
+// TestUnknownNamesExpire: last ticks and outcomes of names that are no
+// schedule (written by hand, or by a job of a removed schedule that ended
+// after the removal) are removed by the next heartbeat; those of a
+// declared schedule are kept.
+func TestUnknownNamesExpire(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	sim := newSimulated(t, start)
+	s := sim.scheduler(t, Config{}, func(s *Scheduler) { mustAdd(t, s, "nightly", "@every 1s") })
+	sim.clk.Advance(time.Second)
+	sim.step(t, s)
+	rdb, ctx := sim.tb.RDB, sim.tb.Ctx
+	body := `{"result":"dead","tick":1,"at":2,"attempt":1}`
+	if err := rdb.HSet(ctx, s.keys.Outcomes, "ghost", body, "nightly", body, "other-ghost", body).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ZAdd(ctx, s.keys.Last, redisZ("ghost", start)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if names := rdb.HKeys(ctx, s.keys.Outcomes).Val(); !slices.Equal(names, []string{"nightly"}) {
+		t.Errorf("outcomes of %v after the heartbeat, want nightly's alone", names)
+	}
+	if names := rdb.ZRange(ctx, s.keys.Last, 0, -1).Val(); !slices.Equal(names, []string{"nightly"}) {
+		t.Errorf("last ticks of %v after the heartbeat, want nightly's alone", names)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -55,7 +56,9 @@ func (s *Scheduler) syncClock(ctx context.Context) error {
 }
 
 // heartbeat writes the declared schedules with their next run and seen
-// time, then removes the stale schedules this scheduler does not declare.
+// time, reads the periodic key (making it when there is none), removes
+// the stale schedules this scheduler does not declare, the last ticks and
+// outcomes of names that are no schedule, and the expired tick claims.
 func (s *Scheduler) heartbeat(ctx context.Context) error {
 	if err := s.syncClock(ctx); err != nil {
 		return err
@@ -77,37 +80,69 @@ func (s *Scheduler) heartbeat(ctx context.Context) error {
 		declared[e.name] = true
 	}
 	rdb := s.b.Client()
+	secret, err := loadSecret(ctx, rdb, s.keys.Secret)
+	if err != nil {
+		return err
+	}
+	s.secret = secret
 	if err := rdb.HSet(ctx, s.keys.Schedules, fields...).Err(); err != nil {
 		return fmt.Errorf("writing the schedules: %w", err)
 	}
-	all, err := rdb.HGetAll(ctx, s.keys.Schedules).Result()
-	if err != nil {
+	// One snapshot of the three: a name has a last tick or an outcome
+	// only after a scheduler wrote its schedule record.
+	var (
+		all  *redis.MapStringStringCmd
+		last *redis.StringSliceCmd
+		outs *redis.StringSliceCmd
+	)
+	if _, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		all = p.HGetAll(ctx, s.keys.Schedules)
+		last = p.ZRange(ctx, s.keys.Last, 0, -1)
+		outs = p.HKeys(ctx, s.keys.Outcomes)
+		return nil
+	}); err != nil {
 		return fmt.Errorf("reading the schedules: %w", err)
 	}
 	if err := s.pruneTicks(ctx, now); err != nil {
 		return err
 	}
-	var stale []string
-	for name, body := range all {
+	var stale, unknown []string
+	for name, body := range all.Val() {
 		var r record
 		if declared[name] || (json.Unmarshal([]byte(body), &r) == nil && r.Expires >= now.UnixMilli()) {
 			continue
 		}
 		stale = append(stale, name)
 	}
-	if len(stale) == 0 {
+	seen := map[string]bool{}
+	for _, name := range slices.Concat(last.Val(), outs.Val()) {
+		if _, ok := all.Val()[name]; !ok && !seen[name] {
+			seen[name] = true
+			unknown = append(unknown, name)
+		}
+	}
+	if len(stale) == 0 && len(unknown) == 0 {
 		return nil
 	}
 	sort.Strings(stale)
+	sort.Strings(unknown)
+	gone := slices.Concat(stale, unknown)
 	if _, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HDel(ctx, s.keys.Schedules, stale...)
-		p.ZRem(ctx, s.keys.Last, toAny(stale)...)
-		p.HDel(ctx, s.keys.Outcomes, stale...)
+		if len(stale) > 0 {
+			p.HDel(ctx, s.keys.Schedules, stale...)
+		}
+		p.ZRem(ctx, s.keys.Last, toAny(gone)...)
+		p.HDel(ctx, s.keys.Outcomes, gone...)
 		return nil
 	}); err != nil {
-		return fmt.Errorf("removing stale schedules %v: %w", stale, err)
+		return fmt.Errorf("removing stale schedules %v and records of unknown names %v: %w", stale, unknown, err)
 	}
-	s.log.Info().Strs("schedules", stale).Msg("removed stale schedules that no scheduler declares")
+	if len(stale) > 0 {
+		s.log.Info().Strs("schedules", stale).Msg("removed stale schedules that no scheduler declares")
+	}
+	if len(unknown) > 0 {
+		s.log.Info().Strs("names", unknown).Msg("removed last ticks and outcomes of names that are no schedule")
+	}
 	return nil
 }
 

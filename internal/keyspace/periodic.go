@@ -12,6 +12,9 @@ type PeriodicKeys struct {
 	// queue the first scheduler to reach the tick chose for its job, kept
 	// until it expires.
 	Ticks string
+	// Secret: STRING, the key with which schedulers sign their ticks' jobs
+	// (an HMAC in a header) so that only those record outcomes.
+	Secret string
 }
 
 // Periodic returns the periodic schedules' keys of namespace ns.
@@ -22,5 +25,6 @@ func Periodic(ns string) PeriodicKeys {
 		Last:      p + "last",
 		Outcomes:  p + "outcomes",
 		Ticks:     p + "ticks",
+		Secret:    p + "secret",
 	}
 }

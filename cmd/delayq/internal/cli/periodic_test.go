@@ -43,8 +43,7 @@ func seedPeriodic(t *testing.T, tb *testBundle) {
 	})
 	// The tick's job failed, outside a worker: "failed" with its error.
 	tick := time.Date(2030, 1, 2, 3, 3, 0, 0, time.UTC)
-	m := &job.Message{Attempt: 1, ClaimedAt: t0.Add(-40 * time.Second)}
-	m.Headers = map[string]string{periodic.HeaderSchedule: "hourly-digest", periodic.HeaderTick: tick.Format(time.RFC3339)}
+	m := fixture.TickMessage(t, tb.b, "mail", periodic.TickID("hourly-digest", tick), 1, t0.Add(-40*time.Second))
 	h := periodic.Outcomes(tb.b)(job.HandlerFunc(func(context.Context, *job.Message) error {
 		return errors.New("smtp: 550 mailbox unavailable")
 	}))
