@@ -21,8 +21,12 @@
 // Run a Scheduler in as many processes as you like, all with the same
 // schedules. Each enqueues every tick; the job of a tick has the id
 // [TickID] (the schedule's name and the tick's time), and the broker stores
-// one job per id: the others are refused as duplicates. So exactly one job
-// runs per tick, and no process is special: any of them can die.
+// one job per id: the others are refused as duplicates. The tick's queue is
+// claimed first, namespace-wide, by the first scheduler to reach it, and
+// every scheduler enqueues the tick there, so that processes that declare
+// the schedule on different queues (a rolling deploy that moves it) still
+// run it once. So exactly one job runs per tick, and no process is
+// special: any of them can die.
 //
 // # Missed ticks
 //

@@ -84,11 +84,12 @@ type Config struct {
 }
 
 // Scheduler enqueues the jobs of the schedules added to it, one job per
-// tick, however many processes run a Scheduler with the same schedules: a
-// tick's job has an id made of the schedule's name and the tick's time
-// ([TickID]), and the broker refuses a second job with that id (see
-// docs/periodic.md). There is no leader: every scheduler enqueues every
-// tick, and all but one are refused.
+// tick, however many processes run a Scheduler with the same schedules,
+// whatever queue each declares: a tick's job has an id made of the
+// schedule's name and the tick's time ([TickID]), goes to the queue of the
+// first scheduler that claimed the tick, and the broker refuses a second
+// job with that id there (see docs/periodic.md). There is no leader: every
+// scheduler enqueues every tick, and all but one are refused.
 type Scheduler struct {
 	b    *broker.Broker
 	cfg  Config
@@ -602,14 +603,15 @@ func (s *Scheduler) enqueueDue(ctx context.Context, now time.Time) (time.Time, e
 		switch err := tk.err; {
 		case stuck[tk.e]:
 			continue
-		case err == nil:
-			s.log.Debug().Str("schedule", tk.e.name).Str("job_id", tk.env.ID).Str("queue", tk.env.Queue).Msg("tick enqueued")
+		case err == nil || errors.Is(err, broker.ErrDuplicate):
+			// Enqueued, by this scheduler or another (or it ran already).
+			if err == nil {
+				s.log.Debug().Str("schedule", tk.e.name).Str("job_id", tk.env.ID).Str("queue", tk.env.Queue).Msg("tick enqueued")
+			}
 			tk.e.refusedAt, tk.e.refused = time.Time{}, 0
 			if tk.at.After(enqueued[tk.e.name]) {
 				enqueued[tk.e.name] = tk.at
 			}
-		case errors.Is(err, broker.ErrDuplicate):
-			// Another scheduler enqueued it (or it ran already).
 		case tk.invalid || errors.Is(err, job.ErrInvalid):
 			refused = append(refused, tk)
 		default:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -147,5 +148,43 @@ func TestPeriodicLsUnreadableRecord(t *testing.T) {
 	}
 	if strings.Join(names, ",") != "broken,hourly-digest,nightly-report,old-cleanup" {
 		t.Errorf("--json lists %v", names)
+	}
+}
+
+// TestPeriodicLsShowsRefusedTicks: a schedule whose job expired (its
+// ticks cannot be enqueued any more) shows in `periodic ls`, table and
+// --json, with the last outcome "refused" and why.
+func TestPeriodicLsShowsRefusedTicks(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	// The scheduler's clock is an hour ahead: its first tick is after the
+	// expiry, which Add (on the real clock) still accepts.
+	at := time.Now().Add(time.Hour).Truncate(time.Second)
+	fixture.RunScheduler(t, tb.b, at, func(s *periodic.Scheduler) error {
+		return periodic.Add(s, "promo", "@every 1s", digestType, digestArgs{Week: 3},
+			periodic.JobOptions(job.ExpireAt(time.Now().Add(time.Minute))))
+	}, func(l []periodic.Status) bool {
+		st := fixture.Find(l, "promo")
+		return st != nil && st.Outcome != nil
+	})
+	now := rfc(at.Add(10 * time.Second))
+	out := tb.ok(t, "periodic", "ls", "--now", now)
+	if !regexp.MustCompile(`refused \d+s ago: job: invalid: expiry `).MatchString(out) {
+		t.Errorf("periodic ls does not show the refused tick and why:\n%s", out)
+	}
+	var got struct {
+		Schedules []struct {
+			Name    string `json:"name"`
+			LastID  string `json:"last_job_id"`
+			Outcome *struct {
+				Result string `json:"result"`
+				Error  string `json:"error"`
+			} `json:"last_outcome"`
+		} `json:"schedules"`
+	}
+	tb.okJSON(t, &got, "periodic", "ls", "--now", now)
+	if len(got.Schedules) != 1 || got.Schedules[0].Outcome == nil || got.Schedules[0].Outcome.Result != "refused" ||
+		!strings.Contains(got.Schedules[0].Outcome.Error, "is not after the ready time") || got.Schedules[0].LastID != "" {
+		t.Errorf("periodic ls --json: %+v; want promo refused, saying why, and no last run", got.Schedules)
 	}
 }
