@@ -51,6 +51,18 @@ type Options struct {
 	// WaitTimeout bounds the wait for replicas. 0 means 1s. Keep it below
 	// the client's ReadTimeout (3s by default).
 	WaitTimeout time.Duration
+
+	// ResendWindow is how long the first outcome of a call that changes
+	// jobs (an enqueue, a cancel, a reschedule, a redrive, a dead-record
+	// delete) is remembered under the call's id, so that the same call
+	// sent again (by go-redis after a lost reply, or by Resend after
+	// ErrOutcomeUnknown or ErrNotReplicated) gets that outcome instead of
+	// running again, even after the job ran and ended. Each remembered
+	// call costs about 110 bytes of Redis memory for the window (one
+	// expiring key; a batch enqueue remembers each job). 0 means
+	// DefaultResendWindow; negative remembers nothing: a resend is then a
+	// new call.
+	ResendWindow time.Duration
 }
 
 // Defaults of Options.
@@ -59,6 +71,11 @@ const (
 	DefaultMaxPayloadBytes = 1 << 20
 	DefaultDeadCap         = 10_000
 	DefaultDeadMaxAge      = 30 * 24 * time.Hour
+	// DefaultResendWindow covers go-redis's own re-sends (seconds), a
+	// caller's Resend with backoff for a minute, and a failover (a
+	// Sentinel's default down-after is 30 s, a cluster's node timeout
+	// 15 s) between the first send and the resend.
+	DefaultResendWindow = 2 * time.Minute
 )
 
 // Broker stores jobs in Redis. It is safe for concurrent use. It implements
@@ -101,6 +118,9 @@ func New(rdb redis.UniversalClient, opts Options) (*Broker, error) {
 	}
 	if opts.WaitTimeout == 0 {
 		opts.WaitTimeout = DefaultWaitTimeout
+	}
+	if opts.ResendWindow == 0 {
+		opts.ResendWindow = DefaultResendWindow
 	}
 	b := &Broker{rdb: rdb, ns: opts.Namespace, opts: opts}
 	b.route = keyspace.NewRouter(b.ns, shardCounts{b})

@@ -14,14 +14,19 @@ import (
 
 // Enqueue validates and stores envelopes: one script call per shard. A batch
 // with an invalid envelope is refused whole, with an error wrapping
-// job.ErrInvalid that names it, and nothing is written. Ids that are still
-// pending fail with a *DuplicateError wrapping ErrDuplicate (in a
-// *job.BatchError for a batch) and leave the stored job unchanged; so do
-// job.Unique ids remembered after their end. With job.Replace, a scheduled
-// job with the id is replaced (ErrInProgress when a worker holds it). On
-// success each envelope gets its ID (generated when empty), Queue,
-// CreatedAt and ReadyAt (server time). Single-job calls that overlap in
-// time share script calls (see combine.go).
+// job.ErrInvalid that names it, and nothing is written. Nil for a job
+// means this call stored it. Ids that are still pending fail with a
+// *DuplicateError wrapping ErrDuplicate (in a *job.BatchError for a batch)
+// and leave the stored job unchanged, however alike the envelopes and
+// whatever the timing: only this call sent again (Resend) is answered as
+// the first send was. So do job.Unique ids remembered after their end.
+// With job.Replace, a scheduled job with the id is replaced (ErrInProgress
+// when a worker holds it). A call whose reply was lost fails with a
+// *CallError wrapping ErrOutcomeUnknown (ErrNotReplicated when the
+// replicas fell short): Resend settles it. On success each envelope gets
+// its ID (generated when empty), Queue, CreatedAt and ReadyAt (server
+// time). Single-job calls that overlap in time share script calls (see
+// combine.go).
 func (b *Broker) Enqueue(ctx context.Context, envs ...*job.Envelope) error {
 	bodies := make([][]byte, len(envs))
 	now := b.createdNow()
@@ -35,6 +40,17 @@ func (b *Broker) Enqueue(ctx context.Context, envs ...*job.Envelope) error {
 		}
 		bodies[i] = body
 	}
+	if len(envs) == 0 {
+		return nil
+	}
+	return b.enqueueCall(ctx, envs, bodies, callIDs(len(envs)))
+}
+
+// enqueueCall stores prepared envelopes under their call ids: the first
+// send of a call, or a resend (its CallErrors' Resend calls it again with
+// the same bodies and ids).
+func (b *Broker) enqueueCall(ctx context.Context, envs []*job.Envelope, bodies [][]byte, cids []string) error {
+	resend := func(ctx context.Context) error { return b.enqueueCall(ctx, envs, bodies, cids) }
 	shards := make([]keyspace.Shard, len(envs))
 	for i, env := range envs {
 		q, err := b.route.Place(ctx, env.Queue)
@@ -44,19 +60,19 @@ func (b *Broker) Enqueue(ctx context.Context, envs ...*job.Envelope) error {
 		shards[i] = q.Route(env.ID)
 	}
 	if len(envs) == 1 {
-		return b.enqueueCombined(ctx, shards[0], envs[0], bodies[0])
+		return resendable(b.enqueueCombined(ctx, shards[0], envs[0], bodies[0], cids[0]), resend)
 	}
 	errs := make([]error, len(envs))
 	order, groups := group(shards)
 	for _, s := range order {
 		idx := groups[s.Name()]
-		if err := b.enqueueShard(ctx, s, envs, bodies, idx, errs); err != nil {
+		if err := b.enqueueShard(ctx, s, envs, bodies, cids, idx, errs); err != nil {
 			for _, i := range idx {
 				errs[i] = err
 			}
 		}
 	}
-	return batchErr(errs)
+	return resendable(batchErr(errs), resend)
 }
 
 // enqueueChunk bounds the work of one script call so that Redis stays
@@ -64,50 +80,46 @@ func (b *Broker) Enqueue(ctx context.Context, envs ...*job.Envelope) error {
 const enqueueChunk = 1000
 
 // enqueueShard stores the envelopes envs[i], i in idx, all of shard s,
-// setting errs[i] for duplicates. It returns a Redis error, which leaves
-// the outcome of its chunk unknown.
-func (b *Broker) enqueueShard(ctx context.Context, s keyspace.Shard, envs []*job.Envelope, bodies [][]byte, idx []int, errs []error) error {
+// under the call ids cids[i], setting errs[i] for those not stored: a
+// duplicate, or a *CallError without its resend when the outcome of the
+// script call is open (the caller makes it resendable). It returns an
+// error reply of Redis (nothing was changed).
+func (b *Broker) enqueueShard(ctx context.Context, s keyspace.Shard, envs []*job.Envelope, bodies [][]byte, cids []string, idx []int, errs []error) error {
 	k := s.Keys()
 	for start := 0; start < len(idx); start += enqueueChunk {
 		part := idx[start:min(start+enqueueChunk, len(idx))]
-		args := make([]any, 0, 1+5*len(part))
-		args = append(args, k.Wake)
+		args := make([]any, 0, 2+enqueueWidth*len(part))
+		args = append(args, k.Wake, b.windowArg())
 		for _, i := range part {
 			var at int64
 			if !envs[i].At.IsZero() {
 				at = readyMS(envs[i].At)
 			}
-			args = append(args, envs[i].ID, bodies[i], at, durUS(envs[i].Delay), enqueueFlags(envs[i]))
+			args = append(args, envs[i].ID, bodies[i], at, durUS(envs[i].Delay), enqueueFlags(envs[i]), cids[i])
 		}
-		res, err := b.run(ctx, enqueueScript, []string{k.Scheduled, k.Jobs, k.Unique}, args...)
-		if res == nil {
-			if outcomeUnknown(err) {
-				// The call may have run: each job is stored, or not.
-				for _, i := range part {
-					errs[i] = fmt.Errorf("%w: job %q in queue %q: %w", ErrOutcomeUnknown, envs[i].ID, envs[i].Queue, err)
-				}
-				continue
-			}
+		res, err := b.run(ctx, enqueueScript, []string{k.Scheduled, k.Jobs, k.Unique, k.Calls}, args...)
+		if res == nil && !unsure(err) {
 			return queueErr(s.Queue(), err)
 		}
-		now, ready, perr := parseEnqueued(res, len(part))
-		if perr != nil {
-			return perr
+		var ready []int64
+		if err == nil {
+			if ready, err = parseEnqueued(res, len(part)); err != nil {
+				return err
+			}
 		}
 		for j, i := range part {
 			switch {
 			case err != nil:
-				// Short of replicas: stored on the master, or a duplicate
-				// of a job that may not be on the replicas either.
-				errs[i] = queueErr(s.Queue(), err)
+				// The call may have run: each job is stored, or not; or,
+				// short of replicas, its outcome stands on the master
+				// only. Resend tells.
+				errs[i] = unsureErr("enqueue", envs[i].Queue, envs[i].ID, cids[i], err)
 			case ready[j] == -1 || ready[j] == -4:
 				errs[i] = &DuplicateError{Queue: envs[i].Queue, ID: envs[i].ID, Ended: ready[j] == -4}
 			case ready[j] == -3:
 				errs[i] = fmt.Errorf("%w: job %q in queue %q is held by a worker and cannot be replaced", ErrInProgress, envs[i].ID, envs[i].Queue)
-			case ready[j] == -2:
-				// This very envelope was stored by an earlier run of the
-				// call, and a worker has it already.
-				envs[i].ReadyAt = fromUS(now).Truncate(time.Millisecond)
+			case ready[j] <= 0:
+				return fmt.Errorf("broker: enqueue: unexpected outcome %d for job %q", ready[j], envs[i].ID)
 			default:
 				envs[i].ReadyAt = fromMS(ready[j])
 			}
@@ -116,23 +128,23 @@ func (b *Broker) enqueueShard(ctx context.Context, s keyspace.Shard, envs []*job
 	return nil
 }
 
-// parseEnqueued decodes enqueue.lua's reply for n jobs: the server's time
-// (µs, 0 when the script did not read it) and one integer per job. A single
-// job that was stored comes back as {now, ready} or as its ready time alone.
-func parseEnqueued(res any, n int) (now int64, ready []int64, err error) {
+// enqueueWidth is the number of ARGV entries per job of enqueue.lua.
+const enqueueWidth = 6
+
+// parseEnqueued decodes enqueue.lua's reply for n jobs: one integer per
+// job. A single job comes back as that integer alone, or as {now, ready}.
+func parseEnqueued(res any, n int) (ready []int64, err error) {
 	if r, ok := res.(int64); ok && n == 1 {
-		return 0, []int64{r}, nil
+		return []int64{r}, nil
 	}
 	parts, ok := res.([]any)
 	if !ok || len(parts) != 2 {
-		return 0, nil, fmt.Errorf("broker: enqueue: unexpected reply %v", res)
+		return nil, fmt.Errorf("broker: enqueue: unexpected reply %v", res)
 	}
-	now, _ = parts[0].(int64)
 	if r, ok := parts[1].(int64); ok && n == 1 {
-		return now, []int64{r}, nil
+		return []int64{r}, nil
 	}
-	ready, err = int64s(parts[1], n)
-	return now, ready, err
+	return int64s(parts[1], n)
 }
 
 // enqueueFlags are the flags of env in enqueue.lua: "u" checks the ids

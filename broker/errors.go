@@ -6,10 +6,12 @@ import (
 )
 
 var (
-	// ErrDuplicate: a job with that id is still pending (scheduled or
-	// processing) in its queue, with another envelope. The stored job is
-	// unchanged. (Enqueueing the very envelope that is stored succeeds:
-	// that is a call sent again after its reply was lost.)
+	// ErrDuplicate: another call stored a job with that id, which is still
+	// pending (scheduled or processing) in its queue, or is remembered
+	// after its end (job.Unique). The stored job is unchanged. Only the
+	// call that stored a job gets nil for it, however alike the envelopes
+	// and whatever the timing; that call sent again (Resend) gets nil
+	// again.
 	ErrDuplicate = errors.New("broker: a job with that id is already pending")
 
 	// ErrNotFound: no such job in the state the operation needs.
@@ -29,9 +31,10 @@ var (
 
 	// ErrOutcomeUnknown: the reply to a call was lost (a dropped
 	// connection, a timeout), so the change may or may not have been
-	// made. The error names the job. An Enqueue that fails so can be sent
-	// again with the same envelope: it then succeeds whether or not the
-	// first call stored the job, and never stores it twice.
+	// made. The error is a *CallError naming the call and the job; Resend
+	// sends the very call again and returns its first outcome (within
+	// Options.ResendWindow), so a job is never stored, cancelled or
+	// redriven twice, even if it ran and ended meanwhile.
 	ErrOutcomeUnknown = errors.New("broker: outcome unknown")
 
 	// ErrCanceled is the cause of a running handler's context when its job

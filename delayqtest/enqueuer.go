@@ -1,7 +1,6 @@
 package delayqtest
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"reflect"
@@ -18,10 +17,10 @@ import (
 // storing it, for tests of code that enqueues. It refuses what the broker
 // refuses: invalid envelopes (errors wrap job.ErrInvalid) and an id still
 // pending in its queue (a *broker.DuplicateError, wrapping
-// broker.ErrDuplicate). The very envelope sent again (a retry after a lost
-// reply) is accepted and recorded once, and a job with a pending id and
-// job.Replace replaces it (the old one is marked Replaced), as by the
-// broker. It fills in what the broker fills in: ID, Queue, CreatedAt and
+// broker.ErrDuplicate), however alike the envelopes: each Enqueue is a call
+// of its own, and no reply is lost here to send one again. A job with a
+// pending id and job.Replace replaces it (the old one is marked Replaced),
+// as by the broker. It fills in what the broker fills in: ID, Queue, CreatedAt and
 // ReadyAt by its clock. It also has the broker's Cancel, so it can stand
 // in for a broker that code enqueues to and cancels on. It records no
 // ending, so job.Unique's window after success is not modelled. It is
@@ -73,12 +72,6 @@ func (e *Enqueuer) Enqueue(ctx context.Context, envs ...*job.Envelope) error {
 		}
 		if errs[i] == nil {
 			if p := e.pending(env.Queue, env.ID); p != nil {
-				if sameBody(p.Envelope, env) {
-					// The very envelope, sent again after a lost reply:
-					// the broker accepts it and stores nothing new.
-					env.ReadyAt = p.ReadyAt
-					continue
-				}
 				if env.Replace {
 					// The broker replaces a scheduled job's envelope
 					// and ready time.
@@ -133,13 +126,6 @@ func (e *Enqueuer) pending(queue, id string) *Recorded {
 		}
 	}
 	return nil
-}
-
-// sameBody reports whether a and b are stored as the same body.
-func sameBody(a, b *job.Envelope) bool {
-	x, errA := a.MarshalBinary()
-	y, errB := b.MarshalBinary()
-	return errA == nil && errB == nil && bytes.Equal(x, y)
 }
 
 func (e *Enqueuer) now() time.Time {

@@ -158,9 +158,9 @@ func (t *Type[T]) Envelope(args T, opts ...Option) (*Envelope, error) {
 // envelope (with its ID and ReadyAt) or an error: one wrapping ErrInvalid for
 // bad input (and a nil envelope), or the broker's (e.g. broker.ErrDuplicate
 // for a pending id). With a broker's error the envelope is returned as well,
-// with its ID: after broker.ErrOutcomeUnknown (the reply was lost), passing
-// that envelope to the broker's Enqueue again stores the job once, whether
-// the first call stored it or not.
+// with its ID. After broker.ErrOutcomeUnknown (the reply was lost),
+// broker.Resend(ctx, err) sends this very call again and answers what it
+// did; a new Enqueue of the envelope would be another call.
 func (t *Type[T]) Enqueue(ctx context.Context, e Enqueuer, args T, opts ...Option) (*Envelope, error) {
 	env, err := t.Envelope(args, opts...)
 	if err != nil {
