@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/rules"
 	"github.com/delayq/delayq/job"
 )
 
@@ -68,7 +69,7 @@ type Options struct {
 // Defaults of Options.
 const (
 	DefaultNamespace       = "delayq"
-	DefaultMaxPayloadBytes = 1 << 20
+	DefaultMaxPayloadBytes = rules.DefaultMaxPayloadBytes // 1 MiB
 	DefaultDeadCap         = 10_000
 	DefaultDeadMaxAge      = 30 * 24 * time.Hour
 	// DefaultResendWindow covers go-redis's own re-sends (seconds), a
@@ -197,13 +198,7 @@ func queueErr(q string, err error) error { return fmt.Errorf("queue %q: %w", q, 
 // never becomes due before the instant it was given (scores are ms, and a
 // job is due once the server's ms clock reaches its score). It is at least
 // 1, as 0 means "use the delay" in the scripts.
-func readyMS(t time.Time) int64 {
-	v := t.UnixMilli()
-	if t.After(time.UnixMilli(v)) {
-		v++
-	}
-	return max(v, 1)
-}
+func readyMS(t time.Time) int64 { return rules.ReadyMS(t) }
 
 func flag(v bool) string {
 	if v {

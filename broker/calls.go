@@ -15,10 +15,12 @@ import (
 //
 // Every public call that changes jobs (Enqueue, Cancel, CancelJob,
 // Reschedule, RescheduleAfter, Redrive, DeadDelete) gets a call id when it
-// is made: a batch enqueue one per job. Its scripts keep the call's first
-// outcome under that id, in a key of the job's shard that expires after
-// Options.ResendWindow (ns:{q}:c:<call id>), and a script that finds the
-// key answers with what it holds and changes nothing. So a call sent again
+// is made. Its scripts keep the call's first outcome under that id, in a
+// key of the job's shard that expires after Options.ResendWindow
+// (ns:{q}:c:<call id>; a batch Enqueue keeps one per script call, the
+// call id and the chunk's number, and single Enqueues that share a script
+// call keep one each), and a script that finds the key answers with what
+// it holds and changes nothing. So a call sent again
 // (by go-redis after a lost reply, which sends the same arguments, or by
 // Resend) is answered as the first send was, even after the job ran and
 // ended; and a different call (another id) is judged on what is stored:
@@ -51,17 +53,6 @@ var callPrefix = func() string {
 
 // callSeq numbers the calls of this process.
 var callSeq atomic.Uint64
-
-// callIDs returns n new call ids, one per job of a call (n >= 1): the
-// process's prefix and a counter in base 36.
-func callIDs(n int) []string {
-	last := callSeq.Add(uint64(n))
-	ids := make([]string, n)
-	for i := range ids {
-		ids[i] = callPrefix + strconv.FormatUint(last-uint64(n-1-i), 36)
-	}
-	return ids
-}
 
 // callID returns one new call id.
 func callID() string {

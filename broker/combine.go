@@ -151,7 +151,7 @@ func (b *Broker) sendCombined(c *combiner, own *pendingJob) error {
 		envs[i], bodies[i], cids[i], idx[i] = p.env, p.body, p.cid, i
 	}
 	errs := make([]error, len(batch))
-	if err := b.enqueueShard(context.WithoutCancel(own.ctx), c.shard, envs, bodies, cids, idx, errs); err != nil {
+	if err := b.enqueueShard(context.WithoutCancel(own.ctx), c.shard, envs, bodies, cids, "", idx, errs); err != nil {
 		for i := range errs {
 			errs[i] = err
 		}

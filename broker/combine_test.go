@@ -372,7 +372,7 @@ func TestSingleEnqueuePath(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return b.enqueueCall(ctx, []*job.Envelope{env}, [][]byte{body}, []string{cid})
+		return b.enqueueOne(ctx, env, body, cid)
 	}
 	env := combineEnv("one")
 	cid := callID()

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/rules"
 	"github.com/delayq/delayq/job"
 )
 
@@ -131,13 +132,15 @@ func (b *Broker) rescheduleCall(ctx context.Context, s keyspace.Shard, queue, id
 	return fromMS(v[1]), nil
 }
 
+// stateResult is the error of a cancel or reschedule that answered res:
+// > 0 done, -1 a worker holds the job, otherwise not found (rules.Change).
 func stateResult(queue, id string, res any) error {
+	found := rules.Absent
 	switch code, _ := res.(int64); {
 	case code > 0:
-		return nil
+		found = rules.Scheduled
 	case code == -1:
-		return fmt.Errorf("%w: job %q in queue %q", ErrInProgress, id, queue)
-	default:
-		return fmt.Errorf("%w: job %q in queue %q", ErrNotFound, id, queue)
+		found = rules.Held
 	}
+	return rules.Change(found, queue, id)
 }

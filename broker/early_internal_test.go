@@ -76,7 +76,7 @@ func TestNoJobIsClaimedEarlyOnTheServersClock(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			res, err := b.run(ctx, enqueueScript, []string{k.Scheduled, k.Jobs, k.Unique, k.Calls}, k.Wake, b.windowArg(), ids[j], body, 0, durUS(env.Delay), "", callID())
+			res, err := b.run(ctx, enqueueScript, []string{k.Scheduled, k.Jobs, k.Unique, k.Calls}, k.Wake, b.windowArg(), "", ids[j], body, 0, durUS(env.Delay), "", callID())
 			if err != nil {
 				t.Fatal(err)
 			}

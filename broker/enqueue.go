@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/rules"
 	"github.com/delayq/delayq/job"
 )
 
@@ -40,17 +42,36 @@ func (b *Broker) Enqueue(ctx context.Context, envs ...*job.Envelope) error {
 		}
 		bodies[i] = body
 	}
-	if len(envs) == 0 {
+	switch len(envs) {
+	case 0:
 		return nil
+	case 1:
+		return b.enqueueOne(ctx, envs[0], bodies[0], callID())
 	}
-	return b.enqueueCall(ctx, envs, bodies, callIDs(len(envs)))
+	return b.enqueueMany(ctx, envs, bodies, callID())
 }
 
-// enqueueCall stores prepared envelopes under their call ids: the first
-// send of a call, or a resend (its CallErrors' Resend calls it again with
-// the same bodies and ids).
-func (b *Broker) enqueueCall(ctx context.Context, envs []*job.Envelope, bodies [][]byte, cids []string) error {
-	resend := func(ctx context.Context) error { return b.enqueueCall(ctx, envs, bodies, cids) }
+// enqueueOne stores one prepared envelope under call id cid: the first send
+// of a single Enqueue, or a resend (its CallError's Resend calls it again
+// with the same body and id). It shares script calls with other single
+// Enqueues (combine.go); its outcome is recorded under its own call id.
+func (b *Broker) enqueueOne(ctx context.Context, env *job.Envelope, body []byte, cid string) error {
+	q, err := b.route.Place(ctx, env.Queue)
+	if err != nil {
+		return queueErr(env.Queue, err)
+	}
+	err = b.enqueueCombined(ctx, q.Route(env.ID), env, body, cid)
+	if err == nil {
+		return nil
+	}
+	return resendable(err, func(ctx context.Context) error { return b.enqueueOne(ctx, env, body, cid) })
+}
+
+// enqueueMany stores prepared envelopes, a batch Enqueue with call id cid:
+// one script call per shard and chunk, whose outcomes are recorded together
+// under cid and the chunk's number. A resend (CallError.Resend) calls it
+// again with the same bodies and id, so the chunks are the same.
+func (b *Broker) enqueueMany(ctx context.Context, envs []*job.Envelope, bodies [][]byte, cid string) error {
 	shards := make([]keyspace.Shard, len(envs))
 	for i, env := range envs {
 		q, err := b.route.Place(ctx, env.Queue)
@@ -59,20 +80,21 @@ func (b *Broker) enqueueCall(ctx context.Context, envs []*job.Envelope, bodies [
 		}
 		shards[i] = q.Route(env.ID)
 	}
-	if len(envs) == 1 {
-		return resendable(b.enqueueCombined(ctx, shards[0], envs[0], bodies[0], cids[0]), resend)
-	}
 	errs := make([]error, len(envs))
 	order, groups := group(shards)
 	for _, s := range order {
 		idx := groups[s.Name()]
-		if err := b.enqueueShard(ctx, s, envs, bodies, cids, idx, errs); err != nil {
+		if err := b.enqueueShard(ctx, s, envs, bodies, nil, cid, idx, errs); err != nil {
 			for _, i := range idx {
 				errs[i] = err
 			}
 		}
 	}
-	return resendable(batchErr(errs), resend)
+	err := batchErr(errs)
+	if err == nil {
+		return nil
+	}
+	return resendable(err, func(ctx context.Context) error { return b.enqueueMany(ctx, envs, bodies, cid) })
 }
 
 // enqueueChunk bounds the work of one script call so that Redis stays
@@ -80,22 +102,32 @@ func (b *Broker) enqueueCall(ctx context.Context, envs []*job.Envelope, bodies [
 const enqueueChunk = 1000
 
 // enqueueShard stores the envelopes envs[i], i in idx, all of shard s,
-// under the call ids cids[i], setting errs[i] for those not stored: a
-// duplicate, or a *CallError without its resend when the outcome of the
-// script call is open (the caller makes it resendable). It returns an
-// error reply of Redis (nothing was changed).
-func (b *Broker) enqueueShard(ctx context.Context, s keyspace.Shard, envs []*job.Envelope, bodies [][]byte, cids []string, idx []int, errs []error) error {
+// setting errs[i] for those not stored: a duplicate, or a *CallError
+// without its resend when the outcome of the script call is open (the
+// caller makes it resendable). Each job's outcome is recorded under its
+// own call id cids[i], or, when whole is not "", the outcomes of each
+// chunk together under whole and the chunk's number. It returns an error
+// reply of Redis (nothing was changed).
+func (b *Broker) enqueueShard(ctx context.Context, s keyspace.Shard, envs []*job.Envelope, bodies [][]byte, cids []string, whole string, idx []int, errs []error) error {
 	k := s.Keys()
 	for start := 0; start < len(idx); start += enqueueChunk {
 		part := idx[start:min(start+enqueueChunk, len(idx))]
-		args := make([]any, 0, 2+enqueueWidth*len(part))
-		args = append(args, k.Wake, b.windowArg())
+		args := make([]any, 0, 3+enqueueWidth*len(part))
+		chunk := ""
+		if whole != "" {
+			chunk = whole + "." + strconv.Itoa(start/enqueueChunk)
+		}
+		args = append(args, k.Wake, b.windowArg(), chunk)
 		for _, i := range part {
 			var at int64
 			if !envs[i].At.IsZero() {
 				at = readyMS(envs[i].At)
 			}
-			args = append(args, envs[i].ID, bodies[i], at, durUS(envs[i].Delay), enqueueFlags(envs[i]), cids[i])
+			cid := ""
+			if cids != nil {
+				cid = cids[i]
+			}
+			args = append(args, envs[i].ID, bodies[i], at, durUS(envs[i].Delay), enqueueFlags(envs[i]), cid)
 		}
 		res, err := b.run(ctx, enqueueScript, []string{k.Scheduled, k.Jobs, k.Unique, k.Calls}, args...)
 		if res == nil && !unsure(err) {
@@ -113,20 +145,27 @@ func (b *Broker) enqueueShard(ctx context.Context, s keyspace.Shard, envs []*job
 				// The call may have run: each job is stored, or not; or,
 				// short of replicas, its outcome stands on the master
 				// only. Resend tells.
-				errs[i] = unsureErr("enqueue", envs[i].Queue, envs[i].ID, cids[i], err)
-			case ready[j] == -1 || ready[j] == -4:
-				errs[i] = &DuplicateError{Queue: envs[i].Queue, ID: envs[i].ID, Ended: ready[j] == -4}
-			case ready[j] == -3:
-				errs[i] = fmt.Errorf("%w: job %q in queue %q is held by a worker and cannot be replaced", ErrInProgress, envs[i].ID, envs[i].Queue)
-			case ready[j] <= 0:
-				return fmt.Errorf("broker: enqueue: unexpected outcome %d for job %q", ready[j], envs[i].ID)
-			default:
+				cid := chunk
+				if cids != nil {
+					cid = cids[i]
+				}
+				errs[i] = unsureErr("enqueue", envs[i].Queue, envs[i].ID, cid, err)
+			case ready[j] > 0:
 				envs[i].ReadyAt = fromMS(ready[j])
+			default:
+				o, ok := refusals[ready[j]]
+				if !ok {
+					return fmt.Errorf("broker: enqueue: unexpected outcome %d for job %q", ready[j], envs[i].ID)
+				}
+				errs[i] = rules.EnqueueErr(o, envs[i].Queue, envs[i].ID)
 			}
 		}
 	}
 	return nil
 }
+
+// refusals are enqueue.lua's codes of a job it did not store.
+var refusals = map[int64]rules.Outcome{-1: rules.Duplicate, -3: rules.InProgress, -4: rules.DuplicateEnded}
 
 // enqueueWidth is the number of ARGV entries per job of enqueue.lua.
 const enqueueWidth = 6
@@ -179,22 +218,11 @@ func outcomeUnknown(err error) bool {
 	return err != nil && !errors.As(err, &reply) && !errors.Is(err, ErrNotReplicated)
 }
 
-// prepare fills in defaults, validates env and encodes its body.
+// prepare fills in defaults, validates env (rules.Prepare: the payload cap
+// too) and encodes its body.
 func (b *Broker) prepare(env *job.Envelope, now time.Time) ([]byte, error) {
-	if env == nil {
-		return nil, fmt.Errorf("broker: %w: nil envelope", job.ErrInvalid)
-	}
-	if err := job.Prepare(env, now); err != nil {
+	if err := rules.Prepare(env, now, b.opts.MaxPayloadBytes); err != nil {
 		return nil, err
-	}
-	if c := b.opts.MaxPayloadBytes; c > 0 {
-		size := len(env.Payload)
-		for k, v := range env.Headers {
-			size += len(k) + len(v)
-		}
-		if size > c {
-			return nil, fmt.Errorf("broker: %w: %w: payload and headers of job %q are %d bytes, the cap is %d", job.ErrInvalid, ErrPayloadTooLarge, env.ID, size, c)
-		}
 	}
 	return env.MarshalBinary()
 }

@@ -2,7 +2,8 @@ package broker
 
 import (
 	"errors"
-	"fmt"
+
+	"github.com/delayq/delayq/internal/rules"
 )
 
 var (
@@ -12,14 +13,14 @@ var (
 	// call that stored a job gets nil for it, however alike the envelopes
 	// and whatever the timing; that call sent again (Resend) gets nil
 	// again.
-	ErrDuplicate = errors.New("broker: a job with that id is already pending")
+	ErrDuplicate = rules.ErrDuplicate
 
 	// ErrNotFound: no such job in the state the operation needs.
-	ErrNotFound = errors.New("broker: job not found")
+	ErrNotFound = rules.ErrNotFound
 
 	// ErrInProgress: the job is being handled by a worker, so it can no
 	// longer be cancelled or rescheduled.
-	ErrInProgress = errors.New("broker: job is in progress")
+	ErrInProgress = rules.ErrInProgress
 
 	// ErrLeaseLost: the caller's lease on the job ran out and the job was
 	// taken back (or finished by another worker). Nothing was changed.
@@ -43,25 +44,12 @@ var (
 	ErrCanceled = errors.New("broker: job cancelled")
 
 	// ErrPayloadTooLarge: the payload is over the broker's cap.
-	ErrPayloadTooLarge = errors.New("broker: payload too large")
+	ErrPayloadTooLarge = rules.ErrPayloadTooLarge
 )
 
 // DuplicateError is the error of an enqueue refused because a job with
 // the id is pending in the queue, or is remembered there after it ended
-// (job.Unique). It names the existing job; errors.Is(err, ErrDuplicate)
-// holds.
-type DuplicateError struct {
-	Queue string // the user's queue
-	ID    string // the id of the job that is pending or remembered
-	Ended bool   // the job ended and is remembered (job.Unique), not pending
-}
-
-func (e *DuplicateError) Error() string {
-	if e.Ended {
-		return fmt.Sprintf("%v: id %q in queue %q (it ended and is remembered for its uniqueness window)", ErrDuplicate, e.ID, e.Queue)
-	}
-	return fmt.Sprintf("%v: id %q in queue %q", ErrDuplicate, e.ID, e.Queue)
-}
-
-// Is reports whether target is ErrDuplicate.
-func (e *DuplicateError) Is(target error) bool { return target == ErrDuplicate }
+// (job.Unique). It names the existing job (Queue, ID; Ended when it is
+// remembered, not pending); errors.Is(err, ErrDuplicate) holds. (It is
+// declared with the rules the test kit shares.)
+type DuplicateError = rules.DuplicateError

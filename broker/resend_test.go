@@ -443,10 +443,9 @@ func TestConcurrentUniqueProducersOneNil(t *testing.T) {
 	}
 }
 
-// A call sent again in the resend window with its call ids gets its first
-// outcome job by job, in a batch that mixes jobs stored, duplicates, and
-// jobs of another call; with ResendWindow negative, no record is kept, and
-// a resend is judged as a new call.
+// Call records: one per script call of a batch Enqueue, one per single
+// Enqueue, each living the resend window; with ResendWindow negative, none
+// is kept.
 func TestResendWindow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -464,8 +463,16 @@ func TestResendWindow(t *testing.T) {
 	if !errors.As(err, &be) || be.Errs[0] != nil || !errors.Is(be.Errs[1], broker.ErrDuplicate) || be.Errs[2] != nil {
 		t.Fatalf("batch: %v", err)
 	}
+	if n := len(redistest.Keys(t, rdb, calls)) - before; n != 1 {
+		t.Fatalf("%d call records for a batch of 3 in one shard, want one for the call", n)
+	}
+	for _, id := range []string{"s1", "s2"} {
+		if err := b.Enqueue(ctx, env(id, time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if n := len(redistest.Keys(t, rdb, calls)) - before; n != 3 {
-		t.Fatalf("%d call records for a batch of 3, want one per job", n)
+		t.Fatalf("%d call records after two single enqueues more, want one each", n)
 	}
 	for _, k := range redistest.Keys(t, rdb, calls) {
 		if ttl := rdb.PTTL(ctx, k).Val(); ttl <= 0 || ttl > broker.DefaultResendWindow {

@@ -5,17 +5,20 @@
 -- KEYS[3] -> ns:{q}:unique      ZSET id -> remembered until ms (job.Unique);
 --                               touched only by jobs flagged "u"
 -- KEYS[4] -> ns:{q}:c:          prefix of the call records: KEYS[4] .. call
---                               id -> STRING, the job's first outcome,
+--                               id -> STRING, the call's first outcome,
 --                               expiring after ARGV[3] ms
 -- ARGV[1] -> now ms ("" = server TIME)
 -- ARGV[2] -> wake channel
--- ARGV[3] -> resend window ms: how long a job's outcome is kept under its
---            call id (0: not kept)
--- ARGV[4+6i .. 9+6i] -> id, envelope, at ms (0 = use delay), delay µs,
---                       flags: "" or letters of "u" (refused while the id
---                       is remembered in KEYS[3]) and "r" (replace a
---                       scheduled job with the id), call id (chosen by the
---                       producer for this job of this call)
+-- ARGV[3] -> resend window ms: how long an outcome is kept under its call
+--            id (0: not kept)
+-- ARGV[4] -> call id of the whole call (a batch Enqueue: its outcomes are
+--            kept in one record), or "" when each job has its own
+-- ARGV[5+6i .. 10+6i] -> id, envelope, at ms (0 = use delay), delay µs,
+--                        flags: "" or letters of "u" (refused while the
+--                        id is remembered in KEYS[3]) and "r" (replace a
+--                        scheduled job with the id), the job's own call
+--                        id when ARGV[4] is "" (single Enqueues that
+--                        share this script call, see combine.go)
 --
 -- Returns {now µs or 0, {one integer per job}}; a call of one job without
 -- flags gets its integer alone, or {now µs, its ready time} when the script
@@ -31,15 +34,16 @@
 -- since. A job flagged "r" whose id is scheduled replaces the stored
 -- envelope and ready time.
 --
--- A fixed number of commands per call, whatever the number of jobs, plus
--- one read and one write of each job's call record: the earliest ready
--- time is read once (so that at most one wake-up notice is published per
--- call, see wake_if_earliest), one HMGET finds the pending ids, one HSET
--- and one ZADD store the new jobs. A call of one job without flags, the
--- common single Enqueue, stores the job with HSETNX and its call record
--- with SET NX GET: ZRANGE, HSETNX, SET, ZADD, and TIME only for a delay
--- from now or to compare with an earliest job that is not due. Jobs
--- flagged "u" add one ZMSCORE and one trim of KEYS[3] per call.
+-- A fixed number of commands per call, whatever the number of jobs: the
+-- earliest ready time is read once (so that at most one wake-up notice is
+-- published per call, see wake_if_earliest), one HMGET finds the pending
+-- ids, one HSET and one ZADD store the new jobs, and a call id of the whole
+-- call is one GET and one SET; jobs with call ids of their own add one GET
+-- and one SET each. A call of one job without flags, the common single
+-- Enqueue, stores the job with HSETNX and its call record with SET NX GET:
+-- ZRANGE, HSETNX, SET, ZADD, and TIME only for a delay from now or to
+-- compare with an earliest job that is not due. Jobs flagged "u" add one
+-- ZMSCORE and one trim of KEYS[3] per call.
 --
 -- The reads come before any write and check the keys' types on the way (a
 -- read of a key of the wrong type fails, and expect then names it), so the
@@ -63,7 +67,7 @@ local function now()
   end
   return now_value
 end
-local W, FIRST = 6, 4
+local W, FIRST = 6, 5
 local window = tonumber(ARGV[3])
 
 -- Publish the wake-up notice for the earliest new ready time, as
@@ -90,7 +94,7 @@ end
 -- SET NX GET records the outcome under the call id, or finds the outcome
 -- of an earlier send of the call: that one stands, and a job this send
 -- stored is taken back.
-if #ARGV == FIRST - 1 + W and ARGV[FIRST + 4] == '' then
+if #ARGV == FIRST - 1 + W and ARGV[FIRST + 4] == '' and ARGV[4] == '' then
   local id, cid = ARGV[FIRST], ARGV[FIRST + 5]
   local added = redis.pcall('HSETNX', KEYS[2], id, ARGV[FIRST + 1])
   if type(added) == 'table' and added.err then
@@ -130,10 +134,21 @@ for i = FIRST, #ARGV, W do
     uniq[#uniq + 1] = #ids
   end
 end
--- The call records: a job whose call id has one was enqueued by an earlier
--- send of this call, and gets that send's outcome.
+-- The call records: a call (or a job) whose call id has one was sent
+-- before, and gets that send's outcome.
 local out, replayed = {}, {}
-if window > 0 then
+local whole = ARGV[4]
+if whole ~= '' then
+  local before = recorded(KEYS[4] .. whole, window)
+  if type(before) == 'table' then
+    return before
+  elseif before then
+    for part in string.gmatch(before, '[^,]+') do
+      out[#out + 1] = tonumber(part)
+    end
+    return {0, out}
+  end
+elseif window > 0 then
   for k = 1, #ids do
     local cid = ARGV[FIRST + W * (k - 1) + 5]
     local before = redis.pcall('GET', KEYS[4] .. cid)
@@ -226,7 +241,13 @@ if soonest ~= nil then
   call_chunked('HSET', KEYS[2], fields)
   call_chunked('ZADD', KEYS[1], members)
 end
-if window > 0 then
+if whole ~= '' then
+  local codes = {}
+  for k = 1, #out do
+    codes[k] = string.format('%d', out[k])
+  end
+  record(KEYS[4] .. whole, window, table.concat(codes, ','))
+elseif window > 0 then
   for k = 1, #ids do
     if not replayed[k] then
       local cid = ARGV[FIRST + W * (k - 1) + 5]
