@@ -17,20 +17,20 @@ import (
 // Reschedule, RescheduleAfter, Redrive, DeadDelete) gets a call id when it
 // is made. Its scripts keep the call's first outcome under that id, in a
 // key of the job's shard that expires after Options.ResendWindow
-// (ns:{q}:c:<call id>; a batch Enqueue keeps one per script call, the
-// call id and the chunk's number, and single Enqueues that share a script
-// call keep one each), and a script that finds the key answers with what
-// it holds and changes nothing. So a call sent again
-// (by go-redis after a lost reply, which sends the same arguments, or by
-// Resend) is answered as the first send was, even after the job ran and
-// ended; and a different call (another id) is judged on what is stored:
-// an id that is pending is a duplicate, whatever the timing, however alike
-// the envelopes. Whether a call is a resend is never guessed from the
-// bytes it carries.
+// (ns:{q}:c:<call id>; a batch Enqueue keeps one per script call, under
+// the call id and the chunk's number, and single Enqueues that share a
+// script call keep one each), and a script that finds the key answers with
+// what it holds and changes nothing. So a call sent again (by go-redis
+// after a lost reply, which sends the same arguments, or by Resend) is
+// answered as the first send was, even after the job ran and ended; and a
+// different call (another id) is judged on what is stored: an id that is
+// pending is a duplicate, whatever the timing, however alike the
+// envelopes. Whether a call is a resend is never guessed from the bytes it
+// carries.
 //
 // A record costs one string key for the window and nothing after it: a job
 // that runs long after its enqueue carries no trace of the call. What it
-// costs per call is in docs/architecture.md ("Calls").
+// costs is in docs/architecture.md ("Calls of producers and operators").
 
 // callPrefix is the random part of this process's call ids: 10 letters and
 // digits (59 bits), drawn once, so that processes do not share ids.
@@ -88,7 +88,7 @@ type CallError struct {
 	Op     string // "enqueue", "cancel", "reschedule", "redrive" or "dead delete"
 	Queue  string // the user's queue
 	ID     string // the job
-	CallID string // the id the call was sent with (of this job, in a batch enqueue)
+	CallID string // the id the call was sent with (a batch Enqueue's: with its chunk's number)
 	Err    error  // wraps ErrOutcomeUnknown or ErrNotReplicated, and the cause
 
 	resend func(ctx context.Context) error
@@ -102,8 +102,14 @@ func (e *CallError) Unwrap() error { return e.Err }
 // Resend sends the call again with its call ids and returns its outcome, as
 // the call returns it (nil, or an error; a *job.BatchError aligned with the
 // call for one about several jobs). A resend whose reply is lost again
-// returns a CallError again.
-func (e *CallError) Resend(ctx context.Context) error { return e.resend(ctx) }
+// returns a CallError again. A CallError that was not returned by a call
+// has nothing to send and returns itself.
+func (e *CallError) Resend(ctx context.Context) error {
+	if e.resend == nil {
+		return e
+	}
+	return e.resend(ctx)
+}
 
 // Resend sends again the call that err is the error of, when err is (or
 // wraps, as in a *job.BatchError) a *CallError: a call whose reply was lost

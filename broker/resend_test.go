@@ -551,3 +551,24 @@ func TestDurableResendAfterTheJobRan(t *testing.T) {
 		t.Fatalf("a new call with the id after the job ended: %v, want it stored as a new job", err)
 	}
 }
+
+// Resend sends only calls: any other error (or none) comes back as it is,
+// and a CallError that no call returned has nothing to send.
+func TestResendOtherErrors(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	other := errors.New("other")
+	if err := broker.Resend(ctx, other); err != other {
+		t.Fatalf("Resend(other) = %v", err)
+	}
+	if err := broker.Resend(ctx, nil); err != nil {
+		t.Fatalf("Resend(nil) = %v", err)
+	}
+	ce := &broker.CallError{Op: "enqueue", Err: broker.ErrOutcomeUnknown}
+	if err := ce.Resend(ctx); err != ce {
+		t.Fatalf("Resend of a CallError no call made = %v", err)
+	}
+	if err := broker.Resend(ctx, &job.BatchError{Errs: []error{nil, ce}}); !errors.Is(err, broker.ErrOutcomeUnknown) {
+		t.Fatalf("Resend of a batch error with such a CallError = %v", err)
+	}
+}
