@@ -27,12 +27,26 @@
 //
 // # Errors
 //
-// Errors wrap sentinels, to test with errors.Is: [ErrDuplicate] (a pending
-// job has that id), [ErrNotFound], [ErrInProgress] (a worker holds the job,
-// so it can no longer be cancelled or moved), [ErrPayloadTooLarge], and
-// [ErrLeaseLost] and [ErrLeaseLive], which workers see when fencing refuses
-// a change. Bad input (an id, queue name, delay or option) gives an error
-// wrapping job.ErrInvalid, and nothing is written.
+// Errors wrap sentinels, to test with errors.Is: [ErrDuplicate] (another
+// call stored a job with that id, still pending), [ErrNotFound],
+// [ErrInProgress] (a worker holds the job, so it can no longer be cancelled
+// or moved), [ErrPayloadTooLarge], and [ErrLeaseLost] and [ErrLeaseLive],
+// which workers see when fencing refuses a change. Bad input (an id, queue
+// name, delay or option) gives an error wrapping job.ErrInvalid, and
+// nothing is written.
+//
+// Nil from a call that changes jobs means this call made the change. A
+// call whose reply was lost ([ErrOutcomeUnknown]) or that the replicas did
+// not confirm ([ErrNotReplicated]) fails with a [*CallError]; [Resend]
+// sends that very call again, with the call id it was made with, and
+// answers with its first outcome, even after the job ran and ended:
+//
+//	err := b.Enqueue(ctx, env)
+//	if errors.Is(err, broker.ErrOutcomeUnknown) {
+//		err = broker.Resend(ctx, err)
+//	}
+//
+// docs/guarantees.md ("What an answer means") has the whole story.
 //
 // # Keys
 //
@@ -48,6 +62,7 @@
 //	ns:{q}:seq         STRING   last fencing token handed out
 //	ns:{q}:dead        HASH  id -> dead record
 //	ns:{q}:dead:index  ZSET  id -> died-at (ms)
+//	ns:{q}:c:<call>    STRING   a call's first answer, for the resend window
 //	ns:queues          SET   known queue names
 //	ns:shards          HASH  queue -> number of shards
 //

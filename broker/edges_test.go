@@ -48,10 +48,11 @@ func newLossy(t *testing.T, retries bool) *lossy {
 // scripts returns a match for the EVALSHA of a script that names key.
 func scripts(key string) func([]string) bool { return faultproxy.Command("evalsha", key) }
 
-// A lost reply to an enqueue: the resent call finds the very envelope
-// stored and succeeds with it; without client retries, the caller learns
-// that the outcome is unknown, with the id, and sending the same envelope
-// again stores it once.
+// A lost reply to an enqueue: go-redis's resend of the call finds its call
+// record and succeeds with the first outcome; without client retries, the
+// caller learns that the outcome is unknown, with the id, and
+// broker.Resend stores the job once. (resend_test.go has the same after
+// the job ran and ended, for every kind of call.)
 func TestEnqueueReplyLost(t *testing.T) {
 	t.Parallel()
 	for _, retries := range []bool{true, false} {
@@ -72,10 +73,11 @@ func TestEnqueueReplyLost(t *testing.T) {
 				t.Fatal("no reply was lost")
 			}
 			if !retries {
-				if !errors.Is(err, broker.ErrOutcomeUnknown) || env == nil || !strings.Contains(err.Error(), env.ID) {
-					t.Fatalf("err = %v (envelope %v), want ErrOutcomeUnknown naming the id", err, env)
+				var ce *broker.CallError
+				if !errors.Is(err, broker.ErrOutcomeUnknown) || !errors.As(err, &ce) || env == nil || ce.ID != env.ID || !strings.Contains(err.Error(), env.ID) {
+					t.Fatalf("err = %v (envelope %v), want a CallError wrapping ErrOutcomeUnknown naming the id", err, env)
 				}
-				err = l.b.Enqueue(l.ctx, env) // send it again
+				err = broker.Resend(l.ctx, err)
 			}
 			if err != nil {
 				t.Fatalf("enqueue after a lost reply: %v", err)

@@ -51,8 +51,12 @@ const DefaultWaitTimeout = time.Second
 // ErrNotReplicated: with Options.WaitReplicas set, a change was made on the
 // master but fewer replicas than asked confirmed it within
 // Options.WaitTimeout. The change stands on the master; whether it survives
-// a failover that happens now is unknown. An Enqueue that fails so may be
-// repeated with the same job id: ErrDuplicate then means the job is stored.
+// a failover that happens now is unknown. The error of a call that changes
+// jobs is a *CallError: Resend sends the very call again, which changes
+// nothing a second time and returns the first outcome (nil for a job the
+// call stored, even if it ran meanwhile) once the replicas confirm it; a
+// failover that lost the change lost its call record with it, and the
+// resend makes the change again.
 var ErrNotReplicated = errors.New("broker: not confirmed by enough replicas")
 
 // nowArg is ARGV[1] of every script: "" for the server's clock.

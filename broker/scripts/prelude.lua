@@ -230,3 +230,27 @@ local function history_max(key, field, v)
     redis.pcall('HSET', key, field, string.format('%d', v))
   end
 end
+
+-- Call records (one answer per call; see broker/calls.go): key is a call's
+-- record, the script's ns:{q}:c: prefix .. the call id; window is how long
+-- a record lives, in ms (<= 0: none is kept). recorded returns the outcome
+-- an earlier send of the call recorded (a string), false on the first
+-- send, or an error reply (a table) when key holds another type; it is a
+-- read, so a script calls it before its first write.
+local function recorded(key, window)
+  if window <= 0 then
+    return false
+  end
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' then
+    return expect({key, 'string'}) or v
+  end
+  return v
+end
+
+-- Keep outcome (a string or number) as the call's answer for window ms.
+local function record(key, window, outcome)
+  if window > 0 then
+    redis.call('SET', key, outcome, 'PX', window)
+  end
+end
