@@ -46,5 +46,7 @@
 // Destructive actions ask for confirmation (in the browser, and on a page of
 // their own when scripts are off). Pages are served with a strict
 // Content-Security-Policy and every value shown, payloads included, is
-// HTML-escaped.
+// HTML-escaped. JSON payloads and results are indented only within a depth
+// and size bound, and shown as stored beyond it, so that rendering a page
+// costs time and memory in proportion to the bytes it shows.
 package dashboard
