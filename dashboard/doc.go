@@ -43,7 +43,8 @@
 // (named __Host-delayq_csrf over TLS) and of the request's credentials, so a
 // planted cookie is worthless; a form carries the token of every session
 // cookie its page was sent, so one planted with a more specific path locks
-// nobody out. Notices after an action are signed the same way. ReadOnly hides and refuses every action.
+// nobody out. Notices after an action are signed the same way. Over TLS,
+// answers for names that are not loopback carry Strict-Transport-Security. ReadOnly hides and refuses every action.
 // Destructive actions ask for confirmation (in the browser, and on a page of
 // their own when scripts are off). Pages are served with a strict
 // Content-Security-Policy and every value shown, payloads included, is
