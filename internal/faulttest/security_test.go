@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -471,5 +472,98 @@ func TestDashboardSurvivesHostilePayloads(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("faultdashboard did not stop within 30s of SIGTERM")
+	}
+}
+
+// aclClient creates user with broker.ACLRules(ns) plus extra rules on srv
+// and returns a client logged in as that user.
+func aclClient(t *testing.T, srv *redistest.Server, user, rules string) *redis.Client {
+	t.Helper()
+	args := []any{"ACL", "SETUSER", user, "reset", "on", ">s3cret"}
+	for _, r := range strings.Fields(rules) {
+		args = append(args, r)
+	}
+	if err := srv.Client(t).Do(context.Background(), args...).Err(); err != nil {
+		t.Fatalf("ACL SETUSER %s %s: %v", user, rules, err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: user, Password: "s3cret"})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+// TestJobIDsInKeyNames: the one key named by a job id, ns:{q}:done:<id>
+// of a job kept by job.Retain, stays in its queue's slot and namespace
+// whatever the id holds (glob characters, colons, the names of the queue's
+// other keys, right-to-left overrides, 256 bytes), so the namespace's ACL
+// user reads each back and no id reaches another key; an id with a brace,
+// which would move the hash tag, is refused and nothing is stored.
+func TestJobIDsInKeyNames(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	const ns, q = "tenant-k", "kept"
+	rdb := aclClient(t, srv, "delayq-k", broker.ACLRules(ns))
+	b, err := broker.New(rdb, broker.Options{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{"plain", "a*b?", "[x]", "x:y", "done:plain", "hist:1", "jobs", "..", "invoice\u202efdp.exe", strings.Repeat("z", job.MaxIDLen)}
+	typ := job.New[string]("kept.echo", job.Queue(q), job.Retain(time.Hour))
+	reg := job.NewRegistry()
+	typ.Handle(reg, func(ctx context.Context, j *job.Job[string]) error { return job.SetResult(ctx, []byte(j.Args)) })
+	for _, id := range ids {
+		if _, err := typ.Enqueue(ctx, b, id, job.ID(id)); err != nil {
+			t.Fatalf("enqueue %q: %v", id, err)
+		}
+	}
+	for _, id := range []string{"a{b}", "}x{"} {
+		if _, err := typ.Enqueue(ctx, b, id, job.ID(id)); !errors.Is(err, job.ErrInvalid) {
+			t.Errorf("enqueue with id %q: %v, want job.ErrInvalid", id, err)
+		}
+	}
+	runWorker(t, worker.Config{Broker: b, Registry: reg, Queues: []worker.Queue{{Name: q}}, MaxIdle: 100 * time.Millisecond})
+	redistest.WaitFor(t, 30*time.Second, "every job succeeded and kept", func() bool {
+		for _, id := range ids {
+			if j, err := b.Job(ctx, q, id); err != nil || j.State != broker.StateSucceeded {
+				return false
+			}
+		}
+		return true
+	})
+	admin := srv.Client(t)
+	slot := redistest.Slot("{" + q + "}")
+	for _, id := range ids {
+		j, err := b.Job(ctx, q, id)
+		if err != nil || string(j.Result) != id {
+			t.Errorf("job %q read back by the namespace's user: %+v, %v", id, j, err)
+		}
+		key := ns + ":{" + q + "}:done:" + id
+		if n, err := admin.Exists(ctx, key).Result(); err != nil || n != 1 {
+			t.Errorf("key %q: exists %d, %v", key, n, err)
+		}
+		if s := redistest.Slot(key); s != slot {
+			t.Errorf("key %q hashes to slot %d, its queue to %d", key, s, slot)
+		}
+	}
+	keys, err := admin.Keys(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var done []string
+	for _, k := range keys {
+		if !strings.HasPrefix(k, ns+":") {
+			t.Errorf("key %q outside the namespace", k)
+		}
+		if id, ok := strings.CutPrefix(k, ns+":{"+q+"}:done:"); ok {
+			done = append(done, id)
+		}
+	}
+	if slices.Sort(done); !slices.Equal(done, slices.Sorted(slices.Values(ids))) {
+		t.Errorf("kept-job keys hold ids %q, want exactly %q", done, ids)
+	}
+	for _, id := range []string{"a{b}", "}x{"} {
+		if _, err := b.Job(ctx, q, id); err == nil {
+			t.Errorf("the refused id %q was stored", id)
+		}
 	}
 }
