@@ -4,6 +4,7 @@ package cli
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -63,6 +64,7 @@ type app struct {
 	redisURL  string
 	namespace string
 	json      bool
+	ascii     bool   // with json: escape everything outside printable ASCII
 	now       string // hidden: a fixed clock, for reproducible output
 
 	rdb   redis.UniversalClient
@@ -161,6 +163,7 @@ Output is a table for people, or JSON with --json. Exit status: 0 success,
 	pf.StringVar(&a.redisURL, "redis-url", "", "Redis URL (default $REDIS_URL, else "+DefaultRedisURL+")")
 	pf.StringVar(&a.namespace, "namespace", "", "key namespace (default $DELAYQ_NAMESPACE, else "+broker.DefaultNamespace+")")
 	pf.BoolVar(&a.json, "json", false, "print JSON instead of tables")
+	pf.BoolVar(&a.ascii, "ascii", false, "with --json: write every character outside printable ASCII as a \\u escape (the same JSON, safe to print on a terminal)")
 	pf.StringVar(&a.now, "now", "", "use this RFC 3339 time as the clock instead of the server's (for tests)")
 	_ = pf.MarkHidden("now")
 
@@ -271,6 +274,9 @@ func (a *app) parseGlobals() error {
 	if a.namespace == "" {
 		a.namespace = a.getenv("DELAYQ_NAMESPACE")
 	}
+	if a.ascii && !a.json {
+		return usagef("--ascii shapes JSON output: give it with --json")
+	}
 	if a.now != "" {
 		t, err := time.Parse(time.RFC3339Nano, a.now)
 		if err != nil {
@@ -320,11 +326,23 @@ func (a *app) brokerWith(ctx context.Context, bo broker.Options) (*broker.Broker
 	return b, nil
 }
 
-// printJSON writes v as one line of JSON.
+// printJSON writes v as one line of JSON: stored text as it is (JSON
+// escapes only C0 controls, quotes and backslashes), or with --ascii every
+// character outside printable ASCII as a \u escape.
 func (a *app) printJSON(v any) error {
-	enc := json.NewEncoder(a.stdout)
+	if !a.ascii {
+		enc := json.NewEncoder(a.stdout)
+		enc.SetEscapeHTML(false)
+		return enc.Encode(v)
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	return enc.Encode(v)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	_, err := a.stdout.Write(asciiJSON(buf.Bytes()))
+	return err
 }
 
 // confirm asks the operator a yes/no question on stderr unless yes is set,
