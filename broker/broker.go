@@ -51,6 +51,16 @@ type Options struct {
 	// WaitTimeout bounds the wait for replicas. 0 means 1s. Keep it below
 	// the client's ReadTimeout (3s by default).
 	WaitTimeout time.Duration
+
+	// Functions runs the scripts as the Redis functions of this build's
+	// library (FCALL, and FCALL_RO for those that change nothing) instead
+	// of EVALSHA, so that the broker's Redis user needs no right to run
+	// code of its own: give it FunctionsACLRules. The library must be
+	// loaded first, by a user allowed to (LoadFunctions, `delayq admin
+	// load-functions`); a call the server has no function for fails with
+	// an error wrapping ErrFunctionsNotLoaded. Needs Redis 7. See
+	// docs/security.md.
+	Functions bool
 }
 
 // Defaults of Options.
