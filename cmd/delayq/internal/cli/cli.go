@@ -65,6 +65,7 @@ type app struct {
 	namespace string
 	json      bool
 	ascii     bool   // with json: escape everything outside printable ASCII
+	functions bool   // call the loaded function library instead of EVALSHA
 	now       string // hidden: a fixed clock, for reproducible output
 
 	rdb   redis.UniversalClient
@@ -164,6 +165,7 @@ Output is a table for people, or JSON with --json. Exit status: 0 success,
 	pf.StringVar(&a.namespace, "namespace", "", "key namespace (default $DELAYQ_NAMESPACE, else "+broker.DefaultNamespace+")")
 	pf.BoolVar(&a.json, "json", false, "print JSON instead of tables")
 	pf.BoolVar(&a.ascii, "ascii", false, "with --json: write every character outside printable ASCII as a \\u escape (the same JSON, safe to print on a terminal)")
+	pf.BoolVar(&a.functions, "functions", false, "call the function library loaded by 'delayq admin load-functions' (FCALL) instead of sending scripts, as a Redis user that may not run code of its own (default $"+envFunctions+"=1)")
 	pf.StringVar(&a.now, "now", "", "use this RFC 3339 time as the clock instead of the server's (for tests)")
 	_ = pf.MarkHidden("now")
 
@@ -176,6 +178,7 @@ Output is a table for people, or JSON with --json. Exit status: 0 success,
 		a.periodicCommand(),
 		a.batchesCommand(),
 		a.dashboardCommand(),
+		a.adminCommand(),
 		a.versionCommand(),
 	)
 	root.Args = func(cmd *cobra.Command, args []string) error {
@@ -274,6 +277,13 @@ func (a *app) parseGlobals() error {
 	if a.namespace == "" {
 		a.namespace = a.getenv("DELAYQ_NAMESPACE")
 	}
+	switch v := a.getenv(envFunctions); v {
+	case "", "0":
+	case "1":
+		a.functions = true
+	default:
+		return usagef("$%s is %q: want 1 or 0", envFunctions, v)
+	}
 	if a.ascii && !a.json {
 		return usagef("--ascii shapes JSON output: give it with --json")
 	}
@@ -313,6 +323,7 @@ func (a *app) brokerWith(ctx context.Context, bo broker.Options) (*broker.Broker
 	}
 	rdb := tgt.client()
 	bo.Namespace, bo.Clock = a.namespace, a.clock
+	bo.Functions = bo.Functions || a.functions
 	b, err := broker.New(rdb, bo)
 	if err != nil {
 		_ = rdb.Close()
