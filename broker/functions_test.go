@@ -53,23 +53,28 @@ func TestFunctionLibrary(t *testing.T) {
 	for _, m := range regexp.MustCompile(`function_name='delayq_[0-9a-f]{16}_([a-z_]+)', flags=\{([^}]*)\}`).FindAllStringSubmatch(code, -1) {
 		flags[m[1]] = m[2]
 	}
+	// Every script is in one of the lists: a new one must be placed.
+	want := map[string]string{}
 	for _, s := range []string{"job", "page", "stats"} {
-		if flags[s] != "'no-writes'" {
-			t.Errorf("%s: flags %q, want no-writes", s, flags[s])
-		}
+		want[s] = "'no-writes'"
 	}
 	for _, s := range []string{"enqueue", "batch_create", "batch_add", "progress", "pause", "limit", "cap"} {
-		if flags[s] != "" {
-			t.Errorf("%s: flags %q, want none (refused over maxmemory)", s, flags[s])
-		}
+		want[s] = "" // refused over maxmemory
 	}
 	for _, s := range []string{"claim", "settle", "extend", "reap", "cancel", "reschedule", "redrive", "dead_delete", "trim", "batch_end", "batch_fired", "batch_clear"} {
-		if flags[s] != "'allow-oom'" {
-			t.Errorf("%s: flags %q, want allow-oom", s, flags[s])
+		want[s] = "'allow-oom'"
+	}
+	for _, f := range files {
+		w, ok := want[f]
+		switch {
+		case !ok:
+			t.Errorf("script %s is in no list of this test: say whether it only reads, only adds data, or moves, ends or removes jobs", f)
+		case flags[f] != w:
+			t.Errorf("%s: flags %q, want %q", f, flags[f], w)
 		}
 	}
-	if len(flags) != len(files) {
-		t.Errorf("%d functions with flags, %d scripts", len(flags), len(files))
+	if len(want) != len(files) {
+		t.Errorf("the test lists %d scripts, scripts/ has %d", len(want), len(files))
 	}
 }
 
