@@ -64,6 +64,16 @@ type Options struct {
 	// DefaultResendWindow; negative remembers nothing: a resend is then a
 	// new call.
 	ResendWindow time.Duration
+
+	// Functions runs the scripts as the Redis functions of this build's
+	// library (FCALL, and FCALL_RO for those that change nothing) instead
+	// of EVALSHA, so that the broker's Redis user needs no right to run
+	// code of its own: give it FunctionsACLRules. The library must be
+	// loaded first, by a user allowed to (LoadFunctions, `delayq admin
+	// load-functions`); a call the server has no function for fails with
+	// an error wrapping ErrFunctionsNotLoaded. Needs Redis 7. See
+	// docs/security.md.
+	Functions bool
 }
 
 // Defaults of Options.
