@@ -52,7 +52,7 @@ func (w workerSide) Claim(ctx context.Context, s keyspace.Shard, c protocol.Call
 	res, err := w.b.run(ctx, claimScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Seq, k.Hist, k.Workers + c.ID,
 		k.Dead, k.DeadIndex, k.Unique, k.Counts, k.Controls, k.Parked, k.Rate, k.Running, k.Held},
 		n, durMS(lease), id, s.Queue(), w.b.deadCap(q, s), durMS(w.b.opts.DeadMaxAge), max(c.Ahead, 0))
-	parts, perr := replyParts(s, "claim", res, err, 6)
+	parts, perr := replyParts(s, "claim", res, err, 7)
 	if perr != nil {
 		return protocol.ClaimResult{}, perr
 	}
@@ -67,6 +67,20 @@ func (w workerSide) Claim(ctx context.Context, s keyspace.Shard, c protocol.Call
 	jobs, perr := decodeClaimed(s, parts[2])
 	if perr != nil {
 		return protocol.ClaimResult{}, perr
+	}
+	unreadable, perr := strs(parts[6])
+	if perr != nil {
+		return protocol.ClaimResult{}, perr
+	}
+	for _, id := range unreadable {
+		for i := range jobs {
+			if jobs[i].ID == id && jobs[i].Err == nil {
+				jobs[i].Err = fmt.Errorf("job %q in queue %q: %w: the claim could not read its type: its body has no header "+
+					"(it was stored before the header layout) and does not decode in the script (a payload nested too deep or "+
+					"with an invalid escape), so the type's pause, concurrency cap and rate limit could not be applied; "+
+					"dead-lettered without running", id, s.Queue(), job.ErrCorrupt)
+			}
+		}
 	}
 	out.Jobs = jobs
 	if out.Orphans, perr = strs(parts[3]); perr != nil {

@@ -118,7 +118,7 @@ func (w *Worker) expire(bg context.Context, s keyspace.Shard, jobs []protocol.Cl
 // that does not decode (or whose state is corrupt) is dead-lettered.
 func (w *Worker) expiry(c *protocol.Claimed) protocol.Op {
 	if c.Err != nil {
-		return protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Batch: batchOf(c), Death: death(c, nil, c.Err), Expired: true}
+		return protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Batch: batchOf(c), Death: death(c, nil, c.Err), Expired: true, Remember: remember(c.Envelope, true)}
 	}
 	m := c.Message()
 	if c.Cancelled {

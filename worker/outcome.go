@@ -22,10 +22,11 @@ import (
 func (w *Worker) process(ctx context.Context, claimedAt time.Time, c *protocol.Claimed, t *task) {
 	defer w.slots.finish(t)
 	if c.Err != nil {
-		// No handler or middleware sees it: there is no message to give.
+		// No handler or middleware sees it: there is no message to give,
+		// or (its type unread by the claim) none that may run.
 		logger := w.jobLogger(c)
-		logger.Error().Err(c.Err).Msg("envelope does not decode; dead-lettering")
-		w.record(t, protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Batch: batchOf(c), Death: death(c, nil, c.Err)}, func(protocol.Settled) {})
+		logger.Error().Err(c.Err).Msg("corrupt job; dead-lettering it unrun")
+		w.record(t, protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Batch: batchOf(c), Death: death(c, nil, c.Err), Remember: remember(c.Envelope, true)}, func(protocol.Settled) {})
 		return
 	}
 	m := c.Message()
@@ -171,11 +172,14 @@ func call(ctx context.Context, h job.Handler, m *job.Message) (err error) {
 }
 
 // death is the one place a dead job's record is made: m is nil when the
-// envelope did not decode.
+// job is corrupt (its envelope, if it decoded, still names the type).
 func death(c *protocol.Claimed, m *job.Message, err error) protocol.Death {
 	d := protocol.Death{Body: c.Body, Error: err.Error(), Attempts: c.Attempt}
-	if m != nil {
+	switch {
+	case m != nil:
 		d.Type, d.Attempts = m.Type, m.Attempt
+	case c.Envelope != nil:
+		d.Type = c.Envelope.Type
 	}
 	return d
 }

@@ -39,8 +39,13 @@ type Claimed struct {
 	Attempt  int           // attempts spent, including this one
 	ReadyAt  time.Time     // when it became due (Claim) or its lease deadline (Reap)
 	Body     []byte        // the envelope as stored
-	Envelope *job.Envelope // decoded Body; nil when Err is set
-	Err      error         // wraps job.ErrCorrupt: Body did not decode, or the attempts counter was garbage
+	Envelope *job.Envelope // decoded Body; nil when it did not decode (Err is then set)
+	// Err wraps job.ErrCorrupt: Body did not decode, the attempts counter
+	// was garbage, or the claim could not read the job's type while a type
+	// control was set. A job with Err is dead-lettered, never run; its
+	// Envelope, when not nil, still gives the dead record its type and
+	// tells its batch.
+	Err error
 	// Cancelled (Reap): the job was asked to stop (broker.Broker.CancelJob)
 	// under this lease: it ends as cancelled, not retried.
 	Cancelled bool
