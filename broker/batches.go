@@ -440,8 +440,17 @@ func cmpErr(first, err error) error {
 // recorded but not yet counted (their worker died between its settle and
 // its EndBatch): up to limit of them. It returns how many it found.
 func (w workerSide) SweepBatches(ctx context.Context, s keyspace.Shard, limit int) (int, error) {
-	kv, _, err := w.b.rdb.HScan(ctx, s.Keys().Batched, 0, "", int64(limit)).Result()
+	key := s.Keys().Batched
+	kv, _, err := w.b.rdb.HScan(ctx, key, 0, "", int64(limit)).Result()
 	if err != nil {
+		if redis.HasErrorPrefix(err, "WRONGTYPE") {
+			// Named as the scripts' own check names it (expect in
+			// prelude.lua): a read, so nothing was changed.
+			have, terr := w.b.rdb.Type(ctx, key).Result()
+			if terr == nil {
+				err = fmt.Errorf("WRONGTYPE delayq: key %s holds a %s, not a hash; nothing was changed", key, have)
+			}
+		}
 		return 0, queueErr(s.Queue(), err)
 	}
 	ends := make([]protocol.BatchEnd, 0, len(kv)/2)

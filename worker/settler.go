@@ -161,7 +161,11 @@ func (w *Worker) persist(ctx context.Context, sh keyspace.Shard, what string, op
 	b.MaxElapsedTime = w.cfg.Lease
 	err := backoff.Retry(func() error {
 		err := op(ctx)
-		if err != nil {
+		switch {
+		case errors.Is(err, protocol.ErrRefused):
+			// Answered: sent again it fails the same way.
+			return backoff.Permanent(err)
+		case err != nil:
 			w.log.Warn().Err(err).Str("queue", sh.Queue()).Msg(what + " failed; trying again")
 		}
 		return err

@@ -20,6 +20,8 @@
 -- ARGV[7] -> max age of dead records in ms (<= 0: none)
 -- ARGV[8] -> ahead: how many of the n may wait in the worker for a free
 --            goroutine (prefetch); "" or absent = 0
+-- ARGV[9] -> how long the worker's record KEYS[8] lives, ms (twice its
+--            lease: see settle.lua's ARGV[4]); "" or absent = the lease
 -- KEYS[9] -> ns:{q}:dead        HASH id -> dead record
 -- KEYS[10] -> ns:{q}:dead:index ZSET id -> died-at ms
 -- KEYS[11] -> ns:{q}:unique     ZSET id -> remembered until ms
@@ -105,7 +107,7 @@
 -- first call that are still held under its tokens, with their attempts
 -- unchanged, and those of them it reported unreadable reported so again.
 -- The record (written only when a claim takes jobs: id, token, ready ms and
--- "u" unreadable or "-" per job) lives for the lease.
+-- "u" unreadable or "-" per job) lives for ARGV[9] ms.
 --
 -- A fixed number of commands per call, whatever n: each step below is one
 -- command over all claimed jobs (in chunks), O(log N) per job.
@@ -584,7 +586,7 @@ for t, cap in pairs(tcaps) do
 end
 if #record > 1 then
   redis.call('HSET', KEYS[8], 'claim', table.concat(record, '\n') .. '\n')
-  redis.call('PEXPIRE', KEYS[8], lease)
+  redis.call('PEXPIRE', KEYS[8], tonumber(ARGV[9]) or lease)
 end
 local hist = history(KEYS[7], now, 'claimed', #jobs / 5)
 if hist then

@@ -37,7 +37,8 @@ var wallClockAllowed = map[string]string{
 	// The adaptive prefetch (worker.Config.Prefetch 0) is sized from two
 	// durations on the monotonic clock: a claim's round trip and how long
 	// handlers run. Neither is compared with a ready time or a lease.
-	"worker.(*Worker).claim":        "the claim's round trip, a duration that sizes the prefetch",
+	"worker.(*Worker).claim":        "the claim's round trip, a duration that sizes the prefetch; when a failed shard's back-off ends, a local interval",
+	"worker.(*Worker).fetch":        "when a failed shard's back-off ends, a local interval",
 	"worker.(*Worker).start":        "how long a handler ran, a duration that sizes the prefetch",
 	"worker.(*slots).startable":     "when a handler started, for how long it has run (a duration)",
 	"worker.(*slots).oldestRunning": "how long the longest handler has run, a duration that shrinks the prefetch",
