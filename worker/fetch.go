@@ -267,7 +267,7 @@ func (w *Worker) claim(ctx, jobs context.Context, s keyspace.Shard, id string, n
 	}
 	delete(w.claims.pending, s.Name())
 	delete(w.claims.backoff, s.Name())
-	w.claimed(jobs, s, res, handlers)
+	w.claimed(jobs, s, res, sent, handlers)
 	return res, nil
 }
 
@@ -310,13 +310,14 @@ func sleep(ctx context.Context, d time.Duration, notices <-chan string, freed <-
 	}
 }
 
-// claimed starts the jobs of one claim.
-func (w *Worker) claimed(jobs context.Context, s keyspace.Shard, res protocol.ClaimResult, handlers *sync.WaitGroup) {
+// claimed starts the jobs of one claim, first sent at sent: their leases
+// are live for a lease from then.
+func (w *Worker) claimed(jobs context.Context, s keyspace.Shard, res protocol.ClaimResult, sent time.Time, handlers *sync.WaitGroup) {
 	if len(res.Orphans) > 0 {
 		w.log.Warn().Str("queue", s.Queue()).Strs("job_ids", res.Orphans).Msg("removed scheduled ids without an envelope")
 	}
 	for i := range res.Jobs {
-		w.start(jobs, res.Now, &res.Jobs[i], handlers)
+		w.start(jobs, res.Now, &res.Jobs[i], sent, handlers)
 	}
 }
 
@@ -368,18 +369,21 @@ func (w *Worker) order() []string {
 
 // start hands one claimed job to a runner: a new one when fewer than
 // Concurrency run, else the job waits (prefetched) in line for the first
-// runner that is done with its job. A job still waiting when the worker
-// shuts down, or whose lease the heartbeat found lost, is not run.
-func (w *Worker) start(jobs context.Context, claimedAt time.Time, c *protocol.Claimed, handlers *sync.WaitGroup) {
+// runner that is done with its job. Right before it starts, its lease is
+// checked (live for a lease from sent, the claim's, or from the last
+// extend that confirmed it): a job whose lease may have run out meanwhile
+// (the process was stalled, say, while it waited) is handed back unrun,
+// as is one still waiting when the worker shuts down; one whose lease the
+// heartbeat found lost is forgotten.
+func (w *Worker) start(jobs context.Context, claimedAt time.Time, c *protocol.Claimed, sent time.Time, handlers *sync.WaitGroup) {
 	ctx, cancel := context.WithCancelCause(jobs)
-	t := &task{lease: c.Lease, cancel: cancel}
+	t := &task{lease: c.Lease, cancel: cancel, confirmed: sent}
 	t.run = func() {
 		defer cancel(nil)
-		if ok, release := w.slots.startable(t); !ok {
-			if release {
-				w.release([]protocol.Lease{t.lease})
+		if ok, back := w.slots.startable(t, time.Now()); !ok {
+			if back {
+				w.giveBack([]*task{t})
 			}
-			w.slots.finish(t)
 			return
 		}
 		began := time.Now()

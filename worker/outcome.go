@@ -18,9 +18,9 @@ import (
 )
 
 // process runs one claimed job through the middleware chain and its handler
-// and queues its outcome for the settler.
+// and queues its outcome for the settler; t is forgotten once the outcome
+// is recorded (record).
 func (w *Worker) process(ctx context.Context, claimedAt time.Time, c *protocol.Claimed, t *task) {
-	defer w.slots.finish(t)
 	if c.Err != nil {
 		// No handler or middleware sees it: there is no message to give,
 		// or (its type unread by the claim) none that may run.
@@ -59,9 +59,15 @@ func (w *Worker) process(ctx context.Context, claimedAt time.Time, c *protocol.C
 	})
 	err := call(ctx, h, m)
 	if w.slots.released(t) {
-		// Handed back at shutdown; another worker takes it.
+		// Handed back at shutdown (the release forgets it); another worker
+		// takes it.
 		settle(job.Result{Outcome: job.OutcomeReleased, Err: err})
 		return
+	}
+	if err != nil && errors.Is(context.Cause(ctx), ErrLeaseStale) && !errors.Is(err, ErrLeaseStale) {
+		// Cancelled because its lease may have run out: say so in the
+		// error recorded (if the lease was still this worker's).
+		err = fmt.Errorf("%w: %w", ErrLeaseStale, err)
 	}
 	if err != nil && errors.Is(context.Cause(ctx), broker.ErrCanceled) {
 		// Cancelled while it ran (Broker.CancelJob): it ends here, in the
@@ -136,16 +142,21 @@ func (w *Worker) chained(typ string, h job.Handler) job.Handler {
 }
 
 // record marks t as settling (its outcome is decided, so a lease lost from
-// now on is no surprise) and queues op for the settler; done runs once it is
-// recorded. A lease found lost is logged here.
+// now on is no surprise; its goroutine's slot is free, and its lease is
+// extended until the outcome is recorded) and queues op for the settler;
+// done runs once it is recorded, and t is forgotten. A lease found lost is
+// logged here. A task handed back meanwhile (the shutdown deadline) records
+// nothing: its release does.
 func (w *Worker) record(t *task, op protocol.Op, done func(protocol.Settled)) {
-	w.slots.settling(t)
-
+	if !w.slots.settle(t) {
+		return
+	}
 	w.settler.add(op, func(r protocol.Settled) {
 		if errors.Is(r.Err, broker.ErrLeaseLost) {
 			w.log.Warn().Str("job_id", op.Lease.ID).Str("queue", op.Lease.Queue()).Msg("outcome refused: lease lost; the job was or will be handled again")
 		}
 		done(r)
+		w.slots.finish(t)
 	})
 }
 
