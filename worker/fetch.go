@@ -319,6 +319,9 @@ func (w *Worker) claimed(jobs context.Context, s keyspace.Shard, res protocol.Cl
 	for i := range res.Jobs {
 		w.start(jobs, res.Now, &res.Jobs[i], sent, handlers)
 	}
+	if len(res.Jobs) > 0 {
+		w.log.Debug().Str("queue", s.Queue()).Str("shard", s.Name()).Int("jobs", len(res.Jobs)).Msg("jobs claimed")
+	}
 }
 
 // errorBackoff is how long a shard is left alone after failures errors in

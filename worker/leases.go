@@ -90,6 +90,9 @@ func (e *extender) stop() {
 func (w *Worker) extend(bg context.Context, leases []protocol.Lease) {
 	sent := time.Now()
 	err := w.b.Extend(bg, w.cfg.Lease, leases...)
+	// A reply read after a stall: what the stall left stale is handed back
+	// or cancelled as such first (ErrLeaseStale), whatever the reply says.
+	w.checkStale()
 	var be *job.BatchError
 	if err != nil && !errors.As(err, &be) {
 		w.log.Error().Err(err).Str("queue", leases[0].Queue()).Msg("heartbeat failed")
