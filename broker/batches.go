@@ -443,15 +443,7 @@ func (w workerSide) SweepBatches(ctx context.Context, s keyspace.Shard, limit in
 	key := s.Keys().Batched
 	kv, _, err := w.b.rdb.HScan(ctx, key, 0, "", int64(limit)).Result()
 	if err != nil {
-		if redis.HasErrorPrefix(err, "WRONGTYPE") {
-			// Named as the scripts' own check names it (expect in
-			// prelude.lua): a read, so nothing was changed.
-			have, terr := w.b.rdb.Type(ctx, key).Result()
-			if terr == nil {
-				err = fmt.Errorf("WRONGTYPE delayq: key %s holds a %s, not a hash; nothing was changed", key, have)
-			}
-		}
-		return 0, queueErr(s.Queue(), err)
+		return 0, queueErr(s.Queue(), w.b.wrongType(ctx, key, "hash", err))
 	}
 	ends := make([]protocol.BatchEnd, 0, len(kv)/2)
 	for i := 0; i+1 < len(kv); i += 2 {
