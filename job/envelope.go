@@ -364,7 +364,7 @@ func Decode(data []byte) (*Envelope, error) {
 	if err := ValidateType(w.Type); err != nil {
 		return nil, fmt.Errorf("job: %w: type: %v", ErrCorrupt, err)
 	}
-	if t, ok := headerType(data); ok && t != w.Type {
+	if t, ok := headerTypeBytes(data); ok && string(t) != w.Type {
 		// The scripts would check it as one type and the worker run it as
 		// another: "t" given twice, by another program.
 		return nil, fmt.Errorf("job: %w: its header names type %q, its body type %q", ErrCorrupt, t, w.Type)
@@ -443,18 +443,24 @@ func Decode(data []byte) (*Envelope, error) {
 // payload first, or written by another program); the scripts then decode
 // the whole body.
 func headerType(body []byte) (typ string, ok bool) {
+	t, ok := headerTypeBytes(body)
+	return string(t), ok
+}
+
+// headerTypeBytes is headerType without a copy: the type's bytes in body.
+func headerTypeBytes(body []byte) ([]byte, bool) {
 	const open = `{"t":"`
 	if !bytes.HasPrefix(body, []byte(open)) {
-		return "", false
+		return nil, false
 	}
 	i := len(open)
 	for i < len(body) && typeChar(body[i]) {
 		i++
 	}
 	if i == len(open) || i+1 >= len(body) || body[i] != '"' || (body[i+1] != ',' && body[i+1] != '}') {
-		return "", false
+		return nil, false
 	}
-	return string(body[len(open):i]), true
+	return body[len(open):i], true
 }
 
 // typeChar reports whether c may appear in a type name (ValidateType).

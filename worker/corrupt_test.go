@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/worker"
@@ -84,4 +86,51 @@ func TestCorruptQueueDoesNotStopOthers(t *testing.T) {
 		t.Fatal(err)
 	}
 	redistest.WaitFor(t, 15*time.Second, "the repaired queue's job", func() bool { _, ok := runAt("stuck"); return ok })
+}
+
+// downShard fails every claim of one queue with a connection error, as a
+// shard whose master does not answer does.
+type downShard struct {
+	protocol.Broker
+	queue string
+}
+
+func (d downShard) Claim(ctx context.Context, s keyspace.Shard, w protocol.Caller, id string, n int, lease time.Duration) (protocol.ClaimResult, error) {
+	if s.Queue() == d.queue {
+		return protocol.ClaimResult{}, errInjected
+	}
+	return d.Broker.Claim(ctx, s, w, id, n, lease)
+}
+
+// TestDownShardKeepsNoSlots: a claim whose reply was lost is sent again
+// before anything else is claimed from its shard, its slots kept for its
+// jobs; but a shard that never answers keeps them for at most nine tenths
+// of a lease (its jobs would come too late to start), and the other
+// queue's jobs then run.
+func TestDownShardKeepsNoSlots(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	var ran atomic.Bool
+	typ := job.New[json.RawMessage]("down.neighbour")
+	typ.Handle(tb.reg, func(ctx context.Context, j *job.Job[json.RawMessage]) error {
+		ran.Store(true)
+		return nil
+	})
+	var logs syncBuffer
+	l := zerolog.New(&logs).Level(zerolog.WarnLevel)
+	cfg := tb.wrapped(t, tb.config(t), func(p protocol.Broker) protocol.Broker { return downShard{p, "down"} })
+	cfg.Logger = &l
+	cfg.Lease, cfg.Concurrency, cfg.Prefetch = time.Second, 2, -1
+	cfg.Queues = []worker.Queue{{Name: "down"}, {Name: "up"}}
+	start(t, cfg)
+	redistest.WaitFor(t, 5*time.Second, "the lost claim", func() bool {
+		return strings.Contains(logs.String(), "sending it again before claiming more from this shard")
+	})
+	if _, err := typ.Enqueue(tb.ctx, tb.b, nil, job.Queue("up")); err != nil {
+		t.Fatal(err)
+	}
+	redistest.WaitFor(t, 10*time.Second, "the other queue's job", ran.Load)
+	if !strings.Contains(logs.String(), "did not answer again within the lease") {
+		t.Fatalf("the other queue's job ran, but not because the lost claim gave up its slots:\n%s", logs.String())
+	}
 }

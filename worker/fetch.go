@@ -21,7 +21,8 @@ import (
 // its shard: the broker replays it, so the jobs it took are not left held
 // by nobody until their lease runs out. The free slots it asked for stay
 // reserved meanwhile, so they are still free when its jobs arrive; other
-// shards and queues go on. A claim that Redis answered with the script's
+// shards and queues go on. A shard that does not answer for most of a
+// lease loses its reservation: the jobs would come too late to start. A claim that Redis answered with the script's
 // own error (protocol.ErrRefused: a key of the wrong type) was not lost:
 // that shard alone backs off, and is asked again later.
 type claims struct {
@@ -138,6 +139,13 @@ func (w *Worker) fetch(ctx, jobs context.Context, notices <-chan string, handler
 		now := time.Now()
 		// First the claims whose reply was lost, each on its shard.
 		for name, p := range w.claims.pending {
+			if since(now, p.sent) >= w.cfg.Lease-w.cfg.Lease/10 {
+				// Its jobs' leases may have run out: they would be handed
+				// back on arrival. Its slots go to other shards.
+				delete(w.claims.pending, name)
+				w.log.Warn().Str("queue", p.shard.Queue()).Str("shard", name).Msg("a claim's reply was lost and its shard did not answer again within the lease; its jobs, if any, come back after their lease")
+				continue
+			}
 			if d := w.claims.wait(name, now); d > 0 {
 				wait = min(wait, d)
 				continue
