@@ -168,7 +168,7 @@ func (b *Broker) deadPage(ctx context.Context, s keyspace.Shard, after DeadCurso
 			Max: maxScore, Min: "-inf", Offset: int64(skipped), Count: int64(limit + 1),
 		}).Result()
 		if err != nil {
-			return nil, DeadCursor{}, queueErr(s.Queue(), err)
+			return nil, DeadCursor{}, queueErr(s.Queue(), b.wrongType(ctx, k.DeadIndex, "zset", err))
 		}
 		// Records that share the cursor's millisecond come in descending id
 		// order; those at or above the cursor's id were listed already. Skip

@@ -80,6 +80,10 @@ type Page struct {
 	// Scanned is how many records the call read and tested against the
 	// filter.
 	Scanned int
+	// Skipped, when listing every queue, names the queues whose records
+	// could not be read (a shard count that is not a number, a key of the
+	// wrong type) and why: the page holds the other queues' records.
+	Skipped map[string]error
 }
 
 // ErrBadCursor is wrapped when a cursor was not made by List.
@@ -141,10 +145,24 @@ func (in *Inspector) List(ctx context.Context, queue string, opts ListOptions) (
 	for {
 		// The next record is the newest head among the queues.
 		var best *stream
-		for _, s := range streams {
+		for i, s := range streams {
+			if s == nil {
+				continue
+			}
 			r, err := s.peek(ctx)
 			if err != nil {
-				return Page{}, err
+				if queue != "" || ctx.Err() != nil {
+					return Page{}, err
+				}
+				// Every queue: one that cannot be read is left out.
+				if page.Skipped == nil {
+					page.Skipped = map[string]error{}
+				}
+				page.Skipped[s.queue], streams[i] = err, nil
+				if len(page.Skipped) == len(streams) {
+					return Page{}, err
+				}
+				continue
 			}
 			if r != nil && (best == nil || cursorOf(r).after(cursorOf(best.head()))) {
 				best = s
@@ -166,7 +184,7 @@ func (in *Inspector) List(ctx context.Context, queue string, opts ListOptions) (
 			}
 		}
 		if budget > 0 && page.Scanned >= budget {
-			if !slices.ContainsFunc(streams, (*stream).more) {
+			if !slices.ContainsFunc(streams, func(s *stream) bool { return s != nil && s.more() }) {
 				return page, nil // that was the last record
 			}
 			page.Next, page.Partial = cursorOf(r).encode(), true

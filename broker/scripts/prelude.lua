@@ -51,10 +51,21 @@ local function expect(spec)
   return nil
 end
 
--- The job type an envelope names, or nil when it does not decode.
+-- The job type an envelope names, read from its header: a body opens with
+-- {"t":"<type>" (type names are letters, digits and ._-:/, which JSON writes
+-- as they are), so no byte of the payload that follows can change or hide
+-- it. A body without that header (stored before the header layout, with its
+-- payload first, or written by another program) is decoded whole; nil when
+-- that fails too (a payload cjson cannot decode: nested deeper than its
+-- limit, an invalid escape), and the caller must not treat the job as one
+-- of no type. job.headerType in Go reads the header by the same rule.
 local function type_of(body)
   if not body then
     return nil
+  end
+  local t = string.match(body, '^{"t":"([%w%._:/%-]+)"[,}]')
+  if t then
+    return t
   end
   local ok, env = pcall(cjson.decode, body)
   if ok and type(env) == 'table' and type(env.t) == 'string' then
