@@ -1,6 +1,9 @@
 package broker
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // aclCommands are the Redis commands a broker sends, directly or from its
 // scripts (Redis checks a script's commands against the caller's ACL too).
@@ -30,6 +33,25 @@ var aclCommands = []string{
 //
 // A namespace that begins with ns followed by ':' matches the same pattern,
 // so namespaces that must not see each other should not nest that way.
+//
+// The rules grant EVAL and EVALSHA, which run any Lua code: such a user
+// can run a script that loops forever and stalls the server for every
+// namespace (its keys stay its own). FunctionsACLRules gives a user that
+// cannot.
 func ACLRules(ns string) string {
-	return "resetkeys ~" + ns + ":* resetchannels &" + ns + ":* -@all +" + strings.Join(aclCommands, " +")
+	return aclRuleString(ns, aclCommands)
+}
+
+// FunctionsACLRules returns the rules of ACLRules(ns) for a broker with
+// Options.Functions: FCALL and FCALL_RO, which call only the functions an
+// administrator loaded (LoadFunctions), instead of EVALSHA and EVAL. Such a
+// user can run no code of its own: neither EVAL nor EVALSHA, SCRIPT or
+// FUNCTION.
+func FunctionsACLRules(ns string) string {
+	cmds := slices.DeleteFunc(slices.Clone(aclCommands), func(c string) bool { return c == "evalsha" || c == "eval" })
+	return aclRuleString(ns, append([]string{"fcall", "fcall_ro"}, cmds...))
+}
+
+func aclRuleString(ns string, cmds []string) string {
+	return "resetkeys ~" + ns + ":* resetchannels &" + ns + ":* -@all +" + strings.Join(cmds, " +")
 }

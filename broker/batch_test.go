@@ -29,7 +29,7 @@ func TestSameIDTwiceInOneEnqueue(t *testing.T) {
 	}
 	body, _ := tb.rdb.HGet(tb.ctx, tb.key("q", "jobs"), "twin").Result()
 	score, _ := tb.rdb.ZScore(tb.ctx, tb.key("q", "scheduled"), "twin").Result()
-	if want := `{"p":{"n":1}`; len(body) < len(want) || body[:len(want)] != want || int64(score) != epoch.Add(time.Minute).UnixMilli() {
+	if want := `{"t":"t","p":{"n":1}`; len(body) < len(want) || body[:len(want)] != want || int64(score) != epoch.Add(time.Minute).UnixMilli() {
 		t.Fatalf("stored twin is not the first: %s at %v", body, score)
 	}
 	if n, _ := tb.rdb.ZCard(tb.ctx, tb.key("q", "scheduled")).Result(); n != 2 {

@@ -440,9 +440,10 @@ func cmpErr(first, err error) error {
 // recorded but not yet counted (their worker died between its settle and
 // its EndBatch): up to limit of them. It returns how many it found.
 func (w workerSide) SweepBatches(ctx context.Context, s keyspace.Shard, limit int) (int, error) {
-	kv, _, err := w.b.rdb.HScan(ctx, s.Keys().Batched, 0, "", int64(limit)).Result()
+	key := s.Keys().Batched
+	kv, _, err := w.b.rdb.HScan(ctx, key, 0, "", int64(limit)).Result()
 	if err != nil {
-		return 0, queueErr(s.Queue(), err)
+		return 0, queueErr(s.Queue(), w.b.wrongType(ctx, key, "hash", err))
 	}
 	ends := make([]protocol.BatchEnd, 0, len(kv)/2)
 	for i := 0; i+1 < len(kv); i += 2 {

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/rules"
 	"github.com/delayq/delayq/job"
 )
 
@@ -51,14 +52,41 @@ type Options struct {
 	// WaitTimeout bounds the wait for replicas. 0 means 1s. Keep it below
 	// the client's ReadTimeout (3s by default).
 	WaitTimeout time.Duration
+
+	// ResendWindow is how long the first outcome of a call that changes
+	// jobs (an enqueue, a cancel, a reschedule, a redrive, a dead-record
+	// delete) is remembered under the call's id, so that the same call
+	// sent again (by go-redis after a lost reply, or by Resend after
+	// ErrOutcomeUnknown or ErrNotReplicated) gets that outcome instead of
+	// running again, even after the job ran and ended. Each remembered
+	// call costs about 110 bytes of Redis memory for the window (one
+	// expiring key; a batch enqueue remembers each job). 0 means
+	// DefaultResendWindow; negative remembers nothing: a resend is then a
+	// new call.
+	ResendWindow time.Duration
+
+	// Functions runs the scripts as the Redis functions of this build's
+	// library (FCALL, and FCALL_RO for those that change nothing) instead
+	// of EVALSHA, so that the broker's Redis user needs no right to run
+	// code of its own: give it FunctionsACLRules. The library must be
+	// loaded first, by a user allowed to (LoadFunctions, `delayq admin
+	// load-functions`); a call the server has no function for fails with
+	// an error wrapping ErrFunctionsNotLoaded. Needs Redis 7. See
+	// docs/security.md.
+	Functions bool
 }
 
 // Defaults of Options.
 const (
 	DefaultNamespace       = "delayq"
-	DefaultMaxPayloadBytes = 1 << 20
+	DefaultMaxPayloadBytes = rules.DefaultMaxPayloadBytes // 1 MiB
 	DefaultDeadCap         = 10_000
 	DefaultDeadMaxAge      = 30 * 24 * time.Hour
+	// DefaultResendWindow covers go-redis's own re-sends (seconds), a
+	// caller's Resend with backoff for a minute, and a failover (a
+	// Sentinel's default down-after is 30 s, a cluster's node timeout
+	// 15 s) between the first send and the resend.
+	DefaultResendWindow = 2 * time.Minute
 )
 
 // Broker stores jobs in Redis. It is safe for concurrent use. It implements
@@ -112,6 +140,9 @@ func New(rdb redis.UniversalClient, opts Options) (*Broker, error) {
 	}
 	if opts.WaitTimeout == 0 {
 		opts.WaitTimeout = DefaultWaitTimeout
+	}
+	if opts.ResendWindow == 0 {
+		opts.ResendWindow = DefaultResendWindow
 	}
 	b := &Broker{rdb: rdb, ns: opts.Namespace, opts: opts}
 	b.route = keyspace.NewRouter(b.ns, shardCounts{b})
@@ -191,13 +222,7 @@ func queueErr(q string, err error) error { return fmt.Errorf("queue %q: %w", q, 
 // never becomes due before the instant it was given (scores are ms, and a
 // job is due once the server's ms clock reaches its score). It is at least
 // 1, as 0 means "use the delay" in the scripts.
-func readyMS(t time.Time) int64 {
-	v := t.UnixMilli()
-	if t.After(time.UnixMilli(v)) {
-		v++
-	}
-	return max(v, 1)
-}
+func readyMS(t time.Time) int64 { return rules.ReadyMS(t) }
 
 func flag(v bool) string {
 	if v {

@@ -48,9 +48,7 @@ func setup(t *testing.T, opts ...func(*broker.Options)) *testBundle {
 
 func (tb *testBundle) key(queue, name string) string { return testkit.Key(tb.t, tb.b, queue, name) }
 
-// envs counts the envelopes env made: each gets a creation time of its own,
-// so that two of them are never the very same envelope (which a resent
-// enqueue is), only two jobs with one id.
+// envs counts the envelopes env made: each gets a creation time of its own.
 var envs atomic.Int64
 
 func env(id string, delay time.Duration) *job.Envelope {

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/delayq/delayq/internal/protocol"
+	"github.com/delayq/delayq/internal/rules"
 	"github.com/delayq/delayq/job"
 )
 
@@ -20,19 +21,13 @@ import (
 // "Chains").
 
 func (w workerSide) Chain(ctx context.Context, parent protocol.Lease, env *job.Envelope, next []*job.Envelope) ([]*job.Envelope, error) {
-	now := w.b.createdNow()
+	// Named and checked as the test kit's Runner does (rules.NextJobs).
+	checked, err := rules.NextJobs(parent.ID, env.CreatedAt, next, w.b.createdNow(), w.b.opts.MaxPayloadBytes)
+	if err != nil {
+		return nil, err
+	}
 	var here, there []*job.Envelope
-	for i, n := range next {
-		if n == nil {
-			return nil, fmt.Errorf("broker: %w: next job %d of job %q is nil", job.ErrInvalid, i+1, parent.ID)
-		}
-		e := *n
-		if e.ID == "" {
-			e.ID = job.ChainID(parent.ID, env.CreatedAt, i+1)
-		}
-		if e.Queue == "" {
-			e.Queue = job.DefaultQueue
-		}
+	for i, e := range checked {
 		s, err := w.b.shardOf(ctx, e.Queue, e.ID)
 		if err != nil {
 			return nil, fmt.Errorf("broker: next job %d of job %q: %w", i+1, parent.ID, err)
@@ -42,18 +37,14 @@ func (w workerSide) Chain(ctx context.Context, parent protocol.Lease, env *job.E
 			// parent (its worker died before the ack) does not enqueue it
 			// again.
 			e.Unique, e.UniqueFor, e.UniqueDead = true, job.ChainRemember, true
-			there = append(there, &e)
+			there = append(there, e)
 			continue
 		}
-		if _, err := w.b.prepare(&e, now); err != nil {
-			return nil, fmt.Errorf("broker: next job %d of job %q: %w", i+1, parent.ID, err)
-		}
-		here = append(here, &e)
+		here = append(here, e)
 	}
 	if len(there) == 0 {
 		return here, nil
 	}
-	var err error
 	if env.Batch != "" {
 		// The next jobs of a batch member are members too, counted in the
 		// batch's slot before the member's ending is.

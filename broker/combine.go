@@ -42,6 +42,7 @@ type pendingJob struct {
 	ctx  context.Context
 	env  *job.Envelope
 	body []byte
+	cid  string    // the call id of the job's Enqueue
 	ch   chan turn // buffered 1: the result, or the lead
 	led  bool      // handed the lead: it sends its own call (under mu)
 }
@@ -61,14 +62,15 @@ func (b *Broker) combinerFor(s keyspace.Shard) *combiner {
 	return c.(*combiner)
 }
 
-// enqueueCombined stores one prepared envelope, sharing the script call with
-// other callers where they overlap.
-func (b *Broker) enqueueCombined(ctx context.Context, s keyspace.Shard, env *job.Envelope, body []byte) error {
+// enqueueCombined stores one prepared envelope under its call id, sharing
+// the script call with other callers where they overlap. Each job of a
+// shared call keeps its own call id, so each is answered as its own call.
+func (b *Broker) enqueueCombined(ctx context.Context, s keyspace.Shard, env *job.Envelope, body []byte, cid string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	c := b.combinerFor(s)
-	p := &pendingJob{ctx: ctx, env: env, body: body, ch: make(chan turn, 1)}
+	p := &pendingJob{ctx: ctx, env: env, body: body, cid: cid, ch: make(chan turn, 1)}
 	c.mu.Lock()
 	c.waiting = append(c.waiting, p)
 	lead := c.busy < maxInFlight
@@ -143,12 +145,13 @@ func (b *Broker) sendCombined(c *combiner, own *pendingJob) error {
 
 	envs := make([]*job.Envelope, len(batch))
 	bodies := make([][]byte, len(batch))
+	cids := make([]string, len(batch))
 	idx := make([]int, len(batch))
 	for i, p := range batch {
-		envs[i], bodies[i], idx[i] = p.env, p.body, i
+		envs[i], bodies[i], cids[i], idx[i] = p.env, p.body, p.cid, i
 	}
 	errs := make([]error, len(batch))
-	if err := b.enqueueShard(context.WithoutCancel(own.ctx), c.shard, envs, bodies, idx, errs); err != nil {
+	if err := b.enqueueShard(context.WithoutCancel(own.ctx), c.shard, envs, bodies, cids, "", idx, errs); err != nil {
 		for i := range errs {
 			errs[i] = err
 		}

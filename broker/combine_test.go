@@ -355,38 +355,75 @@ func TestLeadPassesOnFromACallerThatGivesUp(t *testing.T) {
 	}
 }
 
-// One job alone takes the script's single-job path (HSETNX): a resent call
-// with the very envelope succeeds with its stored ready time, or, once a
-// worker has it (no longer scheduled), succeeds without scheduling it
-// again; another envelope with the id is a duplicate; a key of the wrong
-// type fails before anything is written.
+// One job alone takes the script's single-job path (HSETNX, then SET NX
+// GET of its call record): the same call sent again (its call id) gets its
+// first outcome, while the job is scheduled, once a worker has it, and
+// after it ended, and stores nothing; a new call with the very envelope is
+// a duplicate, as is another envelope with the id, and the duplicate's
+// resend is a duplicate too, even once the id is free; a key of the wrong
+// type, the call record's included, fails before anything is written.
 func TestSingleEnqueuePath(t *testing.T) {
 	t.Parallel()
 	b := combineBroker(t)
 	ctx := context.Background()
+	k := b.shardQ(t).Keys()
+	send := func(env *job.Envelope, cid string) error {
+		body, err := b.prepare(env, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b.enqueueOne(ctx, env, body, cid)
+	}
 	env := combineEnv("one")
-	if err := b.Enqueue(ctx, env); err != nil {
+	cid := callID()
+	if err := send(env, cid); err != nil {
 		t.Fatal(err)
 	}
 	first := env.ReadyAt
 	again := *env
 	again.ReadyAt = time.Time{}
-	if err := b.Enqueue(ctx, &again); err != nil || !again.ReadyAt.Equal(first) {
-		t.Fatalf("the very envelope again: %v, ready %v, want nil and %v", err, again.ReadyAt, first)
+	if err := b.Enqueue(ctx, &again); !errors.Is(err, ErrDuplicate) {
+		t.Fatalf("the very envelope in a new call: %v, want ErrDuplicate", err)
 	}
 	other := combineEnv("one")
 	other.Payload = []byte(`{"n":2}`)
-	if err := b.Enqueue(ctx, other); !errors.Is(err, ErrDuplicate) {
+	otherCall := callID()
+	if err := send(other, otherCall); !errors.Is(err, ErrDuplicate) {
 		t.Fatalf("another envelope with the id: %v, want ErrDuplicate", err)
 	}
-	k := b.shardQ(t).Keys()
-	b.rdb.ZRem(ctx, k.Scheduled, "one") // as a claim does
-	resent := *env
-	if err := b.Enqueue(ctx, &resent); err != nil || resent.ReadyAt.IsZero() {
-		t.Fatalf("the very envelope, held by a worker: %v, ready %v", err, resent.ReadyAt)
+	resend := func(what string) {
+		t.Helper()
+		again := *env
+		again.ReadyAt = time.Time{}
+		if err := send(&again, cid); err != nil || !again.ReadyAt.Equal(first) {
+			t.Fatalf("the call sent again, %s: %v, ready %v, want nil and %v", what, err, again.ReadyAt, first)
+		}
 	}
+	resend("while scheduled")
+	b.rdb.ZRem(ctx, k.Scheduled, "one") // as a claim does
+	resend("held by a worker")
 	if n := b.rdb.ZCard(ctx, k.Scheduled).Val(); n != 0 {
 		t.Fatalf("a held job was scheduled again: %d scheduled", n)
+	}
+	b.rdb.HDel(ctx, k.Jobs, "one") // as an ack does
+	resend("after it ended")
+	if b.rdb.HExists(ctx, k.Jobs, "one").Val() || b.rdb.ZCard(ctx, k.Scheduled).Val() != 0 {
+		t.Fatal("the call sent again after its job ended stored it again")
+	}
+	if err := send(other, otherCall); !errors.Is(err, ErrDuplicate) {
+		t.Fatalf("the duplicate's call sent again once the id is free: %v, want its first outcome, ErrDuplicate", err)
+	}
+	if b.stored(t, "one") {
+		t.Fatal("a resent duplicate stored the job")
+	}
+
+	cid = callID()
+	b.rdb.HSet(ctx, k.Calls+cid, "x", "y")
+	if err := send(combineEnv("two"), cid); err == nil || !strings.Contains(err.Error(), k.Calls+cid) {
+		t.Fatalf("call record of the wrong type: %v, want an error naming it", err)
+	}
+	if b.stored(t, "two") {
+		t.Fatal("the job was stored although the call failed")
 	}
 	b.rdb.Set(ctx, k.Scheduled, "x", 0)
 	if err := b.Enqueue(ctx, combineEnv("two")); err == nil || !strings.Contains(err.Error(), k.Scheduled) {

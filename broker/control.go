@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/rules"
 	"github.com/delayq/delayq/job"
 )
 
@@ -14,8 +16,10 @@ var _ job.Controller = (*Broker)(nil)
 
 // Cancel removes a job that is still scheduled, so it never runs. It returns
 // an error wrapping ErrInProgress when a worker holds the job (nothing
-// changed) and ErrNotFound when the queue has no such pending job. To stop
-// a running job too, use CancelJob.
+// changed) and ErrNotFound when the queue has no such pending job. A call
+// whose reply was lost fails with a *CallError (ErrOutcomeUnknown): Resend
+// answers it as the first send was (nil for a job it cancelled, not
+// ErrNotFound). To stop a running job too, use CancelJob.
 func (b *Broker) Cancel(ctx context.Context, queue, id string) error {
 	_, err := b.cancel(ctx, queue, id, false)
 	return err
@@ -36,7 +40,9 @@ type Cancelled struct {
 // channel, and its heartbeat finds the request too (within a third of its
 // lease) if the notice was missed; a job whose worker died meanwhile is
 // ended as cancelled by the reaper instead of retried. It returns an error
-// wrapping ErrNotFound when the queue has no such pending job.
+// wrapping ErrNotFound when the queue has no such pending job. Lost replies
+// as for Cancel (the resend's nil does not say whether the job was
+// running).
 func (b *Broker) CancelJob(ctx context.Context, queue, id string) (Cancelled, error) {
 	code, err := b.cancel(ctx, queue, id, true)
 	return Cancelled{Running: code == 2}, err
@@ -47,8 +53,22 @@ func (b *Broker) cancel(ctx context.Context, queue, id string, running bool) (in
 	if err != nil {
 		return 0, err
 	}
+	return b.cancelCall(ctx, s, queue, id, running, callID())
+}
+
+// cancelCall is one send of a cancel call with id cid.
+func (b *Broker) cancelCall(ctx context.Context, s keyspace.Shard, queue, id string, running bool, cid string) (int64, error) {
 	k := s.Keys()
-	res, err := b.run(ctx, cancelScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Parked, k.Leases, k.Cancels, k.Held}, id, flag(running), k.Cancel)
+	res, err := b.run(ctx, cancelScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Parked, k.Leases, k.Cancels, k.Held, k.Calls},
+		id, flag(running), k.Cancel, cid, b.windowArg())
+	if unsure(err) {
+		ce := unsureErr("cancel", queue, id, cid, err)
+		ce.resend = func(ctx context.Context) error {
+			_, err := b.cancelCall(ctx, s, queue, id, running, cid)
+			return err
+		}
+		return 0, ce
+	}
 	if err != nil {
 		return 0, queueErr(queue, err)
 	}
@@ -57,7 +77,8 @@ func (b *Broker) cancel(ctx context.Context, queue, id string, running bool) (in
 }
 
 // Reschedule moves a scheduled job to ready at at (the zero time means now).
-// Errors as for Cancel.
+// Errors as for Cancel (a resend's nil does not return the ready time:
+// Job reads it).
 func (b *Broker) Reschedule(ctx context.Context, queue, id string, at time.Time) (time.Time, error) {
 	var atMS int64
 	if !at.IsZero() {
@@ -83,8 +104,21 @@ func (b *Broker) reschedule(ctx context.Context, queue, id string, atMS, delayUS
 	if err != nil {
 		return time.Time{}, err
 	}
+	return b.rescheduleCall(ctx, s, queue, id, atMS, delayUS, callID())
+}
+
+// rescheduleCall is one send of a reschedule call with id cid.
+func (b *Broker) rescheduleCall(ctx context.Context, s keyspace.Shard, queue, id string, atMS, delayUS int64, cid string) (time.Time, error) {
 	k := s.Keys()
-	res, err := b.run(ctx, rescheduleScript, []string{k.Scheduled, k.Processing, k.Parked, k.Held, k.Jobs}, id, atMS, delayUS, k.Wake)
+	res, err := b.run(ctx, rescheduleScript, []string{k.Scheduled, k.Processing, k.Parked, k.Held, k.Jobs, k.Calls}, id, atMS, delayUS, k.Wake, cid, b.windowArg())
+	if unsure(err) {
+		ce := unsureErr("reschedule", queue, id, cid, err)
+		ce.resend = func(ctx context.Context) error {
+			_, err := b.rescheduleCall(ctx, s, queue, id, atMS, delayUS, cid)
+			return err
+		}
+		return time.Time{}, ce
+	}
 	if err != nil {
 		return time.Time{}, queueErr(queue, err)
 	}
@@ -98,13 +132,15 @@ func (b *Broker) reschedule(ctx context.Context, queue, id string, atMS, delayUS
 	return fromMS(v[1]), nil
 }
 
+// stateResult is the error of a cancel or reschedule that answered res:
+// > 0 done, -1 a worker holds the job, otherwise not found (rules.Change).
 func stateResult(queue, id string, res any) error {
+	found := rules.Absent
 	switch code, _ := res.(int64); {
 	case code > 0:
-		return nil
+		found = rules.Scheduled
 	case code == -1:
-		return fmt.Errorf("%w: job %q in queue %q", ErrInProgress, id, queue)
-	default:
-		return fmt.Errorf("%w: job %q in queue %q", ErrNotFound, id, queue)
+		found = rules.Held
 	}
+	return rules.Change(found, queue, id)
 }

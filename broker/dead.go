@@ -168,7 +168,7 @@ func (b *Broker) deadPage(ctx context.Context, s keyspace.Shard, after DeadCurso
 			Max: maxScore, Min: "-inf", Offset: int64(skipped), Count: int64(limit + 1),
 		}).Result()
 		if err != nil {
-			return nil, DeadCursor{}, queueErr(s.Queue(), err)
+			return nil, DeadCursor{}, queueErr(s.Queue(), b.wrongType(ctx, k.DeadIndex, "zset", err))
 		}
 		// Records that share the cursor's millisecond come in descending id
 		// order; those at or above the cursor's id were listed already. Skip
@@ -270,7 +270,10 @@ func (b *Broker) DeadGet(ctx context.Context, queue, id string) (*DeadRecord, er
 // returns nil or a *job.BatchError aligned with ids whose entries wrap
 // ErrNotFound (no such dead job, or it changed meanwhile) or ErrDuplicate (a
 // job with that id is pending again; its dead record is kept). Nothing is
-// lost either way.
+// lost either way. A shard's call whose reply was lost fails its ids with a
+// *CallError (ErrOutcomeUnknown): Resend answers the whole call as its
+// first send was (nil for a job it redrove, even after the job ran again
+// and ended, not ErrNotFound), and redrives nothing twice.
 func (b *Broker) Redrive(ctx context.Context, queue string, delay time.Duration, ids ...string) error {
 	if err := job.ValidateQueue(queue); err != nil {
 		return err
@@ -278,11 +281,18 @@ func (b *Broker) Redrive(ctx context.Context, queue string, delay time.Duration,
 	if err := job.ValidateDelay(delay); err != nil {
 		return err
 	}
-	return b.perShard(ctx, queue, ids, func(s keyspace.Shard, ids []string) []error { return b.redrive(ctx, s, delay, ids) })
+	return b.redriveCall(ctx, queue, delay, ids, callID())
+}
+
+// redriveCall is one send of a Redrive call with id cid (each shard's
+// script call keeps its answer under it, in its own slot).
+func (b *Broker) redriveCall(ctx context.Context, queue string, delay time.Duration, ids []string, cid string) error {
+	err := b.perShard(ctx, queue, ids, func(s keyspace.Shard, ids []string) []error { return b.redrive(ctx, s, delay, ids, cid) })
+	return resendable(err, func(ctx context.Context) error { return b.redriveCall(ctx, queue, delay, ids, cid) })
 }
 
 // redrive is Redrive on one shard.
-func (b *Broker) redrive(ctx context.Context, s keyspace.Shard, delay time.Duration, ids []string) []error {
+func (b *Broker) redrive(ctx context.Context, s keyspace.Shard, delay time.Duration, ids []string, cid string) []error {
 	errs := make([]error, len(ids))
 	all := func(err error) []error {
 		for i := range errs {
@@ -295,12 +305,15 @@ func (b *Broker) redrive(ctx context.Context, s keyspace.Shard, delay time.Durat
 	if err != nil {
 		return all(queueErr(s.Queue(), fmt.Errorf("read %s: %w; nothing was changed", k.Dead, err)))
 	}
-	args := []any{k.Wake, durUS(delay)}
-	var sent []int
+	// Every id goes to the script, those without a dead record too: a
+	// resent call finds its first answer there, whatever was read.
+	args := []any{k.Wake, durUS(delay), cid, b.windowArg()}
+	missing := make([]bool, len(ids))
 	for i, v := range raw {
 		str, ok := v.(string)
 		if !ok {
-			errs[i] = fmt.Errorf("%w: no dead job %q in queue %q", ErrNotFound, ids[i], s.Queue())
+			missing[i] = true
+			args = append(args, ids[i], "", "")
 			continue
 		}
 		body := []byte(str)
@@ -312,24 +325,28 @@ func (b *Broker) redrive(ctx context.Context, s keyspace.Shard, delay time.Durat
 			}
 		}
 		args = append(args, ids[i], str, body)
-		sent = append(sent, i)
 	}
-	if len(sent) == 0 {
+	res, err := b.run(ctx, redriveScript, []string{k.Scheduled, k.Jobs, k.Attempts, k.Dead, k.DeadIndex, k.Calls}, args...)
+	if unsure(err) {
+		for i, id := range ids {
+			errs[i] = unsureErr("redrive", s.Queue(), id, cid, err)
+		}
 		return errs
 	}
-	res, err := b.run(ctx, redriveScript, []string{k.Scheduled, k.Jobs, k.Attempts, k.Dead, k.DeadIndex}, args...)
 	if err != nil {
 		return all(queueErr(s.Queue(), err))
 	}
-	codes, err := int64s(res, len(sent))
+	codes, err := int64s(res, len(ids))
 	if err != nil {
 		return all(err)
 	}
-	for j, i := range sent {
+	for i, code := range codes {
 		switch {
-		case codes[j] == 0:
+		case code == 0 && missing[i]:
+			errs[i] = fmt.Errorf("%w: no dead job %q in queue %q", ErrNotFound, ids[i], s.Queue())
+		case code == 0:
 			errs[i] = fmt.Errorf("%w: dead job %q in queue %q changed or is gone", ErrNotFound, ids[i], s.Queue())
-		case codes[j] < 0:
+		case code < 0:
 			errs[i] = &DuplicateError{Queue: s.Queue(), ID: ids[i]}
 		}
 	}
@@ -337,30 +354,41 @@ func (b *Broker) redrive(ctx context.Context, s keyspace.Shard, delay time.Durat
 }
 
 // DeadDelete removes dead records. It returns nil or a *job.BatchError whose
-// entries wrap ErrNotFound.
+// entries wrap ErrNotFound. A shard's call whose reply was lost fails its
+// ids with a *CallError (ErrOutcomeUnknown): Resend answers the whole call
+// as its first send was (nil for a record it deleted, not ErrNotFound).
 func (b *Broker) DeadDelete(ctx context.Context, queue string, ids ...string) error {
-	return b.perShard(ctx, queue, ids, func(s keyspace.Shard, ids []string) []error { return b.deadDelete(ctx, s, ids) })
+	return b.deadDeleteCall(ctx, queue, ids, callID())
+}
+
+// deadDeleteCall is one send of a DeadDelete call with id cid.
+func (b *Broker) deadDeleteCall(ctx context.Context, queue string, ids []string, cid string) error {
+	err := b.perShard(ctx, queue, ids, func(s keyspace.Shard, ids []string) []error { return b.deadDelete(ctx, s, ids, cid) })
+	return resendable(err, func(ctx context.Context) error { return b.deadDeleteCall(ctx, queue, ids, cid) })
 }
 
 // deadDelete is DeadDelete on one shard.
-func (b *Broker) deadDelete(ctx context.Context, s keyspace.Shard, ids []string) []error {
+func (b *Broker) deadDelete(ctx context.Context, s keyspace.Shard, ids []string, cid string) []error {
 	errs := make([]error, len(ids))
 	k := s.Keys()
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		args[i] = id
+	args := make([]any, 0, 2+len(ids))
+	args = append(args, cid, b.windowArg())
+	for _, id := range ids {
+		args = append(args, id)
 	}
-	res, err := b.run(ctx, deadDeleteScript, []string{k.Dead, k.DeadIndex}, args...)
+	res, err := b.run(ctx, deadDeleteScript, []string{k.Dead, k.DeadIndex, k.Calls}, args...)
 	var codes []int64
 	if err == nil {
 		codes, err = int64s(res, len(ids))
 	}
-	for i := range ids {
+	for i, id := range ids {
 		switch {
+		case unsure(err):
+			errs[i] = unsureErr("dead delete", s.Queue(), id, cid, err)
 		case err != nil:
 			errs[i] = queueErr(s.Queue(), err)
 		case codes[i] != 1:
-			errs[i] = fmt.Errorf("%w: no dead job %q in queue %q", ErrNotFound, ids[i], s.Queue())
+			errs[i] = fmt.Errorf("%w: no dead job %q in queue %q", ErrNotFound, id, s.Queue())
 		}
 	}
 	return errs

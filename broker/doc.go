@@ -34,12 +34,26 @@
 //
 // # Errors
 //
-// Errors wrap sentinels, to test with errors.Is: [ErrDuplicate] (a pending
-// job has that id), [ErrNotFound], [ErrInProgress] (a worker holds the job,
-// so it can no longer be cancelled or moved), [ErrPayloadTooLarge], and
-// [ErrLeaseLost] and [ErrLeaseLive], which workers see when fencing refuses
-// a change. Bad input (an id, queue name, delay or option) gives an error
-// wrapping job.ErrInvalid, and nothing is written.
+// Errors wrap sentinels, to test with errors.Is: [ErrDuplicate] (another
+// call stored a job with that id, still pending), [ErrNotFound],
+// [ErrInProgress] (a worker holds the job, so it can no longer be cancelled
+// or moved), [ErrPayloadTooLarge], and [ErrLeaseLost] and [ErrLeaseLive],
+// which workers see when fencing refuses a change. Bad input (an id, queue
+// name, delay or option) gives an error wrapping job.ErrInvalid, and
+// nothing is written.
+//
+// Nil from a call that changes jobs means this call made the change. A
+// call whose reply was lost ([ErrOutcomeUnknown]) or that the replicas did
+// not confirm ([ErrNotReplicated]) fails with a [*CallError]; [Resend]
+// sends that very call again, with the call id it was made with, and
+// answers with its first outcome, even after the job ran and ended:
+//
+//	err := b.Enqueue(ctx, env)
+//	if errors.Is(err, broker.ErrOutcomeUnknown) {
+//		err = broker.Resend(ctx, err)
+//	}
+//
+// docs/guarantees.md ("What an answer means") has the whole story.
 //
 // # Keys
 //
@@ -55,6 +69,7 @@
 //	ns:{q}:seq         STRING   last fencing token handed out
 //	ns:{q}:dead        HASH  id -> dead record
 //	ns:{q}:dead:index  ZSET  id -> died-at (ms)
+//	ns:{q}:c:<call>    STRING   a call's first answer, for the resend window
 //	ns:queues          SET   known queue names
 //	ns:shards          HASH  queue -> number of shards
 //
@@ -77,6 +92,18 @@
 // Configure Redis as a store, not a cache: maxmemory-policy noeviction (an
 // evicted key is a lost job), and appendonly yes if jobs must survive a
 // restart of Redis.
+//
+// # Redis users and functions
+//
+// [ACLRules] gives the ACL rules of a Redis user limited to one namespace.
+// They grant EVAL and EVALSHA, which run any code: where namespaces share a
+// server, an administrator loads the scripts once as a Redis 7 function
+// library ([LoadFunctions], `delayq admin load-functions`), the brokers run
+// with Options.Functions (FCALL and FCALL_RO of that library) and their
+// user gets [FunctionsACLRules], which allow no code of its own. The
+// library is named after a hash of the scripts, so versions coexist during
+// a rolling deploy; a missing one gives errors wrapping
+// [ErrFunctionsNotLoaded]. See docs/security.md.
 //
 // # Inspection
 //

@@ -76,7 +76,7 @@ func TestNoJobIsClaimedEarlyOnTheServersClock(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			res, err := b.run(ctx, enqueueScript, []string{k.Scheduled, k.Jobs, k.Unique}, k.Wake, ids[j], body, 0, durUS(env.Delay), "")
+			res, err := b.run(ctx, enqueueScript, []string{k.Scheduled, k.Jobs, k.Unique, k.Calls}, k.Wake, b.windowArg(), "", ids[j], body, 0, durUS(env.Delay), "", callID())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -110,7 +110,7 @@ func TestNoJobIsClaimedEarlyOnTheServersClock(t *testing.T) {
 		}
 		for j, c := range claimed {
 			wait[c.ID] = delay(g*group + j + 13)
-			res, err := b.run(ctx, rescheduleScript, []string{k.Scheduled, k.Processing, k.Parked, k.Held, k.Jobs}, c.ID, 0, durUS(wait[c.ID]), k.Wake)
+			res, err := b.run(ctx, rescheduleScript, []string{k.Scheduled, k.Processing, k.Parked, k.Held, k.Jobs, k.Calls}, c.ID, 0, durUS(wait[c.ID]), k.Wake, callID(), b.windowArg())
 			if err != nil {
 				t.Fatal(err)
 			}

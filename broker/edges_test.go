@@ -48,10 +48,11 @@ func newLossy(t *testing.T, retries bool) *lossy {
 // scripts returns a match for the EVALSHA of a script that names key.
 func scripts(key string) func([]string) bool { return faultproxy.Command("evalsha", key) }
 
-// A lost reply to an enqueue: the resent call finds the very envelope
-// stored and succeeds with it; without client retries, the caller learns
-// that the outcome is unknown, with the id, and sending the same envelope
-// again stores it once.
+// A lost reply to an enqueue: go-redis's resend of the call finds its call
+// record and succeeds with the first outcome; without client retries, the
+// caller learns that the outcome is unknown, with the id, and
+// broker.Resend stores the job once. (resend_test.go has the same after
+// the job ran and ended, for every kind of call.)
 func TestEnqueueReplyLost(t *testing.T) {
 	t.Parallel()
 	for _, retries := range []bool{true, false} {
@@ -72,10 +73,11 @@ func TestEnqueueReplyLost(t *testing.T) {
 				t.Fatal("no reply was lost")
 			}
 			if !retries {
-				if !errors.Is(err, broker.ErrOutcomeUnknown) || env == nil || !strings.Contains(err.Error(), env.ID) {
-					t.Fatalf("err = %v (envelope %v), want ErrOutcomeUnknown naming the id", err, env)
+				var ce *broker.CallError
+				if !errors.Is(err, broker.ErrOutcomeUnknown) || !errors.As(err, &ce) || env == nil || ce.ID != env.ID || !strings.Contains(err.Error(), env.ID) {
+					t.Fatalf("err = %v (envelope %v), want a CallError wrapping ErrOutcomeUnknown naming the id", err, env)
 				}
-				err = l.b.Enqueue(l.ctx, env) // send it again
+				err = broker.Resend(l.ctx, err)
 			}
 			if err != nil {
 				t.Fatalf("enqueue after a lost reply: %v", err)
@@ -236,6 +238,41 @@ func snapshot(t *testing.T, ctx context.Context, rdb redis.UniversalClient, ns, 
 // that uses it fail before it writes anything, with an error that names the
 // key: nothing is stranded or hidden, and once the key is repaired the jobs
 // go on.
+// TestCallRecordOutlivesTheResendWindow: a worker sends a claim or an
+// outcome again only within a lease of sending it first, and its record of
+// the last call (for the replay) lives twice the lease from its last write,
+// so a resend that took up to another lease to reach Redis still finds it:
+// an ack applied once is never reported as a lost lease.
+func TestCallRecordOutlivesTheResendWindow(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	tb.enqueue(t, env("a", 0))
+	p := protocol.For(tb.b)
+	s := testkit.Shards(t, tb.b, "q")[0]
+	w := protocol.Caller{ID: "w", Lease: time.Minute}
+	record := strings.TrimSuffix(tb.key("q", "processing"), "processing") + "w:w"
+	res, err := p.Claim(tb.ctx, s, w, "1", 10, time.Minute)
+	if err != nil || len(res.Jobs) != 1 {
+		t.Fatalf("claim: %v, %v", ids(res.Jobs), err)
+	}
+	if ttl := tb.rdb.PTTL(tb.ctx, record).Val(); ttl <= 110*time.Second {
+		t.Fatalf("after the claim the record expires in %v; want twice the lease", ttl)
+	}
+	if err := tb.rdb.PExpire(tb.ctx, record, time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Settle(tb.ctx, s, w, protocol.LaneSettle, "2", []protocol.Op{{Kind: protocol.OpAck, Lease: res.Jobs[0].Lease}}); err != nil {
+		t.Fatal(err)
+	}
+	if ttl := tb.rdb.PTTL(tb.ctx, record).Val(); ttl <= 110*time.Second {
+		t.Fatalf("after the settle the record expires in %v; want twice the lease", ttl)
+	}
+	out, err := p.Settle(tb.ctx, s, w, protocol.LaneSettle, "2", []protocol.Op{{Kind: protocol.OpAck, Lease: res.Jobs[0].Lease}})
+	if err != nil || out[0].Err != nil {
+		t.Fatalf("resent ack: %v, %v; want it reported as recorded", out, err)
+	}
+}
+
 func TestWrongTypedKeyChangesNothing(t *testing.T) {
 	t.Parallel()
 	type op struct {
@@ -263,7 +300,7 @@ func TestWrongTypedKeyChangesNothing(t *testing.T) {
 			return tb.b.Enqueue(tb.ctx, env("new", 0))
 		}},
 		{"claim", map[string]string{"scheduled": "zset", "processing": "zset", "jobs": "hash", "attempts": "hash",
-			"leases": "hash", "seq": "string", "w:w": "hash"}, func(tb *testBundle, _ []protocol.Claimed) error {
+			"leases": "hash", "seq": "string", "w:w": "hash", "controls": "hash"}, func(tb *testBundle, _ []protocol.Claimed) error {
 			s := testkit.Shards(tb.t, tb.b, "q")[0]
 			_, err := protocol.For(tb.b).Claim(tb.ctx, s, protocol.Caller{ID: "w", Lease: time.Minute}, "9", 10, time.Minute)
 			return err
@@ -277,6 +314,10 @@ func TestWrongTypedKeyChangesNothing(t *testing.T) {
 		}},
 		{"reap", map[string]string{"processing": "zset", "jobs": "hash", "attempts": "hash", "leases": "hash"}, func(tb *testBundle, _ []protocol.Claimed) error {
 			_, err := protocol.For(tb.b).Reap(tb.ctx, testkit.Shards(tb.t, tb.b, "q")[0], 10)
+			return err
+		}},
+		{"batch sweep", map[string]string{"batched": "hash"}, func(tb *testBundle, _ []protocol.Claimed) error {
+			_, err := protocol.For(tb.b).SweepBatches(tb.ctx, testkit.Shards(tb.t, tb.b, "q")[0], 10)
 			return err
 		}},
 		{"cancel", map[string]string{"scheduled": "zset", "processing": "zset", "jobs": "hash", "attempts": "hash"}, func(tb *testBundle, _ []protocol.Claimed) error {
@@ -339,6 +380,11 @@ func TestWrongTypedKeyChangesNothing(t *testing.T) {
 				err := o.run(tb, []protocol.Claimed{held})
 				if err == nil || !strings.Contains(err.Error(), key) || !strings.Contains(err.Error(), "nothing was changed") {
 					t.Fatalf("%s with %s of the wrong type: err = %v, want one naming the key", o.name, key, err)
+				}
+				// The worker's calls say it was refused, not lost: a worker
+				// backs off from the shard instead of sending it again first.
+				if slices.Contains([]string{"claim", "ack", "retry", "kill", "release", "extend", "reap"}, o.name) && !errors.Is(err, protocol.ErrRefused) {
+					t.Fatalf("%s with %s of the wrong type: err = %v, want it to wrap protocol.ErrRefused", o.name, key, err)
 				}
 				if after := snapshot(t, tb.ctx, tb.rdb, tb.ns, key); !mapsEqual(before, after) {
 					t.Fatalf("%s changed keys although it failed:\nbefore %v\nafter  %v", o.name, before, after)

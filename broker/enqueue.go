@@ -4,24 +4,31 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/rules"
 	"github.com/delayq/delayq/job"
 )
 
 // Enqueue validates and stores envelopes: one script call per shard. A batch
 // with an invalid envelope is refused whole, with an error wrapping
-// job.ErrInvalid that names it, and nothing is written. Ids that are still
-// pending fail with a *DuplicateError wrapping ErrDuplicate (in a
-// *job.BatchError for a batch) and leave the stored job unchanged; so do
-// job.Unique ids remembered after their end. With job.Replace, a scheduled
-// job with the id is replaced (ErrInProgress when a worker holds it). On
-// success each envelope gets its ID (generated when empty), Queue,
-// CreatedAt and ReadyAt (server time). Single-job calls that overlap in
-// time share script calls (see combine.go).
+// job.ErrInvalid that names it, and nothing is written. Nil for a job
+// means this call stored it. Ids that are still pending fail with a
+// *DuplicateError wrapping ErrDuplicate (in a *job.BatchError for a batch)
+// and leave the stored job unchanged, however alike the envelopes and
+// whatever the timing: only this call sent again (Resend) is answered as
+// the first send was. So do job.Unique ids remembered after their end.
+// With job.Replace, a scheduled job with the id is replaced (ErrInProgress
+// when a worker holds it). A call whose reply was lost fails with a
+// *CallError wrapping ErrOutcomeUnknown (ErrNotReplicated when the
+// replicas fell short): Resend settles it. On success each envelope gets
+// its ID (generated when empty), Queue, CreatedAt and ReadyAt (server
+// time). Single-job calls that overlap in time share script calls (see
+// combine.go).
 func (b *Broker) Enqueue(ctx context.Context, envs ...*job.Envelope) error {
 	bodies := make([][]byte, len(envs))
 	now := b.createdNow()
@@ -35,6 +42,36 @@ func (b *Broker) Enqueue(ctx context.Context, envs ...*job.Envelope) error {
 		}
 		bodies[i] = body
 	}
+	switch len(envs) {
+	case 0:
+		return nil
+	case 1:
+		return b.enqueueOne(ctx, envs[0], bodies[0], callID())
+	}
+	return b.enqueueMany(ctx, envs, bodies, callID())
+}
+
+// enqueueOne stores one prepared envelope under call id cid: the first send
+// of a single Enqueue, or a resend (its CallError's Resend calls it again
+// with the same body and id). It shares script calls with other single
+// Enqueues (combine.go); its outcome is recorded under its own call id.
+func (b *Broker) enqueueOne(ctx context.Context, env *job.Envelope, body []byte, cid string) error {
+	q, err := b.route.Place(ctx, env.Queue)
+	if err != nil {
+		return queueErr(env.Queue, err)
+	}
+	err = b.enqueueCombined(ctx, q.Route(env.ID), env, body, cid)
+	if err == nil {
+		return nil
+	}
+	return resendable(err, func(ctx context.Context) error { return b.enqueueOne(ctx, env, body, cid) })
+}
+
+// enqueueMany stores prepared envelopes, a batch Enqueue with call id cid:
+// one script call per shard and chunk, whose outcomes are recorded together
+// under cid and the chunk's number. A resend (CallError.Resend) calls it
+// again with the same bodies and id, so the chunks are the same.
+func (b *Broker) enqueueMany(ctx context.Context, envs []*job.Envelope, bodies [][]byte, cid string) error {
 	shards := make([]keyspace.Shard, len(envs))
 	for i, env := range envs {
 		q, err := b.route.Place(ctx, env.Queue)
@@ -43,20 +80,21 @@ func (b *Broker) Enqueue(ctx context.Context, envs ...*job.Envelope) error {
 		}
 		shards[i] = q.Route(env.ID)
 	}
-	if len(envs) == 1 {
-		return b.enqueueCombined(ctx, shards[0], envs[0], bodies[0])
-	}
 	errs := make([]error, len(envs))
 	order, groups := group(shards)
 	for _, s := range order {
 		idx := groups[s.Name()]
-		if err := b.enqueueShard(ctx, s, envs, bodies, idx, errs); err != nil {
+		if err := b.enqueueShard(ctx, s, envs, bodies, nil, cid, idx, errs); err != nil {
 			for _, i := range idx {
 				errs[i] = err
 			}
 		}
 	}
-	return batchErr(errs)
+	err := batchErr(errs)
+	if err == nil {
+		return nil
+	}
+	return resendable(err, func(ctx context.Context) error { return b.enqueueMany(ctx, envs, bodies, cid) })
 }
 
 // enqueueChunk bounds the work of one script call so that Redis stays
@@ -64,75 +102,88 @@ func (b *Broker) Enqueue(ctx context.Context, envs ...*job.Envelope) error {
 const enqueueChunk = 1000
 
 // enqueueShard stores the envelopes envs[i], i in idx, all of shard s,
-// setting errs[i] for duplicates. It returns a Redis error, which leaves
-// the outcome of its chunk unknown.
-func (b *Broker) enqueueShard(ctx context.Context, s keyspace.Shard, envs []*job.Envelope, bodies [][]byte, idx []int, errs []error) error {
+// setting errs[i] for those not stored: a duplicate, or a *CallError
+// without its resend when the outcome of the script call is open (the
+// caller makes it resendable). Each job's outcome is recorded under its
+// own call id cids[i], or, when whole is not "", the outcomes of each
+// chunk together under whole and the chunk's number. It returns an error
+// reply of Redis (nothing was changed).
+func (b *Broker) enqueueShard(ctx context.Context, s keyspace.Shard, envs []*job.Envelope, bodies [][]byte, cids []string, whole string, idx []int, errs []error) error {
 	k := s.Keys()
 	for start := 0; start < len(idx); start += enqueueChunk {
 		part := idx[start:min(start+enqueueChunk, len(idx))]
-		args := make([]any, 0, 1+5*len(part))
-		args = append(args, k.Wake)
+		args := make([]any, 0, 3+enqueueWidth*len(part))
+		chunk := ""
+		if whole != "" {
+			chunk = whole + "." + strconv.Itoa(start/enqueueChunk)
+		}
+		args = append(args, k.Wake, b.windowArg(), chunk)
 		for _, i := range part {
 			var at int64
 			if !envs[i].At.IsZero() {
 				at = readyMS(envs[i].At)
 			}
-			args = append(args, envs[i].ID, bodies[i], at, durUS(envs[i].Delay), enqueueFlags(envs[i]))
-		}
-		res, err := b.run(ctx, enqueueScript, []string{k.Scheduled, k.Jobs, k.Unique}, args...)
-		if res == nil {
-			if outcomeUnknown(err) {
-				// The call may have run: each job is stored, or not.
-				for _, i := range part {
-					errs[i] = fmt.Errorf("%w: job %q in queue %q: %w", ErrOutcomeUnknown, envs[i].ID, envs[i].Queue, err)
-				}
-				continue
+			cid := ""
+			if cids != nil {
+				cid = cids[i]
 			}
+			args = append(args, envs[i].ID, bodies[i], at, durUS(envs[i].Delay), enqueueFlags(envs[i]), cid)
+		}
+		res, err := b.run(ctx, enqueueScript, []string{k.Scheduled, k.Jobs, k.Unique, k.Calls}, args...)
+		if res == nil && !unsure(err) {
 			return queueErr(s.Queue(), err)
 		}
-		now, ready, perr := parseEnqueued(res, len(part))
-		if perr != nil {
-			return perr
+		var ready []int64
+		if err == nil {
+			if ready, err = parseEnqueued(res, len(part)); err != nil {
+				return err
+			}
 		}
 		for j, i := range part {
 			switch {
 			case err != nil:
-				// Short of replicas: stored on the master, or a duplicate
-				// of a job that may not be on the replicas either.
-				errs[i] = queueErr(s.Queue(), err)
-			case ready[j] == -1 || ready[j] == -4:
-				errs[i] = &DuplicateError{Queue: envs[i].Queue, ID: envs[i].ID, Ended: ready[j] == -4}
-			case ready[j] == -3:
-				errs[i] = fmt.Errorf("%w: job %q in queue %q is held by a worker and cannot be replaced", ErrInProgress, envs[i].ID, envs[i].Queue)
-			case ready[j] == -2:
-				// This very envelope was stored by an earlier run of the
-				// call, and a worker has it already.
-				envs[i].ReadyAt = fromUS(now).Truncate(time.Millisecond)
-			default:
+				// The call may have run: each job is stored, or not; or,
+				// short of replicas, its outcome stands on the master
+				// only. Resend tells.
+				cid := chunk
+				if cids != nil {
+					cid = cids[i]
+				}
+				errs[i] = unsureErr("enqueue", envs[i].Queue, envs[i].ID, cid, err)
+			case ready[j] > 0:
 				envs[i].ReadyAt = fromMS(ready[j])
+			default:
+				o, ok := refusals[ready[j]]
+				if !ok {
+					return fmt.Errorf("broker: enqueue: unexpected outcome %d for job %q", ready[j], envs[i].ID)
+				}
+				errs[i] = rules.EnqueueErr(o, envs[i].Queue, envs[i].ID)
 			}
 		}
 	}
 	return nil
 }
 
-// parseEnqueued decodes enqueue.lua's reply for n jobs: the server's time
-// (µs, 0 when the script did not read it) and one integer per job. A single
-// job that was stored comes back as {now, ready} or as its ready time alone.
-func parseEnqueued(res any, n int) (now int64, ready []int64, err error) {
+// refusals are enqueue.lua's codes of a job it did not store.
+var refusals = map[int64]rules.Outcome{-1: rules.Duplicate, -3: rules.InProgress, -4: rules.DuplicateEnded}
+
+// enqueueWidth is the number of ARGV entries per job of enqueue.lua.
+const enqueueWidth = 6
+
+// parseEnqueued decodes enqueue.lua's reply for n jobs: one integer per
+// job. A single job comes back as that integer alone, or as {now, ready}.
+func parseEnqueued(res any, n int) (ready []int64, err error) {
 	if r, ok := res.(int64); ok && n == 1 {
-		return 0, []int64{r}, nil
+		return []int64{r}, nil
 	}
 	parts, ok := res.([]any)
 	if !ok || len(parts) != 2 {
-		return 0, nil, fmt.Errorf("broker: enqueue: unexpected reply %v", res)
+		return nil, fmt.Errorf("broker: enqueue: unexpected reply %v", res)
 	}
-	now, _ = parts[0].(int64)
 	if r, ok := parts[1].(int64); ok && n == 1 {
-		return now, []int64{r}, nil
+		return []int64{r}, nil
 	}
-	ready, err = int64s(parts[1], n)
-	return now, ready, err
+	return int64s(parts[1], n)
 }
 
 // enqueueFlags are the flags of env in enqueue.lua: "u" checks the ids
@@ -167,22 +218,11 @@ func outcomeUnknown(err error) bool {
 	return err != nil && !errors.As(err, &reply) && !errors.Is(err, ErrNotReplicated)
 }
 
-// prepare fills in defaults, validates env and encodes its body.
+// prepare fills in defaults, validates env (rules.Prepare: the payload cap
+// too) and encodes its body.
 func (b *Broker) prepare(env *job.Envelope, now time.Time) ([]byte, error) {
-	if env == nil {
-		return nil, fmt.Errorf("broker: %w: nil envelope", job.ErrInvalid)
-	}
-	if err := job.Prepare(env, now); err != nil {
+	if err := rules.Prepare(env, now, b.opts.MaxPayloadBytes); err != nil {
 		return nil, err
-	}
-	if c := b.opts.MaxPayloadBytes; c > 0 {
-		size := len(env.Payload)
-		for k, v := range env.Headers {
-			size += len(k) + len(v)
-		}
-		if size > c {
-			return nil, fmt.Errorf("broker: %w: %w: payload and headers of job %q are %d bytes, the cap is %d", job.ErrInvalid, ErrPayloadTooLarge, env.ID, size, c)
-		}
 	}
 	return env.MarshalBinary()
 }

@@ -228,6 +228,10 @@ func at(j *JobInfo) int64 {
 
 // AllStats returns the stats of every known queue (see Queues), sorted by
 // queue name: one pipelined round trip, one O(log N) script call per shard.
+// A queue that cannot be read (its shard count in ns:shards is not a
+// number, one of its keys holds the wrong type, ...) does not hide the
+// others: they are returned with a *QueueErrors that names each queue left
+// out and why. Any other error comes with no stats.
 func (b *Broker) AllStats(ctx context.Context) ([]QueueStats, error) {
 	names, err := b.Queues(ctx)
 	if err != nil {
@@ -243,7 +247,29 @@ func (b *Broker) AllStats(ctx context.Context) ([]QueueStats, error) {
 	if len(valid) == 0 {
 		return []QueueStats{}, nil
 	}
-	return b.StatsOf(ctx, valid...)
+	all, errs, err := b.statsOf(ctx, valid)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]QueueStats, 0, len(all))
+	var bad *QueueErrors
+	for i, st := range all {
+		if errs[i] == nil {
+			out = append(out, st)
+			continue
+		}
+		if bad == nil {
+			bad = &QueueErrors{Errs: map[string]error{}}
+		}
+		bad.Errs[valid[i]] = errs[i]
+	}
+	if bad == nil {
+		return out, nil
+	}
+	return out, bad
 }
 
 // ErrConfigUnavailable is wrapped by EvictionPolicy when the server does not

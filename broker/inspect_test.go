@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
@@ -269,5 +271,39 @@ func TestEvictionPolicy(t *testing.T) {
 				t.Fatalf("EvictionPolicy = %q, %v (safe %v); want %q (safe %v)", got, err, broker.EvictionSafe(got), tc.want, tc.safe)
 			}
 		})
+	}
+}
+
+// TestAllStatsLeavesOutUnreadableQueues: a queue whose dead-letter index
+// another program overwrote with a string, and one whose shard count in
+// ns:shards is not a number, do not hide the other queues' stats: they are
+// returned with a *broker.QueueErrors naming each queue left out and the
+// key or record to repair.
+func TestAllStatsLeavesOutUnreadableQueues(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	for _, q := range []string{"good", "bad"} {
+		e := env("a", 0)
+		e.Queue = q
+		tb.enqueue(t, e)
+	}
+	index := tb.key("bad", "dead:index")
+	if err := tb.rdb.Set(tb.ctx, index, "garbage", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	shards := keyspace.ShardsKey(tb.ns)
+	tb.rdb.HSet(tb.ctx, shards, "badcount", "many")
+	tb.rdb.SAdd(tb.ctx, keyspace.QueuesKey(tb.ns), "badcount")
+	all, err := tb.b.AllStats(tb.ctx)
+	var qe *broker.QueueErrors
+	if !errors.As(err, &qe) || len(all) != 1 || all[0].Queue != "good" || all[0].Scheduled != 1 {
+		t.Fatalf("AllStats: %+v, %v; want good's stats and a *QueueErrors", all, err)
+	}
+	if len(qe.Errs) != 2 || !strings.Contains(qe.Errs["bad"].Error(), index) ||
+		!strings.Contains(qe.Errs["badcount"].Error(), `"many", not a number (field "badcount" of `+shards) {
+		t.Fatalf("left out %v", qe.Errs)
+	}
+	if _, err := tb.b.StatsOf(tb.ctx, "good", "bad"); err == nil || !strings.Contains(err.Error(), index) {
+		t.Fatalf("StatsOf of a broken queue: %v; want an error naming %s", err, index)
 	}
 }

@@ -2,9 +2,13 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/protocol"
@@ -40,6 +44,25 @@ func (w workerSide) Shards(ctx context.Context, queue string) ([]keyspace.Shard,
 
 func tokenArg(token int64) string { return strconv.FormatInt(token, 10) }
 
+// refused wraps protocol.ErrRefused around err when Redis answered the call
+// with an error of the script itself (see ErrRefused): the expected-type
+// check of prelude.lua ("...; nothing was changed"), an error reply of the
+// script, or a failure of its run. Errors of the connection, and those
+// Redis answers before running a script (LOADING, READONLY, BUSY, OOM...),
+// are left as they are: the call may have run, or may run when sent again.
+func refused(err error) error {
+	var reply redis.Error
+	if err == nil || !errors.As(err, &reply) {
+		return err
+	}
+	msg := reply.Error()
+	if strings.Contains(msg, "nothing was changed") || strings.Contains(msg, "delayq:") ||
+		strings.Contains(msg, "user_script") || strings.HasPrefix(msg, "ERR Error running script") {
+		return fmt.Errorf("%w: %w", protocol.ErrRefused, err)
+	}
+	return err
+}
+
 func (w workerSide) Claim(ctx context.Context, s keyspace.Shard, c protocol.Caller, id string, n int, lease time.Duration) (protocol.ClaimResult, error) {
 	if lease <= 0 {
 		return protocol.ClaimResult{}, fmt.Errorf("broker: %w: lease %s must be positive", job.ErrInvalid, lease)
@@ -51,8 +74,8 @@ func (w workerSide) Claim(ctx context.Context, s keyspace.Shard, c protocol.Call
 	k := s.Keys()
 	res, err := w.b.run(ctx, claimScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Seq, k.Hist, k.Workers + c.ID,
 		k.Dead, k.DeadIndex, k.Unique, k.Counts, k.Controls, k.Parked, k.Rate, k.Running, k.Held},
-		n, durMS(lease), id, s.Queue(), w.b.deadCap(q, s), durMS(w.b.opts.DeadMaxAge), max(c.Ahead, 0))
-	parts, perr := replyParts(s, "claim", res, err, 6)
+		n, durMS(lease), id, s.Queue(), w.b.deadCap(q, s), durMS(w.b.opts.DeadMaxAge), max(c.Ahead, 0), recordMS(c))
+	parts, perr := replyParts(s, "claim", res, refused(err), 7)
 	if perr != nil {
 		return protocol.ClaimResult{}, perr
 	}
@@ -67,6 +90,20 @@ func (w workerSide) Claim(ctx context.Context, s keyspace.Shard, c protocol.Call
 	jobs, perr := decodeClaimed(s, parts[2])
 	if perr != nil {
 		return protocol.ClaimResult{}, perr
+	}
+	unreadable, perr := strs(parts[6])
+	if perr != nil {
+		return protocol.ClaimResult{}, perr
+	}
+	for _, id := range unreadable {
+		for i := range jobs {
+			if jobs[i].ID == id && jobs[i].Err == nil {
+				jobs[i].Err = fmt.Errorf("job %q in queue %q: %w: the claim could not read its type: its body has no header "+
+					"(it was stored before the header layout) and does not decode in the script (a payload nested too deep or "+
+					"with an invalid escape), so the type's pause, concurrency cap and rate limit could not be applied; "+
+					"dead-lettered without running", id, s.Queue(), job.ErrCorrupt)
+			}
+		}
 	}
 	out.Jobs = jobs
 	if out.Orphans, perr = strs(parts[3]); perr != nil {
@@ -141,7 +178,7 @@ func (w workerSide) Settle(ctx context.Context, s keyspace.Shard, c protocol.Cal
 		return nil, err
 	}
 	res, err := w.b.run(ctx, settleScript, settleKeys(s, c), args...)
-	parts, perr := replyParts(s, "settle", res, err, 2)
+	parts, perr := replyParts(s, "settle", res, refused(err), 2)
 	if perr != nil {
 		return nil, perr
 	}
@@ -166,6 +203,13 @@ func (w workerSide) Settle(ctx context.Context, s keyspace.Shard, c protocol.Cal
 	}
 	return out, err
 }
+
+// recordMS is how long the broker keeps a worker's last call of each lane
+// (ns:{q}:w:<worker>), for a replay: twice its lease. The worker sends a
+// call again only within a lease of sending it first, so a resend that
+// reaches Redis within another lease finds the record, and an outcome
+// recorded once is never reported as a lost lease.
+func recordMS(c protocol.Caller) int64 { return 2 * durMS(c.Lease) }
 
 func lostErr(l protocol.Lease) error {
 	return fmt.Errorf("%w: job %q in queue %q (token %d)", ErrLeaseLost, l.ID, l.Queue(), l.Token)
@@ -197,7 +241,7 @@ func (w workerSide) Extend(ctx context.Context, lease time.Duration, leases ...p
 		for j, i := range idx {
 			switch {
 			case oks == nil:
-				errs[i] = queueErr(sh.Queue(), err)
+				errs[i] = queueErr(sh.Queue(), refused(err))
 			case oks[j] == 2:
 				errs[i] = fmt.Errorf("%w: job %q in queue %q (token %d)", ErrCanceled, leases[i].ID, leases[i].Queue(), leases[i].Token)
 			case oks[j] != 1:
@@ -215,7 +259,7 @@ func (w workerSide) Extend(ctx context.Context, lease time.Duration, leases ...p
 func (w workerSide) Reap(ctx context.Context, s keyspace.Shard, limit int) (protocol.ReapResult, error) {
 	k := s.Keys()
 	res, err := w.b.run(ctx, reapScript, []string{k.Processing, k.Jobs, k.Attempts, k.Leases, k.Cancels}, limit)
-	parts, perr := replyParts(s, "reap", res, err, 4)
+	parts, perr := replyParts(s, "reap", res, refused(err), 4)
 	if perr != nil {
 		return protocol.ReapResult{}, perr
 	}
@@ -266,7 +310,7 @@ func replyParts(s keyspace.Shard, name string, res any, err error, n int) ([]any
 func (b *Broker) settleArgs(q keyspace.Queue, s keyspace.Shard, c protocol.Caller, lane protocol.Lane, id string, ops []protocol.Op) ([]any, error) {
 	k := s.Keys()
 	args := make([]any, 0, 6+opWidth*len(ops))
-	args = append(args, string(lane), id, durMS(c.Lease), k.Wake, b.deadCap(q, s), durMS(b.opts.DeadMaxAge))
+	args = append(args, string(lane), id, recordMS(c), k.Wake, b.deadCap(q, s), durMS(b.opts.DeadMaxAge))
 	for _, op := range ops {
 		if op.Lease.Shard.Name() != s.Name() {
 			return nil, fmt.Errorf("broker: settle: job %q is of shard %q, not %q", op.Lease.ID, op.Lease.Shard.Name(), s.Name())

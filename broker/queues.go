@@ -91,7 +91,7 @@ func (c shardCounts) Count(ctx context.Context, queue string) (int, bool, error)
 	}
 	n, err := strconv.Atoi(raw)
 	if err != nil {
-		return 0, false, fmt.Errorf("queue %q has a stored shard count %q that is not a number", queue, raw)
+		return 0, false, badCount(c.b.ns, queue, raw)
 	}
 	return n, true, nil
 }
@@ -120,9 +120,15 @@ func (c shardCounts) Store(ctx context.Context, queue string, n int) (int, error
 	}
 	have, perr := strconv.Atoi(get.Val())
 	if perr != nil {
-		return 0, fmt.Errorf("queue %q has a stored shard count %q that is not a number", queue, get.Val())
+		return 0, badCount(b.ns, queue, get.Val())
 	}
 	return have, err
+}
+
+// badCount is the error of a shard count that is not a number: it names
+// the record, so that an operator can repair it (HSET ns:shards queue n).
+func badCount(ns, queue, raw string) error {
+	return fmt.Errorf("its shard count is %q, not a number (field %q of %s)", raw, queue, keyspace.ShardsKey(ns))
 }
 
 func (c shardCounts) Occupied(ctx context.Context, s keyspace.Shard) (bool, error) {

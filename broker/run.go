@@ -19,6 +19,10 @@ import (
 // (after a restart or SCRIPT FLUSH), ask a cluster client to reload its
 // slot map after an error that suggests the map changed, and pass ARGV[1],
 // "now": empty for the server's TIME, a value only with Options.Clock.
+// With Options.Functions they send FCALL (FCALL_RO for read-only scripts)
+// of the script's function in the loaded library instead (functions.go),
+// with the same keys and arguments; there is no fallback: a missing
+// function is an error wrapping ErrFunctionsNotLoaded.
 //
 // Replication and failover. Redis replicates asynchronously: a write
 // acknowledged by a master can be lost if the master dies before its
@@ -51,8 +55,12 @@ const DefaultWaitTimeout = time.Second
 // ErrNotReplicated: with Options.WaitReplicas set, a change was made on the
 // master but fewer replicas than asked confirmed it within
 // Options.WaitTimeout. The change stands on the master; whether it survives
-// a failover that happens now is unknown. An Enqueue that fails so may be
-// repeated with the same job id: ErrDuplicate then means the job is stored.
+// a failover that happens now is unknown. The error of a call that changes
+// jobs is a *CallError: Resend sends the very call again, which changes
+// nothing a second time and returns the first outcome (nil for a job the
+// call stored, even if it ran meanwhile) once the replicas confirm it; a
+// failover that lost the change lost its call record with it, and the
+// resend makes the change again.
 var ErrNotReplicated = errors.New("broker: not confirmed by enough replicas")
 
 // nowArg is ARGV[1] of every script: "" for the server's clock.
@@ -70,6 +78,11 @@ func (b *Broker) nowArg() string {
 func (b *Broker) run(ctx context.Context, s *script, keys []string, args ...any) (any, error) {
 	argv := append([]any{b.nowArg()}, args...)
 	if b.opts.WaitReplicas <= 0 || s.readOnly {
+		if b.opts.Functions {
+			res, err := fcall(ctx, b.rdb, s, keys, argv).Result()
+			b.observe(err)
+			return res, functionErr(s, err)
+		}
 		res, err := s.lua.Run(ctx, b.rdb, keys, argv...).Result()
 		b.observe(err)
 		return res, err
@@ -77,9 +90,12 @@ func (b *Broker) run(ctx context.Context, s *script, keys []string, args ...any)
 	send := func(load bool) (any, error) {
 		var cmd *redis.Cmd
 		err := b.pipelined(ctx, keys[0], func(p redis.Pipeliner) {
-			if load {
+			switch {
+			case b.opts.Functions:
+				cmd = fcall(ctx, p, s, keys, argv)
+			case load:
 				cmd = s.lua.Eval(ctx, p, keys, argv...)
-			} else {
+			default:
 				cmd = s.lua.EvalSha(ctx, p, keys, argv...)
 			}
 			p.IncrBy(ctx, seqKeyOf(keys[0]), 0) // see the note at the top
@@ -92,6 +108,9 @@ func (b *Broker) run(ctx context.Context, s *script, keys []string, args ...any)
 		return cmd.Val(), err
 	}
 	res, err := send(false)
+	if b.opts.Functions {
+		return res, functionErr(s, err)
+	}
 	if redis.HasErrorPrefix(err, "NOSCRIPT") {
 		res, err = send(true)
 	}
@@ -125,9 +144,12 @@ func (b *Broker) runReads(ctx context.Context, calls []read) ([]any, []error) {
 		for j, i := range todo {
 			c := calls[i]
 			argv := append([]any{now}, c.args...)
-			if attempt == 0 {
+			switch {
+			case b.opts.Functions:
+				cmds[j] = fcall(ctx, p, c.s, c.keys, argv)
+			case attempt == 0:
 				cmds[j] = c.s.lua.EvalSha(ctx, p, c.keys, argv...)
-			} else {
+			default:
 				cmds[j] = c.s.lua.Eval(ctx, p, c.keys, argv...)
 			}
 		}
@@ -135,11 +157,14 @@ func (b *Broker) runReads(ctx context.Context, calls []read) ([]any, []error) {
 		var again []int
 		for j, i := range todo {
 			res[i], errs[i] = cmds[j].Result()
-			if attempt == 0 && redis.HasErrorPrefix(errs[i], "NOSCRIPT") {
+			if attempt == 0 && !b.opts.Functions && redis.HasErrorPrefix(errs[i], "NOSCRIPT") {
 				again = append(again, i)
 				continue
 			}
 			b.observe(errs[i])
+			if b.opts.Functions {
+				errs[i] = functionErr(calls[i].s, errs[i])
+			}
 		}
 		todo = again
 	}

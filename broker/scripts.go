@@ -14,11 +14,18 @@ var scriptFS embed.FS
 // script is one Lua script of scripts/, with what its header declares.
 type script struct {
 	name string
+	src  string // what EVAL runs: the prelude the body uses, then the body
 	lua  *redis.Script
 	// readOnly: the header says "-- read-only": the script changes
 	// nothing, so a durable broker need not wait for replicas after it.
 	readOnly bool
+	// fn is the script's function in the library (see functions.go).
+	fn string
 }
+
+// allScripts are the scripts load made, in order: the function library
+// holds each of them.
+var allScripts []*script
 
 // readOnlyMark is the header line of a script that changes nothing.
 const readOnlyMark = "-- read-only"
@@ -34,7 +41,9 @@ func load(name string) *script {
 	if err != nil {
 		panic(err)
 	}
-	s := &script{name: name, lua: redis.NewScript(preludeFor(string(prelude), string(body)) + "\n" + string(body))}
+	src := preludeFor(string(prelude), string(body)) + "\n" + string(body)
+	s := &script{name: name, src: src, lua: redis.NewScript(src)}
+	allScripts = append(allScripts, s)
 	for _, line := range strings.Split(string(body), "\n") {
 		if !strings.HasPrefix(line, "--") {
 			break // the header is the leading comment

@@ -3,8 +3,12 @@ package broker
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/job"
@@ -28,20 +32,39 @@ func (b *Broker) Stats(ctx context.Context, queue string) (QueueStats, error) {
 // shard costs the one O(log N) script call of stats.lua. It returns an error
 // wrapping job.ErrInvalid for a bad queue name, before contacting Redis.
 func (b *Broker) StatsOf(ctx context.Context, queues ...string) ([]QueueStats, error) {
-	for _, q := range queues {
-		if err := job.ValidateQueue(q); err != nil {
+	out, errs, err := b.statsOf(ctx, queues)
+	if err != nil {
+		return nil, err
+	}
+	for _, err := range errs {
+		if err != nil {
 			return nil, err
 		}
 	}
-	if len(queues) == 0 {
-		return nil, nil
+	return out, nil
+}
+
+// statsOf reads the stats of queues: out and errs are aligned with them,
+// errs[i] set when queue i could not be read (its shard count, a key of the
+// wrong type, the connection); err is for the call as a whole (a bad queue
+// name).
+func (b *Broker) statsOf(ctx context.Context, queues []string) (out []QueueStats, errs []error, err error) {
+	for _, q := range queues {
+		if err := job.ValidateQueue(q); err != nil {
+			return nil, nil, err
+		}
 	}
+	if len(queues) == 0 {
+		return nil, nil, nil
+	}
+	out, errs = make([]QueueStats, len(queues)), make([]error, len(queues))
 	resolved := make([]keyspace.Queue, len(queues))
 	var calls []read
 	for i, name := range queues {
 		q, err := b.queue(ctx, name)
 		if err != nil {
-			return nil, err
+			errs[i] = err
+			continue
 		}
 		resolved[i] = q
 		for _, s := range q.Shards() {
@@ -49,24 +72,58 @@ func (b *Broker) StatsOf(ctx context.Context, queues ...string) ([]QueueStats, e
 			calls = append(calls, read{s: statsScript, keys: []string{k.Scheduled, k.Processing, k.DeadIndex, k.Counts, k.Controls, k.Parked, k.Held}})
 		}
 	}
-	res, errs := b.runReads(ctx, calls)
-	out := make([]QueueStats, len(queues))
+	res, rerrs := b.runReads(ctx, calls)
 	c := 0
 	for i, q := range resolved {
+		if errs[i] != nil {
+			continue
+		}
 		out[i].Queue = q.Name()
 		for j := range q.Shards() {
-			if errs[c] != nil {
-				return nil, queueErr(q.Name(), errs[c])
+			err := rerrs[c]
+			var st QueueStats
+			if err == nil {
+				st, err = parseStats(res[c])
 			}
-			st, err := parseStats(res[c])
+			c++
 			if err != nil {
-				return nil, queueErr(q.Name(), err)
+				if errs[i] == nil {
+					errs[i] = queueErr(q.Name(), err)
+				}
+				continue
 			}
 			merge(&out[i], st, j == 0)
-			c++
 		}
 	}
-	return out, nil
+	return out, errs, nil
+}
+
+// QueueErrors is the error of a reader of every queue (AllStats) that
+// could not read some of them: the others were read and are returned with
+// it. Errs maps each unreadable queue to why (a shard count that is not a
+// number, a key of the wrong type, ...), with the key or record named.
+type QueueErrors struct {
+	Errs map[string]error
+}
+
+func (e *QueueErrors) Error() string {
+	names := slices.Sorted(maps.Keys(e.Errs))
+	var b strings.Builder
+	fmt.Fprintf(&b, "broker: %d queue(s) could not be read", len(names))
+	for _, q := range names {
+		fmt.Fprintf(&b, "; %v", e.Errs[q])
+	}
+	return b.String()
+}
+
+// Unwrap returns the errors of the queues, in the order of their names.
+func (e *QueueErrors) Unwrap() []error {
+	names := slices.Sorted(maps.Keys(e.Errs))
+	out := make([]error, len(names))
+	for i, q := range names {
+		out[i] = e.Errs[q]
+	}
+	return out
 }
 
 // parseStats decodes the reply of stats.lua.
@@ -173,4 +230,20 @@ func merge(into *QueueStats, st QueueStats, first bool) {
 	}
 	into.OldestDue = earliest(into.OldestDue, st.OldestDue)
 	into.NextReady = earliest(into.NextReady, st.NextReady)
+}
+
+// wrongType names key in err when Redis refused a read of it as being of
+// the wrong type (a bare "WRONGTYPE Operation against a key holding the
+// wrong kind of value"), as the scripts' own check does (expect in
+// prelude.lua); want is the type delayq keeps there. Other errors are
+// returned as they are.
+func (b *Broker) wrongType(ctx context.Context, key, want string, err error) error {
+	if !redis.HasErrorPrefix(err, "WRONGTYPE") {
+		return err
+	}
+	have, terr := b.rdb.Type(ctx, key).Result()
+	if terr != nil {
+		return err
+	}
+	return fmt.Errorf("WRONGTYPE delayq: key %s holds a %s, not a %s; nothing was changed", key, have, want)
 }

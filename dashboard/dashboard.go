@@ -241,8 +241,19 @@ func (d *Dashboard) routes() http.Handler {
 	return mux
 }
 
+// hsts is the Strict-Transport-Security header of an answer over TLS: a
+// browser that saw it uses only HTTPS for the host for a year, so that a
+// later link or typed address over plain HTTP cannot expose credentials
+// or cookies. It has no includeSubDomains: the dashboard speaks only for
+// its own host name.
+const hsts = "max-age=31536000"
+
 // ServeHTTP serves the dashboard. Every request first passes the Host
 // check (421 otherwise) and then the credentials check (401 otherwise).
+// Answers over TLS for a host that is not a loopback name or address
+// carry Strict-Transport-Security (hsts). Loopback names get none: the
+// browser would apply it to every port of localhost, to other programs'
+// plain-HTTP pages too, and it ignores it for IP addresses anyway.
 func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
@@ -255,6 +266,11 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "421 misdirected request: this dashboard does not answer to that host name; "+
 			"open it on localhost or 127.0.0.1, or allow the name (Options.AllowedHosts, delayq dashboard --allowed-host)", http.StatusMisdirectedRequest)
 		return
+	}
+	if r.TLS != nil {
+		if host, _, _ := splitHost(r.Host); !isLoopback(host) {
+			h.Set("Strict-Transport-Security", hsts)
+		}
 	}
 	identity, ok := d.admit(r)
 	if !ok {

@@ -41,10 +41,14 @@
 // must pass net/http.CrossOriginProtection and carry a CSRF token: the HMAC,
 // under Options.CSRFSecret, of an HttpOnly, SameSite=Strict session cookie
 // (named __Host-delayq_csrf over TLS) and of the request's credentials, so a
-// planted cookie is worthless. Notices after an action are signed the same
-// way. ReadOnly hides and refuses every action.
+// planted cookie is worthless; a form carries the token of every session
+// cookie its page was sent, so one planted with a more specific path locks
+// nobody out. Notices after an action are signed the same way. Over TLS,
+// answers for names that are not loopback carry Strict-Transport-Security. ReadOnly hides and refuses every action.
 // Destructive actions ask for confirmation (in the browser, and on a page of
 // their own when scripts are off). Pages are served with a strict
 // Content-Security-Policy and every value shown, payloads included, is
-// HTML-escaped.
+// HTML-escaped. JSON payloads and results are indented only within a depth
+// and size bound, and shown as stored beyond it, so that rendering a page
+// costs time and memory in proportion to the bytes it shows.
 package dashboard

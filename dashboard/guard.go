@@ -233,10 +233,26 @@ func clipBytes(s string, n int) string {
 // the dashboard's secret. Something that can plant a cookie for the host
 // cannot compute the matching token without the secret, and the value in
 // the cookie alone is worthless.
+//
+// Over plain HTTP something else on the host can also plant a cookie of
+// the same name with a more specific Path (cookies ignore ports); the
+// browser then sends both, the planted one first, on the paths it covers,
+// and only the dashboard's own on the others. So nothing trusts the first
+// cookie of the name: a page's forms carry a token for each well-formed
+// session cookie the page's request brought (at most maxSessions, the
+// last ones: browsers send the cookie with the shortest path, the
+// dashboard's own, last), joined by '.', and a POST passes when one of its
+// tokens is the token of one of the session cookies it brought. The
+// dashboard's own cookie (Path = the prefix) reaches every page and every
+// POST, so its token always matches; a planted cookie can add tokens to a
+// form but not remove the owner's. Over TLS the __Host- prefix keeps such
+// cookies out in the first place.
 const (
 	csrfCookie    = "delayq_csrf"
 	csrfCookieTLS = "__Host-delayq_csrf" // over TLS: Secure, Path=/, no Domain
 	csrfField     = "csrf"
+	// maxSessions bounds the tokens a form carries.
+	maxSessions = 8
 )
 
 func csrfCookieName(r *http.Request) string {
@@ -263,41 +279,64 @@ func (d *Dashboard) csrfFor(session string, identity []byte) string {
 	return base64.RawURLEncoding.EncodeToString(d.mac("csrf", string(identity), session))
 }
 
-// csrfToken returns the token for the request's forms, setting a session
-// cookie when the request has none.
-func (d *Dashboard) csrfToken(w http.ResponseWriter, r *http.Request) string {
-	name := csrfCookieName(r)
-	if c, err := r.Cookie(name); err == nil && validSession(c.Value) {
-		return d.csrfFor(c.Value, identityOf(r))
+// sessions returns the values of the request's last maxSessions
+// well-formed session cookies, in the order the browser sent them.
+func sessions(r *http.Request) []string {
+	var out []string
+	for _, c := range r.CookiesNamed(csrfCookieName(r)) {
+		if validSession(c.Value) {
+			out = append(out, c.Value)
+		}
 	}
-	var raw [32]byte
-	_, _ = rand.Read(raw[:]) // never fails on supported platforms
-	session := base64.RawURLEncoding.EncodeToString(raw[:])
-	path := d.opts.Prefix + "/"
-	if r.TLS != nil {
-		path = "/" // required by the __Host- prefix
-	}
-	http.SetCookie(w, &http.Cookie{
-		Name:     name,
-		Value:    session,
-		Path:     path,
-		HttpOnly: true,
-		Secure:   r.TLS != nil,
-		SameSite: http.SameSiteStrictMode,
-	})
-	return d.csrfFor(session, identityOf(r))
+	return out[max(len(out)-maxSessions, 0):]
 }
 
-// checkCSRF reports whether the form's token is the one the request's
-// session cookie and credentials give.
+// csrfToken returns the token for the request's forms: the tokens of its
+// last maxSessions session cookies joined by '.', setting a session
+// cookie when the request has none.
+func (d *Dashboard) csrfToken(w http.ResponseWriter, r *http.Request) string {
+	ss := sessions(r)
+	if len(ss) == 0 {
+		var raw [32]byte
+		_, _ = rand.Read(raw[:]) // never fails on supported platforms
+		session := base64.RawURLEncoding.EncodeToString(raw[:])
+		path := d.opts.Prefix + "/"
+		if r.TLS != nil {
+			path = "/" // required by the __Host- prefix
+		}
+		http.SetCookie(w, &http.Cookie{
+			Name:     csrfCookieName(r),
+			Value:    session,
+			Path:     path,
+			HttpOnly: true,
+			Secure:   r.TLS != nil,
+			SameSite: http.SameSiteStrictMode,
+		})
+		ss = []string{session}
+	}
+	tokens := make([]string, len(ss))
+	for i, s := range ss {
+		tokens[i] = d.csrfFor(s, identityOf(r))
+	}
+	return strings.Join(tokens, ".")
+}
+
+// checkCSRF reports whether one of the form's tokens is the one that one
+// of the request's (last maxSessions) session cookies and its credentials
+// give.
 func (d *Dashboard) checkCSRF(r *http.Request) bool {
-	c, err := r.Cookie(csrfCookieName(r))
-	if err != nil || !validSession(c.Value) {
+	got := strings.Split(r.PostForm.Get(csrfField), ".")
+	if len(got) > maxSessions {
 		return false
 	}
-	got := []byte(r.PostForm.Get(csrfField))
-	want := []byte(d.csrfFor(c.Value, identityOf(r)))
-	return subtle.ConstantTimeCompare(got, want) == 1
+	match := 0
+	for _, s := range sessions(r) {
+		want := []byte(d.csrfFor(s, identityOf(r)))
+		for _, g := range got {
+			match |= subtle.ConstantTimeCompare([]byte(g), want)
+		}
+	}
+	return match == 1
 }
 
 func validSession(s string) bool {

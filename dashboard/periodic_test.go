@@ -49,8 +49,7 @@ func TestPeriodicPage(t *testing.T) {
 	if err != nil || len(list) != 2 {
 		t.Fatalf("List: %+v, %v", list, err)
 	}
-	m := &job.Message{Attempt: 2}
-	m.Headers = map[string]string{periodic.HeaderSchedule: "every-second", periodic.HeaderTick: list[0].Last.Format(time.RFC3339)}
+	m := fixture.TickMessage(t, tb.b, "reports", list[0].LastID, 2, time.Time{})
 	_ = periodic.Outcomes(tb.b)(job.HandlerFunc(func(context.Context, *job.Message) error {
 		return errors.New(`<script>alert(1)</script> upstream down`)
 	})).Handle(tb.ctx, m)

@@ -233,24 +233,146 @@ func formatCount(n int64) string {
 	return b.String()
 }
 
+// Showing a payload must cost what the payload costs: an indented copy of
+// JSON nested n levels deep holds about n² bytes of indentation (json.Indent
+// made a 200 MB page of a 20 KB payload), so formatPayload indents with a
+// bounded indenter and shows the payload as stored beyond its bounds.
+const (
+	// maxIndentDepth is the deepest nesting formatPayload indents.
+	maxIndentDepth = 32
+	// indentGrowth and indentSlack bound an indented payload to
+	// indentGrowth times its length plus indentSlack bytes.
+	indentGrowth = 4
+	indentSlack  = 4 << 10
+)
+
 // formatPayload shows a payload for reading: indented JSON, text as is, or
-// base64 for bytes that are not UTF-8. The template escapes the result.
+// base64 for bytes that are not UTF-8. JSON nested deeper than
+// maxIndentDepth, or whose indented form would be longer than indentGrowth
+// times its length plus indentSlack, is shown as stored after a line that
+// says why. The result is at most indentGrowth times as long as p plus
+// indentSlack (base64: 4/3), and takes time in proportion; the template
+// escapes it.
 func formatPayload(p []byte) string {
 	switch {
 	case len(p) == 0:
 		return "(empty)"
 	case json.Valid(p):
-		var buf bytes.Buffer
-		if err := json.Indent(&buf, p, "", "  "); err == nil {
-			return unescapeHTMLInJSON(buf.String())
+		if s, ok := indentJSON(p, maxIndentDepth, indentGrowth*len(p)+indentSlack); ok {
+			return unescapeHTMLInJSON(s)
 		}
-		return string(p)
+		return fmt.Sprintf("(%d bytes of JSON, too deeply nested to indent; as stored)\n", len(p)) + unescapeHTMLInJSON(string(p))
 	case utf8.Valid(p):
 		return string(p)
 	default:
 		return fmt.Sprintf("(%d bytes, not UTF-8; base64)\n%s", len(p), base64.StdEncoding.EncodeToString(p))
 	}
 }
+
+// indentJSON indents src, which must be valid JSON, as json.Indent with
+// no prefix and two spaces does: one member or element a line, "key":
+// value, empty objects and arrays as {} and []. It gives up, returning
+// false, when the nesting goes deeper than maxDepth or the output would
+// be longer than budget bytes. A first pass measures the output, so it
+// allocates the output's bytes once, and only when it fits.
+func indentJSON(src []byte, maxDepth, budget int) (string, bool) {
+	measure := indenter{maxDepth: maxDepth, budget: budget}
+	if !measure.run(src) {
+		return "", false
+	}
+	out := indenter{maxDepth: maxDepth, budget: budget, out: new(strings.Builder)}
+	out.out.Grow(measure.n)
+	out.run(src)
+	return out.out.String(), true
+}
+
+// indenter is one pass of indentJSON: it writes to out, or only counts
+// the bytes in n when out is nil.
+type indenter struct {
+	maxDepth, budget int
+	out              *strings.Builder
+	n                int
+}
+
+func (w *indenter) write(p []byte) {
+	w.n += len(p)
+	if w.out != nil {
+		w.out.Write(p)
+	}
+}
+
+func (w *indenter) writeByte(c byte) {
+	w.n++
+	if w.out != nil {
+		w.out.WriteByte(c)
+	}
+}
+
+// spaces holds the indentation of the deepest line indentJSON writes.
+var spaces = []byte(strings.Repeat(" ", 2*maxIndentDepth))
+
+func (w *indenter) newline(depth int) {
+	w.writeByte('\n')
+	for depth > 0 {
+		k := min(depth, len(spaces)/2)
+		w.write(spaces[:2*k])
+		depth -= k
+	}
+}
+
+// run indents src and reports whether it kept within maxDepth and budget.
+func (w *indenter) run(src []byte) bool {
+	depth := 0
+	for i := 0; i < len(src); i++ {
+		switch c := src[i]; c {
+		case ' ', '\t', '\n', '\r':
+			continue
+		case '"':
+			j := i + 1
+			for ; j < len(src) && src[j] != '"'; j++ {
+				if src[j] == '\\' {
+					j++
+				}
+			}
+			w.write(src[i:min(j+1, len(src))])
+			i = j
+		case '{', '[':
+			k := i + 1
+			for k < len(src) && isJSONSpace(src[k]) {
+				k++
+			}
+			if k < len(src) && (src[k] == '}' || src[k] == ']') {
+				w.writeByte(c)
+				w.writeByte(src[k])
+				i = k
+				break
+			}
+			if depth++; depth > w.maxDepth {
+				return false
+			}
+			w.writeByte(c)
+			w.newline(depth)
+		case '}', ']':
+			depth--
+			w.newline(depth)
+			w.writeByte(c)
+		case ',':
+			w.writeByte(',')
+			w.newline(depth)
+		case ':':
+			w.writeByte(':')
+			w.writeByte(' ')
+		default: // numbers, true, false, null
+			w.writeByte(c)
+		}
+		if w.n > w.budget {
+			return false
+		}
+	}
+	return true
+}
+
+func isJSONSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
 // formatResult shows a succeeded job's result as formatPayload does;
 // "(none set)" when the handler set none.

@@ -167,6 +167,66 @@ func tlsClient(t *testing.T, pool *x509.CertPool) *http.Client {
 	return c
 }
 
+// TestHSTSOverTLS: over TLS every answer for a name that is not loopback
+// (a page, a 401, a static file) carries Strict-Transport-Security for a
+// year, without includeSubDomains; loopback names and plain HTTP get none.
+func TestHSTSOverTLS(t *testing.T) {
+	t.Parallel()
+	d := newDashboard(t, dashboard.Options{AllowedHosts: []string{"ops.example"}, BearerToken: "a-token-0123456789"})
+	cfg, pool := selfSigned(t)
+	addr, stop := serve(t, "127.0.0.1:0", d, dashboard.ServeOptions{TLSConfig: cfg})
+	t.Cleanup(func() { _ = stop() })
+	client := tlsClient(t, pool)
+	get := func(scheme, host, path string, auth bool) *http.Response {
+		t.Helper()
+		c := client
+		if scheme == "http" {
+			c = &http.Client{Timeout: 30 * time.Second}
+			t.Cleanup(c.CloseIdleConnections)
+		}
+		req, err := http.NewRequest(http.MethodGet, scheme+"://"+addr+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		if auth {
+			req.Header.Set("Authorization", "Bearer a-token-0123456789")
+		}
+		res, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readAll(t, res)
+		res.Body.Close()
+		return res
+	}
+	for _, c := range []struct {
+		host, path string
+		auth       bool
+		status     int
+	}{
+		{"ops.example", "/", true, http.StatusOK},
+		{"ops.example:8443", "/dead", true, http.StatusOK},
+		{"ops.example", "/", false, http.StatusUnauthorized},
+		{"ops.example", "/static/dashboard.css", true, http.StatusOK},
+	} {
+		res := get("https", c.host, c.path, c.auth)
+		if res.StatusCode != c.status || res.Header.Get("Strict-Transport-Security") != "max-age=31536000" {
+			t.Errorf("GET https://%s%s: %d, Strict-Transport-Security %q; want %d and max-age=31536000",
+				c.host, c.path, res.StatusCode, res.Header.Get("Strict-Transport-Security"), c.status)
+		}
+	}
+	for _, host := range []string{"localhost", "127.0.0.1", addr, "evil.example"} {
+		if res := get("https", host, "/", true); res.Header.Get("Strict-Transport-Security") != "" {
+			t.Errorf("GET https://%s/: Strict-Transport-Security %q, want none", host, res.Header.Get("Strict-Transport-Security"))
+		}
+	}
+	plain := setup(t, dashboard.Options{AllowedHosts: []string{"ops.example"}})
+	if r := plain.hostDo(t, "ops.example", http.MethodGet, "/", nil); r.status != http.StatusOK || r.header.Get("Strict-Transport-Security") != "" {
+		t.Errorf("GET over plain HTTP: %d, Strict-Transport-Security %q, want 200 and none", r.status, r.header.Get("Strict-Transport-Security"))
+	}
+}
+
 // Serve with a TLS config speaks HTTPS only.
 func TestServeTLS(t *testing.T) {
 	t.Parallel()

@@ -80,6 +80,10 @@ type Page struct {
 	// Scanned is how many records the call read and tested against the
 	// filter.
 	Scanned int
+	// Skipped, when listing every queue, names the queues whose records
+	// could not be read (a shard count that is not a number, a key of the
+	// wrong type) and why: the page holds the other queues' records.
+	Skipped map[string]error
 }
 
 // ErrBadCursor is wrapped when a cursor was not made by List.
@@ -141,10 +145,24 @@ func (in *Inspector) List(ctx context.Context, queue string, opts ListOptions) (
 	for {
 		// The next record is the newest head among the queues.
 		var best *stream
-		for _, s := range streams {
+		for i, s := range streams {
+			if s == nil {
+				continue
+			}
 			r, err := s.peek(ctx)
 			if err != nil {
-				return Page{}, err
+				if queue != "" || ctx.Err() != nil {
+					return Page{}, err
+				}
+				// Every queue: one that cannot be read is left out.
+				if page.Skipped == nil {
+					page.Skipped = map[string]error{}
+				}
+				page.Skipped[s.queue], streams[i] = err, nil
+				if len(page.Skipped) == len(streams) {
+					return Page{}, err
+				}
+				continue
 			}
 			if r != nil && (best == nil || cursorOf(r).after(cursorOf(best.head()))) {
 				best = s
@@ -166,7 +184,7 @@ func (in *Inspector) List(ctx context.Context, queue string, opts ListOptions) (
 			}
 		}
 		if budget > 0 && page.Scanned >= budget {
-			if !slices.ContainsFunc(streams, (*stream).more) {
+			if !slices.ContainsFunc(streams, func(s *stream) bool { return s != nil && s.more() }) {
 				return page, nil // that was the last record
 			}
 			page.Next, page.Partial = cursorOf(r).encode(), true
@@ -318,13 +336,18 @@ func (in *Inspector) Get(ctx context.Context, queue, id string) (*broker.DeadRec
 // attempts reset. It returns an error wrapping broker.ErrNotFound for an id
 // that is not dead (any more), and broker.ErrDuplicate for one whose id is
 // pending again (its dead record is kept); for several ids, a
-// *job.BatchError aligned with ids. Nothing is lost in either case.
+// *job.BatchError aligned with ids. Nothing is lost in either case. A call
+// whose reply was lost fails with a *broker.CallError wrapping
+// broker.ErrOutcomeUnknown: broker.Resend(ctx, err) sends it again and
+// answers what it did (nil for a job it redrove, even after that job ran
+// again), redriving nothing twice.
 func (in *Inspector) Redrive(ctx context.Context, queue string, delay time.Duration, ids ...string) error {
 	return in.b.Redrive(ctx, queue, delay, ids...)
 }
 
 // Delete removes dead records; unknown ids give errors wrapping
-// broker.ErrNotFound (a *job.BatchError for several ids).
+// broker.ErrNotFound (a *job.BatchError for several ids). A lost reply as
+// for Redrive: broker.Resend answers nil for a record the call deleted.
 func (in *Inspector) Delete(ctx context.Context, queue string, ids ...string) error {
 	return in.b.DeadDelete(ctx, queue, ids...)
 }
@@ -352,8 +375,10 @@ type BulkResult struct {
 // RedriveAll redrives every dead job of queue (of every queue when queue is
 // "") that matches the filter, in batches, with attempts reset. A job that
 // fails alone (its record is gone, or its id is pending again) is counted
-// in Failed and kept; an error that stops the run (Redis unreachable, bad
-// options) is returned with the counts so far.
+// in Failed and kept; a batch call whose reply was lost is sent again (up
+// to 3 times, broker.Resend: it redrives nothing twice and answers what it
+// did); an error that stops the run (Redis unreachable, bad options) is
+// returned with the counts so far.
 func (in *Inspector) RedriveAll(ctx context.Context, queue string, f Filter, opts BulkOptions) (BulkResult, error) {
 	if err := job.ValidateDelay(opts.Delay); err != nil {
 		return BulkResult{}, err
@@ -391,6 +416,12 @@ func (in *Inspector) bulk(ctx context.Context, queue string, f Filter, opts Bulk
 				return nil
 			}
 			err := apply(q, ids)
+			// A call whose reply was lost is sent again as it was (its
+			// call id makes the resend answer what the first send did),
+			// so that the counts are true.
+			for try := 0; try < bulkResends && unsure(err) && ctx.Err() == nil; try++ {
+				err = broker.Resend(ctx, err)
+			}
 			failed := perJobFailures(err, len(ids))
 			if failed < 0 {
 				return err
@@ -433,11 +464,25 @@ func (in *Inspector) bulk(ctx context.Context, queue string, f Filter, opts Bulk
 	return res, nil
 }
 
+// bulkResends is how many times RedriveAll and DeleteAll send a batch call
+// again whose reply was lost before they stop.
+const bulkResends = 3
+
+// unsure reports whether err leaves a call's outcome open: its reply was
+// lost, or the replicas did not confirm it (broker.Resend settles it).
+func unsure(err error) bool {
+	return errors.Is(err, broker.ErrOutcomeUnknown) || errors.Is(err, broker.ErrNotReplicated)
+}
+
 // perJobFailures counts the failed jobs of a batch call's error, or returns
-// -1 when err is not about single jobs (Redis is unreachable, say).
+// -1 when err is not about single jobs (Redis is unreachable, say, or the
+// outcome of the call is still open).
 func perJobFailures(err error, n int) int {
 	if err == nil {
 		return 0
+	}
+	if unsure(err) {
+		return -1
 	}
 	var be *job.BatchError
 	if errors.As(err, &be) {

@@ -3,6 +3,7 @@ package delayqtest_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,23 +17,39 @@ import (
 )
 
 // A Runner decides exactly what a real worker decides for the same jobs:
-// the same outcome, delay and error, through the same middleware.
+// the same outcome, delay and error, through the same middleware; next
+// jobs (job.Then, job.Next) that the broker refuses, one over its payload
+// cap included, fail the success for good on both.
 func TestRunnerAgreesWithWorker(t *testing.T) {
 	t.Parallel()
-	b := delayqtest.NewBroker(t, broker.Options{})
+	const payloadCap = 1000
+	b := delayqtest.NewBroker(t, broker.Options{MaxPayloadBytes: payloadCap})
 	typ := job.New[SMS]("sms.agree", job.Retry(retry.Constant(time.Hour)), job.MaxRetries(4))
-	cases := map[string][]job.Option{
-		"type policy":     {job.ID("type-policy")},
-		"job backoff":     {job.ID("job-backoff"), job.WithBackoff(retry.Exponential{Initial: 2 * time.Hour, Multiplier: 2, Max: 10 * time.Hour})},
-		"budget spent":    {job.ID("budget-spent"), job.MaxRetries(0)},
-		"permanent":       {job.ID("permanent")},
-		"retry.After":     {job.ID("after")},
-		"retry.Snooze":    {job.ID("snooze")},
-		"success":         {job.ID("success")},
-		"decode is fine":  {job.ID("plain")},
-		"header and more": {job.ID("header"), job.Header("k", "v")},
+	later := job.New[SMS]("sms.agree.later")
+	small, err := later.Envelope(SMS{To: "+1"}, job.In(time.Hour))
+	if err != nil {
+		t.Fatal(err)
 	}
-	handler := func(_ context.Context, j *job.Job[SMS]) error {
+	big, err := later.Envelope(SMS{To: "+1", Body: strings.Repeat("x", payloadCap)}, job.In(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string][]job.Option{
+		"type policy":          {job.ID("type-policy")},
+		"job backoff":          {job.ID("job-backoff"), job.WithBackoff(retry.Exponential{Initial: 2 * time.Hour, Multiplier: 2, Max: 10 * time.Hour})},
+		"budget spent":         {job.ID("budget-spent"), job.MaxRetries(0)},
+		"permanent":            {job.ID("permanent")},
+		"retry.After":          {job.ID("after")},
+		"retry.Snooze":         {job.ID("snooze")},
+		"success":              {job.ID("success")},
+		"decode is fine":       {job.ID("plain")},
+		"header and more":      {job.ID("header"), job.Header("k", "v")},
+		"job.Next":             {job.ID("next-small")},
+		"job.Next over cap":    {job.ID("next-big")},
+		"job.Then over cap":    {job.ID("then-big"), job.Then(big)},
+		"job.Then and success": {job.ID("then-small"), job.Then(small)},
+	}
+	handler := func(ctx context.Context, j *job.Job[SMS]) error {
 		switch j.ID {
 		case "permanent":
 			return retry.Permanent(errors.New("no"))
@@ -40,19 +57,30 @@ func TestRunnerAgreesWithWorker(t *testing.T) {
 			return retry.After(3*time.Hour, errors.New("later"))
 		case "snooze":
 			return retry.Snooze(4 * time.Hour)
-		case "success", "plain":
+		case "success", "plain", "then-big", "then-small":
 			return nil
+		case "next-small":
+			return job.Next(ctx, small)
+		case "next-big":
+			return job.Next(ctx, big)
 		}
 		return errors.New("failed")
 	}
+	// What the worker decided for each job, and the job as it was stored
+	// (with its creation time, which names its next jobs). The first
+	// outcome of an id is the worker's: the Runner's runs go through the
+	// same middleware later.
 	var mu sync.Mutex
 	fromWorker := map[string]job.Result{}
+	stored := map[string]job.Envelope{}
 	capture := func(next job.Handler) job.Handler {
 		return job.HandlerFunc(func(ctx context.Context, m *job.Message) error {
 			job.OnResult(ctx, func(r job.Result) {
 				mu.Lock()
 				defer mu.Unlock()
-				fromWorker[m.ID] = r
+				if _, ok := fromWorker[m.ID]; !ok {
+					fromWorker[m.ID], stored[m.ID] = r, m.Envelope
+				}
 			})
 			return next.Handle(ctx, m)
 		})
@@ -72,15 +100,20 @@ func TestRunnerAgreesWithWorker(t *testing.T) {
 		return len(fromWorker) == len(cases)
 	})
 
-	rn := &delayqtest.Runner{Registry: reg, Middleware: mws}
+	rn := &delayqtest.Runner{Registry: reg, Middleware: mws, MaxPayloadBytes: payloadCap}
 	for name, opts := range cases {
-		res, err := delayqtest.Run(ctx, rn, typ, SMS{To: "+1"}, opts...)
+		env, err := typ.Envelope(SMS{To: "+1"}, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		mu.Lock()
-		w := fromWorker[res.Message.ID]
+		w := fromWorker[env.ID]
+		env.CreatedAt = stored[env.ID].CreatedAt
 		mu.Unlock()
+		res, err := rn.Attempt(ctx, env, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if res.Outcome != w.Outcome || res.Delay != w.Delay || errText(res.Err) != errText(w.Err) {
 			t.Errorf("%s: runner %s; worker %s after %v: %v", name, res, w.Outcome, w.Delay, w.Err)
 		}

@@ -23,9 +23,11 @@
 //
 // # Code that enqueues
 //
-// An [Enqueuer] is a job.Enqueuer that records what it is given, refusing
-// what the broker refuses (invalid envelopes, pending ids) and filling in
-// what the broker fills in. [RequireEnqueued], [RequireEnqueuedN] and
+// An [Enqueuer] is a job.Enqueuer that records what it is given, deciding
+// with the broker's own rules: it refuses what the broker refuses (invalid
+// envelopes, payloads over the cap, pending ids) and fills in what the
+// broker fills in. It has the broker's Cancel, Reschedule and Job, so the
+// typed helpers (job.Type's Cancel, Reschedule and Lookup) work on it. [RequireEnqueued], [RequireEnqueuedN] and
 // [RequireNotEnqueued] find recorded jobs of a type by [Check]s (id,
 // queue, arguments, ready time, options) and fail the test with a list of
 // what was enqueued when none matches:

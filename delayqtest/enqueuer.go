@@ -1,7 +1,6 @@
 package delayqtest
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"reflect"
@@ -11,20 +10,25 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/rules"
 	"github.com/delayq/delayq/job"
 )
 
 // Enqueuer is a job.Enqueuer that records what it is given instead of
-// storing it, for tests of code that enqueues. It refuses what the broker
-// refuses: invalid envelopes (errors wrap job.ErrInvalid) and an id still
-// pending in its queue (a *broker.DuplicateError, wrapping
-// broker.ErrDuplicate). The very envelope sent again (a retry after a lost
-// reply) is accepted and recorded once, and a job with a pending id and
+// storing it, for tests of code that enqueues. It decides with the
+// broker's own rules (the code the broker's answers are built with), so it
+// refuses what the broker refuses: invalid envelopes and payloads over the
+// cap (errors wrap job.ErrInvalid), and an id still pending in its queue (a
+// *broker.DuplicateError, wrapping broker.ErrDuplicate), however alike the
+// envelopes and whatever the timing: each Enqueue is a call of its own,
+// and no reply is lost here to send one again. A job with a pending id and
 // job.Replace replaces it (the old one is marked Replaced), as by the
 // broker. It fills in what the broker fills in: ID, Queue, CreatedAt and
-// ReadyAt by its clock. It also has the broker's Cancel, so it can stand
-// in for a broker that code enqueues to and cancels on. It records no
-// ending, so job.Unique's window after success is not modelled. It is
+// ReadyAt by its clock. It also has the broker's Cancel, Reschedule and
+// Job, so it can stand in for a broker that code enqueues to, cancels and
+// moves jobs on, and looks them up, the typed helpers (job.Type's Cancel,
+// Reschedule and Lookup) included. It records no ending, so job.Unique's
+// window after success is not modelled, and no worker holds a job. It is
 // safe for concurrent use; the zero value is ready.
 type Enqueuer struct {
 	// Now is the clock for CreatedAt and ReadyAt. nil means time.Now.
@@ -33,6 +37,9 @@ type Enqueuer struct {
 	// recorded; an error refuses that envelope (nothing is recorded for
 	// it), as a broker that is down would.
 	Fail func(env *job.Envelope) error
+	// MaxPayloadBytes is the payload cap, as broker.Options'. 0 means the
+	// broker's default (1 MiB); negative means none.
+	MaxPayloadBytes int
 
 	mu   sync.Mutex
 	jobs []*Recorded
@@ -45,7 +52,13 @@ type Recorded struct {
 	Replaced      bool // replaced since by a job with its id and job.Replace
 }
 
-var _ job.Enqueuer = (*Enqueuer)(nil)
+var (
+	_ job.Enqueuer    = (*Enqueuer)(nil)
+	_ job.Controller  = (*Enqueuer)(nil)
+	_ job.Canceller   = (*Enqueuer)(nil)
+	_ job.Rescheduler = (*Enqueuer)(nil)
+	_ job.JobReader   = (*Enqueuer)(nil)
+)
 
 // Enqueue records envs, or reports why not, as broker.Enqueue: a batch with
 // an invalid envelope is refused whole; with several envelopes, per-job
@@ -56,7 +69,7 @@ func (e *Enqueuer) Enqueue(ctx context.Context, envs ...*job.Envelope) error {
 	}
 	now := e.now()
 	for i, env := range envs {
-		if err := job.Prepare(env, now); err != nil {
+		if err := rules.Prepare(env, now, rules.PayloadCap(e.MaxPayloadBytes)); err != nil {
 			if len(envs) > 1 {
 				err = fmt.Errorf("job %d of %d: %w", i+1, len(envs), err)
 			}
@@ -67,34 +80,34 @@ func (e *Enqueuer) Enqueue(ctx context.Context, envs ...*job.Envelope) error {
 	defer e.mu.Unlock()
 	errs := make([]error, len(envs))
 	failed := false
+	inCall := make(map[string]bool, len(envs))
 	for i, env := range envs {
 		if e.Fail != nil {
 			errs[i] = e.Fail(env)
 		}
 		if errs[i] == nil {
-			if p := e.pending(env.Queue, env.ID); p != nil {
-				if sameBody(p.Envelope, env) {
-					// The very envelope, sent again after a lost reply:
-					// the broker accepts it and stores nothing new.
-					env.ReadyAt = p.ReadyAt
-					continue
-				}
-				if env.Replace {
-					// The broker replaces a scheduled job's envelope
-					// and ready time.
-					p.Replaced = true
-				} else {
-					errs[i] = &broker.DuplicateError{Queue: env.Queue, ID: env.ID}
-				}
+			found, p := rules.Absent, e.pending(env.Queue, env.ID)
+			switch {
+			case inCall[env.Queue+"\n"+env.ID]:
+				found = rules.EarlierInCall
+			case p != nil:
+				found = rules.Scheduled
 			}
+			inCall[env.Queue+"\n"+env.ID] = true
+			o := rules.Enqueue(found, env.Unique, env.Replace)
+			if o == rules.Replaced {
+				p.Replaced = true
+			}
+			errs[i] = rules.EnqueueErr(o, env.Queue, env.ID)
 		}
 		if errs[i] != nil {
 			failed = true
 			continue
 		}
-		env.ReadyAt = now.Add(env.Delay)
+		// Whole ms, rounded up, as the broker stores it.
+		env.ReadyAt = time.UnixMilli(rules.ReadyMS(now.Add(env.Delay)))
 		if !env.At.IsZero() {
-			env.ReadyAt = env.At
+			env.ReadyAt = time.UnixMilli(rules.ReadyMS(env.At))
 		}
 		c := *env
 		e.jobs = append(e.jobs, &Recorded{Envelope: &c})
@@ -116,12 +129,71 @@ func (e *Enqueuer) Cancel(ctx context.Context, queue, id string) error {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	r := e.pending(queue, id)
-	if r == nil {
-		return fmt.Errorf("%w: id %q in queue %q", broker.ErrNotFound, id, queue)
+	r, err := e.change(queue, id)
+	if err != nil {
+		return err
 	}
 	r.Cancelled = true
 	return nil
+}
+
+// Reschedule moves a pending job to ready at at (the zero time means now,
+// by the Enqueuer's clock) and returns the new ready time, as
+// broker.Reschedule: an error wrapping broker.ErrNotFound when no job with
+// that id is pending in queue.
+func (e *Enqueuer) Reschedule(ctx context.Context, queue, id string, at time.Time) (time.Time, error) {
+	if err := ctx.Err(); err != nil {
+		return time.Time{}, err
+	}
+	if at.IsZero() {
+		at = e.now()
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r, err := e.change(queue, id)
+	if err != nil {
+		return time.Time{}, err
+	}
+	r.ReadyAt = time.UnixMilli(rules.ReadyMS(at))
+	return r.ReadyAt, nil
+}
+
+// change finds the pending job a cancel or reschedule changes, deciding as
+// the broker does (rules.Change).
+func (e *Enqueuer) change(queue, id string) (*Recorded, error) {
+	r, found := e.pending(queue, id), rules.Absent
+	if r != nil {
+		found = rules.Scheduled
+	}
+	if err := rules.Change(found, queue, id); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Job returns a pending job as broker.Job does (StateScheduled, with its
+// envelope, body and ready time; Now by the Enqueuer's clock), or an error
+// wrapping broker.ErrNotFound when no job with that id is pending in queue
+// (a cancelled or replaced one is gone, as in Redis).
+func (e *Enqueuer) Job(ctx context.Context, queue, id string) (*job.JobInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	r := e.pending(queue, id)
+	var env job.Envelope
+	if r != nil {
+		env = *r.Envelope
+	}
+	e.mu.Unlock()
+	if r == nil {
+		return nil, fmt.Errorf("%w: no job %q in queue %q", broker.ErrNotFound, id, queue)
+	}
+	body, err := env.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	return &job.JobInfo{ID: id, Queue: queue, State: job.StateScheduled, Now: e.now(), ReadyAt: env.ReadyAt, Body: body, Envelope: &env}, nil
 }
 
 // pending returns the recorded job of queue and id that is neither
@@ -133,13 +205,6 @@ func (e *Enqueuer) pending(queue, id string) *Recorded {
 		}
 	}
 	return nil
-}
-
-// sameBody reports whether a and b are stored as the same body.
-func sameBody(a, b *job.Envelope) bool {
-	x, errA := a.MarshalBinary()
-	y, errB := b.MarshalBinary()
-	return errA == nil && errB == nil && bytes.Equal(x, y)
 }
 
 func (e *Enqueuer) now() time.Time {

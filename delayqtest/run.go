@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delayq/delayq/internal/rules"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/middleware"
 	"github.com/delayq/delayq/retry"
@@ -39,6 +40,12 @@ type Runner struct {
 	// Now is the clock for the message's ClaimedAt (and ReadyAt and
 	// CreatedAt when the envelope has none). nil means time.Now.
 	Now func() time.Time
+	// MaxPayloadBytes is the payload cap of the broker the worker uses
+	// (broker.Options.MaxPayloadBytes): a succeeded attempt whose next
+	// jobs (job.Then, job.Next) the broker would refuse, one over the cap
+	// included, fails for good, as on a worker. 0 means the broker's
+	// default (1 MiB); negative means none.
+	MaxPayloadBytes int
 }
 
 // Result is what became of one attempt.
@@ -64,7 +71,8 @@ type Result struct {
 	// Next are the jobs a success enqueues after the job (job.Then's,
 	// then those the handler declared with job.Next), as declared: a
 	// worker gives those without an ID job.ChainID. Nil unless the
-	// attempt succeeded.
+	// attempt succeeded (a next job the broker refuses, e.g. over
+	// MaxPayloadBytes, fails it: dead, "permanent error").
 	Next []*job.Envelope
 	// Value is the result the handler kept (job.SetResult,
 	// job.HandleResult), kept with the job when it is retained; nil when
@@ -142,6 +150,10 @@ func RunAll[T any](ctx context.Context, r *Runner, typ *job.Type[T], args T, opt
 // (with job.DropExpired "expired, dropped": the broker deletes and counts
 // it instead of keeping a dead record).
 //
+// A success whose next jobs (job.Then's, the handler's job.Next) the
+// broker would refuse, one over r.MaxPayloadBytes included, is a permanent
+// failure (dead), as on a worker, which enqueues them before its ack.
+//
 // It returns an error wrapping job.ErrInvalid for a nil env, a Runner
 // without a Registry or an attempt below 1.
 func (r *Runner) Attempt(ctx context.Context, env *job.Envelope, attempt int) (*Result, error) {
@@ -202,9 +214,19 @@ func (r *Runner) Attempt(ctx context.Context, env *job.Envelope, attempt int) (*
 	ctx, settle := job.WithResults(ctx)
 	ctx, a := job.WithAttempt(ctx, nil)
 	err := call(ctx, job.Chain(h, mws...), m)
+	var next []*job.Envelope
+	if err == nil {
+		next = slices.Concat(m.Next, a.Next())
+		// The worker enqueues the next jobs before it acks: the broker
+		// names and checks them (rules.NextJobs), and one it refuses
+		// fails the attempt for good (worker/outcome.go, chain).
+		if _, nerr := rules.NextJobs(m.ID, m.CreatedAt, next, at, rules.PayloadCap(r.MaxPayloadBytes)); nerr != nil {
+			err = retry.Permanent(fmt.Errorf("enqueue the next jobs: %w", nerr))
+		}
+	}
 	res := &Result{Outcome: job.OutcomeSuccess, Err: err, Message: m}
 	if err == nil {
-		res.Next = slices.Concat(m.Next, a.Next())
+		res.Next = next
 		res.Value, _ = a.Result()
 	} else {
 		if _, ok := retry.SnoozeDelay(err); ok && m.Snoozes >= retry.MaxSnoozes {

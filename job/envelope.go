@@ -100,13 +100,39 @@ func (b *Backoff) Validate() error {
 	return nil
 }
 
-// wire is the stored body: short keys keep Redis memory per job small. A
-// JSON payload is spliced in byte for byte as "p", in front of the rest.
-// Fields at their defaults are left out; for "r" the default is
-// DefaultMaxRetries (so "r":0 is written out), for the others it is zero.
+// wire is the stored body: short keys keep Redis memory per job small.
+//
+// It opens with a header of the fields that the scripts decide on (the
+// claim's pause, concurrency caps and rate limits, and what an expired job
+// leaves behind), in a fixed order and with values that need no escaping,
+// so that a script reads them with a string match at the start of the body
+// and never decodes the user's payload: a payload cjson cannot decode
+// (nested deeper than its limit, an invalid escape) must not hide the type
+// from those checks. The header is "t" (the type, whose characters
+// ValidateType limits to ones JSON needs no escape for), then "u" and "ud"
+// when set; a field added for the scripts goes there too. A JSON payload
+// follows, spliced in byte for byte as "p", then the rest. Fields at their
+// defaults are left out; for "r" the default is DefaultMaxRetries (so
+// "r":0 is written out), for the others it is zero.
+//
+// Bodies stored before the header (payload first: {"p":...,"t":...}) decode
+// the same; the scripts read their type by decoding them (type_of in
+// broker/scripts/prelude.lua).
 type wire struct {
-	Payload    json.RawMessage   `json:"p,omitempty"` // decode only
-	Type       string            `json:"t"`
+	wireHead
+	Payload json.RawMessage `json:"p,omitempty"` // decode only
+	wireTail
+}
+
+// wireHead is the header of the body: the fields the scripts read.
+type wireHead struct {
+	Type       string `json:"t"`
+	UniqueMS   *int64 `json:"u,omitempty"`  // present when Unique: UniqueFor in ms
+	UniqueDead bool   `json:"ud,omitempty"` // with "u"
+}
+
+// wireTail is the body after the header and the payload.
+type wireTail struct {
 	PayloadB   []byte            `json:"pb,omitempty"` // payloads that are not JSON, base64
 	MaxRetries *int              `json:"r,omitempty"`  // nil = DefaultMaxRetries
 	TimeoutMS  int64             `json:"to,omitempty"`
@@ -114,8 +140,6 @@ type wire struct {
 	Backoff    *wireBackoff      `json:"b,omitempty"`
 	Headers    map[string]string `json:"h,omitempty"`
 	LastError  string            `json:"e,omitempty"`
-	UniqueMS   *int64            `json:"u,omitempty"`  // present when Unique: UniqueFor in ms
-	UniqueDead bool              `json:"ud,omitempty"` // with "u"
 	Snoozes    int               `json:"sz,omitempty"`
 	Batch      string            `json:"bt,omitempty"`
 	RetainMS   int64             `json:"rt,omitempty"`
@@ -158,13 +182,15 @@ func (e *Envelope) MarshalBinary() ([]byte, error) {
 // its payload is spliced in as raw JSON.
 func (e *Envelope) wire() (w wire, raw bool) {
 	w = wire{
-		Type:      e.Type,
-		TimeoutMS: ceilMS(e.Timeout),
-		Headers:   e.Headers,
-		LastError: truncate(e.LastError, MaxErrorLen),
-		Snoozes:   e.Snoozes,
-		Batch:     e.Batch,
-		RetainMS:  ceilMS(e.Retain),
+		wireHead: wireHead{Type: e.Type},
+		wireTail: wireTail{
+			TimeoutMS: ceilMS(e.Timeout),
+			Headers:   e.Headers,
+			LastError: truncate(e.LastError, MaxErrorLen),
+			Snoozes:   e.Snoozes,
+			Batch:     e.Batch,
+			RetainMS:  ceilMS(e.Retain),
+		},
 	}
 	if e.MaxRetries != DefaultMaxRetries {
 		r := e.MaxRetries
@@ -193,43 +219,49 @@ func (e *Envelope) wire() (w wire, raw bool) {
 	return w, raw
 }
 
-// encode is the body of w with encoding/json, a raw JSON payload spliced in
-// front.
+// encode is the body of w with encoding/json: the header, a raw JSON
+// payload spliced in after it, then the rest.
 func (w *wire) encode(payload []byte, raw bool) ([]byte, error) {
 	var buf bytes.Buffer
-	if raw {
-		buf.Grow(len(payload) + 64)
-		buf.WriteString(`{"p":`)
-		buf.Write(payload)
-		buf.WriteByte(',')
-	}
+	buf.Grow(len(payload) + 64)
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
+	if err := enc.Encode(&w.wireHead); err != nil {
+		return nil, err
+	}
+	// {"t":...}\n: drop the closing brace and the newline.
+	buf.Truncate(buf.Len() - 2)
+	if raw {
+		buf.WriteString(`,"p":`)
+		buf.Write(payload)
+	}
 	start := buf.Len()
-	if err := enc.Encode(w); err != nil {
+	if err := enc.Encode(&w.wireTail); err != nil {
 		return nil, err
 	}
 	out := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
-	if raw {
-		// Drop the "{" that opened the rest: the payload's object already did.
-		out = append(out[:start], out[start+1:]...)
+	if len(out)-start == 2 {
+		// {}: nothing after the header and payload.
+		return append(out[:start], '}'), nil
 	}
+	// The tail's "{" becomes the "," that joins it on.
+	out[start] = ','
 	return out, nil
 }
 
-// wireFields is the number of fields of wire that appendCommon knows. A
-// field added to wire turns appendCommon off (and fails a test) until it
-// writes the new field too.
-const wireFields = 16
+// wireFields is the number of fields of the header and the tail of wire
+// that appendCommon knows. A field added to either turns appendCommon off
+// (and fails a test) until it writes the new field too.
+const wireFields = 15
 
-var wireKnown = reflect.TypeFor[wire]().NumField() == wireFields
+var wireKnown = reflect.TypeFor[wireHead]().NumField()+reflect.TypeFor[wireTail]().NumField() == wireFields
 
-// appendCommon appends the body of w as encoding/json writes it (in
-// MarshalBinary, after a raw JSON payload spliced in front) for the bodies
-// most jobs have: no backoff, no headers, no next jobs, strings of printable ASCII
-// without quotes or backslashes. It reports false for anything else, and
-// MarshalBinary then uses encoding/json: the output is the same either way
-// (a test compares them), this way costs no reflection and one allocation.
+// appendCommon appends the body of w as encode writes it for the bodies
+// most jobs have: no backoff, no headers, no next jobs, strings of
+// printable ASCII without quotes or backslashes. It reports false for
+// anything else, and MarshalBinary then uses encoding/json: the output is
+// the same either way (a test compares them), this way costs no reflection
+// and one allocation.
 func (w *wire) appendCommon(out, payload []byte, raw bool) ([]byte, bool) {
 	if !wireKnown || w.Backoff != nil || len(w.Headers) > 0 || len(w.Next) > 0 || !plainASCII(w.Type) || !plainASCII(w.LastError) ||
 		!plainASCII(w.Batch) || !plainASCII(w.Expire) {
@@ -242,15 +274,19 @@ func (w *wire) appendCommon(out, payload []byte, raw bool) ([]byte, bool) {
 		n += base64.StdEncoding.EncodedLen(len(w.PayloadB))
 	}
 	out = slices.Grow(out, n)
-	if raw {
-		out = append(out, `{"p":`...)
-		out = append(out, payload...)
-		out = append(out, `,"t":"`...)
-	} else {
-		out = append(out, `{"t":"`...)
-	}
+	out = append(out, `{"t":"`...)
 	out = append(out, w.Type...)
 	out = append(out, '"')
+	if w.UniqueMS != nil {
+		out = strconv.AppendInt(append(out, `,"u":`...), *w.UniqueMS, 10)
+	}
+	if w.UniqueDead {
+		out = append(out, `,"ud":true`...)
+	}
+	if raw {
+		out = append(out, `,"p":`...)
+		out = append(out, payload...)
+	}
 	if len(w.PayloadB) > 0 {
 		out = append(out, `,"pb":"`...)
 		out = base64.StdEncoding.AppendEncode(out, w.PayloadB)
@@ -267,12 +303,6 @@ func (w *wire) appendCommon(out, payload []byte, raw bool) ([]byte, bool) {
 	}
 	if w.LastError != "" {
 		out = append(append(append(out, `,"e":"`...), w.LastError...), '"')
-	}
-	if w.UniqueMS != nil {
-		out = strconv.AppendInt(append(out, `,"u":`...), *w.UniqueMS, 10)
-	}
-	if w.UniqueDead {
-		out = append(out, `,"ud":true`...)
 	}
 	if w.Snoozes != 0 {
 		out = strconv.AppendInt(append(out, `,"sz":`...), int64(w.Snoozes), 10)
@@ -333,6 +363,11 @@ func Decode(data []byte) (*Envelope, error) {
 	}
 	if err := ValidateType(w.Type); err != nil {
 		return nil, fmt.Errorf("job: %w: type: %v", ErrCorrupt, err)
+	}
+	if t, ok := headerTypeBytes(data); ok && string(t) != w.Type {
+		// The scripts would check it as one type and the worker run it as
+		// another: "t" given twice, by another program.
+		return nil, fmt.Errorf("job: %w: its header names type %q, its body type %q", ErrCorrupt, t, w.Type)
 	}
 	maxRetries := DefaultMaxRetries
 	if w.MaxRetries != nil {
@@ -398,6 +433,39 @@ func Decode(data []byte) (*Envelope, error) {
 		}
 	}
 	return e, nil
+}
+
+// headerType returns the type named in the header of a stored body, as the
+// scripts read it (type_of in broker/scripts/prelude.lua): the body opens
+// with {"t":" and a type of the characters ValidateType allows, closed by
+// a quote and followed by a comma or the closing brace. ok is false for a
+// body without such a header (stored before the header layout, with its
+// payload first, or written by another program); the scripts then decode
+// the whole body.
+func headerType(body []byte) (typ string, ok bool) {
+	t, ok := headerTypeBytes(body)
+	return string(t), ok
+}
+
+// headerTypeBytes is headerType without a copy: the type's bytes in body.
+func headerTypeBytes(body []byte) ([]byte, bool) {
+	const open = `{"t":"`
+	if !bytes.HasPrefix(body, []byte(open)) {
+		return nil, false
+	}
+	i := len(open)
+	for i < len(body) && typeChar(body[i]) {
+		i++
+	}
+	if i == len(open) || i+1 >= len(body) || body[i] != '"' || (body[i+1] != ',' && body[i+1] != '}') {
+		return nil, false
+	}
+	return body[len(open):i], true
+}
+
+// typeChar reports whether c may appear in a type name (ValidateType).
+func typeChar(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-' || c == ':' || c == '/'
 }
 
 // maxDurationMS is the longest duration in milliseconds that fits in a

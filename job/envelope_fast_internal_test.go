@@ -13,8 +13,8 @@ import (
 // encoding/json.
 func TestAppendCommonMatchesEncodingJSON(t *testing.T) {
 	t.Parallel()
-	if n := reflect.TypeFor[wire]().NumField(); n != wireFields {
-		t.Fatalf("wire has %d fields, appendCommon knows %d: teach appendCommon the new field (and set wireFields)", n, wireFields)
+	if n := reflect.TypeFor[wireHead]().NumField() + reflect.TypeFor[wireTail]().NumField(); n != wireFields {
+		t.Fatalf("wire's header and tail have %d fields, appendCommon knows %d: teach appendCommon the new field (and set wireFields)", n, wireFields)
 	}
 	strs := []string{"", "order.cancel", "a", "with space <&>", `quote"d`, `back\slash`, "tab\there", "ünïcode", "\u2028", "x\x7f"}
 	payloads := [][]byte{nil, []byte(`{"order_id":"ord-000123","amount_cents":4599}`), []byte(`[1,2]`), []byte(`"s"`), []byte(`12`),
@@ -71,6 +71,9 @@ func TestAppendCommonMatchesEncodingJSON(t *testing.T) {
 		back, err := Decode(got)
 		if err != nil || back.Type != e.Type {
 			t.Fatalf("envelope %d: %s does not decode: %v", i, got, err)
+		}
+		if typ, ok := headerType(got); !ok || typ != e.Type {
+			t.Fatalf("envelope %d: the header of %s names %q (%v), not its type %q", i, got, typ, ok, e.Type)
 		}
 	}
 }

@@ -51,13 +51,13 @@ func TestEnvelopeWireIsCompact(t *testing.T) {
 	e := &job.Envelope{ID: "not-stored", Queue: "not-stored", Type: "sms.send", Payload: []byte(`{"to":"+1"}`), MaxRetries: 3,
 		CreatedAt: time.UnixMilli(1_800_000_000_000), Delay: time.Hour}
 	data, _ := e.MarshalBinary()
-	if want := `{"p":{"to":"+1"},"t":"sms.send","r":3,"c":1800000000000}`; string(data) != want {
+	if want := `{"t":"sms.send","p":{"to":"+1"},"r":3,"c":1800000000000}`; string(data) != want {
 		t.Fatalf("wire %s, want %s", data, want)
 	}
 	// The default retry budget is left out; none at all is written out.
 	for retries, want := range map[int]string{
-		job.DefaultMaxRetries: `{"p":{"to":"+1"},"t":"sms.send"}`,
-		0:                     `{"p":{"to":"+1"},"t":"sms.send","r":0}`,
+		job.DefaultMaxRetries: `{"t":"sms.send","p":{"to":"+1"}}`,
+		0:                     `{"t":"sms.send","p":{"to":"+1"},"r":0}`,
 	} {
 		e := &job.Envelope{Type: "sms.send", Payload: []byte(`{"to":"+1"}`), MaxRetries: retries}
 		data, _ := e.MarshalBinary()

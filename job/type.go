@@ -158,9 +158,9 @@ func (t *Type[T]) Envelope(args T, opts ...Option) (*Envelope, error) {
 // envelope (with its ID and ReadyAt) or an error: one wrapping ErrInvalid for
 // bad input (and a nil envelope), or the broker's (e.g. broker.ErrDuplicate
 // for a pending id). With a broker's error the envelope is returned as well,
-// with its ID: after broker.ErrOutcomeUnknown (the reply was lost), passing
-// that envelope to the broker's Enqueue again stores the job once, whether
-// the first call stored it or not.
+// with its ID. After broker.ErrOutcomeUnknown (the reply was lost),
+// broker.Resend(ctx, err) sends this very call again and answers what it
+// did; a new Enqueue of the envelope would be another call.
 func (t *Type[T]) Enqueue(ctx context.Context, e Enqueuer, args T, opts ...Option) (*Envelope, error) {
 	env, err := t.Envelope(args, opts...)
 	if err != nil {
@@ -499,12 +499,30 @@ func NewID() string {
 // DefaultQueue).
 func (t *Type[T]) Queue() string { return t.defaults.queue }
 
-// Controller is what the typed helpers [Type.Cancel], [Type.Reschedule]
-// and [Type.Lookup] need of a broker; *broker.Broker implements it.
-type Controller interface {
+// Canceller cancels a pending job: what [Type.Cancel] needs.
+// *broker.Broker and the test kit's delayqtest.Enqueuer implement it.
+type Canceller interface {
 	Cancel(ctx context.Context, queue, id string) error
+}
+
+// Rescheduler moves a scheduled job: what [Type.Reschedule] needs.
+// *broker.Broker and delayqtest.Enqueuer implement it.
+type Rescheduler interface {
 	Reschedule(ctx context.Context, queue, id string, at time.Time) (time.Time, error)
+}
+
+// JobReader looks a job up: what [Type.Lookup] needs. *broker.Broker and
+// delayqtest.Enqueuer implement it.
+type JobReader interface {
 	Job(ctx context.Context, queue, id string) (*JobInfo, error)
+}
+
+// Controller is all three: what the typed helpers [Type.Cancel],
+// [Type.Reschedule] and [Type.Lookup] need together.
+type Controller interface {
+	Canceller
+	Rescheduler
+	JobReader
 }
 
 // Cancel cancels the type's job id in the type's queue, so the queue is
@@ -512,7 +530,7 @@ type Controller interface {
 // was not, the error says why, as broker.Broker.Cancel's does (wrapping
 // broker.ErrNotFound when the queue has no such pending job,
 // broker.ErrInProgress when a worker holds it).
-func (t *Type[T]) Cancel(ctx context.Context, b Controller, id string) (bool, error) {
+func (t *Type[T]) Cancel(ctx context.Context, b Canceller, id string) (bool, error) {
 	if err := b.Cancel(ctx, t.Queue(), id); err != nil {
 		return false, err
 	}
@@ -522,7 +540,7 @@ func (t *Type[T]) Cancel(ctx context.Context, b Controller, id string) (bool, er
 // Reschedule moves the type's scheduled job id to ready at at (the zero
 // time means now), returning the stored ready time. Errors as for
 // broker.Broker.Reschedule (broker.ErrNotFound, broker.ErrInProgress).
-func (t *Type[T]) Reschedule(ctx context.Context, b Controller, id string, at time.Time) (time.Time, error) {
+func (t *Type[T]) Reschedule(ctx context.Context, b Rescheduler, id string, at time.Time) (time.Time, error) {
 	return b.Reschedule(ctx, t.Queue(), id, at)
 }
 
@@ -530,7 +548,7 @@ func (t *Type[T]) Reschedule(ctx context.Context, b Controller, id string, at ti
 // (scheduled, processing, dead, or succeeded while retained: [Retain]).
 // Errors as for broker.Broker.Job (one
 // wrapping broker.ErrNotFound when the queue has no such job).
-func (t *Type[T]) Lookup(ctx context.Context, b Controller, id string) (*JobInfo, error) {
+func (t *Type[T]) Lookup(ctx context.Context, b JobReader, id string) (*JobInfo, error) {
 	return b.Job(ctx, t.Queue(), id)
 }
 

@@ -31,7 +31,9 @@ type RelayStatus struct {
 	Interval time.Duration // how often it records (RelayOptions.StatusInterval)
 	// Error is the relay's last error (a failed batch, or the table's lag
 	// that could not be read) when it has not done a good batch since;
-	// "" when none.
+	// "" when none. Connection details the driver put in it (user and
+	// database names, hosts, addresses, ports, socket paths, connection
+	// strings) are replaced by xxxxx; the relay's log has the whole error.
 	Error string
 	// Stale: the relay has not recorded for StaleIntervals intervals. It
 	// was killed, or cannot reach Redis (or a record that does not decode:
@@ -173,13 +175,14 @@ type status struct {
 	lastErr  atomic.Pointer[string] // the last batch error since a good batch; nil when none
 }
 
-// failed records err as the relay's last error; nil clears it.
+// failed records err, without its connection details, as the relay's last
+// error; nil clears it.
 func (s *status) failed(err error) {
 	if err == nil {
 		s.lastErr.Store(nil)
 		return
 	}
-	msg := err.Error()
+	msg := redactConnection(err.Error())
 	s.lastErr.Store(&msg)
 }
 
@@ -221,7 +224,7 @@ func (r *Relay) recordStatus(ctx context.Context) error {
 	}
 	if l, err := r.o.Lag(ctx); err != nil {
 		if rec.Error == "" {
-			rec.Error = err.Error()
+			rec.Error = redactConnection(err.Error())
 		}
 	} else {
 		rec.LagMS, rec.Pending, rec.Failed = l.Oldest.Milliseconds(), l.Pending, l.Failed

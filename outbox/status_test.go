@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/pgtest"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/outbox"
@@ -210,4 +212,84 @@ func TestRelayStatusRefusesBadInput(t *testing.T) {
 	if n, err := tb.b.Client().Exists(tb.ctx, keyspace.OutboxRelaysKey(tb.b.Namespace())).Result(); err != nil || n != 0 {
 		t.Errorf("status key exists (%d, %v) for a relay with StatusInterval -1", n, err)
 	}
+}
+
+// TestRelayStatusHidesConnectionDetails runs a relay on a PostgreSQL server
+// of its own as user relay_secret_user on database secret_shop_db, reached
+// as localhost, then makes its connections fail twice: the role may no
+// longer log in (its sessions ended), then the server is stopped. Each
+// time the status the relay stores in Redis (and the dashboard and
+// `delayq stats` show) says what failed, and holds neither the user, the
+// database, the host name, an address nor the port.
+func TestRelayStatusHidesConnectionDetails(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pg := pgtest.Start(t)
+	admin, err := sql.Open("pgx", pg.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Close() })
+	for _, stmt := range []string{"CREATE ROLE relay_secret_user LOGIN", "CREATE DATABASE secret_shop_db OWNER relay_secret_user"} {
+		if _, err := admin.ExecContext(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	port := strconv.Itoa(pg.Port())
+	db, err := sql.Open("pgx", "postgres://relay_secret_user@localhost:"+port+"/secret_shop_db?sslmode=disable&connect_timeout=5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	ob, err := outbox.New(db, outbox.Postgres, outbox.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ob.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rdb, ns := redistest.New(t)
+	b, err := broker.New(rdb, broker.Options{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb := &testBundle{ctx: ctx, dialect: "postgres", db: db, ob: ob, b: b}
+	const name = "relay-secret"
+	tb.relay(t, b, outbox.RelayOptions{
+		Name: name, StatusInterval: 50 * time.Millisecond, PollInterval: 10 * time.Millisecond,
+		MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
+	})
+	tb.inTx(t, func(tx *sql.Tx) error {
+		_, err := outbox.EnqueueTyped(ctx, ob, tx, cancelUnpaid, Order{ID: "1"}, job.ID("order-1"))
+		return err
+	})
+	redistest.WaitFor(t, 10*time.Second, "the row relayed", func() bool {
+		s := relayStatus(t, b, name)
+		return s != nil && s.Relayed == 1 && s.Error == ""
+	})
+	check := func(phase, want string) {
+		t.Helper()
+		var s *outbox.RelayStatus
+		redistest.WaitFor(t, 30*time.Second, phase+": an error with "+strconv.Quote(want), func() bool {
+			s = relayStatus(t, b, name)
+			return s != nil && strings.Contains(s.Error, want)
+		})
+		for _, secret := range []string{"relay_secret_user", "secret_shop_db", "localhost", "127.0.0.1", "::1", port} {
+			if strings.Contains(s.Error, secret) {
+				t.Errorf("%s: the stored error %q shows %q", phase, s.Error, secret)
+			}
+		}
+		t.Logf("%s: %s", phase, s.Error)
+	}
+	for _, stmt := range []string{
+		"ALTER ROLE relay_secret_user NOLOGIN",
+		"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'relay_secret_user'",
+	} {
+		if _, err := admin.ExecContext(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check("role may not log in", "is not permitted to log in")
+	pg.Stop()
+	check("server stopped", "connection refused")
 }

@@ -13,21 +13,40 @@
 //
 //	w.Use(periodic.Outcomes(b))
 //
+// Only the job a scheduler enqueued for a tick records an outcome: its id
+// is the tick's and it carries the scheduler's signature ([HeaderSignature]).
+//
 // # No leader
 //
 // Run a Scheduler in as many processes as you like, all with the same
 // schedules. Each enqueues every tick; the job of a tick has the id
 // [TickID] (the schedule's name and the tick's time), and the broker stores
-// one job per id: the others are refused as duplicates. So exactly one job
-// runs per tick, and no process is special: any of them can die.
+// one job per id: the others are refused as duplicates. The tick's queue is
+// claimed first, namespace-wide, by the first scheduler to reach it, and
+// every scheduler enqueues the tick there, so that processes that declare
+// the schedule on different queues (a rolling deploy that moves it) still
+// run it once. So exactly one job runs per tick, and no process is
+// special: any of them can die.
 //
 // # Missed ticks
 //
-// A scheduler enqueues each tick when it is due, and catches up on the
-// ticks of the last Config.Tolerance (one minute) when it was held up or
-// restarted. Ticks older than that, missed while every scheduler was down,
-// follow the schedule's policy: [Skip] (the default) drops them, [RunOnce]
-// enqueues one job for the latest of them.
+// A scheduler enqueues each tick when it is due, and every tick it reached
+// within Config.Tolerance (5 s) of its time when it woke late. A tick
+// reached later than that, or due before the scheduler started, was
+// missed, and follows the schedule's policy: [RunOnce] (the default,
+// within [DefaultMissedWithin]) enqueues one job for the latest of them,
+// [Skip] drops them, [RunAll] enqueues each within a window. Whatever the
+// policy but RunAll, a scheduler that comes back enqueues at most one job
+// for the time it was away.
+//
+// # A tick that cannot be enqueued
+//
+// Each tick's job is built and checked on its own before a step's one
+// enqueue call, and enqueued one by one when the broker refuses that call
+// whole. A tick whose job cannot be enqueued (an expiry that passed, a
+// payload beyond the broker's cap) is skipped, logged with the schedule's
+// name and why, and stored as the schedule's last outcome, "refused"; the
+// other schedules, and the schedule's own later ticks, go on.
 //
 // # Daylight saving
 //

@@ -80,7 +80,7 @@ func Example() {
 			break
 		}
 	}
-	fmt.Println(st.Name, st.Spec, st.Zone, st.Type, st.Queue, "missed:", st.Missed)
+	fmt.Println(st.Name, st.Spec, st.Zone, st.Type, st.Queue, "missed:", st.Missed, "within", st.Within)
 	fmt.Println("last outcome:", st.Outcome.Result, "stale:", st.Stale)
 
 	// Bad input fails at declaration, naming what is wrong.
@@ -93,7 +93,7 @@ func Example() {
 	// ping billing
 	// ping billing
 	// ping billing
-	// ping-billing @every 1s Europe/Berlin health.ping health missed: skip
+	// ping-billing @every 1s Europe/Berlin health.ping health missed: once within 1h0m0s
 	// last outcome: success stale: false
 	// true periodic: invalid: schedule "nightly": cron expression "30 25 * * *": end of range (25) above maximum (23): 25
 	// true periodic: invalid: schedule "nightly": time zone "Mars/Olympus_Mons": unknown time zone Mars/Olympus_Mons

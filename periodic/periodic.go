@@ -2,12 +2,16 @@ package periodic
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/delayq/delayq/broker"
@@ -16,7 +20,7 @@ import (
 )
 
 // Headers a tick's job carries: the schedule's name and the tick's time
-// (RFC 3339, UTC). [Outcomes] reads them.
+// (RFC 3339, UTC), and HeaderSignature. [Outcomes] reads them.
 const (
 	HeaderSchedule = "delayq-periodic"
 	HeaderTick     = "delayq-periodic-tick"
@@ -27,20 +31,33 @@ const MaxNameLen = 128
 
 // Defaults of Config.
 const (
-	DefaultTolerance  = time.Minute
+	DefaultTolerance  = 5 * time.Second
 	DefaultHeartbeat  = 30 * time.Second
 	DefaultStaleAfter = 5 * time.Minute
 )
 
+// DefaultMissedWithin is the window of the default missed-tick policy,
+// RunMissedOnce(DefaultMissedWithin): after a scheduler was away, one job
+// for the ticks it missed, if the latest of them is at most an hour old.
+const DefaultMissedWithin = time.Hour
+
+// MaxCatchUp is the most ticks of one schedule a step enqueues; a
+// RunMissedAll catch-up of more goes on at once in further steps.
+const MaxCatchUp = 1000
+
 // Config configures a Scheduler. The zero value is usable: every field has
 // a documented default.
 type Config struct {
-	// Tolerance is how late a tick may be reached and still be enqueued: a
-	// scheduler that was down, busy or cut off from Redis enqueues the
-	// ticks of the last Tolerance when it comes back; older ones are missed
-	// and their schedule's missed-tick policy decides. It is also the
-	// width of the uniqueness window of the ticks' jobs (plus five
-	// minutes). Default 1 minute; it must not be negative.
+	// Tolerance is how late a running scheduler may reach a tick and still
+	// count as on time: a scheduler that wakes a little late (a pause, a
+	// slow reply, Redis unreachable for a moment) enqueues every tick it
+	// reached within Tolerance of its time. A tick reached later than
+	// that, and every tick due before the scheduler started, was missed
+	// while the scheduler was away: the schedule's missed-tick policy
+	// decides which of them run ([RunMissedOnce], the default, runs one).
+	// Tolerance plus five minutes is also how long a tick's job id is
+	// remembered after the job ended. Default 5 s; it must not be
+	// negative.
 	Tolerance time.Duration
 
 	// Heartbeat is how often the scheduler writes its schedules to Redis
@@ -67,11 +84,12 @@ type Config struct {
 }
 
 // Scheduler enqueues the jobs of the schedules added to it, one job per
-// tick, however many processes run a Scheduler with the same schedules: a
-// tick's job has an id made of the schedule's name and the tick's time
-// ([TickID]), and the broker refuses a second job with that id (see
-// docs/periodic.md). There is no leader: every scheduler enqueues every
-// tick, and all but one are refused.
+// tick, however many processes run a Scheduler with the same schedules,
+// whatever queue each declares: a tick's job has an id made of the
+// schedule's name and the tick's time ([TickID]), goes to the queue of the
+// first scheduler that claimed the tick, and the broker refuses a second
+// job with that id there (see docs/periodic.md). There is no leader: every
+// scheduler enqueues every tick, and all but one are refused.
 type Scheduler struct {
 	b    *broker.Broker
 	cfg  Config
@@ -83,6 +101,7 @@ type Scheduler struct {
 	started bool
 
 	offset time.Duration // server clock - local clock, when Clock is nil
+	secret []byte        // the periodic key, read at every heartbeat
 }
 
 // ErrStarted is returned by [Add] once the scheduler runs, and by a second
@@ -117,24 +136,46 @@ func New(b *broker.Broker, cfg Config) (*Scheduler, error) {
 	return &Scheduler{b: b, cfg: cfg, keys: keyspace.Periodic(b.Namespace()), log: log}, nil
 }
 
-// Missed is a schedule's policy for ticks that no scheduler enqueued in
-// time (every scheduler was down for longer than Config.Tolerance).
+// Missed is a schedule's policy for the ticks it missed: those due while
+// no scheduler was there to enqueue them on time (every scheduler was
+// down, stalled or cut off from Redis for longer than Config.Tolerance,
+// or had not started yet). Whatever the policy, a scheduler that comes
+// back enqueues at most one job for its absence, unless the policy is
+// RunAll.
 type Missed uint8
 
 const (
-	// Skip drops missed ticks: the schedule goes on with its next tick.
-	// The default.
+	// Skip drops missed ticks: the schedule goes on with its next tick
+	// (a tick reached within Config.Tolerance of its time is not missed,
+	// and runs).
 	Skip Missed = iota
 	// RunOnce enqueues one job for all the missed ticks: the latest of
-	// them, with that tick's id, ready at once.
+	// them, with that tick's id, ready at once, if it is no older than the
+	// policy's window. The default, with DefaultMissedWithin.
 	RunOnce
+	// RunAll enqueues a job for every missed tick no older than the
+	// policy's window, oldest first, up to MaxCatchUp per step.
+	RunAll
 )
 
 func (m Missed) String() string {
-	if m == RunOnce {
+	switch m {
+	case RunOnce:
 		return "once"
+	case RunAll:
+		return "all"
 	}
 	return "skip"
+}
+
+// parseMissed reads a policy as String writes it.
+func parseMissed(s string) Missed {
+	for _, m := range []Missed{RunOnce, RunAll} {
+		if s == m.String() {
+			return m
+		}
+	}
+	return Skip
 }
 
 // Option configures one schedule.
@@ -168,22 +209,36 @@ func Location(loc *time.Location) Option {
 	}
 }
 
-// SkipMissed sets the Skip policy (the default): ticks missed while every
-// scheduler was down are not run.
+// SkipMissed sets the Skip policy: ticks missed while every scheduler was
+// away are not run; the schedule goes on with its next tick.
 func SkipMissed() Option {
 	return func(e *entry) error { e.missed, e.within = Skip, 0; return nil }
 }
 
-// RunMissedOnce sets the RunOnce policy: when ticks were missed, one job
-// runs for them all (the latest missed tick's), provided that tick is no
-// older than within when a scheduler notices. within bounds the catch-up;
-// it must be positive.
+// RunMissedOnce sets the RunOnce policy (the default, with
+// DefaultMissedWithin): when ticks were missed, one job runs for them all
+// (the latest missed tick's), provided that tick is no older than within
+// when a scheduler comes back. within must be positive.
 func RunMissedOnce(within time.Duration) Option {
 	return func(e *entry) error {
 		if within <= 0 {
 			return fmt.Errorf("RunMissedOnce window %s is not positive", within)
 		}
 		e.missed, e.within = RunOnce, within
+		return nil
+	}
+}
+
+// RunMissedAll sets the RunAll policy: when ticks were missed, a job runs
+// for each of them no older than within when a scheduler comes back,
+// oldest first, each with its own tick's id (a burst: a minute away from
+// an every-second schedule is 60 jobs at once). within must be positive.
+func RunMissedAll(within time.Duration) Option {
+	return func(e *entry) error {
+		if within <= 0 {
+			return fmt.Errorf("RunMissedAll window %s is not positive", within)
+		}
+		e.missed, e.within = RunAll, within
 		return nil
 	}
 }
@@ -210,6 +265,38 @@ type entry struct {
 	build      func(opts ...job.Option) (*job.Envelope, error)
 
 	cur time.Time // the latest tick this process dealt with
+	// away: the ticks after cur were due while this process was not
+	// running (it has just started), so they were missed.
+	away bool
+
+	// When a refused tick was last logged (zero once a tick is enqueued
+	// again), and how many were refused since: a schedule whose every
+	// tick is refused logs once per Heartbeat, not once per tick.
+	refusedAt time.Time
+	refused   int
+	// The same for ticks claimed for another queue than e.queue.
+	movedAt time.Time
+	moved   int
+}
+
+// tickJob builds and checks the job of e's tick at: its id, ready time,
+// uniqueness and headers, then every check of the broker's enqueue that
+// does not need Redis (job.Prepare, at now). An error says why the tick's
+// job cannot be enqueued; it wraps job.ErrInvalid.
+func (e *entry) tickJob(at, now time.Time, unique time.Duration) (*job.Envelope, error) {
+	opts := []job.Option{job.ID(TickID(e.name, at)), job.At(at),
+		job.Header(HeaderSchedule, e.name), job.Header(HeaderTick, at.UTC().Format(tickLayout))}
+	if unique > 0 {
+		opts = append(opts, job.Unique(unique), job.UniqueIncludeDead())
+	}
+	env, err := e.build(opts...)
+	if err != nil {
+		return nil, err
+	}
+	if err := job.Prepare(env, now); err != nil {
+		return nil, err
+	}
+	return env, nil
 }
 
 // Add declares a schedule on s: a job of type t with args at every tick of
@@ -233,7 +320,7 @@ func Add[T any](s *Scheduler, name, spec string, t *job.Type[T], args T, opts ..
 	if t == nil {
 		return bad(errors.New("nil job type"))
 	}
-	e := &entry{name: name, spec: spec, loc: time.UTC}
+	e := &entry{name: name, spec: spec, loc: time.UTC, missed: RunOnce, within: DefaultMissedWithin}
 	for _, o := range opts {
 		if o == nil {
 			return bad(errors.New("nil option"))
@@ -255,9 +342,21 @@ func Add[T any](s *Scheduler, name, spec string, t *job.Type[T], args T, opts ..
 	if env.ID != "" || env.Delay != 0 || !env.At.IsZero() {
 		return bad(errors.New("job options ID, In and At are set by the scheduler, not by the schedule"))
 	}
+	if env.Replace {
+		return bad(errors.New("job option Replace would let a second scheduler replace a tick's job instead of being refused"))
+	}
 	e.typ, e.queue = env.Type, env.Queue
 	e.build = func(extra ...job.Option) (*job.Envelope, error) {
 		return t.Envelope(args, append(jobOpts, extra...)...)
+	}
+	// A tick's job as the scheduler would enqueue it, for a tick due now:
+	// what is wrong with it already (an expiry that passed, a header the
+	// broker refuses) is refused here rather than at every tick. An
+	// expiry that passes later is the scheduler's to report, tick by tick.
+	if now := time.Now(); sched.Next(now).IsZero() {
+		return bad(fmt.Errorf("cron expression %q has no tick after %s", spec, now.UTC().Format(time.RFC3339)))
+	} else if _, err := e.tickJob(now.Truncate(time.Second), now, 0); err != nil {
+		return bad(fmt.Errorf("the job of a tick due now: %w", err))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -398,98 +497,154 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// due returns the ticks of e to enqueue at now: under RunOnce the latest
-// missed tick (after cur, older than tol, within the window), then every
-// tick of the last tol after cur.
-func (e *entry) due(now time.Time, tol time.Duration) []time.Time {
-	var out []time.Time
-	live := now.Add(-tol)
-	if e.missed == RunOnce && e.cur.Before(live) {
-		from := e.cur
-		if w := now.Add(-e.within); from.Before(w) {
-			from = w
-		}
-		if m := latest(e.sched, from, live); !m.IsZero() {
-			out = append(out, m)
-		}
+// due returns the ticks of e to enqueue at now, and where its cursor
+// goes once they are dealt with: now, or the last tick returned when a
+// catch-up goes on in further steps.
+//
+// Every tick after the cursor is due. When the first of them is at most
+// tol old and the scheduler did not just start, the scheduler was there
+// and is only a little late: they all run. Otherwise they were missed,
+// and the schedule's policy says which run: Skip the latest if it is at
+// most tol old (it is on time), RunOnce the latest if it is within its
+// window, RunAll all within its window.
+func (e *entry) due(now time.Time, tol time.Duration) ([]time.Time, time.Time) {
+	first := e.sched.Next(e.cur)
+	if first.IsZero() || first.After(now) {
+		return nil, now
 	}
 	from := e.cur
-	if from.Before(live) {
-		from = live
+	if e.away || now.Sub(first) > tol {
+		switch e.missed {
+		case RunAll:
+			if w := now.Add(-e.within); from.Before(w) {
+				from = w
+			}
+		default:
+			window := tol
+			if e.missed == RunOnce {
+				window = max(window, e.within)
+			}
+			if t := latest(e.sched, e.cur, now); !t.IsZero() && now.Sub(t) <= window {
+				return []time.Time{t}, now
+			}
+			return nil, now
+		}
 	}
+	var out []time.Time
 	for t := e.sched.Next(from); !t.IsZero() && !t.After(now); t = e.sched.Next(t) {
+		if len(out) == MaxCatchUp {
+			return out, out[len(out)-1]
+		}
 		out = append(out, t)
 	}
-	return out
+	return out, now
 }
 
-// step enqueues every due tick of every schedule in one call and returns
-// when the next tick is due (at most a Heartbeat ahead).
+// tick is one tick of one schedule in a step, and what became of it.
+type tick struct {
+	e   *entry
+	at  time.Time
+	env *job.Envelope
+	err error // why it was not enqueued; nil when it was
+	// invalid: err says why its job can never be enqueued (it does not
+	// build, or the broker refused it as invalid).
+	invalid bool
+}
+
+// step enqueues the due ticks of every schedule and returns when the next
+// tick is due (at most a Heartbeat ahead). A tick whose job cannot be
+// built, or that the broker refuses as invalid, is reported (logged with
+// the schedule's name and why, and stored as the schedule's last outcome,
+// "refused") and skipped: it holds up neither its schedule's later ticks
+// nor any other schedule's. The error returned is a Redis error; the
+// ticks it left undecided are tried again at the next step.
 func (s *Scheduler) step(ctx context.Context, now time.Time) (time.Time, error) {
-	type tick struct {
-		e  *entry
-		at time.Time
-	}
-	var (
-		ticks []tick
-		envs  []*job.Envelope
-	)
 	if err := s.catchUp(ctx, false); err != nil {
 		return now.Add(time.Second), err
 	}
+	return s.enqueueDue(ctx, now)
+}
+
+// enqueueDue is step after its catch-up: it enqueues the ticks due after
+// the schedules' cursors.
+func (s *Scheduler) enqueueDue(ctx context.Context, now time.Time) (time.Time, error) {
+	var ticks, ready []*tick
+	upTo := make(map[*entry]time.Time, len(s.entries))
+	more := false
 	for _, e := range s.entries {
-		for _, at := range e.due(now, s.cfg.Tolerance) {
-			env, err := e.build(job.ID(TickID(e.name, at)), job.At(at),
-				job.Unique(s.uniqueness()), job.UniqueIncludeDead(),
-				job.Header(HeaderSchedule, e.name), job.Header(HeaderTick, at.UTC().Format(tickLayout)))
-			if err != nil {
-				return now, fmt.Errorf("schedule %q: %w", e.name, err)
+		due, to := e.due(now, s.cfg.Tolerance)
+		upTo[e] = to
+		more = more || to.Before(now)
+		for _, at := range due {
+			tk := &tick{e: e, at: at}
+			tk.env, tk.err = e.tickJob(at, now, s.uniqueness())
+			tk.invalid = tk.err != nil
+			ticks = append(ticks, tk)
+			if !tk.invalid {
+				ready = append(ready, tk)
 			}
-			ticks = append(ticks, tick{e, at})
-			envs = append(envs, env)
 		}
 	}
-	var failed error
-	if len(envs) > 0 {
-		errs := make([]error, len(envs))
-		if err := s.b.Enqueue(ctx, envs...); err != nil {
-			var be *job.BatchError
-			switch {
-			case len(envs) == 1:
-				errs[0] = err
-			case errors.As(err, &be) && len(be.Errs) == len(envs):
-				errs = be.Errs
-			default:
-				return now, err
-			}
+	if err := s.claim(ctx, now, ready); err != nil {
+		for _, tk := range ready {
+			tk.err = err
 		}
-		stuck := map[*entry]bool{}
-		mine := map[string]time.Time{}
-		for i, tk := range ticks {
-			err := errs[i]
-			switch {
-			case stuck[tk.e]:
-				continue
-			case err == nil:
-				s.log.Debug().Str("schedule", tk.e.name).Str("job_id", envs[i].ID).Str("queue", envs[i].Queue).Msg("tick enqueued")
-				if tk.at.After(mine[tk.e.name]) {
-					mine[tk.e.name] = tk.at
-				}
-			case errors.Is(err, broker.ErrDuplicate):
-				// Another scheduler enqueued it (or it ran already).
-			default:
-				// Not decided: tried again at the next step.
-				stuck[tk.e] = true
-				failed = fmt.Errorf("schedule %q, tick %s: %w", tk.e.name, envs[i].ID, err)
-				continue
+		ready = nil
+	}
+	s.enqueue(ctx, ready)
+
+	var (
+		failed   error
+		refused  []*tick
+		stuck    = map[*entry]bool{}
+		enqueued = map[string]time.Time{}
+	)
+	for _, tk := range ticks {
+		switch err := tk.err; {
+		case stuck[tk.e]:
+			continue
+		case err == nil || errors.Is(err, broker.ErrDuplicate):
+			// Enqueued, by this scheduler or another (or it ran already).
+			if err == nil {
+				s.log.Debug().Str("schedule", tk.e.name).Str("job_id", tk.env.ID).Str("queue", tk.env.Queue).Msg("tick enqueued")
 			}
-			if tk.at.After(tk.e.cur) {
-				tk.e.cur = tk.at
+			tk.e.refusedAt, tk.e.refused = time.Time{}, 0
+			if tk.at.After(enqueued[tk.e.name]) {
+				enqueued[tk.e.name] = tk.at
 			}
+		case tk.invalid || errors.Is(err, job.ErrInvalid):
+			refused = append(refused, tk)
+		default:
+			// Not decided: tried again at the next step, with the
+			// schedule's later ticks.
+			stuck[tk.e] = true
+			if failed == nil {
+				failed = fmt.Errorf("schedule %q, tick %s: %w", tk.e.name, tk.at.UTC().Format(tickLayout), err)
+			}
+			continue
 		}
-		if err := s.recordLast(ctx, mine); err != nil && failed == nil {
-			failed = err
+		if tk.at.After(tk.e.cur) {
+			tk.e.cur = tk.at
 		}
+	}
+	for _, e := range s.entries {
+		// Every due tick was dealt with: the ones the policy dropped
+		// are passed too.
+		if !stuck[e] {
+			if upTo[e].After(e.cur) {
+				e.cur = upTo[e]
+			}
+			e.away = false
+		}
+	}
+	if err := s.recordLast(ctx, enqueued); err != nil && failed == nil {
+		failed = err
+	}
+	if err := s.refuse(ctx, now, refused); err != nil && failed == nil {
+		failed = err
+	}
+	if more && failed == nil {
+		return now, nil // a RunAll catch-up goes on
 	}
 	wake := now.Add(s.cfg.Heartbeat)
 	for _, e := range s.entries {
@@ -498,4 +653,113 @@ func (s *Scheduler) step(ctx context.Context, now time.Time) (time.Time, error) 
 		}
 	}
 	return wake, failed
+}
+
+// claim decides, for each tick, the queue its job goes to: the queue of
+// the first scheduler of the namespace to reach the tick, whatever queue
+// the others declare. One MULTI of HSETNX and HGET per tick on the ticks
+// hash: a scheduler that finds a tick claimed for another queue enqueues
+// its job there too (the broker refuses it as a duplicate when the job is
+// there already; it stores it when the first scheduler died before its
+// enqueue), so that a schedule moved to another queue by a rolling deploy
+// runs each tick once. See docs/periodic.md.
+func (s *Scheduler) claim(ctx context.Context, now time.Time, ticks []*tick) error {
+	if len(ticks) == 0 {
+		return nil
+	}
+	owner := make([]*redis.StringCmd, len(ticks))
+	if _, err := s.b.Client().TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for i, tk := range ticks {
+			keep := s.uniqueness()
+			if tk.e.missed != Skip {
+				keep = max(keep, tk.e.within)
+			}
+			p.HSetNX(ctx, s.keys.Ticks, tk.env.ID, strconv.FormatInt(now.Add(keep).UnixMilli(), 10)+" "+tk.env.Queue)
+			owner[i] = p.HGet(ctx, s.keys.Ticks, tk.env.ID)
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("claiming ticks: %w", err)
+	}
+	for i, tk := range ticks {
+		_, q, ok := strings.Cut(owner[i].Val(), " ")
+		switch {
+		case !ok || job.ValidateQueue(q) != nil:
+			// Not a claim a scheduler wrote: the tick goes to this
+			// scheduler's queue.
+			s.log.Warn().Str("schedule", tk.e.name).Str("tick", tk.at.UTC().Format(tickLayout)).Str("claim", truncate(owner[i].Val(), 100)).
+				Msg("the stored claim of a tick is unreadable; the tick's job goes to this scheduler's queue")
+		case q != tk.env.Queue:
+			e := tk.e
+			e.moved++
+			if e.movedAt.IsZero() || !now.Before(e.movedAt.Add(s.cfg.Heartbeat)) {
+				s.log.Warn().Str("schedule", e.name).Str("tick", tk.at.UTC().Format(tickLayout)).Str("queue", tk.env.Queue).Str("claimed_queue", q).
+					Int("ticks_since_last_line", e.moved).
+					Msg("another scheduler declares this schedule on another queue and reached the tick first; its job goes to that queue, once")
+				e.movedAt, e.moved = now, 0
+			}
+			tk.env.Queue = q
+		}
+		tk.env.Headers[HeaderSignature] = sign(s.secret, tk.env.ID, tk.env.Queue)
+	}
+	return nil
+}
+
+// enqueue enqueues the jobs of ticks in one call, and sets each tick's
+// err. When the broker refuses the call whole (one job it finds invalid
+// refuses them all, and nothing is written), it enqueues them one by one,
+// so that the one bad job is refused alone.
+func (s *Scheduler) enqueue(ctx context.Context, ticks []*tick) {
+	if len(ticks) == 0 {
+		return
+	}
+	envs := make([]*job.Envelope, len(ticks))
+	for i, tk := range ticks {
+		envs[i] = tk.env
+	}
+	err := s.b.Enqueue(ctx, envs...)
+	var be *job.BatchError
+	switch {
+	case err == nil:
+	case len(ticks) == 1:
+		ticks[0].err = err
+	case errors.As(err, &be) && len(be.Errs) == len(ticks):
+		for i, tk := range ticks {
+			tk.err = be.Errs[i]
+		}
+	default:
+		for _, tk := range ticks {
+			tk.err = s.b.Enqueue(ctx, tk.env)
+		}
+	}
+}
+
+// refuse reports ticks whose jobs cannot be enqueued: each schedule's
+// latest refusal becomes its last outcome ("refused", with why), and is
+// logged: the first of a run of refusals, then one line per Heartbeat
+// that says how many were refused since the last line.
+func (s *Scheduler) refuse(ctx context.Context, now time.Time, ticks []*tick) error {
+	if len(ticks) == 0 {
+		return nil
+	}
+	fields := make([]any, 0, 2*len(ticks))
+	for _, tk := range ticks {
+		e, why := tk.e, tk.err.Error()
+		e.refused++
+		if e.refusedAt.IsZero() || !now.Before(e.refusedAt.Add(s.cfg.Heartbeat)) {
+			s.log.Error().Str("schedule", e.name).Str("tick", tk.at.UTC().Format(tickLayout)).Str("queue", e.queue).
+				Str("reason", why).Int("refused_since_last_line", e.refused).
+				Msg("the job of a tick cannot be enqueued; the tick is skipped, the other schedules go on")
+			e.refused, e.refusedAt = 0, now
+		}
+		body, err := json.Marshal(outcome{Result: ResultRefused, Tick: tk.at.UnixMilli(), At: now.UnixMilli(), Error: truncate(why, 512)})
+		if err != nil {
+			return err
+		}
+		fields = append(fields, e.name, body)
+	}
+	if err := s.b.Client().HSet(ctx, s.keys.Outcomes, fields...).Err(); err != nil {
+		return fmt.Errorf("recording refused ticks: %w", err)
+	}
+	return nil
 }

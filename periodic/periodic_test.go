@@ -3,6 +3,7 @@ package periodic_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -43,6 +44,9 @@ func TestBadDeclarations(t *testing.T) {
 		{"nightly", "30 2 * * *", []periodic.Option{periodic.JobOptions(job.In(time.Second))}, "ID, In and At are set by the scheduler"},
 		{"nightly", "30 2 * * *", []periodic.Option{periodic.JobOptions(job.MaxRetries(-1))}, "max retries -1 is negative"},
 		{"nightly", "30 2 * * *", []periodic.Option{periodic.JobOptions(job.Queue("no spaces"))}, "queue name"},
+		{"nightly", "30 2 * * *", []periodic.Option{periodic.JobOptions(job.ExpireAt(time.Now().Add(-time.Minute)))}, `schedule "nightly": job: invalid: expiry`},
+		{"nightly", "30 2 * * *", []periodic.Option{periodic.JobOptions(job.Replace())}, "job option Replace would let a second scheduler replace"},
+		{"nightly", "0 0 30 2 *", nil, `cron expression "0 0 30 2 *" has no tick after`},
 		{"ok", "@daily", nil, `schedule "ok": a schedule with that name was added already`},
 		{"", "@daily", nil, `schedule name ""`},
 		{"bad name", "@daily", nil, `schedule name "bad name" contains ' '`},
@@ -139,4 +143,129 @@ func waitFor(t *testing.T, d time.Duration, cond func() bool) bool {
 		}
 	}
 	return cond()
+}
+
+// TestListShowsTheRestBesideAnUnreadableRecord: a schedule record and an
+// outcome that do not decode (garbage written into Redis) do not fail
+// List: the other schedules are listed as usual, and each bad record's
+// schedule is listed with its name and a Problem that says which record
+// and why.
+func TestListShowsTheRestBesideAnUnreadableRecord(t *testing.T) {
+	t.Parallel()
+	tb := testkit.Setup(t)
+	keys := keyspace.Periodic(tb.NS)
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	good := `{"spec":"@hourly","zone":"UTC","type":"health.ping","queue":"health","missed":"once","within_ms":3600000,"seen":` +
+		itoa(now.UnixMilli()) + `,"expires":` + itoa(now.Add(time.Minute).UnixMilli()) + `}`
+	if err := tb.RDB.HSet(tb.Ctx, keys.Schedules, "good", good, "broken", "{not json", "bad-outcome", good).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.RDB.HSet(tb.Ctx, keys.Outcomes, "bad-outcome", "\x00\x01", "good", `{"result":"success","tick":1,"at":2,"attempt":1}`).Err(); err != nil {
+		t.Fatal(err)
+	}
+	list, err := periodic.List(tb.Ctx, tb.B, now)
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	if len(list) != 3 {
+		t.Fatalf("List: %d schedules, want 3: %+v", len(list), list)
+	}
+	badOutcome, broken, ok := list[0], list[1], list[2]
+	if broken.Name != "broken" || !strings.HasPrefix(broken.Problem, "stored schedule record does not decode: ") ||
+		!strings.Contains(broken.Problem, `"{not json"`) || broken.Spec != "" || broken.Stale {
+		t.Errorf("broken: %+v; want its name and a Problem naming the schedule record", broken)
+	}
+	if badOutcome.Name != "bad-outcome" || badOutcome.Spec != "@hourly" || badOutcome.Outcome != nil ||
+		!strings.HasPrefix(badOutcome.Problem, "stored outcome does not decode: ") {
+		t.Errorf("bad-outcome: %+v; want the schedule, no outcome, a Problem naming the outcome", badOutcome)
+	}
+	if ok.Name != "good" || ok.Problem != "" || ok.Spec != "@hourly" || ok.Missed != periodic.RunOnce || ok.Within != time.Hour ||
+		ok.Outcome == nil || ok.Outcome.Result != "success" || !ok.Next.Equal(time.Date(2030, 1, 2, 4, 0, 0, 0, time.UTC)) {
+		t.Errorf("good: %+v, outcome %+v; want it whole", ok, ok.Outcome)
+	}
+}
+
+func itoa(v int64) string { return strconv.FormatInt(v, 10) }
+
+// TestForgedJobDoesNotChangeTheOutcome: while a scheduler and a worker
+// with Outcomes run an every-second schedule, jobs that carry its headers
+// (a tick of next year's, one with a made-up signature, one of a name that
+// is no schedule) fail for good in the same worker. None becomes the
+// schedule's last outcome, though it would stay (a later tick's outcome is
+// never replaced): the outcomes that follow are the real ticks'
+// successes, and no outcome of the made-up name is stored.
+func TestForgedJobDoesNotChangeTheOutcome(t *testing.T) {
+	t.Parallel()
+	tb := testkit.Setup(t)
+	forger := job.New[Ping]("health.forged", job.Queue("health"), job.MaxRetries(0))
+	pingType.Handle(tb.Reg, func(context.Context, *job.Job[Ping]) error { return nil })
+	forger.Handle(tb.Reg, func(context.Context, *job.Job[Ping]) error { return errors.New("forged: it never ran") })
+	cfg := tb.Config(t)
+	cfg.Queues = []worker.Queue{{Name: "health"}}
+	testkit.StartWorker(t, cfg, periodic.Outcomes(tb.B))
+	s, err := periodic.New(tb.B, periodic.Config{Logger: testkit.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := periodic.Add(s, "nightly", "@every 1s", pingType, Ping{Service: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	outcome := func() *periodic.LastOutcome {
+		t.Helper()
+		list, err := periodic.List(tb.Ctx, tb.B, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range list {
+			if st.Name == "nightly" {
+				return st.Outcome
+			}
+		}
+		return nil
+	}
+	if !waitFor(t, 30*time.Second, func() bool { o := outcome(); return o != nil && o.Result == periodic.ResultSuccess }) {
+		t.Fatalf("no success recorded within 30s: %+v", outcome())
+	}
+
+	next := time.Now().UTC().AddDate(1, 0, 0).Truncate(time.Second)
+	tick := next.Format("2006-01-02T15:04:05Z")
+	for id, h := range map[string]map[string]string{
+		periodic.TickID("nightly", next):                {periodic.HeaderSchedule: "nightly", periodic.HeaderTick: tick},
+		periodic.TickID("nightly", next.Add(time.Hour)): {periodic.HeaderSchedule: "nightly", periodic.HeaderTick: next.Add(time.Hour).Format("2006-01-02T15:04:05Z"), periodic.HeaderSignature: "AAAAAAAAAAAAAAAAAAAAAA"},
+		periodic.TickID("ghost", next):                  {periodic.HeaderSchedule: "ghost", periodic.HeaderTick: tick},
+	} {
+		opts := []job.Option{job.ID(id)}
+		for k, v := range h {
+			opts = append(opts, job.Header(k, v))
+		}
+		if _, err := forger.Enqueue(tb.Ctx, tb.B, Ping{}, opts...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !waitFor(t, 30*time.Second, func() bool {
+		st, err := tb.B.Stats(tb.Ctx, "health")
+		return err == nil && st.Dead == 3
+	}) {
+		t.Fatal("the forged jobs did not fail within 30s")
+	}
+	died := time.Now()
+	// Had a forged job been recorded, its tick (next year) would hold.
+	if !waitFor(t, 30*time.Second, func() bool {
+		o := outcome()
+		return o != nil && o.Result == periodic.ResultSuccess && o.Tick.After(died.Add(time.Second))
+	}) {
+		t.Fatalf("outcome after the forged jobs died: %+v; want the real ticks' successes", outcome())
+	}
+	if names, err := tb.RDB.HKeys(tb.Ctx, keyspace.Periodic(tb.NS).Outcomes).Result(); err != nil || len(names) != 1 || names[0] != "nightly" {
+		t.Errorf("outcomes stored for %v (%v), want nightly's alone", names, err)
+	}
 }

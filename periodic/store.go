@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -53,7 +56,9 @@ func (s *Scheduler) syncClock(ctx context.Context) error {
 }
 
 // heartbeat writes the declared schedules with their next run and seen
-// time, then removes the stale schedules this scheduler does not declare.
+// time, reads the periodic key (making it when there is none), removes
+// the stale schedules this scheduler does not declare, the last ticks and
+// outcomes of names that are no schedule, and the expired tick claims.
 func (s *Scheduler) heartbeat(ctx context.Context) error {
 	if err := s.syncClock(ctx); err != nil {
 		return err
@@ -75,35 +80,98 @@ func (s *Scheduler) heartbeat(ctx context.Context) error {
 		declared[e.name] = true
 	}
 	rdb := s.b.Client()
+	secret, err := loadSecret(ctx, rdb, s.keys.Secret)
+	if err != nil {
+		return err
+	}
+	s.secret = secret
 	if err := rdb.HSet(ctx, s.keys.Schedules, fields...).Err(); err != nil {
 		return fmt.Errorf("writing the schedules: %w", err)
 	}
-	all, err := rdb.HGetAll(ctx, s.keys.Schedules).Result()
-	if err != nil {
+	// One snapshot of the three: a name has a last tick or an outcome
+	// only after a scheduler wrote its schedule record.
+	var (
+		all  *redis.MapStringStringCmd
+		last *redis.StringSliceCmd
+		outs *redis.StringSliceCmd
+	)
+	if _, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		all = p.HGetAll(ctx, s.keys.Schedules)
+		last = p.ZRange(ctx, s.keys.Last, 0, -1)
+		outs = p.HKeys(ctx, s.keys.Outcomes)
+		return nil
+	}); err != nil {
 		return fmt.Errorf("reading the schedules: %w", err)
 	}
-	var stale []string
-	for name, body := range all {
+	if err := s.pruneTicks(ctx, now); err != nil {
+		return err
+	}
+	var stale, unknown []string
+	for name, body := range all.Val() {
 		var r record
 		if declared[name] || (json.Unmarshal([]byte(body), &r) == nil && r.Expires >= now.UnixMilli()) {
 			continue
 		}
 		stale = append(stale, name)
 	}
-	if len(stale) == 0 {
+	seen := map[string]bool{}
+	for _, name := range slices.Concat(last.Val(), outs.Val()) {
+		if _, ok := all.Val()[name]; !ok && !seen[name] {
+			seen[name] = true
+			unknown = append(unknown, name)
+		}
+	}
+	if len(stale) == 0 && len(unknown) == 0 {
 		return nil
 	}
 	sort.Strings(stale)
+	sort.Strings(unknown)
+	gone := slices.Concat(stale, unknown)
 	if _, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HDel(ctx, s.keys.Schedules, stale...)
-		p.ZRem(ctx, s.keys.Last, toAny(stale)...)
-		p.HDel(ctx, s.keys.Outcomes, stale...)
+		if len(stale) > 0 {
+			p.HDel(ctx, s.keys.Schedules, stale...)
+		}
+		p.ZRem(ctx, s.keys.Last, toAny(gone)...)
+		p.HDel(ctx, s.keys.Outcomes, gone...)
 		return nil
 	}); err != nil {
-		return fmt.Errorf("removing stale schedules %v: %w", stale, err)
+		return fmt.Errorf("removing stale schedules %v and records of unknown names %v: %w", stale, unknown, err)
 	}
-	s.log.Info().Strs("schedules", stale).Msg("removed stale schedules that no scheduler declares")
+	if len(stale) > 0 {
+		s.log.Info().Strs("schedules", stale).Msg("removed stale schedules that no scheduler declares")
+	}
+	if len(unknown) > 0 {
+		s.log.Info().Strs("names", unknown).Msg("removed last ticks and outcomes of names that are no schedule")
+	}
 	return nil
+}
+
+// pruneTicks removes the tick claims that expired (and any that do not
+// read as one), a few hundred fields per call.
+func (s *Scheduler) pruneTicks(ctx context.Context, now time.Time) error {
+	rdb := s.b.Client()
+	var cursor uint64
+	for {
+		kv, next, err := rdb.HScan(ctx, s.keys.Ticks, cursor, "", 500).Result()
+		if err != nil {
+			return fmt.Errorf("reading the tick claims: %w", err)
+		}
+		var expired []string
+		for i := 0; i+1 < len(kv); i += 2 {
+			ms, _, _ := strings.Cut(kv[i+1], " ")
+			if v, err := strconv.ParseInt(ms, 10, 64); err != nil || v < now.UnixMilli() {
+				expired = append(expired, kv[i])
+			}
+		}
+		if len(expired) > 0 {
+			if err := rdb.HDel(ctx, s.keys.Ticks, expired...).Err(); err != nil {
+				return fmt.Errorf("removing expired tick claims: %w", err)
+			}
+		}
+		if cursor = next; cursor == 0 {
+			return nil
+		}
+	}
 }
 
 func toAny(ss []string) []any {
@@ -130,10 +198,12 @@ func fromMS(v int64) time.Time {
 
 // resume sets where each schedule left off: its latest enqueued tick, by
 // any scheduler. A schedule that never ticked starts at now: its first
-// job is its next tick's.
+// job is its next tick's. The ticks since the latest enqueued one were
+// due while this scheduler was away: its first step leaves them to the
+// schedule's missed-tick policy.
 func (s *Scheduler) resume(ctx context.Context, now time.Time) error {
 	for _, e := range s.entries {
-		e.cur = now
+		e.cur, e.away = now, true
 	}
 	return s.catchUp(ctx, true)
 }
@@ -195,19 +265,40 @@ type Status struct {
 	// LastID is the job id of the Last tick.
 	LastID string
 	// Outcome is the latest finished attempt of one of the schedule's
-	// jobs, as [Outcomes] recorded it; nil when none was recorded.
+	// jobs, as [Outcomes] recorded it, or the latest tick whose job the
+	// scheduler could not enqueue (ResultRefused); nil when none was
+	// recorded.
 	Outcome *LastOutcome
 
 	Seen    time.Time // the last heartbeat of a scheduler that declares it
 	Expires time.Time // when it counts as stale without another heartbeat
 	Stale   bool      // no scheduler declared it since Expires
+
+	// Problem says which of the schedule's stored records could not be
+	// read and why (e.g. `stored schedule record does not decode: …`);
+	// empty when every record decoded. A schedule whose own record does
+	// not decode is listed with its name, Problem, and what its other
+	// records hold; the fields its record holds are zero.
+	Problem string
 }
 
-// LastOutcome is how the latest finished attempt of a schedule's job ended.
+// Results of a LastOutcome.
+const (
+	ResultSuccess = "success" // the attempt succeeded
+	ResultRetry   = "retry"   // the attempt failed; the job is retried
+	ResultDead    = "dead"    // the attempt failed for good
+	ResultFailed  = "failed"  // the attempt failed outside a worker: what follows is unknown
+	// ResultRefused: the scheduler could not enqueue the tick's job (an
+	// expiry before the tick, a job the broker finds invalid) and skipped
+	// the tick; Error says why.
+	ResultRefused = "refused"
+)
+
+// LastOutcome is how the latest finished attempt of a schedule's job
+// ended, or why the scheduler could not enqueue its latest tick.
 type LastOutcome struct {
-	// Result is "success", "retry" (failed, to be retried), "dead"
-	// (failed for good) or "failed" (failed, where the handler ran
-	// outside a worker so that what followed is unknown).
+	// Result is one of ResultSuccess, ResultRetry, ResultDead,
+	// ResultFailed and ResultRefused.
 	Result  string
 	Tick    time.Time // the tick of the job
 	At      time.Time // when the attempt ended
@@ -217,7 +308,9 @@ type LastOutcome struct {
 
 // List returns the schedules stored in namespace of b, sorted by name.
 // Stale is judged against now; the zero time means the Redis server's
-// clock.
+// clock. A stored record that does not decode does not fail the listing:
+// its schedule is listed with Status.Problem naming it, and the others as
+// usual. Only a Redis error fails List.
 func List(ctx context.Context, b *broker.Broker, now time.Time) ([]Status, error) {
 	rdb, keys := b.Client(), keyspace.Periodic(b.Namespace())
 	var (
@@ -248,41 +341,52 @@ func List(ctx context.Context, b *broker.Broker, now time.Time) ([]Status, error
 	}
 	out := make([]Status, 0, len(defs.Val()))
 	for name, body := range defs.Val() {
+		st := Status{Name: name, Last: lastOf[name]}
+		var problems []string
 		var r record
 		if err := json.Unmarshal([]byte(body), &r); err != nil {
-			return nil, fmt.Errorf("periodic: schedule %q: stored record does not decode: %v", name, err)
-		}
-		st := Status{
-			Name: name, Spec: r.Spec, Zone: r.Zone, Type: r.Type, Queue: r.Queue,
-			Within: time.Duration(r.WithinMS) * time.Millisecond,
-			Next:   fromMS(r.Next), Last: lastOf[name],
-			Seen: fromMS(r.Seen), Expires: fromMS(r.Expires),
-			Stale: now.UnixMilli() > r.Expires,
-		}
-		// The next tick from the expression itself: the stored one is as
-		// old as the last heartbeat. A stale schedule has none: nothing
-		// runs it.
-		if loc, err := time.LoadLocation(r.Zone); err == nil && !st.Stale {
-			if sched, err := parseSpec(r.Spec, loc); err == nil {
-				st.Next = sched.Next(now).UTC()
+			problems = append(problems, fmt.Sprintf("stored schedule record does not decode: %v (%s)", err, quoteStart(body, 40)))
+		} else {
+			st.Spec, st.Zone, st.Type, st.Queue = r.Spec, r.Zone, r.Type, r.Queue
+			st.Within = time.Duration(r.WithinMS) * time.Millisecond
+			st.Seen, st.Expires = fromMS(r.Seen), fromMS(r.Expires)
+			st.Stale = now.UnixMilli() > r.Expires
+			st.Missed = parseMissed(r.Missed)
+			// The next tick from the expression itself: the stored one is
+			// as old as the last heartbeat. A stale schedule has none:
+			// nothing runs it.
+			if !st.Stale {
+				st.Next = fromMS(r.Next)
+				if loc, err := time.LoadLocation(r.Zone); err == nil {
+					if sched, err := parseSpec(r.Spec, loc); err == nil {
+						st.Next = sched.Next(now).UTC()
+					}
+				}
 			}
-		} else if st.Stale {
-			st.Next = time.Time{}
-		}
-		if r.Missed == RunOnce.String() {
-			st.Missed = RunOnce
 		}
 		if !st.Last.IsZero() {
 			st.LastID = TickID(name, st.Last)
 		}
 		if raw, ok := outs.Val()[name]; ok {
 			var o outcome
-			if err := json.Unmarshal([]byte(raw), &o); err == nil {
+			if err := json.Unmarshal([]byte(raw), &o); err != nil {
+				problems = append(problems, fmt.Sprintf("stored outcome does not decode: %v (%s)", err, quoteStart(raw, 40)))
+			} else {
 				st.Outcome = &LastOutcome{Result: o.Result, Tick: fromMS(o.Tick), At: fromMS(o.At), Attempt: o.Attempt, Error: o.Error}
 			}
 		}
+		st.Problem = strings.Join(problems, "; ")
 		out = append(out, st)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
+}
+
+// quoteStart quotes the first n bytes of a stored value, for an error that
+// shows what was found.
+func quoteStart(s string, n int) string {
+	if len(s) <= n {
+		return fmt.Sprintf("%q", s)
+	}
+	return fmt.Sprintf("%q…", cut(s, n))
 }

@@ -53,9 +53,11 @@ type Config struct {
 	// current ones run instead of one claim round trip per handful of
 	// jobs. Their leases are heartbeated like those of running jobs; at
 	// shutdown the ones that have not started are handed back at once,
-	// unrun (no attempt spent); one whose lease was lost meanwhile is
-	// never started. Their attempt counts from the claim: a worker that
-	// crashes spends it, like that of a running job.
+	// unrun (no attempt spent); one whose lease was lost, or may have run
+	// out (no extend confirmed it for nine tenths of the lease: the
+	// process stalled, say), is never started. Their attempt counts from
+	// the claim: a worker that crashes spends it, like that of a running
+	// job.
 	//
 	// 0 (the default) adapts it to the handlers: as many jobs as the
 	// worker's goroutines finish during one claim round trip (Concurrency
@@ -83,9 +85,11 @@ type Config struct {
 	// Lease is how long a claimed job stays with this worker without a
 	// heartbeat. A crashed worker's jobs come back after it. Default 30s.
 	Lease time.Duration
-	// HeartbeatInterval is how often the leases of running jobs are
+	// HeartbeatInterval is how often the leases of held jobs are
 	// extended. Default Lease/3; it must be below Lease; negative disables
-	// the heartbeat (a job that outlives its lease is then redelivered).
+	// the heartbeat (a job that outlives its lease is then redelivered,
+	// and its handler's context is cancelled with ErrLeaseStale at nine
+	// tenths of the lease).
 	HeartbeatInterval time.Duration
 	// ReapInterval is how often this worker looks for expired leases.
 	// Default Lease/3; negative disables reaping here.

@@ -34,7 +34,8 @@
 //
 // A panic is an error carrying its stack. A handler's context is cancelled
 // at its timeout (the job's, its type's or Config.Timeout), when its lease
-// is lost, and at the end of a shutdown.
+// is lost, when its lease may have run out (cause ErrLeaseStale: see
+// below), and at the end of a shutdown.
 //
 // # Timing and leases
 //
@@ -46,13 +47,28 @@
 // sleeps until the next ready time it knows of and is woken early when a
 // producer schedules an earlier job, so a job starts within milliseconds of
 // its ready time without polling. While a job runs, a heartbeat extends its
-// lease; any worker reaps leases that ran out (a crashed worker's jobs), and
-// fencing tokens keep a late worker from touching a job it lost.
+// lease, and keeps extending it after the handler returned until its
+// outcome is recorded; any worker reaps leases that ran out (a crashed
+// worker's jobs), and fencing tokens keep a late worker from touching a job
+// it lost. Outcomes and extends go to Redis in one lane per shard, so a
+// slow or failing shard delays no other.
 //
-// Delivery is at least once: a job whose worker crashed, paused or lost
+// A worker knows until when each lease it holds is live: a lease from when
+// the claim (or the last extend that confirmed it) was sent, by its
+// monotonic clock (or by the wall clock, when more has passed by it: a
+// suspended machine). A prefetched job is started only while that is more than a
+// tenth of the lease away, and is handed back unrun otherwise; the handler
+// of a running job whose lease may have run out is cancelled with cause
+// ErrLeaseStale. Both are checked the moment the process runs again after
+// a stall (SIGSTOP, a long pause, a frozen VM), before any round trip to
+// Redis, so a stalled worker never starts a job another worker may have
+// run meanwhile.
+//
+// Delivery is at least once: a job whose worker crashed, stalled or lost
 // Redis for longer than Config.Lease is handed to another worker while the
-// first handler may have done its work. Write handlers so that a second run
-// is harmless (docs/idempotency.md in the repository shows how).
+// first handler may have done its work (a handler that ignores its
+// cancelled context keeps running). Write handlers so that a second run is
+// harmless (docs/idempotency.md in the repository shows how).
 //
 // # Shutdown
 //

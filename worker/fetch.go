@@ -15,15 +15,20 @@ import (
 	"github.com/delayq/delayq/job"
 )
 
-// claims are the fetcher's claim ids. A claim whose reply was lost (an
-// error that may have come after the claim ran) is sent again with the same
-// id before anything else is claimed: the broker replays it, so the jobs it
-// took are not left held by nobody until their lease runs out. Nothing else
-// is claimed meanwhile, so the free slots the claim asked for are still
-// free when its jobs arrive.
+// claims are the fetcher's claim ids and what it knows of each shard. A
+// claim whose reply was lost (an error that may have come after the claim
+// ran) is sent again with the same id before anything else is claimed from
+// its shard: the broker replays it, so the jobs it took are not left held
+// by nobody until their lease runs out. The free slots it asked for stay
+// reserved meanwhile, so they are still free when its jobs arrive; other
+// shards and queues go on. A shard that does not answer for most of a
+// lease loses its reservation: the jobs would come too late to start. A claim that Redis answered with the script's
+// own error (protocol.ErrRefused: a key of the wrong type) was not lost:
+// that shard alone backs off, and is asked again later.
 type claims struct {
 	seq     uint64
-	pending *pendingClaim
+	pending map[string]*pendingClaim // by shard name
+	backoff map[string]*backingOff   // by shard name, or "queue " + name when its shards could not be resolved
 }
 
 // pendingClaim is a claim to send again.
@@ -31,17 +36,64 @@ type pendingClaim struct {
 	shard    keyspace.Shard
 	id       string
 	n, ahead int
+	sent     time.Time // when it was first sent: its leases run from no earlier
+}
+
+// backingOff is how long a shard (or queue) that failed is left alone.
+type backingOff struct {
+	failures int
+	until    time.Time
+}
+
+// reserved is the number of slots the pending claims asked for.
+func (c *claims) reserved() int {
+	n := 0
+	for _, p := range c.pending {
+		n += p.n
+	}
+	return n
+}
+
+// wait returns how long until the back-off of name ends (0 when it is not
+// backing off).
+func (c *claims) wait(name string, now time.Time) time.Duration {
+	if b := c.backoff[name]; b != nil && now.Before(b.until) {
+		return b.until.Sub(now)
+	}
+	return 0
+}
+
+// failed starts or lengthens the back-off of name and returns it: refused
+// failures (the script's own error, which only a repair ends) back off
+// longer than others.
+func (c *claims) failed(name string, now time.Time, refused bool) time.Duration {
+	if c.backoff == nil {
+		c.backoff = map[string]*backingOff{}
+	}
+	b := c.backoff[name]
+	if b == nil {
+		b = &backingOff{}
+		c.backoff[name] = b
+	}
+	b.failures++
+	d := errorBackoff(b.failures)
+	if refused {
+		d = refusedBackoff(b.failures)
+	}
+	b.until = now.Add(d)
+	return d
 }
 
 // room is what a worker may claim now: run is how many of its
 // Concurrency goroutines are free (negative when prefetched jobs wait for
 // them), free how many jobs it may take in all (free goroutines plus what it
-// may prefetch), and depth the prefetch it aims at.
+// may prefetch), and depth the prefetch it aims at. The slots of claims
+// whose reply was lost are taken: their jobs are on their way.
 type room struct{ run, free, depth int }
 
 // room returns the room of the worker now.
 func (w *Worker) room() room {
-	held := w.slots.count()
+	held := w.slots.count() + w.claims.reserved()
 	d := w.pace.depth(w.cfg)
 	return room{run: w.cfg.Concurrency - held, free: w.cfg.Concurrency + d - held, depth: d}
 }
@@ -54,20 +106,22 @@ func (r room) worth() bool {
 	return r.free > 0 && (r.run > 0 || r.free >= (r.depth+3)/4)
 }
 
-// fetch claims jobs for free slots until ctx is done. Each round visits
-// the queues in the order of order() and, for a sharded queue, its shards
-// starting at the next one in turn (so that claims spread over them), each
-// asked for what the free slots leave. It then sleeps until the earliest
-// next ready time it was told of (at most MaxIdle), a wake-up notice, or a
-// freed slot when none was free (or when a shard with a cap or a rate
-// limit, from which nothing is prefetched, waits for a free goroutine).
+// fetch claims jobs for free slots until ctx is done. Each round first
+// sends again the claims whose reply was lost, then visits the queues in
+// the order of order() and, for a sharded queue, its shards starting at
+// the next one in turn (so that claims spread over them), each asked for
+// what the free slots leave; a shard (or queue) that failed is skipped
+// until its back-off ends. It then sleeps until the earliest next ready
+// time it was told of (at most MaxIdle), the end of a back-off, a wake-up
+// notice, or a freed slot when none was free (or when a shard with a cap or
+// a rate limit, from which nothing is prefetched, waits for a free
+// goroutine).
 func (w *Worker) fetch(ctx, jobs context.Context, notices <-chan string, handlers *sync.WaitGroup) {
-	var failures int
 	var turn int
 	controlled := map[string]bool{} // shards with a cap or a rate limit, as the last claim said
 	for ctx.Err() == nil {
 		r := w.room()
-		if !r.worth() {
+		if len(w.claims.pending) == 0 && !r.worth() {
 			select {
 			case <-ctx.Done():
 			case <-w.slots.freed:
@@ -76,45 +130,68 @@ func (w *Worker) fetch(ctx, jobs context.Context, notices <-chan string, handler
 		}
 		wait := w.cfg.MaxIdle
 		var freed <-chan struct{} // set when a shard waits for a goroutine
+		if !r.worth() {
+			// Only lost claims to send again (their slots are reserved):
+			// a freed slot lets the others claim too.
+			freed = w.slots.freed
+		}
 		turn++
-		if p := w.claims.pending; p != nil {
-			// First the claim whose reply was lost.
-			res, err := w.claim(ctx, jobs, p.shard, p.id, p.n, p.ahead, handlers)
+		now := time.Now()
+		// First the claims whose reply was lost, each on its shard.
+		for name, p := range w.claims.pending {
+			if since(now, p.sent) >= w.cfg.Lease-w.cfg.Lease/10 {
+				// Its jobs' leases may have run out: they would be handed
+				// back on arrival. Its slots go to other shards.
+				delete(w.claims.pending, name)
+				w.log.Warn().Str("queue", p.shard.Queue()).Str("shard", name).Msg("a claim's reply was lost and its shard did not answer again within the lease; its jobs, if any, come back after their lease")
+				continue
+			}
+			if d := w.claims.wait(name, now); d > 0 {
+				wait = min(wait, d)
+				continue
+			}
+			res, err := w.claim(ctx, jobs, p.shard, p.id, p.n, p.ahead, p.sent, handlers)
 			switch {
 			case err != nil:
-				failures++
-				wait = errorBackoff(failures)
+				wait = min(wait, w.claims.wait(name, time.Now()))
 			case len(res.Jobs) > 0:
 				wait = 0
 			}
-			if err == nil {
-				failures = 0
-				r = w.room()
-			}
-			if err != nil || r.free <= 0 {
-				sleep(ctx, wait, notices, nil)
-				continue
-			}
 		}
-	round:
+		if r = w.room(); !r.worth() {
+			sleep(ctx, wait, notices, w.slots.freed)
+			continue
+		}
 		for _, q := range w.order() {
 			if r.free <= 0 || ctx.Err() != nil {
 				break
 			}
+			if d := w.claims.wait("queue "+q, now); d > 0 {
+				wait = min(wait, d)
+				continue
+			}
 			shards, err := w.b.Shards(ctx, q)
 			if err != nil {
 				if ctx.Err() == nil {
-					failures++
-					w.log.Error().Err(err).Str("queue", q).Msg("claim failed")
-					wait = min(wait, errorBackoff(failures))
+					d := w.claims.failed("queue "+q, time.Now(), false)
+					w.log.Error().Err(err).Str("queue", q).Int64("retry_in_ms", d.Milliseconds()).Msg("claim failed: cannot resolve the queue's shards; other queues go on")
+					wait = min(wait, d)
 				}
 				continue
 			}
+			delete(w.claims.backoff, "queue "+q)
 			for i := range shards {
 				if r.free <= 0 || ctx.Err() != nil {
 					break
 				}
 				s := shards[(turn+i)%len(shards)]
+				if w.claims.pending[s.Name()] != nil {
+					continue // its lost claim goes first
+				}
+				if d := w.claims.wait(s.Name(), now); d > 0 {
+					wait = min(wait, d)
+					continue
+				}
 				n := min(r.free, w.cfg.BatchSize)
 				ahead := max(n-max(r.run, 0), 0)
 				if controlled[s.Name()] {
@@ -127,16 +204,12 @@ func (w *Worker) fetch(ctx, jobs context.Context, notices <-chan string, handler
 					n, ahead = min(r.run, w.cfg.BatchSize), 0
 				}
 				w.claims.seq++
-				res, err := w.claim(ctx, jobs, s, strconv.FormatUint(w.claims.seq, 10), n, ahead, handlers)
+				res, err := w.claim(ctx, jobs, s, strconv.FormatUint(w.claims.seq, 10), n, ahead, time.Now(), handlers)
 				if err != nil {
-					failures++
-					wait = min(wait, errorBackoff(failures))
-					if w.claims.pending != nil {
-						break round // send it again first
-					}
+					wait = min(wait, w.claims.wait(s.Name(), time.Now()))
+					r = w.room() // a lost claim's slots are reserved
 					continue
 				}
-				failures = 0
 				controlled[s.Name()] = res.Controlled
 				r.free -= len(res.Jobs)
 				r.run -= len(res.Jobs)
@@ -159,55 +232,74 @@ func (w *Worker) fetch(ctx, jobs context.Context, notices <-chan string, handler
 	}
 }
 
-// claim sends one claim and starts its jobs. A claim that failed in a way
-// that leaves it unknown whether it ran becomes the pending one; one that
-// was answered (even short of replicas: its jobs are handed over) clears it.
-func (w *Worker) claim(ctx, jobs context.Context, s keyspace.Shard, id string, n, ahead int, handlers *sync.WaitGroup) (protocol.ClaimResult, error) {
+// claim sends one claim (first sent at sent: now, or the first time of a
+// claim sent again) and starts its jobs. A claim that failed in a way that
+// leaves it unknown whether it ran becomes its shard's pending one; one
+// that was answered (even short of replicas: its jobs are handed over)
+// clears it. Any failure starts the shard's back-off.
+func (w *Worker) claim(ctx, jobs context.Context, s keyspace.Shard, id string, n, ahead int, sent time.Time, handlers *sync.WaitGroup) (protocol.ClaimResult, error) {
 	c := w.caller
 	c.Ahead = ahead
 	began := time.Now()
 	res, err := w.b.Claim(ctx, s, c, id, n, w.cfg.Lease)
 	if err != nil && !(errors.Is(err, broker.ErrNotReplicated) && res.Now.After(time.Time{})) {
-		if ctx.Err() == nil {
-			w.log.Error().Err(err).Str("queue", s.Queue()).Str("shard", s.Name()).Msg("claim failed")
+		refused := errors.Is(err, protocol.ErrRefused)
+		switch {
+		case errors.Is(err, job.ErrInvalid):
+			// Refused before it was sent.
+			delete(w.claims.pending, s.Name())
+		case refused:
+			// Answered: not a lost reply. Sent again, it would fail the
+			// same way until the key the error names is repaired.
+			delete(w.claims.pending, s.Name())
+		default:
+			if w.claims.pending == nil {
+				w.claims.pending = map[string]*pendingClaim{}
+			}
+			w.claims.pending[s.Name()] = &pendingClaim{shard: s, id: id, n: n, ahead: ahead, sent: sent}
 		}
-		if !errors.Is(err, job.ErrInvalid) {
-			w.claims.pending = &pendingClaim{shard: s, id: id, n: n, ahead: ahead}
+		if ctx.Err() != nil {
+			return res, err
 		}
+		d := w.claims.failed(s.Name(), time.Now(), refused)
+		msg := "claim failed; sending it again before claiming more from this shard"
+		if refused {
+			msg = "claim refused by the script: this shard backs off until the key the error names is repaired; other queues go on"
+		}
+		w.log.Error().Err(err).Str("queue", s.Queue()).Str("shard", s.Name()).Int64("retry_in_ms", d.Milliseconds()).Msg(msg)
 		return res, err
 	}
 	w.pace.claimed(time.Since(began))
 	if err != nil {
 		w.log.Warn().Err(err).Str("queue", s.Queue()).Msg("claim not confirmed by replicas; its jobs run anyway")
 	}
-	w.claims.pending = nil
-	w.claimed(jobs, s, res, handlers)
+	delete(w.claims.pending, s.Name())
+	delete(w.claims.backoff, s.Name())
+	w.claimed(jobs, s, res, sent, handlers)
 	return res, nil
 }
 
-// giveBackClaim, at shutdown, asks once more for a claim whose reply was
+// giveBackClaim, at shutdown, asks once more for each claim whose reply was
 // lost and releases the jobs it took, without spending their attempts.
 func (w *Worker) giveBackClaim(bg context.Context) {
-	p := w.claims.pending
-	if p == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(bg, 2*time.Second)
-	defer cancel()
-	c := w.caller
-	c.Ahead = p.ahead
-	res, err := w.b.Claim(ctx, p.shard, c, p.id, p.n, w.cfg.Lease)
-	if len(res.Jobs) == 0 {
-		if err != nil && !errors.Is(err, broker.ErrNotReplicated) {
-			w.log.Warn().Err(err).Str("queue", p.shard.Queue()).Msg("a claim's reply was lost; its jobs, if any, come back after their lease")
+	for _, p := range w.claims.pending {
+		ctx, cancel := context.WithTimeout(bg, 2*time.Second)
+		c := w.caller
+		c.Ahead = p.ahead
+		res, err := w.b.Claim(ctx, p.shard, c, p.id, p.n, w.cfg.Lease)
+		cancel()
+		if len(res.Jobs) == 0 {
+			if err != nil && !errors.Is(err, broker.ErrNotReplicated) {
+				w.log.Warn().Err(err).Str("queue", p.shard.Queue()).Msg("a claim's reply was lost; its jobs, if any, come back after their lease")
+			}
+			continue
 		}
-		return
+		leases := make([]protocol.Lease, len(res.Jobs))
+		for i, c := range res.Jobs {
+			leases[i] = c.Lease
+		}
+		w.release(leases)
 	}
-	leases := make([]protocol.Lease, len(res.Jobs))
-	for i, c := range res.Jobs {
-		leases[i] = c.Lease
-	}
-	w.release(leases)
 }
 
 // sleep waits up to d for ctx, a wake-up notice, a freed slot (when freed
@@ -226,18 +318,32 @@ func sleep(ctx context.Context, d time.Duration, notices <-chan string, freed <-
 	}
 }
 
-// claimed starts the jobs of one claim.
-func (w *Worker) claimed(jobs context.Context, s keyspace.Shard, res protocol.ClaimResult, handlers *sync.WaitGroup) {
+// claimed starts the jobs of one claim, first sent at sent: their leases
+// are live for a lease from then.
+func (w *Worker) claimed(jobs context.Context, s keyspace.Shard, res protocol.ClaimResult, sent time.Time, handlers *sync.WaitGroup) {
 	if len(res.Orphans) > 0 {
 		w.log.Warn().Str("queue", s.Queue()).Strs("job_ids", res.Orphans).Msg("removed scheduled ids without an envelope")
 	}
 	for i := range res.Jobs {
-		w.start(jobs, res.Now, &res.Jobs[i], handlers)
+		w.start(jobs, res.Now, &res.Jobs[i], sent, handlers)
+	}
+	if len(res.Jobs) > 0 {
+		w.log.Debug().Str("queue", s.Queue()).Str("shard", s.Name()).Int("jobs", len(res.Jobs)).Msg("jobs claimed")
 	}
 }
 
+// errorBackoff is how long a shard is left alone after failures errors in
+// a row: 100 ms doubling up to 2 s.
 func errorBackoff(failures int) time.Duration {
 	return min(50*time.Millisecond<<min(failures, 6), 2*time.Second)
+}
+
+// refusedBackoff is how long a shard whose claims the script refused
+// (protocol.ErrRefused) is left alone after failures of them in a row:
+// 500 ms doubling up to 10 s, so that a repaired key is found within 10 s
+// and the error is logged a few times a minute.
+func refusedBackoff(failures int) time.Duration {
+	return min(250*time.Millisecond<<min(failures, 6), 10*time.Second)
 }
 
 // order returns the queue names in the order to try them this round.
@@ -274,18 +380,21 @@ func (w *Worker) order() []string {
 
 // start hands one claimed job to a runner: a new one when fewer than
 // Concurrency run, else the job waits (prefetched) in line for the first
-// runner that is done with its job. A job still waiting when the worker
-// shuts down, or whose lease the heartbeat found lost, is not run.
-func (w *Worker) start(jobs context.Context, claimedAt time.Time, c *protocol.Claimed, handlers *sync.WaitGroup) {
+// runner that is done with its job. Right before it starts, its lease is
+// checked (live for a lease from sent, the claim's, or from the last
+// extend that confirmed it): a job whose lease may have run out meanwhile
+// (the process was stalled, say, while it waited) is handed back unrun,
+// as is one still waiting when the worker shuts down; one whose lease the
+// heartbeat found lost is forgotten.
+func (w *Worker) start(jobs context.Context, claimedAt time.Time, c *protocol.Claimed, sent time.Time, handlers *sync.WaitGroup) {
 	ctx, cancel := context.WithCancelCause(jobs)
-	t := &task{lease: c.Lease, cancel: cancel}
+	t := &task{lease: c.Lease, cancel: cancel, confirmed: sent}
 	t.run = func() {
 		defer cancel(nil)
-		if ok, release := w.slots.startable(t); !ok {
-			if release {
-				w.release([]protocol.Lease{t.lease})
+		if ok, back := w.slots.startable(t, time.Now()); !ok {
+			if back {
+				w.giveBack([]*task{t})
 			}
-			w.slots.finish(t)
 			return
 		}
 		began := time.Now()

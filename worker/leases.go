@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/keyspace"
@@ -12,38 +15,143 @@ import (
 	"github.com/delayq/delayq/job"
 )
 
-// heartbeat extends the leases of running jobs; a job whose lease is lost
-// gets its context cancelled.
+// heartbeat extends the leases of the jobs the worker holds (running,
+// prefetched, and finished but with their outcome not recorded yet), one
+// Extend call per shard, each in its shard's lane: a shard whose extend is
+// still under way (a slow or hung shard) is left out of this round, and
+// delays no other. First it hands back or cancels what a stall left stale.
 func (w *Worker) heartbeat(bg context.Context) {
+	w.checkStale()
 	w.unstall()
 	leases := w.slots.held()
 	if len(leases) == 0 {
 		return
 	}
-	err := w.b.Extend(bg, w.cfg.Lease, leases...)
-	var be *job.BatchError
-	if !errors.As(err, &be) {
-		if err != nil {
-			w.log.Error().Err(err).Msg("heartbeat failed")
+	byShard := map[string][]protocol.Lease{}
+	for _, l := range leases {
+		byShard[l.Shard.Name()] = append(byShard[l.Shard.Name()], l)
+	}
+	for _, group := range byShard {
+		if !w.extender.send(bg, group) {
+			w.log.Debug().Str("queue", group[0].Queue()).Str("shard", group[0].Shard.Name()).Msg("the last extend of this shard is still under way; skipped")
 		}
+	}
+}
+
+// extender runs the heartbeat's Extend calls, one lane (a goroutine with
+// one call in flight) per shard. Only the heartbeat's goroutine sends.
+type extender struct {
+	w     *Worker
+	lanes map[string]*extendLane
+	wg    sync.WaitGroup
+}
+
+// extendLane is one shard's: busy while a call is under way.
+type extendLane struct {
+	busy atomic.Bool
+	work chan []protocol.Lease // buffered 1
+}
+
+func newExtender(w *Worker) *extender { return &extender{w: w, lanes: map[string]*extendLane{}} }
+
+// send hands leases, all of one shard, to that shard's lane; it reports
+// false when the lane's last call is still under way.
+func (e *extender) send(bg context.Context, leases []protocol.Lease) bool {
+	name := leases[0].Shard.Name()
+	l := e.lanes[name]
+	if l == nil {
+		l = &extendLane{work: make(chan []protocol.Lease, 1)}
+		e.lanes[name] = l
+		e.wg.Go(func() {
+			for leases := range l.work {
+				e.w.extend(bg, leases)
+				l.busy.Store(false)
+			}
+		})
+	}
+	if !l.busy.CompareAndSwap(false, true) {
+		return false
+	}
+	l.work <- leases
+	return true
+}
+
+// stop ends the lanes once their calls are done.
+func (e *extender) stop() {
+	for _, l := range e.lanes {
+		close(l.work)
+	}
+	e.wg.Wait()
+}
+
+// extend extends leases (of one shard) in one call: a lease it confirms
+// is live for a lease from when the call was sent; a job whose lease is
+// lost gets its handler's context cancelled.
+func (w *Worker) extend(bg context.Context, leases []protocol.Lease) {
+	sent := time.Now()
+	err := w.b.Extend(bg, w.cfg.Lease, leases...)
+	// A reply read after a stall: what the stall left stale is handed back
+	// or cancelled as such first (ErrLeaseStale), whatever the reply says.
+	w.checkStale()
+	var be *job.BatchError
+	if err != nil && !errors.As(err, &be) {
+		w.log.Error().Err(err).Str("queue", leases[0].Queue()).Msg("heartbeat failed")
 		return
 	}
-	for i, e := range be.Errs {
+	for i, l := range leases {
+		var e error
+		if be != nil {
+			e = be.Errs[i]
+		}
 		switch {
 		case e == nil:
+			w.slots.extended(l, sent)
 		case errors.Is(e, broker.ErrLeaseLost):
-			if w.slots.lost(leases[i], broker.ErrLeaseLost) {
-				w.log.Warn().Str("job_id", leases[i].ID).Str("queue", leases[i].Queue()).Msg("lease lost; cancelling the handler")
+			if w.slots.lost(l, broker.ErrLeaseLost) {
+				w.log.Warn().Str("job_id", l.ID).Str("queue", l.Queue()).Msg("lease lost; cancelling the handler")
 			}
 		case errors.Is(e, broker.ErrCanceled):
-			// The cancel notice was missed (or is on its way): the same
-			// request, read from Redis.
-			if w.slots.lost(leases[i], broker.ErrCanceled) {
-				w.log.Info().Str("job_id", leases[i].ID).Str("queue", leases[i].Queue()).Msg("job cancelled; cancelling the handler")
+			// Extended, but the cancel notice was missed (or is on its
+			// way): the same request, read from Redis.
+			w.slots.extended(l, sent)
+			if w.slots.lost(l, broker.ErrCanceled) {
+				w.log.Info().Str("job_id", l.ID).Str("queue", l.Queue()).Msg("job cancelled; cancelling the handler")
 			}
 		default:
-			w.log.Error().Err(e).Str("job_id", leases[i].ID).Msg("heartbeat failed")
+			w.log.Error().Err(e).Str("job_id", l.ID).Msg("heartbeat failed")
 		}
+	}
+}
+
+// watch checks for stale leases every tick (Lease/20, from 5 ms to 250
+// ms) until ctx is done. Its timer is on the monotonic clock, so after
+// the process was stopped (SIGSTOP, a frozen VM) it fires the moment the
+// process runs again, before any round trip to Redis.
+func (w *Worker) watch(ctx context.Context) {
+	tick := min(max(w.cfg.Lease/20, 5*time.Millisecond), 250*time.Millisecond)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			w.checkStale()
+		}
+	}
+}
+
+// checkStale hands back the prefetched jobs whose lease may have run out,
+// and cancels the handlers of running jobs whose lease may have run out
+// (ErrLeaseStale): no extend confirmed them for a lease less the margin.
+func (w *Worker) checkStale() {
+	back, cancelled := w.slots.stale(time.Now())
+	if cancelled > 0 {
+		w.log.Warn().Int("handlers", cancelled).Msg("leases may have run out (the process was stalled, or cut off from Redis): cancelled the handlers")
+	}
+	if len(back) > 0 {
+		w.giveBack(back)
+		w.log.Warn().Int("released", len(back)).Msg("leases may have run out (the process was stalled, or cut off from Redis): handed back prefetched jobs unrun")
 	}
 }
 
@@ -118,7 +226,7 @@ func (w *Worker) expire(bg context.Context, s keyspace.Shard, jobs []protocol.Cl
 // that does not decode (or whose state is corrupt) is dead-lettered.
 func (w *Worker) expiry(c *protocol.Claimed) protocol.Op {
 	if c.Err != nil {
-		return protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Batch: batchOf(c), Death: death(c, nil, c.Err), Expired: true}
+		return protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Batch: batchOf(c), Death: death(c, nil, c.Err), Expired: true, Remember: remember(c.Envelope, true)}
 	}
 	m := c.Message()
 	if c.Cancelled {
@@ -150,22 +258,10 @@ func (w *Worker) unstall() {
 	if age := w.slots.oldestRunning(); age > 0 && int64(age) > w.pace.handler.Load() {
 		w.pace.handled(age)
 	}
-	back, gone := w.slots.trimLine(w.pace.depth(w.cfg))
-	for _, t := range gone {
-		t.cancel(nil)
-		w.slots.finish(t)
-	}
+	back := w.slots.trimLine(w.pace.depth(w.cfg))
 	if len(back) == 0 {
 		return
 	}
-	leases := make([]protocol.Lease, len(back))
-	for i, t := range back {
-		leases[i] = t.lease
-	}
-	w.release(leases)
-	for _, t := range back {
-		t.cancel(nil)
-		w.slots.finish(t)
-	}
+	w.giveBack(back)
 	w.log.Info().Int("released", len(back)).Msg("handlers slowed down: handed back prefetched jobs that had not started")
 }

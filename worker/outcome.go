@@ -18,14 +18,15 @@ import (
 )
 
 // process runs one claimed job through the middleware chain and its handler
-// and queues its outcome for the settler.
+// and queues its outcome for the settler; t is forgotten once the outcome
+// is recorded (record).
 func (w *Worker) process(ctx context.Context, claimedAt time.Time, c *protocol.Claimed, t *task) {
-	defer w.slots.finish(t)
 	if c.Err != nil {
-		// No handler or middleware sees it: there is no message to give.
+		// No handler or middleware sees it: there is no message to give,
+		// or (its type unread by the claim) none that may run.
 		logger := w.jobLogger(c)
-		logger.Error().Err(c.Err).Msg("envelope does not decode; dead-lettering")
-		w.record(t, protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Batch: batchOf(c), Death: death(c, nil, c.Err)}, func(protocol.Settled) {})
+		logger.Error().Err(c.Err).Msg("corrupt job; dead-lettering it unrun")
+		w.record(t, protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Batch: batchOf(c), Death: death(c, nil, c.Err), Remember: remember(c.Envelope, true)}, func(protocol.Settled) {})
 		return
 	}
 	m := c.Message()
@@ -58,9 +59,15 @@ func (w *Worker) process(ctx context.Context, claimedAt time.Time, c *protocol.C
 	})
 	err := call(ctx, h, m)
 	if w.slots.released(t) {
-		// Handed back at shutdown; another worker takes it.
+		// Handed back at shutdown (the release forgets it); another worker
+		// takes it.
 		settle(job.Result{Outcome: job.OutcomeReleased, Err: err})
 		return
+	}
+	if err != nil && errors.Is(context.Cause(ctx), ErrLeaseStale) && !errors.Is(err, ErrLeaseStale) {
+		// Cancelled because its lease may have run out: say so in the
+		// error recorded (if the lease was still this worker's).
+		err = fmt.Errorf("%w: %w", ErrLeaseStale, err)
 	}
 	if err != nil && errors.Is(context.Cause(ctx), broker.ErrCanceled) {
 		// Cancelled while it ran (Broker.CancelJob): it ends here, in the
@@ -135,16 +142,21 @@ func (w *Worker) chained(typ string, h job.Handler) job.Handler {
 }
 
 // record marks t as settling (its outcome is decided, so a lease lost from
-// now on is no surprise) and queues op for the settler; done runs once it is
-// recorded. A lease found lost is logged here.
+// now on is no surprise; its goroutine's slot is free, and its lease is
+// extended until the outcome is recorded) and queues op for the settler;
+// done runs once it is recorded, and t is forgotten. A lease found lost is
+// logged here. A task handed back meanwhile (the shutdown deadline) records
+// nothing: its release does.
 func (w *Worker) record(t *task, op protocol.Op, done func(protocol.Settled)) {
-	w.slots.settling(t)
-
+	if !w.slots.settle(t) {
+		return
+	}
 	w.settler.add(op, func(r protocol.Settled) {
 		if errors.Is(r.Err, broker.ErrLeaseLost) {
 			w.log.Warn().Str("job_id", op.Lease.ID).Str("queue", op.Lease.Queue()).Msg("outcome refused: lease lost; the job was or will be handled again")
 		}
 		done(r)
+		w.slots.finish(t)
 	})
 }
 
@@ -171,11 +183,14 @@ func call(ctx context.Context, h job.Handler, m *job.Message) (err error) {
 }
 
 // death is the one place a dead job's record is made: m is nil when the
-// envelope did not decode.
+// job is corrupt (its envelope, if it decoded, still names the type).
 func death(c *protocol.Claimed, m *job.Message, err error) protocol.Death {
 	d := protocol.Death{Body: c.Body, Error: err.Error(), Attempts: c.Attempt}
-	if m != nil {
+	switch {
+	case m != nil:
 		d.Type, d.Attempts = m.Type, m.Attempt
+	case c.Envelope != nil:
+		d.Type = c.Envelope.Type
 	}
 	return d
 }

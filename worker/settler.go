@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -16,15 +17,30 @@ import (
 
 // settler records the outcomes of the jobs a worker ran (acks, retries,
 // dead-lettering, releases), as many per call as have gathered (up to
-// maxBatch per shard): a quiet worker records at once, a busy one amortises
-// the round trip. Each call carries an id, so a call whose reply was lost is
-// sent again and applied once (see protocol.Caller).
+// maxBatch): a quiet worker records at once, a busy one amortises the round
+// trip. It has one lane per shard, each a goroutine with one call in flight
+// at a time (the broker keeps one record per worker, shard and lane for a
+// replay), so a slow or failing shard (a Cluster master that hangs for a
+// lease) delays the outcomes of no other shard or queue. Each call carries
+// an id, so a call whose reply was lost is sent again and applied once
+// (see protocol.Caller).
 type settler struct {
-	w       *Worker
+	w     *Worker
+	mu    sync.Mutex
+	lanes map[string]*settleLane // by shard name
+	bg    context.Context
+	stop  <-chan struct{}
+	done  bool // stopped: outcomes added now are not recorded
+	wg    sync.WaitGroup
+	seq   atomic.Uint64 // call ids, see next
+}
+
+// settleLane is the outcomes of one shard waiting for its goroutine.
+type settleLane struct {
+	shard   keyspace.Shard
 	mu      sync.Mutex
 	pending []settling
 	sig     chan struct{} // pending grew (buffered 1)
-	seq     uint64        // call ids, see next
 }
 
 // settling is an outcome waiting for the settler, and what to do once it
@@ -35,35 +51,72 @@ type settling struct {
 	done func(protocol.Settled)
 }
 
-func newSettler(w *Worker) *settler { return &settler{w: w, sig: make(chan struct{}, 1)} }
+func newSettler(w *Worker) *settler { return &settler{w: w, lanes: map[string]*settleLane{}} }
 
-// add queues an outcome.
-func (s *settler) add(op protocol.Op, done func(protocol.Settled)) {
+// start lets lanes record with bg until stop is closed; then each flushes
+// what is pending and ends.
+func (s *settler) start(bg context.Context, stop <-chan struct{}) {
 	s.mu.Lock()
-	s.pending = append(s.pending, settling{op, done})
+	s.bg, s.stop = bg, stop
 	s.mu.Unlock()
-	signal(s.sig)
 }
 
-// run records queued outcomes until stop is closed; then it flushes what is
-// pending.
-func (s *settler) run(bg context.Context, stop <-chan struct{}) {
+// wait waits for the lanes to end, after stop was closed; outcomes added
+// from then on are not recorded (their jobs come back after their lease).
+func (s *settler) wait() {
+	s.mu.Lock()
+	s.done = true
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+// errStopped is the result of an outcome added after the worker stopped.
+var errStopped = errors.New("worker: stopped before the outcome could be recorded; the job comes back after its lease")
+
+// add queues an outcome in its shard's lane, starting the lane's
+// goroutine on its first outcome.
+func (s *settler) add(op protocol.Op, done func(protocol.Settled)) {
+	sh := op.Lease.Shard
+	s.mu.Lock()
+	if s.done || s.bg == nil {
+		s.mu.Unlock()
+		done(protocol.Settled{Err: errStopped})
+		return
+	}
+	l := s.lanes[sh.Name()]
+	if l == nil {
+		l = &settleLane{shard: sh, sig: make(chan struct{}, 1)}
+		s.lanes[sh.Name()] = l
+		s.wg.Go(func() { s.run(l) })
+	}
+	s.mu.Unlock()
+	l.mu.Lock()
+	l.pending = append(l.pending, settling{op, done})
+	l.mu.Unlock()
+	signal(l.sig)
+}
+
+// run records the outcomes of lane l until stop is closed; then it
+// flushes what is pending.
+func (s *settler) run(l *settleLane) {
 	for {
 		var stopping bool
 		select {
-		case <-s.sig:
-		case <-stop:
+		case <-l.sig:
+		case <-s.stop:
 			stopping = true
 		}
 		for {
-			s.mu.Lock()
-			batch := s.pending
-			s.pending = nil
-			s.mu.Unlock()
+			l.mu.Lock()
+			batch := l.pending
+			l.pending = nil
+			l.mu.Unlock()
 			if len(batch) == 0 {
 				break
 			}
-			s.flush(bg, batch)
+			for start := 0; start < len(batch); start += maxBatch {
+				s.call(s.bg, l.shard, batch[start:min(start+maxBatch, len(batch))])
+			}
 		}
 		if stopping {
 			return
@@ -71,33 +124,9 @@ func (s *settler) run(bg context.Context, stop <-chan struct{}) {
 	}
 }
 
-// flush records a batch: one call per shard and maxBatch outcomes.
-func (s *settler) flush(bg context.Context, batch []settling) {
-	shards := make([]keyspace.Shard, len(batch))
-	for i, b := range batch {
-		shards[i] = b.op.Lease.Shard
-	}
-	byShard := map[string][]settling{}
-	var order []keyspace.Shard
-	for i, b := range batch {
-		name := shards[i].Name()
-		if _, ok := byShard[name]; !ok {
-			order = append(order, shards[i])
-		}
-		byShard[name] = append(byShard[name], b)
-	}
-	for _, sh := range order {
-		items := byShard[sh.Name()]
-		for start := 0; start < len(items); start += maxBatch {
-			s.call(bg, sh, items[start:min(start+maxBatch, len(items))])
-		}
-	}
-}
-
 // next returns a new call id.
 func (s *settler) next() string {
-	s.seq++
-	return strconv.FormatUint(s.seq, 10)
+	return strconv.FormatUint(s.seq.Add(1), 10)
 }
 
 // call records items of shard sh in one Settle call, sent again with the
@@ -161,7 +190,11 @@ func (w *Worker) persist(ctx context.Context, sh keyspace.Shard, what string, op
 	b.MaxElapsedTime = w.cfg.Lease
 	err := backoff.Retry(func() error {
 		err := op(ctx)
-		if err != nil {
+		switch {
+		case errors.Is(err, protocol.ErrRefused):
+			// Answered: sent again it fails the same way.
+			return backoff.Permanent(err)
+		case err != nil:
 			w.log.Warn().Err(err).Str("queue", sh.Queue()).Msg(what + " failed; trying again")
 		}
 		return err

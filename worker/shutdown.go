@@ -14,7 +14,7 @@ func (w *Worker) shutdown(bg context.Context, cancelJobs context.CancelFunc, han
 	waiting, n, idle := w.slots.close()
 	if len(waiting) > 0 {
 		// Prefetched jobs that have not started go back at once, unrun.
-		w.release(waiting)
+		w.giveBack(waiting)
 		w.log.Info().Int("released", len(waiting)).Msg("shutting down: handed back prefetched jobs that had not started")
 	}
 	if n > 0 {
@@ -28,11 +28,11 @@ func (w *Worker) shutdown(bg context.Context, cancelJobs context.CancelFunc, han
 		return
 	case <-t.C:
 	}
-	leases := w.slots.releaseAll()
+	unfinished := w.slots.releaseAll()
 	cancelJobs()
-	if len(leases) > 0 {
-		w.release(leases)
-		w.log.Warn().Int("released", len(leases)).Msg("shutdown deadline passed: released unfinished jobs")
+	if len(unfinished) > 0 {
+		w.giveBack(unfinished)
+		w.log.Warn().Int("released", len(unfinished)).Msg("shutdown deadline passed: released unfinished jobs")
 	}
 	done := make(chan struct{})
 	go func() { handlers.Wait(); close(done) }()
@@ -42,6 +42,21 @@ func (w *Worker) shutdown(bg context.Context, cancelJobs context.CancelFunc, han
 	case <-done:
 	case <-grace.C:
 		w.log.Error().Msg("handlers ignore their cancelled context; returning without them")
+	}
+}
+
+// giveBack hands back the leases of tasks marked handed back (slots'
+// handBack) through the settler, without spending their attempts; each
+// task is forgotten once its release is recorded, or has failed.
+func (w *Worker) giveBack(tasks []*task) {
+	for _, t := range tasks {
+		t.cancel(nil)
+		w.settler.add(protocol.Op{Kind: protocol.OpRelease, Lease: t.lease}, func(r protocol.Settled) {
+			if r.Err != nil {
+				w.log.Warn().Err(r.Err).Str("job_id", t.lease.ID).Str("queue", t.lease.Queue()).Msg("release failed; the job comes back after its lease")
+			}
+			w.slots.finish(t)
+		})
 	}
 }
 

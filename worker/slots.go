@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -10,38 +11,69 @@ import (
 	"github.com/delayq/delayq/internal/protocol"
 )
 
-// slots tracks the jobs a worker holds: claimed and not finished, running
-// or prefetched (waiting for one of Concurrency goroutines).
+// slots tracks the jobs a worker holds: claimed and not finished, running,
+// prefetched (waiting for one of Concurrency goroutines) or settling (its
+// outcome queued for the settler: it holds no goroutine any more, but its
+// lease is extended until the outcome is recorded, so that a slow record
+// does not hand the job to another worker).
 type slots struct {
-	mu       sync.Mutex
-	inflight map[protocol.Lease]*task
-	runners  int           // goroutines running jobs: at most Concurrency
-	line     []*task       // claimed jobs waiting for a runner, first first
-	freed    chan struct{} // a slot freed (buffered 1)
-	idle     chan struct{} // closed when inflight empties during shutdown
-	closing  bool
+	lease, margin time.Duration // a job whose lease was confirmed more than lease - margin ago is stale
+	mu            sync.Mutex
+	inflight      map[protocol.Lease]*task
+	settling      int           // tasks of inflight that are settling
+	runners       int           // goroutines running jobs: at most Concurrency
+	line          []*task       // claimed jobs waiting for a runner, first first
+	freed         chan struct{} // a slot freed (buffered 1)
+	idle          chan struct{} // closed when inflight empties during shutdown
+	closing       bool
 }
 
-// task is one running job.
+// task is one held job.
 type task struct {
-	lease    protocol.Lease
-	cancel   context.CancelCauseFunc
-	run      func()    // runs it (or, not startable, forgets it)
-	started  bool      // its handler was started (it is not waiting any more)
-	began    time.Time // when it started
-	released bool      // handed back at shutdown, or its lease lost before it started: its outcome is not recorded
-	settled  bool      // its outcome is decided and queued for the settler
+	lease  protocol.Lease
+	cancel context.CancelCauseFunc
+	run    func() // runs it (or, not startable, hands it back)
+	// confirmed: when the claim that took it, or the last extend that
+	// confirmed its lease, was sent. The server set its deadline a lease
+	// after that or later, so the lease is live for a lease from then. A
+	// job is started, and a handler left running, only while less than
+	// lease - margin has passed since (see since).
+	confirmed time.Time
+	started   bool      // its handler was started (it is not waiting any more)
+	began     time.Time // when it started
+	released  bool      // handed back (at shutdown, its lease stale before it started, or lost): its outcome is not recorded
+	settled   bool      // its outcome (or its release) is queued for the settler
+	stale     bool      // its handler was cancelled with ErrLeaseStale
 }
 
-func newSlots() *slots {
-	return &slots{inflight: make(map[protocol.Lease]*task), freed: make(chan struct{}, 1)}
+// newSlots returns the slots of a worker whose leases last lease; margin
+// is how much of it a job must have left to start (or its handler to run
+// on).
+func newSlots(lease, margin time.Duration) *slots {
+	return &slots{lease: lease, margin: margin, inflight: make(map[protocol.Lease]*task), freed: make(chan struct{}, 1)}
 }
 
-// count returns the number of jobs held: running or waiting to.
+// since is how long ago confirmed was, now: by the monotonic clock, or by
+// the wall clock when more has passed by it. The monotonic clock counts a
+// stopped process's time (SIGSTOP, a frozen VM) but, on Linux, not a
+// suspended machine's; the wall clock counts both (a step of the wall
+// clock forward can only make a lease look older than it is, which hands
+// back a job early, never late).
+func since(now, confirmed time.Time) time.Duration {
+	return max(now.Sub(confirmed), now.Round(0).Sub(confirmed.Round(0)))
+}
+
+// isStale reports whether t's lease may run out within the margin.
+func (s *slots) isStale(t *task, now time.Time) bool {
+	return since(now, t.confirmed) >= s.lease-s.margin
+}
+
+// count returns the number of jobs that hold or wait for a goroutine:
+// running or prefetched, not settling.
 func (s *slots) count() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.inflight)
+	return len(s.inflight) - s.settling
 }
 
 // take records a claimed task. It reports true when the caller starts a
@@ -74,10 +106,16 @@ func (s *slots) next() *task {
 	return t
 }
 
-// finish forgets a task and frees its slot.
+// finish forgets a task (once its outcome is recorded, or when nothing is
+// to be recorded) and frees its slot. Finishing a task twice is harmless.
 func (s *slots) finish(t *task) {
 	s.mu.Lock()
-	delete(s.inflight, t.lease)
+	if s.inflight[t.lease] == t {
+		delete(s.inflight, t.lease)
+		if t.settled {
+			s.settling--
+		}
+	}
 	if s.closing && len(s.inflight) == 0 && s.idle != nil {
 		close(s.idle)
 		s.idle = nil
@@ -86,23 +124,34 @@ func (s *slots) finish(t *task) {
 	signal(s.freed)
 }
 
-// startable reports whether t may start: not handed back (nor its lease
-// lost) and the worker not shutting down; if so it is marked started. When
-// it may not, release says whether the caller hands its lease back (it was
-// not handed back yet; it is marked so now).
-func (s *slots) startable(t *task) (ok, release bool) {
+// startable reports whether t may start now: not handed back, the worker
+// not shutting down, and its lease not stale; if so it is marked started.
+// When it may not, back says whether the caller hands its lease back (it
+// is marked so now, and settling); otherwise it was handed back already,
+// and the caller forgets it.
+func (s *slots) startable(t *task, now time.Time) (ok, back bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if t.released {
+	switch {
+	case t.released:
 		return false, false
-	}
-	if s.closing {
-		t.released = true
+	case s.closing || s.isStale(t, now):
+		s.handBack(t)
 		return false, true
 	}
 	t.started = true
-	t.began = time.Now()
+	t.began = now
 	return true, false
+}
+
+// handBack marks t handed back and settling (its release queued by the
+// caller). s.mu is held.
+func (s *slots) handBack(t *task) {
+	t.released = true
+	if !t.settled {
+		t.settled = true
+		s.settling++
+	}
 }
 
 // oldestRunning returns how long the longest-running handler has run (0
@@ -120,24 +169,45 @@ func (s *slots) oldestRunning() time.Duration {
 }
 
 // trimLine takes the jobs waiting in line beyond keep (the last claimed
-// first) out of it: back are marked handed back now (the caller releases
-// their leases), gone were already (their lease lost); the caller
-// finishes both.
-func (s *slots) trimLine(keep int) (back, gone []*task) {
+// first) out of it and marks them handed back; the caller releases them.
+func (s *slots) trimLine(keep int) (back []*task) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for len(s.line) > max(keep, 0) {
 		t := s.line[len(s.line)-1]
 		s.line[len(s.line)-1] = nil
 		s.line = s.line[:len(s.line)-1]
-		if t.released {
-			gone = append(gone, t)
-			continue
-		}
-		t.released = true
+		s.handBack(t)
 		back = append(back, t)
 	}
-	return back, gone
+	return back
+}
+
+// stale hands back the jobs waiting in line whose lease may have ended
+// (the process was stalled, say, while they waited), for the caller to
+// release, and cancels the handlers of running jobs whose lease may have
+// ended, with cause ErrLeaseStale: another worker may hold the job by now.
+// It returns the jobs handed back and how many handlers it cancelled.
+func (s *slots) stale(now time.Time) (back []*task, cancelled int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range s.inflight {
+		if t.released || t.settled || t.stale || !s.isStale(t, now) {
+			continue
+		}
+		if t.started {
+			t.stale = true
+			t.cancel(ErrLeaseStale)
+			cancelled++
+			continue
+		}
+		s.handBack(t)
+		back = append(back, t)
+	}
+	if len(back) > 0 {
+		s.line = slices.DeleteFunc(s.line, func(t *task) bool { return t.released })
+	}
+	return back, cancelled
 }
 
 // released reports whether t was handed back at shutdown.
@@ -147,14 +217,26 @@ func (s *slots) released(t *task) bool {
 	return t.released
 }
 
-// settling marks t's outcome as decided.
-func (s *slots) settling(t *task) {
+// settle marks t's outcome as decided and queued, and frees its goroutine's
+// slot for the fetcher. It reports false when t was handed back meanwhile
+// (the shutdown deadline): its outcome is then not recorded.
+func (s *slots) settle(t *task) bool {
 	s.mu.Lock()
-	t.settled = true
+	if t.released {
+		s.mu.Unlock()
+		return false
+	}
+	if !t.settled {
+		t.settled = true
+		s.settling++
+	}
 	s.mu.Unlock()
+	signal(s.freed)
+	return true
 }
 
-// held returns the leases of the running jobs that were not handed back.
+// held returns the leases of the jobs held and not handed back, settling
+// ones included: the heartbeat extends them all.
 func (s *slots) held() []protocol.Lease {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -167,22 +249,37 @@ func (s *slots) held() []protocol.Lease {
 	return out
 }
 
+// extended records that an extend sent at sent confirmed lease l: it is
+// live for a lease from then.
+func (s *slots) extended(l protocol.Lease, sent time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t, ok := s.inflight[l]; ok && sent.After(t.confirmed) {
+		t.confirmed = sent
+	}
+}
+
 // lost handles a lease the heartbeat found lost: the handler of a job that
 // still runs is cancelled with cause, and lost reports true; a job that
 // finished (or whose outcome is being recorded) meanwhile is no loss. A
 // prefetched job that has not started never will: someone else may hold
-// it now.
+// it now; it is taken out of line and forgotten.
 func (s *slots) lost(l protocol.Lease, cause error) bool {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	t, ok := s.inflight[l]
 	if !ok || t.settled || t.released {
+		s.mu.Unlock()
 		return false
 	}
-	if !t.started && errors.Is(cause, broker.ErrLeaseLost) {
-		t.released = true
-	}
 	t.cancel(cause)
+	if t.started || !errors.Is(cause, broker.ErrLeaseLost) {
+		s.mu.Unlock()
+		return true
+	}
+	t.released = true
+	s.line = slices.DeleteFunc(s.line, func(x *task) bool { return x == t })
+	s.mu.Unlock()
+	s.finish(t)
 	return true
 }
 
@@ -201,19 +298,22 @@ func (s *slots) cancelled(queue, id string, token int64, cause error) bool {
 	return false
 }
 
-// close starts the shutdown: it marks the jobs that wait for a goroutine
-// (prefetched, not started) as handed back and returns their leases, how
-// many jobs are held, and a channel closed once none is.
-func (s *slots) close() (waiting []protocol.Lease, held int, idle <-chan struct{}) {
+// close starts the shutdown: it takes the jobs that wait for a goroutine
+// (prefetched, not started) out of line and marks them handed back, and
+// returns them (the caller releases them), how many jobs are held, and a
+// channel closed once none is.
+func (s *slots) close() (waiting []*task, held int, idle <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closing = true
-	for l, t := range s.inflight {
-		if !t.started && !t.released {
-			t.released = true
-			waiting = append(waiting, l)
+	for _, t := range s.line {
+		if !t.released {
+			s.handBack(t)
+			waiting = append(waiting, t)
 		}
 	}
+	clear(s.line)
+	s.line = s.line[:0]
 	ch := make(chan struct{})
 	if len(s.inflight) == 0 {
 		close(ch)
@@ -223,16 +323,16 @@ func (s *slots) close() (waiting []protocol.Lease, held int, idle <-chan struct{
 	return waiting, len(s.inflight), ch
 }
 
-// releaseAll marks every held job as handed back and returns the leases
-// of those that were not already.
-func (s *slots) releaseAll() []protocol.Lease {
+// releaseAll marks every held job whose outcome is not queued yet as
+// handed back and returns them, for the caller to release.
+func (s *slots) releaseAll() []*task {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]protocol.Lease, 0, len(s.inflight))
-	for l, t := range s.inflight {
-		if !t.released {
-			t.released = true
-			out = append(out, l)
+	out := make([]*task, 0, len(s.inflight))
+	for _, t := range s.inflight {
+		if !t.released && !t.settled {
+			s.handBack(t)
+			out = append(out, t)
 		}
 	}
 	return out

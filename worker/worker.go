@@ -24,28 +24,41 @@ import (
 //	fetch.go     the fetcher: claims for free slots, sleeps until due
 //	slots.go     slots: the jobs held, running or prefetched
 //	outcome.go   running one job and recording its outcome
-//	settler.go   settler: outcomes recorded in batches
-//	leases.go    the heartbeat and the reaper
+//	settler.go   settler: outcomes recorded in batches, one lane per shard
+//	leases.go    the heartbeat (one lane per shard), the stall watch and the reaper
 //	shutdown.go  the graceful shutdown
 
 // ErrLeaseExpired is the error recorded for a job whose worker did not
 // finish it within its lease (the worker crashed, hung or lost Redis).
 var ErrLeaseExpired = errors.New("worker: lease expired before the job finished")
 
+// ErrLeaseStale is the cause (context.Cause) with which a running
+// handler's context is cancelled when its lease may have run out: no
+// extend confirmed it for a lease (less a margin of a tenth), because the
+// process was stalled (stopped, a long pause, a frozen VM) or cut off from
+// Redis, so another worker may hold the job by now. It is noticed on the
+// monotonic clock the moment the process runs again, without a round trip
+// to Redis. A handler that returns an error then has it recorded wrapped in
+// ErrLeaseStale (and the outcome is fenced like any other: recorded only if
+// the lease was still this worker's). A prefetched job whose lease may have
+// run out is never started: it is handed back.
+var ErrLeaseStale = errors.New("worker: the lease may have run out: no extend confirmed it in time (the process was stalled, or cut off from Redis)")
+
 // Worker handles jobs. Build one with New and call Run.
 type Worker struct {
-	cfg     Config
-	b       protocol.Broker
-	caller  protocol.Caller // this worker, to the broker
-	log     zerolog.Logger
-	running atomic.Bool
-	slots   *slots
-	pace    pace // what the adaptive prefetch is made of
-	settler *settler
-	claims  claims     // the fetcher's
-	reapSeq uint64     // call ids of the reaper
-	chains  sync.Map   // job type → its handler in the middleware (chained)
-	chainMu sync.Mutex // builds a chain missing from chains
+	cfg      Config
+	b        protocol.Broker
+	caller   protocol.Caller // this worker, to the broker
+	log      zerolog.Logger
+	running  atomic.Bool
+	slots    *slots
+	pace     pace // what the adaptive prefetch is made of
+	settler  *settler
+	extender *extender
+	claims   claims     // the fetcher's
+	reapSeq  uint64     // call ids of the reaper
+	chains   sync.Map   // job type → its handler in the middleware (chained)
+	chainMu  sync.Mutex // builds a chain missing from chains
 }
 
 // New checks cfg, fills in its defaults and returns a Worker.
@@ -59,9 +72,10 @@ func New(cfg Config) (*Worker, error) {
 		b:      protocol.For(cfg.Broker),
 		caller: protocol.Caller{ID: job.NewID(), Lease: cfg.Lease},
 		log:    *cfg.Logger,
-		slots:  newSlots(),
+		slots:  newSlots(cfg.Lease, cfg.Lease/10),
 	}
 	w.settler = newSettler(w)
+	w.extender = newExtender(w)
 	return w, nil
 }
 
@@ -119,15 +133,16 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopCancels()
 	go w.listenCancels(cancels)
 
-	// The heartbeat keeps running through the shutdown wait; the reaper and
-	// the fetcher stop with ctx.
+	// The heartbeat and the stall watch keep running through the shutdown
+	// wait; the reaper and the fetcher stop with ctx.
 	hb, stopHB := context.WithCancel(bg)
 	var loops sync.WaitGroup
-	stopSettler, settlerDone := make(chan struct{}), make(chan struct{})
-	go func() { defer close(settlerDone); w.settler.run(bg, stopSettler) }()
+	stopSettler := make(chan struct{})
+	w.settler.start(bg, stopSettler)
 	if w.cfg.HeartbeatInterval > 0 {
 		loops.Go(func() { every(hb, w.cfg.HeartbeatInterval, func() { w.heartbeat(bg) }) })
 	}
+	loops.Go(func() { w.watch(hb) })
 	if w.cfg.ReapInterval > 0 {
 		loops.Go(func() { every(ctx, w.cfg.ReapInterval, func() { w.reap(ctx, bg) }) })
 	}
@@ -139,8 +154,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.shutdown(bg, cancelJobs, &handlers)
 	stopHB()
 	loops.Wait()
+	w.extender.stop()
 	close(stopSettler)
-	<-settlerDone
+	w.settler.wait()
 	w.log.Info().Msg("worker stopped")
 	return nil
 }

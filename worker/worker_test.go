@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -11,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/deadletter"
@@ -490,6 +493,43 @@ func TestCorruptEnvelopeIsDeadLettered(t *testing.T) {
 		r, err := in.Get(tb.ctx, "default", "garbage")
 		return err == nil && strings.Contains(r.Error, "corrupt envelope") && string(r.Body) == "\xde\xad\xbe\xef" && handled.Load() == 1
 	})
+}
+
+// TestUnreadableTypeIsDeadLetteredUnrun: a body stored before the header
+// layout whose payload the claim script cannot decode, in a queue with a
+// type control, is dead-lettered as corrupt without running: its type's
+// controls could not be applied. Its dead record names its type (Go
+// decodes it) and keeps its body; other jobs run.
+func TestUnreadableTypeIsDeadLetteredUnrun(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	var handled sync.Map
+	job.New[json.RawMessage]("capped").Handle(tb.reg, func(ctx context.Context, j *job.Job[json.RawMessage]) error {
+		handled.Store(j.ID, true)
+		return nil
+	})
+	if err := tb.b.SetConcurrency(tb.ctx, "default", "capped", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.b.Enqueue(tb.ctx, &job.Envelope{ID: "deep", Type: "capped", Payload: []byte(`{}`), Delay: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	body := `{"p":` + strings.Repeat("[", 1001) + strings.Repeat("]", 1001) + `,"t":"capped"}`
+	tb.rdb.HSet(tb.ctx, tb.key("default", "jobs"), "deep", body)
+	tb.rdb.ZAdd(tb.ctx, tb.key("default", "scheduled"), redis.Z{Score: 0, Member: "deep"})
+	if err := tb.b.Enqueue(tb.ctx, &job.Envelope{ID: "fine", Type: "capped", Payload: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	start(t, tb.config(t))
+	in := deadletter.New(tb.b)
+	redistest.WaitFor(t, 5*time.Second, "unreadable job dead-lettered, the other handled", func() bool {
+		r, err := in.Get(tb.ctx, "default", "deep")
+		_, fine := handled.Load("fine")
+		return err == nil && strings.Contains(r.Error, "could not read its type") && r.Type == "capped" && string(r.Body) == body && fine
+	})
+	if _, ran := handled.Load("deep"); ran {
+		t.Fatal("the job whose type the claim could not read ran")
+	}
 }
 
 func TestPriorityAndWeights(t *testing.T) {

@@ -10,34 +10,51 @@
 -- KEYS[7] -> ns:{q}:cancels     HASH id -> token of a running job asked to stop
 -- KEYS[8] -> ns:{q}:held:       prefix of the per-type ZSETs of jobs held
 --                               back by their type's concurrency cap
+-- KEYS[9] -> ns:{q}:c:          prefix of the call records: KEYS[9] .. call
+--                               id -> the call's first answer
 -- ARGV[1] -> now ms (unused)
 -- ARGV[2] -> id
 -- ARGV[3] -> "1": a running job is asked to stop; "0": it is left alone
 -- ARGV[4] -> cancel channel
+-- ARGV[5] -> call id, chosen by the caller for this call
+-- ARGV[6] -> resend window ms: how long the answer is kept under the call
+--            id (0: not kept)
 --
 -- Returns 1 cancelled (it was scheduled, parked or held: removed), 2 running and
 -- asked to stop (KEYS[7][id] = its token, "<id>\n<token>" published; the
 -- worker's heartbeat reads the mark when the notice is missed), -1 in
--- progress with ARGV[3] "0" (nothing changed), 0 not found.
+-- progress with ARGV[3] "0" (nothing changed), 0 not found. A call whose
+-- id has a record (sent before: go-redis re-sent it after a lost reply, or
+-- the caller resent it) gets the recorded answer and changes nothing.
 local bad = expect({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[4], 'hash', KEYS[5], 'zset',
   KEYS[6], 'hash', KEYS[7], 'hash'})
 if bad then
   return bad
 end
-local id = ARGV[2]
+local id, cid, window = ARGV[2], ARGV[5], tonumber(ARGV[6])
+local before = recorded(KEYS[9] .. cid, window)
+if type(before) == 'table' then
+  return before
+elseif before then
+  return tonumber(before)
+end
+local function answer(code)
+  record(KEYS[9] .. cid, window, code)
+  return code
+end
 if redis.call('ZREM', KEYS[1], id) == 1 or redis.call('ZREM', KEYS[5], id) == 1 then
   redis.call('HDEL', KEYS[3], id)
   redis.call('HDEL', KEYS[4], id)
-  return 1
+  return answer(1)
 end
 if redis.call('ZSCORE', KEYS[2], id) then
   local token = redis.call('HGET', KEYS[6], id)
   if ARGV[3] ~= '1' or not token then
-    return -1
+    return answer(-1)
   end
   redis.call('HSET', KEYS[7], id, token)
   redis.call('PUBLISH', ARGV[4], id .. '\n' .. token)
-  return 2
+  return answer(2)
 end
 local t = type_of(redis.call('HGET', KEYS[3], id))
 if t then
@@ -48,7 +65,7 @@ if t then
   if redis.call('ZREM', KEYS[8] .. t, id) == 1 then
     redis.call('HDEL', KEYS[3], id)
     redis.call('HDEL', KEYS[4], id)
-    return 1
+    return answer(1)
   end
 end
-return 0
+return answer(0)

@@ -20,6 +20,8 @@
 -- ARGV[7] -> max age of dead records in ms (<= 0: none)
 -- ARGV[8] -> ahead: how many of the n may wait in the worker for a free
 --            goroutine (prefetch); "" or absent = 0
+-- ARGV[9] -> how long the worker's record KEYS[8] lives, ms (twice its
+--            lease: see settle.lua's ARGV[4]); "" or absent = the lease
 -- KEYS[9] -> ns:{q}:dead        HASH id -> dead record
 -- KEYS[10] -> ns:{q}:dead:index ZSET id -> died-at ms
 -- KEYS[11] -> ns:{q}:unique     ZSET id -> remembered until ms
@@ -50,8 +52,16 @@
 -- Pause (Broker.Pause, PauseType): one HGETALL of KEYS[13] per call. A
 -- paused queue claims nothing and reports next -1 (its workers sleep until
 -- the resume's wake-up notice); a due job of a paused type is moved to
--- KEYS[14] instead of being leased (its type read with cjson, only while
--- some type is paused), and comes back when the type is resumed.
+-- KEYS[14] instead of being leased, and comes back when the type is
+-- resumed.
+--
+-- Types: while some type of the queue is paused, capped or rate-limited,
+-- each due job's type is read from the header of its body (type_of in the
+-- prelude: a string match at the start, never a decode of the payload).
+-- A body without the header (stored before it) is decoded whole; one
+-- whose type cannot be read that way either is leased but reported in
+-- the reply's unreadable list, and the worker dead-letters it as corrupt
+-- without running it: no payload can slip a job past the type's checks.
 --
 -- Rate limits (Broker.SetRateLimit): fields "r" (the queue) and "r:<type>"
 -- of KEYS[13] hold "count/per ms/burst/shards"; each shard gets count per
@@ -84,17 +94,20 @@
 -- running job, and a token is spent by a start. The reply's controlled
 -- flag tells the worker so.
 --
--- Returns {now µs, next, jobs, orphans, paused, controlled}: next is the earliest ready time
--- left in the scheduled set (-1 when empty); jobs is a flat list of
--- id, token, attempt, ready ms, envelope; orphans lists ids that were
--- scheduled without an envelope, now removed. A job whose attempts counter
--- is not an integer comes with attempt -1: the caller reports it corrupt.
+-- Returns {now µs, next, jobs, orphans, paused, controlled, unreadable}:
+-- next is the earliest ready time left in the scheduled set (-1 when
+-- empty); jobs is a flat list of id, token, attempt, ready ms, envelope;
+-- orphans lists ids that were scheduled without an envelope, now removed;
+-- unreadable lists the ids among jobs whose type could not be read while a
+-- type control was set (see Types). A job whose attempts counter is not an
+-- integer comes with attempt -1: the caller reports it corrupt.
 --
 -- A replay (the reply of the first call was lost, and the worker or its
 -- client sent it again) claims nothing new: it returns the jobs of the
 -- first call that are still held under its tokens, with their attempts
--- unchanged. The record (written only when a claim takes jobs) lives for
--- the lease.
+-- unchanged, and those of them it reported unreadable reported so again.
+-- The record (written only when a claim takes jobs: id, token, ready ms and
+-- "u" unreadable or "-" per job) lives for ARGV[9] ms.
 --
 -- A fixed number of commands per call, whatever n: each step below is one
 -- command over all claimed jobs (in chunks), O(log N) per job.
@@ -106,7 +119,7 @@ end
 local now_u = now_us()
 local now = ms_of(now_u)
 local n, lease, cid = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
-local jobs, orphans = {}, {}
+local jobs, orphans, unreadable = {}, {}, {}
 
 local last = redis.call('HGET', KEYS[8], 'claim')
 if last and string.sub(last, 1, #cid + 1) == cid .. '\n' then
@@ -114,8 +127,8 @@ if last and string.sub(last, 1, #cid + 1) == cid .. '\n' then
   for part in string.gmatch(string.sub(last, #cid + 2), '[^\n]+') do
     f[#f + 1] = part
   end
-  for i = 1, #f - 2, 3 do
-    local id, token, ready = f[i], f[i + 1], tonumber(f[i + 2])
+  for i = 1, #f - 3, 4 do
+    local id, token, ready, mark = f[i], f[i + 1], tonumber(f[i + 2]), f[i + 3]
     if holds(KEYS[5], id, token) then
       local body = redis.call('HGET', KEYS[3], id)
       local spent = redis.call('HGET', KEYS[4], id)
@@ -129,10 +142,48 @@ if last and string.sub(last, 1, #cid + 1) == cid .. '\n' then
         jobs[#jobs + 1] = attempt
         jobs[#jobs + 1] = ready
         jobs[#jobs + 1] = body
+        if mark == 'u' then
+          unreadable[#unreadable + 1] = id
+        end
       end
     end
   end
-  return {now_u, next_ready(KEYS[1], now), jobs, orphans, 0, 0}
+  return {now_u, next_ready(KEYS[1], now), jobs, orphans, 0, 0, unreadable}
+end
+
+-- The uniqueness window of an envelope (job.Unique): ms and whether a dead
+-- ending counts too, from its header ({"t":"<type>","u":<ms>[,"ud":true]),
+-- else from env, the body decoded (nil when it did not decode).
+local function unique_of(body, env)
+  local u, rest = string.match(body, '^{"t":"[%w%._:/%-]+","u":(%d+)()')
+  if u then
+    return tonumber(u), string.sub(body, rest, rest + 9) == ',"ud":true'
+  end
+  if env and type(env.u) == 'number' then
+    return env.u, env.ud == true
+  end
+  return 0, false
+end
+
+-- s in base64 (RFC 4648, padded), for a dead record's "envb": a body that
+-- cjson cannot decode may still not be JSON the record can hold as is.
+local B64 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/'
+local function base64(s)
+  local out = {}
+  for i = 1, #s, 3 do
+    local a, b, c = string.byte(s, i, i + 2)
+    local n = a * 65536 + (b or 0) * 256 + (c or 0)
+    local q = {math.floor(n / 262144), math.floor(n / 4096) % 64, math.floor(n / 64) % 64, n % 64}
+    for j = 1, 4 do
+      out[#out + 1] = string.sub(B64, q[j] + 1, q[j] + 1)
+    end
+    if not b then
+      out[#out - 1], out[#out] = '=', '='
+    elseif not c then
+      out[#out] = '='
+    end
+  end
+  return table.concat(out)
 end
 
 -- expire_jobs ends the jobs ids[k], k in which, found expired: dead
@@ -152,18 +203,17 @@ local function expire_jobs(ids, bodies, which, now, ended)
       dropped = dropped + 1
     else
       local ok, env = pcall(cjson.decode, body)
-      local typ, why = '', 'expired: not started by its expiry at ' .. x .. ' ms (server time ' .. string.format('%d', now) .. ' ms)'
-      if ok and type(env) == 'table' then
-        if type(env.t) == 'string' then
-          typ = env.t
-        end
-        if type(env.e) == 'string' and env.e ~= '' then
-          why = why .. '; last error: ' .. env.e
-        end
-        if type(env.u) == 'number' and env.u > 0 and env.ud == true then
-          remember[#remember + 1] = now + env.u
-          remember[#remember + 1] = id
-        end
+      if not ok or type(env) ~= 'table' then
+        ok, env = false, nil
+      end
+      local typ, why = type_of(body) or '', 'expired: not started by its expiry at ' .. x .. ' ms (server time ' .. string.format('%d', now) .. ' ms)'
+      if env and type(env.e) == 'string' and env.e ~= '' then
+        why = why .. '; last error: ' .. env.e
+      end
+      local u, ud = unique_of(body, env)
+      if u > 0 and ud then
+        remember[#remember + 1] = now + u
+        remember[#remember + 1] = id
       end
       local att = 0
       if spent[j] and is_int(spent[j]) then
@@ -172,6 +222,8 @@ local function expire_jobs(ids, bodies, which, now, ended)
       local rec = '{"id":' .. cjson.encode(id) .. ',"q":' .. cjson.encode(ARGV[5]) .. ',"t":' .. cjson.encode(typ)
       if ok then
         rec = rec .. ',"env":' .. body
+      else
+        rec = rec .. ',"envb":"' .. base64(body) .. '"'
       end
       rec = rec .. ',"err":' .. cjson.encode(why) .. ',"att":' .. string.format('%d', att) .. ',"why":"expired"}'
       records[#records + 1] = id
@@ -197,8 +249,13 @@ local function expire_jobs(ids, bodies, which, now, ended)
   end
 end
 
--- Pauses: the queue's ("*") and its types' ("t:<type>").
-local pauses = redis.call('HGETALL', KEYS[13])
+-- Pauses: the queue's ("*") and its types' ("t:<type>"). A key of the wrong
+-- type fails here, before any write, and is named (a pcall: checking its
+-- type first would cost every claim a command).
+local pauses = redis.pcall('HGETALL', KEYS[13])
+if pauses.err then
+  return expect({KEYS[13], 'hash'}) or pauses
+end
 local paused_types, any_type = {}, false
 local qrate, trates, any_rate = nil, {}, false
 local qcap, tcaps, any_tcap = nil, {}, false
@@ -221,7 +278,7 @@ end
 for i = 1, #pauses, 2 do
   local f = pauses[i]
   if f == '*' then
-    return {now_u, -1, jobs, orphans, 1, 0}
+    return {now_u, -1, jobs, orphans, 1, 0, {}}
   elseif f == 'r' then
     qrate = parse_rate(pauses[i + 1])
   elseif string.sub(f, 1, 2) == 'r:' then
@@ -348,14 +405,16 @@ if n > 0 then
         end
       end
     end
-    local park, defer, tats, hold, taken = {}, {}, {}, {}, {}
+    local park, defer, tats, hold, taken, unread = {}, {}, {}, {}, {}, {}
     if any_type or any_rate or any_tcap then
       local deferred = {}
       for k = 1, #ids do
         local b = bodies[k]
         if b and not ended[k] then
           local t = type_of(b)
-          if t and paused_types[t] then
+          if not t then
+            unread[k] = true
+          elseif paused_types[t] then
             park[#park + 1] = k
           elseif t and tcaps[t] and (trun[t] or 0) >= tcaps[t] then
             hold[#hold + 1] = {k, t}
@@ -436,7 +495,7 @@ if n > 0 then
       end
       call_chunked('ZADD', KEYS[1], members)
     end
-    local live, live_ready, live_body, running = {}, {}, {}, {}
+    local live, live_ready, live_body, live_unread, running = {}, {}, {}, {}, {}
     for k = 1, #ids do
       if ended[k] then
         -- expired, parked, held or deferred: ended above
@@ -448,6 +507,7 @@ if n > 0 then
         live[#live + 1] = ids[k]
         live_ready[#live_ready + 1] = readies[k]
         live_body[#live_body + 1] = bodies[k]
+        live_unread[#live] = unread[k]
       else
         orphans[#orphans + 1] = ids[k]
       end
@@ -483,6 +543,12 @@ if n > 0 then
         record[#record + 1] = id
         record[#record + 1] = string.format('%d', token)
         record[#record + 1] = string.format('%d', live_ready[k])
+        if live_unread[k] then
+          record[#record + 1] = 'u'
+          unreadable[#unreadable + 1] = id
+        else
+          record[#record + 1] = '-'
+        end
         local late = math.min(now - live_ready[k], HISTORY_MAX_LATE)
         late_sum = late_sum + late
         late_max = math.max(late_max, late)
@@ -520,7 +586,7 @@ for t, cap in pairs(tcaps) do
 end
 if #record > 1 then
   redis.call('HSET', KEYS[8], 'claim', table.concat(record, '\n') .. '\n')
-  redis.call('PEXPIRE', KEYS[8], lease)
+  redis.call('PEXPIRE', KEYS[8], tonumber(ARGV[9]) or lease)
 end
 local hist = history(KEYS[7], now, 'claimed', #jobs / 5)
 if hist then
@@ -541,4 +607,4 @@ elseif t_full and cap_deadline and (next < 0 or cap_deadline < next) then
   -- Held jobs wait for their type's slot.
   next = math.ceil(cap_deadline)
 end
-return {now_u, next, jobs, orphans, 0, controlled}
+return {now_u, next, jobs, orphans, 0, controlled, unreadable}

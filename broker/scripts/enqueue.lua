@@ -4,39 +4,53 @@
 -- KEYS[2] -> ns:{q}:jobs        HASH id -> envelope
 -- KEYS[3] -> ns:{q}:unique      ZSET id -> remembered until ms (job.Unique);
 --                               touched only by jobs flagged "u"
+-- KEYS[4] -> ns:{q}:c:          prefix of the call records: KEYS[4] .. call
+--                               id -> STRING, the call's first outcome,
+--                               expiring after ARGV[3] ms
 -- ARGV[1] -> now ms ("" = server TIME)
 -- ARGV[2] -> wake channel
--- ARGV[3+5i .. 7+5i] -> id, envelope, at ms (0 = use delay), delay µs,
---                       flags: "" or letters of "u" (refused while the id
---                       is remembered in KEYS[3]) and "r" (replace a
---                       scheduled job with the id)
+-- ARGV[3] -> resend window ms: how long an outcome is kept under its call
+--            id (0: not kept)
+-- ARGV[4] -> call id of the whole call (a batch Enqueue: its outcomes are
+--            kept in one record), or "" when each job has its own
+-- ARGV[5+6i .. 10+6i] -> id, envelope, at ms (0 = use delay), delay µs,
+--                        flags: "" or letters of "u" (refused while the
+--                        id is remembered in KEYS[3]) and "r" (replace a
+--                        scheduled job with the id), the job's own call
+--                        id when ARGV[4] is "" (single Enqueues that
+--                        share this script call, see combine.go)
 --
--- Returns {now µs, {one integer per job}}; when a call of one job without
--- flags stores it, {now µs, its ready time}, or just its ready time if the
--- script did not read the server's time. The integer of a job: its ready
--- time in ms; -1 when a job with that id is pending with another envelope,
--- or comes earlier in this call (the stored one is left unchanged); -2 when
--- the very envelope is stored already and no longer scheduled (a worker has
--- it): a resent call whose first run stored it; -3 when a job flagged "r"
--- found the pending job with its id held by a worker (nothing changed); -4
--- when a job flagged "u" found its id remembered after its end. A job whose
--- very envelope is scheduled already gets its stored ready time, so a call
--- resent after a lost reply succeeds without storing twice. A job flagged
--- "r" whose id is scheduled replaces the stored envelope and ready time.
+-- Returns {now µs or 0, {one integer per job}}; a call of one job without
+-- flags gets its integer alone, or {now µs, its ready time} when the script
+-- read the server's time. The integer of a job: its ready time in ms when
+-- this call stored it; -1 when a job with that id is pending (stored by
+-- another call, or earlier in this one: the stored job is left unchanged,
+-- however alike the envelopes); -3 when a job flagged "r" found the pending
+-- job with its id held by a worker (nothing changed); -4 when a job flagged
+-- "u" found its id remembered after its end. A job whose call id has a
+-- record gets the integer recorded, and nothing changes for it: the call
+-- was sent before (go-redis re-sent it after a lost reply, or the producer
+-- resent it), and its first outcome stands, even if the job ran and ended
+-- since. A job flagged "r" whose id is scheduled replaces the stored
+-- envelope and ready time.
 --
 -- A fixed number of commands per call, whatever the number of jobs: the
 -- earliest ready time is read once (so that at most one wake-up notice is
 -- published per call, see wake_if_earliest), one HMGET finds the pending
--- ids, one HSET and one ZADD store the new jobs. A call of one job without
--- flags, the common single Enqueue, stores it with HSETNX instead of HMGET
--- and HSET: ZRANGE, HSETNX, ZADD, and TIME only for a delay from now or to
+-- ids, one HSET and one ZADD store the new jobs, and a call id of the whole
+-- call is one GET and one SET; jobs with call ids of their own add one GET
+-- and one SET each. A call of one job without flags, the common single
+-- Enqueue, stores the job with HSETNX and its call record with SET NX GET:
+-- ZRANGE, HSETNX, SET, ZADD, and TIME only for a delay from now or to
 -- compare with an earliest job that is not due. Jobs flagged "u" add one
 -- ZMSCORE and one trim of KEYS[3] per call.
 --
--- The two reads come before any write and check the keys' types on the
--- way (a read of a key of the wrong type fails, and expect then names it),
--- so the script fails before it changes anything, as every script does,
--- without a TYPE per key and call.
+-- The reads come before any write and check the keys' types on the way (a
+-- read of a key of the wrong type fails, and expect then names it), so the
+-- script fails before it changes anything, as every script does, without a
+-- TYPE per key and call. The single job's HSETNX is the one write before a
+-- command that can fail (SET GET of a call record of the wrong type): the
+-- job it stored is taken back then, and on a resend.
 
 -- The earliest scheduled job: read first, before any write, so that a
 -- scheduled key of the wrong type stops the script at the door.
@@ -53,7 +67,8 @@ local function now()
   end
   return now_value
 end
-local W = 5
+local W, FIRST = 6, 5
+local window = tonumber(ARGV[3])
 
 -- Publish the wake-up notice for the earliest new ready time, as
 -- wake_if_earliest does, from the first member read above.
@@ -75,20 +90,35 @@ local function ready_of(i)
   return ready
 end
 
--- One job without flags: HSETNX stores it unless its id is pending.
-if #ARGV == 2 + W and ARGV[7] == '' then
-  local id, body = ARGV[3], ARGV[4]
-  local added = redis.pcall('HSETNX', KEYS[2], id, body)
+-- One job without flags: HSETNX stores it unless its id is pending, then
+-- SET NX GET records the outcome under the call id, or finds the outcome
+-- of an earlier send of the call: that one stands, and a job this send
+-- stored is taken back.
+if #ARGV == FIRST - 1 + W and ARGV[FIRST + 4] == '' and ARGV[4] == '' then
+  local id, cid = ARGV[FIRST], ARGV[FIRST + 5]
+  local added = redis.pcall('HSETNX', KEYS[2], id, ARGV[FIRST + 1])
   if type(added) == 'table' and added.err then
     return expect({KEYS[2], 'hash'}) or added
   end
-  if added == 0 then
-    if redis.call('HGET', KEYS[2], id) == body then
-      return {now(), {tonumber(redis.call('ZSCORE', KEYS[1], id)) or -2}}
-    end
-    return {now(), {-1}}
+  local ready = -1
+  if added == 1 then
+    ready = ready_of(FIRST)
   end
-  local ready = ready_of(3)
+  if window > 0 then
+    local before = redis.pcall('SET', KEYS[4] .. cid, ready, 'NX', 'PX', window, 'GET')
+    if type(before) == 'table' or before then
+      if added == 1 then
+        redis.call('HDEL', KEYS[2], id)
+      end
+      if type(before) == 'table' then
+        return expect({KEYS[4] .. cid, 'string'}) or before
+      end
+      return tonumber(before)
+    end
+  end
+  if added == 0 then
+    return -1
+  end
   wake(ready)
   redis.call('ZADD', KEYS[1], ready, id)
   if now_value ~= nil then
@@ -98,10 +128,37 @@ if #ARGV == 2 + W and ARGV[7] == '' then
 end
 
 local ids, uniq = {}, {}
-for i = 3, #ARGV, W do
+for i = FIRST, #ARGV, W do
   ids[#ids + 1] = ARGV[i]
   if ARGV[i + 4] ~= '' and string.find(ARGV[i + 4], 'u', 1, true) then
     uniq[#uniq + 1] = #ids
+  end
+end
+-- The call records: a call (or a job) whose call id has one was sent
+-- before, and gets that send's outcome.
+local out, replayed = {}, {}
+local whole = ARGV[4]
+if whole ~= '' then
+  local before = recorded(KEYS[4] .. whole, window)
+  if type(before) == 'table' then
+    return before
+  elseif before then
+    for part in string.gmatch(before, '[^,]+') do
+      out[#out + 1] = tonumber(part)
+    end
+    return {0, out}
+  end
+elseif window > 0 then
+  for k = 1, #ids do
+    local cid = ARGV[FIRST + W * (k - 1) + 5]
+    local before = redis.pcall('GET', KEYS[4] .. cid)
+    if type(before) == 'table' and before.err then
+      return expect({KEYS[4] .. cid, 'string'}) or before
+    end
+    if before then
+      out[k] = tonumber(before)
+      replayed[k] = true
+    end
   end
 end
 local pending = {}
@@ -138,7 +195,7 @@ if #uniq > 0 then
     end
   end
 end
-local out, fields, members, seen = {}, {}, {}, {}
+local fields, members, seen = {}, {}, {}
 local soonest = nil
 local function store(k, i)
   local ready = ready_of(i)
@@ -152,17 +209,17 @@ local function store(k, i)
   out[k] = ready
 end
 for k = 1, #ids do
-  local i = 3 + W * (k - 1)
+  local i = FIRST + W * (k - 1)
   local id = ids[k]
-  if seen[id] then
+  if replayed[k] then
+    -- Answered from its call record: nothing changes.
+  elseif seen[id] then
     out[k] = -1
   elseif pending[k] then
     seen[id] = true
     local replace = ARGV[i + 4] ~= '' and string.find(ARGV[i + 4], 'r', 1, true)
     if replace and redis.call('ZSCORE', KEYS[1], id) then
       store(k, i)
-    elseif pending[k] == ARGV[i + 1] then
-      out[k] = tonumber(redis.call('ZSCORE', KEYS[1], id)) or -2
     elseif replace then
       out[k] = -3
     else
@@ -184,4 +241,18 @@ if soonest ~= nil then
   call_chunked('HSET', KEYS[2], fields)
   call_chunked('ZADD', KEYS[1], members)
 end
-return {now(), out}
+if whole ~= '' then
+  local codes = {}
+  for k = 1, #out do
+    codes[k] = string.format('%d', out[k])
+  end
+  record(KEYS[4] .. whole, window, table.concat(codes, ','))
+elseif window > 0 then
+  for k = 1, #ids do
+    if not replayed[k] then
+      local cid = ARGV[FIRST + W * (k - 1) + 5]
+      redis.call('SET', KEYS[4] .. cid, out[k], 'PX', window)
+    end
+  end
+end
+return {now_value or 0, out}

@@ -15,7 +15,8 @@
 -- type's), or 0. Resuming publishes a wake-up notice, so that workers that
 -- found the queue paused claim at once. Pausing and resuming are
 -- idempotent. Resuming a type costs O(P log N) for P parked jobs of the
--- queue (each body's type is read); pausing is O(1).
+-- queue (each body's type is read from its header, type_of); pausing is
+-- O(1). A parked job whose type cannot be read goes back too.
 local bad = expect({KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'hash'})
 if bad then
   return bad
@@ -45,8 +46,8 @@ if what ~= '*' then
     if not body then
       gone[#gone + 1] = ids[k]
     else
-      local ok, env = pcall(cjson.decode, body)
-      if not ok or type(env) ~= 'table' or env.t == what then
+      local t = type_of(body)
+      if not t or t == what then
         back[#back + 1] = finite(parked[2 * k], now)
         back[#back + 1] = ids[k]
         gone[#gone + 1] = ids[k]

@@ -51,10 +51,21 @@ local function expect(spec)
   return nil
 end
 
--- The job type an envelope names, or nil when it does not decode.
+-- The job type an envelope names, read from its header: a body opens with
+-- {"t":"<type>" (type names are letters, digits and ._-:/, which JSON writes
+-- as they are), so no byte of the payload that follows can change or hide
+-- it. A body without that header (stored before the header layout, with its
+-- payload first, or written by another program) is decoded whole; nil when
+-- that fails too (a payload cjson cannot decode: nested deeper than its
+-- limit, an invalid escape), and the caller must not treat the job as one
+-- of no type. job.headerType in Go reads the header by the same rule.
 local function type_of(body)
   if not body then
     return nil
+  end
+  local t = string.match(body, '^{"t":"([%w%._:/%-]+)"[,}]')
+  if t then
+    return t
   end
   local ok, env = pcall(cjson.decode, body)
   if ok and type(env) == 'table' and type(env.t) == 'string' then
@@ -228,5 +239,29 @@ local function history_max(key, field, v)
   local current = redis.pcall('HGET', key, field)
   if current == false or (type(current) == 'string' and v > (tonumber(current) or -1)) then
     redis.pcall('HSET', key, field, string.format('%d', v))
+  end
+end
+
+-- Call records (one answer per call; see broker/calls.go): key is a call's
+-- record, the script's ns:{q}:c: prefix .. the call id; window is how long
+-- a record lives, in ms (<= 0: none is kept). recorded returns the outcome
+-- an earlier send of the call recorded (a string), false on the first
+-- send, or an error reply (a table) when key holds another type; it is a
+-- read, so a script calls it before its first write.
+local function recorded(key, window)
+  if window <= 0 then
+    return false
+  end
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' then
+    return expect({key, 'string'}) or v
+  end
+  return v
+end
+
+-- Keep outcome (a string or number) as the call's answer for window ms.
+local function record(key, window, outcome)
+  if window > 0 then
+    redis.call('SET', key, outcome, 'PX', window)
   end
 end

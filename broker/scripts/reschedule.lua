@@ -9,20 +9,37 @@
 --                               held job moved goes back to KEYS[1])
 -- KEYS[5] -> ns:{q}:jobs        HASH id -> envelope (read for a held job's
 --                               type)
+-- KEYS[6] -> ns:{q}:c:          prefix of the call records: KEYS[6] .. call
+--                               id -> the call's first answer
 -- ARGV[1] -> now ms ("" = server TIME)
 -- ARGV[2] -> id
 -- ARGV[3] -> at ms (0 = use the delay)
 -- ARGV[4] -> delay µs
 -- ARGV[5] -> wake channel
+-- ARGV[6] -> call id, chosen by the caller for this call
+-- ARGV[7] -> resend window ms: how long the answer is kept under the call
+--            id (0: not kept)
 --
 -- Returns {now µs, code}: code is the new ready time in ms, -1 in progress
--- (nothing changed), 0 not found.
+-- (nothing changed), 0 not found. A call whose id has a record (sent
+-- before: go-redis re-sent it after a lost reply, or the caller resent it)
+-- gets the recorded code and changes nothing.
 local bad = expect({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'zset', KEYS[5], 'hash'})
 if bad then
   return bad
 end
 local now = now_us()
-local id = ARGV[2]
+local id, cid, window = ARGV[2], ARGV[6], tonumber(ARGV[7])
+local before = recorded(KEYS[6] .. cid, window)
+if type(before) == 'table' then
+  return before
+elseif before then
+  return {now, tonumber(before)}
+end
+local function answer(code)
+  record(KEYS[6] .. cid, window, code)
+  return {now, code}
+end
 if redis.call('ZSCORE', KEYS[1], id) then
   local ready = tonumber(ARGV[3])
   if ready <= 0 then
@@ -30,7 +47,7 @@ if redis.call('ZSCORE', KEYS[1], id) then
   end
   wake_if_earliest(KEYS[1], ARGV[5], ready, ms_of(now))
   redis.call('ZADD', KEYS[1], 'XX', ready, id)
-  return {now, ready}
+  return answer(ready)
 end
 if redis.call('ZSCORE', KEYS[3], id) then
   local ready = tonumber(ARGV[3])
@@ -38,10 +55,10 @@ if redis.call('ZSCORE', KEYS[3], id) then
     ready = ready_after(now, tonumber(ARGV[4]))
   end
   redis.call('ZADD', KEYS[3], 'XX', ready, id)
-  return {now, ready}
+  return answer(ready)
 end
 if redis.call('ZSCORE', KEYS[2], id) then
-  return {now, -1}
+  return answer(-1)
 end
 local t = type_of(redis.call('HGET', KEYS[5], id))
 if t then
@@ -56,7 +73,7 @@ if t then
     end
     wake_if_earliest(KEYS[1], ARGV[5], ready, ms_of(now))
     redis.call('ZADD', KEYS[1], ready, id)
-    return {now, ready}
+    return answer(ready)
   end
 end
-return {now, 0}
+return answer(0)

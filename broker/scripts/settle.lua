@@ -35,7 +35,8 @@
 -- ARGV[2] -> lane: the record field of this kind of call ("settle", "reap")
 -- ARGV[3] -> call id, chosen by the worker: a call with the id of the
 --            worker's last call in this lane replays it
--- ARGV[4] -> how long the record lives, ms (the lease)
+-- ARGV[4] -> how long the record lives, ms (twice the worker's lease: a
+--            worker sends a call again only within a lease of the first)
 -- ARGV[5] -> wake channel
 -- ARGV[6] -> cap on dead records (< 0: none)
 -- ARGV[7] -> max age of dead records in ms (<= 0: none)

@@ -37,7 +37,7 @@ func TestRunsWithoutRedisURL(t *testing.T) {
 		"health.ping billing: job ping-billing@",
 		"3 ticks, each handled once, though two schedulers enqueued every one",
 		`schedule nightly-sales "30 2 * * *" zone Europe/Berlin missed: once`,
-		`schedule ping-billing  "@every 1s"  zone UTC           missed: skip`,
+		`schedule ping-billing  "@every 1s"  zone UTC           missed: once`,
 		"outcome success",
 		`declaring a schedule in a zone that does not exist: periodic: invalid: schedule "nightly-sales": time zone "Europe/Berlinn"`,
 		`declaring a bad expression: periodic: invalid: schedule "every-minute": cron expression "61 * * * *"`,

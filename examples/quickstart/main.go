@@ -120,11 +120,8 @@ func run() error {
 		return err
 	}
 	clock.Printf("scheduled: 2 SMS (in 1s, 2s), a report (in 500ms), an invoice sync (now), order-42's unpaid timeout (in 1.5s)")
-	// A second enqueue of the id, as a second checkout would send it. (An
-	// envelope equal to the stored one, creation millisecond included, is
-	// the first call sent again after a lost reply, and succeeds: so this
-	// one is built at least a millisecond later.)
-	time.Sleep(time.Millisecond)
+	// A second enqueue of the id, as a second checkout would send it: a
+	// call of its own, refused however soon it comes.
 	_, err = CancelUnpaid.Enqueue(ctx, b, Order{ID: "order-42"}, job.ID("order-42"), job.In(time.Minute))
 	clock.Printf("scheduling order-42's timeout again is refused: %v", err)
 	if !errors.Is(err, broker.ErrDuplicate) {

@@ -6,8 +6,10 @@
 // the server run a command and then lose the reply: DropReply swallows the
 // reply of the next command a test picks and cuts that connection, which
 // is what a network failure after the server answered looks like to the
-// client. Drop cuts every connection, Stall holds all traffic for a while,
-// Slow delays it.
+// client. HoldReplies holds the replies of the commands a test picks (the
+// server has run them), as a slow or hung server does for some keys only.
+// Drop cuts every connection, Stall holds all traffic for a while, Slow
+// delays it.
 package faultproxy
 
 import (
@@ -35,7 +37,23 @@ type Proxy struct {
 	slowUntil  time.Time
 	latency    time.Duration
 	drops      []*dropRule
+	holds      []*holdRule
 	closed     chan struct{}
+}
+
+// holdRule is one HoldReplies: the replies of the commands match accepts
+// are held for d.
+type holdRule struct {
+	match func(cmd []string) bool
+	d     time.Duration
+	held  int // replies held so far
+}
+
+// fate is what becomes of the reply of one command: lost (drop) or held
+// for a while.
+type fate struct {
+	drop *dropRule
+	hold time.Duration
 }
 
 // dropRule is one DropReply: the reply of the next command that match
@@ -73,6 +91,30 @@ func (p *Proxy) DropReply(match func(cmd []string) bool) <-chan []string {
 	p.drops = append(p.drops, r)
 	p.mu.Unlock()
 	return r.dropped
+}
+
+// HoldReplies makes the proxy hold the reply of every command that match
+// accepts, sent after this call on any connection, for d before passing
+// it on: the server runs the command at once, the client gets its answer
+// d later (and the replies after it on that connection wait behind it, as
+// they would behind a slow server). stop ends it, for commands sent from
+// then on, and returns how many replies were held.
+func (p *Proxy) HoldReplies(match func(cmd []string) bool, d time.Duration) (stop func() int) {
+	r := &holdRule{match: match, d: d}
+	p.mu.Lock()
+	p.holds = append(p.holds, r)
+	p.mu.Unlock()
+	return func() int {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for i, h := range p.holds {
+			if h == r {
+				p.holds = append(p.holds[:i], p.holds[i+1:]...)
+				break
+			}
+		}
+		return r.held
+	}
 }
 
 // Command returns a match for DropReply: a command named name (any case)
@@ -156,7 +198,7 @@ func (p *Proxy) accept() {
 		if !p.track(c, up) {
 			return
 		}
-		fate := make(chan *dropRule, 1024) // per command sent: the rule that drops its reply, or nil
+		fate := make(chan fate, 1024) // per command sent: what becomes of its reply
 		p.wg.Go(func() { p.requests(up, c, fate) })
 		p.wg.Go(func() { p.replies(c, up, fate) })
 	}
@@ -190,38 +232,59 @@ func (p *Proxy) untrack(a, b net.Conn) {
 
 // requests copies commands from the client to the server, one frame at a
 // time, telling replies the fate of each.
-func (p *Proxy) requests(server, client net.Conn, fate chan<- *dropRule) {
-	defer close(fate)
+func (p *Proxy) requests(server, client net.Conn, fates chan<- fate) {
+	defer close(fates)
 	p.pump(server, client, func(_ []byte, cmd []string) bool {
-		fate <- p.take(cmd)
+		fates <- p.take(cmd)
 		return true
 	})
 }
 
-// take returns (and removes) the first drop rule that matches cmd.
-func (p *Proxy) take(cmd []string) *dropRule {
+// take returns the fate of the reply of cmd: the first drop rule that
+// matches it (which it removes), else the hold of the first hold rule
+// that does.
+func (p *Proxy) take(cmd []string) fate {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i, r := range p.drops {
 		if r.match(cmd) {
 			p.drops = append(p.drops[:i], p.drops[i+1:]...)
 			r.dropped <- cmd
-			return r
+			return fate{drop: r}
 		}
 	}
-	return nil
+	for _, h := range p.holds {
+		if h.match(cmd) {
+			h.held++
+			return fate{hold: h.d}
+		}
+	}
+	return fate{}
 }
 
 // replies copies replies from the server to the client, one frame at a
 // time; the reply of a command whose fate is a drop rule is thrown away and
-// the connection cut. Push frames (RESP3 Pub/Sub) answer no command.
-func (p *Proxy) replies(client, server net.Conn, fate <-chan *dropRule) {
+// the connection cut, that of a held one waits. Push frames (RESP3
+// Pub/Sub) answer no command.
+func (p *Proxy) replies(client, server net.Conn, fates <-chan fate) {
 	p.pump(client, server, func(frame []byte, _ []string) bool {
 		if frame[0] == '>' {
 			return true
 		}
-		rule, ok := <-fate
-		return ok && rule == nil // a lost reply: pump cuts the connection
+		f, ok := <-fates
+		if !ok || f.drop != nil {
+			return false // a lost reply: pump cuts the connection
+		}
+		if f.hold > 0 {
+			t := time.NewTimer(f.hold)
+			defer t.Stop()
+			select {
+			case <-p.closed:
+				return false
+			case <-t.C:
+			}
+		}
+		return true
 	})
 }
 

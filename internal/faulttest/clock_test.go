@@ -37,8 +37,15 @@ var wallClockAllowed = map[string]string{
 	// The adaptive prefetch (worker.Config.Prefetch 0) is sized from two
 	// durations on the monotonic clock: a claim's round trip and how long
 	// handlers run. Neither is compared with a ready time or a lease.
-	"worker.(*Worker).claim":        "the claim's round trip, a duration that sizes the prefetch",
-	"worker.(*Worker).start":        "how long a handler ran, a duration that sizes the prefetch",
+	"worker.(*Worker).claim": "the claim's round trip, a duration that sizes the prefetch; when a failed shard's back-off ends, a local interval",
+	"worker.(*Worker).fetch": "when a failed shard's back-off ends, a local interval",
+	"worker.(*Worker).start": "how long a handler ran, a duration that sizes the prefetch; how long since the lease was last confirmed (compared with the lease, a duration)",
+	// A held lease is known live for a lease from when the claim or extend
+	// that confirmed it was sent: the time since then (on the monotonic
+	// clock, or on the wall clock when more has passed by it: a suspended
+	// machine) is compared with the lease, never with a server time.
+	"worker.(*Worker).extend":       "when the extend was sent: the lease is live for a lease from then (a duration)",
+	"worker.(*Worker).checkStale":   "how long since each lease was last confirmed, compared with the lease (a duration)",
 	"worker.(*slots).startable":     "when a handler started, for how long it has run (a duration)",
 	"worker.(*slots).oldestRunning": "how long the longest handler has run, a duration that shrinks the prefetch",
 }

@@ -178,7 +178,10 @@ func (s *suite) finish(t *testing.T, queues []string, extra ...string) (dead int
 	// is a queue's fencing counter; hist:<minute> keys are the dashboard's
 	// per-minute counts, which expire by themselves after a day; w:<worker>
 	// keys are workers' last calls, which expire a lease after their last
-	// write (checked below).
+	// write (checked below); c:<call id> keys are the first answers of
+	// producers' and operators' calls, which expire after the broker's
+	// resend window (checked, then deleted, so that the memory compared
+	// below is what stays).
 	allowed := []string{s.ns + ":queues", s.ns + ":shards"}
 	var allowedPrefixes []string
 	for _, q := range queues {
@@ -193,6 +196,15 @@ func (s *suite) finish(t *testing.T, queues []string, extra ...string) (dead int
 			}
 			allowedPrefixes = append(allowedPrefixes, k.Workers)
 		}
+	}
+	// Call records of any queue of the namespace (an outbox relay probes
+	// Redis with a cancel in the default queue).
+	calls := redistest.Keys(t, s.rdb, s.ns+":{*}:c:*")
+	for _, c := range calls {
+		if ttl := s.rdb.PTTL(s.ctx, c).Val(); ttl <= 0 || ttl > broker.DefaultResendWindow {
+			t.Errorf("call record %s expires in %v, want within the resend window %v", c, ttl, broker.DefaultResendWindow)
+		}
+		allowed = append(allowed, c)
 	}
 	keys, err := s.rdb.Keys(s.ctx, s.ns+":*").Result()
 	if err != nil {
@@ -210,6 +222,12 @@ func (s *suite) finish(t *testing.T, queues []string, extra ...string) (dead int
 			t.Fatal(err)
 		}
 		dead += n
+	}
+	// Call records would expire by themselves within the window.
+	if len(calls) > 0 {
+		if err := s.rdb.Unlink(s.ctx, calls...).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var mem int64
 	deadline := time.Now().Add(10 * time.Second)

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/faulttest/fixture"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/periodic"
@@ -88,12 +89,15 @@ func TestPeriodicUnderNamespaceACL(t *testing.T) {
 	run(time.Now(), "current", func(l []periodic.Status) bool {
 		return has(l, "current", true) && !has(l, "old", false) // the stale one removed
 	})
-	m := &job.Message{Attempt: 1}
-	m.Headers = map[string]string{periodic.HeaderSchedule: "current", periodic.HeaderTick: "2030-01-02T03:04:05Z"}
+	list, err := periodic.List(ctx, b, time.Time{})
+	if err != nil || len(list) != 1 {
+		t.Fatalf("List: %+v, %v", list, err)
+	}
+	m := fixture.TickMessage(t, b, "acl", list[0].LastID, 1, time.Time{})
 	if err := periodic.Outcomes(b)(job.HandlerFunc(func(context.Context, *job.Message) error { return nil })).Handle(ctx, m); err != nil {
 		t.Fatal(err)
 	}
-	list, err := periodic.List(ctx, b, time.Time{})
+	list, err = periodic.List(ctx, b, time.Time{})
 	if err != nil || len(list) != 1 || list[0].Outcome == nil || list[0].Outcome.Result != "success" {
 		t.Fatalf("List: %+v, %v", list, err)
 	}

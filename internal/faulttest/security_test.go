@@ -1,6 +1,7 @@
 package faulttest_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/ecdsa"
@@ -10,12 +11,19 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"fmt"
+	"io"
 	"math/big"
 	"net"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,7 +31,9 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/deadletter"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
 	"github.com/delayq/delayq/worker"
@@ -300,15 +310,262 @@ func TestPayloadIsData(t *testing.T) {
 	}
 }
 
-// TestSecurityDocShowsACLRules keeps docs/security.md's ACL line in step
-// with broker.ACLRules.
+// TestSecurityDocShowsACLRules keeps docs/security.md's ACL lines in step
+// with broker.ACLRules and broker.FunctionsACLRules.
 func TestSecurityDocShowsACLRules(t *testing.T) {
 	t.Parallel()
 	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "security.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "ACL SETUSER delayq reset on >password " + broker.ACLRules("delayq") + "\n"; !strings.Contains(string(doc), want) {
-		t.Fatalf("docs/security.md does not show the line\n%s", want)
+	for _, rules := range []string{broker.ACLRules("delayq"), broker.FunctionsACLRules("delayq")} {
+		if want := "ACL SETUSER delayq reset on >password " + rules + "\n"; !strings.Contains(string(doc), want) {
+			t.Errorf("docs/security.md does not show the line\n%s", want)
+		}
+	}
+}
+
+// hostileJSON is n open brackets then n closing ones, the payload json.Indent
+// turned into about n² bytes of page.
+func hostileJSON(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
+
+// dashboardHeadroom is the address space, in MiB, the dashboard process
+// may map beyond what it has mapped once started (setrlimit RLIMIT_AS).
+// With json.Indent one 19,996-byte payload took 1.2 GB to show.
+const dashboardHeadroom = 256
+
+// firstLines returns the first n lines of s, for a crash's message without
+// its goroutine dump.
+func firstLines(s string, n int) string {
+	lines := strings.SplitN(strings.TrimSpace(s), "\n", n+1)
+	return strings.Join(lines[:min(n, len(lines))], "\n")
+}
+
+// TestDashboardSurvivesHostilePayloads runs the dashboard in a process of
+// its own (cmd/faultdashboard) whose address space is capped at what it
+// mapped at start plus 256 MiB, and asks it, three times over, for the
+// pages of jobs, dead jobs and results that hold the payloads:
+// 9,998 arrays nested in each other (19,996 bytes) and 52 of them in one
+// array (1,039,845 bytes, under the default 1 MiB cap). Every page is
+// served, the process is still there afterwards, and it stops cleanly; its
+// peak resident memory is logged.
+func TestDashboardSurvivesHostilePayloads(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the address-space cap needs Linux")
+	}
+	t.Parallel()
+	ctx := context.Background()
+	bin := buildCommand(t, "faultdashboard")
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	const ns, q = "hostile", "q"
+	b, err := broker.New(rdb, broker.Options{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deep := hostileJSON(9998)
+	many := "[" + strings.Repeat(deep+",", 51) + deep + "]"
+	payloads := map[string]string{"deep": deep, "many": many}
+	var pages []string
+	for name, p := range payloads {
+		if err := b.Enqueue(ctx,
+			&job.Envelope{ID: name + "-scheduled", Queue: q, Type: "t", Payload: []byte(p), Delay: time.Hour},
+			&job.Envelope{ID: name + "-dead", Queue: q, Type: "t", Payload: []byte(p)},
+			&job.Envelope{ID: name + "-done", Queue: q, Type: "t", Payload: []byte(p)},
+		); err != nil {
+			t.Fatal(err)
+		}
+		res, err := testkit.Drive(b).Claim(ctx, q, 2, time.Minute)
+		if err != nil || len(res.Jobs) != 2 {
+			t.Fatalf("claimed %d of 2: %v", len(res.Jobs), err)
+		}
+		for _, c := range res.Jobs {
+			op := protocol.Op{Kind: protocol.OpAck, Lease: c.Lease, Retain: time.Hour, Done: &protocol.Done{Body: c.Body, Attempts: 1, Result: []byte(p)}}
+			if c.ID == name+"-dead" {
+				op = protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Death: protocol.Death{Type: "t", Body: c.Body, Error: p, Attempts: 1}}
+			}
+			if out, err := testkit.Drive(b).Settle(ctx, op); err != nil || out[0].Err != nil {
+				t.Fatalf("settle %s: %v %+v", c.ID, err, out)
+			}
+		}
+		pages = append(pages, "/queues/q/job?id="+name+"-scheduled", "/dead/q/job?id="+name+"-dead", "/queues/q/job?id="+name+"-done")
+	}
+	pages = append(pages, "/dead", "/queues/q", "/")
+
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "FAULTDASH_URL=redis://"+srv.Addr()+"/0", "FAULTDASH_NS="+ns, fmt.Sprintf("FAULTDASH_HEADROOM=%d", dashboardHeadroom))
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	lines := make(chan string, 4)
+	go func() {
+		s := bufio.NewScanner(stdout)
+		for s.Scan() {
+			lines <- s.Text()
+		}
+		close(lines)
+		exited <- cmd.Wait()
+	}()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	var addr, limit string
+	for addr == "" {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("faultdashboard ended before listening: %v\n%s", <-exited, stderr.String())
+			}
+			if v, ok := strings.CutPrefix(l, "faultdashboard limit "); ok {
+				limit = v
+			}
+			if v, ok := strings.CutPrefix(l, "faultdashboard listening "); ok {
+				addr = v
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("faultdashboard did not listen within 30s\n%s", stderr.String())
+		}
+	}
+	// The timeout is a guard against a hang, not a speed target: each
+	// page takes milliseconds.
+	client := &http.Client{Timeout: time.Minute}
+	t.Cleanup(client.CloseIdleConnections)
+	served := 0
+	for round := range 3 {
+		for _, p := range pages {
+			res, err := client.Get("http://" + addr + p)
+			if err != nil {
+				t.Fatalf("round %d, GET %s: %v; the dashboard process wrote: %s", round, p, err, firstLines(stderr.String(), 3))
+			}
+			n, _ := io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			if res.StatusCode != http.StatusOK {
+				t.Fatalf("round %d, GET %s: %d", round, p, res.StatusCode)
+			}
+			if round == 0 {
+				t.Logf("GET %s: %d bytes", p, n)
+			}
+			served++
+		}
+	}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+	if err != nil {
+		t.Fatalf("the dashboard process is gone after the pages: %v\n%s", err, stderr.String())
+	}
+	var peak []string
+	for _, l := range strings.Split(string(status), "\n") {
+		if strings.HasPrefix(l, "VmPeak:") || strings.HasPrefix(l, "VmHWM:") {
+			peak = append(peak, strings.Join(strings.Fields(l), " "))
+		}
+	}
+	t.Logf("%d pages served under an address-space cap of %s bytes (%d MiB above the start); %s", served, limit, dashboardHeadroom, strings.Join(peak, ", "))
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("faultdashboard: %v\n%s", err, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("faultdashboard did not stop within 30s of SIGTERM")
+	}
+}
+
+// aclClient creates user with broker.ACLRules(ns) plus extra rules on srv
+// and returns a client logged in as that user.
+func aclClient(t *testing.T, srv *redistest.Server, user, rules string) *redis.Client {
+	t.Helper()
+	args := []any{"ACL", "SETUSER", user, "reset", "on", ">s3cret"}
+	for _, r := range strings.Fields(rules) {
+		args = append(args, r)
+	}
+	if err := srv.Client(t).Do(context.Background(), args...).Err(); err != nil {
+		t.Fatalf("ACL SETUSER %s %s: %v", user, rules, err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: user, Password: "s3cret"})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+// TestJobIDsInKeyNames: the one key named by a job id, ns:{q}:done:<id>
+// of a job kept by job.Retain, stays in its queue's slot and namespace
+// whatever the id holds (glob characters, colons, the names of the queue's
+// other keys, right-to-left overrides, 256 bytes), so the namespace's ACL
+// user reads each back and no id reaches another key; an id with a brace,
+// which would move the hash tag, is refused and nothing is stored.
+func TestJobIDsInKeyNames(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	const ns, q = "tenant-k", "kept"
+	rdb := aclClient(t, srv, "delayq-k", broker.ACLRules(ns))
+	b, err := broker.New(rdb, broker.Options{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{"plain", "a*b?", "[x]", "x:y", "done:plain", "hist:1", "jobs", "..", "invoice\u202efdp.exe", strings.Repeat("z", job.MaxIDLen)}
+	typ := job.New[string]("kept.echo", job.Queue(q), job.Retain(time.Hour))
+	reg := job.NewRegistry()
+	typ.Handle(reg, func(ctx context.Context, j *job.Job[string]) error { return job.SetResult(ctx, []byte(j.Args)) })
+	for _, id := range ids {
+		if _, err := typ.Enqueue(ctx, b, id, job.ID(id)); err != nil {
+			t.Fatalf("enqueue %q: %v", id, err)
+		}
+	}
+	for _, id := range []string{"a{b}", "}x{"} {
+		if _, err := typ.Enqueue(ctx, b, id, job.ID(id)); !errors.Is(err, job.ErrInvalid) {
+			t.Errorf("enqueue with id %q: %v, want job.ErrInvalid", id, err)
+		}
+	}
+	runWorker(t, worker.Config{Broker: b, Registry: reg, Queues: []worker.Queue{{Name: q}}, MaxIdle: 100 * time.Millisecond})
+	redistest.WaitFor(t, 30*time.Second, "every job succeeded and kept", func() bool {
+		for _, id := range ids {
+			if j, err := b.Job(ctx, q, id); err != nil || j.State != broker.StateSucceeded {
+				return false
+			}
+		}
+		return true
+	})
+	admin := srv.Client(t)
+	slot := redistest.Slot("{" + q + "}")
+	for _, id := range ids {
+		j, err := b.Job(ctx, q, id)
+		if err != nil || string(j.Result) != id {
+			t.Errorf("job %q read back by the namespace's user: %+v, %v", id, j, err)
+		}
+		key := ns + ":{" + q + "}:done:" + id
+		if n, err := admin.Exists(ctx, key).Result(); err != nil || n != 1 {
+			t.Errorf("key %q: exists %d, %v", key, n, err)
+		}
+		if s := redistest.Slot(key); s != slot {
+			t.Errorf("key %q hashes to slot %d, its queue to %d", key, s, slot)
+		}
+	}
+	keys, err := admin.Keys(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var done []string
+	for _, k := range keys {
+		if !strings.HasPrefix(k, ns+":") {
+			t.Errorf("key %q outside the namespace", k)
+		}
+		if id, ok := strings.CutPrefix(k, ns+":{"+q+"}:done:"); ok {
+			done = append(done, id)
+		}
+	}
+	if slices.Sort(done); !slices.Equal(done, slices.Sorted(slices.Values(ids))) {
+		t.Errorf("kept-job keys hold ids %q, want exactly %q", done, ids)
+	}
+	for _, id := range []string{"a{b}", "}x{"} {
+		if _, err := b.Job(ctx, q, id); err == nil {
+			t.Errorf("the refused id %q was stored", id)
+		}
 	}
 }

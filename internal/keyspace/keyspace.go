@@ -46,6 +46,7 @@ type Keys struct {
 	Held       string // prefix of the per-type ZSETs id -> ready ms: due jobs of a type at its concurrency cap, set aside by claim (Held + type)
 	Hist       string // prefix of the per-minute history hashes: Hist + minute
 	Workers    string // prefix of the workers' call records: Workers + worker id (HASH lane -> last call)
+	Calls      string // prefix of the producers' and operators' call records: Calls + call id -> STRING, the call's first outcome, expiring after the broker's resend window
 	Wake       string // Pub/Sub channel of the user's queue (shared by its shards), not a key
 	Cancel     string // Pub/Sub channel of cancel notices for running jobs of the user's queue, not a key
 }
@@ -74,6 +75,7 @@ func newKeys(ns, physical, queue string) Keys {
 		Held:       p + "held:",
 		Hist:       p + "hist:",
 		Workers:    p + "w:",
+		Calls:      p + "c:",
 		Wake:       WakeChannel(ns, queue),
 		Cancel:     CancelChannel(ns, queue),
 	}

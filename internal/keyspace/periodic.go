@@ -8,6 +8,13 @@ type PeriodicKeys struct {
 	Schedules string // HASH schedule name -> its declaration and heartbeat (JSON)
 	Last      string // ZSET schedule name -> time of the latest tick enqueued (ms)
 	Outcomes  string // HASH schedule name -> outcome of its latest finished attempt (JSON)
+	// Ticks: HASH tick job id (name@tick) -> "<expires ms> <queue>", the
+	// queue the first scheduler to reach the tick chose for its job, kept
+	// until it expires.
+	Ticks string
+	// Secret: STRING, the key with which schedulers sign their ticks' jobs
+	// (an HMAC in a header) so that only those record outcomes.
+	Secret string
 }
 
 // Periodic returns the periodic schedules' keys of namespace ns.
@@ -17,5 +24,7 @@ func Periodic(ns string) PeriodicKeys {
 		Schedules: p + "schedules",
 		Last:      p + "last",
 		Outcomes:  p + "outcomes",
+		Ticks:     p + "ticks",
+		Secret:    p + "secret",
 	}
 }

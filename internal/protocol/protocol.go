@@ -15,6 +15,7 @@ package protocol
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -22,6 +23,15 @@ import (
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/job"
 )
+
+// ErrRefused is wrapped by the error of a call that Redis answered with an
+// error of the script itself: a key of the wrong type (the scripts check
+// every key before their first write, and say "nothing was changed") or
+// another failure of the script's own run. The reply was not lost, so the
+// call is not one to send again first: sent again, it fails the same way
+// until someone repairs what the error names. A worker backs off from that
+// shard alone.
+var ErrRefused = errors.New("refused by the script")
 
 // Lease identifies a claimed job and the fencing token of the claim.
 type Lease struct {
@@ -39,8 +49,13 @@ type Claimed struct {
 	Attempt  int           // attempts spent, including this one
 	ReadyAt  time.Time     // when it became due (Claim) or its lease deadline (Reap)
 	Body     []byte        // the envelope as stored
-	Envelope *job.Envelope // decoded Body; nil when Err is set
-	Err      error         // wraps job.ErrCorrupt: Body did not decode, or the attempts counter was garbage
+	Envelope *job.Envelope // decoded Body; nil when it did not decode (Err is then set)
+	// Err wraps job.ErrCorrupt: Body did not decode, the attempts counter
+	// was garbage, or the claim could not read the job's type while a type
+	// control was set. A job with Err is dead-lettered, never run; its
+	// Envelope, when not nil, still gives the dead record its type and
+	// tells its batch.
+	Err error
 	// Cancelled (Reap): the job was asked to stop (broker.Broker.CancelJob)
 	// under this lease: it ends as cancelled, not retried.
 	Cancelled bool
@@ -84,10 +99,12 @@ type Death struct {
 // carry it with a call id, so that a call sent twice (its reply was lost,
 // and the worker or its Redis client sent it again) is applied once and
 // answered the same both times. The broker keeps, per shard, the last call
-// of each lane of a worker (a small hash that expires after the lease).
+// of each lane of a worker (a small hash that expires twice Lease after its
+// last write); a worker sends a call again only within Lease of sending it
+// first.
 type Caller struct {
 	ID    string        // the worker's id, unique per process: job.NewID()
-	Lease time.Duration // how long the broker keeps the worker's last calls
+	Lease time.Duration // the worker's lease: the broker keeps its last calls twice as long
 	// Ahead, in a Claim, is how many of its n jobs may wait in the worker
 	// for a free goroutine (prefetch). A shard with a concurrency cap or a
 	// rate limit leases at most n - Ahead (and says so in

@@ -117,8 +117,9 @@ func (l *ledger) tally(ctx context.Context, t *testing.T, b *broker.Broker, queu
 	return r
 }
 
-// produce enqueues ids in batches through b, repeating the jobs of a batch
-// that failed (with the same ids) until they are accepted or ctx ends.
+// produce enqueues ids in batches through b, resending a call whose outcome
+// is open and repeating the jobs of a batch that failed (with the same ids)
+// until they are accepted or ctx ends.
 func (l *ledger) produce(ctx context.Context, b *broker.Broker, queue string, ids []string, batch int, pace time.Duration) error {
 	for start := 0; start < len(ids); start += batch {
 		pending := ids[start:min(start+batch, len(ids))]
@@ -135,6 +136,15 @@ func (l *ledger) produce(ctx context.Context, b *broker.Broker, queue string, id
 				envs[i] = e
 			}
 			err := b.Enqueue(ctx, envs...)
+			// A call that may have run, or that the replicas did not
+			// confirm, is sent again as it was (docs/guarantees.md, "What
+			// an answer means"), so that a job it stored that ran since is
+			// not stored again.
+			for (errors.Is(err, broker.ErrOutcomeUnknown) || errors.Is(err, broker.ErrNotReplicated)) && ctx.Err() == nil {
+				l.retried.Add(1)
+				time.Sleep(50 * time.Millisecond)
+				err = broker.Resend(ctx, err)
+			}
 			errs := make([]error, len(pending))
 			var be *job.BatchError
 			switch {

@@ -159,6 +159,8 @@ func Key(t testing.TB, b *broker.Broker, name, field string) string {
 			return k.DeadIndex
 		case "batched":
 			return k.Batched
+		case "controls":
+			return k.Controls
 		}
 		t.Fatalf("testkit.Key: no key %q", field)
 	}

@@ -4,6 +4,7 @@ package cli
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -63,6 +64,8 @@ type app struct {
 	redisURL  string
 	namespace string
 	json      bool
+	ascii     bool   // with json: escape everything outside printable ASCII
+	functions bool   // call the loaded function library instead of EVALSHA
 	now       string // hidden: a fixed clock, for reproducible output
 
 	rdb   redis.UniversalClient
@@ -161,6 +164,8 @@ Output is a table for people, or JSON with --json. Exit status: 0 success,
 	pf.StringVar(&a.redisURL, "redis-url", "", "Redis URL (default $REDIS_URL, else "+DefaultRedisURL+")")
 	pf.StringVar(&a.namespace, "namespace", "", "key namespace (default $DELAYQ_NAMESPACE, else "+broker.DefaultNamespace+")")
 	pf.BoolVar(&a.json, "json", false, "print JSON instead of tables")
+	pf.BoolVar(&a.ascii, "ascii", false, "with --json: write every character outside printable ASCII as a \\u escape (the same JSON, safe to print on a terminal)")
+	pf.BoolVar(&a.functions, "functions", false, "call the function library loaded by 'delayq admin load-functions' (FCALL) instead of sending scripts, as a Redis user that may not run code of its own (default $"+envFunctions+"=1)")
 	pf.StringVar(&a.now, "now", "", "use this RFC 3339 time as the clock instead of the server's (for tests)")
 	_ = pf.MarkHidden("now")
 
@@ -173,6 +178,7 @@ Output is a table for people, or JSON with --json. Exit status: 0 success,
 		a.periodicCommand(),
 		a.batchesCommand(),
 		a.dashboardCommand(),
+		a.adminCommand(),
 		a.versionCommand(),
 	)
 	root.Args = func(cmd *cobra.Command, args []string) error {
@@ -271,6 +277,16 @@ func (a *app) parseGlobals() error {
 	if a.namespace == "" {
 		a.namespace = a.getenv("DELAYQ_NAMESPACE")
 	}
+	switch v := a.getenv(envFunctions); v {
+	case "", "0":
+	case "1":
+		a.functions = true
+	default:
+		return usagef("$%s is %q: want 1 or 0", envFunctions, v)
+	}
+	if a.ascii && !a.json {
+		return usagef("--ascii shapes JSON output: give it with --json")
+	}
 	if a.now != "" {
 		t, err := time.Parse(time.RFC3339Nano, a.now)
 		if err != nil {
@@ -307,6 +323,7 @@ func (a *app) brokerWith(ctx context.Context, bo broker.Options) (*broker.Broker
 	}
 	rdb := tgt.client()
 	bo.Namespace, bo.Clock = a.namespace, a.clock
+	bo.Functions = bo.Functions || a.functions
 	b, err := broker.New(rdb, bo)
 	if err != nil {
 		_ = rdb.Close()
@@ -323,11 +340,23 @@ func (a *app) brokerWith(ctx context.Context, bo broker.Options) (*broker.Broker
 	return b, nil
 }
 
-// printJSON writes v as one line of JSON.
+// printJSON writes v as one line of JSON: stored text as it is (JSON
+// escapes only C0 controls, quotes and backslashes), or with --ascii every
+// character outside printable ASCII as a \u escape.
 func (a *app) printJSON(v any) error {
-	enc := json.NewEncoder(a.stdout)
+	if !a.ascii {
+		enc := json.NewEncoder(a.stdout)
+		enc.SetEscapeHTML(false)
+		return enc.Encode(v)
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	return enc.Encode(v)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	_, err := a.stdout.Write(asciiJSON(buf.Bytes()))
+	return err
 }
 
 // confirm asks the operator a yes/no question on stderr unless yes is set,

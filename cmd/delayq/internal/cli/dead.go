@@ -158,12 +158,16 @@ whole store, at worst: about 7 µs a record).`,
 				out := struct {
 					Records []deadJSON `json:"records"`
 					Next    string     `json:"next,omitempty"`
-				}{Records: make([]deadJSON, len(page.Records)), Next: page.Next}
+					// Unreadable: queues left out because they could
+					// not be read.
+					Unreadable []unreadableJSON `json:"unreadable,omitempty"`
+				}{Records: make([]deadJSON, len(page.Records)), Next: page.Next, Unreadable: unreadableList(page.Skipped)}
 				for i, r := range page.Records {
 					out.Records[i] = toDeadJSON(r)
 				}
 				return a.printJSON(out)
 			}
+			a.warnLeftOut(page.Skipped)
 			if len(page.Records) == 0 {
 				fmt.Fprintf(a.stdout, "no dead jobs %s\n", termSafe(ff.describe(), false))
 				return nil
@@ -203,6 +207,12 @@ func (a *app) listDead(ctx context.Context, in *deadletter.Inspector, queue stri
 		page.Records = append(page.Records, p.Records...)
 		page.Next = p.Next
 		page.Scanned += p.Scanned
+		for q, err := range p.Skipped {
+			if page.Skipped == nil {
+				page.Skipped = map[string]error{}
+			}
+			page.Skipped[q] = err
+		}
 		if !p.Partial {
 			return page, nil
 		}

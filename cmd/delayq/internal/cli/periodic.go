@@ -19,7 +19,9 @@ expression and its time zone, the job type and queue, the missed-tick policy,
 the next run (from the expression), the last tick enqueued, the outcome of the
 latest finished attempt (recorded by periodic.Outcomes in the worker), and
 whether the schedule is stale: no running scheduler declares it any more, so
-nothing runs it and the next scheduler's heartbeat removes it.`,
+nothing runs it and the next scheduler's heartbeat removes it. A stored record
+that does not decode is shown as "unreadable" with its schedule's name and why
+(--json: "problem"), beside the other schedules.`,
 		Args: noArgs,
 		RunE: a.onBroker(a.listPeriodic),
 	}
@@ -40,6 +42,7 @@ type periodicJSON struct {
 	Outcome *periodicOutcomeJSON `json:"last_outcome,omitempty"`
 	Seen    *string              `json:"seen"`
 	Stale   bool                 `json:"stale"`
+	Problem string               `json:"problem,omitempty"`
 }
 
 type periodicOutcomeJSON struct {
@@ -77,6 +80,7 @@ func (a *app) listPeriodic(ctx context.Context, b *broker.Broker) error {
 			out[i] = periodicJSON{
 				Name: s.Name, Spec: s.Spec, Zone: s.Zone, Type: s.Type, Queue: s.Queue, Missed: s.Missed.String(),
 				Next: jsonTime(s.Next), Last: jsonTime(s.Last), LastID: s.LastID, Seen: jsonTime(s.Seen), Stale: s.Stale,
+				Problem: s.Problem,
 			}
 			if s.Within > 0 {
 				out[i].Within = s.Within.String()
@@ -98,10 +102,17 @@ func (a *app) listPeriodic(ctx context.Context, b *broker.Broker) error {
 			missed += " (" + fmtDur(s.Within) + ")"
 		}
 		state := "live"
-		if s.Stale {
+		switch {
+		case s.Spec == "" && s.Problem != "":
+			// Its own record is unreadable: nothing of it to show but why.
+			missed, state = "-", "unreadable: "+firstLine(s.Problem, 120)
+		case s.Stale:
 			state = "stale (seen " + relative(s.Seen, now) + ")"
 		}
-		t.row(s.Name, s.Spec, s.Zone, s.Type, s.Queue, missed, whenAt(s.Next, now), whenAt(s.Last, now), outcomeText(s.Outcome, now), state)
+		if s.Spec != "" && s.Problem != "" {
+			state += "; unreadable: " + firstLine(s.Problem, 120)
+		}
+		t.row(s.Name, orDash(s.Spec), orDash(s.Zone), orDash(s.Type), orDash(s.Queue), missed, whenAt(s.Next, now), whenAt(s.Last, now), outcomeText(s.Outcome, now), state)
 	}
 	return t.flush()
 }

@@ -204,6 +204,7 @@ type queueJSON struct {
 
 func (a *app) listQueues(ctx context.Context, b *broker.Broker) error {
 	all, err := b.AllStats(ctx)
+	bad, err := leftOut(err)
 	if err != nil {
 		return err
 	}
@@ -219,10 +220,17 @@ func (a *app) listQueues(ctx context.Context, b *broker.Broker) error {
 				out[i].Caps = map[string]int{}
 			}
 		}
-		return a.printJSON(map[string]any{"queues": out})
+		res := map[string]any{"queues": out}
+		if len(bad) > 0 {
+			res["unreadable"] = unreadableList(bad)
+		}
+		return a.printJSON(res)
 	}
+	a.warnLeftOut(bad)
 	if len(all) == 0 {
-		fmt.Fprintln(a.stdout, "no queues yet: nothing was ever enqueued in namespace", orDash(b.Namespace()))
+		if len(bad) == 0 {
+			fmt.Fprintln(a.stdout, "no queues yet: nothing was ever enqueued in namespace", orDash(b.Namespace()))
+		}
 		return nil
 	}
 	t := newTable(a.stdout, "QUEUE", "STATE", "PAUSED TYPES", "PARKED", "CAPS", "HELD", "SCHEDULED", "DUE", "PROCESSING")

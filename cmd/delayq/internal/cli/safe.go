@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
@@ -113,4 +114,28 @@ func needsEscape(r rune, layout bool) bool {
 		return true
 	}
 	return false
+}
+
+// asciiJSON rewrites encoded JSON so that it holds only printable ASCII:
+// DEL and every character from U+0080 on become \u escapes (a pair of
+// them for a character beyond U+FFFF). Outside strings JSON is ASCII
+// already, so a decoder reads the same values; C1 controls and
+// bidirectional overrides can no longer act on the terminal that shows it.
+func asciiJSON(b []byte) []byte {
+	out := make([]byte, 0, len(b))
+	for i := 0; i < len(b); {
+		if c := b[i]; c < 0x7f {
+			out = append(out, c)
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRune(b[i:])
+		i += n
+		if r1, r2 := utf16.EncodeRune(r); r1 != utf8.RuneError {
+			out = fmt.Appendf(out, `\u%04x\u%04x`, r1, r2)
+			continue
+		}
+		out = fmt.Appendf(out, `\u%04x`, r)
+	}
+	return out
 }

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -88,5 +90,29 @@ func TestTermSafe(t *testing.T) {
 		if got := termSafe(c.in, c.layout); got != c.want {
 			t.Errorf("termSafe(%q, %v) = %q, want %q", c.in, c.layout, got, c.want)
 		}
+	}
+}
+
+// TestASCIIJSON: asciiJSON leaves printable ASCII alone and writes DEL,
+// C1 controls, bidi overrides, other non-ASCII characters and characters
+// beyond U+FFFF (as a surrogate pair) as \u escapes; the JSON decodes to
+// the same value.
+func TestASCIIJSON(t *testing.T) {
+	t.Parallel()
+	in := "{\"s\":\"a\x7f\u0085\u009b\u202e\u2066é😀\\n\\\"\",\"n\":[1,true,null]}\n"
+	want := `{"s":"a\u007f\u0085\u009b\u202e\u2066\u00e9\ud83d\ude00\n\"","n":[1,true,null]}` + "\n"
+	got := string(asciiJSON([]byte(in)))
+	if got != want {
+		t.Fatalf("asciiJSON(%q)\n = %q\nwant %q", in, got, want)
+	}
+	var a, b any
+	if err := json.Unmarshal([]byte(in), &a); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(got), &b); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(a, b) {
+		t.Fatalf("decoded %v, want %v", b, a)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -76,7 +77,8 @@ func forbidden(out string, layout bool) string {
 }
 
 // Tables and show output escape control characters from stored text;
-// --json output is byte-exact.
+// --json output is byte-exact, and --json --ascii the same JSON in
+// printable ASCII.
 func TestTerminalOutputEscaped(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
@@ -154,6 +156,31 @@ func TestTerminalOutputEscaped(t *testing.T) {
 	}
 	if !strings.Contains(out, "\x7f") || !strings.Contains(out, "\u202e") {
 		t.Fatal("--json output was escaped for the terminal")
+	}
+
+	// --json --ascii is the same JSON with nothing a terminal acts on:
+	// printable ASCII only, every other character a \u escape.
+	for _, args := range [][]string{{"dead", "show", id, "--queue", "q"}, {"dead", "ls"}, {"dead", "ls", "--queue", "q"}} {
+		plain := tb.ok(t, append(args, "--json")...)
+		ascii := tb.ok(t, append(args, "--json", "--ascii")...)
+		for i, c := range []byte(ascii) {
+			if (c < 0x20 || c > 0x7e) && c != '\n' {
+				t.Fatalf("delayq %q --json --ascii writes byte %#x at %d:\n%s", args, c, i, ascii)
+			}
+		}
+		var p, a any
+		if err := json.Unmarshal([]byte(plain), &p); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal([]byte(ascii), &a); err != nil {
+			t.Fatalf("delayq %q --json --ascii: %v\n%s", args, err, ascii)
+		}
+		if !reflect.DeepEqual(p, a) {
+			t.Errorf("delayq %q: --json --ascii decodes to\n%v\nand --json to\n%v", args, a, p)
+		}
+	}
+	if r := tb.run(t, "dead", "ls", "--ascii"); r.code != 2 || !strings.Contains(r.stderr, "--ascii shapes JSON output") {
+		t.Errorf("--ascii without --json: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
 

@@ -88,6 +88,8 @@ type statsJSON struct {
 	Now    *string          `json:"now"`
 	Queues []queueStatsJSON `json:"queues"`
 	Outbox []relayJSON      `json:"outbox_relays"`
+	// Unreadable: queues left out because they could not be read.
+	Unreadable []unreadableJSON `json:"unreadable,omitempty"`
 }
 
 // relayJSON is one outbox relay's last recorded status.
@@ -116,23 +118,36 @@ type queueStatsJSON struct {
 	Parked     int64   `json:"parked"`
 }
 
+// readStats reads the stats of queues (every queue when none is given).
+// Queues that cannot be read are left out and named in a
+// *broker.QueueErrors, unless none could be read.
 func (a *app) readStats(ctx context.Context, b *broker.Broker, queues []string) ([]broker.QueueStats, error) {
 	if len(queues) == 0 {
 		return b.AllStats(ctx)
 	}
 	out := make([]broker.QueueStats, 0, len(queues))
+	bad := &broker.QueueErrors{Errs: map[string]error{}}
+	var last error
 	for _, q := range queues {
 		s, err := b.Stats(ctx, q)
 		if err != nil {
-			return nil, err
+			bad.Errs[q], last = err, err
+			continue
 		}
 		out = append(out, s)
 	}
-	return out, nil
+	switch {
+	case len(bad.Errs) == 0:
+		return out, nil
+	case len(out) == 0:
+		return nil, last
+	}
+	return out, bad
 }
 
 func (a *app) showStats(ctx context.Context, b *broker.Broker, queues []string, watching bool) error {
 	all, err := a.readStats(ctx, b, queues)
+	bad, err := leftOut(err)
 	if err != nil {
 		return err
 	}
@@ -145,7 +160,7 @@ func (a *app) showStats(ctx context.Context, b *broker.Broker, queues []string, 
 		now = all[0].Now
 	}
 	if a.json {
-		out := statsJSON{Now: jsonTime(now), Queues: make([]queueStatsJSON, len(all)), Outbox: make([]relayJSON, len(relays))}
+		out := statsJSON{Now: jsonTime(now), Queues: make([]queueStatsJSON, len(all)), Outbox: make([]relayJSON, len(relays)), Unreadable: unreadableList(bad)}
 		for i, s := range all {
 			out.Queues[i] = queueStatsJSON{
 				Queue: s.Queue, Scheduled: s.Scheduled, Due: s.Due, Processing: s.Processing, Dead: s.Dead,
@@ -159,8 +174,11 @@ func (a *app) showStats(ctx context.Context, b *broker.Broker, queues []string, 
 		}
 		return a.printJSON(out)
 	}
+	a.warnLeftOut(bad)
 	if len(all) == 0 {
-		fmt.Fprintln(a.stdout, "no queues yet: nothing was ever enqueued in namespace", orDash(b.Namespace()))
+		if len(bad) == 0 {
+			fmt.Fprintln(a.stdout, "no queues yet: nothing was ever enqueued in namespace", orDash(b.Namespace()))
+		}
 		return a.showRelays(relays, now)
 	}
 	if watching {

@@ -1,24 +1,34 @@
-// Command faultscheduler is a scheduler process of the periodic suite in
-// internal/faulttest: a periodic.Scheduler with one schedule, "tick", every
-// second, enqueueing jobs of type fault.tick to the queue "ticks".
+// Command faultscheduler is a scheduler process of the periodic suites in
+// internal/faulttest: a periodic.Scheduler with every-second schedules
+// enqueueing jobs of type fault.tick, by default one schedule, "tick", to
+// the queue "ticks".
 //
 // It is configured by environment variables:
 //
-//	FAULTSCHED_URL   Redis URL (required)
-//	FAULTSCHED_NS    broker namespace (required)
-//	FAULTSCHED_NAME  this scheduler's name in its log lines (required)
+//	FAULTSCHED_URL        Redis URL (required)
+//	FAULTSCHED_NS         broker namespace (required)
+//	FAULTSCHED_NAME       this scheduler's name in its log lines (required)
+//	FAULTSCHED_QUEUE      the queue of the schedules' jobs (default "ticks")
+//	FAULTSCHED_SCHEDULES  the schedules' names, separated by commas (default "tick")
+//	FAULTSCHED_EXPIRE     name=<RFC 3339 time>: the jobs of that schedule
+//	                      expire then (job.ExpireAt), so that its ticks
+//	                      after it cannot be enqueued
 //
 // It prints "faultscheduler started" once it handles signals; SIGTERM or
-// SIGINT stop it. Errors go to stderr.
+// SIGINT stop it. Log lines (warn and error, JSON) and errors go to
+// stderr.
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
@@ -65,8 +75,23 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	if err := periodic.Add(s, "tick", "@every 1s", TickType, Tick{Schedule: "tick"}); err != nil {
-		return err
+	queue := cmp.Or(os.Getenv("FAULTSCHED_QUEUE"), "ticks")
+	expiring, expireAt := "", time.Time{}
+	if v := os.Getenv("FAULTSCHED_EXPIRE"); v != "" {
+		name, at, ok := strings.Cut(v, "=")
+		if expireAt, err = time.Parse(time.RFC3339Nano, at); !ok || err != nil {
+			return fmt.Errorf("FAULTSCHED_EXPIRE %q is not name=<RFC 3339 time>", v)
+		}
+		expiring = name
+	}
+	for _, name := range strings.Split(cmp.Or(os.Getenv("FAULTSCHED_SCHEDULES"), "tick"), ",") {
+		opts := []job.Option{job.Queue(queue)}
+		if name == expiring {
+			opts = append(opts, job.ExpireAt(expireAt))
+		}
+		if err := periodic.Add(s, name, "@every 1s", TickType, Tick{Schedule: name}, periodic.JobOptions(opts...)); err != nil {
+			return err
+		}
 	}
 	fmt.Println("faultscheduler started") // the test signals only after this line
 	return s.Run(ctx)

@@ -1,0 +1,220 @@
+// Package rules holds the decisions that the broker and the test kit
+// (delayqtest) must make alike: what an enqueue, a cancel or a reschedule
+// does given what is stored under the job's id, which envelopes are
+// refused (delayq's checks plus the payload cap), and how a succeeded job's
+// next jobs are named and checked. The broker makes the storing decisions
+// inside its Lua scripts, atomically; its tests check that each script
+// decides as the functions here do (TestEnqueueScriptFollowsTheRules), and
+// it builds its answers (errors) with them. The kit, which stores nothing
+// in Redis, calls the same functions, so a test written against it sees
+// what a broker would answer.
+//
+// The errors are the broker's sentinels and types, re-exported by package
+// broker (broker.ErrDuplicate is ErrDuplicate, broker.DuplicateError is
+// DuplicateError, ...).
+package rules
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/delayq/delayq/job"
+)
+
+var (
+	// ErrDuplicate: another call stored a job with that id (see
+	// broker.ErrDuplicate).
+	ErrDuplicate = errors.New("broker: a job with that id is already pending")
+
+	// ErrNotFound: no such job in the state the operation needs.
+	ErrNotFound = errors.New("broker: job not found")
+
+	// ErrInProgress: a worker holds the job.
+	ErrInProgress = errors.New("broker: job is in progress")
+
+	// ErrPayloadTooLarge: the payload is over the broker's cap.
+	ErrPayloadTooLarge = errors.New("broker: payload too large")
+)
+
+// DuplicateError is the error of an enqueue refused because a job with
+// the id is pending in the queue, or is remembered there after it ended
+// (job.Unique). It names the existing job; errors.Is(err, ErrDuplicate)
+// holds.
+type DuplicateError struct {
+	Queue string // the user's queue
+	ID    string // the id of the job that is pending or remembered
+	Ended bool   // the job ended and is remembered (job.Unique), not pending
+}
+
+func (e *DuplicateError) Error() string {
+	if e.Ended {
+		return fmt.Sprintf("%v: id %q in queue %q (it ended and is remembered for its uniqueness window)", ErrDuplicate, e.ID, e.Queue)
+	}
+	return fmt.Sprintf("%v: id %q in queue %q", ErrDuplicate, e.ID, e.Queue)
+}
+
+// Is reports whether target is ErrDuplicate.
+func (e *DuplicateError) Is(target error) bool { return target == ErrDuplicate }
+
+// DefaultMaxPayloadBytes is the payload cap of a broker that sets none
+// (broker.Options.MaxPayloadBytes 0).
+const DefaultMaxPayloadBytes = 1 << 20
+
+// PayloadCap is the cap a MaxPayloadBytes option means: 0 the default,
+// negative none (returned as 0).
+func PayloadCap(opt int) int {
+	switch {
+	case opt == 0:
+		return DefaultMaxPayloadBytes
+	case opt < 0:
+		return 0
+	}
+	return opt
+}
+
+// Prepare is job.Prepare (defaults filled in, every field checked) and the
+// payload cap: payload and headers (keys and values) together must not be
+// over maxPayload bytes (<= 0: no cap). Errors wrap job.ErrInvalid, and
+// ErrPayloadTooLarge for the cap.
+func Prepare(env *job.Envelope, now time.Time, maxPayload int) error {
+	if env == nil {
+		return fmt.Errorf("broker: %w: nil envelope", job.ErrInvalid)
+	}
+	if err := job.Prepare(env, now); err != nil {
+		return err
+	}
+	if maxPayload > 0 {
+		size := len(env.Payload)
+		for k, v := range env.Headers {
+			size += len(k) + len(v)
+		}
+		if size > maxPayload {
+			return fmt.Errorf("broker: %w: %w: payload and headers of job %q are %d bytes, the cap is %d", job.ErrInvalid, ErrPayloadTooLarge, env.ID, size, maxPayload)
+		}
+	}
+	return nil
+}
+
+// ReadyMS is an absolute ready time in whole ms, rounded up so that a job
+// never becomes due before the instant it was given (scores are ms, and a
+// job is due once the server's ms clock reaches its score). It is at least
+// 1, as 0 means "use the delay" in the scripts.
+func ReadyMS(t time.Time) int64 {
+	v := t.UnixMilli()
+	if t.After(time.UnixMilli(v)) {
+		v++
+	}
+	return max(v, 1)
+}
+
+// Found is what an enqueue finds under its job's id.
+type Found int
+
+const (
+	// Absent: no job with the id is pending (nor remembered, for a Unique
+	// job).
+	Absent Found = iota
+	// Scheduled: a job with the id waits for its ready time (or a claim).
+	Scheduled
+	// Held: a job with the id is pending but not scheduled: a worker
+	// holds it, or it is set aside (parked by a pause, held by a cap).
+	Held
+	// Remembered: no job with the id is pending, and a Unique job with it
+	// ended within its window. Only enqueues flagged Unique see it.
+	Remembered
+	// EarlierInCall: a job earlier in the same call has the id.
+	EarlierInCall
+)
+
+// Outcome is what an enqueue does.
+type Outcome int
+
+const (
+	Stored         Outcome = iota // stored as a new job
+	Replaced                      // replaced the scheduled job with the id (job.Replace)
+	Duplicate                     // refused: the id is pending (or earlier in the call)
+	DuplicateEnded                // refused: the id is remembered after its end (job.Unique)
+	InProgress                    // refused: job.Replace found the job held
+)
+
+// Enqueue decides an enqueue of a job, flagged unique (job.Unique) and
+// replace (job.Replace), that finds found under its id. A job that is not
+// Unique does not see what is remembered: Remembered is Absent to it.
+// (enqueue.lua decides the same inside Redis.)
+func Enqueue(found Found, unique, replace bool) Outcome {
+	switch found {
+	case EarlierInCall:
+		return Duplicate
+	case Scheduled:
+		if replace {
+			return Replaced
+		}
+		return Duplicate
+	case Held:
+		if replace {
+			return InProgress
+		}
+		return Duplicate
+	case Remembered:
+		if unique {
+			return DuplicateEnded
+		}
+	}
+	return Stored
+}
+
+// EnqueueErr is the error of an enqueue of job id in queue with outcome o:
+// nil for Stored and Replaced.
+func EnqueueErr(o Outcome, queue, id string) error {
+	switch o {
+	case Duplicate, DuplicateEnded:
+		return &DuplicateError{Queue: queue, ID: id, Ended: o == DuplicateEnded}
+	case InProgress:
+		return fmt.Errorf("%w: job %q in queue %q is held by a worker and cannot be replaced", ErrInProgress, id, queue)
+	}
+	return nil
+}
+
+// Change decides a cancel or a reschedule of a job that finds found under
+// its id (Scheduled: done; Held by a worker: ErrInProgress; otherwise
+// ErrNotFound) and returns its error, nil when it is done. (cancel.lua and
+// reschedule.lua decide the same inside Redis; a job parked by a pause or
+// held back by a cap counts as Scheduled there.)
+func Change(found Found, queue, id string) error {
+	switch found {
+	case Scheduled:
+		return nil
+	case Held:
+		return fmt.Errorf("%w: job %q in queue %q", ErrInProgress, id, queue)
+	}
+	return fmt.Errorf("%w: job %q in queue %q", ErrNotFound, id, queue)
+}
+
+// NextJobs returns the next jobs of the job id created at created that has
+// just succeeded (job.Then's, then those its attempt declared with
+// job.Next), ready to enqueue: copies, a job without an ID given
+// job.ChainID(id, created, n), one without a queue job.DefaultQueue, each
+// checked by Prepare with the payload cap. A next job that does not pass
+// fails the success: a worker dead-letters the job (the error wraps
+// job.ErrInvalid, so it is permanent).
+func NextJobs(id string, created time.Time, next []*job.Envelope, now time.Time, maxPayload int) ([]*job.Envelope, error) {
+	out := make([]*job.Envelope, len(next))
+	for i, n := range next {
+		if n == nil {
+			return nil, fmt.Errorf("broker: %w: next job %d of job %q is nil", job.ErrInvalid, i+1, id)
+		}
+		e := *n
+		if e.ID == "" {
+			e.ID = job.ChainID(id, created, i+1)
+		}
+		if e.Queue == "" {
+			e.Queue = job.DefaultQueue
+		}
+		if err := Prepare(&e, now, maxPayload); err != nil {
+			return nil, fmt.Errorf("broker: next job %d of job %q: %w", i+1, id, err)
+		}
+		out[i] = &e
+	}
+	return out, nil
+}
