@@ -2,8 +2,6 @@ package broker_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -16,9 +14,9 @@ import (
 // TestACLRecipesOnTheChannelDefaultOf62: Redis 6.2 starts a new user with
 // every channel (acl-pubsub-default allchannels; 7.0 changed the default to
 // none) and refuses a channel pattern after that. On a server with 6.2's
-// default, the namespace user of broker.ACLRules and the tool's user of
-// docs/operations.md are accepted, and each may publish on its namespace's
-// channels only.
+// default, the namespace users of broker.ACLRules and
+// broker.FunctionsACLRules (docs/security.md) are accepted, and each may
+// publish on its namespace's channels only.
 func TestACLRecipesOnTheChannelDefaultOf62(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -36,26 +34,12 @@ func TestACLRecipesOnTheChannelDefaultOf62(t *testing.T) {
 		t.Fatalf("a channel pattern after the default allchannels: %v; want it refused, as on 6.2", err)
 	}
 
-	doc, err := os.ReadFile(filepath.Join("..", "docs", "operations.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var toolUser []string
-	for line := range strings.Lines(string(doc)) {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "ACL SETUSER delayq on "); ok {
-			toolUser = append([]string{"on"}, strings.Fields(rest)...)
-		}
-	}
-	if toolUser == nil {
-		t.Fatal("docs/operations.md has no line starting with \"ACL SETUSER delayq on \"")
-	}
-
 	for _, tt := range []struct {
 		name, ns string
 		rules    []string
 	}{
 		{"ACLRules", "acl62", append([]string{"reset", "on", ">s3cret"}, strings.Fields(broker.ACLRules("acl62"))...)},
-		{"the tool's user of docs/operations.md", "delayq", toolUser},
+		{"FunctionsACLRules", "acl62f", append([]string{"reset", "on", ">s3cret"}, strings.Fields(broker.FunctionsACLRules("acl62f"))...)},
 	} {
 		user := "u-" + tt.ns
 		if err := setUser(user, tt.rules...); err != nil {
