@@ -85,6 +85,7 @@ func (b *Broker) ServerChecks() []ServerCheck { return slices.Clone(b.servers) }
 func (b *Broker) checkServers() error {
 	ctx, cancel := context.WithTimeout(context.Background(), versionCheckTimeout)
 	defer cancel()
+	probeKey, skipInfo := b.ns+":version-probe", b.opts.Functions
 	var (
 		mu     sync.Mutex
 		checks []ServerCheck
@@ -99,7 +100,7 @@ func (b *Broker) checkServers() error {
 		}
 	}
 	each := func(ctx context.Context, c *redis.Client) error {
-		add(checkServer(ctx, c, c.Options().Addr))
+		add(checkServer(ctx, c, c.Options().Addr, probeKey, skipInfo))
 		return nil
 	}
 	switch c := b.rdb.(type) {
@@ -118,66 +119,94 @@ func (b *Broker) checkServers() error {
 		if addr == "FailoverClient" { // go-redis's placeholder for a Sentinel failover client
 			addr = ""
 		}
-		add(checkServer(ctx, c, addr))
+		add(checkServer(ctx, c, addr, probeKey, skipInfo))
 	default:
-		add(checkServer(ctx, b.rdb, ""))
+		add(checkServer(ctx, b.rdb, "", probeKey, skipInfo))
 	}
 	slices.SortFunc(checks, func(a, b ServerCheck) int { return strings.Compare(a.Addr, b.Addr) })
 	b.servers = checks
 	return errors.Join(errs...)
 }
 
-// probeScript calls ZMSCORE without arguments: a server that knows the
-// command answers "wrong number of args" before it looks at keys or
-// ACLs, one that does not answers "unknown command". Nothing is read or
-// written. It is sent with EVAL, which ACLRules allows.
-const probeScript = `local r = redis.pcall('ZMSCORE')
-if type(r) == 'table' and r.err then return r.err end
-return 'no error'`
+// versionClient is what the check sends its two commands with: a client,
+// or one node's client of a cluster or ring.
+type versionClient interface {
+	Info(ctx context.Context, sections ...string) *redis.StringCmd
+	Do(ctx context.Context, args ...any) *redis.Cmd
+}
 
-// checkServer checks one server: INFO server's redis_version, else (INFO
-// refused or without a version) the probe script. Network errors leave
-// the server NotChecked.
-func checkServer(ctx context.Context, c redis.Cmdable, addr string) (ServerCheck, error) {
-	sc := ServerCheck{Addr: addr}
-	info, err := c.Info(ctx, "server").Result()
-	var why string
-	switch {
-	case err == nil:
-		parseInfo(info, &sc)
-		if v, ok := parseVersion(sc.RedisVersion); ok {
-			sc.Checked = CheckedByVersion
-			if less(v, minVersion) {
-				return sc, tooOld(sc, sc.describe())
-			}
-			return sc, nil
-		}
-		why = "INFO server names no redis_version"
-		if sc.RedisVersion != "" {
-			why = fmt.Sprintf("INFO server's redis_version %q is not a version", sc.RedisVersion)
-		}
-	case isReply(err):
-		why = "INFO refused: " + strings.TrimSpace(err.Error())
-	default:
-		sc.Note = "not checked: INFO server: " + err.Error()
-		return sc, nil
+// probeZMSCORE sends ZMSCORE with a key and no member. A server answers a
+// command with too few arguments ("wrong number of arguments") before it
+// checks ACLs, reads a key or redirects to another cluster node, and one
+// that does not have the command answers "unknown command": so the probe
+// needs no right, logs nothing in the ACL log, and reads and writes
+// nothing.
+func probeZMSCORE(ctx context.Context, c versionClient, key string) (known bool, answer string, err error) {
+	err = c.Do(ctx, "ZMSCORE", key).Err()
+	if err == nil {
+		return false, "a reply, not an error", errUnexpectedProbe
 	}
-	res, err := c.Eval(ctx, probeScript, nil).Result()
-	if err != nil {
-		sc.Note = fmt.Sprintf("not checked: %s; the ZMSCORE probe failed: %v", why, err)
-		return sc, nil
+	if !isReply(err) {
+		return false, "", err
 	}
-	answer, _ := res.(string)
+	answer = strings.TrimSpace(err.Error())
 	switch lower := strings.ToLower(answer); {
 	case strings.Contains(lower, "wrong number of arg"):
+		return true, answer, nil
+	case strings.Contains(lower, "unknown") && strings.Contains(lower, "command"):
+		return false, answer, nil
+	}
+	return false, answer, errUnexpectedProbe
+}
+
+var errUnexpectedProbe = errors.New("unexpected answer")
+
+// checkServer checks one server: INFO server's redis_version, else (INFO
+// refused or without a version, or not sent because the broker runs the
+// function library, whose users are given no INFO) the ZMSCORE probe.
+// Network errors leave the server NotChecked.
+func checkServer(ctx context.Context, c versionClient, addr, probeKey string, skipInfo bool) (ServerCheck, error) {
+	sc := ServerCheck{Addr: addr}
+	var why string
+	if skipInfo {
+		why = "INFO not sent (Options.Functions)"
+	} else {
+		info, err := c.Info(ctx, "server").Result()
+		switch {
+		case err == nil:
+			parseInfo(info, &sc)
+			if v, ok := parseVersion(sc.RedisVersion); ok {
+				sc.Checked = CheckedByVersion
+				if less(v, minVersion) {
+					return sc, tooOld(sc, sc.describe())
+				}
+				return sc, nil
+			}
+			why = "INFO server names no redis_version"
+			if sc.RedisVersion != "" {
+				why = fmt.Sprintf("INFO server's redis_version %q is not a version", sc.RedisVersion)
+			}
+		case isReply(err):
+			why = "INFO refused: " + strings.TrimSpace(err.Error())
+		default:
+			sc.Note = "not checked: INFO server: " + err.Error()
+			return sc, nil
+		}
+	}
+	known, answer, err := probeZMSCORE(ctx, c, probeKey)
+	switch {
+	case errors.Is(err, errUnexpectedProbe):
+		sc.Note = fmt.Sprintf("not checked: %s; the ZMSCORE probe answered %s", why, answer)
+		return sc, nil
+	case err != nil:
+		sc.Note = fmt.Sprintf("not checked: %s; the ZMSCORE probe failed: %v", why, err)
+		return sc, nil
+	case known:
 		sc.Checked, sc.Note = CheckedByProbe, why+"; the server knows ZMSCORE"
 		return sc, nil
-	case strings.Contains(lower, "unknown") && strings.Contains(lower, "command"):
-		sc.Checked, sc.Note = CheckedByProbe, why+"; the server does not know ZMSCORE"
-		return sc, tooOld(sc, "does not know ZMSCORE ("+why+")")
 	}
-	sc.Note = fmt.Sprintf("not checked: %s; the ZMSCORE probe answered %v", why, res)
-	return sc, nil
+	sc.Checked, sc.Note = CheckedByProbe, why+"; the server does not know ZMSCORE"
+	return sc, tooOld(sc, "does not know ZMSCORE ("+why+")")
 }
 
 // tooOld is the error for a server found too old; what describes it.

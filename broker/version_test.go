@@ -109,8 +109,9 @@ func TestNewComparesRedisVersion(t *testing.T) {
 
 // TestNewWhenServerRefusesINFO: a server that refuses INFO (renamed or
 // disabled, or an ACL user without +info) is not refused for that: New
-// asks with a one-line script whether it knows ZMSCORE, refuses it only
-// when it does not, and goes on unchecked when the script is refused too.
+// sends ZMSCORE without a member to learn whether it knows the command,
+// refuses it only when it does not, and goes on unchecked when the answer
+// says neither.
 func TestNewWhenServerRefusesINFO(t *testing.T) {
 	t.Parallel()
 	const (
@@ -120,25 +121,25 @@ func TestNewWhenServerRefusesINFO(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
 		info    string // reply to INFO
-		eval    string // reply to EVAL
+		probe   string // reply to ZMSCORE
 		ok      bool
 		checked broker.CheckMethod
 		note    string // in the ServerCheck's Note, or the error
 	}{
 		{"INFO renamed, ZMSCORE known", unknownINFO,
-			redistest.Bulk("ERR Wrong number of args calling Redis command from script"), true, broker.CheckedByProbe, "knows ZMSCORE"},
+			"-ERR wrong number of arguments for 'zmscore' command\r\n", true, broker.CheckedByProbe, "knows ZMSCORE"},
 		{"INFO not permitted, ZMSCORE known", noPermINFO,
-			redistest.Bulk("ERR Wrong number of args calling Redis command from script"), true, broker.CheckedByProbe, "INFO refused: NOPERM"},
+			"-ERR wrong number of arguments for 'zmscore' command\r\n", true, broker.CheckedByProbe, "INFO refused: NOPERM"},
 		{"INFO without a version, ZMSCORE known", info("uptime_in_seconds:5"),
-			redistest.Bulk("ERR Wrong number of args calling Redis command from script"), true, broker.CheckedByProbe, "names no redis_version"},
+			"-ERR wrong number of arguments for 'zmscore' command\r\n", true, broker.CheckedByProbe, "names no redis_version"},
 		{"redis_version not a version, ZMSCORE known", redistest.Bulk("redis_version:unknown\r\n"),
-			redistest.Bulk("ERR Wrong number of args calling Redis command from script"), true, broker.CheckedByProbe, `redis_version "unknown" is not a version`},
+			"-ERR wrong number of arguments for 'zmscore' command\r\n", true, broker.CheckedByProbe, `redis_version "unknown" is not a version`},
 		{"INFO renamed, ZMSCORE unknown (Redis 6.0)", unknownINFO,
-			redistest.Bulk("Unknown Redis command called from Lua script"), false, "", "does not know ZMSCORE (INFO refused: ERR unknown command 'INFO'"},
-		{"INFO and EVAL not permitted", noPermINFO,
-			"-NOPERM User delayq has no permissions to run the 'eval' command\r\n", true, broker.NotChecked, "the ZMSCORE probe failed: NOPERM"},
+			"-ERR unknown command 'ZMSCORE', with args beginning with: 'delayq:version-probe' \r\n", false, "", "does not know ZMSCORE (INFO refused: ERR unknown command 'INFO'"},
+		{"INFO not permitted, the probe answered NOPERM", noPermINFO,
+			"-NOPERM User delayq has no permissions to run the 'zmscore' command\r\n", true, broker.NotChecked, "the ZMSCORE probe answered NOPERM"},
 		{"INFO renamed, an unexpected probe answer", unknownINFO,
-			":1\r\n", true, broker.NotChecked, "the ZMSCORE probe answered 1"},
+			":1\r\n", true, broker.NotChecked, "the ZMSCORE probe answered a reply, not an error"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -146,14 +147,14 @@ func TestNewWhenServerRefusesINFO(t *testing.T) {
 				switch strings.ToUpper(cmd[0]) {
 				case "INFO":
 					return tt.info
-				case "EVAL":
-					return tt.eval
+				case "ZMSCORE":
+					return tt.probe
 				}
 				return "-ERR unexpected command\r\n"
 			})
 			b, err := broker.New(scriptedClient(t, s), broker.Options{})
-			if got := strings.Join(s.Commands(), " "); got != "INFO EVAL" {
-				t.Errorf("the server was sent %q, want INFO EVAL", got)
+			if got := strings.Join(s.Commands(), " "); got != "INFO ZMSCORE" {
+				t.Errorf("the server was sent %q, want INFO ZMSCORE", got)
 			}
 			if !tt.ok {
 				if !errors.Is(err, broker.ErrServerTooOld) || !strings.Contains(err.Error(), tt.note) || !strings.Contains(err.Error(), s.Addr()) {
@@ -300,4 +301,42 @@ func TestNewChecksEveryServerOfTheTopology(t *testing.T) {
 		seen[sc.Addr] = true
 	}
 	t.Logf("%s: %+v", redistest.Topology(), got)
+}
+
+// TestNewWithFunctionsSendsNoINFO: a broker that runs the function library
+// is meant for a user without INFO (FunctionsACLRules); New checks it by
+// the ZMSCORE probe alone, so that such a user leaves nothing in the ACL
+// log.
+func TestNewWithFunctionsSendsNoINFO(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		probe string
+		ok    bool
+	}{
+		{"-ERR wrong number of arguments for 'zmscore' command\r\n", true},
+		{"-ERR unknown command 'ZMSCORE', with args beginning with: 'delayq:version-probe' \r\n", false},
+	} {
+		s := redistest.StartScripted(t, func(cmd []string) string {
+			if strings.EqualFold(cmd[0], "ZMSCORE") {
+				return tt.probe
+			}
+			return "-ERR unexpected command\r\n"
+		})
+		b, err := broker.New(scriptedClient(t, s), broker.Options{Functions: true})
+		if got := strings.Join(s.Commands(), " "); got != "ZMSCORE" {
+			t.Errorf("the server was sent %q, want ZMSCORE alone", got)
+		}
+		if !tt.ok {
+			if !errors.Is(err, broker.ErrServerTooOld) || !strings.Contains(err.Error(), "does not know ZMSCORE") {
+				t.Errorf("New = %v; want an error wrapping ErrServerTooOld", err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
+		if got := b.ServerChecks(); len(got) != 1 || got[0].Checked != broker.CheckedByProbe || !strings.Contains(got[0].Note, "INFO not sent") {
+			t.Errorf("ServerChecks() = %+v; want checked by probe, INFO not sent", got)
+		}
+	}
 }
