@@ -255,3 +255,20 @@ func Slot(key string) int {
 	}
 	return int(crc) % ClusterSlots
 }
+
+// CheckNamespace says what is wrong with a namespace (the prefix of every
+// key), or "" when nothing is: at most 64 bytes of letters, digits and
+// '._-:'.
+func CheckNamespace(ns string) string {
+	if len(ns) > 64 {
+		return "namespace is " + strconv.Itoa(len(ns)) + " bytes long, the limit is 64"
+	}
+	for _, r := range ns {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == '-', r == ':':
+		default:
+			return "namespace " + strconv.Quote(ns) + " contains " + strconv.QuoteRune(r) + "; allowed are letters, digits and '._-:'"
+		}
+	}
+	return ""
+}
