@@ -59,6 +59,7 @@ type BatchStatus struct {
 	SuccessFired  bool      // the success callback was enqueued
 	CompleteFired bool      // the complete callback was enqueued
 	ExpiresAt     time.Time // when the record goes; zero until the batch is complete and its callbacks fired
+	CompletedAt   time.Time // when the batch was first found complete (the server's clock); a callback's delay counts from then
 }
 
 // Complete reports whether the batch is sealed and every member ended.
@@ -431,6 +432,9 @@ func batchStatus(id string, m map[string]string) *BatchStatus {
 	}
 	if v := num("expires"); v > 0 {
 		s.ExpiresAt = fromMS(v)
+	}
+	if v := num("done"); v > 0 {
+		s.CompletedAt = fromMS(v)
 	}
 	return s
 }

@@ -105,6 +105,10 @@ local f = redis.call('HMGET', KEYS[1], 'total', 'succeeded', 'dead', 'sealed', '
 local total, succ, dead, gone = tonumber(f[1]) or 0, tonumber(f[2]) or 0, tonumber(f[3]) or 0, tonumber(f[11]) or 0
 local sealed = f[4] == '1'
 local sq, sb, cq, cb, sready, cready = '', '', '', '', '', ''
+-- The batch's completion, recorded once (BatchStatus.CompletedAt).
+if sealed and succ + dead + gone == total and not redis.call('HGET', KEYS[1], 'done') then
+  redis.call('HSET', KEYS[1], 'done', now_ms())
+end
 -- A due callback's ready time and expiry, from spec "<at ms>,<delay ms>,
 -- <expiry window ms>" (batch_create) and due, when it became due.
 local function ready_of(spec, due)
