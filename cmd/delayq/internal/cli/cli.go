@@ -334,6 +334,14 @@ func (a *app) brokerWith(ctx context.Context, bo broker.Options) (*broker.Broker
 		_ = rdb.Close()
 		return nil, fmt.Errorf("cannot connect to %s: %w", tgt, err)
 	}
+	if tgt.single != nil {
+		// A node of a Redis Cluster answers PING, then MOVED for most keys:
+		// say so at once, with the fix.
+		if info, err := rdb.Info(ctx, "cluster").Result(); err == nil && strings.Contains(info, "cluster_enabled:1") {
+			_ = rdb.Close()
+			return nil, usagef("invalid --redis-url: %s is a node of a Redis Cluster; use redis+cluster://%s (or rediss+cluster://), and the tool finds the other nodes", tgt, tgt.single.Addr)
+		}
+	}
 	a.rdb = rdb
 	return b, nil
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -533,6 +534,11 @@ func (a *app) jobsRescheduleCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if !cmd.Flags().Changed("queue") {
+				if queue, err = a.locate(cmd.Context(), b, args[0]); err != nil {
+					return err
+				}
+			}
 			if in != "" {
 				// The broker's reschedule takes an instant: add the delay to
 				// the server's clock.
@@ -557,7 +563,7 @@ func (a *app) jobsRescheduleCommand() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	queueFlag(f, &queue, job.DefaultQueue, "queue")
+	queueFlag(f, &queue, job.DefaultQueue, "queue (default: the one queue that holds the id, searched in every queue)")
 	f.StringVar(&in, "in", "", "ready this long from now (e.g. 10s, 1h30m)")
 	f.StringVar(&at, "at", "", "ready at this RFC 3339 time")
 	return cmd
@@ -690,4 +696,36 @@ func progressText(p *job.Progress, now time.Time) string {
 // trailing ".0": 0.425 is "42.5", 0.42 is "42".
 func percent(f float64) string {
 	return strconv.FormatFloat(math.Round(f*1000)/10, 'f', -1, 64)
+}
+
+// locate returns the queue that holds job id (pending, or dead) when no
+// --queue was given: every known queue is searched, one read each. An id
+// found in no queue, or in several, is an error naming them.
+func (a *app) locate(ctx context.Context, b *broker.Broker, id string) (string, error) {
+	names, err := b.Queues(ctx)
+	if err != nil {
+		return "", err
+	}
+	slices.Sort(names)
+	var found []string
+	for _, q := range names {
+		if job.ValidateQueue(q) != nil {
+			continue
+		}
+		_, err := b.Job(ctx, q, id)
+		switch {
+		case err == nil:
+			found = append(found, q)
+		case errors.Is(err, broker.ErrNotFound):
+		default:
+			return "", err
+		}
+	}
+	switch len(found) {
+	case 0:
+		return "", fmt.Errorf("job %q not found in any of the %d queues of namespace %s", id, len(names), b.Namespace())
+	case 1:
+		return found[0], nil
+	}
+	return "", fmt.Errorf("job id %q is in %d queues (%s): give --queue", id, len(found), strings.Join(found, ", "))
 }

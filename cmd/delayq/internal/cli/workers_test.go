@@ -194,3 +194,50 @@ func TestWorkersAfterSIGKILL(t *testing.T) {
 	raw, _ := json.Marshal(st)
 	t.Logf("stats --json: %s", raw)
 }
+
+// TestRedisURLAtClusterNode: a redis:// URL naming one node of a Redis
+// Cluster is refused at connect time, as bad usage, with the URL to use
+// instead, rather than failing later with a raw MOVED.
+func TestRedisURLAtClusterNode(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t)
+	addr := c.Addrs()[0]
+	r := runBinary(t, []string{"REDIS_URL=redis://" + addr + "/0"}, "", "stats")
+	if r.code != 2 || !strings.Contains(r.stderr, "is a node of a Redis Cluster; use redis+cluster://"+addr) || strings.Contains(r.stderr, "MOVED") {
+		t.Errorf("stats on a cluster node with redis://: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if r := runBinary(t, []string{"REDIS_URL=redis+cluster://" + addr}, "", "stats"); r.code != 0 {
+		t.Errorf("stats with redis+cluster://: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// TestRescheduleFindsQueue: jobs reschedule without --queue finds the one
+// queue holding the id (docs/operations.md's `jobs reschedule order-42 --in
+// 2h`), names the queues when the id is in several, and says so when in
+// none.
+func TestRescheduleFindsQueue(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	for _, e := range []*job.Envelope{
+		{ID: "order-42", Queue: "orders", Type: "order.ship", Payload: []byte(`{}`)},
+		{ID: "twin", Queue: "a", Type: "t", Payload: []byte(`{}`)},
+		{ID: "twin", Queue: "b", Type: "t", Payload: []byte(`{}`)},
+	} {
+		if err := tb.b.Enqueue(tb.ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out := tb.ok(t, "jobs", "reschedule", "order-42", "--in", "2h"); !strings.HasPrefix(out, "rescheduled order-42 to ") {
+		t.Errorf("reschedule without --queue: %q", out)
+	}
+	j, err := tb.b.Job(tb.ctx, "orders", "order-42")
+	if err != nil || time.Until(j.ReadyAt) < 90*time.Minute {
+		t.Errorf("after the reschedule: ready %v, %v", j.ReadyAt, err)
+	}
+	if r := tb.run(t, "jobs", "reschedule", "twin", "--in", "1h"); r.code != 1 || !strings.Contains(r.stderr, `job id "twin" is in 2 queues (a, b): give --queue`) {
+		t.Errorf("ambiguous id: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if r := tb.run(t, "jobs", "reschedule", "nope", "--in", "1h"); r.code != 1 || !strings.Contains(r.stderr, `job "nope" not found in any of the 3 queues`) {
+		t.Errorf("unknown id: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
