@@ -22,8 +22,10 @@
 // TTL after its last heartbeat, and the sorted set ns:{:fleet}:procs holds
 // every id scored by when it expires. Both carry the hash tag {:fleet}, so
 // on a Redis Cluster they live in one slot and a heartbeat is one MULTI: the
-// record, its score, and the removal of the ids whose registration ran out
-// (a killed process's). A heartbeat costs O(log N) for N processes; List
+// record, its score, the removal of the ids whose registration ran out (a
+// killed process's), and the index's own expiry, set to the latest
+// registration it holds: once the last process stopped beating and its TTL
+// passed, no key of the registry is left. A heartbeat costs O(log N) for N processes; List
 // reads the ids still live by the server's clock and their records, at
 // most [MaxList]. Time is the Redis server's TIME, so processes with skewed
 // clocks agree on who is live.

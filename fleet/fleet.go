@@ -232,13 +232,24 @@ func (r *Registration) Update(fn func(p *Process)) {
 
 // Beat records the process now: its record, expiring after the TTL, and
 // its place in the index; in the same MULTI it drops from the index the
-// processes whose registrations ran out. Two round trips (the server's
-// clock, then the MULTI), O(log N) plus the expired entries it removes.
+// processes whose registrations ran out and sets the index's own expiry to
+// the latest registration it holds, so that the index outlives no process:
+// once the last one stopped beating (killed, or its network gone) and its
+// TTL passed, no key of the registry is left. Two round trips (the
+// server's clock with the index's latest expiry, then the MULTI), O(log N)
+// plus the expired entries it removes.
 func (r *Registration) Beat(ctx context.Context) error {
-	now, err := r.rdb.Time(ctx).Result()
+	var clock *redis.TimeCmd
+	var latest *redis.ZSliceCmd
+	_, err := r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		clock = p.Time(ctx)
+		latest = p.ZRangeWithScores(ctx, r.keys.Index, -1, -1)
+		return nil
+	})
 	if err != nil {
 		return fmt.Errorf("fleet: heartbeat: %w", err)
 	}
+	now := clock.Val()
 	var held []HeldJob
 	if r.opts.Held != nil {
 		held = r.opts.Held()
@@ -256,10 +267,22 @@ func (r *Registration) Beat(ctx context.Context) error {
 		return fmt.Errorf("fleet: heartbeat: %w", err)
 	}
 	ttl := r.opts.TTL
+	expires := now.Add(ttl).UnixMilli()
+	// The index lives until the latest registration it holds runs out: this
+	// one's, or a longer one another process recorded before the clock was
+	// read. (A process registering for the first time with a longer TTL in
+	// the instant between this read and this MULTI is kept by its own next
+	// beat; every later beat reads it.) PEXPIRE, not PEXPIREAT: the
+	// namespace's Redis user may run only the former (docs/security.md).
+	keep := expires
+	if l := latest.Val(); len(l) == 1 && int64(l[0].Score) > keep {
+		keep = int64(l[0].Score)
+	}
 	_, err = r.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Set(ctx, r.keys.Proc+r.p.ID, raw, ttl)
-		p.ZAdd(ctx, r.keys.Index, redis.Z{Score: float64(now.Add(ttl).UnixMilli()), Member: r.p.ID})
+		p.ZAdd(ctx, r.keys.Index, redis.Z{Score: float64(expires), Member: r.p.ID})
 		p.ZRemRangeByScore(ctx, r.keys.Index, "-inf", "("+strconv.FormatInt(now.UnixMilli(), 10))
+		p.PExpire(ctx, r.keys.Index, time.Duration(keep-now.UnixMilli())*time.Millisecond)
 		return nil
 	})
 	if err != nil {
@@ -370,14 +393,25 @@ func List(ctx context.Context, rdb redis.UniversalClient, ns string) (Snapshot, 
 	for i, id := range ids.Val() {
 		recs[i] = keys.Proc + id
 	}
-	vals, err := rdb.MGet(ctx, recs...).Result()
-	if err != nil {
+	// GETs in one pipeline rather than MGET: the namespace's Redis user of
+	// docs/security.md may run GET but not MGET.
+	gets := make([]*redis.StringCmd, len(recs))
+	_, err = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range recs {
+			gets[i] = p.Get(ctx, k)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
 		return Snapshot{}, fmt.Errorf("fleet: list: read records: %w", err)
 	}
-	for i, v := range vals {
-		s, ok := v.(string)
-		if !ok {
+	for i, g := range gets {
+		s, err := g.Result()
+		if errors.Is(err, redis.Nil) {
 			continue // expired between the two reads
+		}
+		if err != nil {
+			return Snapshot{}, fmt.Errorf("fleet: list: read %s: %w", recs[i], err)
 		}
 		var p Process
 		if err := json.Unmarshal([]byte(s), &p); err != nil {

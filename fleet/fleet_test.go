@@ -182,3 +182,54 @@ func TestBadInput(t *testing.T) {
 		t.Errorf("bad input stored something")
 	}
 }
+
+// TestNothingOutlivesTheLastProcess: the index expires with the latest
+// registration it holds, so once the last process stopped beating (as a
+// SIGKILLed one does) and its TTL passed, no key of the registry is left;
+// a process with a short TTL does not shorten the index below a longer
+// registration another process holds.
+func TestNothingOutlivesTheLastProcess(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb, ns := redistest.New(t)
+	k := keyspace.Fleet(ns)
+	beat := func(ttl time.Duration) *fleet.Registration {
+		t.Helper()
+		reg, err := fleet.New(rdb, ns, fleet.Process{Role: fleet.RoleWorker}, fleet.Options{TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := reg.Beat(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return reg
+	}
+
+	long := beat(time.Minute)
+	beat(200 * time.Millisecond)
+	if d := rdb.PTTL(ctx, k.Index).Val(); d < 30*time.Second {
+		t.Fatalf("index expires in %s after a short registration beat beside a 1-minute one", d)
+	}
+	if err := long.Deregister(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Two processes beat and are then killed: nothing is left after their TTL.
+	beat(200 * time.Millisecond)
+	beat(300 * time.Millisecond)
+	last := rdb.Time(ctx).Val()
+	if d := rdb.PTTL(ctx, k.Index).Val(); d <= 0 || d > 300*time.Millisecond {
+		t.Fatalf("index expires in %s, want the latest registration's 300ms", d)
+	}
+	left := func() []string {
+		keys, err := rdb.Keys(ctx, ns+":*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return keys
+	}
+	redistest.WaitFor(t, 30*time.Second, "no registry key left", func() bool { return len(left()) == 0 })
+	if gone := rdb.Time(ctx).Val().Sub(last); gone < 200*time.Millisecond {
+		t.Fatalf("the registry was gone %s after the last beat, before the TTLs ran out", gone)
+	}
+}
