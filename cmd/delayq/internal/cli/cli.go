@@ -425,8 +425,9 @@ func (a *app) brokerFor(ctx context.Context, queue string, ids []string) (*broke
 }
 
 // showCommand is "show ID [--queue Q]": it checks the queue and the id,
-// connects and hands both to show.
-func (a *app) showCommand(short string, show func(ctx context.Context, b *broker.Broker, queue, id string) error) *cobra.Command {
+// connects and hands both to show. Without --queue, the queue is the one
+// whose has finds the id (searched in every queue, see locate).
+func (a *app) showCommand(short string, has finder, show func(ctx context.Context, b *broker.Broker, queue, id string) error) *cobra.Command {
 	var queue string
 	cmd := &cobra.Command{
 		Use:   "show ID",
@@ -437,10 +438,15 @@ func (a *app) showCommand(short string, show func(ctx context.Context, b *broker
 			if err != nil {
 				return err
 			}
+			if !cmd.Flags().Changed("queue") {
+				if queue, err = a.locateWith(cmd.Context(), b, args[0], has); err != nil {
+					return err
+				}
+			}
 			return show(cmd.Context(), b, queue, args[0])
 		},
 	}
-	queueFlag(cmd.Flags(), &queue, job.DefaultQueue, "queue")
+	queueFlag(cmd.Flags(), &queue, job.DefaultQueue, "queue (default: the one queue that holds the id, searched in every queue)")
 	return cmd
 }
 
