@@ -428,3 +428,28 @@ func List(ctx context.Context, rdb redis.UniversalClient, ns string) (Snapshot, 
 	snap.More = max(count.Val()-int64(len(ids.Val())), 0)
 	return snap, nil
 }
+
+// ServingCounts returns a function that counts, at each call, the live
+// processes of namespace ns serving each queue (one List): the count
+// middleware.WithServingProcesses takes for the delayq.queue.processes
+// gauge. A queue no live process serves is absent from the map, which is
+// never nil when err is nil. Processes beyond MaxList are not counted.
+func ServingCounts(rdb redis.UniversalClient, ns string) func(ctx context.Context) (map[string]int64, error) {
+	return func(ctx context.Context) (map[string]int64, error) {
+		snap, err := List(ctx, rdb, ns)
+		if err != nil {
+			return nil, err
+		}
+		counts := map[string]int64{}
+		for _, p := range snap.Processes {
+			seen := map[string]bool{}
+			for _, q := range p.Queues {
+				if !seen[q.Name] {
+					seen[q.Name] = true
+					counts[q.Name]++
+				}
+			}
+		}
+		return counts, nil
+	}
+}
