@@ -50,14 +50,16 @@ type BatchStatus struct {
 	CreatedAt     time.Time
 	Sealed        bool // no more members; complete once every member ended
 	Total         int  // members added
-	Pending       int  // Total - Succeeded - Dead
+	Pending       int  // Total - Succeeded - Dead - Gone
 	Succeeded     int
 	Dead          int       // members that ended in the dead-letter store; one redriven that succeeds moves to Succeeded
+	Gone          int       // members that ended without success and without a dead record: cancelled before they ran (Cancel, CancelJob), or expired with job.DropExpired
 	OnSuccess     string    // "queue/id" of the success callback ("" when none); the id is "<batch>:success"
 	OnComplete    string    // "queue/id" of the complete callback ("" when none); the id is "<batch>:complete"
 	SuccessFired  bool      // the success callback was enqueued
 	CompleteFired bool      // the complete callback was enqueued
 	ExpiresAt     time.Time // when the record goes; zero until the batch is complete and its callbacks fired
+	CompletedAt   time.Time // when the batch was first found complete (the server's clock); a callback's delay counts from then
 }
 
 // Complete reports whether the batch is sealed and every member ended.
@@ -69,17 +71,26 @@ func CompleteID(id string) string { return id + ":complete" }
 
 func (b *Broker) batchKeys(id string) []string {
 	k := keyspace.Batch(b.ns, id)
-	return []string{k.Meta, k.Members}
+	return []string{k.Meta, k.Members, k.Next}
 }
 
 // callback prepares a batch callback for storing: its id is derived from
 // the batch's, it is Unique for keep, and it names the batch in a header.
-func (b *Broker) callback(env *job.Envelope, id string, keep time.Duration, now time.Time) (queue string, body []byte, err error) {
+// ready is how batch_end times it: "<at ms>,<delay ms>,<expiry window
+// ms>": its own ready time (job.At), else its delay (job.In) counted from
+// the batch's completion, and its expiry (job.ExpireAt, ExpireIn) kept the
+// same distance after its ready time as declared here.
+func (b *Broker) callback(env *job.Envelope, id string, keep time.Duration, now time.Time) (queue string, body []byte, ready string, err error) {
 	if env == nil {
-		return "", nil, nil
+		return "", nil, "", nil
 	}
-	if env.Batch != "" {
-		return "", nil, fmt.Errorf("broker: %w: a batch callback cannot itself be a batch member (batch %q)", job.ErrInvalid, env.Batch)
+	switch {
+	case env.Batch != "":
+		return "", nil, "", fmt.Errorf("broker: %w: a batch callback cannot itself be a batch member (batch %q)", job.ErrInvalid, env.Batch)
+	case env.Replace:
+		return "", nil, "", fmt.Errorf("broker: %w: a batch callback cannot replace a job (job.Replace); it is a new job with the id %q", job.ErrInvalid, id)
+	case env.Unique:
+		return "", nil, "", fmt.Errorf("broker: %w: a batch callback cannot set job.Unique: it is unique by its id %q for the batch's Keep", job.ErrInvalid, id)
 	}
 	cb := *env
 	cb.ID, cb.Unique, cb.UniqueFor, cb.UniqueDead, cb.Replace = id, true, keep, true, false
@@ -90,9 +101,21 @@ func (b *Broker) callback(env *job.Envelope, id string, keep time.Duration, now 
 	cb.Headers[BatchHeader] = id[:strings.LastIndexByte(id, ':')]
 	body, err = b.prepare(&cb, now)
 	if err != nil {
-		return "", nil, err
+		return "", nil, "", err
 	}
-	return cb.Queue, body, nil
+	var at, window int64
+	if !cb.At.IsZero() {
+		at = readyMS(cb.At)
+	}
+	if !cb.ExpireAt.IsZero() {
+		from := cb.At
+		if from.IsZero() {
+			from = now.Add(cb.Delay)
+		}
+		window = max(cb.ExpireAt.Sub(from).Milliseconds(), 1)
+	}
+	delay := (cb.Delay + time.Millisecond - 1).Milliseconds()
+	return cb.Queue, body, fmt.Sprintf("%d,%d,%d", at, delay, window), nil
 }
 
 // CreateBatch stores a new open batch and returns its id: add members
@@ -115,15 +138,15 @@ func (b *Broker) CreateBatch(ctx context.Context, spec BatchSpec) (string, error
 		keep = DefaultBatchKeep
 	}
 	now := b.createdNow()
-	sq, sb, err := b.callback(spec.OnSuccess, SuccessID(id), keep, now)
+	sq, sb, sr, err := b.callback(spec.OnSuccess, SuccessID(id), keep, now)
 	if err != nil {
 		return "", fmt.Errorf("broker: create batch %q: success callback: %w", id, err)
 	}
-	cq, cbody, err := b.callback(spec.OnComplete, CompleteID(id), keep, now)
+	cq, cbody, cr, err := b.callback(spec.OnComplete, CompleteID(id), keep, now)
 	if err != nil {
 		return "", fmt.Errorf("broker: create batch %q: complete callback: %w", id, err)
 	}
-	res, err := b.run(ctx, batchCreateScript, b.batchKeys(id), sq, sb, cq, cbody, durMS(keep))
+	res, err := b.run(ctx, batchCreateScript, b.batchKeys(id), sq, sb, cq, cbody, durMS(keep), sr, cr)
 	if err != nil {
 		return "", fmt.Errorf("broker: create batch %q: %w", id, err)
 	}
@@ -235,6 +258,11 @@ func (b *Broker) addToBatch(ctx context.Context, id, mode string, members []*job
 			errs[i] = err
 		}
 	}
+	if mode != "+" {
+		// Next jobs: a duplicate was enqueued by an earlier success of
+		// their member (Chain), and stays counted.
+		return batchErr(errs)
+	}
 	var back []any
 	for i, e := range errs {
 		if !errors.Is(e, ErrDuplicate) {
@@ -249,6 +277,11 @@ func (b *Broker) addToBatch(ctx context.Context, id, mode string, members []*job
 	if len(back) > 0 {
 		if _, err := b.run(ctx, batchAddScript, b.batchKeys(id), append([]any{"-"}, back...)...); err != nil {
 			return fmt.Errorf("broker: add to batch %q: a member's id is taken, and taking it back out failed: %w", id, err)
+		}
+		// A rejected member is an ending of its own: a batch sealed
+		// meanwhile may be complete without it, and fires now.
+		if err := b.endBatch(ctx, id, false, nil); err != nil {
+			return fmt.Errorf("broker: add to batch %q: a member's id is taken; it was taken back out, but the batch was not checked for completion: %w", id, err)
 		}
 	}
 	return batchErr(errs)
@@ -266,10 +299,10 @@ func (b *Broker) SealBatch(ctx context.Context, id string) error {
 	return b.endBatch(ctx, id, true, nil)
 }
 
-// endBatch counts endings (member field, "s" or "d" pairs) into batch id,
-// sealing it first when seal is set, and enqueues the callbacks that are
-// due. It returns nil for a batch that does not exist when only endings
-// were given (a batch whose record expired counts nothing).
+// endBatch counts endings (member field, "s", "d" or "x" pairs) into
+// batch id, sealing it first when seal is set, and enqueues the callbacks
+// that are due. It returns nil for a batch that does not exist when only
+// endings were given (a batch whose record expired counts nothing).
 func (b *Broker) endBatch(ctx context.Context, id string, seal bool, pairs []any) error {
 	args := append([]any{flag(seal)}, pairs...)
 	res, err := b.run(ctx, batchEndScript, b.batchKeys(id), args...)
@@ -283,30 +316,79 @@ func (b *Broker) endBatch(ctx context.Context, id string, seal bool, pairs []any
 		}
 		return nil
 	}
-	if !ok || len(parts) != 8 {
+	if !ok || len(parts) != 11 {
 		return fmt.Errorf("broker: batch %q: unexpected reply %v", id, res)
 	}
 	str := func(i int) string { s, _ := parts[i].(string); return s }
-	for _, cb := range []struct{ queue, body, id, mark string }{
-		{str(4), str(5), SuccessID(id), "s"},
-		{str(6), str(7), CompleteID(id), "c"},
+	for _, cb := range []struct{ queue, body, ready, id, mark string }{
+		{str(4), str(5), str(8), SuccessID(id), "s"},
+		{str(6), str(7), str(9), CompleteID(id), "c"},
 	} {
 		if cb.queue == "" {
 			continue
 		}
-		env, err := job.Decode([]byte(cb.body))
-		if err != nil {
-			return fmt.Errorf("broker: batch %q: callback %q: %w", id, cb.id, err)
-		}
-		env.ID, env.Queue = cb.id, cb.queue
-		// A repeat (the mark below was not written: a crash, a Redis
-		// error) is refused as a duplicate: the callback is enqueued once.
-		if err := b.Enqueue(ctx, env); err != nil && !errors.Is(err, ErrDuplicate) {
-			return fmt.Errorf("broker: batch %q: callback %q: %w", id, cb.id, err)
+		if err := b.fireCallback(ctx, id, cb.queue, cb.id, cb.body, cb.ready); err != nil {
+			return err
 		}
 		if _, err := b.run(ctx, batchFiredScript, b.batchKeys(id), cb.mark); err != nil {
 			return fmt.Errorf("broker: batch %q: callback %q enqueued, not marked: %w", id, cb.id, err)
 		}
+	}
+	return nil
+}
+
+// fireCallback enqueues the due callback cid of batch id: body as stored
+// by CreateBatch, ready as batch_end timed it ("<ready ms>\n<expiry ms or
+// 0>"). A repeat (the callback was enqueued, but not marked fired: a
+// crash, a Redis error) is refused as a duplicate: the callback is
+// enqueued once. One the broker refuses for good (job.ErrInvalid: its
+// stored body no longer decodes, or exceeds today's MaxPayloadBytes) is
+// dead-lettered in its queue with the reason, so that the batch ends
+// rather than trying again at every ending and sweep; it counts as fired.
+func (b *Broker) fireCallback(ctx context.Context, id, queue, cid, body, ready string) error {
+	env, err := job.Decode([]byte(body))
+	if err == nil {
+		env.ID, env.Queue = cid, queue
+		var at, expiry int64
+		if _, serr := fmt.Sscanf(ready, "%d\n%d", &at, &expiry); serr == nil && at > 0 {
+			env.At, env.Delay = fromMS(at), 0
+			if expiry > 0 {
+				env.ExpireAt = fromMS(expiry)
+			}
+		}
+		err = b.Enqueue(ctx, env)
+		if err == nil || errors.Is(err, ErrDuplicate) {
+			return nil
+		}
+	}
+	if !errors.Is(err, job.ErrInvalid) && !errors.Is(err, job.ErrCorrupt) {
+		return fmt.Errorf("broker: batch %q: callback %q: %w", id, cid, err)
+	}
+	if derr := b.deadCallback(ctx, queue, cid, body, fmt.Sprintf("batch %q: callback not enqueued: %v", id, err)); derr != nil {
+		return fmt.Errorf("broker: batch %q: callback %q refused (%v), and dead-lettering it failed: %w", id, cid, err, derr)
+	}
+	return nil
+}
+
+// deadCallback dead-letters the batch callback cid of queue, never
+// stored as pending, with body and the reason why.
+func (b *Broker) deadCallback(ctx context.Context, queue, cid, body, why string) error {
+	q, err := b.queue(ctx, queue)
+	if err != nil {
+		return err
+	}
+	s := q.Route(cid)
+	typ := ""
+	if env, err := job.Decode([]byte(body)); err == nil {
+		typ = env.Type
+	}
+	rec, err := marshalDead(&DeadRecord{ID: cid, Queue: queue, Type: typ, Body: []byte(body), Error: why, Reason: ReasonCallbackRefused})
+	if err != nil {
+		return err
+	}
+	k := s.Keys()
+	if _, err := b.run(ctx, deadAddScript, []string{k.Dead, k.DeadIndex, k.Hist}, cid, rec, b.deadCap(q, s), durMS(b.opts.DeadMaxAge)); err != nil {
+		return queueErr(queue, err)
 	}
 	return nil
 }
@@ -337,10 +419,11 @@ func batchStatus(id string, m map[string]string) *BatchStatus {
 		Total:         int(num("total")),
 		Succeeded:     int(num("succeeded")),
 		Dead:          int(num("dead")),
+		Gone:          int(num("gone")),
 		SuccessFired:  m["sf"] == "1",
 		CompleteFired: m["cf"] == "1",
 	}
-	s.Pending = s.Total - s.Succeeded - s.Dead
+	s.Pending = s.Total - s.Succeeded - s.Dead - s.Gone
 	if q := m["sq"]; q != "" {
 		s.OnSuccess = q + "/" + SuccessID(id)
 	}
@@ -349,6 +432,9 @@ func batchStatus(id string, m map[string]string) *BatchStatus {
 	}
 	if v := num("expires"); v > 0 {
 		s.ExpiresAt = fromMS(v)
+	}
+	if v := num("done"); v > 0 {
+		s.CompletedAt = fromMS(v)
 	}
 	return s
 }
@@ -436,6 +522,28 @@ func cmpErr(first, err error) error {
 	return err
 }
 
+// countEndings counts the endings of ids recorded in shard s (a cancel
+// that removed them) into their batches at once, rather than at the next
+// sweep. A failure leaves the records for the sweep.
+func (b *Broker) countEndings(ctx context.Context, s keyspace.Shard, ids ...string) error {
+	vals, err := b.rdb.HMGet(ctx, s.Keys().Batched, ids...).Result()
+	if err != nil {
+		return queueErr(s.Queue(), err)
+	}
+	var ends []protocol.BatchEnd
+	for i, v := range vals {
+		if rec, ok := v.(string); ok {
+			if e, ok := protocol.ParseBatchEnd(ids[i], rec); ok {
+				ends = append(ends, e)
+			}
+		}
+	}
+	if len(ends) == 0 {
+		return nil
+	}
+	return b.endBatches(ctx, s, ends)
+}
+
 // SweepBatches counts endings of batch members of shard s that were
 // recorded but not yet counted (their worker died between its settle and
 // its EndBatch): up to limit of them. It returns how many it found.
@@ -447,12 +555,9 @@ func (w workerSide) SweepBatches(ctx context.Context, s keyspace.Shard, limit in
 	}
 	ends := make([]protocol.BatchEnd, 0, len(kv)/2)
 	for i := 0; i+1 < len(kv); i += 2 {
-		rec := kv[i+1]
-		j := strings.LastIndexByte(rec, '\n')
-		if j < 0 {
-			continue
+		if e, ok := protocol.ParseBatchEnd(kv[i], kv[i+1]); ok {
+			ends = append(ends, e)
 		}
-		ends = append(ends, protocol.BatchEnd{ID: kv[i], Batch: rec[:j], Dead: rec[j+1:] == "d"})
 	}
 	if len(ends) == 0 {
 		return 0, nil

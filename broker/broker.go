@@ -97,14 +97,27 @@ type Broker struct {
 	opts  Options
 	route *keyspace.Router // shard counts of queues, see queues.go
 
+	servers []ServerCheck // what New learned of the servers' versions, see version.go
+
 	combiners sync.Map // physical queue name -> *combiner of single-job enqueues
 }
 
 var _ job.Enqueuer = (*Broker)(nil)
 
 // New returns a Broker over rdb, which may be a *redis.Client, a
-// *redis.ClusterClient or a Sentinel failover client. It checks the options
-// but does not contact Redis.
+// *redis.ClusterClient or a Sentinel failover client. It checks the
+// options, then reads the server's version once (INFO server; on a
+// cluster, every master's) and refuses a server older than
+// MinRedisVersion with an error wrapping ErrServerTooOld that names the
+// server, its version and the minimum. A server that refuses INFO (renamed,
+// disabled, or not allowed to an ACL user such as one given ACLRules), and
+// every server when opts.Functions is set (its users are given no INFO),
+// is checked instead by sending ZMSCORE without a member: the server's
+// "wrong number of arguments" tells it knows the command, and needs no
+// right. When neither answers, or the server cannot be reached within 5
+// seconds, New does not refuse: it returns the broker, and ServerChecks
+// says NotChecked and why. Bad options get an error before anything is
+// sent.
 func New(rdb redis.UniversalClient, opts Options) (*Broker, error) {
 	if rdb == nil {
 		return nil, errors.New("broker: nil redis client")
@@ -135,19 +148,15 @@ func New(rdb redis.UniversalClient, opts Options) (*Broker, error) {
 	}
 	b := &Broker{rdb: rdb, ns: opts.Namespace, opts: opts}
 	b.route = keyspace.NewRouter(b.ns, shardCounts{b})
+	if err := b.checkServers(); err != nil {
+		return nil, err
+	}
 	return b, nil
 }
 
 func validateNamespace(ns string) error {
-	if len(ns) > 64 {
-		return fmt.Errorf("broker: %w: namespace is %d bytes long, the limit is 64", job.ErrInvalid, len(ns))
-	}
-	for _, r := range ns {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == '-', r == ':':
-		default:
-			return fmt.Errorf("broker: %w: namespace %q contains %q; allowed are letters, digits and '._-:'", job.ErrInvalid, ns, r)
-		}
+	if msg := keyspace.CheckNamespace(ns); msg != "" {
+		return fmt.Errorf("broker: %w: %s", job.ErrInvalid, msg)
 	}
 	return nil
 }

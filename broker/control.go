@@ -59,7 +59,7 @@ func (b *Broker) cancel(ctx context.Context, queue, id string, running bool) (in
 // cancelCall is one send of a cancel call with id cid.
 func (b *Broker) cancelCall(ctx context.Context, s keyspace.Shard, queue, id string, running bool, cid string) (int64, error) {
 	k := s.Keys()
-	res, err := b.run(ctx, cancelScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Parked, k.Leases, k.Cancels, k.Held, k.Calls},
+	res, err := b.run(ctx, cancelScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Parked, k.Leases, k.Cancels, k.Held, k.Calls, k.Batched, k.Unique},
 		id, flag(running), k.Cancel, cid, b.windowArg())
 	if unsure(err) {
 		ce := unsureErr("cancel", queue, id, cid, err)
@@ -73,6 +73,12 @@ func (b *Broker) cancelCall(ctx context.Context, s keyspace.Shard, queue, id str
 		return 0, queueErr(queue, err)
 	}
 	code, _ := res.(int64)
+	if code == 1 {
+		// The job ended (cancel.lua recorded its ending): a batch member's
+		// ending is counted now. Should this fail, the reaper's sweep of
+		// any worker of the queue counts it.
+		_ = b.countEndings(ctx, s, id)
+	}
 	return code, stateResult(queue, id, res)
 }
 

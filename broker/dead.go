@@ -42,6 +42,11 @@ const ReasonExpired = "expired"
 // (CancelJob).
 const ReasonCancelled = "cancelled"
 
+// ReasonCallbackRefused is the DeadRecord.Reason of a batch callback that
+// the broker refused when it was due (its stored body no longer decodes, or
+// is over today's MaxPayloadBytes): its batch counts it as fired, and ends.
+const ReasonCallbackRefused = "callback refused"
+
 // expiryTail is the end of a body with an expiry (job.Envelope.ExpireAt,
 // its last field).
 var expiryTail = regexp.MustCompile(`,"x":"[0-9]+d?"}$`)

@@ -17,6 +17,13 @@
 //	_, err = b.Reschedule(ctx, "default", "order-1001", at) // move it
 //	st, err := b.Stats(ctx, "default")                      // counts and lateness
 //
+// New reads the server's version once (INFO server; every master of a
+// cluster) and refuses a server older than [MinRedisVersion] (Redis 6.2,
+// for ZMSCORE and ZADD GT; every Valkey passes) with an error wrapping
+// [ErrServerTooOld]. A server that hides INFO is asked with a one-line
+// script whether it knows ZMSCORE instead; one that answers neither, or
+// cannot be reached, is not refused, and [Broker.ServerChecks] says so.
+//
 // Its methods are those of producers (Enqueue; Cancel and Reschedule of a
 // job that has not started) and of operators (the inspection and
 // dead-letter methods below). The worker's side, claiming jobs under a

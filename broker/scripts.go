@@ -134,5 +134,6 @@ var (
 	batchEndScript    = load("batch_end")
 	batchFiredScript  = load("batch_fired")
 	batchClearScript  = load("batch_clear")
+	deadAddScript     = load("dead_add")
 	progressScript    = load("progress")
 )

@@ -30,14 +30,14 @@ var (
 	prefixedRE = regexp.MustCompile(`^(KEYS\[\d+\]) \.\. \w+$`)
 	keysUseRE  = regexp.MustCompile(`KEYS\[\d+\]`)
 	// prelude helpers and how many leading arguments of each are keys.
-	helperRE = regexp.MustCompile(`\b(holds|lease_state|held|wake_if_earliest|trim_dead|call_chunked|hmget|earliest|next_ready|history|recorded|record)\(([^)]*)\)`)
+	helperRE = regexp.MustCompile(`\b(holds|lease_state|held|wake_if_earliest|trim_dead|call_chunked|hmget|earliest|next_ready|history|recorded|record|endings)\(([^)]*)\)`)
 )
 
 // helperKeys gives, for each prelude helper, the positions of its key
 // arguments.
 var helperKeys = map[string][]int{
 	"holds": {0}, "lease_state": {0, 1}, "held": {0}, "wake_if_earliest": {0}, "trim_dead": {0, 1}, "call_chunked": {1},
-	"hmget": {0}, "earliest": {0}, "next_ready": {0}, "history": {0}, "recorded": {0}, "record": {0},
+	"hmget": {0}, "earliest": {0}, "next_ready": {0}, "history": {0}, "recorded": {0}, "record": {0}, "endings": {0, 1},
 }
 
 // TestScriptsTouchOnlyDeclaredKeys checks statically that every key a

@@ -157,8 +157,8 @@ func TestBrowser(t *testing.T) {
 		t.Skip("DELAYQ_BROWSER=later: the browser test runs on its own later (.ci/run runs it at the end)")
 	}
 	chrome := chromiumPath(t)
-	if _, err := exec.LookPath("redis-server"); err != nil && os.Getenv("DELAYQ_REQUIRE_REDIS") != "1" {
-		t.Skip("redis-server not found on PATH: the browser test needs a real one")
+	if _, err := redistest.ServerBinary(); err != nil && os.Getenv("DELAYQ_REQUIRE_REDIS") != "1" {
+		t.Skipf("the browser test needs a real server: %v", err)
 	}
 	t.Parallel()
 	srv := redistest.Start(t)

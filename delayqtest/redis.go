@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"os"
-	"os/exec"
 	"sync"
 	"testing"
 	"time"
@@ -23,8 +22,9 @@ import (
 //
 //   - with REDIS_URL set, that server, and the namespace's keys are
 //     deleted at cleanup (other keys are not touched);
-//   - else, with redis-server on PATH, a server of the test's own on a
-//     free 127.0.0.1 port, persistence off, killed at cleanup;
+//   - else, with redis-server on PATH (or the binary DELAYQ_REDIS_SERVER
+//     names, e.g. /usr/bin/valkey-server), a server of the test's own on
+//     a free 127.0.0.1 port, persistence off, killed at cleanup;
 //   - else an embedded in-process server (miniredis), closed at cleanup.
 //     It runs delayq's scripts, but is not Redis: run the suite against a
 //     real server too (CI).
@@ -38,7 +38,7 @@ func Redis(t testing.TB) (rdb redis.UniversalClient, ns string) {
 		return rdb, ns
 	}
 	ns = "dqt-" + randomID()
-	if _, err := exec.LookPath("redis-server"); err == nil {
+	if _, err := redistest.ServerBinary(); err == nil {
 		srv := redistest.Start(t)
 		t.Logf("delayqtest: redis-server of the test's own at %s", srv.Addr())
 		return srv.Client(t), ns

@@ -392,7 +392,10 @@ func Unique(ttl time.Duration) Option {
 }
 
 // UniqueIncludeDead makes a job of [Unique] remembered for its ttl also when
-// it ends in the dead letters (by default only a success is). Type or job.
+// it ends without success: in the dead letters (retries spent, permanent,
+// cancelled while running, expired), or cancelled before it ran, or
+// expired and dropped ([DropExpired]). By default only a success is. Type
+// or job.
 func UniqueIncludeDead() Option {
 	return both("UniqueIncludeDead", func(s *settings) error {
 		s.uniqueDead = true

@@ -88,11 +88,13 @@ func Relays(ctx context.Context, rdb redis.UniversalClient, ns string) ([]RelayS
 	if rdb == nil {
 		return nil, invalid("nil Redis client")
 	}
-	b, err := broker.New(rdb, broker.Options{Namespace: ns}) // validates ns; contacts nothing
-	if err != nil {
-		return nil, fmt.Errorf("outbox: relays: %w", err)
+	if ns == "" {
+		ns = broker.DefaultNamespace
 	}
-	now, fields, err := readStatus(ctx, rdb, keyspace.OutboxRelaysKey(b.Namespace()))
+	if msg := keyspace.CheckNamespace(ns); msg != "" {
+		return nil, invalid("relays: %s", msg)
+	}
+	now, fields, err := readStatus(ctx, rdb, keyspace.OutboxRelaysKey(ns))
 	if err != nil {
 		return nil, err
 	}

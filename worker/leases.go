@@ -226,14 +226,14 @@ func (w *Worker) expire(bg context.Context, s keyspace.Shard, jobs []protocol.Cl
 // that does not decode (or whose state is corrupt) is dead-lettered.
 func (w *Worker) expiry(c *protocol.Claimed) protocol.Op {
 	if c.Err != nil {
-		return protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Batch: batchOf(c), Death: death(c, nil, c.Err), Expired: true, Remember: remember(c.Envelope, true)}
+		return kill(c, death(c, nil, c.Err), true)
 	}
 	m := c.Message()
 	if c.Cancelled {
 		// Asked to stop while its worker died: cancelled, not retried.
 		d := death(c, m, fmt.Errorf("%w while running; its worker stopped before it ended", broker.ErrCanceled))
 		d.Reason = broker.ReasonCancelled
-		return protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Batch: batchOf(c), Death: d, Expired: true}
+		return kill(c, d, true)
 	}
 	m.Attempt = max(c.Attempt, 1)
 	entry, _ := w.cfg.Registry.Lookup(m.Type)
@@ -242,7 +242,7 @@ func (w *Worker) expiry(c *protocol.Claimed) protocol.Op {
 		env.LastError = ErrLeaseExpired.Error()
 		return protocol.Op{Kind: protocol.OpRetry, Lease: c.Lease, Batch: batchOf(c), Delay: d.Delay, Env: &env, Expired: true}
 	}
-	return protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Batch: batchOf(c), Death: death(c, m, ErrLeaseExpired), Expired: true, Remember: remember(c.Envelope, true)}
+	return kill(c, death(c, m, ErrLeaseExpired), true)
 }
 
 // unstall keeps the adaptive prefetch honest when handlers slow down: a

@@ -26,7 +26,7 @@ func (w *Worker) process(ctx context.Context, claimedAt time.Time, c *protocol.C
 		// or (its type unread by the claim) none that may run.
 		logger := w.jobLogger(c)
 		logger.Error().Err(c.Err).Msg("corrupt job; dead-lettering it unrun")
-		w.record(t, protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Batch: batchOf(c), Death: death(c, nil, c.Err), Remember: remember(c.Envelope, true)}, func(protocol.Settled) {})
+		w.record(t, kill(c, death(c, nil, c.Err), false), func(protocol.Settled) {})
 		return
 	}
 	m := c.Message()
@@ -74,7 +74,7 @@ func (w *Worker) process(ctx context.Context, claimedAt time.Time, c *protocol.C
 		// dead letters with the reason, and is not retried.
 		d := death(c, m, fmt.Errorf("%w while running: %v", broker.ErrCanceled, err))
 		d.Reason = broker.ReasonCancelled
-		w.record(t, protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Batch: batchOf(c), Death: d}, func(r protocol.Settled) {
+		w.record(t, kill(c, d, false), func(r protocol.Settled) {
 			settle(settled(job.Result{Outcome: job.OutcomeDead, Err: err}, r.Err))
 		})
 		return
@@ -195,6 +195,15 @@ func death(c *protocol.Claimed, m *job.Message, err error) protocol.Death {
 	return d
 }
 
+// kill is the one way the worker dead-letters a job (retries spent,
+// permanent, corrupt, cancelled while running, its lease run out): the
+// ending carries the job's batch and how long its id is remembered, so
+// that settle.lua records it (end_job) in every structure that waits for
+// it, whatever the cause. expired marks the reaper's call.
+func kill(c *protocol.Claimed, d protocol.Death, expired bool) protocol.Op {
+	return protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Batch: batchOf(c), Death: d, Expired: expired, Remember: remember(c.Envelope, true)}
+}
+
 // remember is how long the id of a job that ended is remembered
 // (job.Unique): after a success, and after a dead ending when the job asks
 // for that too.
@@ -226,7 +235,7 @@ func (w *Worker) fail(c *protocol.Claimed, m *job.Message, entry job.Entry, t *t
 	}
 	if d.Dead {
 		logger.Debug().Err(err).Str("type", m.Type).Str("reason", d.Reason).Msg("job dead-lettered")
-		w.record(t, protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Batch: batchOf(c), Death: death(c, m, err), Remember: remember(c.Envelope, true)}, func(r protocol.Settled) {
+		w.record(t, kill(c, death(c, m, err), false), func(r protocol.Settled) {
 			settle(settled(job.Result{Outcome: job.OutcomeDead, Err: err}, r.Err))
 		})
 		return

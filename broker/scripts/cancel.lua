@@ -12,13 +12,20 @@
 --                               back by their type's concurrency cap
 -- KEYS[9] -> ns:{q}:c:          prefix of the call records: KEYS[9] .. call
 --                               id -> the call's first answer
--- ARGV[1] -> now ms (unused)
+-- KEYS[10] -> ns:{q}:batched   HASH id -> "<batch id>\n<ending>": a batch
+--                               member's ending, until its batch counted it
+-- KEYS[11] -> ns:{q}:unique     ZSET id -> remembered until ms (job.Unique)
+-- ARGV[1] -> now ms ("" = server TIME)
 -- ARGV[2] -> id
 -- ARGV[3] -> "1": a running job is asked to stop; "0": it is left alone
 -- ARGV[4] -> cancel channel
 -- ARGV[5] -> call id, chosen by the caller for this call
 -- ARGV[6] -> resend window ms: how long the answer is kept under the call
 --            id (0: not kept)
+--
+-- A job removed here ends (end_job in the prelude, ending 'x'): a batch
+-- member's ending is recorded in KEYS[10] for its batch to count, and a
+-- job of job.Unique with job.UniqueIncludeDead is remembered in KEYS[11].
 --
 -- Returns 1 cancelled (it was scheduled, parked or held: removed), 2 running and
 -- asked to stop (KEYS[7][id] = its token, "<id>\n<token>" published; the
@@ -27,7 +34,7 @@
 -- id has a record (sent before: go-redis re-sent it after a lost reply, or
 -- the caller resent it) gets the recorded answer and changes nothing.
 local bad = expect({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[4], 'hash', KEYS[5], 'zset',
-  KEYS[6], 'hash', KEYS[7], 'hash'})
+  KEYS[6], 'hash', KEYS[7], 'hash', KEYS[10], 'hash', KEYS[11], 'zset'})
 if bad then
   return bad
 end
@@ -42,9 +49,17 @@ local function answer(code)
   record(KEYS[9] .. cid, window, code)
   return code
 end
-if redis.call('ZREM', KEYS[1], id) == 1 or redis.call('ZREM', KEYS[5], id) == 1 then
+-- Removes the job's envelope and attempts, and records its ending.
+local function remove()
+  local e = endings(KEYS[10], KEYS[11], now_ms())
+  local batch, u, ud = ending_of(redis.call('HGET', KEYS[3], id))
+  end_job(e, id, 'x', batch, u, ud)
   redis.call('HDEL', KEYS[3], id)
   redis.call('HDEL', KEYS[4], id)
+  flush_endings(e)
+end
+if redis.call('ZREM', KEYS[1], id) == 1 or redis.call('ZREM', KEYS[5], id) == 1 then
+  remove()
   return answer(1)
 end
 if redis.call('ZSCORE', KEYS[2], id) then
@@ -63,8 +78,7 @@ if t then
     return bad
   end
   if redis.call('ZREM', KEYS[8] .. t, id) == 1 then
-    redis.call('HDEL', KEYS[3], id)
-    redis.call('HDEL', KEYS[4], id)
+    remove()
     return answer(1)
   end
 end

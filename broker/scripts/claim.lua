@@ -41,12 +41,17 @@
 -- KEYS[17] -> ns:{q}:held:      prefix of the per-type ZSETs id -> ready ms
 --                               of due jobs set aside because their type was
 --                               at its cap
+-- KEYS[18] -> ns:{q}:batched    HASH id -> "<batch id>\n<ending>": a batch
+--                               member's ending (touched only when a due
+--                               job has expired)
 --
 -- Expiry (job.ExpireAt): a due job whose envelope ends in ,"x":"<ms>"} (or
 -- "<ms>d"}) with <ms> <= now is not leased: it goes to the dead letters with
--- reason "expired" (its uniqueness remembered when it asks for dead endings
--- too), or, with the "d" mark, is deleted and counted in KEYS[12] field
--- expired_dropped. Reading the mark costs a string match per claimed job,
+-- reason "expired", or, with the "d" mark, is deleted and counted in
+-- KEYS[12] field expired_dropped. Either way it ends through end_job (the
+-- prelude): a batch member's ending ('d', or 'x' when dropped) is recorded
+-- in KEYS[18] for its batch, and its uniqueness remembered when it asks
+-- for endings without success too. Reading the mark costs a string match per claimed job,
 -- no Redis command; an expired job costs a few commands more.
 --
 -- Pause (Broker.Pause, PauseType): one HGETALL of KEYS[13] per call. A
@@ -151,20 +156,6 @@ if last and string.sub(last, 1, #cid + 1) == cid .. '\n' then
   return {now_u, next_ready(KEYS[1], now), jobs, orphans, 0, 0, unreadable}
 end
 
--- The uniqueness window of an envelope (job.Unique): ms and whether a dead
--- ending counts too, from its header ({"t":"<type>","u":<ms>[,"ud":true]),
--- else from env, the body decoded (nil when it did not decode).
-local function unique_of(body, env)
-  local u, rest = string.match(body, '^{"t":"[%w%._:/%-]+","u":(%d+)()')
-  if u then
-    return tonumber(u), string.sub(body, rest, rest + 9) == ',"ud":true'
-  end
-  if env and type(env.u) == 'number' then
-    return env.u, env.ud == true
-  end
-  return 0, false
-end
-
 -- s in base64 (RFC 4648, padded), for a dead record's "envb": a body that
 -- cjson cannot decode may still not be JSON the record can hold as is.
 local B64 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/'
@@ -190,7 +181,8 @@ end
 -- records with reason "expired", or deleted and counted when marked "d".
 -- They are marked in ended, so that they are not leased.
 local function expire_jobs(ids, bodies, which, now, ended)
-  local gone, records, index, remember = {}, {}, {}, {}
+  local gone, records, index = {}, {}, {}
+  local ends = endings(KEYS[18], KEYS[11], now)
   local dropped = 0
   for _, k in ipairs(which) do
     gone[#gone + 1] = ids[k]
@@ -199,9 +191,12 @@ local function expire_jobs(ids, bodies, which, now, ended)
   for j, k in ipairs(which) do
     local id, body = ids[k], bodies[k]
     local x, drop = string.match(string.sub(body, -32), ',"x":"(%d+)(d?)"}$')
+    local batch, u, ud = ending_of(body)
     if drop == 'd' then
       dropped = dropped + 1
+      end_job(ends, id, 'x', batch, u, ud)
     else
+      end_job(ends, id, 'd', batch, u, ud)
       local ok, env = pcall(cjson.decode, body)
       if not ok or type(env) ~= 'table' then
         ok, env = false, nil
@@ -209,11 +204,6 @@ local function expire_jobs(ids, bodies, which, now, ended)
       local typ, why = type_of(body) or '', 'expired: not started by its expiry at ' .. x .. ' ms (server time ' .. string.format('%d', now) .. ' ms)'
       if env and type(env.e) == 'string' and env.e ~= '' then
         why = why .. '; last error: ' .. env.e
-      end
-      local u, ud = unique_of(body, env)
-      if u > 0 and ud then
-        remember[#remember + 1] = now + u
-        remember[#remember + 1] = id
       end
       local att = 0
       if spent[j] and is_int(spent[j]) then
@@ -241,9 +231,7 @@ local function expire_jobs(ids, bodies, which, now, ended)
     trim_dead(KEYS[9], KEYS[10], tonumber(ARGV[6]), tonumber(ARGV[7]), now)
     history(KEYS[7], now, 'dead', #records / 2)
   end
-  if #remember > 0 then
-    call_chunked('ZADD', KEYS[11], remember)
-  end
+  flush_endings(ends)
   if dropped > 0 then
     redis.call('HINCRBY', KEYS[12], 'expired_dropped', dropped)
   end
@@ -448,7 +436,7 @@ if n > 0 then
       end
     end
     if #expired > 0 then
-      bad = expect({KEYS[9], 'hash', KEYS[10], 'zset', KEYS[11], 'zset', KEYS[12], 'hash'})
+      bad = expect({KEYS[9], 'hash', KEYS[10], 'zset', KEYS[11], 'zset', KEYS[12], 'hash', KEYS[18], 'hash'})
       if bad then
         return bad
       end

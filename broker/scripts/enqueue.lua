@@ -7,6 +7,11 @@
 -- KEYS[4] -> ns:{q}:c:          prefix of the call records: KEYS[4] .. call
 --                               id -> STRING, the call's first outcome,
 --                               expiring after ARGV[3] ms
+-- KEYS[5] -> ns:{q}:parked     ZSET id -> ready ms: due jobs of paused types
+--                               (touched only by jobs flagged "r")
+-- KEYS[6] -> ns:{q}:held:      prefix of the per-type ZSETs of due jobs held
+--                               back by their type's concurrency cap
+--                               (touched only by jobs flagged "r")
 -- ARGV[1] -> now ms ("" = server TIME)
 -- ARGV[2] -> wake channel
 -- ARGV[3] -> resend window ms: how long an outcome is kept under its call
@@ -32,7 +37,11 @@
 -- was sent before (go-redis re-sent it after a lost reply, or the producer
 -- resent it), and its first outcome stands, even if the job ran and ended
 -- since. A job flagged "r" whose id is scheduled replaces the stored
--- envelope and ready time.
+-- envelope and ready time; so does one whose id is parked (its type
+-- paused) or held (its type at its cap): those are scheduled too, for
+-- every operation (Cancel, Reschedule, Job), and the replaced job goes
+-- back to KEYS[1], where the claim parks or holds it again once it is due
+-- while its type is still paused or capped.
 --
 -- A fixed number of commands per call, whatever the number of jobs: the
 -- earliest ready time is read once (so that at most one wake-up notice is
@@ -195,6 +204,35 @@ if #uniq > 0 then
     end
   end
 end
+-- Takes a job parked by its type's pause, or held by its type's cap, out
+-- of there (for a replace, which schedules it anew); false when it is in
+-- neither (a worker holds it).
+local function set_aside(id, body)
+  local bad = expect({KEYS[5], 'zset'})
+  if bad then
+    error(bad)
+  end
+  if redis.call('ZREM', KEYS[5], id) == 1 then
+    return true
+  end
+  -- The type from the body's header (as type_of in the prelude reads it,
+  -- which this script does not load: its common path never needs it).
+  local t = body and string.match(body, '^{"t":"([%w%._:/%-]+)"[,}]')
+  if not t and body then
+    local ok, env = pcall(cjson.decode, body)
+    if ok and type(env) == 'table' and type(env.t) == 'string' then
+      t = env.t
+    end
+  end
+  if t then
+    bad = expect({KEYS[6] .. t, 'zset'})
+    if bad then
+      error(bad)
+    end
+    return redis.call('ZREM', KEYS[6] .. t, id) == 1
+  end
+  return false
+end
 local fields, members, seen = {}, {}, {}
 local soonest = nil
 local function store(k, i)
@@ -219,6 +257,8 @@ for k = 1, #ids do
     seen[id] = true
     local replace = ARGV[i + 4] ~= '' and string.find(ARGV[i + 4], 'r', 1, true)
     if replace and redis.call('ZSCORE', KEYS[1], id) then
+      store(k, i)
+    elseif replace and set_aside(id, pending[k]) then
       store(k, i)
     elseif replace then
       out[k] = -3

@@ -265,3 +265,96 @@ local function record(key, window, outcome)
     redis.call('SET', key, outcome, 'PX', window)
   end
 end
+
+-- The ending of a job: the one step every script that ends a job takes
+-- (settle's acks and kills, cancel's removal of a scheduled, parked or held
+-- job, claim's expiry), so that every structure waiting for an ending
+-- learns of it whatever the path. An ending is one of
+--   's' succeeded (acked),
+--   'd' dead (in the dead letters: retries spent, permanent, cancelled
+--       while running, expired),
+--   'x' gone without success and without a dead record (cancelled before it
+--       ran, expired with job.DropExpired).
+-- Recorded here, in the job's own shard:
+--   - a batch member's ending in ns:{q}:batched (id -> "<batch>\n<ending>"),
+--     which the broker then counts in the batch's own slot (Go:
+--     Broker.endBatches, from the script's caller or the reaper's sweep);
+--     the batch takes the next jobs of a member that did not succeed back
+--     out (batch_end.lua);
+--   - uniqueness memory, ns:{q}:unique (job.Unique): after 's', and after
+--     'd' or 'x' when the job asks for endings without success too
+--     (job.UniqueIncludeDead).
+-- Usage: local e = endings(batched key, unique key, now ms); end_job(e, ...)
+-- per job; flush_endings(e) once before the script returns. The keys'
+-- types are checked by endings_check before the script's first write.
+local function endings(batched, unique, now)
+  return {batched = batched, unique = unique, now = now, b = {}, u = {}}
+end
+
+-- batch: the job's batch id ("" or nil for none); unique_ms: its uniqueness
+-- window in ms (0: not unique); unique_dead: whether an ending without
+-- success is remembered too. For 's' and a kill, callers that already
+-- decided the window (settle: the worker sends it) pass it with
+-- unique_dead true.
+local function end_job(e, id, ending, batch, unique_ms, unique_dead)
+  if batch and batch ~= '' then
+    e.b[#e.b + 1] = id
+    e.b[#e.b + 1] = batch .. '\n' .. ending
+  end
+  local u = tonumber(unique_ms) or 0
+  if u > 0 and (ending == 's' or unique_dead) then
+    e.u[#e.u + 1] = e.now + u
+    e.u[#e.u + 1] = id
+  end
+end
+
+-- The type check of the keys an ending may write: an error reply, or nil.
+local function endings_check(e)
+  return expect({e.batched, 'hash', e.unique, 'zset'})
+end
+
+local function flush_endings(e)
+  if #e.b > 0 then
+    call_chunked('HSET', e.batched, e.b)
+  end
+  if #e.u > 0 then
+    local zset = e.unique
+    redis.call('ZREMRANGEBYSCORE', zset, '-inf', e.now)
+    call_chunked('ZADD', zset, e.u)
+  end
+end
+
+-- What a stored envelope says of its ending: its batch id ("" for none),
+-- its uniqueness window in ms (0 for none) and whether an ending without
+-- success is remembered too. The window is read from the header
+-- ({"t":"<type>","u":<ms>[,"ud":true]); the batch ("bt", a field after the
+-- payload) from the body decoded, or, when cjson cannot decode it, from the
+-- last "bt" field of the body (a batch records an ending only for its own
+-- members, so a false match counts nothing).
+local function ending_of(body)
+  if not body then
+    return '', 0, false
+  end
+  local u, ud = 0, false
+  local um, rest = string.match(body, '^{"t":"[%w%._:/%-]+","u":(%d+)()')
+  if um then
+    u, ud = tonumber(um), string.sub(body, rest, rest + 9) == ',"ud":true'
+  end
+  local batch = ''
+  if string.find(body, '"bt":"', 1, true) then
+    local ok, env = pcall(cjson.decode, body)
+    if ok and type(env) == 'table' then
+      if type(env.bt) == 'string' then
+        batch = env.bt
+      end
+      if not um and type(env.u) == 'number' then
+        u, ud = env.u, env.ud == true
+      end
+    else
+      for b in string.gmatch(body, ',"bt":"([%w%._:%-]+)"') do
+        batch = b
+      end
+    end
+  end
+  return batch, u, ud
+end

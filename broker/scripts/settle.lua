@@ -59,6 +59,7 @@
 --            given back
 --   expired "1": the reaper's call: the lease must also have run out
 --   batch: an ack or kill of a batch member records its ending in KEYS[13]
+--   (acks and kills end their jobs through end_job, in the prelude)
 --
 -- Returns {now µs, one integer per operation}: ack and release 1; retry the
 -- new ready time ms; kill the died-at ms; and for any of them -1 when the
@@ -139,25 +140,18 @@ if marked then
     return bad
   end
 end
-if remembers then
-  bad = expect({KEYS[10], 'zset'})
+local ends = endings(KEYS[13], KEYS[10], now)
+if remembers or batched then
+  bad = endings_check(ends)
   if bad then
     return bad
   end
 end
-if batched then
-  bad = expect({KEYS[13], 'hash'})
-  if bad then
-    return bad
-  end
-end
-local remember = {}
-local function remember_for(i, id)
-  local ttl = tonumber(ARGV[i + 3])
-  if ttl and ttl > 0 then
-    remember[#remember + 1] = now + ttl
-    remember[#remember + 1] = id
-  end
+-- The ending of an acked or killed job (end_job in the prelude): its
+-- batch's ending and its uniqueness memory. The worker sends the window it
+-- decided (job.Unique, and for a kill only with job.UniqueIncludeDead).
+local function end_op(i, id, ending)
+  end_job(ends, id, ending, ARGV[i + 6], ARGV[i + 3], true)
 end
 local current = hmget(KEYS[5], ids)
 local out, acked, seen, ended, nexts = {}, {}, {}, {}, {}
@@ -183,12 +177,7 @@ for k = 1, #ids do
   elseif kind == 'a' then
     acked[#acked + 1] = id
     out[k] = 1
-    if remembers then
-      remember_for(i, id)
-    end
-    if batched and ARGV[i + 6] ~= '' then
-      redis.call('HSET', KEYS[13], id, ARGV[i + 6] .. '\ns')
-    end
+    end_op(i, id, 's')
     local retain = tonumber(ARGV[i + 7])
     if retain and retain > 0 then
       redis.call('SET', KEYS[15] .. id, string.format('%d', now) .. '\n' .. ARGV[i + 4], 'PX', retain)
@@ -218,12 +207,7 @@ for k = 1, #ids do
     redis.call('ZADD', KEYS[7], now, id)
     died = died + 1
     out[k] = now
-    if remembers then
-      remember_for(i, id)
-    end
-    if batched and ARGV[i + 6] ~= '' then
-      redis.call('HSET', KEYS[13], id, ARGV[i + 6] .. '\nd')
-    end
+    end_op(i, id, 'd')
   else -- 'l': release, 's': snooze
     redis.call('ZREM', KEYS[2], id)
     redis.call('HDEL', KEYS[5], id)
@@ -293,10 +277,7 @@ if died > 0 then
   history(KEYS[8], now, 'dead', died)
 end
 history(KEYS[8], now, 'failed', failed)
-if #remember > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', now)
-  call_chunked('ZADD', KEYS[10], remember)
-end
+flush_endings(ends)
 if reported and #ended > 0 then
   call_chunked('HDEL', KEYS[14], ended)
 end

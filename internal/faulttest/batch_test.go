@@ -5,12 +5,15 @@ package faulttest_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/faultproxy"
+	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/job"
 )
 
@@ -158,4 +161,208 @@ func TestBatchCallbacksUnderWorkerCrashes(t *testing.T) {
 	summary(t, "members", 2*members, "workers SIGKILLed", kills, "poison", poisoned,
 		"dead mixed", dead["mixed"], "dead clean", dead["clean"],
 		"callback enqueues", fmt.Sprintf("%v", firstAttempts), "callback handlings", fmt.Sprintf("%v", handlings))
+}
+
+// TestBatchEndingsUnderFaults runs one batch of 2,000 members through
+// faultworker processes (10 % transient failures) that reach Redis
+// through a fault proxy, one SIGKILLed and replaced every 2 s, while its
+// members end in every way a job can: a tenth cancelled while scheduled,
+// a twentieth expired before they started (half dead-lettered, half
+// dropped), 1 % poison (dead), and chain members (job.Then, no retries)
+// some of whose next jobs' enqueue replies the proxy loses, every send, so
+// that the member dies with its next job counted. Once the complete
+// callback ran, the expired dead members are redriven and succeed.
+// Afterwards: the complete callback was enqueued exactly once (one first
+// attempt) and the success callback never; the batch's counts add up
+// (nothing pending), its dead count equals the dead records of its members
+// in both queues, its gone count the cancels and drops; no ending is left
+// uncounted.
+func TestBatchEndingsUnderFaults(t *testing.T) {
+	skipSlow(t)
+	bin := buildFaultWorker(t)
+	srv := startServer(t)
+	const ns, queue, members, batch = "faultends", job.DefaultQueue, 2000, "faults"
+	s := newSuite(t, srv, ns, queue, "chained")
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 3))
+	t.Logf("seed %d", seed)
+	proxy := faultproxy.Start(t, srv.Addr())
+
+	typ := job.New[crashArgs]("fault.crash", job.MaxRetries(6))
+	chained := job.New[crashArgs]("fault.chained", job.Queue("chained"), job.MaxRetries(6))
+	cb, err := typ.Envelope(crashArgs{N: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb2, err := typ.Envelope(crashArgs{N: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.b.CreateBatch(s.ctx, broker.BatchSpec{ID: batch, OnSuccess: cb, OnComplete: cb2}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	var cancels []string
+	var dropped, lostNext int
+	envs := make([]*job.Envelope, members)
+	for i := range envs {
+		id := fmt.Sprintf("m%04d", i)
+		opts := []job.Option{job.ID(id)}
+		a := crashArgs{N: i}
+		switch {
+		case i%10 == 0: // cancelled before it is due
+			opts = append(opts, job.In(6*time.Second+time.Duration(rng.IntN(4000))*time.Millisecond))
+			cancels = append(cancels, id)
+		case i%20 == 1: // expired before it started
+			opts = append(opts, job.At(now.Add(-2*time.Second)), job.ExpireAt(now.Add(-time.Second)))
+			if i%40 == 1 {
+				opts = append(opts, job.DropExpired())
+				dropped++
+			}
+		case i%25 == 2: // a chain member without retries
+			next, err := chained.Envelope(crashArgs{N: -2}, job.ID("next-"+id))
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts = append(opts, job.Then(next), job.MaxRetries(0), job.In(time.Duration(rng.IntN(10_000))*time.Millisecond))
+			if i%50 == 2 {
+				// Every send of its next job's enqueue loses its reply
+				// (go-redis sends a command up to 4 times).
+				for range 6 {
+					proxy.DropReply(func(cmd []string) bool {
+						return slices.Contains(cmd, "next-"+id) && slices.ContainsFunc(cmd, func(a string) bool { return strings.HasSuffix(a, ":c:") })
+					})
+				}
+				lostNext++
+			}
+		default:
+			a.Poison = rng.IntN(100) == 0
+			opts = append(opts, job.In(time.Duration(rng.IntN(10_000))*time.Millisecond))
+		}
+		e, err := typ.Envelope(a, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		envs[i] = e
+	}
+	for i := 0; i < members; i += 500 {
+		if err := s.b.AddToBatch(s.ctx, batch, envs[i:i+500]...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.b.SealBatch(s.ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	// The cancels run while the workers start and die.
+	cancelled := make(chan int, 1)
+	go func() {
+		n := 0
+		time.Sleep(time.Second)
+		for _, id := range cancels {
+			if err := s.b.Cancel(s.ctx, queue, id); err == nil {
+				n++
+			}
+		}
+		cancelled <- n
+	}()
+
+	url := "redis://" + proxy.Addr() + "/0"
+	done := func() bool {
+		st, err := s.b.Batch(s.ctx, batch)
+		if err != nil || !st.CompleteFired {
+			return false
+		}
+		for _, q := range []string{queue, "chained"} {
+			if st, err := s.b.Stats(s.ctx, q); err != nil || st.Scheduled != 0 || st.Processing != 0 {
+				return false
+			}
+		}
+		return true
+	}
+	procs, kills, deadline := crashLoop(rng, func(name string) *workerProc {
+		return startWorkerProc(t, bin, url, ns, name, "FAULTWORKER_CHAINED=1")
+	}, done)
+	cancelledN := <-cancelled
+	// The expired dead members are redriven (without their expiry) and
+	// succeed: they move from Dead to Succeeded, and fire nothing again.
+	var expired []string
+	for cur := (broker.DeadCursor{}); ; {
+		recs, next, err := s.b.DeadPage(s.ctx, queue, cur, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			if r.Reason == broker.ReasonExpired {
+				expired = append(expired, r.ID)
+			}
+		}
+		if next.IsZero() {
+			break
+		}
+		cur = next
+	}
+	if err := s.b.Redrive(s.ctx, queue, 0, expired...); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{queue, "chained"} {
+		s.waitDrained(t, q, time.Until(deadline)+30*time.Second)
+	}
+	redistest.WaitFor(t, 30*time.Second, "the redriven members counted", func() bool {
+		n, err := s.rdb.HLen(s.ctx, ns+":{"+queue+"}:batched").Result()
+		return err == nil && n == 0
+	})
+	for _, p := range procs {
+		p.signal(syscall.SIGTERM, 10*time.Second)
+	}
+
+	lines, err := s.rdb.LRange(s.ctx, ns+":log", 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	firstAttempts, handlings := map[string]int{}, map[string]int{}
+	for _, l := range lines {
+		f := strings.Fields(l)
+		if len(f) == 4 && strings.Contains(f[0], ":") {
+			handlings[f[0]]++
+			if f[2] == "1" {
+				firstAttempts[f[0]]++
+			}
+		}
+	}
+	dead := 0
+	for _, q := range []string{queue, "chained"} {
+		for cur := (broker.DeadCursor{}); ; {
+			recs, next, err := s.b.DeadPage(s.ctx, q, cur, 1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range recs {
+				if r.Envelope != nil && r.Envelope.Batch == batch {
+					dead++
+				}
+			}
+			if next.IsZero() {
+				break
+			}
+			cur = next
+		}
+	}
+	st, err := s.b.Batch(s.ctx, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Pending != 0 || st.Succeeded+st.Dead+st.Gone != st.Total || st.Dead != dead || st.Gone != cancelledN+dropped || !st.CompleteFired || st.SuccessFired {
+		t.Errorf("batch %+v; want nothing pending, %d dead as in the dead letters, %d gone (%d cancelled, %d dropped), complete fired only", st, dead, cancelledN+dropped, cancelledN, dropped)
+	}
+	if firstAttempts[broker.CompleteID(batch)] != 1 || firstAttempts[broker.SuccessID(batch)] != 0 {
+		t.Errorf("callbacks enqueued %v (handlings %v), want the complete callback once and the success callback never", firstAttempts, handlings)
+	}
+	for _, q := range []string{queue, "chained"} {
+		if n, _ := s.rdb.HLen(s.ctx, ns+":{"+q+"}:batched").Result(); n != 0 {
+			t.Errorf("queue %s: %d batch endings left uncounted", q, n)
+		}
+	}
+	summary(t, "members", members, "workers SIGKILLed", kills, "cancelled", cancelledN, "expired dropped", dropped,
+		"expired redriven", len(expired), "next jobs with lost replies", lostNext, "batch", fmt.Sprintf("%+v", *st),
+		"callback enqueues", fmt.Sprintf("%v", firstAttempts))
 }

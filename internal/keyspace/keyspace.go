@@ -102,13 +102,14 @@ func CancelChannel(ns, queue string) string { return ns + ":{" + queue + "}:canc
 // queues of its members.
 type BatchKeys struct {
 	Meta    string // HASH: total, sealed, succeeded, dead, created, the callbacks and whether they fired
-	Members string // HASH "<queue>\n<id>" -> p (added), s (succeeded) or d (dead)
+	Members string // HASH "<queue>\n<id>" -> p (added), s (succeeded), d (dead), x (gone: cancelled before it ran, or expired and dropped), o (a next job taken back out: its parent did not succeed)
+	Next    string // HASH member -> its next jobs counted into the batch (job.Then, job.Next), members joined by '\t'
 }
 
 // Batch returns the keys of batch id.
 func Batch(ns, id string) BatchKeys {
 	p := ns + ":batch:{" + id + "}:"
-	return BatchKeys{Meta: p + "meta", Members: p + "members"}
+	return BatchKeys{Meta: p + "meta", Members: p + "members", Next: p + "next"}
 }
 
 // BatchesKey is the ZSET batch id -> created ms, for listing batches.
@@ -254,4 +255,21 @@ func Slot(key string) int {
 		}
 	}
 	return int(crc) % ClusterSlots
+}
+
+// CheckNamespace says what is wrong with a namespace (the prefix of every
+// key), or "" when nothing is: at most 64 bytes of letters, digits and
+// '._-:'.
+func CheckNamespace(ns string) string {
+	if len(ns) > 64 {
+		return "namespace is " + strconv.Itoa(len(ns)) + " bytes long, the limit is 64"
+	}
+	for _, r := range ns {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == '-', r == ':':
+		default:
+			return "namespace " + strconv.Quote(ns) + " contains " + strconv.QuoteRune(r) + "; allowed are letters, digits and '._-:'"
+		}
+	}
+	return ""
 }

@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -172,20 +173,46 @@ type Done struct {
 	Progress  *job.Progress
 }
 
-// BatchEnd is the ending of a batch member that Settle recorded (an ack
-// or kill of an Op with Batch set), for EndBatch to count.
+// BatchEnd is the ending of a batch member recorded in its shard (by
+// Settle's ack or kill of an Op with Batch set, a cancel, or the claim
+// that found it expired), for EndBatch to count.
 type BatchEnd struct {
 	ID    string // the member's job id, in the shard
 	Batch string // its batch
-	Dead  bool   // killed, not acked
+	Dead  bool   // dead-lettered (killed, or expired), not acked
+	Gone  bool   // ended without success and without a dead record: cancelled before it ran, or expired and dropped
 }
 
-// Ending is the record's mark of the ending: "s" succeeded, "d" dead.
+// Ending is the record's mark of the ending: "s" succeeded, "d" dead,
+// "x" gone.
 func (e BatchEnd) Ending() string {
-	if e.Dead {
+	switch {
+	case e.Gone:
+		return "x"
+	case e.Dead:
 		return "d"
 	}
 	return "s"
+}
+
+// ParseBatchEnd reads the record of member id's ending, "<batch>\n<s|d|x>";
+// ok is false for a record of another form.
+func ParseBatchEnd(id, rec string) (e BatchEnd, ok bool) {
+	j := strings.LastIndexByte(rec, '\n')
+	if j < 0 {
+		return BatchEnd{}, false
+	}
+	switch rec[j+1:] {
+	case "s":
+	case "d":
+		e.Dead = true
+	case "x":
+		e.Gone = true
+	default:
+		return BatchEnd{}, false
+	}
+	e.ID, e.Batch = id, rec[:j]
+	return e, true
 }
 
 // Settled is what became of one Op: its time (the new ready time of a

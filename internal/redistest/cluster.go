@@ -57,9 +57,9 @@ func StartCluster(t testing.TB) *Cluster {
 }
 
 func startCluster(dir string) (*Cluster, error) {
-	bin, err := exec.LookPath("redis-server")
+	bin, err := ServerBinary()
 	if err != nil {
-		return nil, fmt.Errorf("a cluster needs redis-server on PATH: %w", err)
+		return nil, fmt.Errorf("a cluster needs a server binary: %w", err)
 	}
 	cli, err := exec.LookPath("redis-cli")
 	if err != nil {

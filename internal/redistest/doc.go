@@ -7,10 +7,14 @@
 // time any of them is called:
 //
 //  1. If REDIS_URL is set, that server is used and nothing is started.
-//  2. Otherwise, if redis-server is on PATH, it is started on a free
-//     127.0.0.1 port with persistence off and a temporary directory.
-//  3. Otherwise, if DELAYQ_REQUIRE_REDIS=1, the test fails. If not, an
-//     in-process miniredis is started and the test log says so.
+//  2. Otherwise, the server binary is started on a free 127.0.0.1 port
+//     with persistence off and a temporary directory: redis-server from
+//     PATH, or the binary DELAYQ_REDIS_SERVER names ([ServerEnv]), e.g.
+//     /usr/bin/valkey-server, so the suite runs unchanged against any
+//     redis-server-compatible server.
+//  3. Otherwise (no redis-server on PATH, DELAYQ_REDIS_SERVER unset), if
+//     DELAYQ_REQUIRE_REDIS=1, the test fails. If not, an in-process
+//     miniredis is started and the test log says so.
 //
 // Each call to [New] gets its own key namespace; keys under it are deleted
 // when the test ends, so tests can share the server and run in parallel.
@@ -32,7 +36,7 @@
 // # Dedicated servers
 //
 // Fault tests that kill or restart Redis use [Start], which runs a
-// redis-server owned by one test; see [Server]. [StartCluster] and
+// server (the same binary) owned by one test; see [Server]. [StartCluster] and
 // [StartSentinel] start a whole cluster or Sentinel setup for one test,
 // whose nodes are Servers too, for failover tests.
 package redistest

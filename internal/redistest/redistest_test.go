@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -278,6 +279,15 @@ func TestChildProcess(t *testing.T) {
 	if got, err := c.Get(ctx, ns+":k").Result(); err != nil || got != "v" {
 		t.Fatalf("GET = %q, %v; want \"v\"", got, err)
 	}
+	// A real server names its binary in INFO server; miniredis has no
+	// such section.
+	if info, err := c.Info(ctx, "server").Result(); err == nil {
+		for _, line := range strings.Split(info, "\r\n") {
+			if exe, ok := strings.CutPrefix(line, "executable:"); ok {
+				t.Logf("shared server executable %s", exe)
+			}
+		}
+	}
 }
 
 func TestSharedServerWithoutRedisServer(t *testing.T) {
@@ -286,21 +296,29 @@ func TestSharedServerWithoutRedisServer(t *testing.T) {
 		t.Skip("already in a child process")
 	}
 
+	bin, err := redistest.ServerBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tt := range []struct {
 		name       string
 		require    bool
+		server     string // DELAYQ_REDIS_SERVER
 		wantOK     bool
 		wantOutput string
 	}{
-		{"falls back to miniredis", false, true, "using embedded miniredis"},
-		{"fails with DELAYQ_REQUIRE_REDIS", true, false, "redis-server not found on PATH and DELAYQ_REQUIRE_REDIS=1"},
+		{"falls back to miniredis", false, "", true, "using embedded miniredis"},
+		{"fails with DELAYQ_REQUIRE_REDIS", true, "", false, "redis-server not found on PATH and DELAYQ_REQUIRE_REDIS=1"},
+		{"runs the binary DELAYQ_REDIS_SERVER names", true, bin, true, "shared server executable " + bin},
+		{"a missing DELAYQ_REDIS_SERVER fails, not miniredis", false, "/nonexistent/valkey-server", false,
+			`DELAYQ_REDIS_SERVER="/nonexistent/valkey-server"`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			cmd := exec.Command(os.Args[0], "-test.run=^TestChildProcess$", "-test.count=1", "-test.v")
 			for _, kv := range os.Environ() {
 				switch strings.SplitN(kv, "=", 2)[0] {
-				case "PATH", "REDIS_URL", "DELAYQ_REQUIRE_REDIS", childEnv:
+				case "PATH", "REDIS_URL", "DELAYQ_REQUIRE_REDIS", redistest.ServerEnv, childEnv:
 				default:
 					cmd.Env = append(cmd.Env, kv)
 				}
@@ -308,6 +326,9 @@ func TestSharedServerWithoutRedisServer(t *testing.T) {
 			cmd.Env = append(cmd.Env, childEnv+"=1", "PATH="+t.TempDir())
 			if tt.require {
 				cmd.Env = append(cmd.Env, "DELAYQ_REQUIRE_REDIS=1")
+			}
+			if tt.server != "" {
+				cmd.Env = append(cmd.Env, redistest.ServerEnv+"="+tt.server)
 			}
 			out, err := cmd.CombinedOutput()
 			if ok := err == nil; ok != tt.wantOK {
@@ -317,5 +338,38 @@ func TestSharedServerWithoutRedisServer(t *testing.T) {
 				t.Fatalf("child output does not contain %q:\n%s", tt.wantOutput, out)
 			}
 		})
+	}
+}
+
+// TestStartRunsServerEnv: Start runs the binary DELAYQ_REDIS_SERVER names
+// (here a wrapper that records its arguments and runs the real server),
+// with redis-server's options.
+func TestStartRunsServerEnv(t *testing.T) {
+	bin, err := redistest.ServerBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "argv")
+	wrapper := filepath.Join(dir, "compatible-server")
+	script := "#!/bin/sh\nprintf '%s\\n' \"$@\" >> '" + marker + "'\nexec '" + bin + "' \"$@\"\n"
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(redistest.ServerEnv, wrapper)
+	if got, err := redistest.ServerBinary(); err != nil || got != wrapper {
+		t.Fatalf("ServerBinary() = %q, %v; want %q", got, err, wrapper)
+	}
+	s := redistest.Start(t)
+	if err := s.Client(t).Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("PING the server started through %s: %v", wrapper, err)
+	}
+	argv, err := os.ReadFile(marker)
+	if err != nil {
+		t.Fatalf("the wrapper named by %s was not run: %v", redistest.ServerEnv, err)
+	}
+	_, port, _ := net.SplitHostPort(s.Addr())
+	if want := "--port\n" + port + "\n"; !strings.Contains(string(argv), want) {
+		t.Fatalf("the wrapper was run with\n%s\nwant the server's port among them (%q)", argv, want)
 	}
 }

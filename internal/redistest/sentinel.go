@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -52,9 +51,9 @@ func StartSentinel(t testing.TB) *Sentinel {
 }
 
 func startSentinel(dir string) (*Sentinel, error) {
-	bin, err := exec.LookPath("redis-server")
+	bin, err := ServerBinary()
 	if err != nil {
-		return nil, fmt.Errorf("sentinel needs redis-server on PATH: %w", err)
+		return nil, fmt.Errorf("sentinel needs a server binary: %w", err)
 	}
 	s := &Sentinel{}
 	fail := func(err error) (*Sentinel, error) {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os/exec"
 	"slices"
 	"strconv"
 	"sync"
@@ -39,9 +38,9 @@ type Server struct {
 // redis-server is not on PATH or does not come up within 10 seconds.
 func Start(t testing.TB, args ...string) *Server {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
+	bin, err := ServerBinary()
 	if err != nil {
-		t.Fatalf("redistest: Start needs redis-server on PATH: %v", err)
+		t.Fatalf("redistest: Start: %v", err)
 	}
 	dir := t.TempDir()
 	s := &Server{bin: bin, dir: dir, logPath: logFile(dir), args: slices.Clone(args), dial: plainDial}

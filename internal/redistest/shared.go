@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -88,8 +87,9 @@ func getShared(t testing.TB) *sharedServer {
 	return shared
 }
 
-// startShared picks the shared server: REDIS_URL, then a redis-server from
-// PATH, then (unless DELAYQ_REQUIRE_REDIS=1) an embedded miniredis.
+// startShared picks the shared server: REDIS_URL, then the server binary
+// ServerBinary names, then (unless DELAYQ_REQUIRE_REDIS=1 or ServerEnv is
+// set) an embedded miniredis.
 func startShared(t testing.TB) (*sharedServer, error) {
 	t.Helper()
 	switch topo := Topology(); topo {
@@ -107,7 +107,11 @@ func startShared(t testing.TB) (*sharedServer, error) {
 		return &sharedServer{opts: opts, url: u}, nil
 	}
 
-	if bin, err := exec.LookPath("redis-server"); err == nil {
+	bin, err := ServerBinary()
+	if err != nil && serverChosen() {
+		return nil, err
+	}
+	if err == nil {
 		dir, err := os.MkdirTemp("", "redistest-")
 		if err != nil {
 			return nil, err
@@ -115,7 +119,7 @@ func startShared(t testing.TB) (*sharedServer, error) {
 		p, port, err := launchFreePort(bin, dir, logFile(dir), nil, plainDial)
 		if err != nil {
 			_ = os.RemoveAll(dir)
-			return nil, fmt.Errorf("start shared redis-server: %w", err)
+			return nil, fmt.Errorf("start shared server %s: %w", bin, err)
 		}
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		return &sharedServer{
@@ -127,7 +131,7 @@ func startShared(t testing.TB) (*sharedServer, error) {
 	}
 
 	if os.Getenv("DELAYQ_REQUIRE_REDIS") == "1" {
-		return nil, errors.New("redis-server not found on PATH and DELAYQ_REQUIRE_REDIS=1 (install redis-server or set REDIS_URL)")
+		return nil, fmt.Errorf("redis-server not found on PATH and DELAYQ_REQUIRE_REDIS=1 (install redis-server, set %s to a redis-server-compatible binary, or set REDIS_URL)", ServerEnv)
 	}
 	m, err := miniredis.Run()
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"testing"
@@ -23,9 +22,9 @@ import (
 // give clients that trust caFile.
 func StartTLS(t testing.TB, certFile, keyFile, caFile string, args ...string) *Server {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
+	bin, err := ServerBinary()
 	if err != nil {
-		t.Fatalf("redistest: StartTLS needs redis-server on PATH: %v", err)
+		t.Fatalf("redistest: StartTLS: %v", err)
 	}
 	ca, err := os.ReadFile(caFile)
 	if err != nil {

@@ -328,7 +328,10 @@ func (a *app) brokerWith(ctx context.Context, bo broker.Options) (*broker.Broker
 	b, err := broker.New(rdb, bo)
 	if err != nil {
 		_ = rdb.Close()
-		return nil, &usageError{fmt.Errorf("invalid --namespace: %w", err)}
+		if errors.Is(err, job.ErrInvalid) {
+			return nil, &usageError{fmt.Errorf("invalid --namespace: %w", err)}
+		}
+		return nil, err // the server is too old (broker.ErrServerTooOld)
 	}
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		_ = rdb.Close()

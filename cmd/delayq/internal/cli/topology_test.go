@@ -60,7 +60,7 @@ func TestReadOnlyCommandsOnTopology(t *testing.T) {
 	testkit.Kill(t, tb.b, claim("sms", "sms-9"), deadErr)
 
 	user, pass := "cli-"+randHex(t), "pw-"+randHex(t)
-	createUser(t, user, "on >"+pass+" ~"+tb.ns+":* &"+tb.ns+":* "+aclRights)
+	createUser(t, user, "on >"+pass+" ~"+tb.ns+":* resetchannels &"+tb.ns+":* "+aclRights)
 	env := []string{"REDIS_URL=" + cli.TopologyURL(t, user+":"+pass+"@")}
 	run := func(t *testing.T, v any, args ...string) string {
 		t.Helper()
