@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -29,10 +30,9 @@ const childEnv = "DELAYQ_CLI_TEST_CHILD"
 // childTTL is the registry expiry of the child's processes.
 const childTTL = 2 * time.Second
 
-// runChild runs a worker of queue $CHILD_QUEUE whose handler never returns,
-// registered in the process registry as the worker does it (fleet.New with
-// its queues and types, Run beside the worker), and a periodic scheduler,
-// which registers itself, until it is killed.
+// runChild runs a worker of queue $CHILD_QUEUE whose handler never returns
+// and a periodic scheduler, each registering itself in the process
+// registry, until it is killed.
 func runChild() int {
 	addrs := strings.Split(os.Getenv("CHILD_ADDRS"), ",")
 	rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: addrs, MasterName: os.Getenv("CHILD_MASTER")})
@@ -48,13 +48,7 @@ func runChild() int {
 		<-ctx.Done()
 		return ctx.Err()
 	})
-	w, err := worker.New(worker.Config{Broker: b, Registry: reg, Queues: []worker.Queue{{Name: queue}}, Concurrency: 4, Lease: 5 * time.Minute})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	proc, err := fleet.New(rdb, ns, fleet.Process{Role: fleet.RoleWorker, Queues: []fleet.Queue{{Name: queue, Concurrency: 4}}, Types: reg.Types()},
-		fleet.Options{TTL: childTTL})
+	w, err := worker.New(worker.Config{Broker: b, Registry: reg, Queues: []worker.Queue{{Name: queue}}, Concurrency: 4, Lease: 5 * time.Minute, ProcessTTL: childTTL})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -69,7 +63,6 @@ func runChild() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	go func() { _ = proc.Run(ctx) }()
 	go func() { _ = s.Run(ctx) }()
 	if err := w.Run(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -81,14 +74,16 @@ func runChild() int {
 type workersOut struct {
 	Now       string `json:"now"`
 	Processes []struct {
-		ID      string        `json:"id"`
-		Role    string        `json:"role"`
-		PID     int           `json:"pid"`
-		Queues  []fleet.Queue `json:"queues"`
-		Types   []string      `json:"types"`
-		Seen    string        `json:"seen"`
-		Expires string        `json:"expires"`
-		TTLMS   int64         `json:"ttl_ms"`
+		ID       string          `json:"id"`
+		Role     string          `json:"role"`
+		PID      int             `json:"pid"`
+		Queues   []fleet.Queue   `json:"queues"`
+		Types    []string        `json:"types"`
+		Seen     string          `json:"seen"`
+		Expires  string          `json:"expires"`
+		TTLMS    int64           `json:"ttl_ms"`
+		Held     int             `json:"held"`
+		HeldJobs []fleet.HeldJob `json:"held_jobs"`
 	} `json:"processes"`
 }
 
@@ -120,10 +115,15 @@ func TestWorkersAfterSIGKILL(t *testing.T) {
 	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
 
 	var ls workersOut
-	redistest.WaitFor(t, 60*time.Second, "the worker holds 3 jobs and both processes are listed", func() bool {
+	// The worker's record lists the 3 jobs it holds from its next beat on.
+	redistest.WaitFor(t, 60*time.Second, "the worker holds 3 jobs, its record lists them and both processes are listed", func() bool {
 		ls = workersOut{}
 		tb.okJSON(t, &ls, "workers", "ls")
-		return len(ls.Processes) == 2 && tb.rdb.ZCard(tb.ctx, tb.key(queue, "processing")).Val() == 3
+		held := false
+		for _, p := range ls.Processes {
+			held = held || (p.Role == fleet.RoleWorker && p.Held == 3)
+		}
+		return len(ls.Processes) == 2 && held && tb.rdb.ZCard(tb.ctx, tb.key(queue, "processing")).Val() == 3
 	})
 	roles := map[string]int{}
 	for _, p := range ls.Processes {
@@ -133,6 +133,12 @@ func TestWorkersAfterSIGKILL(t *testing.T) {
 		}
 		if p.Role == fleet.RoleWorker && (len(p.Queues) != 1 || p.Queues[0] != (fleet.Queue{Name: queue, Concurrency: 4}) || len(p.Types) != 1 || p.Types[0] != "order.ship") {
 			t.Errorf("worker recorded %+v", p)
+		}
+		if p.Role == fleet.RoleWorker {
+			want := []fleet.HeldJob{{Queue: queue, ID: "o-0"}, {Queue: queue, ID: "o-1"}, {Queue: queue, ID: "o-2"}}
+			if !slices.Equal(p.HeldJobs, want) {
+				t.Errorf("worker's held jobs %v, want %v", p.HeldJobs, want)
+			}
 		}
 	}
 	if roles[fleet.RoleWorker] != 1 || roles[fleet.RoleScheduler] != 1 {
