@@ -47,7 +47,8 @@ const (
 	CheckedByVersion CheckMethod = "version"
 	// CheckedByProbe: INFO was refused (renamed or disabled, or not
 	// allowed by an ACL such as ACLRules) or named no redis_version, and a
-	// one-line script found that the server knows ZMSCORE.
+	// ZMSCORE probe (the command with too few arguments) found that the
+	// server knows ZMSCORE.
 	CheckedByProbe CheckMethod = "probe"
 )
 
@@ -231,10 +232,13 @@ func (sc ServerCheck) describe() string {
 }
 
 // isReply reports whether err is the server's answer (an error reply),
-// not a failure to reach it.
+// not a failure to reach it. An error that only wraps a reply is not one:
+// a Sentinel failover client that finds no Sentinel answers "all sentinels
+// ... are unreachable" wrapping what each address replied (a plain server
+// replies "unknown command 'sentinel'"), which says nothing of the master.
 func isReply(err error) bool {
 	var reply redis.Error
-	return errors.As(err, &reply)
+	return errors.As(err, &reply) && reply.Error() == err.Error()
 }
 
 // parseInfo fills sc's Name, Version and RedisVersion from INFO's text.

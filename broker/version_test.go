@@ -268,6 +268,28 @@ func TestNewWhenServerUnreachable(t *testing.T) {
 	}
 }
 
+// TestNewWhenNoSentinelAnswers: a Sentinel failover client whose one
+// "Sentinel" is a plain server (it answers "unknown command 'sentinel'")
+// reaches no master. New is no judge of that: it leaves the server not
+// checked rather than calling it too old, and the first command fails
+// saying the Sentinels are unreachable.
+func TestNewWhenNoSentinelAnswers(t *testing.T) {
+	t.Parallel()
+	plain := redistest.Start(t)
+	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "mymaster", SentinelAddrs: []string{plain.Addr()}, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	b, err := broker.New(c, broker.Options{})
+	if err != nil {
+		t.Fatalf("New through no Sentinel: %v; want no error (the version is not known)", err)
+	}
+	if got := b.ServerChecks(); len(got) != 1 || got[0].Checked != broker.NotChecked || !strings.Contains(got[0].Note, "sentinels") {
+		t.Fatalf("ServerChecks() = %+v; want not checked, naming the unreachable Sentinels", got)
+	}
+	if err := c.Ping(context.Background()).Err(); err == nil || !strings.Contains(err.Error(), "sentinels") {
+		t.Fatalf("Ping through no Sentinel: %v; want the Sentinels unreachable", err)
+	}
+}
+
 // TestNewChecksEveryServerOfTheTopology: on the shared server of the
 // topology under test (DELAYQ_TEST_TOPOLOGY), New checks every master of
 // a cluster, or the one server, by version.
