@@ -339,8 +339,10 @@ func (a *app) brokerWith(ctx context.Context, bo broker.Options) (*broker.Broker
 	}
 	if tgt.single != nil {
 		// A node of a Redis Cluster answers PING, then MOVED for most keys:
-		// say so at once, with the fix.
-		if info, err := rdb.Info(ctx, "cluster").Result(); err == nil && strings.Contains(info, "cluster_enabled:1") {
+		// say so at once, with the fix. CLUSTER SLOTS, not INFO: the ACL
+		// recipes of docs/security.md allow it (a cluster client needs it)
+		// and give no INFO; a server without cluster support refuses it.
+		if slots, err := rdb.ClusterSlots(ctx).Result(); err == nil && len(slots) > 0 {
 			_ = rdb.Close()
 			return nil, usagef("invalid --redis-url: %s is a node of a Redis Cluster; use redis+cluster://%s (or rediss+cluster://), and the tool finds the other nodes", tgt, tgt.single.Addr)
 		}
