@@ -10,7 +10,8 @@ import (
 var aclCommands = []string{
 	// sent by Go code
 	"evalsha", "eval", // scripts: EVALSHA, and EVAL when the script cache was emptied
-	"sadd", "smembers", // the namespace's set of queue names
+	"sadd", "smembers", "sismember", "srem", // the namespace's set of queue names (srem: Forget)
+	"watch", "unwatch", "del", // Forget's check-and-clear of each shard; a process leaving the registry
 	"hmget", "hget", "zscore", "zrevrangebyscore", // reading dead records
 	"hlen", "unlink", "multi", "exec", // purging dead records
 	"subscribe", "unsubscribe", "ping", // wake-up notices (PING is the Pub/Sub health check)

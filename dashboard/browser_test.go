@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -190,6 +191,16 @@ func TestBrowser(t *testing.T) {
 		stopped <- context.Cause(ctx)
 		return context.Cause(ctx)
 	})
+	// A held job runs until the test releases it.
+	release := make(chan struct{})
+	job.New[email]("email.hold", job.Queue("emails")).Handle(reg, func(ctx context.Context, _ *job.Job[email]) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	})
 	logger := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
 	w, err := worker.New(worker.Config{Broker: b, Registry: reg, Queues: []worker.Queue{{Name: "emails"}}, MaxIdle: time.Second, Logger: &logger})
 	if err != nil {
@@ -304,9 +315,14 @@ func TestBrowser(t *testing.T) {
 	}
 	want := itoa(seeded.Scheduled + 1)
 	deadline := time.Now().Add(3 * dashboard.DefaultRefreshInterval)
-	for text(t, ctx, "total-scheduled") != want {
+	// Read in one script: the refresh may swap the element between a
+	// query for the node and a read of its text.
+	scheduled := func() string {
+		return strings.TrimSpace(eval[string](t, ctx, `(document.getElementById('total-scheduled') || {}).innerText || ''`))
+	}
+	for scheduled() != want {
 		if time.Now().After(deadline) {
-			t.Fatalf("#total-scheduled still shows %s, not %s, after %v of auto-refresh", text(t, ctx, "total-scheduled"), want, 3*dashboard.DefaultRefreshInterval)
+			t.Fatalf("#total-scheduled still shows %s, not %s, after %v of auto-refresh", scheduled(), want, 3*dashboard.DefaultRefreshInterval)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -317,6 +333,72 @@ func TestBrowser(t *testing.T) {
 	freshCharts(t, ctx, b, web.URL)
 	rebinding(t, ctx, b, web.URL, attacker, seeded.Dead-2)
 	cancelRunning(t, ctx, b, web.URL, &dlg, stopped)
+	finishedJob(t, ctx, b, web.URL, attacker, release)
+}
+
+// finishedJob opens the page of a running job: while the dashboard cannot
+// be reached its refresh fails and the page says its data is stale; once
+// the job finished (not retained, so the refresh gets a 404) the page says
+// it is gone, drops its cancel button and stops refreshing.
+func finishedJob(t *testing.T, ctx context.Context, b *broker.Broker, base string, rb *rebinder, release chan struct{}) {
+	t.Helper()
+	if err := b.Enqueue(context.Background(), &job.Envelope{ID: "held-1", Queue: "emails", Type: "email.hold", Payload: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		info, err := b.Job(context.Background(), "emails", "held-1")
+		if err == nil && info.State == broker.StateProcessing {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("held-1 not running within 30s: %+v, %v", info, err)
+		}
+	}
+	do(t, ctx, "open the running job",
+		chromedp.Navigate(base+"/queues/emails/job?id=held-1"),
+		chromedp.WaitVisible(chromedp.ID("cancel-running")),
+	)
+	waitFor := func(what, js string) {
+		t.Helper()
+		for deadline := time.Now().Add(4 * dashboard.DefaultRefreshInterval); !eval[bool](t, ctx, js); time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within %v; the page shows:\n%s", what, 4*dashboard.DefaultRefreshInterval, eval[string](t, ctx, `document.querySelector('main').innerText`))
+			}
+		}
+	}
+
+	// The dashboard answers 503 for a while: the page says it is stale.
+	rb.failing.Store(true)
+	waitFor("the stale notice", `(document.getElementById('refresh-status')||{}).dataset?.kind === 'bad stale'`)
+	if s := text(t, ctx, "refresh-status"); !strings.Contains(s, "HTTP 503") || !strings.Contains(s, "may be stale") {
+		t.Errorf("stale notice: %q", s)
+	}
+	rb.failing.Store(false)
+	waitFor("the stale notice gone after a good refresh", `!document.getElementById('refresh-status')`)
+
+	// The job finishes and is not retained: the refresh gets a 404.
+	close(release)
+	waitFor("the gone notice", `(document.getElementById('refresh-status')||{}).dataset?.kind === 'bad gone'`)
+	if s := text(t, ctx, "refresh-status"); !strings.Contains(s, "no longer here") {
+		t.Errorf("gone notice: %q", s)
+	}
+	if eval[bool](t, ctx, `!!document.getElementById('cancel-running') || !!document.querySelector('[data-actions]')`) {
+		t.Error("the finished job's page still offers its actions")
+	}
+	if !eval[bool](t, ctx, `document.getElementById('live').classList.contains('is-gone')`) {
+		t.Error("the finished job's facts are not marked as gone")
+	}
+	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	saveScreenshotAs(t, "dashboard-job-gone.png", shot)
+	// It stops refreshing: no more stale notice or swap after that.
+	refreshed := eval[string](t, ctx, `document.body.getAttribute('data-refreshed') || ''`)
+	time.Sleep(2 * dashboard.DefaultRefreshInterval)
+	if got := eval[string](t, ctx, `document.body.getAttribute('data-refreshed') || ''`); got != refreshed {
+		t.Error("the page of a job that is gone kept refreshing")
+	}
 }
 
 // pauseAndResume pauses the emails queue with its button: the badge shows,
@@ -443,12 +525,17 @@ func freshCharts(t *testing.T, ctx context.Context, b *broker.Broker, webURL str
 // reach the dashboard.
 type rebinder struct {
 	dashboard http.Handler
+	failing   atomic.Bool // answer 503 to every request, as an unreachable dashboard behind a proxy
 	mu        sync.Mutex
 	page      string // the attack page, set by the test
 	served    bool
 }
 
 func (rb *rebinder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if rb.failing.Load() {
+		http.Error(w, "upstream unavailable", http.StatusServiceUnavailable)
+		return
+	}
 	rb.mu.Lock()
 	attack := !rb.served && rb.page != "" && strings.HasPrefix(r.Host, rebindHost+":") && r.URL.Path == "/attack.html"
 	if attack {
@@ -569,12 +656,19 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // docs/dashboard.png when DELAYQ_UPDATE_SCREENSHOT=1.
 func saveScreenshot(t *testing.T, png []byte) {
 	t.Helper()
+	saveScreenshotAs(t, "dashboard.png", png)
+}
+
+// saveScreenshotAs writes the PNG to the test's temp dir, and to docs/name
+// when DELAYQ_UPDATE_SCREENSHOT=1.
+func saveScreenshotAs(t *testing.T, name string, png []byte) {
+	t.Helper()
 	if len(png) < 8 || string(png[1:4]) != "PNG" {
 		t.Fatalf("screenshot is not a PNG (%d bytes)", len(png))
 	}
-	paths := []string{filepath.Join(t.TempDir(), "dashboard.png")}
+	paths := []string{filepath.Join(t.TempDir(), name)}
 	if os.Getenv("DELAYQ_UPDATE_SCREENSHOT") == "1" {
-		paths = append(paths, filepath.Join("..", "docs", "dashboard.png"))
+		paths = append(paths, filepath.Join("..", "docs", name))
 	}
 	for _, p := range paths {
 		if err := os.WriteFile(p, png, 0o644); err != nil {

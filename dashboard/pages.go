@@ -13,6 +13,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/deadletter"
+	"github.com/delayq/delayq/fleet"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/outbox"
 )
@@ -32,10 +33,18 @@ type queueRow struct {
 }
 
 type overviewData struct {
-	Queues []queueRow
-	Total  broker.QueueStats // summed counts; NextReady and OldestDue the earliest
-	Charts charts
-	Relays []outbox.RelayStatus // the outbox relays that recorded their status
+	// Search is the text the queue names were filtered by ("" for none);
+	// Matched how many names match it, of All; Page (from 1) of Pages.
+	Search       string
+	Matched, All int64
+	Page, Pages  int
+	Paged        bool // the cards and charts cover only this page's queues
+	PrevPage     int  // 0 when none
+	NextPage     int  // 0 when none
+	Queues       []queueRow
+	Total        broker.QueueStats // summed counts; NextReady and OldestDue the earliest
+	Charts       charts
+	Relays       []outbox.RelayStatus // the outbox relays that recorded their status
 }
 
 // knownQueues returns the names in ns:queues that delayq could have
@@ -54,9 +63,55 @@ func (d *Dashboard) knownQueues(r *http.Request) ([]string, []broker.QueueStats,
 	return names, stats, nil
 }
 
+// QueuesPerPage is how many queues one page of the overview shows: its
+// cost (stats, history and bytes) is that of its page, however many queues
+// the namespace has.
+const QueuesPerPage = 100
+
+// maxSearch bounds the overview's search text.
+const maxSearch = 200
+
 func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	names, stats, err := d.knownQueues(r)
+	qv := r.URL.Query()
+	search := strings.TrimSpace(qv.Get("q"))
+	if len(search) > maxSearch {
+		d.fail(w, r, http.StatusBadRequest, "The search text is too long.")
+		return
+	}
+	page := 1
+	if p := qv.Get("page"); p != "" {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 {
+			d.fail(w, r, http.StatusBadRequest, "Bad page number "+strconv.Quote(p)+".")
+			return
+		}
+		page = n
+	}
+	all, err := d.b.Queues(ctx)
+	if err != nil {
+		d.redisError(w, r, err)
+		return
+	}
+	names := slices.DeleteFunc(all, func(q string) bool { return job.ValidateQueue(q) != nil })
+	count := len(names)
+	if search != "" {
+		low := strings.ToLower(search)
+		names = slices.DeleteFunc(names, func(q string) bool { return !strings.Contains(strings.ToLower(q), low) })
+	}
+	slices.Sort(names)
+	data := &overviewData{Search: search, Matched: int64(len(names)), All: int64(count), Page: page}
+	data.Pages = max((len(names)+QueuesPerPage-1)/QueuesPerPage, 1)
+	data.Paged = search != "" || data.Pages > 1
+	if page > 1 {
+		data.PrevPage = min(page-1, data.Pages)
+	}
+	if page < data.Pages {
+		data.NextPage = page + 1
+	}
+	lo := min((page-1)*QueuesPerPage, len(names))
+	names = names[lo:min(lo+QueuesPerPage, len(names))]
+	stats, err := d.b.StatsOf(ctx, names...)
 	if err != nil {
 		d.redisError(w, r, err)
 		return
@@ -66,7 +121,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 		d.redisError(w, r, err)
 		return
 	}
-	data := &overviewData{Queues: make([]queueRow, len(stats)), Relays: relays}
+	data.Queues, data.Relays = make([]queueRow, len(stats)), relays
 	v := &view{Title: "Overview", Nav: "overview", Live: true, Flash: d.flash(r), Data: data}
 	if len(stats) == 0 {
 		d.render(w, r, http.StatusOK, "overview", v)
@@ -94,7 +149,11 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 		t.NextReady = earliest(t.NextReady, s.NextReady)
 		t.OldestDue = earliest(t.OldestDue, s.OldestDue)
 	}
-	data.Charts = historyCharts(sumMinutes(hist), "all queues, last hour", 560, 170)
+	caption := "all queues, last hour"
+	if data.Paged {
+		caption = "the queues of this page, last hour"
+	}
+	data.Charts = historyCharts(sumMinutes(hist), caption, 560, 170)
 	d.render(w, r, http.StatusOK, "overview", v)
 }
 
@@ -121,6 +180,10 @@ type queueData struct {
 	Paged       bool // not on the first page of either list
 	SchedCursor string
 	ProcCursor  string
+	// Served: live processes serving the queue; HeldUnserved: jobs are
+	// processing and none does.
+	Served       int
+	HeldUnserved bool
 }
 
 func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
@@ -164,6 +227,13 @@ func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v.Now = data.Stats.Now
+	procs, err := fleet.List(ctx, d.b.Client(), d.b.Namespace())
+	if err != nil {
+		d.redisError(w, r, err)
+		return
+	}
+	data.Served = len(procs.Serving(q))
+	data.HeldUnserved = data.Stats.Processing > 0 && data.Served == 0
 	hist, err := d.b.History(ctx, []string{q}, v.Now.Add(-historySpan), v.Now)
 	if err != nil {
 		d.redisError(w, r, err)

@@ -23,6 +23,9 @@ func (d *Dashboard) setPause(w http.ResponseWriter, r *http.Request, pause bool)
 			return
 		}
 	}
+	if !d.mustKnow(w, r, q) {
+		return
+	}
 	var (
 		back int64
 		err  error

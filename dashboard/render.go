@@ -19,7 +19,7 @@ import (
 
 // pageNames are the templates under templates/, each rendered inside
 // layout.html.
-var pageNames = []string{"overview", "queue", "job", "dead", "deadjob", "periodic", "batches", "batch", "confirm", "error"}
+var pageNames = []string{"overview", "queue", "job", "dead", "deadjob", "periodic", "batches", "batch", "confirm", "error", "processes"}
 
 func parsePages() (map[string]*template.Template, error) {
 	base, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html")
@@ -118,12 +118,17 @@ var notices = map[string]string{
 	"resumed":           "Queue %[1]s resumed.",
 	"type-paused":       "Job type %[1]s paused in this queue: its due jobs are parked until it is resumed.",
 	"type-resumed":      "Job type %[1]s resumed: %[2]d parked jobs back on the schedule.",
+	"capped":            "Concurrency cap of %[1]s set to %[2]d running across all workers.",
+	"cap-cleared":       "Concurrency cap of %[1]s cleared.",
+	"limited":           "Rate limit of %[1]s set to %[2]d starts per period across all workers.",
+	"limit-cleared":     "Rate limit of %[1]s cleared.",
 }
 
 var funcs = template.FuncMap{
 	"ts":        formatTime,
 	"rel":       relative,
 	"dur":       formatDuration,
+	"rate":      rateText,
 	"num":       formatCount,
 	"payload":   formatPayload,
 	"firstLine": firstLine,

@@ -29,6 +29,10 @@ const (
 	MetricProcessing = "delayq.queue.processing" // gauge {job}: jobs leased to workers; label queue
 	MetricDead       = "delayq.queue.dead"       // gauge {job}: dead records; label queue
 	MetricLag        = "delayq.queue.lag"        // gauge s: how long the oldest due job has waited; label queue
+	MetricHeld       = "delayq.queue.held"       // gauge {job}: due jobs of capped types held aside for a slot; label queue
+	MetricParked     = "delayq.queue.parked"     // gauge {job}: due jobs of paused types set aside; label queue
+	MetricPaused     = "delayq.queue.paused"     // gauge: 1 when the whole queue is paused, else 0; label queue
+	MetricProcesses  = "delayq.queue.processes"  // gauge {process}: live processes serving the queue (WithServingProcesses); label queue
 )
 
 // Metric label keys.
@@ -48,7 +52,22 @@ var (
 type MetricsOption func(*metricsConfig)
 
 type metricsConfig struct {
-	mp metric.MeterProvider
+	mp      metric.MeterProvider
+	serving func(ctx context.Context) (map[string]int64, error)
+}
+
+// WithServingProcesses makes ObserveQueues report MetricProcesses: at each
+// collection, count returns how many live processes serve each queue (a
+// queue it leaves out has none), as fleet.ServingCounts reads them from
+// the process registry:
+//
+//	middleware.ObserveQueues(b, nil, middleware.WithServingProcesses(fleet.ServingCounts(b.Client(), b.Namespace())))
+//
+// Every observed queue gets a value, 0 when no live process serves it, so
+// an alert can compare it with the queue's due and processing jobs. Other
+// middleware ignore it.
+func WithServingProcesses(count func(ctx context.Context) (map[string]int64, error)) MetricsOption {
+	return func(c *metricsConfig) { c.serving = count }
 }
 
 // WithMeterProvider sets the meter provider. Default: the global one
@@ -63,6 +82,10 @@ func WithMeterProvider(mp metric.MeterProvider) MetricsOption {
 }
 
 func newMeter(opts []MetricsOption) metric.Meter {
+	return newMetricsConfig(opts).mp.Meter(ScopeName)
+}
+
+func newMetricsConfig(opts []MetricsOption) metricsConfig {
 	c := metricsConfig{}
 	for _, o := range opts {
 		o(&c)
@@ -70,7 +93,7 @@ func newMeter(opts []MetricsOption) metric.Meter {
 	if c.mp == nil {
 		c.mp = otel.GetMeterProvider()
 	}
-	return c.mp.Meter(ScopeName)
+	return c
 }
 
 // handle reports an instrument that could not be created; the API returns a
@@ -259,8 +282,9 @@ type QueueStatsReader interface {
 
 // ObserveQueues registers observable gauges of queue depths, read from r with
 // one Stats call per queue at each collection: delayq.queue.scheduled, .due,
-// .processing, .dead (in jobs) and .lag (seconds the oldest due job has
-// waited), each labelled with the queue. With no queues given it observes
+// .processing, .dead, .held, .parked (in jobs), .paused (0 or 1) and .lag
+// (seconds the oldest due job has waited), each labelled with the queue;
+// with WithServingProcesses, also .processes (live processes serving it). With no queues given it observes
 // every queue r knows (r.Queues) at each collection. A queue that cannot be
 // read is skipped for that collection and the error reported to the meter
 // provider's error handler. Call unregister to stop observing.
@@ -274,19 +298,35 @@ func ObserveQueues(r QueueStatsReader, queues []string, opts ...MetricsOption) (
 		}
 	}
 	queues = append([]string(nil), queues...)
-	meter := newMeter(opts)
-	gauge := func(name, desc string) metric.Int64ObservableGauge {
-		g, err := meter.Int64ObservableGauge(name, metric.WithUnit("{job}"), metric.WithDescription(desc))
+	cfg := newMetricsConfig(opts)
+	meter := cfg.mp.Meter(ScopeName)
+	gaugeOf := func(name, unit, desc string) metric.Int64ObservableGauge {
+		o := []metric.Int64ObservableGaugeOption{metric.WithDescription(desc)}
+		if unit != "" {
+			o = append(o, metric.WithUnit(unit))
+		}
+		g, err := meter.Int64ObservableGauge(name, o...)
 		handle(err)
 		return g
 	}
+	gauge := func(name, desc string) metric.Int64ObservableGauge { return gaugeOf(name, "{job}", desc) }
 	scheduled := gauge(MetricScheduled, "Jobs waiting in a queue, due or not.")
 	due := gauge(MetricDue, "Jobs of a queue whose ready time has come.")
 	processing := gauge(MetricProcessing, "Jobs of a queue leased to workers.")
 	dead := gauge(MetricDead, "Dead records of a queue.")
+	held := gauge(MetricHeld, "Due jobs of a queue's capped types held aside until a slot frees.")
+	parked := gauge(MetricParked, "Due jobs of a queue's paused types set aside until the type resumes.")
+	// No unit: a "1" would become a _ratio suffix in Prometheus.
+	paused := gaugeOf(MetricPaused, "", "1 when the whole queue is paused, else 0.")
 	lag, err := meter.Float64ObservableGauge(MetricLag, metric.WithUnit("s"),
 		metric.WithDescription("How long the oldest due job of a queue has waited."))
 	handle(err)
+	instruments := []metric.Observable{scheduled, due, processing, dead, held, parked, paused, lag}
+	var procs metric.Int64ObservableGauge
+	if cfg.serving != nil {
+		procs = gaugeOf(MetricProcesses, "{process}", "Live processes serving a queue, from the process registry.")
+		instruments = append(instruments, procs)
+	}
 	reg, err := meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		names := queues
 		if len(names) == 0 {
@@ -296,6 +336,13 @@ func ObserveQueues(r QueueStatsReader, queues []string, opts ...MetricsOption) (
 			}
 		}
 		var errs []error
+		var serving map[string]int64
+		if cfg.serving != nil {
+			var err error
+			if serving, err = cfg.serving(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("delayq queue metrics: live processes: %w", err))
+			}
+		}
 		for _, q := range names {
 			s, err := r.Stats(ctx, q)
 			if err != nil {
@@ -307,10 +354,20 @@ func ObserveQueues(r QueueStatsReader, queues []string, opts ...MetricsOption) (
 			o.ObserveInt64(due, s.Due, labels)
 			o.ObserveInt64(processing, s.Processing, labels)
 			o.ObserveInt64(dead, s.Dead, labels)
+			o.ObserveInt64(held, s.Held, labels)
+			o.ObserveInt64(parked, s.Parked, labels)
+			p := int64(0)
+			if s.Paused {
+				p = 1
+			}
+			o.ObserveInt64(paused, p, labels)
 			o.ObserveFloat64(lag, s.Lateness().Seconds(), labels)
+			if serving != nil {
+				o.ObserveInt64(procs, serving[q], labels)
+			}
 		}
 		return errors.Join(errs...)
-	}, scheduled, due, processing, dead, lag)
+	}, instruments...)
 	if err != nil {
 		return nil, fmt.Errorf("middleware: ObserveQueues: %w", err)
 	}

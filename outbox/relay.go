@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/fleet"
 	"github.com/delayq/delayq/job"
 )
 
@@ -101,6 +102,16 @@ type RelayOptions struct {
 	// *broker.Broker has (methods Client and Namespace). 0 means 2s;
 	// negative means never.
 	StatusInterval time.Duration
+
+	// ProcessTTL is how long the relay's entry in the process registry
+	// (package fleet: `delayq workers ls`, the dashboard's processes page)
+	// lives after each of its heartbeats, which come every ProcessTTL/3
+	// while Run runs, so that a relay killed with SIGKILL is gone from the
+	// list ProcessTTL after its last one. Registered when the Broker has a
+	// Redis client and namespace, as for StatusInterval. 0 means
+	// fleet.DefaultTTL (15 s); at least fleet.MinTTL; negative: not
+	// registered.
+	ProcessTTL time.Duration
 }
 
 // Defaults of RelayOptions.
@@ -179,6 +190,9 @@ func NewRelay(o *Outbox, b Broker, opts RelayOptions) (*Relay, error) {
 	opts.MinBackoff = cmp.Or(opts.MinBackoff, DefaultMinBackoff)
 	opts.MaxBackoff = cmp.Or(opts.MaxBackoff, DefaultMaxBackoff)
 	opts.ReplayWindow = cmp.Or(opts.ReplayWindow, DefaultReplayWindow)
+	if opts.ProcessTTL > 0 && opts.ProcessTTL < fleet.MinTTL {
+		return nil, invalid("ProcessTTL %s is below fleet.MinTTL %s (negative: not registered)", opts.ProcessTTL, fleet.MinTTL)
+	}
 	if opts.MaxBackoff < opts.MinBackoff {
 		return nil, invalid("MaxBackoff %s is below MinBackoff %s", opts.MaxBackoff, opts.MinBackoff)
 	}
@@ -275,6 +289,9 @@ func (r *Relay) Run(ctx context.Context) error {
 		done := make(chan struct{})
 		go func() { defer close(done); r.runStatus(sctx) }()
 		defer func() { stop(); <-done }()
+	}
+	if stop := r.register(ctx); stop != nil {
+		defer stop()
 	}
 
 	bo := backoff.NewExponentialBackOff(

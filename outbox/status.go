@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/fleet"
 	"github.com/delayq/delayq/internal/keyspace"
 )
 
@@ -285,4 +286,32 @@ func statusFor(b Broker, interval time.Duration) status {
 		interval = DefaultStatusInterval
 	}
 	return status{store: store, key: keyspace.OutboxRelaysKey(store.Namespace()), interval: interval}
+}
+
+// register keeps the relay in the process registry (package fleet) until
+// ctx is done; the returned func waits for its deregistration. It is nil
+// when the relay has no status store or RelayOptions.ProcessTTL is
+// negative.
+func (r *Relay) register(ctx context.Context) func() {
+	store := r.status.store
+	if store == nil {
+		store, _ = r.b.(statusStore)
+	}
+	if store == nil || r.opts.ProcessTTL < 0 {
+		return nil
+	}
+	reg, err := fleet.New(store.Client(), store.Namespace(), fleet.Process{
+		Role: fleet.RoleRelay,
+		Info: map[string]string{"name": r.opts.Name, "table": r.o.t.full()},
+	}, fleet.Options{TTL: r.opts.ProcessTTL, OnError: func(err error) {
+		r.log.Debug().Err(err).Str("relay", r.opts.Name).Msg("outbox relay: not recorded in the process registry")
+	}})
+	if err != nil {
+		r.log.Warn().Err(err).Str("relay", r.opts.Name).Msg("outbox relay: not registered")
+		return nil
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = reg.Run(rctx) }()
+	return func() { cancel(); <-done }
 }

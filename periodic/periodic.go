@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/fleet"
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/job"
 )
@@ -81,6 +82,14 @@ type Config struct {
 	// Logger receives start and stop (info), ticks enqueued (debug), and
 	// Redis errors (error). Default zerolog.Nop().
 	Logger *zerolog.Logger
+
+	// ProcessTTL is how long the scheduler's entry in the process registry
+	// (package fleet: `delayq workers ls`, the dashboard's processes page)
+	// lives after each of its heartbeats, which come every ProcessTTL/3
+	// while Run runs: a scheduler killed with SIGKILL is gone from the list
+	// ProcessTTL after its last one. Default fleet.DefaultTTL (15 s); at
+	// least fleet.MinTTL; negative: not registered.
+	ProcessTTL time.Duration
 }
 
 // Scheduler enqueues the jobs of the schedules added to it, one job per
@@ -125,6 +134,9 @@ func New(b *broker.Broker, cfg Config) (*Scheduler, error) {
 	}
 	if cfg.StaleAfter == 0 {
 		cfg.StaleAfter = max(DefaultStaleAfter, 2*cfg.Heartbeat)
+	}
+	if cfg.ProcessTTL > 0 && cfg.ProcessTTL < fleet.MinTTL {
+		return nil, fmt.Errorf("periodic: %w: ProcessTTL %s is below fleet.MinTTL %s (negative: not registered)", job.ErrInvalid, cfg.ProcessTTL, fleet.MinTTL)
 	}
 	if cfg.StaleAfter < 2*cfg.Heartbeat {
 		return nil, fmt.Errorf("periodic: %w: StaleAfter %s is less than twice Heartbeat %s", job.ErrInvalid, cfg.StaleAfter, cfg.Heartbeat)
@@ -430,6 +442,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 	s.log.Info().Int("schedules", len(entries)).Msg("scheduler started")
 	defer s.log.Info().Msg("scheduler stopped")
+	if stop := s.register(ctx, entries); stop != nil {
+		defer stop()
+	}
 
 	// Start: the clock, the schedules in Redis, where each one left off.
 	for {
@@ -468,6 +483,43 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// register keeps the scheduler in the process registry (package fleet)
+// until ctx is done; the returned func waits for its deregistration. It is
+// nil when Config.ProcessTTL is negative.
+func (s *Scheduler) register(ctx context.Context, entries []*entry) func() {
+	if s.cfg.ProcessTTL < 0 {
+		return nil
+	}
+	var types, names []string
+	for _, e := range entries {
+		if !slices.Contains(types, e.typ) {
+			types = append(types, e.typ)
+		}
+		names = append(names, e.name)
+	}
+	slices.Sort(types)
+	slices.Sort(names)
+	list := strings.Join(names, ",")
+	if len(list) > 1000 {
+		list = list[:1000] + "…"
+	}
+	reg, err := fleet.New(s.b.Client(), s.b.Namespace(), fleet.Process{
+		Role:  fleet.RoleScheduler,
+		Types: types,
+		Info:  map[string]string{"schedules": strconv.Itoa(len(entries)), "names": list},
+	}, fleet.Options{TTL: s.cfg.ProcessTTL, OnError: func(err error) {
+		s.log.Warn().Err(err).Msg("scheduler cannot record itself in the process registry")
+	}})
+	if err != nil {
+		s.log.Error().Err(err).Msg("scheduler not registered")
+		return nil
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = reg.Run(rctx) }()
+	return func() { cancel(); <-done }
 }
 
 // start reads the server's clock, writes the schedules and reads where

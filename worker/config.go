@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/fleet"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/middleware"
 	"github.com/delayq/delayq/retry"
@@ -127,8 +129,20 @@ type Config struct {
 	// anomalies (warn: orphans removed, leases reaped or lost, unfinished
 	// jobs released; error: Redis failures) and per-job decisions (debug).
 	// One line per job outcome comes from middleware.Logging, not from here.
-	// Default zerolog.Nop(). Fields are listed in docs/observability.md.
+	// Default: warnings and errors as JSON lines on standard error (so
+	// that the "queue not served" and eviction-policy warnings reach
+	// someone); pass zerolog.Nop() for silence. Fields are listed in
+	// docs/observability.md.
 	Logger *zerolog.Logger
+
+	// ProcessTTL is how long the worker's record in the process registry
+	// (package fleet: `delayq workers ls`, the dashboard's processes page,
+	// the "no live worker" flags) lives after its last heartbeat, which
+	// comes every ProcessTTL/3. A worker killed without a clean stop drops
+	// out of the registry ProcessTTL after its last beat. Default
+	// fleet.DefaultTTL (15 s); at least fleet.MinTTL; negative: the worker
+	// does not register.
+	ProcessTTL time.Duration
 }
 
 // Service is something that runs as long as a worker: Run blocks until ctx
@@ -204,6 +218,8 @@ func (c Config) withDefaults() (Config, error) {
 		return fmt.Errorf("worker: %s %s is negative", name, d)
 	}
 	switch {
+	case c.ProcessTTL > 0 && c.ProcessTTL < fleet.MinTTL:
+		return c, fmt.Errorf("worker: ProcessTTL %s is below fleet.MinTTL %s (negative: not registered)", c.ProcessTTL, fleet.MinTTL)
 	case c.Concurrency < 0:
 		return c, fmt.Errorf("worker: Concurrency %d is negative", c.Concurrency)
 	case c.BatchSize < 0:
@@ -251,8 +267,8 @@ func (c Config) withDefaults() (Config, error) {
 		c.Middleware = DefaultMiddleware()
 	}
 	if c.Logger == nil {
-		nop := zerolog.Nop()
-		c.Logger = &nop
+		l := zerolog.New(os.Stderr).Level(zerolog.WarnLevel).With().Timestamp().Str("component", "delayq.worker").Logger()
+		c.Logger = &l
 	}
 	return c, nil
 }

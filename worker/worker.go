@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime/debug"
+	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/fleet"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/job"
 )
@@ -119,6 +122,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.warnUnserved()
 	services := w.startServices(ctx)
 	defer services.Wait()
+	// Registered from the start to the end of the drain: the jobs it holds
+	// while shutting down are still shown as held by a live process.
+	stopRegistry := w.register(context.WithoutCancel(ctx))
+	defer stopRegistry()
 
 	// bg outlives ctx: it carries acks, retries and releases of the shutdown.
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
@@ -207,6 +214,54 @@ func (w *Worker) startServices(ctx context.Context) *sync.WaitGroup {
 		})
 	}
 	return &wg
+}
+
+// register records the worker in the process registry (package fleet)
+// until the returned func is called, which deregisters it and waits for
+// that. Nothing is registered when Config.ProcessTTL is negative; a
+// registration that cannot be made is logged, and the worker runs on.
+func (w *Worker) register(ctx context.Context) (stop func()) {
+	if w.cfg.ProcessTTL < 0 {
+		return func() {}
+	}
+	queues := make([]fleet.Queue, len(w.cfg.Queues))
+	for i, q := range w.cfg.Queues {
+		queues[i] = fleet.Queue{Name: q.Name, Concurrency: w.cfg.Concurrency}
+	}
+	reg, err := fleet.New(w.cfg.Broker.Client(), w.cfg.Broker.Namespace(), fleet.Process{
+		Role:   fleet.RoleWorker,
+		Queues: queues,
+		Types:  w.cfg.Registry.Types(),
+		Info:   map[string]string{"concurrency": strconv.Itoa(w.cfg.Concurrency), "worker_id": w.caller.ID},
+	}, fleet.Options{
+		TTL:  w.cfg.ProcessTTL,
+		Held: w.heldJobs,
+		OnError: func(err error) {
+			w.log.Warn().Err(err).Msg("worker cannot record itself in the process registry")
+		},
+	})
+	if err != nil {
+		w.log.Error().Err(err).Msg("worker not registered in the process registry")
+		return func() {}
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = reg.Run(rctx) }()
+	return func() { cancel(); <-done }
+}
+
+// heldJobs lists the jobs the worker holds (running, prefetched or being
+// settled), in a stable order, for its registry record.
+func (w *Worker) heldJobs() []fleet.HeldJob {
+	leases := w.slots.held()
+	out := make([]fleet.HeldJob, len(leases))
+	for i, l := range leases {
+		out[i] = fleet.HeldJob{Queue: l.Queue(), ID: l.ID}
+	}
+	slices.SortFunc(out, func(a, b fleet.HeldJob) int {
+		return cmp.Or(cmp.Compare(a.Queue, b.Queue), cmp.Compare(a.ID, b.ID))
+	})
+	return out
 }
 
 func (w *Worker) queueNames() []string {

@@ -172,6 +172,7 @@ Output is a table for people, or JSON with --json. Exit status: 0 success,
 	root.AddCommand(
 		a.statsCommand(),
 		a.queuesCommand(),
+		a.workersCommand(),
 		a.jobsCommand(),
 		a.enqueueCommand(),
 		a.deadCommand(),
@@ -336,6 +337,16 @@ func (a *app) brokerWith(ctx context.Context, bo broker.Options) (*broker.Broker
 		_ = rdb.Close()
 		return nil, fmt.Errorf("cannot connect to %s: %w", tgt, err)
 	}
+	if tgt.single != nil {
+		// A node of a Redis Cluster answers PING, then MOVED for most keys:
+		// say so at once, with the fix. CLUSTER SLOTS, not INFO: the ACL
+		// recipes of docs/security.md allow it (a cluster client needs it)
+		// and give no INFO; a server without cluster support refuses it.
+		if slots, err := rdb.ClusterSlots(ctx).Result(); err == nil && len(slots) > 0 {
+			_ = rdb.Close()
+			return nil, usagef("invalid --redis-url: %s is a node of a Redis Cluster; use redis+cluster://%s (or rediss+cluster://), and the tool finds the other nodes", tgt, tgt.single.Addr)
+		}
+	}
 	a.rdb = rdb
 	return b, nil
 }
@@ -419,8 +430,9 @@ func (a *app) brokerFor(ctx context.Context, queue string, ids []string) (*broke
 }
 
 // showCommand is "show ID [--queue Q]": it checks the queue and the id,
-// connects and hands both to show.
-func (a *app) showCommand(short string, show func(ctx context.Context, b *broker.Broker, queue, id string) error) *cobra.Command {
+// connects and hands both to show. Without --queue, the queue is the one
+// whose has finds the id (searched in every queue, see locate).
+func (a *app) showCommand(short string, has finder, show func(ctx context.Context, b *broker.Broker, queue, id string) error) *cobra.Command {
 	var queue string
 	cmd := &cobra.Command{
 		Use:   "show ID",
@@ -431,10 +443,15 @@ func (a *app) showCommand(short string, show func(ctx context.Context, b *broker
 			if err != nil {
 				return err
 			}
+			if !cmd.Flags().Changed("queue") {
+				if queue, err = a.locateWith(cmd.Context(), b, args[0], has); err != nil {
+					return err
+				}
+			}
 			return show(cmd.Context(), b, queue, args[0])
 		},
 	}
-	queueFlag(cmd.Flags(), &queue, job.DefaultQueue, "queue")
+	queueFlag(cmd.Flags(), &queue, job.DefaultQueue, "queue (default: the one queue that holds the id, searched in every queue)")
 	return cmd
 }
 

@@ -31,6 +31,9 @@ import (
 var bin string
 
 func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(runChild())
+	}
 	dir, err := os.MkdirTemp("", "delayq-cli-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -221,7 +221,11 @@ func (a *app) listDead(ctx context.Context, in *deadletter.Inspector, queue stri
 }
 
 func (a *app) deadShowCommand() *cobra.Command {
-	return a.showCommand("Show one dead job with its full final error",
+	has := func(ctx context.Context, b *broker.Broker, queue, id string) error {
+		_, err := deadletter.New(b).Get(ctx, queue, id)
+		return err
+	}
+	return a.showCommand("Show one dead job with its full final error", has,
 		func(ctx context.Context, b *broker.Broker, queue, id string) error {
 			r, err := deadletter.New(b).Get(ctx, queue, id)
 			if err != nil {

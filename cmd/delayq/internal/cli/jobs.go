@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -254,7 +255,7 @@ func (a *app) jobsLsCommand() *cobra.Command {
 				return usagef("invalid --limit %d: want 1..%d", limit, broker.MaxPageLimit)
 			}
 			var cur jobsCursor
-			if cursor != "" {
+			if cursor != "" && cmd.Flags().Changed("queue") {
 				c, err := decodeJobsCursor(cursor)
 				if err != nil {
 					return err
@@ -271,11 +272,14 @@ func (a *app) jobsLsCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if !cmd.Flags().Changed("queue") {
+				return a.listAllJobs(cmd.Context(), b, lists, cursor, limit)
+			}
 			return a.listJobs(cmd.Context(), b, queue, lists, cur, limit)
 		},
 	}
 	f := cmd.Flags()
-	queueFlag(f, &queue, job.DefaultQueue, "queue")
+	queueFlag(f, &queue, job.DefaultQueue, "only this queue (default every queue, by name)")
 	f.StringVar(&state, "state", "all", "all, scheduled or processing")
 	_ = cmd.RegisterFlagCompletionFunc("state", cobra.FixedCompletions([]string{"all", "scheduled", "processing"}, cobra.ShellCompDirectiveNoFileComp))
 	f.IntVar(&limit, "limit", 50, "jobs per page")
@@ -284,11 +288,81 @@ func (a *app) jobsLsCommand() *cobra.Command {
 }
 
 func (a *app) listJobs(ctx context.Context, b *broker.Broker, queue string, lists []broker.JobState, cur jobsCursor, limit int) error {
+	jobs, now, next, err := fillJobs(ctx, b, queue, lists, cur, limit)
+	if err != nil {
+		return err
+	}
+	return a.printJobs(jobs, now, next, "", "no jobs in queue "+queue)
+}
+
+// listAllJobs is "jobs ls" without --queue: the queues in name order, each
+// as listJobs lists one, on pages that run on from one queue to the next.
+// The cursor is "<queue>:" before a one-queue cursor. A queue with no jobs
+// costs one read a list (processing, scheduled).
+func (a *app) listAllJobs(ctx context.Context, b *broker.Broker, lists []broker.JobState, cursor string, limit int) error {
+	bad := usagef("invalid --cursor %q: use the value a previous page printed", cursor)
+	var from string
+	var cur jobsCursor
+	if cursor != "" {
+		raw, err := base64.RawURLEncoding.DecodeString(cursor)
+		q, rest, ok := strings.Cut(string(raw), "/")
+		if err != nil || !ok || job.ValidateQueue(q) != nil {
+			return bad
+		}
+		if cur, err = decodeJobsCursor(rest); err != nil {
+			return bad
+		}
+		if !slices.Contains(lists, cur.state) {
+			return usagef("invalid --cursor: it belongs to --state %s", cur.state)
+		}
+		from = q
+	}
+	names, err := b.Queues(ctx)
+	if err != nil {
+		return err
+	}
+	names = slices.DeleteFunc(names, func(q string) bool { return job.ValidateQueue(q) != nil || q < from })
+	slices.Sort(names)
 	var (
 		jobs []*broker.JobInfo
 		now  time.Time
 		next string
 	)
+	for i, q := range names {
+		ls, c := lists, jobsCursor{}
+		if q == from {
+			c = cur
+			for len(ls) > 0 && ls[0] != c.state {
+				ls = ls[1:]
+			}
+		}
+		page, at, n, err := fillJobs(ctx, b, q, ls, c, limit-len(jobs))
+		if err != nil {
+			return err
+		}
+		jobs, now = append(jobs, page...), at
+		if n != "" {
+			next = base64.RawURLEncoding.EncodeToString([]byte(q + "/" + n))
+			break
+		}
+		if len(jobs) == limit {
+			if i+1 < len(names) {
+				next = base64.RawURLEncoding.EncodeToString([]byte(names[i+1] + "/" + jobsCursor{state: lists[0]}.encode()))
+			}
+			break
+		}
+	}
+	if now.IsZero() {
+		if now, err = a.serverNow(ctx, b); err != nil {
+			return err
+		}
+	}
+	return a.printJobs(jobs, now, next, "QUEUE", fmt.Sprintf("no jobs in any of the %d queues of namespace %s", len(names), b.Namespace()))
+}
+
+// fillJobs reads up to limit jobs of queue from lists, starting at cur; next
+// is the cursor of what follows, "" at the end of the lists.
+func fillJobs(ctx context.Context, b *broker.Broker, queue string, lists []broker.JobState, cur jobsCursor, limit int) (jobs []*broker.JobInfo, now time.Time, next string, err error) {
 	for i, st := range lists {
 		pos := broker.JobCursor{}
 		if cur.state == st {
@@ -300,7 +374,7 @@ func (a *app) listJobs(ctx context.Context, b *broker.Broker, queue string, list
 		}
 		p, err := page(ctx, queue, pos, limit-len(jobs))
 		if err != nil {
-			return err
+			return nil, time.Time{}, "", err
 		}
 		now = p.Now
 		jobs = append(jobs, p.Jobs...)
@@ -316,6 +390,12 @@ func (a *app) listJobs(ctx context.Context, b *broker.Broker, queue string, list
 			break
 		}
 	}
+	return jobs, now, next, nil
+}
+
+// printJobs prints a page of jobs: with a QUEUE column when queueCol is
+// set, or empty when there are none.
+func (a *app) printJobs(jobs []*broker.JobInfo, now time.Time, next, queueCol, empty string) error {
 	if a.json {
 		out := struct {
 			Now  *string   `json:"now"`
@@ -329,18 +409,25 @@ func (a *app) listJobs(ctx context.Context, b *broker.Broker, queue string, list
 		return a.printJSON(out)
 	}
 	if len(jobs) == 0 {
-		fmt.Fprintf(a.stdout, "no jobs in queue %s\n", queue)
+		fmt.Fprintln(a.stdout, empty)
 		return nil
 	}
-	t := newTable(a.stdout, "ID", "TYPE", "STATE", "AT", "WHEN", "ATTEMPTS")
+	if queueCol == "" {
+		t := newTable(a.stdout, "ID", "TYPE", "STATE", "AT", "WHEN", "ATTEMPTS")
+		for _, j := range jobs {
+			t.row(j.ID, jobType(j), string(j.State), fmtTime(jobTime(j)), when(j), strconv.Itoa(j.Attempts))
+		}
+		return a.flushPage(t, next)
+	}
+	t := newTable(a.stdout, queueCol, "ID", "TYPE", "STATE", "AT", "WHEN", "ATTEMPTS")
 	for _, j := range jobs {
-		t.row(j.ID, jobType(j), string(j.State), fmtTime(jobTime(j)), when(j), strconv.Itoa(j.Attempts))
+		t.row(j.Queue, j.ID, jobType(j), string(j.State), fmtTime(jobTime(j)), when(j), strconv.Itoa(j.Attempts))
 	}
 	return a.flushPage(t, next)
 }
 
 func (a *app) jobsShowCommand() *cobra.Command {
-	return a.showCommand("Show one job: state, envelope, ready time or lease, attempts",
+	return a.showCommand("Show one job: state, envelope, ready time or lease, attempts", hasJob,
 		func(ctx context.Context, b *broker.Broker, queue, id string) error {
 			j, err := b.Job(ctx, queue, id)
 			if err != nil {
@@ -533,6 +620,11 @@ func (a *app) jobsRescheduleCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if !cmd.Flags().Changed("queue") {
+				if queue, err = a.locate(cmd.Context(), b, args[0]); err != nil {
+					return err
+				}
+			}
 			if in != "" {
 				// The broker's reschedule takes an instant: add the delay to
 				// the server's clock.
@@ -557,7 +649,7 @@ func (a *app) jobsRescheduleCommand() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	queueFlag(f, &queue, job.DefaultQueue, "queue")
+	queueFlag(f, &queue, job.DefaultQueue, "queue (default: the one queue that holds the id, searched in every queue)")
 	f.StringVar(&in, "in", "", "ready this long from now (e.g. 10s, 1h30m)")
 	f.StringVar(&at, "at", "", "ready at this RFC 3339 time")
 	return cmd
@@ -581,7 +673,13 @@ func (a *app) enqueueCommand() *cobra.Command {
 		Short: "Enqueue one job",
 		Long: `Enqueue one job. The payload is JSON, given inline or, with --payload -,
 read from standard input. It prints the job's id and ready time. An id that
-is still pending fails with exit status 1 and leaves the pending job as it is.`,
+is still pending fails with exit status 1 and leaves the pending job as it is.
+
+Retries: the job is tried at most 1 + --max-retries times, default ` + strconv.Itoa(job.DefaultMaxRetries) + `
+(delayq's default), not the count its type declares in code (job.MaxRetries):
+that lives in the application's binary, which the CLI cannot read, so give
+--max-retries to match it. The wait between attempts is the type's own, as
+the worker that runs it applies it.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkQueue(queue); err != nil {
@@ -645,9 +743,14 @@ is still pending fails with exit status 1 and leaves the pending job as it is.`,
 				return err
 			}
 			if a.json {
-				return a.printJSON(map[string]any{"id": env.ID, "queue": env.Queue, "ready_at": jsonTime(env.ReadyAt)})
+				return a.printJSON(map[string]any{"id": env.ID, "queue": env.Queue, "ready_at": jsonTime(env.ReadyAt),
+					"max_retries": env.MaxRetries, "max_retries_default": !cmd.Flags().Changed("max-retries")})
 			}
-			_, err = fmt.Fprintf(a.stdout, "enqueued %s in queue %s, ready at %s\n", termSafe(env.ID, false), env.Queue, fmtTime(env.ReadyAt))
+			retries := fmt.Sprintf("%d retries", env.MaxRetries)
+			if !cmd.Flags().Changed("max-retries") {
+				retries += " (the default: the CLI does not know the type's own job.MaxRetries; give --max-retries)"
+			}
+			_, err = fmt.Fprintf(a.stdout, "enqueued %s in queue %s, ready at %s, %s\n", termSafe(env.ID, false), env.Queue, fmtTime(env.ReadyAt), retries)
 			return err
 		},
 	}
@@ -658,7 +761,7 @@ is still pending fails with exit status 1 and leaves the pending job as it is.`,
 	f.StringVar(&in, "in", "", "ready this long from now (e.g. 10s, 1h30m)")
 	f.StringVar(&at, "at", "", "ready at this RFC 3339 time")
 	f.StringVar(&id, "id", "", "job id (default: generated); unique among pending jobs of the queue")
-	f.IntVar(&maxRetries, "max-retries", job.DefaultMaxRetries, "retries after the first attempt")
+	f.IntVar(&maxRetries, "max-retries", job.DefaultMaxRetries, "retries after the first attempt (the type's job.MaxRetries is not known to the CLI)")
 	_ = cmd.MarkFlagRequired("type")
 	_ = cmd.MarkFlagRequired("payload")
 	return cmd
@@ -690,4 +793,53 @@ func progressText(p *job.Progress, now time.Time) string {
 // trailing ".0": 0.425 is "42.5", 0.42 is "42".
 func percent(f float64) string {
 	return strconv.FormatFloat(math.Round(f*1000)/10, 'f', -1, 64)
+}
+
+// finder reports whether queue holds job id: nil when it does, an error
+// wrapping broker.ErrNotFound when it does not.
+type finder func(ctx context.Context, b *broker.Broker, queue, id string) error
+
+// hasJob finds a job in any state broker.Job reports (scheduled,
+// processing, dead, or succeeded and retained).
+func hasJob(ctx context.Context, b *broker.Broker, queue, id string) error {
+	_, err := b.Job(ctx, queue, id)
+	return err
+}
+
+// locate returns the queue that holds job id (pending, or dead) when no
+// --queue was given; see locateWith.
+func (a *app) locate(ctx context.Context, b *broker.Broker, id string) (string, error) {
+	return a.locateWith(ctx, b, id, hasJob)
+}
+
+// locateWith returns the queue in which has finds job id: every known
+// queue is searched, one read each. An id found in no queue, or in
+// several, is an error naming them.
+func (a *app) locateWith(ctx context.Context, b *broker.Broker, id string, has finder) (string, error) {
+	names, err := b.Queues(ctx)
+	if err != nil {
+		return "", err
+	}
+	slices.Sort(names)
+	var found []string
+	for _, q := range names {
+		if job.ValidateQueue(q) != nil {
+			continue
+		}
+		err := has(ctx, b, q, id)
+		switch {
+		case err == nil:
+			found = append(found, q)
+		case errors.Is(err, broker.ErrNotFound):
+		default:
+			return "", err
+		}
+	}
+	switch len(found) {
+	case 0:
+		return "", fmt.Errorf("job %q not found in any of the %d queues of namespace %s", id, len(names), b.Namespace())
+	case 1:
+		return found[0], nil
+	}
+	return "", fmt.Errorf("job id %q is in %d queues (%s): give --queue", id, len(found), strings.Join(found, ", "))
 }

@@ -35,7 +35,7 @@ type periodicJSON struct {
 	Type    string               `json:"type"`
 	Queue   string               `json:"queue"`
 	Missed  string               `json:"missed"`
-	Within  string               `json:"missed_within,omitempty"`
+	Within  int64                `json:"missed_within_ms,omitempty"`
 	Next    *string              `json:"next_run,omitempty"`
 	Last    *string              `json:"last_run,omitempty"`
 	LastID  string               `json:"last_job_id,omitempty"`
@@ -83,7 +83,7 @@ func (a *app) listPeriodic(ctx context.Context, b *broker.Broker) error {
 				Problem: s.Problem,
 			}
 			if s.Within > 0 {
-				out[i].Within = s.Within.String()
+				out[i].Within = s.Within.Milliseconds()
 			}
 			if o := s.Outcome; o != nil {
 				out[i].Outcome = &periodicOutcomeJSON{Result: o.Result, Tick: jsonTime(o.Tick), At: jsonTime(o.At), Attempt: o.Attempt, Error: o.Error}

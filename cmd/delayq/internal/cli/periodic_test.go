@@ -71,7 +71,7 @@ func TestGoldenPeriodic(t *testing.T) {
 			LastID  string `json:"last_job_id"`
 			Stale   bool   `json:"stale"`
 			Missed  string `json:"missed"`
-			Within  string `json:"missed_within"`
+			Within  int64  `json:"missed_within_ms"`
 			Outcome *struct {
 				Result string `json:"result"`
 				Error  string `json:"error"`
@@ -81,9 +81,9 @@ func TestGoldenPeriodic(t *testing.T) {
 	tb.okJSON(t, &out, "periodic", "ls", "--now", rfc(t0))
 	got, _ := json.Marshal(out)
 	want := `{"schedules":[` +
-		`{"name":"hourly-digest","next_run":"2030-01-02T04:03:00Z","last_run":"2030-01-02T03:03:00Z","last_job_id":"hourly-digest@2030-01-02T03:03:00Z","stale":false,"missed":"once","missed_within":"1h0m0s","last_outcome":{"result":"failed","error":"smtp: 550 mailbox unavailable"}},` +
-		`{"name":"nightly-report","next_run":"2030-01-03T01:30:00Z","last_run":"","last_job_id":"","stale":false,"missed":"once","missed_within":"6h0m0s","last_outcome":null},` +
-		`{"name":"old-cleanup","next_run":"","last_run":"","last_job_id":"","stale":true,"missed":"once","missed_within":"1h0m0s","last_outcome":null}]}`
+		`{"name":"hourly-digest","next_run":"2030-01-02T04:03:00Z","last_run":"2030-01-02T03:03:00Z","last_job_id":"hourly-digest@2030-01-02T03:03:00Z","stale":false,"missed":"once","missed_within_ms":3600000,"last_outcome":{"result":"failed","error":"smtp: 550 mailbox unavailable"}},` +
+		`{"name":"nightly-report","next_run":"2030-01-03T01:30:00Z","last_run":"","last_job_id":"","stale":false,"missed":"once","missed_within_ms":21600000,"last_outcome":null},` +
+		`{"name":"old-cleanup","next_run":"","last_run":"","last_job_id":"","stale":true,"missed":"once","missed_within_ms":3600000,"last_outcome":null}]}`
 	if string(got) != want {
 		t.Errorf("periodic ls --json:\n got %s\nwant %s", got, want)
 	}

@@ -2,14 +2,17 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/fleet"
 	"github.com/delayq/delayq/job"
 )
 
@@ -20,12 +23,190 @@ func (a *app) queuesCommand() *cobra.Command {
 		Args:  noArgs,
 		RunE:  a.onBroker(a.listQueues),
 	}
-	return group("queues", "List, pause, resume and cap queues", ls, a.pauseCommand(true), a.pauseCommand(false), a.capCommand())
+	return group("queues", "List, pause, resume, cap, limit and forget queues", ls, a.pauseCommand(true), a.pauseCommand(false), a.capCommand(), a.limitCommand(), a.forgetCommand())
+}
+
+// createFlag is --create of the commands that change a queue's controls.
+const createUsage = "act on a queue that was never used (without it a name nothing was enqueued to is refused, as a likely typo)"
+
+// knownQueue refuses a queue that was never used unless create is set.
+func knownQueue(ctx context.Context, b *broker.Broker, q string, create bool) error {
+	if create {
+		return nil
+	}
+	if err := b.MustKnow(ctx, q); err != nil {
+		if errors.Is(err, broker.ErrUnknownQueue) {
+			return fmt.Errorf("queue %q was never used in namespace %s: nothing changed (a typo? see delayq queues ls; --create acts on it anyway)", q, b.Namespace())
+		}
+		return err
+	}
+	return nil
+}
+
+// limitCommand is "queues limit".
+func (a *app) limitCommand() *cobra.Command {
+	var (
+		typ    string
+		burst  int
+		clear  bool
+		create bool
+	)
+	cmd := &cobra.Command{
+		Use:   "limit QUEUE [COUNT/PERIOD] [--type T] [--burst N] | --clear",
+		Short: "Limit how many jobs of a queue (or of one job type with --type) start per period across all workers",
+		Long: `Limit how many jobs of a queue start per period across all workers, or with
+--type how many jobs of one type of it: COUNT/PERIOD, e.g. 10/1s, 600/1m,
+5/250ms. --burst N lets N jobs start at once after a quiet spell (default 1).
+The limit is enforced in the claim script: a job over it is not claimed and
+spends no attempt. --clear removes the limit. A sharded queue's rate is split
+evenly among its shards.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case len(args) == 0:
+				return usagef("expected a queue name and COUNT/PERIOD, or a queue name and --clear")
+			case clear && len(args) != 1:
+				return usagef("--clear takes only the queue name, got %d arguments", len(args))
+			case !clear && len(args) != 2:
+				return usagef("expected a queue name and COUNT/PERIOD (e.g. 10/1s), or --clear")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			q := args[0]
+			if err := checkQueueType(q, typ); err != nil {
+				return err
+			}
+			var r broker.RateLimit
+			if !clear {
+				var err error
+				if r, err = parseRate(args[1]); err != nil {
+					return err
+				}
+				if burst < 0 {
+					return usagef("invalid --burst %d: must not be negative", burst)
+				}
+				r.Burst = burst
+			} else if cmd.Flags().Changed("burst") {
+				return usagef("--burst goes with a limit, not with --clear")
+			}
+			b, err := a.broker(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if err := knownQueue(cmd.Context(), b, q, create); err != nil {
+				return err
+			}
+			if err := b.SetRateLimit(cmd.Context(), q, typ, r); err != nil {
+				return err
+			}
+			if a.json {
+				out := map[string]any{"queue": q, "type": typ, "count": r.Count, "per_ms": r.Per.Milliseconds(), "burst": max(r.Burst, 1), "cleared": clear}
+				return a.printJSON(out)
+			}
+			what := "queue " + q
+			if typ != "" {
+				what = "job type " + typ + " in queue " + q
+			}
+			msg := fmt.Sprintf("limited %s to %s", what, rateText(r))
+			if clear {
+				msg = "cleared the rate limit of " + what
+			}
+			_, err = fmt.Fprintln(a.stdout, termSafe(msg, false))
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&typ, "type", "", "only this job type of the queue")
+	cmd.Flags().IntVar(&burst, "burst", 0, "jobs that may start at once after a quiet spell (default 1)")
+	cmd.Flags().BoolVar(&clear, "clear", false, "remove the limit")
+	cmd.Flags().BoolVar(&create, "create", false, createUsage)
+	return cmd
+}
+
+// parseRate reads COUNT/PERIOD: "10/1s", "600/1m", "5/250ms".
+func parseRate(s string) (broker.RateLimit, error) {
+	c, p, ok := strings.Cut(s, "/")
+	n, err := strconv.Atoi(c)
+	if !ok || err != nil || n <= 0 {
+		return broker.RateLimit{}, usagef("invalid limit %q: want COUNT/PERIOD with a positive whole COUNT, e.g. 10/1s", s)
+	}
+	per, err := time.ParseDuration(p)
+	if err != nil || per < time.Millisecond {
+		return broker.RateLimit{}, usagef("invalid limit %q: the period must be a duration of at least 1ms, e.g. 1s, 1m, 250ms", s)
+	}
+	return broker.RateLimit{Count: n, Per: per}, nil
+}
+
+// rateText is "10/1s" or "10/1s burst 5".
+func rateText(r broker.RateLimit) string {
+	s := strconv.Itoa(r.Count) + "/" + fmtDur(r.Per)
+	if r.Burst > 1 {
+		s += " burst " + strconv.Itoa(r.Burst)
+	}
+	return s
+}
+
+// limitsText renders a queue's rate limits as capsText does its caps.
+func limitsText(limits map[string]broker.RateLimit) string {
+	if len(limits) == 0 {
+		return "-"
+	}
+	keys := make([]string, 0, len(limits))
+	for k := range limits {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = rateText(limits[k])
+		if k != "*" && k != "" {
+			parts[i] = k + "=" + parts[i]
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// forgetCommand is "queues forget".
+func (a *app) forgetCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "forget QUEUE",
+		Short: "Remove a queue that holds nothing from the namespace (a typo, a queue no longer used)",
+		Long: `Remove a queue with nothing in it from the namespace: stats, queues ls, the
+dashboard and the metrics no longer list it, and its pause, caps and limits
+are gone. A queue that holds jobs (scheduled, processing, parked, held), dead
+records or remembered unique job ids is refused, and the error names what is
+left. The next enqueue to the name, from a process started after, lists it
+again; forget queues that no running producer or worker uses.`,
+		Args: exactArgs(1, "one queue name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			q := args[0]
+			if err := checkQueueType(q, ""); err != nil {
+				return err
+			}
+			b, err := a.broker(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if err := b.Forget(cmd.Context(), q); err != nil {
+				if errors.Is(err, broker.ErrUnknownQueue) {
+					return fmt.Errorf("queue %q is not known in namespace %s: nothing to forget", q, b.Namespace())
+				}
+				return err
+			}
+			if a.json {
+				return a.printJSON(map[string]any{"queue": q, "forgotten": true})
+			}
+			_, err = fmt.Fprintln(a.stdout, termSafe("forgot queue "+q, false))
+			return err
+		},
+	}
 }
 
 // capCommand is "queues cap".
 func (a *app) capCommand() *cobra.Command {
-	var typ string
+	var (
+		typ    string
+		create bool
+	)
 	cmd := &cobra.Command{
 		Use:   "cap QUEUE N",
 		Short: "Cap how many jobs of a queue (or of one job type with --type) run at once across all workers",
@@ -50,6 +231,9 @@ number of shards.`,
 			if err != nil {
 				return err
 			}
+			if err := knownQueue(cmd.Context(), b, q, create); err != nil {
+				return err
+			}
 			if err := b.SetConcurrency(cmd.Context(), q, typ, n); err != nil {
 				return err
 			}
@@ -69,6 +253,7 @@ number of shards.`,
 		},
 	}
 	cmd.Flags().StringVar(&typ, "type", "", "only this job type of the queue")
+	cmd.Flags().BoolVar(&create, "create", false, createUsage)
 	return cmd
 }
 
@@ -110,7 +295,10 @@ func capsText(caps map[string]int) string {
 
 // pauseCommand is "queues pause" (pause) or "queues resume".
 func (a *app) pauseCommand(pause bool) *cobra.Command {
-	var typ string
+	var (
+		typ    string
+		create bool
+	)
 	use, short, long := "resume QUEUE", "Resume a paused queue, or a paused job type with --type",
 		`Resume a queue: its workers are woken and claim its due jobs again. With
 --type, resume one job type of the queue: its parked jobs go back to the
@@ -138,10 +326,14 @@ Pausing what is paused changes nothing.`
 			if err != nil {
 				return err
 			}
+			if err := knownQueue(cmd.Context(), b, q, create); err != nil {
+				return err
+			}
 			return a.setPause(cmd.Context(), b, q, typ, pause)
 		},
 	}
 	cmd.Flags().StringVar(&typ, "type", "", "only this job type of the queue")
+	cmd.Flags().BoolVar(&create, "create", false, createUsage)
 	return cmd
 }
 
@@ -195,11 +387,25 @@ type queueJSON struct {
 	PausedTypes []string `json:"paused_types"`
 	Parked      int64    `json:"parked"`
 	// Caps: the concurrency caps, "" for the queue's, else by type.
-	Caps       map[string]int `json:"caps"`
-	Held       int64          `json:"held"`
-	Scheduled  int64          `json:"scheduled"`
-	Due        int64          `json:"due"`
-	Processing int64          `json:"processing"`
+	Caps map[string]int `json:"caps"`
+	// Limits: the rate limits, "*" for the queue's, else by type.
+	Limits map[string]limitJSON `json:"limits"`
+	// Held: due jobs of capped types waiting for a slot. (How many jobs a
+	// rate limit defers is not counted by the broker yet.)
+	Held       int64 `json:"held"`
+	Scheduled  int64 `json:"scheduled"`
+	Due        int64 `json:"due"`
+	Processing int64 `json:"processing"`
+	// ServedBy: live processes serving the queue; HeldUnserved: jobs are
+	// processing and none does.
+	ServedBy     int  `json:"served_by"`
+	HeldUnserved bool `json:"held_unserved"`
+}
+
+type limitJSON struct {
+	Count int   `json:"count"`
+	PerMS int64 `json:"per_ms"`
+	Burst int   `json:"burst"`
 }
 
 func (a *app) listQueues(ctx context.Context, b *broker.Broker) error {
@@ -208,11 +414,19 @@ func (a *app) listQueues(ctx context.Context, b *broker.Broker) error {
 	if err != nil {
 		return err
 	}
+	procs, err := fleet.List(ctx, b.Client(), b.Namespace())
+	if err != nil {
+		return err
+	}
 	if a.json {
 		out := make([]queueJSON, len(all))
 		for i, s := range all {
 			out[i] = queueJSON{Queue: s.Queue, Paused: s.Paused, PausedTypes: s.PausedTypes, Parked: s.Parked,
-				Caps: s.Caps, Held: s.Held, Scheduled: s.Scheduled, Due: s.Due, Processing: s.Processing}
+				Caps: s.Caps, Held: s.Held, Scheduled: s.Scheduled, Due: s.Due, Processing: s.Processing,
+				Limits: map[string]limitJSON{}, ServedBy: len(procs.Serving(s.Queue)), HeldUnserved: heldUnserved(s, procs)}
+			for k, r := range s.RateLimits {
+				out[i].Limits[k] = limitJSON{Count: r.Count, PerMS: r.Per.Milliseconds(), Burst: max(r.Burst, 1)}
+			}
 			if out[i].PausedTypes == nil {
 				out[i].PausedTypes = []string{}
 			}
@@ -233,7 +447,7 @@ func (a *app) listQueues(ctx context.Context, b *broker.Broker) error {
 		}
 		return nil
 	}
-	t := newTable(a.stdout, "QUEUE", "STATE", "PAUSED TYPES", "PARKED", "CAPS", "HELD", "SCHEDULED", "DUE", "PROCESSING")
+	t := newTable(a.stdout, "QUEUE", "STATE", "PAUSED TYPES", "PARKED", "CAPS", "HELD", "LIMITS", "SCHEDULED", "DUE", "PROCESSING", "WORKERS")
 	for _, s := range all {
 		state := "active"
 		if s.Paused {
@@ -243,7 +457,11 @@ func (a *app) listQueues(ctx context.Context, b *broker.Broker) error {
 		if len(s.PausedTypes) > 0 {
 			types = strings.Join(s.PausedTypes, ",")
 		}
-		t.row(s.Queue, state, types, num(s.Parked), capsText(s.Caps), num(s.Held), num(s.Scheduled), num(s.Due), num(s.Processing))
+		workers := strconv.Itoa(len(procs.Serving(s.Queue)))
+		if heldUnserved(s, procs) {
+			workers += " (jobs held)"
+		}
+		t.row(s.Queue, state, types, num(s.Parked), capsText(s.Caps), num(s.Held), limitsText(s.RateLimits), num(s.Scheduled), num(s.Due), num(s.Processing), workers)
 	}
 	return t.flush()
 }

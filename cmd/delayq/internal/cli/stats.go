@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/fleet"
 	"github.com/delayq/delayq/outbox"
 )
 
@@ -116,6 +117,10 @@ type queueStatsJSON struct {
 	NextReady  *string `json:"next_ready,omitempty"`
 	Paused     bool    `json:"paused"`
 	Parked     int64   `json:"parked"`
+	// Served: how many live processes (workers) serve the queue, by the
+	// process registry; HeldUnserved: jobs are processing and none does.
+	Served       int  `json:"served_by"`
+	HeldUnserved bool `json:"held_unserved"`
 }
 
 // readStats reads the stats of queues (every queue when none is given).
@@ -155,6 +160,10 @@ func (a *app) showStats(ctx context.Context, b *broker.Broker, queues []string, 
 	if err != nil {
 		return err
 	}
+	procs, err := fleet.List(ctx, b.Client(), b.Namespace())
+	if err != nil {
+		return err
+	}
 	var now time.Time
 	if len(all) > 0 {
 		now = all[0].Now
@@ -166,6 +175,7 @@ func (a *app) showStats(ctx context.Context, b *broker.Broker, queues []string, 
 				Queue: s.Queue, Scheduled: s.Scheduled, Due: s.Due, Processing: s.Processing, Dead: s.Dead,
 				OldestDue: jsonTime(s.OldestDue), LatenessMS: s.Lateness().Milliseconds(), NextReady: jsonTime(s.NextReady),
 				Paused: s.Paused, Parked: s.Parked,
+				Served: len(procs.Serving(s.Queue)), HeldUnserved: heldUnserved(s, procs),
 			}
 		}
 		for i, r := range relays {
@@ -186,6 +196,7 @@ func (a *app) showStats(ctx context.Context, b *broker.Broker, queues []string, 
 	}
 	t := newTable(a.stdout, "QUEUE", "SCHEDULED", "DUE", "PROCESSING", "DEAD", "OLDEST DUE", "NEXT READY")
 	var tot broker.QueueStats
+	var unserved []broker.QueueStats
 	for _, s := range all {
 		late := "-"
 		if !s.OldestDue.IsZero() {
@@ -197,6 +208,10 @@ func (a *app) showStats(ctx context.Context, b *broker.Broker, queues []string, 
 			name += " (paused)"
 		case len(s.PausedTypes) > 0:
 			name += " (types paused)"
+		}
+		if heldUnserved(s, procs) {
+			name += " (no live worker)"
+			unserved = append(unserved, s)
 		}
 		t.row(name, num(s.Scheduled), num(s.Due), num(s.Processing), num(s.Dead), late, relative(s.NextReady, s.Now))
 		tot.Scheduled += s.Scheduled
@@ -210,7 +225,24 @@ func (a *app) showStats(ctx context.Context, b *broker.Broker, queues []string, 
 	if err := t.flush(); err != nil {
 		return err
 	}
+	for _, s := range unserved {
+		fmt.Fprintln(a.stdout, termSafe(unservedText(s), false))
+	}
 	return a.showRelays(relays, now)
+}
+
+// heldUnserved reports whether jobs of s are processing while no live
+// process of the registry serves its queue: the worker that holds them
+// died or cannot reach Redis.
+func heldUnserved(s broker.QueueStats, procs fleet.Snapshot) bool {
+	return s.Processing > 0 && !procs.Served(s.Queue)
+}
+
+// unservedText is the warning of a queue whose processing jobs no live
+// process serves.
+func unservedText(s broker.QueueStats) string {
+	return fmt.Sprintf("warning: queue %s: %d jobs processing and no live worker serves it (delayq workers ls): "+
+		"they go back to the schedule only when their lease has run out and a worker of the queue runs", s.Queue, s.Processing)
 }
 
 // showRelays prints the outbox relays' table after the queues', when a

@@ -1,0 +1,235 @@
+package fleet_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/delayq/delayq/fleet"
+	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/redistest"
+)
+
+// TestRegisterListDeregister: a registration is listed with what it
+// recorded, by the server's clock; Update shows at the next beat;
+// Deregister removes it at once.
+func TestRegisterListDeregister(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb, ns := redistest.New(t)
+	held := []fleet.HeldJob{{Queue: "orders", ID: "o-1"}, {Queue: "orders", ID: "o-2"}}
+	reg, err := fleet.New(rdb, ns, fleet.Process{
+		Role:   fleet.RoleWorker,
+		Queues: []fleet.Queue{{Name: "orders", Concurrency: 8}},
+		Types:  []string{"order.ship"},
+	}, fleet.Options{TTL: time.Minute, Held: func() []fleet.HeldJob { return held }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Beat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := fleet.List(ctx, rdb, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Processes) != 1 {
+		t.Fatalf("listed %d processes, want 1: %+v", len(snap.Processes), snap.Processes)
+	}
+	p := snap.Processes[0]
+	if p.ID != reg.ID() || p.Role != fleet.RoleWorker || p.PID == 0 || p.Host == "" || p.Version == "" ||
+		p.Held != 2 || len(p.HeldJobs) != 2 || p.TTL != time.Minute || p.Started.IsZero() || p.Seen.Before(p.Started) {
+		t.Fatalf("listed %+v", p)
+	}
+	if d := snap.Now.Sub(p.Seen); d < 0 || d > 10*time.Second {
+		t.Errorf("seen %s, server now %s: not the server's clock", p.Seen, snap.Now)
+	}
+	if !snap.Served("orders") || snap.Served("mail") || len(snap.Serving("orders")) != 1 {
+		t.Errorf("Served(orders) %v, Served(mail) %v", snap.Served("orders"), snap.Served("mail"))
+	}
+
+	reg.Update(func(p *fleet.Process) { p.Queues = append(p.Queues, fleet.Queue{Name: "mail"}); p.ID = "changed" })
+	if err := reg.Beat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	snap, _ = fleet.List(ctx, rdb, ns)
+	if len(snap.Processes) != 1 || !snap.Served("mail") || snap.Processes[0].ID != reg.ID() || !snap.Processes[0].Started.Equal(p.Started) {
+		t.Fatalf("after Update: %+v", snap.Processes)
+	}
+
+	if err := reg.Deregister(ctx); err != nil {
+		t.Fatal(err)
+	}
+	snap, _ = fleet.List(ctx, rdb, ns)
+	if len(snap.Processes) != 0 {
+		t.Fatalf("listed after Deregister: %+v", snap.Processes)
+	}
+	k := keyspace.Fleet(ns)
+	if n := rdb.Exists(ctx, k.Index, k.Proc+reg.ID()).Val(); n != 0 {
+		t.Errorf("%d registry keys left after Deregister", n)
+	}
+}
+
+// TestExpiry: a process that stops beating is listed until its TTL after
+// its last beat and then not, and the next beat of another process drops
+// it from the index, so the index holds only live processes and what
+// expired since the last beat.
+func TestExpiry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb, ns := redistest.New(t)
+	gone, err := fleet.New(rdb, ns, fleet.Process{Role: fleet.RoleScheduler}, fleet.Options{TTL: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := fleet.New(rdb, ns, fleet.Process{Role: fleet.RoleRelay}, fleet.Options{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gone.Beat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := live.Beat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	snap, _ := fleet.List(ctx, rdb, ns)
+	if len(snap.Processes) != 2 {
+		t.Fatalf("listed %d, want 2", len(snap.Processes))
+	}
+	last := snap.Processes[1].Seen // by role: outbox-relay, scheduler
+	redistest.WaitFor(t, 30*time.Second, "the silent process drops out", func() bool {
+		s, err := fleet.List(ctx, rdb, ns)
+		return err == nil && len(s.Processes) == 1 && s.Processes[0].ID == live.ID()
+	})
+	if now := rdb.Time(ctx).Val(); now.Sub(last) < 300*time.Millisecond {
+		t.Fatalf("dropped out %s after its last beat, before its TTL", now.Sub(last))
+	}
+	if err := live.Beat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ids := rdb.ZRange(ctx, keyspace.Fleet(ns).Index, 0, -1).Val(); len(ids) != 1 || ids[0] != live.ID() {
+		t.Fatalf("index after a beat: %v, want only %s", ids, live.ID())
+	}
+}
+
+// TestRun: Run registers at once, beats, and deregisters when its context
+// ends.
+func TestRun(t *testing.T) {
+	t.Parallel()
+	rdb, ns := redistest.New(t)
+	var beatErrs []error
+	reg, err := fleet.New(rdb, ns, fleet.Process{Role: "mailer"}, fleet.Options{TTL: 300 * time.Millisecond, OnError: func(err error) { beatErrs = append(beatErrs, err) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- reg.Run(ctx) }()
+	var first time.Time
+	redistest.WaitFor(t, 30*time.Second, "registered", func() bool {
+		s, _ := fleet.List(context.Background(), rdb, ns)
+		if len(s.Processes) == 1 {
+			first = s.Processes[0].Seen
+		}
+		return len(s.Processes) == 1
+	})
+	redistest.WaitFor(t, 30*time.Second, "a second beat", func() bool {
+		s, _ := fleet.List(context.Background(), rdb, ns)
+		return len(s.Processes) == 1 && s.Processes[0].Seen.After(first)
+	})
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := fleet.List(context.Background(), rdb, ns); len(s.Processes) != 0 {
+		t.Fatalf("listed after Run returned: %+v", s.Processes)
+	}
+	if len(beatErrs) != 0 {
+		t.Fatalf("beat errors: %v", beatErrs)
+	}
+}
+
+// TestBadInput: bad input is refused with an error wrapping ErrInvalid,
+// and nothing is stored.
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb, ns := redistest.New(t)
+	for name, c := range map[string]struct {
+		ns   string
+		p    fleet.Process
+		opts fleet.Options
+	}{
+		"no role":       {ns: ns},
+		"short ttl":     {ns: ns, p: fleet.Process{Role: "w"}, opts: fleet.Options{TTL: time.Millisecond}},
+		"bad namespace": {ns: "a b", p: fleet.Process{Role: "w"}},
+		"control chars": {ns: ns, p: fleet.Process{Role: "w\x1b[2J"}},
+		"long host":     {ns: ns, p: fleet.Process{Role: "w", Host: fmt.Sprintf("%0300d", 1)}},
+	} {
+		if _, err := fleet.New(rdb, c.ns, c.p, c.opts); !errors.Is(err, fleet.ErrInvalid) {
+			t.Errorf("%s: error %v, want ErrInvalid", name, err)
+		}
+	}
+	if _, err := fleet.New(nil, ns, fleet.Process{Role: "w"}, fleet.Options{}); !errors.Is(err, fleet.ErrInvalid) {
+		t.Errorf("nil client: %v", err)
+	}
+	if _, err := fleet.List(ctx, rdb, "a b"); !errors.Is(err, fleet.ErrInvalid) {
+		t.Errorf("List with a bad namespace: %v", err)
+	}
+	if n := rdb.Exists(ctx, keyspace.Fleet(ns).Index).Val(); n != 0 {
+		t.Errorf("bad input stored something")
+	}
+}
+
+// TestNothingOutlivesTheLastProcess: the index expires with the latest
+// registration it holds, so once the last process stopped beating (as a
+// SIGKILLed one does) and its TTL passed, no key of the registry is left;
+// a process with a short TTL does not shorten the index below a longer
+// registration another process holds.
+func TestNothingOutlivesTheLastProcess(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb, ns := redistest.New(t)
+	k := keyspace.Fleet(ns)
+	beat := func(ttl time.Duration) *fleet.Registration {
+		t.Helper()
+		reg, err := fleet.New(rdb, ns, fleet.Process{Role: fleet.RoleWorker}, fleet.Options{TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := reg.Beat(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return reg
+	}
+
+	long := beat(time.Minute)
+	beat(200 * time.Millisecond)
+	if d := rdb.PTTL(ctx, k.Index).Val(); d < 30*time.Second {
+		t.Fatalf("index expires in %s after a short registration beat beside a 1-minute one", d)
+	}
+	if err := long.Deregister(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Two processes beat and are then killed: nothing is left after their TTL.
+	beat(200 * time.Millisecond)
+	beat(300 * time.Millisecond)
+	last := rdb.Time(ctx).Val()
+	if d := rdb.PTTL(ctx, k.Index).Val(); d <= 0 || d > 300*time.Millisecond {
+		t.Fatalf("index expires in %s, want the latest registration's 300ms", d)
+	}
+	left := func() []string {
+		keys, err := rdb.Keys(ctx, ns+":*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return keys
+	}
+	redistest.WaitFor(t, 30*time.Second, "no registry key left", func() bool { return len(left()) == 0 })
+	if gone := rdb.Time(ctx).Val().Sub(last); gone < 200*time.Millisecond {
+		t.Fatalf("the registry was gone %s after the last beat, before the TTLs ran out", gone)
+	}
+}

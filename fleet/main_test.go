@@ -1,0 +1,9 @@
+package fleet_test
+
+import (
+	"testing"
+
+	"github.com/delayq/delayq/internal/redistest"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
