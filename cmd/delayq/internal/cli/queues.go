@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -88,6 +89,16 @@ func checkQueueType(q, typ string) error {
 
 // capsText renders a queue's concurrency caps: "5" for the queue's,
 // "report.build=2" for a type's, comma-separated; "-" for none.
+// heldText is the HELD column: the jobs held by caps, then those held by
+// each type's rate limit ("12 rate:sms.send=30").
+func heldText(held int64, byRate map[string]int64) string {
+	out := num(held)
+	for _, t := range slices.Sorted(maps.Keys(byRate)) {
+		out += " rate:" + t + "=" + num(byRate[t])
+	}
+	return out
+}
+
 func capsText(caps map[string]int) string {
 	if len(caps) == 0 {
 		return "-"
@@ -195,11 +206,14 @@ type queueJSON struct {
 	PausedTypes []string `json:"paused_types"`
 	Parked      int64    `json:"parked"`
 	// Caps: the concurrency caps, "" for the queue's, else by type.
-	Caps       map[string]int `json:"caps"`
-	Held       int64          `json:"held"`
-	Scheduled  int64          `json:"scheduled"`
-	Due        int64          `json:"due"`
-	Processing int64          `json:"processing"`
+	Caps map[string]int `json:"caps"`
+	Held int64          `json:"held"`
+	// HeldByRate: due jobs held by the rate limit of their type, by type
+	// (counted in Scheduled and Due too).
+	HeldByRate map[string]int64 `json:"held_by_rate"`
+	Scheduled  int64            `json:"scheduled"`
+	Due        int64            `json:"due"`
+	Processing int64            `json:"processing"`
 }
 
 func (a *app) listQueues(ctx context.Context, b *broker.Broker) error {
@@ -212,12 +226,15 @@ func (a *app) listQueues(ctx context.Context, b *broker.Broker) error {
 		out := make([]queueJSON, len(all))
 		for i, s := range all {
 			out[i] = queueJSON{Queue: s.Queue, Paused: s.Paused, PausedTypes: s.PausedTypes, Parked: s.Parked,
-				Caps: s.Caps, Held: s.Held, Scheduled: s.Scheduled, Due: s.Due, Processing: s.Processing}
+				Caps: s.Caps, Held: s.Held, HeldByRate: s.HeldByRate, Scheduled: s.Scheduled, Due: s.Due, Processing: s.Processing}
 			if out[i].PausedTypes == nil {
 				out[i].PausedTypes = []string{}
 			}
 			if out[i].Caps == nil {
 				out[i].Caps = map[string]int{}
+			}
+			if out[i].HeldByRate == nil {
+				out[i].HeldByRate = map[string]int64{}
 			}
 		}
 		res := map[string]any{"queues": out}
@@ -243,7 +260,7 @@ func (a *app) listQueues(ctx context.Context, b *broker.Broker) error {
 		if len(s.PausedTypes) > 0 {
 			types = strings.Join(s.PausedTypes, ",")
 		}
-		t.row(s.Queue, state, types, num(s.Parked), capsText(s.Caps), num(s.Held), num(s.Scheduled), num(s.Due), num(s.Processing))
+		t.row(s.Queue, state, types, num(s.Parked), capsText(s.Caps), heldText(s.Held, s.HeldByRate), num(s.Scheduled), num(s.Due), num(s.Processing))
 	}
 	return t.flush()
 }
