@@ -185,6 +185,9 @@ func run() int {
 		rateBurst     = fs.Int("rate-burst", 20, "rate-limit run: the limit's burst")
 		procs         = fs.Int("procs", 3, "rate-limit run: worker processes")
 		procConc      = fs.Int("proc-concurrency", 10, "rate-limit run: concurrency of each worker process")
+		rateOn        = fs.String("rate-on", "type", "rate-limit run: comma-separated placements of the limit, run interleaved each round: type, queue")
+		rateStrict    = fs.Bool("rate-strict", false, "rate-limit run: a strict window of -rate in any second (RateLimit.Strict) instead of GCRA; -rate-burst is ignored")
+		rateSlack     = fs.Duration("rate-slack", 0, "rate-limit run: the strict window's slack (RateLimit.Slack)")
 	)
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
@@ -252,14 +255,29 @@ func run() int {
 		if *rate <= 0 || *rateBurst <= 0 || *procs <= 0 || *procConc <= 0 {
 			return fail("-rate, -rate-burst, -procs and -proc-concurrency must be positive")
 		}
-		if err := admin.FlushAll(ctx); err != nil {
-			return fail("%v", err)
+		on := strings.Split(*rateOn, ",")
+		for _, o := range on {
+			if o != "type" && o != "queue" {
+				return fail("-rate-on: %q is neither type nor queue", o)
+			}
 		}
-		c := rateLimitConfig{N: *rateLimitN, Rate: *rate, Burst: *rateBurst, Procs: *procs, Concurrency: *procConc,
-			Timeout: time.Duration(*rateLimitN / *rate)*time.Second*2 + *lostTimeout}
-		if err := runRateLimit(ctx, url, c, os.Stdout); err != nil {
-			return fail("%v", err)
+		res := map[string][]rlResult{}
+		for round := 1; round <= *rounds; round++ {
+			for _, o := range on {
+				c := rateLimitConfig{N: *rateLimitN, Rate: *rate, Burst: *rateBurst, Procs: *procs, Concurrency: *procConc,
+					Timeout: time.Duration(*rateLimitN / *rate)*time.Second*2 + *lostTimeout, On: o, Strict: *rateStrict, Slack: *rateSlack}
+				if *rateStrict {
+					c.Burst = 0
+				}
+				fmt.Fprintf(os.Stdout, "round %d, limit on the %s:\n", round, o)
+				r, err := runRateLimit(ctx, url, admin, c, os.Stdout)
+				if err != nil {
+					return fail("%v", err)
+				}
+				res[o] = append(res[o], r)
+			}
 		}
+		printRateLimitMedians(os.Stdout, on, res)
 		return 0
 	}
 

@@ -22,7 +22,7 @@ import (
 
 // FuzzClaimKeepsTypeControls: whatever bytes a payload holds, a job of a
 // paused type is parked, one of a type at its concurrency cap is held and
-// one of a type out of rate-limit tokens is deferred: the claim leases none
+// one of a type out of rate-limit tokens is held for its token: the claim leases none
 // of them, against a real redis-server. A payload that is JSON is also
 // stored in the layout of before the header (payload first), as another
 // program or an older version would have; such a body is either checked
@@ -103,12 +103,12 @@ func FuzzClaimKeepsTypeControls(f *testing.F) {
 		pipe := rdb.Pipeline()
 		parked := pipe.ZScore(ctx, k.Parked, fmt.Sprintf("fz.paused-%d", n))
 		held := pipe.ZScore(ctx, k.Held+"fz.capped", fmt.Sprintf("fz.capped-%d", n))
-		deferred := pipe.ZScore(ctx, k.Scheduled, fmt.Sprintf("fz.limited-%d", n))
+		limited := pipe.ZScore(ctx, k.Held+"fz.limited", fmt.Sprintf("fz.limited-%d", n))
 		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 			t.Fatal(err)
 		}
-		if parked.Err() != nil || held.Err() != nil || deferred.Err() != nil || deferred.Val() <= float64(epoch.UnixMilli()) {
-			t.Fatalf("payload %q: parked %v, held %v, deferred to %v; want each set aside by its control", payload, parked.Err(), held.Err(), deferred.Val())
+		if parked.Err() != nil || held.Err() != nil || limited.Err() != nil || limited.Val() != float64(epoch.UnixMilli()) {
+			t.Fatalf("payload %q: parked %v, held %v, held for a token %v (ready %v); want each set aside by its control, its ready time kept", payload, parked.Err(), held.Err(), limited.Err(), limited.Val())
 		}
 		// Leave the queue as it was.
 		all := make([]string, 0, len(ids))
@@ -118,6 +118,7 @@ func FuzzClaimKeepsTypeControls(f *testing.F) {
 		pipe = rdb.Pipeline()
 		pipe.ZRem(ctx, k.Parked, toAny(all)...)
 		pipe.ZRem(ctx, k.Held+"fz.capped", toAny(all)...)
+		pipe.ZRem(ctx, k.Held+"fz.limited", toAny(all)...)
 		pipe.ZRem(ctx, k.Scheduled, toAny(all)...)
 		pipe.ZRem(ctx, k.Processing, toAny(all)...)
 		pipe.HDel(ctx, k.Jobs, all...)

@@ -27,7 +27,7 @@ const HistoryRetention = 24 * time.Hour
 const MaxHistoryMinutes = 24*60 + 1
 
 // The fields of a history hash.
-var historyFields = []string{"claimed", "late_sum", "late_max", "done", "failed", "dead"}
+var historyFields = []string{"claimed", "late_sum", "late_max", "done", "failed", "dead", "rate_held"}
 
 // Minute is one minute of a queue's history.
 type Minute struct {
@@ -38,6 +38,10 @@ type Minute struct {
 	Dead        int64         // jobs moved to the dead-letter store
 	LatenessSum time.Duration // sum over Claimed of claim time − ready time
 	LatenessMax time.Duration // the largest of those
+	// RateHeld counts the due jobs a claim held for want of their type's
+	// rate-limit token (each once, when it was held; its lateness counts
+	// from its ready time when it is claimed).
+	RateHeld int64
 }
 
 // Handled is how many attempts ended in the minute: done, failed or dead.
@@ -147,4 +151,5 @@ func addMinute(m *Minute, vals []any) {
 	m.Done += n(3)
 	m.Failed += n(4)
 	m.Dead += n(5)
+	m.RateHeld += n(6)
 }

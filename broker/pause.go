@@ -85,10 +85,23 @@ type RateLimit = job.RateLimit
 // r.Count clears the limit. It is enforced in the claim script (GCRA), so
 // a job over the limit is not claimed and spends no attempt: a queue over
 // its limit claims nothing until its next token, and its workers sleep
-// until then; a due job of a limited type is moved to the time of its
-// type's next token. A sharded queue's rate is split evenly among its
-// shards. Bad input (a negative count, burst or period, a bad type name)
-// is refused with an error wrapping job.ErrInvalid, and nothing changes.
+// until then; a due job of a limited type without a token is held aside
+// with its ready time (still due, in order, shown in QueueStats.HeldByRate)
+// and starts at one of its type's next tokens, earliest first. A sharded
+// queue's rate is split evenly among its shards.
+//
+// With r.Strict the limit is a sliding window: never more than r.Count
+// claims in any window of r.Per + r.Slack (a sharded queue's shard i gets
+// Count/S of them, the first Count mod S one more, so Count must be at
+// least the shard count).
+//
+// A change (set, raised, lowered, cleared) takes effect at once for the
+// jobs already waiting: the bucket is brought within the new limit, a
+// cleared type limit sends its held jobs back to the schedule, and the
+// queue's workers are woken. Bad input (a negative count, burst or slack,
+// a period under 1 ms, Slack without Strict, Strict with a burst, a bad
+// type name) is refused with an error wrapping job.ErrInvalid, and nothing
+// changes.
 func (b *Broker) SetRateLimit(ctx context.Context, queue, typ string, r RateLimit) error {
 	what := "*"
 	if typ != "" {
@@ -107,16 +120,28 @@ func (b *Broker) SetRateLimit(ctx context.Context, queue, typ string, r RateLimi
 	if err != nil {
 		return queueErr(queue, err)
 	}
-	value := ""
-	if r.Count > 0 {
-		value = fmt.Sprintf("%d/%d/%d/%d", r.Count, ceilMS(r.Per), max(r.Burst, 1), len(q.Shards()))
+	shards := q.Shards()
+	if r.Count > 0 && r.Strict && r.Count < len(shards) {
+		return fmt.Errorf("broker: %w: strict rate limit %d of queue %q is below its %d shards (each shard needs a share)", job.ErrInvalid, r.Count, queue, len(shards))
 	}
-	_, err = b.sumShards(ctx, queue, func(_ keyspace.Queue, s keyspace.Shard) (int64, error) {
+	for i, s := range shards {
+		value := ""
+		if r.Count > 0 {
+			value = fmt.Sprintf("%d/%d/%d/%d", r.Count, ceilMS(r.Per), max(r.Burst, 1), len(shards))
+			if r.Strict {
+				share := r.Count / len(shards)
+				if i < r.Count%len(shards) {
+					share++
+				}
+				value += fmt.Sprintf("/s/%d/%d", share, ceilMS(r.Slack))
+			}
+		}
 		k := s.Keys()
-		_, err := b.run(ctx, limitScript, []string{k.Controls, k.Rate}, what, value)
-		return 0, err
-	})
-	return err
+		if _, err := b.run(ctx, limitScript, []string{k.Controls, k.Rate, k.Scheduled, k.Held, k.Window}, what, value, k.Wake); err != nil {
+			return queueErr(queue, err)
+		}
+	}
+	return nil
 }
 
 func ceilMS(d time.Duration) int64 {

@@ -73,7 +73,7 @@ func (w workerSide) Claim(ctx context.Context, s keyspace.Shard, c protocol.Call
 	}
 	k := s.Keys()
 	res, err := w.b.run(ctx, claimScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Seq, k.Hist, k.Workers + c.ID,
-		k.Dead, k.DeadIndex, k.Unique, k.Counts, k.Controls, k.Parked, k.Rate, k.Running, k.Held, k.Batched},
+		k.Dead, k.DeadIndex, k.Unique, k.Counts, k.Controls, k.Parked, k.Rate, k.Running, k.Held, k.Batched, k.Window},
 		n, durMS(lease), id, s.Queue(), w.b.deadCap(q, s), durMS(w.b.opts.DeadMaxAge), max(c.Ahead, 0), recordMS(c))
 	parts, perr := replyParts(s, "claim", res, refused(err), 7)
 	if perr != nil {

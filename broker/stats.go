@@ -129,7 +129,7 @@ func (e *QueueErrors) Unwrap() []error {
 // parseStats decodes the reply of stats.lua.
 func parseStats(res any) (QueueStats, error) {
 	parts, ok := res.([]any)
-	if !ok || len(parts) != 14 {
+	if !ok || len(parts) != 15 {
 		return QueueStats{}, fmt.Errorf("broker: stats: unexpected reply %v", res)
 	}
 	v, err := int64s(parts[:10], 10)
@@ -147,13 +147,10 @@ func parseStats(res any) (QueueStats, error) {
 	}
 	var limits map[string]RateLimit
 	for i := 0; i+1 < len(rates); i += 2 {
-		var r RateLimit
-		var perMS int64
-		var shards int
-		if _, err := fmt.Sscanf(rates[i+1], "%d/%d/%d/%d", &r.Count, &perMS, &r.Burst, &shards); err != nil {
+		r, ok := parseRate(rates[i+1])
+		if !ok {
 			continue
 		}
-		r.Per = time.Duration(perMS) * time.Millisecond
 		if limits == nil {
 			limits = make(map[string]RateLimit)
 		}
@@ -175,8 +172,18 @@ func parseStats(res any) (QueueStats, error) {
 		caps[capList[i]] = total
 	}
 	held, _ := parts[13].(int64)
+	byRate, _ := parts[14].([]any)
+	var heldByRate map[string]int64
+	for i := 0; i+1 < len(byRate); i += 2 {
+		t, _ := byRate[i].(string)
+		c, _ := byRate[i+1].(int64)
+		if heldByRate == nil {
+			heldByRate = make(map[string]int64)
+		}
+		heldByRate[t] += c
+	}
 	s := QueueStats{Now: fromMS(v[0]), Scheduled: v[1], Due: v[2], Processing: v[3], Dead: v[4], ExpiredDropped: v[7],
-		Paused: v[8] == 1, Parked: v[9], PausedTypes: types, RateLimits: limits, Caps: caps, Held: held}
+		Paused: v[8] == 1, Parked: v[9], PausedTypes: types, RateLimits: limits, Caps: caps, Held: held, HeldByRate: heldByRate}
 	if v[5] >= 0 {
 		s.OldestDue = fromMS(v[5])
 	}
@@ -184,6 +191,27 @@ func parseStats(res any) (QueueStats, error) {
 		s.NextReady = fromMS(v[6])
 	}
 	return s, nil
+}
+
+// parseRate decodes a rate limit as SetRateLimit stores it:
+// "count/per ms/burst/shards", then "/s/<share>/<slack ms>" for a strict
+// window.
+func parseRate(v string) (RateLimit, bool) {
+	var r RateLimit
+	var perMS, shards, share, slackMS int64
+	var rest string
+	n, _ := fmt.Sscanf(v, "%d/%d/%d/%d%s", &r.Count, &perMS, &r.Burst, &shards, &rest)
+	if n < 4 {
+		return RateLimit{}, false
+	}
+	r.Per = time.Duration(perMS) * time.Millisecond
+	if rest != "" {
+		if _, err := fmt.Sscanf(rest, "/s/%d/%d", &share, &slackMS); err != nil {
+			return RateLimit{}, false
+		}
+		r.Strict, r.Slack, r.Burst = true, time.Duration(slackMS)*time.Millisecond, 0
+	}
+	return r, true
 }
 
 // merge adds the stats of one shard to those of its queue. The first
@@ -200,6 +228,12 @@ func merge(into *QueueStats, st QueueStats, first bool) {
 	into.ExpiredDropped += st.ExpiredDropped
 	into.Parked += st.Parked
 	into.Held += st.Held
+	for t, n := range st.HeldByRate {
+		if into.HeldByRate == nil {
+			into.HeldByRate = make(map[string]int64)
+		}
+		into.HeldByRate[t] += n
+	}
 	for t, n := range st.Caps {
 		if into.Caps == nil {
 			into.Caps = make(map[string]int)

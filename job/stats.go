@@ -36,10 +36,15 @@ type QueueStats struct {
 	// resumed (not in Scheduled).
 	Parked int64
 	// Held counts due jobs of capped types held aside until a job of their
-	// type ends (not in Scheduled).
-	Held      int64
-	OldestDue time.Time // ready time of the longest-waiting due job; zero when none
-	NextReady time.Time // earliest ready time in the future; zero when none
+	// type ends (not in Scheduled). Those of a type that also has a rate
+	// limit count in HeldByRate instead.
+	Held int64
+	// HeldByRate counts, by type, the due jobs held by the rate limit of
+	// their type until its next tokens, earliest first. They are due and
+	// waiting: counted in Scheduled and Due too, the oldest in OldestDue.
+	HeldByRate map[string]int64
+	OldestDue  time.Time // ready time of the longest-waiting due job; zero when none
+	NextReady  time.Time // earliest ready time in the future; zero when none
 }
 
 // Lateness is how long the oldest due job has waited, or 0.
@@ -53,14 +58,23 @@ func (s QueueStats) Lateness() time.Duration {
 // RateLimit is a limit on how many jobs start per period across all
 // workers: Count per Per, with Burst (0 means 1) allowed at once after a
 // quiet spell. See broker.Broker.SetRateLimit.
+//
+// With Strict, the limit is a sliding window instead: never more than Count
+// jobs claimed in any window of Per + Slack, across all workers and shards,
+// with up to Count at once. Slack widens the window by how late a handler
+// may start after its claim (see docs/flow-control.md), so that no window of
+// Per holds more than Count handler starts.
 type RateLimit struct {
-	Count int
-	Per   time.Duration
-	Burst int
+	Count  int
+	Per    time.Duration
+	Burst  int
+	Strict bool
+	Slack  time.Duration
 }
 
 // Validate checks r: a zero Count (no limit) or a positive Count with a
-// period of at least 1 ms; no negative burst.
+// period of at least 1 ms; no negative burst or slack; Slack only with
+// Strict, and a strict limit without a burst (it allows Count at once).
 func (r RateLimit) Validate() error {
 	switch {
 	case r.Count < 0:
@@ -69,10 +83,22 @@ func (r RateLimit) Validate() error {
 		return invalid("rate limit burst %d is negative", r.Burst)
 	case r.Count > 0 && r.Per < time.Millisecond:
 		return invalid("rate limit period %s is below 1ms", r.Per)
+	case r.Slack < 0:
+		return invalid("rate limit slack %s is negative", r.Slack)
+	case r.Slack > 0 && !r.Strict:
+		return invalid("rate limit slack %s without Strict (it widens a strict window only)", r.Slack)
+	case r.Strict && r.Burst > 1:
+		return invalid("strict rate limit with burst %d (a strict window allows Count at once; leave Burst 0)", r.Burst)
 	}
 	return nil
 }
 
 func (r RateLimit) String() string {
+	if r.Strict {
+		if r.Slack > 0 {
+			return fmt.Sprintf("%d in any %s (+%s slack), strict", r.Count, r.Per, r.Slack)
+		}
+		return fmt.Sprintf("%d in any %s, strict", r.Count, r.Per)
+	}
 	return fmt.Sprintf("%d per %s, burst %d", r.Count, r.Per, max(r.Burst, 1))
 }

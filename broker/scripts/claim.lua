@@ -40,10 +40,13 @@
 --                               cap (touched only when a cap is set)
 -- KEYS[17] -> ns:{q}:held:      prefix of the per-type ZSETs id -> ready ms
 --                               of due jobs set aside because their type was
---                               at its cap
+--                               at its cap or out of rate-limit tokens
 -- KEYS[18] -> ns:{q}:batched    HASH id -> "<batch id>\n<ending>": a batch
 --                               member's ending (touched only when a due
 --                               job has expired)
+-- KEYS[19] -> ns:{q}:window:    prefix of the ZSETs token -> claim ms: the
+--                               logs of strict rate limits ("*" the queue's,
+--                               else the type's; touched only when one is set)
 --
 -- Expiry (job.ExpireAt): a due job whose envelope ends in ,"x":"<ms>"} (or
 -- "<ms>d"}) with <ms> <= now is not leased: it goes to the dead letters with
@@ -72,11 +75,20 @@
 -- of KEYS[13] hold "count/per ms/burst/shards"; each shard gets count per
 -- (per x shards). GCRA: a bucket's theoretical arrival time tat (KEYS[15])
 -- lets a job start when tat - now <= tau (tau = T x (burst - 1), T = the
--- interval between tokens), and moves tat on by T. The queue's limit caps
--- n before anything is read; a due job of a limited type without a token
--- is not leased but moved to the time its token comes (the k-th such job
--- of the call k intervals later), so no worker spins on it and no attempt
--- is spent. With no limit set none of this runs.
+-- interval between tokens), and moves tat on by T. A strict window
+-- (".../s/<share>/<slack ms>") is a log instead (KEYS[19]..bucket, token
+-- -> claim ms, expiring a window after its last entry): a job may start
+-- while fewer than share entries are younger than per + slack. The
+-- queue's limit caps n before anything is read. A type's tokens go first
+-- to its jobs held for want of one (KEYS[17]..type, ZPOPMIN: earliest
+-- ready time first, as many as it has tokens and room under its cap); a
+-- due job of a limited type met without a token is held there with its
+-- ready time, so it keeps its place and stays due (stats.lua counts it),
+-- blocks neither the other types' jobs nor a worker, and spends no
+-- attempt. Each such job costs one ZADD and one ZPOPMIN entry, O(log N).
+-- next then says when the next token comes (or now, if the type has
+-- tokens left and n ran out), so no worker spins. With no limit set none
+-- of this runs.
 --
 -- Concurrency caps (Broker.SetConcurrency): fields "c" (the queue) and
 -- "c:<type>" of KEYS[13] hold "share/total", share being this shard's part
@@ -254,24 +266,33 @@ local function parse_cap(v)
   end
   return nil
 end
-local function parse_rate(v)
-  local count, per, burst, shards = string.match(v, '^(%d+)/(%d+)/(%d+)/(%d+)$')
+local function parse_rate(v, name)
+  local count, per, burst, shards, rest = string.match(v, '^(%d+)/(%d+)/(%d+)/(%d+)(.*)$')
   count, per, burst, shards = tonumber(count), tonumber(per), tonumber(burst), tonumber(shards)
   if not count or count < 1 or per < 1 or shards < 1 then
     return nil
   end
+  if rest ~= '' then
+    local share, slack = string.match(rest, '^/s/(%d+)/(%d+)$')
+    share, slack = tonumber(share), tonumber(slack)
+    if not share or share < 1 then
+      return nil
+    end
+    return {name = name, strict = true, share = share, window = per + slack, log = name}
+  end
   local T = per * shards / count
-  return {T = T, tau = T * (math.max(burst, 1) - 1)}
+  return {name = name, T = T, tau = T * (math.max(burst, 1) - 1)}
 end
 for i = 1, #pauses, 2 do
   local f = pauses[i]
   if f == '*' then
     return {now_u, -1, jobs, orphans, 1, 0, {}}
   elseif f == 'r' then
-    qrate = parse_rate(pauses[i + 1])
+    qrate = parse_rate(pauses[i + 1], '*')
   elseif string.sub(f, 1, 2) == 'r:' then
-    trates[string.sub(f, 3)] = parse_rate(pauses[i + 1])
-    any_rate = true
+    local t = string.sub(f, 3)
+    trates[t] = parse_rate(pauses[i + 1], t)
+    any_rate = any_rate or trates[t] ~= nil
   elseif f == 'c' then
     qcap = parse_cap(pauses[i + 1])
   elseif string.sub(f, 1, 2) == 'c:' then
@@ -291,7 +312,22 @@ if qrate or any_rate or qcap or any_tcap then
   n = math.max(n - (tonumber(ARGV[8]) or 0), 0)
 end
 if qrate or any_rate then
-  bad = expect({KEYS[15], 'hash'})
+  local spec = {KEYS[15], 'hash'}
+  for t, r in pairs(trates) do
+    spec[#spec + 1] = KEYS[17] .. t
+    spec[#spec + 1] = 'zset'
+    if r.strict then
+      local log = r.log
+      spec[#spec + 1] = KEYS[19] .. log
+      spec[#spec + 1] = 'zset'
+    end
+  end
+  if qrate and qrate.strict then
+    local log = qrate.log
+    spec[#spec + 1] = KEYS[19] .. log
+    spec[#spec + 1] = 'zset'
+  end
+  bad = expect(spec)
   if bad then
     return bad
   end
@@ -352,16 +388,83 @@ if any_tcap then
   end
 end
 
--- The queue's limit: how many may start now.
-local qtat, limited_until = nil, nil
-if qrate then
-  qtat = math.max(tonumber(redis.call('HGET', KEYS[15], '*')) or now, now)
-  local room = math.floor((now + qrate.tau - qtat) / qrate.T) + 1
-  if room < 1 then
-    room = 0
-    limited_until = math.ceil(qtat - qrate.tau)
+
+-- Rate-limit buckets (see Rate limits above). bucket_load reads one: room
+-- is how many may start now; taken counts the starts of this call.
+local function bucket_load(r)
+  local log = r.log
+  if r.strict then
+    redis.call('ZREMRANGEBYSCORE', KEYS[19] .. log, '-inf', now - r.window)
+    r.used = redis.call('ZCARD', KEYS[19] .. log)
+    r.room = math.max(r.share - r.used, 0)
+  else
+    r.tat = math.max(tonumber(redis.call('HGET', KEYS[15], r.name)) or now, now)
+    r.room = math.max(math.floor((now + r.tau - r.tat) / r.T) + 1, 0)
   end
-  n = math.min(n, room)
+  r.taken, r.members = 0, {}
+end
+-- bucket_save records the starts of this call: members are their fencing
+-- tokens (a strict window logs one entry per start).
+local function bucket_save(r)
+  local log = r.log
+  r.taken = #r.members
+  if r.taken == 0 then
+    return
+  end
+  if r.strict then
+    local z = {}
+    for _, m in ipairs(r.members) do
+      z[#z + 1] = now
+      z[#z + 1] = m
+    end
+    call_chunked('ZADD', KEYS[19] .. log, z)
+    redis.call('PEXPIRE', KEYS[19] .. log, r.window)
+  else
+    redis.call('HSET', KEYS[15], r.name, string.format('%.3f', r.tat + r.taken * r.T))
+  end
+end
+-- bucket_next is when a bucket without room (after bucket_save) lets the
+-- next job start.
+local function bucket_next(r)
+  local log = r.log
+  if r.strict then
+    local e = redis.call('ZRANGE', KEYS[19] .. log, r.used + r.taken - r.share, r.used + r.taken - r.share, 'WITHSCORES')
+    return math.ceil(finite(e[2], now) + r.window)
+  end
+  return math.ceil(r.tat + r.taken * r.T - r.tau)
+end
+
+-- The queue's limit: how many may start now.
+local limited_until = nil
+if qrate then
+  bucket_load(qrate)
+  if qrate.room < 1 then
+    limited_until = bucket_next(qrate)
+  end
+  n = math.min(n, qrate.room)
+end
+
+-- The types' limits: jobs of a limited type held for want of a token
+-- (KEYS[17]..type, with their ready times) start first, earliest first,
+-- as many as the type has tokens (and room under its cap, if any).
+local pops = {}
+if any_rate then
+  for _, r in pairs(trates) do
+    bucket_load(r)
+  end
+  for t, r in pairs(trates) do
+    local room = math.min(r.room, n - #pops / 2)
+    if tcaps[t] then
+      room = math.min(room, tcaps[t] - (trun[t] or 0))
+    end
+    if room > 0 and not paused_types[t] then
+      local got = redis.call('ZPOPMIN', KEYS[17] .. t, room)
+      for i = 1, #got do
+        pops[#pops + 1] = got[i]
+      end
+      r.drained = #got / 2 < room
+    end
+  end
 end
 
 -- A fencing counter that is not an integer restarts at the server time in
@@ -373,8 +476,20 @@ if seq and not is_int(seq) then
 end
 local late_sum, late_max = 0, 0
 local record = {cid}
+local rate_held = 0
 if n > 0 then
-  local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, n)
+  local due = {}
+  if n > #pops / 2 then
+    due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, n - #pops / 2)
+  end
+  local scanned = {}
+  for i = 1, #due, 2 do
+    scanned[#scanned + 1] = due[i]
+  end
+  for i = 1, #due do
+    pops[#pops + 1] = due[i]
+  end
+  due = pops
   if #due > 0 then
     local ids, readies = {}, {}
     for i = 1, #due, 2 do
@@ -393,9 +508,8 @@ if n > 0 then
         end
       end
     end
-    local park, defer, tats, hold, taken, unread = {}, {}, {}, {}, {}, {}
+    local park, hold, taken, rated, unread = {}, {}, {}, {}, {}
     if any_type or any_rate or any_tcap then
-      local deferred = {}
       for k = 1, #ids do
         local b = bodies[k]
         if b and not ended[k] then
@@ -409,18 +523,19 @@ if n > 0 then
             t_full = true
           elseif t and trates[t] then
             local r = trates[t]
-            if not tats[t] then
-              tats[t] = math.max(tonumber(redis.call('HGET', KEYS[15], t)) or now, now)
-            end
-            if tats[t] - now <= r.tau then
-              tats[t] = tats[t] + r.T
+            if r.room > 0 then
+              r.room = r.room - 1
+              rated[k] = r
               if tcaps[t] then
                 trun[t] = (trun[t] or 0) + 1
                 taken[k] = t
               end
             else
-              deferred[t] = (deferred[t] or 0) + 1
-              defer[#defer + 1] = {k, math.ceil(tats[t] - r.tau + (deferred[t] - 1) * r.T)}
+              -- No token: held with its ready time, first in line for
+              -- the type's next token.
+              hold[#hold + 1] = {k, t}
+              r.held = true
+              rate_held = rate_held + 1
             end
           elseif t and tcaps[t] then
             trun[t] = (trun[t] or 0) + 1
@@ -445,7 +560,9 @@ if n > 0 then
       call_chunked('HDEL', KEYS[16], stale)
       stale = {}
     end
-    call_chunked('ZREM', KEYS[1], ids)
+    if #scanned > 0 then
+      call_chunked('ZREM', KEYS[1], scanned)
+    end
     if #expired > 0 then
       expire_jobs(ids, bodies, expired, now, ended)
     end
@@ -471,22 +588,10 @@ if n > 0 then
         call_chunked('ZADD', KEYS[17] .. t, members)
       end
     end
-    for t, tat in pairs(tats) do
-      redis.call('HSET', KEYS[15], t, string.format('%.3f', tat))
-    end
-    if #defer > 0 then
-      local members = {}
-      for _, d in ipairs(defer) do
-        members[#members + 1] = d[2]
-        members[#members + 1] = ids[d[1]]
-        ended[d[1]] = true
-      end
-      call_chunked('ZADD', KEYS[1], members)
-    end
-    local live, live_ready, live_body, live_unread, running = {}, {}, {}, {}, {}
+    local live, live_ready, live_body, live_unread, live_rated, running = {}, {}, {}, {}, {}, {}
     for k = 1, #ids do
       if ended[k] then
-        -- expired, parked, held or deferred: ended above
+        -- expired, parked or held: ended above
       elseif bodies[k] then
         if taken[k] or qcap then
           running[#running + 1] = ids[k]
@@ -496,6 +601,7 @@ if n > 0 then
         live_ready[#live_ready + 1] = readies[k]
         live_body[#live_body + 1] = bodies[k]
         live_unread[#live] = unread[k]
+        live_rated[#live] = rated[k]
       else
         orphans[#orphans + 1] = ids[k]
       end
@@ -537,6 +643,13 @@ if n > 0 then
         else
           record[#record + 1] = '-'
         end
+        if qrate then
+          qrate.members[#qrate.members + 1] = token
+        end
+        if live_rated[k] then
+          local m = live_rated[k].members
+          m[#m + 1] = token
+        end
         local late = math.min(now - live_ready[k], HISTORY_MAX_LATE)
         late_sum = late_sum + late
         late_max = math.max(late_max, late)
@@ -544,23 +657,28 @@ if n > 0 then
       call_chunked('ZADD', KEYS[2], deadlines)
       call_chunked('HSET', KEYS[5], tokens)
       call_chunked('HSET', KEYS[4], attempts)
-      if qrate then
-        redis.call('HSET', KEYS[15], '*', string.format('%.3f', qtat + #live * qrate.T))
-      end
       if #running > 0 then
         call_chunked('HSET', KEYS[16], running)
       end
     end
   end
 end
+if qrate then
+  bucket_save(qrate)
+end
+for _, r in pairs(trates) do
+  bucket_save(r)
+end
 if #stale > 0 then
   call_chunked('HDEL', KEYS[16], stale)
 end
--- Held jobs of a type with room left go back to the schedule, first in
--- line again with their ready times: the next claim takes them.
+-- Held jobs of a capped type with room left go back to the schedule, first
+-- in line again with their ready times: the next claim takes them. (Those
+-- of a rate-limited type are taken from the held set by the claim that
+-- finds their tokens, above.)
 for t, cap in pairs(tcaps) do
   local room = cap - (trun[t] or 0)
-  if room > 0 then
+  if room > 0 and not trates[t] then
     local back = redis.call('ZPOPMIN', KEYS[17] .. t, room)
     if #back > 0 then
       local members = {}
@@ -581,10 +699,32 @@ if hist then
   redis.pcall('HINCRBY', hist, 'late_sum', string.format('%d', late_sum))
   history_max(hist, 'late_max', late_max)
 end
+if rate_held > 0 then
+  history(KEYS[7], now, 'rate_held', rate_held)
+end
 local next = next_ready(KEYS[1], now)
-if limited_until and next >= 0 and next <= now then
+if qrate and next >= 0 and next <= now then
   -- Due jobs wait for the queue's next token.
-  next = limited_until
+  if limited_until then
+    next = limited_until
+  elseif qrate.room - qrate.taken < 1 then
+    next = math.max(bucket_next(qrate), next)
+  end
+end
+-- Jobs held for a type's token wait for it: at once when the type has
+-- tokens left (the call ran out of n), else at its next token. A type
+-- at its cap waits for a slot instead (below), a paused one for its
+-- resume.
+for t, r in pairs(trates) do
+  if not paused_types[t] and not (tcaps[t] and (trun[t] or 0) >= tcaps[t]) then
+    local at = now
+    if r.room < 1 then
+      at = bucket_next(r)
+    end
+    if (next < 0 or at < next) and (r.held or (not r.drained and redis.call('EXISTS', KEYS[17] .. t) == 1)) then
+      next = at
+    end
+  end
 end
 if q_capped and next >= 0 and next <= now then
   -- Due jobs wait for a slot: a settle wakes the workers, and a crashed

@@ -9,15 +9,18 @@
 --                               "r" / "r:<type>" -> rate limit
 -- KEYS[6] -> ns:{q}:parked      ZSET id -> ready ms (jobs of paused types)
 -- KEYS[7] -> ns:{q}:held:       prefix of the per-type ZSETs of jobs held
---                               back by their type's concurrency cap
+--                               back by their type's concurrency cap or
+--                               rate limit
 -- ARGV[1] -> now ms ("" = server TIME)
 --
 -- Returns {now, scheduled, due, processing, dead, oldest due ready ms (-1 when
 -- none is due), next ready ms in the future (-1 when none), expired jobs
 -- dropped, paused (1 or 0), parked jobs, {paused types}, {type ("" for
 -- the queue), rate limit, ...}, {type ("" for the queue), "share/total",
--- ...}, held jobs}. Every count is O(1) or O(log N) (one ZCARD per capped
--- type).
+-- ...}, held jobs (by caps), {type, jobs held by its rate limit, ...}}.
+-- Jobs held by a rate limit count in scheduled and due, and the oldest of
+-- them in the oldest due ready time. Every count is O(1) or O(log N) (one
+-- ZCARD per capped type, a ZCARD and a ZRANGE per rate-limited type).
 local bad = expect({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'hash', KEYS[6], 'zset'})
 if bad then
   return bad
@@ -40,6 +43,7 @@ if not (dropped and is_int(dropped)) then
 end
 local paused, types, rates, caps, held = 0, {}, {}, {}, 0
 local controls = redis.call('HGETALL', KEYS[5])
+local capped, limited = {}, {}
 for i = 1, #controls, 2 do
   local f = controls[i]
   if f == '*' then
@@ -47,16 +51,45 @@ for i = 1, #controls, 2 do
   elseif f == 'r' or string.sub(f, 1, 2) == 'r:' then
     rates[#rates + 1] = string.sub(f, 3)
     rates[#rates + 1] = controls[i + 1]
+    if f ~= 'r' then
+      limited[string.sub(f, 3)] = true
+    end
   elseif f == 'c' or string.sub(f, 1, 2) == 'c:' then
     local t = string.sub(f, 3)
     caps[#caps + 1] = t
     caps[#caps + 1] = controls[i + 1]
-    if t ~= '' and expect({KEYS[7] .. t, 'zset'}) == nil then
-      held = held + redis.call('ZCARD', KEYS[7] .. t)
+    if t ~= '' then
+      capped[#capped + 1] = t
     end
   else
     types[#types + 1] = string.sub(f, 3)
   end
 end
+-- Jobs held by a type's rate limit are due and waiting (counted in
+-- scheduled and due, the oldest in the lateness); a held set of a type
+-- with both a cap and a rate limit counts here. Those held by a cap only
+-- are counted apart.
+local by_rate = {}
+for t in pairs(limited) do
+  if expect({KEYS[7] .. t, 'zset'}) == nil then
+    local c = redis.call('ZCARD', KEYS[7] .. t)
+    if c > 0 then
+      scheduled = scheduled + c
+      due = due + c
+      by_rate[#by_rate + 1] = t
+      by_rate[#by_rate + 1] = c
+      local head = redis.call('ZRANGE', KEYS[7] .. t, 0, 0, 'WITHSCORES')
+      local at = finite(head[2], now)
+      if at <= now and (oldest < 0 or at < oldest) then
+        oldest = at
+      end
+    end
+  end
+end
+for _, t in ipairs(capped) do
+  if not limited[t] and expect({KEYS[7] .. t, 'zset'}) == nil then
+    held = held + redis.call('ZCARD', KEYS[7] .. t)
+  end
+end
 return {now, scheduled, due, redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]), oldest, next, tonumber(dropped),
-  paused, redis.call('ZCARD', KEYS[6]), types, rates, caps, held}
+  paused, redis.call('ZCARD', KEYS[6]), types, rates, caps, held, by_rate}

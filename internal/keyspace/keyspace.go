@@ -43,7 +43,8 @@ type Keys struct {
 	Batched    string // HASH id -> "<batch id>\n<s|d>": endings of batch members not yet counted by their batch (see BatchKeys)
 	Progress   string // HASH id -> "<ms>\n<fraction>\n<message>": the last progress a running job reported (job.ReportProgress)
 	Done       string // prefix of the STRINGs of retained succeeded jobs (Done + id -> "<finished ms>\n<record>"), each expiring with its retention
-	Held       string // prefix of the per-type ZSETs id -> ready ms: due jobs of a type at its concurrency cap, set aside by claim (Held + type)
+	Held       string // prefix of the per-type ZSETs id -> ready ms: due jobs of a type at its concurrency cap or out of rate-limit tokens, set aside by claim (Held + type)
+	Window     string // prefix of the ZSETs fencing token -> claim ms: the log of a strict rate limit's window (Window + "*" for the queue, Window + type), each expiring a window after its last claim
 	Hist       string // prefix of the per-minute history hashes: Hist + minute
 	Workers    string // prefix of the workers' call records: Workers + worker id (HASH lane -> last call)
 	Calls      string // prefix of the producers' and operators' call records: Calls + call id -> STRING, the call's first outcome, expiring after the broker's resend window
@@ -73,6 +74,7 @@ func newKeys(ns, physical, queue string) Keys {
 		Progress:   p + "progress",
 		Done:       p + "done:",
 		Held:       p + "held:",
+		Window:     p + "window:",
 		Hist:       p + "hist:",
 		Workers:    p + "w:",
 		Calls:      p + "c:",

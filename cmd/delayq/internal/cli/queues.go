@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -50,16 +51,20 @@ func (a *app) limitCommand() *cobra.Command {
 		burst  int
 		clear  bool
 		create bool
+		strict bool
+		slack  time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "limit QUEUE [COUNT/PERIOD] [--type T] [--burst N] | --clear",
+		Use:   "limit QUEUE [COUNT/PERIOD] [--type T] [--burst N | --strict [--slack D]] | --clear",
 		Short: "Limit how many jobs of a queue (or of one job type with --type) start per period across all workers",
 		Long: `Limit how many jobs of a queue start per period across all workers, or with
 --type how many jobs of one type of it: COUNT/PERIOD, e.g. 10/1s, 600/1m,
 5/250ms. --burst N lets N jobs start at once after a quiet spell (default 1).
-The limit is enforced in the claim script: a job over it is not claimed and
-spends no attempt. --clear removes the limit. A sharded queue's rate is split
-evenly among its shards.`,
+--strict makes it a sliding window instead: never more than COUNT claims in
+any PERIOD (+ --slack, how late a handler may start after its claim), with up
+to COUNT at once. The limit is enforced in the claim script: a job over it is
+held, not claimed, and spends no attempt. --clear removes the limit. A sharded
+queue's rate is split evenly among its shards.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			switch {
 			case len(args) == 0:
@@ -85,9 +90,18 @@ evenly among its shards.`,
 				if burst < 0 {
 					return usagef("invalid --burst %d: must not be negative", burst)
 				}
-				r.Burst = burst
-			} else if cmd.Flags().Changed("burst") {
-				return usagef("--burst goes with a limit, not with --clear")
+				if strict && cmd.Flags().Changed("burst") {
+					return usagef("--burst goes with a token-bucket limit, not with --strict (a strict window allows COUNT at once)")
+				}
+				if slack < 0 {
+					return usagef("invalid --slack %s: must not be negative", slack)
+				}
+				if slack > 0 && !strict {
+					return usagef("--slack widens a --strict window only")
+				}
+				r.Burst, r.Strict, r.Slack = burst, strict, slack
+			} else if cmd.Flags().Changed("burst") || strict || cmd.Flags().Changed("slack") {
+				return usagef("--burst, --strict and --slack go with a limit, not with --clear")
 			}
 			b, err := a.broker(cmd.Context())
 			if err != nil {
@@ -100,7 +114,11 @@ evenly among its shards.`,
 				return err
 			}
 			if a.json {
-				out := map[string]any{"queue": q, "type": typ, "count": r.Count, "per_ms": r.Per.Milliseconds(), "burst": max(r.Burst, 1), "cleared": clear}
+				out := map[string]any{"queue": q, "type": typ, "count": r.Count, "per_ms": r.Per.Milliseconds(), "burst": max(r.Burst, 1),
+					"strict": r.Strict, "slack_ms": r.Slack.Milliseconds(), "cleared": clear}
+				if r.Strict {
+					out["burst"] = r.Count
+				}
 				return a.printJSON(out)
 			}
 			what := "queue " + q
@@ -117,6 +135,8 @@ evenly among its shards.`,
 	}
 	cmd.Flags().StringVar(&typ, "type", "", "only this job type of the queue")
 	cmd.Flags().IntVar(&burst, "burst", 0, "jobs that may start at once after a quiet spell (default 1)")
+	cmd.Flags().BoolVar(&strict, "strict", false, "a sliding window: never more than COUNT claims in any PERIOD")
+	cmd.Flags().DurationVar(&slack, "slack", 0, "with --strict, widen the window by how late a handler may start after its claim")
 	cmd.Flags().BoolVar(&clear, "clear", false, "remove the limit")
 	cmd.Flags().BoolVar(&create, "create", false, createUsage)
 	return cmd
@@ -139,7 +159,12 @@ func parseRate(s string) (broker.RateLimit, error) {
 // rateText is "10/1s" or "10/1s burst 5".
 func rateText(r broker.RateLimit) string {
 	s := strconv.Itoa(r.Count) + "/" + fmtDur(r.Per)
-	if r.Burst > 1 {
+	if r.Strict {
+		s += " strict"
+		if r.Slack > 0 {
+			s += " slack " + fmtDur(r.Slack)
+		}
+	} else if r.Burst > 1 {
 		s += " burst " + strconv.Itoa(r.Burst)
 	}
 	return s
@@ -273,6 +298,16 @@ func checkQueueType(q, typ string) error {
 
 // capsText renders a queue's concurrency caps: "5" for the queue's,
 // "report.build=2" for a type's, comma-separated; "-" for none.
+// heldText is the HELD column: the jobs held by caps, then those held by
+// each type's rate limit ("12 rate:sms.send=30").
+func heldText(held int64, byRate map[string]int64) string {
+	out := num(held)
+	for _, t := range slices.Sorted(maps.Keys(byRate)) {
+		out += " rate:" + t + "=" + num(byRate[t])
+	}
+	return out
+}
+
 func capsText(caps map[string]int) string {
 	if len(caps) == 0 {
 		return "-"
@@ -390,12 +425,14 @@ type queueJSON struct {
 	Caps map[string]int `json:"caps"`
 	// Limits: the rate limits, "*" for the queue's, else by type.
 	Limits map[string]limitJSON `json:"limits"`
-	// Held: due jobs of capped types waiting for a slot. (How many jobs a
-	// rate limit defers is not counted by the broker yet.)
-	Held       int64 `json:"held"`
-	Scheduled  int64 `json:"scheduled"`
-	Due        int64 `json:"due"`
-	Processing int64 `json:"processing"`
+	// Held: due jobs of capped types waiting for a slot.
+	Held int64 `json:"held"`
+	// HeldByRate: due jobs held by the rate limit of their type, by type
+	// (counted in Scheduled and Due too).
+	HeldByRate map[string]int64 `json:"held_by_rate"`
+	Scheduled  int64            `json:"scheduled"`
+	Due        int64            `json:"due"`
+	Processing int64            `json:"processing"`
 	// ServedBy: live processes serving the queue; HeldUnserved: jobs are
 	// processing and none does.
 	ServedBy     int  `json:"served_by"`
@@ -406,6 +443,9 @@ type limitJSON struct {
 	Count int   `json:"count"`
 	PerMS int64 `json:"per_ms"`
 	Burst int   `json:"burst"`
+	// Strict: a sliding window of PerMS + SlackMS (Burst is then Count).
+	Strict  bool  `json:"strict"`
+	SlackMS int64 `json:"slack_ms"`
 }
 
 func (a *app) listQueues(ctx context.Context, b *broker.Broker) error {
@@ -422,16 +462,23 @@ func (a *app) listQueues(ctx context.Context, b *broker.Broker) error {
 		out := make([]queueJSON, len(all))
 		for i, s := range all {
 			out[i] = queueJSON{Queue: s.Queue, Paused: s.Paused, PausedTypes: s.PausedTypes, Parked: s.Parked,
-				Caps: s.Caps, Held: s.Held, Scheduled: s.Scheduled, Due: s.Due, Processing: s.Processing,
+				Caps: s.Caps, Held: s.Held, HeldByRate: s.HeldByRate, Scheduled: s.Scheduled, Due: s.Due, Processing: s.Processing,
 				Limits: map[string]limitJSON{}, ServedBy: len(procs.Serving(s.Queue)), HeldUnserved: heldUnserved(s, procs)}
 			for k, r := range s.RateLimits {
-				out[i].Limits[k] = limitJSON{Count: r.Count, PerMS: r.Per.Milliseconds(), Burst: max(r.Burst, 1)}
+				l := limitJSON{Count: r.Count, PerMS: r.Per.Milliseconds(), Burst: max(r.Burst, 1), Strict: r.Strict, SlackMS: r.Slack.Milliseconds()}
+				if r.Strict {
+					l.Burst = r.Count
+				}
+				out[i].Limits[k] = l
 			}
 			if out[i].PausedTypes == nil {
 				out[i].PausedTypes = []string{}
 			}
 			if out[i].Caps == nil {
 				out[i].Caps = map[string]int{}
+			}
+			if out[i].HeldByRate == nil {
+				out[i].HeldByRate = map[string]int64{}
 			}
 		}
 		res := map[string]any{"queues": out}
@@ -461,7 +508,7 @@ func (a *app) listQueues(ctx context.Context, b *broker.Broker) error {
 		if heldUnserved(s, procs) {
 			workers += " (jobs held)"
 		}
-		t.row(s.Queue, state, types, num(s.Parked), capsText(s.Caps), num(s.Held), limitsText(s.RateLimits), num(s.Scheduled), num(s.Due), num(s.Processing), workers)
+		t.row(s.Queue, state, types, num(s.Parked), capsText(s.Caps), heldText(s.Held, s.HeldByRate), limitsText(s.RateLimits), num(s.Scheduled), num(s.Due), num(s.Processing), workers)
 	}
 	return t.flush()
 }

@@ -177,4 +177,38 @@ func TestQueuesLimit(t *testing.T) {
 	if len(st2.RateLimits) != 1 {
 		t.Errorf("refused limits changed what is stored: %+v", st2.RateLimits)
 	}
+	// A strict window, with slack; flags that do not go with it are refused.
+	for _, args := range [][]string{
+		{"queues", "limit", "sms", "10/1s", "--strict", "--burst", "2"},
+		{"queues", "limit", "sms", "10/1s", "--slack", "100ms"},
+		{"queues", "limit", "sms", "10/1s", "--strict", "--slack", "-1s"},
+		{"queues", "limit", "sms", "--clear", "--strict"},
+	} {
+		if r := tb.run(t, args...); r.code != 2 {
+			t.Errorf("delayq %q: exit %d, stderr %q; want a usage error", args, r.code, r.stderr)
+		}
+	}
+	if out := tb.ok(t, "queues", "limit", "sms", "20/1s", "--strict", "--slack", "150ms"); out != "limited queue sms to 20/1s strict slack 150ms\n" {
+		t.Errorf("limit --strict: %q", out)
+	}
+	st, _ = tb.b.Stats(tb.ctx, "sms")
+	if r := st.RateLimits[""]; !r.Strict || r.Count != 20 || r.Per != time.Second || r.Slack != 150*time.Millisecond {
+		t.Errorf("stored strict limit %+v", r)
+	}
+	var strict struct {
+		Queues []struct {
+			Limits map[string]struct {
+				Burst   int   `json:"burst"`
+				Strict  bool  `json:"strict"`
+				SlackMS int64 `json:"slack_ms"`
+			} `json:"limits"`
+		} `json:"queues"`
+	}
+	tb.okJSON(t, &strict, "queues", "ls")
+	if l := strict.Queues[0].Limits[""]; !l.Strict || l.SlackMS != 150 || l.Burst != 20 {
+		t.Errorf("queues ls --json strict limit: %+v", l)
+	}
+	if out := tb.ok(t, "queues", "ls"); !strings.Contains(out, "20/1s strict slack 150ms") {
+		t.Errorf("queues ls with a strict limit:\n%s", out)
+	}
 }

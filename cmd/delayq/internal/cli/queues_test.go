@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
@@ -146,5 +147,39 @@ func TestQueuesCap(t *testing.T) {
 	st, err := tb.b.Stats(tb.ctx, "reports")
 	if err != nil || st.Held != 0 || st.Scheduled != 2 || len(st.Caps) != 1 {
 		t.Errorf("after clearing the type's cap: %+v, %v", st, err)
+	}
+}
+
+// TestQueuesShowRateHeld: queues ls names the jobs held by a type's rate
+// limit, by type, in HELD (table) and held_by_rate (JSON); they count as
+// scheduled and due.
+func TestQueuesShowRateHeld(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	for _, id := range []string{"s1", "s2", "s3"} {
+		if err := tb.b.Enqueue(tb.ctx, &job.Envelope{ID: id, Queue: "sms", Type: "sms.send", Payload: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tb.b.SetRateLimit(tb.ctx, "sms", "sms.send", broker.RateLimit{Count: 1, Per: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := testkit.Drive(tb.b).Claim(tb.ctx, "sms", 10, time.Minute)
+	if err != nil || len(res.Jobs) != 1 {
+		t.Fatalf("claimed %d under 1/h: %v", len(res.Jobs), err)
+	}
+	if out := tb.ok(t, "queues", "ls"); !strings.Contains(out, "0 rate:sms.send=2") {
+		t.Errorf("queues ls with jobs held by a rate limit:\n%s", out)
+	}
+	var ls struct {
+		Queues []struct {
+			HeldByRate map[string]int64 `json:"held_by_rate"`
+			Scheduled  int64            `json:"scheduled"`
+			Due        int64            `json:"due"`
+		} `json:"queues"`
+	}
+	tb.okJSON(t, &ls, "queues", "ls")
+	if len(ls.Queues) != 1 || ls.Queues[0].HeldByRate["sms.send"] != 2 || ls.Queues[0].Scheduled != 2 || ls.Queues[0].Due != 2 {
+		t.Errorf("queues ls --json with jobs held by a rate limit: %+v", ls.Queues)
 	}
 }
