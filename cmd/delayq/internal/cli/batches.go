@@ -22,10 +22,12 @@ func (a *app) batchesCommand() *cobra.Command {
 sealed (no more members; some still pending) or complete (sealed and every
 member ended). TOTAL is the members added, PENDING those not ended yet,
 SUCCEEDED and DEAD those that ended so (a dead member that is redriven and
-succeeds moves to SUCCEEDED). CALLBACKS names each callback the batch has and
-whether it fired: success=fired, complete=waiting, or success=skipped when
-the batch completed with a dead member (the success callback then never
-fires).`,
+succeeds moves to SUCCEEDED), GONE those that ended without success and
+without a dead record (cancelled before they ran, or expired with
+DropExpired): TOTAL = PENDING + SUCCEEDED + DEAD + GONE. CALLBACKS names
+each callback the batch has and whether it fired: success=fired,
+complete=waiting, or success=skipped when the batch completed with a dead or
+gone member (the success callback then never fires).`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if limit < 1 || limit > broker.MaxBatchesPage {
@@ -72,6 +74,8 @@ type batchJSON struct {
 	Pending       int     `json:"pending"`
 	Succeeded     int     `json:"succeeded"`
 	Dead          int     `json:"dead"`
+	Gone          int     `json:"gone"`
+	CompletedAt   *string `json:"completed_at"`
 	OnSuccess     string  `json:"on_success,omitempty"`
 	OnComplete    string  `json:"on_complete,omitempty"`
 	SuccessFired  bool    `json:"success_fired"`
@@ -81,7 +85,7 @@ type batchJSON struct {
 
 func toBatchJSON(s *broker.BatchStatus) batchJSON {
 	return batchJSON{ID: s.ID, CreatedAt: jsonTime(s.CreatedAt), State: batchState(s), Sealed: s.Sealed,
-		Total: s.Total, Pending: s.Pending, Succeeded: s.Succeeded, Dead: s.Dead,
+		Total: s.Total, Pending: s.Pending, Succeeded: s.Succeeded, Dead: s.Dead, Gone: s.Gone, CompletedAt: jsonTime(s.CompletedAt),
 		OnSuccess: s.OnSuccess, OnComplete: s.OnComplete, SuccessFired: s.SuccessFired, CompleteFired: s.CompleteFired,
 		ExpiresAt: jsonTime(s.ExpiresAt)}
 }
@@ -98,8 +102,8 @@ func batchState(s *broker.BatchStatus) string {
 }
 
 // callbackState says where a batch's callback is: fired, waiting, or
-// skipped (the success callback of a batch that completed with a dead
-// member never fires).
+// skipped (the success callback of a batch that completed with a dead or
+// gone member never fires).
 func callbackState(s *broker.BatchStatus, success bool) string {
 	fired := s.CompleteFired
 	if success {
@@ -108,7 +112,7 @@ func callbackState(s *broker.BatchStatus, success bool) string {
 	switch {
 	case fired:
 		return "fired"
-	case success && s.Complete() && s.Dead > 0:
+	case success && s.Complete() && (s.Dead > 0 || s.Gone > 0):
 		return "skipped"
 	}
 	return "waiting"
@@ -172,10 +176,10 @@ func (a *app) listBatches(ctx context.Context, b *broker.Broker, offset, limit i
 		_, err := fmt.Fprintln(a.stdout, termSafe(what, false))
 		return err
 	}
-	t := newTable(a.stdout, "ID", "CREATED", "STATE", "TOTAL", "PENDING", "SUCCEEDED", "DEAD", "CALLBACKS")
+	t := newTable(a.stdout, "ID", "CREATED", "STATE", "TOTAL", "PENDING", "SUCCEEDED", "DEAD", "GONE", "CALLBACKS")
 	for _, s := range all {
 		t.row(s.ID, whenAt(s.CreatedAt, now), batchState(s), strconv.Itoa(s.Total), strconv.Itoa(s.Pending),
-			strconv.Itoa(s.Succeeded), strconv.Itoa(s.Dead), callbacksText(s))
+			strconv.Itoa(s.Succeeded), strconv.Itoa(s.Dead), strconv.Itoa(s.Gone), callbacksText(s))
 	}
 	if err := t.flush(); err != nil {
 		return err
@@ -209,6 +213,12 @@ func (a *app) showBatch(ctx context.Context, b *broker.Broker, id string) error 
 	t.row("Pending:", strconv.Itoa(s.Pending))
 	t.row("Succeeded:", strconv.Itoa(s.Succeeded))
 	t.row("Dead:", strconv.Itoa(s.Dead))
+	t.row("Gone:", strconv.Itoa(s.Gone)+" (cancelled before they ran, or expired and dropped)")
+	completed := "-"
+	if !s.CompletedAt.IsZero() {
+		completed = whenAt(s.CompletedAt, now)
+	}
+	t.row("Completed:", completed)
 	t.row("On success:", callbackLine(s, s.OnSuccess, true))
 	t.row("On complete:", callbackLine(s, s.OnComplete, false))
 	expires := "- (kept until complete and its callbacks fired)"

@@ -224,3 +224,70 @@ func TestBatchesLsShow(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchesShowGone: a batch whose members were cancelled before they
+// ran completes with them counted as gone: batches ls and show (table and
+// --json) show GONE and when it completed, the counts add up to the total,
+// and the success callback, which will never fire, is "skipped".
+func TestBatchesShowGone(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	if _, err := tb.b.CreateBatch(tb.ctx, broker.BatchSpec{ID: "gone-1",
+		OnSuccess:  &job.Envelope{Type: "batch.done", Queue: "cb"},
+		OnComplete: &job.Envelope{Type: "batch.finished", Queue: "cb"}}); err != nil {
+		t.Fatal(err)
+	}
+	member := job.New[batchArgs]("batch.member", job.Queue("later"))
+	var envs []*job.Envelope
+	for _, id := range []string{"g-1", "g-2"} {
+		e, err := member.Envelope(batchArgs{}, job.ID(id), job.In(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		envs = append(envs, e)
+	}
+	if err := tb.b.AddToBatch(tb.ctx, "gone-1", envs...); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.b.SealBatch(tb.ctx, "gone-1"); err != nil {
+		t.Fatal(err)
+	}
+	var before struct {
+		State       string  `json:"state"`
+		Gone        int     `json:"gone"`
+		CompletedAt *string `json:"completed_at"`
+	}
+	tb.okJSON(t, &before, "batches", "show", "gone-1")
+	if before.State != "sealed" || before.Gone != 0 || before.CompletedAt != nil {
+		t.Fatalf("batches show before the cancels: %+v", before)
+	}
+	for _, id := range []string{"g-1", "g-2"} {
+		tb.ok(t, "jobs", "cancel", id, "--queue", "later")
+	}
+	var show struct {
+		State       string `json:"state"`
+		Total       int    `json:"total"`
+		Pending     int    `json:"pending"`
+		Succeeded   int    `json:"succeeded"`
+		Dead        int    `json:"dead"`
+		Gone        int    `json:"gone"`
+		CompletedAt string `json:"completed_at"`
+	}
+	tb.okJSON(t, &show, "batches", "show", "gone-1")
+	completed, err := time.Parse(time.RFC3339Nano, show.CompletedAt)
+	if show.State != "complete" || show.Total != 2 || show.Pending != 0 || show.Succeeded != 0 || show.Dead != 0 || show.Gone != 2 ||
+		err != nil || time.Since(completed) > time.Minute || time.Since(completed) < -time.Minute {
+		t.Errorf("batches show gone-1 --json after both cancels: %+v (completed_at: %v)", show, err)
+	}
+	out := tb.ok(t, "batches", "show", "gone-1")
+	for _, line := range []string{"Gone:         2 (cancelled before they ran", "Completed:    " + completed.UTC().Format("2006-01-02 15:04:05Z"),
+		"On success:   cb/gone-1:success (skipped)", "On complete:  cb/gone-1:complete (fired)"} {
+		if !strings.Contains(out, line) {
+			t.Errorf("batches show gone-1 lacks %q:\n%s", line, out)
+		}
+	}
+	ls := tb.ok(t, "batches", "ls")
+	if !strings.Contains(ls, "GONE") || !strings.Contains(ls, "success=skipped,complete=fired") {
+		t.Errorf("batches ls:\n%s", ls)
+	}
+}
