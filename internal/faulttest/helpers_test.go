@@ -15,6 +15,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/fleet"
+	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
@@ -206,6 +208,21 @@ func (s *suite) finish(t *testing.T, queues []string, extra ...string) (dead int
 		}
 		allowed = append(allowed, c)
 	}
+	// The process registry: a SIGKILLed worker or relay leaves its record
+	// and its place in the index until its TTL runs out (checked, then
+	// deleted like the call records).
+	fk := keyspace.Fleet(s.ns)
+	procs := redistest.Keys(t, s.rdb, fk.Proc+"*")
+	if n, _ := s.rdb.Exists(s.ctx, fk.Index).Result(); n == 1 {
+		procs = append(procs, fk.Index)
+	}
+	for _, k := range procs {
+		if ttl := s.rdb.PTTL(s.ctx, k).Val(); ttl <= 0 || ttl > fleet.DefaultTTL {
+			t.Errorf("process registry key %s expires in %v, want within %v", k, ttl, fleet.DefaultTTL)
+		}
+		allowed = append(allowed, k)
+	}
+	calls = append(calls, procs...)
 	keys, err := s.rdb.Keys(s.ctx, s.ns+":*").Result()
 	if err != nil {
 		t.Fatal(err)
@@ -223,7 +240,7 @@ func (s *suite) finish(t *testing.T, queues []string, extra ...string) (dead int
 		}
 		dead += n
 	}
-	// Call records would expire by themselves within the window.
+	// Call records and registry keys would expire by themselves.
 	if len(calls) > 0 {
 		if err := s.rdb.Unlink(s.ctx, calls...).Err(); err != nil {
 			t.Fatal(err)
