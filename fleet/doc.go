@@ -14,11 +14,14 @@
 //	}, fleet.Options{Held: func() []fleet.HeldJob { ... }})
 //	go reg.Run(ctx) // beats every TTL/3; deregisters when ctx is done
 //
-// periodic.Scheduler and outbox.Relay register themselves while they run.
+// worker.Worker, periodic.Scheduler and outbox.Relay register themselves
+// while they run (unless their ProcessTTL is negative).
 //
 // # Keys and cost
 //
-// A process's record is a string ns:{:fleet}:proc:<id> (JSON) that expires
+// The registry's keys are its own: the broker's scripts never touch them,
+// and fleet writes them with plain commands on the client it is given
+// (in delayq's own packages, the broker's Client), no script. A process's record is a string ns:{:fleet}:proc:<id> (JSON) that expires
 // TTL after its last heartbeat, and the sorted set ns:{:fleet}:procs holds
 // every id scored by when it expires. Both carry the hash tag {:fleet}, so
 // on a Redis Cluster they live in one slot and a heartbeat is one MULTI: the

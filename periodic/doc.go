@@ -62,4 +62,9 @@
 // declares any more (an old deploy's) turns stale after Config.StaleAfter,
 // is shown as such, is removed by the next scheduler's heartbeat, and is
 // never run. See docs/periodic.md.
+//
+// These keys (ns:{:periodic}:...) are the package's own, written with
+// plain commands on the broker's client ([broker.Broker.Client]), no
+// script; the broker's scripts never touch them. A tick's job goes
+// through the broker's Enqueue like any other job.
 package periodic

@@ -13,6 +13,10 @@
 // ([Queue.Shards]). No code can build keys from a user's queue name and
 // so forget that the queue may be sharded.
 //
+// It names the keys of packages fleet, periodic and outbox too (each
+// under a hash tag or name no queue can have), so that every key of a
+// namespace is named here.
+//
 // The package knows no Redis client: a Router reads and stores shard
 // counts through the [Counts] its owner gives it.
 package keyspace
