@@ -337,6 +337,10 @@ type Snapshot struct {
 	Now       time.Time // the Redis server's clock when it was read
 	Processes []Process // live processes, by role, host, pid and id
 	More      int64     // live processes beyond MaxList, not listed
+	// Unreadable names the records List could not read (not a string, or
+	// not a process's JSON), each with why, sorted; the other processes
+	// are listed beside them.
+	Unreadable []string
 }
 
 // Serving returns the processes that claim jobs of queue.
@@ -358,7 +362,8 @@ func (s Snapshot) Served(queue string) bool {
 // List returns the live processes of namespace ns ("" for
 // DefaultNamespace): those whose registration has not run out by the Redis
 // server's clock. A killed process is listed until its TTL after its last
-// heartbeat, then never again. It changes nothing. Three round trips at
+// heartbeat, then never again. A record that cannot be read is named in
+// Snapshot.Unreadable and hides no other process. It changes nothing. Three round trips at
 // most (the clock, the index, the records), reading at most MaxList
 // records.
 func List(ctx context.Context, rdb redis.UniversalClient, ns string) (Snapshot, error) {
@@ -402,7 +407,8 @@ func List(ctx context.Context, rdb redis.UniversalClient, ns string) (Snapshot, 
 		}
 		return nil
 	})
-	if err != nil && !errors.Is(err, redis.Nil) {
+	var reply redis.Error
+	if err != nil && !errors.Is(err, redis.Nil) && !errors.As(err, &reply) {
 		return Snapshot{}, fmt.Errorf("fleet: list: read records: %w", err)
 	}
 	for i, g := range gets {
@@ -411,17 +417,20 @@ func List(ctx context.Context, rdb redis.UniversalClient, ns string) (Snapshot, 
 			continue // expired between the two reads
 		}
 		if err != nil {
-			return Snapshot{}, fmt.Errorf("fleet: list: read %s: %w", recs[i], err)
+			snap.Unreadable = append(snap.Unreadable, fmt.Sprintf("%s: %v", recs[i], err))
+			continue
 		}
 		var p Process
 		if err := json.Unmarshal([]byte(s), &p); err != nil {
-			return Snapshot{}, fmt.Errorf("fleet: list: record %s does not decode: %w", recs[i], err)
+			snap.Unreadable = append(snap.Unreadable, fmt.Sprintf("%s: does not decode: %v", recs[i], err))
+			continue
 		}
 		if p.Expires().Before(now) {
 			continue
 		}
 		snap.Processes = append(snap.Processes, p)
 	}
+	slices.Sort(snap.Unreadable)
 	slices.SortFunc(snap.Processes, func(a, b Process) int {
 		return cmp.Or(cmp.Compare(a.Role, b.Role), cmp.Compare(a.Host, b.Host), cmp.Compare(a.PID, b.PID), cmp.Compare(a.ID, b.ID))
 	})

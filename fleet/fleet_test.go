@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -231,5 +232,54 @@ func TestNothingOutlivesTheLastProcess(t *testing.T) {
 	redistest.WaitFor(t, 30*time.Second, "no registry key left", func() bool { return len(left()) == 0 })
 	if gone := rdb.Time(ctx).Val().Sub(last); gone < 200*time.Millisecond {
 		t.Fatalf("the registry was gone %s after the last beat, before the TTLs ran out", gone)
+	}
+}
+
+// TestUnreadableRecordHidesNoOther: a record that is not a process's JSON,
+// and one of another type, are named in Snapshot.Unreadable with why;
+// List still lists the live process beside them.
+func TestUnreadableRecordHidesNoOther(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb, ns := redistest.New(t)
+	var regs []*fleet.Registration
+	for range 3 {
+		reg, err := fleet.New(rdb, ns, fleet.Process{Role: fleet.RoleWorker}, fleet.Options{TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := reg.Beat(ctx); err != nil {
+			t.Fatal(err)
+		}
+		regs = append(regs, reg)
+	}
+	k := keyspace.Fleet(ns)
+	if err := rdb.Set(ctx, k.Proc+regs[0].ID(), "{not json", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Del(ctx, k.Proc+regs[1].ID()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HSet(ctx, k.Proc+regs[1].ID(), "a", "b").Err(); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := fleet.List(ctx, rdb, ns)
+	if err != nil {
+		t.Fatalf("List beside unreadable records: %v", err)
+	}
+	if len(snap.Processes) != 1 || snap.Processes[0].ID != regs[2].ID() {
+		t.Errorf("listed %+v, want only %s", snap.Processes, regs[2].ID())
+	}
+	if len(snap.Unreadable) != 2 {
+		t.Fatalf("Unreadable = %q, want the two bad records", snap.Unreadable)
+	}
+	for _, want := range []string{k.Proc + regs[0].ID() + ": does not decode", k.Proc + regs[1].ID() + ": WRONGTYPE"} {
+		found := false
+		for _, u := range snap.Unreadable {
+			found = found || strings.HasPrefix(u, want)
+		}
+		if !found {
+			t.Errorf("Unreadable = %q, want one starting %q", snap.Unreadable, want)
+		}
 	}
 }
