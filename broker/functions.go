@@ -76,14 +76,14 @@ var library = sync.OnceValue(func() functionLibrary {
 	}
 	h := sha256.New()
 	for _, s := range allScripts {
-		fmt.Fprintf(h, "%d:%s\n%d:%s\n%d:%s\n", len(s.name), s.name, len(flags(s)), flags(s), len(s.src), s.src)
+		fmt.Fprintf(h, "%d:%s\n%d:%s\n%d:%s\n", len(s.name), s.name, len(flags(s)), flags(s), len(s.source()), s.source())
 	}
 	name := FunctionLibraryPrefix + hex.EncodeToString(h.Sum(nil))[:16]
 	var b strings.Builder
 	b.WriteString("#!lua name=" + name + "\n")
 	for _, s := range allScripts {
 		s.fn = name + "_" + s.name
-		fmt.Fprintf(&b, "redis.register_function{function_name='%s', flags={%s}, callback=function(KEYS, ARGV)\n%s\nend}\n", s.fn, flags(s), s.src)
+		fmt.Fprintf(&b, "redis.register_function{function_name='%s', flags={%s}, callback=function(KEYS, ARGV)\n%s\nend}\n", s.fn, flags(s), s.source())
 	}
 	return functionLibrary{name: name, code: b.String()}
 })

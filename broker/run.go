@@ -83,7 +83,7 @@ func (b *Broker) run(ctx context.Context, s *script, keys []string, args ...any)
 			b.observe(err)
 			return res, functionErr(s, err)
 		}
-		res, err := s.lua.Run(ctx, b.rdb, keys, argv...).Result()
+		res, err := s.lua().Run(ctx, b.rdb, keys, argv...).Result()
 		b.observe(err)
 		return res, err
 	}
@@ -94,9 +94,9 @@ func (b *Broker) run(ctx context.Context, s *script, keys []string, args ...any)
 			case b.opts.Functions:
 				cmd = fcall(ctx, p, s, keys, argv)
 			case load:
-				cmd = s.lua.Eval(ctx, p, keys, argv...)
+				cmd = s.lua().Eval(ctx, p, keys, argv...)
 			default:
-				cmd = s.lua.EvalSha(ctx, p, keys, argv...)
+				cmd = s.lua().EvalSha(ctx, p, keys, argv...)
 			}
 			p.IncrBy(ctx, seqKeyOf(keys[0]), 0) // see the note at the top
 		})
@@ -148,9 +148,9 @@ func (b *Broker) runReads(ctx context.Context, calls []read) ([]any, []error) {
 			case b.opts.Functions:
 				cmds[j] = fcall(ctx, p, c.s, c.keys, argv)
 			case attempt == 0:
-				cmds[j] = c.s.lua.EvalSha(ctx, p, c.keys, argv...)
+				cmds[j] = c.s.lua().EvalSha(ctx, p, c.keys, argv...)
 			default:
-				cmds[j] = c.s.lua.Eval(ctx, p, c.keys, argv...)
+				cmds[j] = c.s.lua().Eval(ctx, p, c.keys, argv...)
 			}
 		}
 		_, _ = p.Exec(ctx) // errors are read per command

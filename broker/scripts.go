@@ -4,6 +4,7 @@ import (
 	"embed"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -12,16 +13,32 @@ import (
 var scriptFS embed.FS
 
 // script is one Lua script of scripts/, with what its header declares.
+// Its code (the prelude it uses, then the body) is put together at its
+// first use, not at program start: a program that imports the package
+// and sends no script pays nothing for it.
 type script struct {
 	name string
-	src  string // what EVAL runs: the prelude the body uses, then the body
-	lua  *redis.Script
+	body string
 	// readOnly: the header says "-- read-only": the script changes
 	// nothing, so a durable broker need not wait for replicas after it.
 	readOnly bool
 	// fn is the script's function in the library (see functions.go).
 	fn string
+	// prepared returns what EVAL runs and the script with its SHA1.
+	prepared func() prepared
 }
+
+// prepared is a script's code and the go-redis Script that sends it.
+type prepared struct {
+	src string
+	lua *redis.Script
+}
+
+// source is what EVAL runs: the prelude the body uses, then the body.
+func (s *script) source() string { return s.prepared().src }
+
+// lua is the go-redis Script of source.
+func (s *script) lua() *redis.Script { return s.prepared().lua }
 
 // allScripts are the scripts load made, in order: the function library
 // holds each of them.
@@ -30,21 +47,24 @@ var allScripts []*script
 // readOnlyMark is the header line of a script that changes nothing.
 const readOnlyMark = "-- read-only"
 
-// load returns the named script with the parts of the shared prelude it
-// uses prepended (see preludeFor).
+// load returns the named script, whose code gets the parts of the shared
+// prelude it uses (see preludeFor) at its first use.
 func load(name string) *script {
-	prelude, err := scriptFS.ReadFile("scripts/prelude.lua")
-	if err != nil {
-		panic(err)
-	}
 	body, err := scriptFS.ReadFile("scripts/" + name + ".lua")
 	if err != nil {
 		panic(err)
 	}
-	src := preludeFor(string(prelude), string(body)) + "\n" + string(body)
-	s := &script{name: name, src: src, lua: redis.NewScript(src)}
+	s := &script{name: name, body: string(body)}
+	s.prepared = sync.OnceValue(func() prepared {
+		prelude, err := scriptFS.ReadFile("scripts/prelude.lua")
+		if err != nil {
+			panic(err)
+		}
+		src := preludeFor(string(prelude), s.body) + "\n" + s.body
+		return prepared{src: src, lua: redis.NewScript(src)}
+	})
 	allScripts = append(allScripts, s)
-	for _, line := range strings.Split(string(body), "\n") {
+	for line := range strings.SplitSeq(s.body, "\n") {
 		if !strings.HasPrefix(line, "--") {
 			break // the header is the leading comment
 		}
@@ -68,20 +88,22 @@ var commentRE = regexp.MustCompile(`--[^\n]*|'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\
 // in their order. Every call of a script runs its prelude again, defining
 // each function anew: a single-job enqueue spent about 1.5 µs of its 13 on
 // the functions it never called.
+//
+// A name is used where it stands as a whole word of the code (comments
+// and strings left out): each text is split into its words once, so that
+// preparing the scripts at program start costs no regular expression per
+// name.
 func preludeFor(prelude, body string) string {
 	paras := strings.Split(prelude, "\n\n")
 	defines := make([][]string, len(paras))
-	code := make([]string, len(paras)) // without comments and strings
+	code := make([]map[string]bool, len(paras)) // words, without comments and strings
 	for i, p := range paras {
 		for _, m := range definedRE.FindAllStringSubmatch(p, -1) {
 			defines[i] = append(defines[i], m[1])
 		}
-		code[i] = commentRE.ReplaceAllString(p, "")
+		code[i] = words(commentRE.ReplaceAllString(p, ""))
 	}
-	body = commentRE.ReplaceAllString(body, "")
-	uses := func(text, name string) bool {
-		return regexp.MustCompile(`\b` + name + `\b`).MatchString(text)
-	}
+	bodyWords := words(commentRE.ReplaceAllString(body, ""))
 	keep := make([]bool, len(paras))
 	for changed := true; changed; {
 		changed = false
@@ -90,9 +112,9 @@ func preludeFor(prelude, body string) string {
 				continue
 			}
 			for _, name := range names {
-				used := uses(body, name)
+				used := bodyWords[name]
 				for j := range paras {
-					if keep[j] && j != i && uses(code[j], name) {
+					if keep[j] && j != i && code[j][name] {
 						used = true
 					}
 				}
@@ -110,6 +132,30 @@ func preludeFor(prelude, body string) string {
 		}
 	}
 	return strings.Join(out, "\n\n")
+}
+
+// words returns the set of text's words: its longest runs of letters,
+// digits and '_', where regexp's \b finds word boundaries.
+func words(text string) map[string]bool {
+	set := map[string]bool{}
+	start := -1
+	for i := 0; i <= len(text); i++ {
+		if i < len(text) && isWordByte(text[i]) {
+			if start < 0 {
+				start = i
+			}
+			continue
+		}
+		if start >= 0 {
+			set[text[start:i]] = true
+			start = -1
+		}
+	}
+	return set
+}
+
+func isWordByte(c byte) bool {
+	return c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 }
 
 var (

@@ -3,6 +3,7 @@ package broker
 import (
 	"io/fs"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -210,5 +211,89 @@ func TestPreludeHasWhatEachScriptUses(t *testing.T) {
 	}
 	if !strings.Contains(part, "local function now_us(") || !strings.Contains(part, "local function expect(") {
 		t.Errorf("enqueue.lua is loaded without now_us or expect:\n%s", part)
+	}
+}
+
+// TestPreludeForAsByRegexp: preludeFor, which splits each text into words
+// once, keeps for every script exactly the paragraphs that a test of each
+// name as a \b-bounded regular expression keeps, so the scripts (and their
+// SHA1s) are what they were.
+func TestPreludeForAsByRegexp(t *testing.T) {
+	t.Parallel()
+	byRegexp := func(prelude, body string) string {
+		paras := strings.Split(prelude, "\n\n")
+		defines := make([][]string, len(paras))
+		code := make([]string, len(paras))
+		for i, p := range paras {
+			for _, m := range definedRE.FindAllStringSubmatch(p, -1) {
+				defines[i] = append(defines[i], m[1])
+			}
+			code[i] = commentRE.ReplaceAllString(p, "")
+		}
+		body = commentRE.ReplaceAllString(body, "")
+		uses := func(text, name string) bool { return regexp.MustCompile(`\b` + name + `\b`).MatchString(text) }
+		keep := make([]bool, len(paras))
+		for changed := true; changed; {
+			changed = false
+			for i, names := range defines {
+				if keep[i] {
+					continue
+				}
+				for _, name := range names {
+					used := uses(body, name)
+					for j := range paras {
+						if keep[j] && j != i && uses(code[j], name) {
+							used = true
+						}
+					}
+					if used {
+						keep[i], changed = true, true
+						break
+					}
+				}
+			}
+		}
+		var out []string
+		for i, p := range paras {
+			if keep[i] {
+				out = append(out, p)
+			}
+		}
+		return strings.Join(out, "\n\n")
+	}
+	prelude, err := scriptFS.ReadFile("scripts/prelude.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := fs.ReadDir(scriptFS, "scripts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bodies := map[string]string{
+		"a name inside a longer word": "local x = held_jobs(1)\nlocal y = xhistory",
+		"a name after a digit":        "return 1history",
+		"a name in a comment":         "-- history(1)\nreturn 1",
+	}
+	for _, e := range entries {
+		b, err := scriptFS.ReadFile("scripts/" + e.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		bodies[e.Name()] = string(b)
+	}
+	for name, body := range bodies {
+		if got, want := preludeFor(string(prelude), body), byRegexp(string(prelude), body); got != want {
+			t.Errorf("%s: preludeFor keeps\n%s\nwant\n%s", name, got, want)
+		}
+	}
+	for in, want := range map[string]string{"": "", "a b_c 1d": "1d a b_c", "x.y(z)--w": "w x y z", "é_1": "_1"} {
+		var got []string
+		for w := range words(in) {
+			got = append(got, w)
+		}
+		slices.Sort(got)
+		if strings.Join(got, " ") != want {
+			t.Errorf("words(%q) = %q, want %q", in, got, want)
+		}
 	}
 }
