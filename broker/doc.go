@@ -57,8 +57,11 @@
 //
 // # Keys
 //
-// It is the only package that talks to Redis. Every key of one queue carries
-// the queue's hash tag, so a queue lives in one Redis Cluster slot and each
+// It runs every script and is the only package that reads or writes the
+// keys of queues listed below; packages fleet, periodic and outbox keep keys
+// of their own (docs/architecture.md, "Key layout"), written with plain
+// commands on the client that [Broker.Client] returns. Every key of one
+// queue carries the queue's hash tag, so a queue lives in one Redis Cluster slot and each
 // script touches only the keys it declares:
 //
 //	ns:{q}:scheduled   ZSET  id -> ready time (ms)

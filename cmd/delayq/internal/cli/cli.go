@@ -1,5 +1,7 @@
 // Package cli is the delayq command-line tool: main calls Run. The commands
-// are built on the broker's inspection API and the deadletter package.
+// are built on the broker's producer, operator and inspection API and on
+// packages deadletter, fleet, periodic, outbox and dashboard (for "delayq
+// dashboard").
 package cli
 
 import (
