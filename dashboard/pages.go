@@ -30,6 +30,7 @@ type queueRow struct {
 	broker.QueueStats
 	Handled int64 // attempts ended over the last hour
 	Spark   chart
+	Flow    flowData // what its caps, rate limits and paused types hold back
 }
 
 type overviewData struct {
@@ -137,7 +138,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 	t := &data.Total
 	t.Now = now
 	for i, s := range stats {
-		row := queueRow{QueueStats: s, Spark: sparkline(hist[i], s.Queue)}
+		row := queueRow{QueueStats: s, Spark: sparkline(hist[i], s.Queue), Flow: flowOf(s)}
 		for _, m := range hist[i] {
 			row.Handled += m.Handled()
 		}
@@ -184,6 +185,9 @@ type queueData struct {
 	// processing and none does.
 	Served       int
 	HeldUnserved bool
+	// Flow: the queue's pause, caps and rate limits, and what they hold
+	// back now.
+	Flow flowData
 }
 
 func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
@@ -227,6 +231,7 @@ func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v.Now = data.Stats.Now
+	data.Flow = flowOf(data.Stats)
 	procs, err := fleet.List(ctx, d.b.Client(), d.b.Namespace())
 	if err != nil {
 		d.redisError(w, r, err)
