@@ -19,7 +19,7 @@ import (
 
 // pageNames are the templates under templates/, each rendered inside
 // layout.html.
-var pageNames = []string{"overview", "queue", "job", "dead", "deadjob", "periodic", "batches", "batch", "confirm", "error", "processes"}
+var pageNames = []string{"overview", "queue", "job", "dead", "deadjob", "periodic", "batches", "batch", "confirm", "error", "processes", "batchdead"}
 
 func parsePages() (map[string]*template.Template, error) {
 	base, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html")
