@@ -46,6 +46,7 @@ type overviewData struct {
 	Total        broker.QueueStats // summed counts; NextReady and OldestDue the earliest
 	Charts       charts
 	Relays       []outbox.RelayStatus // the outbox relays that recorded their status
+	Server       serverMemory         // INFO memory of the server(s)
 }
 
 // knownQueues returns the names in ns:queues that delayq could have
@@ -123,6 +124,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	data.Queues, data.Relays = make([]queueRow, len(stats)), relays
+	data.Server = readServerMemory(ctx, d.b.Client())
 	v := &view{Title: "Overview", Nav: "overview", Live: true, Flash: d.flash(r), Data: data}
 	if len(stats) == 0 {
 		d.render(w, r, http.StatusOK, "overview", v)
@@ -188,6 +190,9 @@ type queueData struct {
 	// Flow: the queue's pause, caps and rate limits, and what they hold
 	// back now.
 	Flow flowData
+	// Memory: what the queue's keys take in Redis, and the server in all.
+	Memory queueMemory
+	Server serverMemory
 }
 
 func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
@@ -232,6 +237,8 @@ func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
 	}
 	v.Now = data.Stats.Now
 	data.Flow = flowOf(data.Stats)
+	data.Memory = d.readQueueMemory(ctx, q, data.Stats)
+	data.Server = readServerMemory(ctx, d.b.Client())
 	procs, err := fleet.List(ctx, d.b.Client(), d.b.Namespace())
 	if err != nil {
 		d.redisError(w, r, err)

@@ -130,6 +130,7 @@ var funcs = template.FuncMap{
 	"dur":       formatDuration,
 	"rate":      rateText,
 	"num":       formatCount,
+	"bytes":     formatBytes,
 	"payload":   formatPayload,
 	"firstLine": firstLine,
 	"add":       func(a, b int) int { return a + b },
