@@ -5,8 +5,10 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/job"
 )
 
@@ -107,20 +109,30 @@ func (d *Dashboard) batches(w http.ResponseWriter, r *http.Request) {
 	d.render(w, r, http.StatusOK, "batches", &view{Title: "Batches", Nav: "batches", Live: true, Now: now, Data: data})
 }
 
+// readBatch reads the page's batch; on an error it has answered with the
+// error page, and returns nil.
+func (d *Dashboard) readBatch(w http.ResponseWriter, r *http.Request) *broker.BatchStatus {
+	id := r.PathValue("id")
+	s, err := d.b.Batch(r.Context(), id)
+	switch {
+	case errors.Is(err, job.ErrInvalid):
+		d.fail(w, r, http.StatusBadRequest, "Bad batch id: "+err.Error())
+	case errors.Is(err, broker.ErrBatchNotFound):
+		d.fail(w, r, http.StatusNotFound, "Not found: batch "+strconv.Quote(id)+" (never created, or its record expired).")
+	case err != nil:
+		d.redisError(w, r, err)
+	default:
+		return s
+	}
+	return nil
+}
+
 // batch shows one batch, read-only.
 func (d *Dashboard) batch(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	id := r.PathValue("id")
-	s, err := d.b.Batch(ctx, id)
-	switch {
-	case errors.Is(err, job.ErrInvalid):
-		d.fail(w, r, http.StatusBadRequest, "Bad batch id: "+err.Error())
-		return
-	case errors.Is(err, broker.ErrBatchNotFound):
-		d.fail(w, r, http.StatusNotFound, "Not found: batch "+strconv.Quote(id)+" (never created, or its record expired).")
-		return
-	case err != nil:
-		d.redisError(w, r, err)
+	s := d.readBatch(w, r)
+	if s == nil {
 		return
 	}
 	now, err := d.b.Client().Time(ctx).Result()
@@ -129,4 +141,63 @@ func (d *Dashboard) batch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.render(w, r, http.StatusOK, "batch", &view{Title: "Batch " + id, Nav: "batches", Live: true, Now: now, Data: batchRow{s}})
+}
+
+// BatchDeadScan is how many dead records, newest first and only those that
+// died since the batch was created, one page of a batch's dead members
+// reads at most; the page offers to continue with older ones.
+const BatchDeadScan = deadletter.MaxLimit
+
+type batchDeadData struct {
+	Batch   batchRow
+	Members []*broker.DeadRecord // the batch's members among the records read
+	Scanned int64                // dead records read
+	Cursor  string               // where this page started ("" at the newest)
+	Next    string               // where the next page starts; "" when none
+}
+
+// batchDead lists the batch's members that ended dead: the dead-letter
+// store (every queue) read newest first back to the batch's creation, at
+// most BatchDeadScan records a page, keeping the records of its members.
+func (d *Dashboard) batchDead(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	s := d.readBatch(w, r)
+	if s == nil {
+		return
+	}
+	data := &batchDeadData{Batch: batchRow{s}, Cursor: r.URL.Query().Get("cursor")}
+	v := &view{Title: "Dead members of batch " + s.ID, Nav: "batches", Data: data}
+	if s.Dead > 0 || data.Cursor != "" {
+		// Its members died after it was created: older records are not
+		// read. The filter is on time only, so every record read is listed
+		// or skipped here, and the page's cursor is exact.
+		page, err := d.dl.List(ctx, "", deadletter.ListOptions{
+			Filter: deadletter.Filter{DiedAfter: s.CreatedAt.Truncate(time.Millisecond)},
+			Cursor: data.Cursor, Limit: BatchDeadScan, MaxScan: BatchDeadScan,
+		})
+		switch {
+		case errors.Is(err, deadletter.ErrBadCursor):
+			d.fail(w, r, http.StatusBadRequest, errBadCursor.Error())
+			return
+		case err != nil:
+			d.redisError(w, r, err)
+			return
+		}
+		data.Scanned, data.Next = int64(page.Scanned), page.Next
+		for _, rec := range page.Records {
+			if rec.Envelope != nil && rec.Envelope.Batch == s.ID {
+				data.Members = append(data.Members, rec)
+			}
+		}
+		if data.Cursor == "" && len(data.Members) >= s.Dead {
+			data.Next = "" // all of them found: older records hold none
+		}
+	}
+	now, err := d.b.Client().Time(ctx).Result()
+	if err != nil {
+		d.redisError(w, r, err)
+		return
+	}
+	v.Now = now
+	d.render(w, r, http.StatusOK, "batchdead", v)
 }

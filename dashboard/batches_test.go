@@ -142,7 +142,7 @@ func TestBatchPages(t *testing.T) {
 	r = tb.get(t, "/batches/b-dead")
 	wantStatus(t, "batch page", r, http.StatusOK)
 	mustContain(t, "batch page", r.body, `Batch <code class="id"><bdi>b-dead</bdi></code> <span class="state s-complete">complete</span>`,
-		"<dt>Total</dt><dd>2</dd>", "<dt>Pending</dt><dd>0</dd>", "<dt>Succeeded</dt><dd>1</dd>", `<dt>Dead</dt><dd><span class="bad">1</span></dd>`,
+		"<dt>Total</dt><dd>2</dd>", "<dt>Pending</dt><dd>0</dd>", "<dt>Succeeded</dt><dd>1</dd>", `<dt>Dead</dt><dd><span class="bad">1</span> · <a href="/batches/b-dead/dead" id="dead-members">the dead members</a></dd>`,
 		"<dt>Sealed</dt><dd>yes", `aria-current="page">Batches</a>`,
 		`<td>success</td>`, `href="/queues/cb/job?id=b-dead%3asuccess"`, `<span class="cb cb-skipped">skipped</span>`,
 		`<td>complete</td>`, `href="/queues/held/job?id=b-dead%3acomplete"`)
@@ -169,4 +169,93 @@ func TestBatchPages(t *testing.T) {
 	}
 	mustContain(t, "unknown batch", tb.get(t, "/batches/nope-1").body, "Not found: batch &#34;nope-1&#34;")
 	mustContain(t, "overview", tb.get(t, "/").body, `href="/batches"`)
+}
+
+// TestBatchDeadMembers: a batch's page links to its members that ended
+// dead, which its dead-members page lists from the dead letters of every
+// queue, leaving out the other dead jobs; a batch with none says so; a bad
+// cursor or batch id is refused.
+func TestBatchDeadMembers(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, dashboard.Options{})
+	// Dead jobs of no batch, before and after the batch.
+	tb.kill(t, "work", "other.job", `{}`, map[string]string{"lone-1": "lone failure"})
+	ctx := tb.ctx
+	if _, err := tb.b.CreateBatch(ctx, broker.BatchSpec{ID: "bd"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tb.b.CreateBatch(ctx, broker.BatchSpec{ID: "clean"}); err != nil {
+		t.Fatal(err)
+	}
+	work := job.New[memberArgs]("batch.member", job.MaxRetries(0), job.Queue("work"))
+	mail := job.New[memberArgs]("batch.mail", job.MaxRetries(0), job.Queue("mail"))
+	var envs []*job.Envelope
+	for i, m := range []struct {
+		t    *job.Type[memberArgs]
+		fail bool
+	}{{work, false}, {work, true}, {mail, false}, {mail, true}, {work, true}} {
+		e, err := m.t.Envelope(memberArgs{Fail: m.fail}, job.ID(fmt.Sprintf("bd-m%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		envs = append(envs, e)
+	}
+	if err := tb.b.AddToBatch(ctx, "bd", envs...); err != nil {
+		t.Fatal(err)
+	}
+	ok, err := work.Envelope(memberArgs{}, job.ID("clean-m0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.b.AddToBatch(ctx, "clean", ok); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"bd", "clean"} {
+		if err := tb.b.SealBatch(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := job.NewRegistry()
+	handle := func(_ context.Context, j *job.Job[memberArgs]) error {
+		if j.Args.Fail {
+			return retry.Permanent(errors.New("member " + j.ID + " failed"))
+		}
+		return nil
+	}
+	work.Handle(reg, handle)
+	mail.Handle(reg, handle)
+	stop := tb.runWorker(t, reg, "work", "mail")
+	redistest.WaitFor(t, 30*time.Second, "both batches complete", func() bool {
+		bd, err1 := tb.b.Batch(ctx, "bd")
+		clean, err2 := tb.b.Batch(ctx, "clean")
+		return err1 == nil && err2 == nil && bd.Complete() && clean.Complete()
+	})
+	stop()
+	tb.kill(t, "mail", "other.job", `{}`, map[string]string{"lone-2": "another failure"})
+
+	r := tb.get(t, "/batches/bd")
+	mustContain(t, "batch page", r.body, `<span class="bad">3</span> · <a href="/batches/bd/dead" id="dead-members">the dead members</a>`)
+	r = tb.get(t, "/batches/bd/dead")
+	wantStatus(t, "dead members", r, http.StatusOK)
+	mustContain(t, "dead members", r.body, "3 of its 5 members are counted dead.",
+		`<a href="/dead/work/job?id=bd-m1"><bdi>bd-m1</bdi></a>`, `<a href="/dead/mail/job?id=bd-m3"><bdi>bd-m3</bdi></a>`,
+		`<a href="/dead/work/job?id=bd-m4"><bdi>bd-m4</bdi></a>`, "member bd-m4 failed", `href="/batches/bd">← batch`)
+	mustNotContain(t, "dead members", r.body, "bd-m0", "bd-m2", "lone-1", "lone-2", `id="older-dead"`)
+	if got := strings.Count(r.body, `<td class="id">`); got != 3 {
+		t.Fatalf("dead members page lists %d jobs, want 3", got)
+	}
+
+	r = tb.get(t, "/batches/clean")
+	mustNotContain(t, "clean batch page", r.body, `id="dead-members"`)
+	r = tb.get(t, "/batches/clean/dead")
+	wantStatus(t, "clean batch's dead members", r, http.StatusOK)
+	mustContain(t, "clean batch's dead members", r.body, "No member of this batch is counted dead now", "No dead record of its members.")
+
+	for path, status := range map[string]int{
+		"/batches/bd/dead?cursor=nonsense": http.StatusBadRequest,
+		"/batches/nope-1/dead":             http.StatusNotFound,
+		"/batches/no%20such/dead":          http.StatusBadRequest,
+	} {
+		wantStatus(t, path, tb.get(t, path), status)
+	}
 }

@@ -149,7 +149,10 @@ func do(t *testing.T, ctx context.Context, what string, steps ...chromedp.Action
 // docs/dashboard.png as well when DELAYQ_UPDATE_SCREENSHOT=1), and a DNS
 // rebinding is played: the dashboard opened as evil.example (which
 // Chromium resolves to 127.0.0.1) is refused, and a script on a page of
-// that origin can neither read it nor purge its dead letters. CI sets
+// that origin can neither read it nor purge its dead letters. Then a
+// running job's page goes stale and gone, the processes page lists the
+// live workers, and a rate limit and a cap set from a queue page hold jobs
+// back, which the page shows (screenshots of those too). CI sets
 // DELAYQ_BROWSER=later for its parallel run of every package and runs this
 // test alone afterwards.
 func TestBrowser(t *testing.T) {
@@ -334,6 +337,136 @@ func TestBrowser(t *testing.T) {
 	rebinding(t, ctx, b, web.URL, attacker, seeded.Dead-2)
 	cancelRunning(t, ctx, b, web.URL, &dlg, stopped)
 	finishedJob(t, ctx, b, web.URL, attacker, release)
+	heldBack(t, ctx, b, web.URL)
+}
+
+// heldBack starts a worker for "sms" whose handlers run until the test
+// ends, sets a rate limit of sms.send and a cap of report.build with the
+// queue page's forms, and enqueues more jobs of each than they allow: the
+// processes page lists the live workers, and the queue page's
+// auto-refresh shows how many jobs each control holds back.
+func heldBack(t *testing.T, ctx context.Context, b *broker.Broker, base string) {
+	t.Helper()
+	bg := context.Background()
+	// The queue exists before its controls are set: a job due in a day.
+	if err := b.Enqueue(bg, &job.Envelope{ID: "tomorrow", Queue: "sms", Type: "sms.send", Payload: []byte(`{}`), Delay: 24 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan string, 16)
+	reg := job.NewRegistry()
+	for _, typ := range []string{"sms.send", "report.build"} {
+		job.New[email](typ, job.Queue("sms")).Handle(reg, func(ctx context.Context, j *job.Job[email]) error {
+			started <- j.ID
+			<-ctx.Done()
+			return context.Cause(ctx)
+		})
+	}
+	logger := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel)
+	w, err := worker.New(worker.Config{Broker: b, Registry: reg, Queues: []worker.Queue{{Name: "sms"}}, Concurrency: 8, MaxIdle: time.Second, Logger: &logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, stop := context.WithCancel(bg)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = w.Run(wctx) }()
+	t.Cleanup(func() { stop(); <-done })
+
+	// The processes page lists both live workers with their queues.
+	do(t, ctx, "open the processes page",
+		chromedp.Navigate(base+"/processes"),
+		chromedp.WaitVisible(chromedp.ID("processes")),
+	)
+	for deadline := time.Now().Add(4 * dashboard.DefaultRefreshInterval); ; time.Sleep(100 * time.Millisecond) {
+		rows := eval[[]string](t, ctx, `Array.from(document.querySelectorAll('#processes tr[data-role="worker"]')).map(r => r.innerText)`)
+		var emails, sms bool
+		for _, r := range rows {
+			emails = emails || strings.Contains(r, "emails")
+			sms = sms || strings.Contains(r, "sms") && strings.Contains(r, "report.build")
+		}
+		if emails && sms {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the processes page lists %q, want the workers of emails and of sms", rows)
+		}
+	}
+	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	saveScreenshotAs(t, "dashboard-processes.png", shot)
+
+	// Set the limit and the cap with the page's forms.
+	do(t, ctx, "set a rate limit",
+		chromedp.Navigate(base+"/queues/sms"),
+		chromedp.WaitVisible(chromedp.ID("limit-form")),
+		chromedp.SendKeys(chromedp.CSS(`#limit-form input[name="type"]`), "sms.send"),
+		chromedp.SendKeys(chromedp.CSS(`#limit-form input[name="count"]`), "2"),
+		chromedp.SendKeys(chromedp.CSS(`#limit-form input[name="per"]`), "1h"),
+		chromedp.SendKeys(chromedp.CSS(`#limit-form input[name="burst"]`), "2"),
+		chromedp.Click(chromedp.ID("set-limit")),
+		chromedp.WaitVisible(chromedp.CSS(".flash")),
+	)
+	if f := eval[string](t, ctx, `document.querySelector('.flash').innerText`); !strings.Contains(f, "Rate limit of") {
+		t.Fatalf("after setting the limit the page says %q", f)
+	}
+	do(t, ctx, "set a cap",
+		chromedp.SendKeys(chromedp.CSS(`#cap-form input[name="type"]`), "report.build"),
+		chromedp.SendKeys(chromedp.CSS(`#cap-form input[name="n"]`), "1"),
+		chromedp.Click(chromedp.ID("set-cap")),
+		chromedp.WaitVisible(chromedp.ID("caps-note")),
+	)
+	st, err := b.Stats(bg, "sms")
+	if err != nil || st.RateLimits["sms.send"] != (broker.RateLimit{Count: 2, Per: time.Hour, Burst: 2}) || st.Caps["report.build"] != 1 {
+		t.Fatalf("stored controls: %+v %+v, %v", st.RateLimits, st.Caps, err)
+	}
+
+	// Five sms and three reports: two sms and one report start, the rest
+	// are held back, and the open page says so without a reload.
+	var envs []*job.Envelope
+	for i := range 5 {
+		envs = append(envs, &job.Envelope{ID: "sms-" + itoa(i), Queue: "sms", Type: "sms.send", Payload: []byte(`{}`)})
+	}
+	for i := range 3 {
+		envs = append(envs, &job.Envelope{ID: "report-" + itoa(i), Queue: "sms", Type: "report.build", Payload: []byte(`{}`)})
+	}
+	if err := b.Enqueue(bg, envs...); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		select {
+		case <-started:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the sms worker did not start three jobs within 30s")
+		}
+	}
+	held := func() string {
+		return strings.TrimSpace(eval[string](t, ctx, `(document.getElementById('q-held') || {}).innerText || ''`))
+	}
+	for deadline := time.Now().Add(4 * dashboard.DefaultRefreshInterval); held() != "5"; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("#q-held shows %q, not 5; the page shows:\n%s", held(), eval[string](t, ctx, `document.querySelector('main').innerText`))
+		}
+	}
+	why := eval[string](t, ctx, `document.getElementById('held-why').innerText`)
+	for _, want := range []string{"3 held by the rate limit of sms.send (2 per 1h, burst 2)", "2 held by the concurrency cap of report.build (at most 1 running)"} {
+		if !strings.Contains(why, want) {
+			t.Errorf("the held-back list %q lacks %q", why, want)
+		}
+	}
+	if due := text(t, ctx, "q-due"); due != "3" {
+		t.Errorf("#q-due shows %q, want the 3 sms held by the limit", due)
+	}
+	select {
+	case id := <-started:
+		t.Fatalf("%s started past its limit or cap", id)
+	default:
+	}
+	shot, err = chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	saveScreenshotAs(t, "dashboard-held.png", shot)
 }
 
 // finishedJob opens the page of a running job: while the dashboard cannot

@@ -68,7 +68,8 @@ func (d *Dashboard) setCap(w http.ResponseWriter, r *http.Request) {
 
 // setLimit sets a rate limit ("count" per "per", a duration such as 1s,
 // with an optional "burst") of the queue or, with a "type" field, of one
-// job type of it; a "clear" field clears it.
+// job type of it; a "strict" field makes it a sliding window of "per" (plus
+// an optional "slack") instead; a "clear" field clears it.
 func (d *Dashboard) setLimit(w http.ResponseWriter, r *http.Request) {
 	q := r.PathValue("queue")
 	typ, err := typeField(r)
@@ -79,18 +80,10 @@ func (d *Dashboard) setLimit(w http.ResponseWriter, r *http.Request) {
 	var lim broker.RateLimit
 	clear := r.PostForm.Get("clear") != ""
 	if !clear {
-		count, err1 := strconv.Atoi(strings.TrimSpace(r.PostForm.Get("count")))
-		per, err2 := time.ParseDuration(strings.TrimSpace(r.PostForm.Get("per")))
-		burst := 0
-		var err3 error
-		if b := strings.TrimSpace(r.PostForm.Get("burst")); b != "" {
-			burst, err3 = strconv.Atoi(b)
-		}
-		if err1 != nil || count <= 0 || err2 != nil || per < time.Millisecond || err3 != nil || burst < 0 {
-			d.fail(w, r, http.StatusBadRequest, "A limit needs a positive whole count, a period of at least 1ms (such as 1s, 1m, 250ms) and a burst that is not negative.")
+		if lim, err = limitForm(r); err != nil {
+			d.fail(w, r, http.StatusBadRequest, err.Error())
 			return
 		}
-		lim = broker.RateLimit{Count: count, Per: per, Burst: burst}
 	}
 	if !d.mustKnow(w, r, q) {
 		return
@@ -106,6 +99,38 @@ func (d *Dashboard) setLimit(w http.ResponseWriter, r *http.Request) {
 	d.redirect(w, r, queuePath(q), url.Values{"done": {done}, "nid": {controlTarget(q, typ)}, "n": {strconv.Itoa(lim.Count)}})
 }
 
+// limitForm reads the rate limit of a limit form, or says what is wrong
+// with it.
+func limitForm(r *http.Request) (broker.RateLimit, error) {
+	field := func(name string) string { return strings.TrimSpace(r.PostForm.Get(name)) }
+	count, err := strconv.Atoi(field("count"))
+	if err != nil || count <= 0 {
+		return broker.RateLimit{}, errors.New("The limit's count must be a positive whole number of starts, not " + strconv.Quote(field("count")) + ".")
+	}
+	per, err := time.ParseDuration(field("per"))
+	if err != nil || per < time.Millisecond {
+		return broker.RateLimit{}, errors.New("The limit's period must be a duration of at least 1ms (such as 1s, 1m, 250ms), not " + strconv.Quote(field("per")) + ".")
+	}
+	lim := broker.RateLimit{Count: count, Per: per, Strict: r.PostForm.Get("strict") != ""}
+	if b := field("burst"); b != "" {
+		if lim.Burst, err = strconv.Atoi(b); err != nil || lim.Burst < 0 {
+			return broker.RateLimit{}, errors.New("The limit's burst must be a whole number that is not negative, not " + strconv.Quote(b) + ".")
+		}
+	}
+	if sl := field("slack"); sl != "" {
+		if lim.Slack, err = time.ParseDuration(sl); err != nil || lim.Slack < 0 {
+			return broker.RateLimit{}, errors.New("The limit's slack must be a duration that is not negative (such as 200ms), not " + strconv.Quote(sl) + ".")
+		}
+	}
+	if lim.Strict && lim.Burst == 1 {
+		lim.Burst = 0 // a strict window allows Count at once; 1 is the default burst
+	}
+	if err := lim.Validate(); err != nil {
+		return broker.RateLimit{}, errors.New("The limit was not set: " + strings.TrimPrefix(err.Error(), "job: "+job.ErrInvalid.Error()+": ") + ".")
+	}
+	return lim, nil
+}
+
 // controlTarget names what a control applies to in a notice.
 func controlTarget(q, typ string) string {
 	if typ != "" {
@@ -114,18 +139,32 @@ func controlTarget(q, typ string) string {
 	return q
 }
 
-// rateText is "10 per 1s" or "10 per 1s, burst 5".
+// rateText is "10 per 1s", "10 per 1s, burst 5", "10 in any 1s, strict"
+// or "10 in any 1s (+200ms slack), strict".
 func rateText(r broker.RateLimit) string {
-	per := r.Per.String() // exact: 1s, 1m0s, 250ms
-	if strings.HasSuffix(per, "m0s") {
-		per = strings.TrimSuffix(per, "0s")
+	if r.Strict {
+		s := strconv.Itoa(r.Count) + " in any " + shortDur(r.Per)
+		if r.Slack > 0 {
+			s += " (+" + shortDur(r.Slack) + " slack)"
+		}
+		return s + ", strict"
 	}
-	if strings.HasSuffix(per, "h0m") {
-		per = strings.TrimSuffix(per, "0m")
-	}
-	s := strconv.Itoa(r.Count) + " per " + per
+	s := strconv.Itoa(r.Count) + " per " + shortDur(r.Per)
 	if r.Burst > 1 {
 		s += ", burst " + strconv.Itoa(r.Burst)
+	}
+	return s
+}
+
+// shortDur is an exact duration without trailing zero units: 1s, 1m, 1h,
+// 1m30s, 250ms.
+func shortDur(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
 	}
 	return s
 }

@@ -114,3 +114,77 @@ func TestProcessesPage(t *testing.T) {
 	r = tb.get(t, "/queues/orders")
 	mustNotContain(t, "queue page, served", r.body, `id="unserved-note"`)
 }
+
+// TestHeldBackShown: the queue page and its overview row say how many due
+// jobs a rate limit and a cap hold back now, and by which type's control,
+// in the flow-control table with a row per type; the due card counts the
+// jobs a rate limit holds as due and says so.
+func TestHeldBackShown(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, dashboard.Options{})
+	for i := range 5 {
+		tb.enqueue(t, "sms", fmt.Sprintf("s%d", i), "sms.send", `{}`, 0)
+	}
+	for i := range 3 {
+		tb.enqueue(t, "sms", fmt.Sprintf("r%d", i), "report.build", `{}`, 0)
+	}
+	// Before any control: no flow section, nothing held.
+	r := tb.get(t, "/queues/sms")
+	mustNotContain(t, "queue page without controls", r.body, `id="flow"`, `id="q-held"`)
+
+	if err := tb.b.SetRateLimit(tb.ctx, "sms", "sms.send", broker.RateLimit{Count: 2, Per: time.Hour, Burst: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.b.SetConcurrency(tb.ctx, "sms", "report.build", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.b.PauseType(tb.ctx, "sms", "mail.send"); err != nil {
+		t.Fatal(err)
+	}
+	claimed := 0
+	for range 5 {
+		claimed += len(tb.claim(t, "sms", 20).Jobs)
+	}
+	if claimed != 3 {
+		t.Fatalf("claimed %d jobs, want 2 sms (the limit) and 1 report (the cap)", claimed)
+	}
+	st, err := tb.b.Stats(tb.ctx, "sms")
+	if err != nil || st.HeldByRate["sms.send"] != 3 || st.Held != 2 || st.Due != 3 {
+		t.Fatalf("stats %+v, %v: want 3 held by the rate, 2 by the cap, 3 due", st, err)
+	}
+	r = tb.get(t, "/queues/sms")
+	mustContain(t, "queue page", r.body,
+		`<span class="count warn" id="held-count">5 held back now</span>`,
+		"<li>3 held by the rate limit of sms.send (2 per 1h, burst 2)</li>",
+		"<li>2 held by the concurrency cap of report.build (at most 1 running), until one of their type ends</li>",
+		`<span class="n" id="q-held">5</span>`,
+		`<span class="n" id="q-due">3</span><span class="l">due now, 3 of them held by a rate limit`,
+		`<tr data-type="report.build">`, `<tr data-type="sms.send">`, `<tr data-type="mail.send">`,
+		"<td>2 per 1h, burst 2</td>", `<td class="r warn">3 by the limit</td>`, `<td class="r warn">2 by the cap</td>`,
+		"(not counting the held-back jobs)")
+	mustNotContain(t, "queue page", r.body, `<tr data-type="">`)
+	r = tb.get(t, "/")
+	mustContain(t, "overview", r.body, `data-held="5" title="3 held by the rate limit of sms.send (2 per 1h, burst 2); 2 held by the concurrency cap of report.build (at most 1 running), until one of their type ends">5 held back</span>`)
+
+	// A strict limit of the whole queue shows as a sliding window.
+	wantStatus(t, "strict limit", tb.post(t, "/queues/sms/limit", url.Values{"count": {"4"}, "per": {"1m"}, "strict": {"1"}, "slack": {"200ms"}}), http.StatusSeeOther)
+	r = tb.get(t, "/queues/sms")
+	mustContain(t, "queue page, strict", r.body, `<tr data-type="">`, "<td>4 in any 1m (&#43;200ms slack), strict</td>")
+	if st, err := tb.b.Stats(tb.ctx, "sms"); err != nil || st.RateLimits[""] != (broker.RateLimit{Count: 4, Per: time.Minute, Strict: true, Slack: 200 * time.Millisecond}) {
+		t.Fatalf("stored strict limit: %+v, %v", st.RateLimits, err)
+	}
+	// A strict limit with a burst, and a slack without strict, are refused
+	// with the reason, and change nothing.
+	for reason, form := range map[string]url.Values{
+		"strict rate limit with burst 3": {"count": {"4"}, "per": {"1m"}, "strict": {"1"}, "burst": {"3"}},
+		"slack 1s without Strict":        {"count": {"4"}, "per": {"1m"}, "slack": {"1s"}},
+		"slack must be a duration":       {"count": {"4"}, "per": {"1m"}, "strict": {"1"}, "slack": {"-1s"}},
+	} {
+		r := tb.post(t, "/queues/sms/limit", form)
+		wantStatus(t, reason, r, http.StatusBadRequest)
+		mustContain(t, reason, r.body, reason)
+	}
+	if st, _ := tb.b.Stats(tb.ctx, "sms"); !st.RateLimits[""].Strict || st.RateLimits[""].Count != 4 {
+		t.Fatalf("a refused limit changed the stored one: %+v", st.RateLimits)
+	}
+}

@@ -224,6 +224,7 @@ func (d *Dashboard) routes() http.Handler {
 	get("/periodic", d.periodic)
 	get("/batches", d.batches)
 	get("/batches/{id}", d.batch)
+	get("/batches/{id}/dead", d.batchDead)
 
 	static, _ := fs.Sub(staticFS, "static")
 	files := http.StripPrefix(p+"/static/", http.FileServerFS(static))

@@ -438,7 +438,7 @@ func TestDeleteAndPurge(t *testing.T) {
 func TestAuth(t *testing.T) {
 	t.Parallel()
 	bearer := setup(t, dashboard.Options{BearerToken: "s3cret"})
-	for _, path := range []string{"/", "/dead", "/queues/q", "/periodic", "/batches", "/batches/b1", "/static/dashboard.css"} {
+	for _, path := range []string{"/", "/dead", "/queues/q", "/periodic", "/batches", "/batches/b1", "/batches/b1/dead", "/static/dashboard.css"} {
 		r := bearer.get(t, path)
 		wantStatus(t, "no credentials "+path, r, http.StatusUnauthorized)
 		if r.header.Get("WWW-Authenticate") == "" {
@@ -532,7 +532,7 @@ func TestReadOnly(t *testing.T) {
 	if _, err := tb.b.CreateBatch(tb.ctx, broker.BatchSpec{ID: "b1"}); err != nil {
 		t.Fatal(err)
 	}
-	for _, path := range []string{"/", "/queues/q", "/queues/q/job?id=s", "/dead?queue=q", "/dead/q/job?id=a", "/periodic", "/batches", "/batches/b1"} {
+	for _, path := range []string{"/", "/queues/q", "/queues/q/job?id=s", "/dead?queue=q", "/dead/q/job?id=a", "/periodic", "/batches", "/batches/b1", "/batches/b1/dead", "/processes"} {
 		r := tb.get(t, path)
 		wantStatus(t, path, r, http.StatusOK)
 		mustContain(t, path, r.body, "read-only")

@@ -30,6 +30,7 @@ type queueRow struct {
 	broker.QueueStats
 	Handled int64 // attempts ended over the last hour
 	Spark   chart
+	Flow    flowData // what its caps, rate limits and paused types hold back
 }
 
 type overviewData struct {
@@ -45,6 +46,7 @@ type overviewData struct {
 	Total        broker.QueueStats // summed counts; NextReady and OldestDue the earliest
 	Charts       charts
 	Relays       []outbox.RelayStatus // the outbox relays that recorded their status
+	Server       serverMemory         // INFO memory of the server(s)
 }
 
 // knownQueues returns the names in ns:queues that delayq could have
@@ -122,6 +124,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	data.Queues, data.Relays = make([]queueRow, len(stats)), relays
+	data.Server = readServerMemory(ctx, d.b.Client())
 	v := &view{Title: "Overview", Nav: "overview", Live: true, Flash: d.flash(r), Data: data}
 	if len(stats) == 0 {
 		d.render(w, r, http.StatusOK, "overview", v)
@@ -137,7 +140,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 	t := &data.Total
 	t.Now = now
 	for i, s := range stats {
-		row := queueRow{QueueStats: s, Spark: sparkline(hist[i], s.Queue)}
+		row := queueRow{QueueStats: s, Spark: sparkline(hist[i], s.Queue), Flow: flowOf(s)}
 		for _, m := range hist[i] {
 			row.Handled += m.Handled()
 		}
@@ -184,6 +187,12 @@ type queueData struct {
 	// processing and none does.
 	Served       int
 	HeldUnserved bool
+	// Flow: the queue's pause, caps and rate limits, and what they hold
+	// back now.
+	Flow flowData
+	// Memory: what the queue's keys take in Redis, and the server in all.
+	Memory queueMemory
+	Server serverMemory
 }
 
 func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
@@ -227,6 +236,9 @@ func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v.Now = data.Stats.Now
+	data.Flow = flowOf(data.Stats)
+	data.Memory = d.readQueueMemory(ctx, q, data.Stats)
+	data.Server = readServerMemory(ctx, d.b.Client())
 	procs, err := fleet.List(ctx, d.b.Client(), d.b.Namespace())
 	if err != nil {
 		d.redisError(w, r, err)

@@ -19,7 +19,7 @@ import (
 
 // pageNames are the templates under templates/, each rendered inside
 // layout.html.
-var pageNames = []string{"overview", "queue", "job", "dead", "deadjob", "periodic", "batches", "batch", "confirm", "error", "processes"}
+var pageNames = []string{"overview", "queue", "job", "dead", "deadjob", "periodic", "batches", "batch", "confirm", "error", "processes", "batchdead"}
 
 func parsePages() (map[string]*template.Template, error) {
 	base, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html")
@@ -130,6 +130,7 @@ var funcs = template.FuncMap{
 	"dur":       formatDuration,
 	"rate":      rateText,
 	"num":       formatCount,
+	"bytes":     formatBytes,
 	"payload":   formatPayload,
 	"firstLine": firstLine,
 	"add":       func(a, b int) int { return a + b },

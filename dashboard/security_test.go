@@ -73,7 +73,7 @@ func TestForeignHostRefused(t *testing.T) {
 	tb.kill(t, "q1", "t", `{}`, map[string]string{"d1": "boom"})
 	token := tb.csrf(t)
 	evil := "evil.example:" + tb.port()
-	for _, path := range []string{"/", "/queues/q1", "/queues/q1/job?id=j1", "/dead", "/dead?queue=q1", "/dead/q1/job?id=d1", "/periodic", "/batches", "/batches/b1", "/static/dashboard.css", "/static/dashboard.js", "/nope"} {
+	for _, path := range []string{"/", "/queues/q1", "/queues/q1/job?id=j1", "/dead", "/dead?queue=q1", "/dead/q1/job?id=d1", "/periodic", "/batches", "/batches/b1", "/batches/b1/dead", "/processes", "/static/dashboard.css", "/static/dashboard.js", "/nope"} {
 		for _, host := range []string{evil, "evil.example", "EVIL.example:80", "192.0.2.10", "localhost.evil.example", "127.0.0.1.evil.example", "[2001:db8::1]:80", "localhost:bad", "localhost:0", "localhost:99999", "[::1", "[::1]x", "::1"} {
 			r := tb.hostDo(t, host, http.MethodGet, path, nil)
 			wantStatus(t, "GET "+path+" for host "+host, r, http.StatusMisdirectedRequest)

@@ -1,0 +1,142 @@
+package dashboard
+
+import (
+	"slices"
+	"strconv"
+
+	"github.com/delayq/delayq/broker"
+)
+
+// flowRow is one row of a queue's flow controls: the whole queue (Type
+// "") or one job type with a control or held jobs.
+type flowRow struct {
+	Type    string
+	Paused  bool
+	Cap     int // 0: none
+	Limit   broker.RateLimit
+	Limited bool // Limit is set
+	// HeldByRate: due jobs held by this row's rate limit now. HeldByCap and
+	// Parked: those held by its cap and parked by its pause, when the
+	// broker's counts (which are by queue) can be told apart by type: the
+	// queue has one capped type without a rate limit, or one paused type.
+	HeldByRate, HeldByCap, Parked int64
+}
+
+// flowData is what a queue's page says about its pause, caps and rate
+// limits, and the jobs they hold back now.
+type flowData struct {
+	Rows []flowRow
+	// HeldBack: due jobs held back now (by caps, rate limits and paused
+	// types; a paused queue's due jobs are counted in Due only). Why: one
+	// plain line per cause, such as "31 held by the rate limit of sms.send
+	// (10 per 1s)".
+	HeldBack int64
+	Why      []string
+	// ByRate: the due jobs (in Due) that a rate limit holds; DueFree the
+	// other due jobs.
+	ByRate, DueFree int64
+}
+
+// flowOf reads the controls of s and what they hold back.
+func flowOf(s broker.QueueStats) flowData {
+	var f flowData
+	types := map[string]bool{}
+	for _, t := range s.PausedTypes {
+		types[t] = true
+	}
+	for t := range s.Caps {
+		types[t] = true
+	}
+	for t := range s.RateLimits {
+		types[t] = true
+	}
+	for t, n := range s.HeldByRate {
+		if n > 0 {
+			types[t] = true
+		}
+	}
+	delete(types, "")
+	names := make([]string, 0, len(types))
+	for t := range types {
+		names = append(names, t)
+	}
+	slices.Sort(names)
+	// The queue's cap-held jobs are those of its capped types that have no
+	// rate limit of their own (the others count in HeldByRate).
+	var capOnly []string
+	for _, t := range names {
+		if _, limited := s.RateLimits[t]; s.Caps[t] > 0 && !limited {
+			capOnly = append(capOnly, t)
+		}
+	}
+	row := func(t string) flowRow {
+		r := flowRow{Type: t, Cap: s.Caps[t], HeldByRate: s.HeldByRate[t]}
+		if t == "" {
+			r.Paused = s.Paused
+		} else {
+			r.Paused = slices.Contains(s.PausedTypes, t)
+		}
+		r.Limit, r.Limited = s.RateLimits[t]
+		if t != "" && len(capOnly) == 1 && capOnly[0] == t {
+			r.HeldByCap = s.Held
+		}
+		if t != "" && len(s.PausedTypes) == 1 && s.PausedTypes[0] == t {
+			r.Parked = s.Parked
+		}
+		return r
+	}
+	if q := row(""); q.Paused || q.Cap > 0 || q.Limited || q.HeldByRate > 0 {
+		f.Rows = append(f.Rows, q)
+	}
+	for _, t := range names {
+		f.Rows = append(f.Rows, row(t))
+	}
+	for _, r := range f.Rows {
+		if r.HeldByRate > 0 {
+			f.ByRate += r.HeldByRate
+			line := formatCount(r.HeldByRate) + " held by the rate limit of " + target(r.Type)
+			if r.Limited {
+				line += " (" + rateText(r.Limit) + ")"
+			}
+			f.Why = append(f.Why, line)
+		}
+	}
+	if s.Held > 0 {
+		line := formatCount(s.Held) + " held by the concurrency cap of "
+		switch {
+		case len(capOnly) == 1:
+			line += target(capOnly[0]) + " (at most " + strconv.Itoa(s.Caps[capOnly[0]]) + " running)"
+		case len(capOnly) > 1:
+			line += "types "
+			for i, t := range capOnly {
+				if i > 0 {
+					line += ", "
+				}
+				line += t + " (" + strconv.Itoa(s.Caps[t]) + ")"
+			}
+		default:
+			line += "their type"
+		}
+		f.Why = append(f.Why, line+", until one of their type ends")
+	}
+	if s.Parked > 0 {
+		line := formatCount(s.Parked) + " parked while "
+		if len(s.PausedTypes) == 1 {
+			line += "type " + s.PausedTypes[0] + " is paused"
+		} else {
+			line += "their type is paused"
+		}
+		f.Why = append(f.Why, line)
+	}
+	f.HeldBack = s.Held + s.Parked + f.ByRate
+	f.DueFree = max(s.Due-f.ByRate, 0)
+	return f
+}
+
+// target names what a control applies to in a sentence.
+func target(t string) string {
+	if t == "" {
+		return "the queue"
+	}
+	return t
+}
