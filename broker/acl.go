@@ -17,6 +17,7 @@ var aclCommands = []string{
 	"subscribe", "unsubscribe", "ping", // wake-up notices (PING is the Pub/Sub health check)
 	"cluster|slots",      // a cluster client reads the slot map with it; others never send it
 	"hscan", "zrevrange", // the reaper's sweep of batch endings; listing batches
+	"memory|usage", // QueueMemory: what a queue's keys take (the dashboard's queue page)
 	// called by scripts
 	"time", "type", "exists", "pexpire", "pttl",
 	"get", "set", "incr", "incrby",

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -100,6 +101,8 @@ type Broker struct {
 	servers []ServerCheck // what New learned of the servers' versions, see version.go
 
 	combiners sync.Map // physical queue name -> *combiner of single-job enqueues
+
+	infoRefused atomic.Pointer[error] // the server refused INFO memory: ServerMemory asks no more
 }
 
 var _ job.Enqueuer = (*Broker)(nil)
@@ -122,6 +125,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Broker, error) {
 	if rdb == nil {
 		return nil, errors.New("broker: nil redis client")
 	}
+	prepareScripts()
 	if opts.Namespace == "" {
 		opts.Namespace = DefaultNamespace
 	}

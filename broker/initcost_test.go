@@ -12,7 +12,7 @@ import (
 // TestImportCostsLittleAtStart: a program that imports package broker
 // (and through it job, retry and the internal packages) allocates at most
 // 1 MB at program start for delayq's packages: the scripts are put
-// together at their first use, not in init (GODEBUG=inittrace=1). Time is
+// together by the first New, not in init (GODEBUG=inittrace=1). Time is
 // left to docs/benchmarks.md; bytes do not depend on the machine's load.
 func TestImportCostsLittleAtStart(t *testing.T) {
 	t.Parallel()

@@ -13,9 +13,10 @@ import (
 var scriptFS embed.FS
 
 // script is one Lua script of scripts/, with what its header declares.
-// Its code (the prelude it uses, then the body) is put together at its
-// first use, not at program start: a program that imports the package
-// and sends no script pays nothing for it.
+// Its code (the prelude it uses, then the body) is put together by the
+// first New of the process (prepareScripts), not at program start: a
+// program that imports the package and makes no broker pays nothing for
+// it.
 type script struct {
 	name string
 	body string
@@ -48,7 +49,7 @@ var allScripts []*script
 const readOnlyMark = "-- read-only"
 
 // load returns the named script, whose code gets the parts of the shared
-// prelude it uses (see preludeFor) at its first use.
+// prelude it uses (see preludeFor) when it is prepared.
 func load(name string) *script {
 	body, err := scriptFS.ReadFile("scripts/" + name + ".lua")
 	if err != nil {
@@ -56,11 +57,7 @@ func load(name string) *script {
 	}
 	s := &script{name: name, body: string(body)}
 	s.prepared = sync.OnceValue(func() prepared {
-		prelude, err := scriptFS.ReadFile("scripts/prelude.lua")
-		if err != nil {
-			panic(err)
-		}
-		src := preludeFor(string(prelude), s.body) + "\n" + s.body
+		src := thePrelude().partFor(s.body) + "\n" + s.body
 		return prepared{src: src, lua: redis.NewScript(src)}
 	})
 	allScripts = append(allScripts, s)
@@ -91,30 +88,55 @@ var commentRE = regexp.MustCompile(`--[^\n]*|'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\
 //
 // A name is used where it stands as a whole word of the code (comments
 // and strings left out): each text is split into its words once, so that
-// preparing the scripts at program start costs no regular expression per
-// name.
+// preparing the scripts costs no regular expression per name.
 func preludeFor(prelude, body string) string {
-	paras := strings.Split(prelude, "\n\n")
-	defines := make([][]string, len(paras))
-	code := make([]map[string]bool, len(paras)) // words, without comments and strings
-	for i, p := range paras {
+	return parsePrelude(prelude).partFor(body)
+}
+
+// preludeParts is the prelude split into paragraphs, with what each
+// defines and the words of its code.
+type preludeParts struct {
+	paras   []string
+	defines [][]string
+	code    []map[string]bool // words, without comments and strings
+}
+
+func parsePrelude(prelude string) *preludeParts {
+	pp := &preludeParts{paras: strings.Split(prelude, "\n\n")}
+	pp.defines = make([][]string, len(pp.paras))
+	pp.code = make([]map[string]bool, len(pp.paras))
+	for i, p := range pp.paras {
 		for _, m := range definedRE.FindAllStringSubmatch(p, -1) {
-			defines[i] = append(defines[i], m[1])
+			pp.defines[i] = append(pp.defines[i], m[1])
 		}
-		code[i] = words(commentRE.ReplaceAllString(p, ""))
+		pp.code[i] = words(commentRE.ReplaceAllString(p, ""))
 	}
+	return pp
+}
+
+// thePrelude is scripts/prelude.lua, parsed once.
+var thePrelude = sync.OnceValue(func() *preludeParts {
+	prelude, err := scriptFS.ReadFile("scripts/prelude.lua")
+	if err != nil {
+		panic(err)
+	}
+	return parsePrelude(string(prelude))
+})
+
+// partFor is preludeFor of the parsed prelude.
+func (pp *preludeParts) partFor(body string) string {
 	bodyWords := words(commentRE.ReplaceAllString(body, ""))
-	keep := make([]bool, len(paras))
+	keep := make([]bool, len(pp.paras))
 	for changed := true; changed; {
 		changed = false
-		for i, names := range defines {
+		for i, names := range pp.defines {
 			if keep[i] {
 				continue
 			}
 			for _, name := range names {
 				used := bodyWords[name]
-				for j := range paras {
-					if keep[j] && j != i && code[j][name] {
+				for j := range pp.paras {
+					if keep[j] && j != i && pp.code[j][name] {
 						used = true
 					}
 				}
@@ -126,7 +148,7 @@ func preludeFor(prelude, body string) string {
 		}
 	}
 	var out []string
-	for i, p := range paras {
+	for i, p := range pp.paras {
 		if keep[i] {
 			out = append(out, p)
 		}
@@ -183,3 +205,12 @@ var (
 	deadAddScript     = load("dead_add")
 	progressScript    = load("progress")
 )
+
+// prepareScripts puts every script's code together, once per process: New
+// calls it, so that no call of a broker pays for it (nor allocates for it
+// in the middle of a request).
+var prepareScripts = sync.OnceFunc(func() {
+	for _, s := range allScripts {
+		s.prepared()
+	}
+})

@@ -63,8 +63,9 @@ func TestRedisMemory(t *testing.T) {
 }
 
 // TestRedisMemoryRefused: as a Redis user of broker.ACLRules, which may run
-// neither INFO nor MEMORY, the overview and a queue page answer 200 and say
-// the memory is not available.
+// MEMORY USAGE on its keys but not INFO, a queue page shows the queue's
+// memory and the overview answers 200 saying the server's memory is not
+// available; the broker asks for INFO once, not at every refresh.
 func TestRedisMemoryRefused(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -92,18 +93,37 @@ func TestRedisMemoryRefused(t *testing.T) {
 	}
 	web := httptest.NewServer(d)
 	t.Cleanup(web.Close)
-	for path, want := range map[string]string{
-		"/":         `id="server-memory-note">Redis memory not available: this Redis user may not run it (NOPERM`,
-		"/queues/q": `id="q-memory-note">Redis memory not available: this Redis user may not run it (NOPERM`,
+	if err := admin.Do(t.Context(), "ACL", "LOG", "RESET").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ path, want, not string }{
+		{"/", `id="server-memory-note">Redis memory not available: this Redis user may not run it (INFO memory refused: NOPERM`, ""},
+		{"/", `id="server-memory-note">Redis memory not available: this Redis user may not run it (INFO memory refused: NOPERM`, ""},
+		{"/queues/q", `id="q-memory-note">Redis memory of its `, "not available"},
 	} {
-		res, err := http.Get(web.URL + path)
+		res, err := http.Get(web.URL + c.path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		body := readAll(t, res)
 		if res.StatusCode != http.StatusOK {
-			t.Fatalf("%s as the ACL user: %d\n%s", path, res.StatusCode, body)
+			t.Fatalf("%s as the ACL user: %d\n%s", c.path, res.StatusCode, body)
 		}
-		mustContain(t, path, body, want)
+		mustContain(t, c.path, body, c.want)
+		if c.not != "" {
+			mustNotContain(t, c.path, body, c.not)
+		}
+	}
+	// One refusal in the ACL log, of INFO, counted once: the second
+	// overview and the queue page did not ask again.
+	entries, err := admin.Do(t.Context(), "ACL", "LOG").Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 {
+		t.Fatalf("ACL LOG has %d entries, want 1 (INFO, once): %v", len(entries), entries)
+	}
+	if m, ok := entries[0].(map[any]any); !ok || m["object"] != "info" || m["count"] != int64(1) {
+		t.Errorf("ACL LOG entry %v, want INFO refused once", entries[0])
 	}
 }

@@ -124,7 +124,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	data.Queues, data.Relays = make([]queueRow, len(stats)), relays
-	data.Server = readServerMemory(ctx, d.b.Client())
+	data.Server = d.readServerMemory(ctx)
 	v := &view{Title: "Overview", Nav: "overview", Live: true, Flash: d.flash(r), Data: data}
 	if len(stats) == 0 {
 		d.render(w, r, http.StatusOK, "overview", v)
@@ -237,8 +237,8 @@ func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
 	}
 	v.Now = data.Stats.Now
 	data.Flow = flowOf(data.Stats)
-	data.Memory = d.readQueueMemory(ctx, q, data.Stats)
-	data.Server = readServerMemory(ctx, d.b.Client())
+	data.Memory = d.readQueueMemory(ctx, data.Stats)
+	data.Server = d.readServerMemory(ctx)
 	procs, err := fleet.List(ctx, d.b.Client(), d.b.Namespace())
 	if err != nil {
 		d.redisError(w, r, err)
