@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/delayq/delayq/dashboard"
-	"github.com/delayq/delayq/internal/faulttest/fixture"
+	"github.com/delayq/delayq/internal/fixture"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/outbox"
 )

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/dashboard"
-	"github.com/delayq/delayq/internal/faulttest/fixture"
+	"github.com/delayq/delayq/internal/fixture"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/periodic"
 )

@@ -24,7 +24,7 @@ func Example() {
 
 	dir, _ := os.MkdirTemp("", "outbox-example")
 	defer os.RemoveAll(dir)
-	db, _ := sql.Open("sqlite", sqliteDSN(filepath.Join(dir, "shop.db")))
+	db, _ := sql.Open("sqlite", "file:"+filepath.Join(dir, "shop.db")+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate")
 	defer db.Close()
 	db.SetMaxOpenConns(1)
 	_, _ = db.ExecContext(ctx, "CREATE TABLE orders (id TEXT PRIMARY KEY)")

@@ -280,17 +280,19 @@ func ModulePath(root string) (string, error) {
 	return "", fmt.Errorf("%s/go.mod has no module line", root)
 }
 
-// Load lists the packages under root (`go list -deps -json ./...` run
-// there) with what their non-test files import. Packages are named
-// relative to the module at root; an import of a package under that path
-// is a delayq import, any other outside the standard library is named by
-// its module.
+// Load lists the packages whose import path is under the module path of
+// root (`go list -deps -json <module>/...` run there) with what their
+// non-test files import: in the workspace of go.work, the packages of
+// every workspace module under that path (the CLI, the examples, the test
+// suites), with GOWORK=off those of root's module alone. Packages are
+// named relative to that path; an import of a package under it is a delayq
+// import, any other outside the standard library is named by its module.
 func Load(root string) ([]Package, error) {
 	mod, err := ModulePath(root)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command("go", "list", "-deps", "-json", "./...")
+	cmd := exec.Command("go", "list", "-deps", "-json", mod+"/...")
 	cmd.Dir = root
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/delayq/delayq/internal/faulttest/fixture"
+	"github.com/delayq/delayq/internal/fixture"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/outbox"
 )

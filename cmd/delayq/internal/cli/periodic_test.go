@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delayq/delayq/internal/faulttest/fixture"
+	"github.com/delayq/delayq/internal/fixture"
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/periodic"
