@@ -1,4 +1,4 @@
-package dashboard_test
+package browsertest_test
 
 import (
 	"context"
@@ -801,7 +801,7 @@ func saveScreenshotAs(t *testing.T, name string, png []byte) {
 	}
 	paths := []string{filepath.Join(t.TempDir(), name)}
 	if os.Getenv("DELAYQ_UPDATE_SCREENSHOT") == "1" {
-		paths = append(paths, filepath.Join("..", "docs", name))
+		paths = append(paths, filepath.Join("..", "..", "docs", name))
 	}
 	for _, p := range paths {
 		if err := os.WriteFile(p, png, 0o644); err != nil {

@@ -1,0 +1,9 @@
+package browsertest_test
+
+import (
+	"testing"
+
+	"github.com/delayq/delayq/internal/redistest"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
