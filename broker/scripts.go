@@ -136,4 +136,5 @@ var (
 	batchClearScript  = load("batch_clear")
 	deadAddScript     = load("dead_add")
 	progressScript    = load("progress")
+	takeTrimmedScript = load("take_trimmed")
 )
