@@ -223,23 +223,29 @@ func TestIdleQueueUniqueTidiedByReaper(t *testing.T) {
 	typ := job.New[payload]("trim.unique")
 	var ran atomic.Int64
 	typ.Handle(tb.reg, func(context.Context, *job.Job[payload]) error { ran.Add(1); return nil })
-	const short = 5
-	for i := range short {
-		if _, err := typ.Enqueue(tb.ctx, tb.b, payload{N: i}, job.Unique(300*time.Millisecond)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	// The live window's job first, so that the acks (which trim windows
+	// that are over) come before the short windows end: only the reaper
+	// can remove them.
 	live, err := typ.Enqueue(tb.ctx, tb.b, payload{N: 99}, job.Unique(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
 	liveID := live.ID
+	const short = 5
+	for i := range short {
+		if _, err := typ.Enqueue(tb.ctx, tb.b, payload{N: i}, job.Unique(2*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	log := &reapLog{}
 	cfg := tb.wrapped(t, tb.config(t), func(p protocol.Broker) protocol.Broker { log.Broker = p; return log })
 	cfg.ReapInterval = 100 * time.Millisecond
 	start(t, cfg)
-	redistest.WaitFor(t, 10*time.Second, "every job ran", func() bool { return ran.Load() == short+1 })
 	key := tb.Keys(job.DefaultQueue).Unique
+	redistest.WaitFor(t, 10*time.Second, "every job ran and was acked", func() bool {
+		n, err := tb.rdb.ZCard(tb.ctx, key).Result()
+		return ran.Load() == short+1 && err == nil && n == short+1
+	})
 	entries, err := tb.rdb.ZRangeWithScores(tb.ctx, key, 0, -1).Result()
 	if err != nil || len(entries) != short+1 {
 		t.Fatalf("unique set %v (%v), want %d entries", entries, err, short+1)

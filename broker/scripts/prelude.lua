@@ -249,10 +249,15 @@ local function trim_dead(dead, index, cap, max_age, now, counts, trimmed, keep, 
   if cap >= 0 then
     local excess = redis.call('ZCARD', index) - cap
     if excess > 0 then
-      local ids = redis.call('ZRANGE', index, 0, excess - 1, 'WITHSCORES')
-      keep_them(ids, 'cap')
-      for j = 1, #ids, 2 do
-        redis.call('HDEL', dead, ids[j])
+      if keep > 0 then
+        local ids = redis.call('ZRANGE', index, 0, excess - 1, 'WITHSCORES')
+        keep_them(ids, 'cap')
+        for j = 1, #ids, 2 do
+          redis.call('HDEL', dead, ids[j])
+        end
+      else
+        local ids = redis.call('ZRANGE', index, 0, excess - 1)
+        call_chunked('HDEL', dead, ids)
       end
       redis.call('ZREMRANGEBYRANK', index, 0, excess - 1)
       by_cap = excess
