@@ -24,6 +24,7 @@ var aclCommands = []string{
 	"hset", "hsetnx", "hdel", "hexists", "hincrby", "hgetall", "hkeys", "expire",
 	"zadd", "zrem", "zrange", "zrangebyscore", "zremrangebyrank", "zremrangebyscore", "zmscore", "zcard", "zcount", "zrank",
 	"zpopmin", "publish",
+	"llen", "rpush", "lrange", "ltrim", // the trimmed dead records kept for a worker's hook
 }
 
 // ACLRules returns the Redis ACL rules that let a user do everything a

@@ -387,7 +387,7 @@ func (b *Broker) deadCallback(ctx context.Context, queue, cid, body, why string)
 		return err
 	}
 	k := s.Keys()
-	if _, err := b.run(ctx, deadAddScript, []string{k.Dead, k.DeadIndex, k.Hist}, cid, rec, b.deadCap(q, s), durMS(b.opts.DeadMaxAge)); err != nil {
+	if _, err := b.run(ctx, deadAddScript, []string{k.Dead, k.DeadIndex, k.Hist, k.Counts, k.Trimmed}, cid, rec, b.deadCap(q, s), durMS(b.opts.DeadMaxAge)); err != nil {
 		return queueErr(queue, err)
 	}
 	return nil

@@ -29,11 +29,17 @@ type Options struct {
 	// DeadCap is how many dead records a queue keeps; the oldest are
 	// trimmed when a job dies. A sharded queue's shards share it (shard k
 	// keeps DeadCap/n, the first DeadCap%n one more), so the queue keeps
-	// at most DeadCap. 0 means 10,000; negative means no cap.
+	// at most DeadCap. 0 means 10,000; negative means no cap. Every record
+	// trimmed is counted (QueueStats.DeadTrimmedCap), a worker logs a
+	// warning when trims begin (at most one every TrimWarnEvery per queue,
+	// across the workers), and a worker with Config.OnDeadTrimmed is handed
+	// the trimmed records. Size it as deaths per second x seconds until
+	// someone looks (docs/operations.md).
 	DeadCap int
 
 	// DeadMaxAge drops dead records older than this when a job dies or on
-	// Trim. 0 means 30 days; negative means they never expire.
+	// Trim. 0 means 30 days; negative means they never expire. The records
+	// it drops are counted in QueueStats.DeadTrimmedAge.
 	DeadMaxAge time.Duration
 
 	// Clock, when set, replaces the Redis server's TIME in every script.
@@ -83,6 +89,11 @@ const (
 	DefaultMaxPayloadBytes = rules.DefaultMaxPayloadBytes // 1 MiB
 	DefaultDeadCap         = 10_000
 	DefaultDeadMaxAge      = 30 * 24 * time.Hour
+	// TrimWarnEvery is how often at most a queue's workers warn that its
+	// dead letters are being trimmed by DeadCap: the first trim warns, and
+	// then one a minute while trims go on (the last warning's time is kept
+	// in Redis, so the workers of a fleet share it).
+	TrimWarnEvery = time.Minute
 	// DefaultResendWindow covers go-redis's own re-sends (seconds), a
 	// caller's Resend with backoff for a minute, and a failover (a
 	// Sentinel's default down-after is 30 s, a cluster's node timeout

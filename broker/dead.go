@@ -419,7 +419,7 @@ func (b *Broker) DeadPurge(ctx context.Context, queue string) (int64, error) {
 func (b *Broker) DeadTrim(ctx context.Context, queue string) (int64, error) {
 	return b.sumShards(ctx, queue, func(q keyspace.Queue, s keyspace.Shard) (int64, error) {
 		k := s.Keys()
-		res, err := b.run(ctx, trimScript, []string{k.Dead, k.DeadIndex}, b.deadCap(q, s), durMS(b.opts.DeadMaxAge))
+		res, err := b.run(ctx, trimScript, []string{k.Dead, k.DeadIndex, k.Counts, k.Trimmed}, b.deadCap(q, s), durMS(b.opts.DeadMaxAge))
 		n, _ := res.(int64)
 		return n, err
 	})

@@ -3,6 +3,7 @@ package broker_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -289,7 +290,7 @@ func TestWrongTypedKeyChangesNothing(t *testing.T) {
 			case protocol.OpKill:
 				o.Death = protocol.Death{Type: "t", Body: c[0].Body, Error: "boom", Attempts: 1}
 			}
-			_, err := protocol.For(tb.b).Settle(tb.ctx, c[0].Shard, protocol.Caller{ID: "w", Lease: time.Minute}, protocol.LaneSettle, "1", []protocol.Op{o})
+			_, err := protocol.For(tb.b).Settle(tb.ctx, c[0].Shard, protocol.Caller{ID: "w", Lease: time.Minute, KeepTrimmed: 10}, protocol.LaneSettle, "1", []protocol.Op{o})
 			return err
 		}
 	}
@@ -307,13 +308,17 @@ func TestWrongTypedKeyChangesNothing(t *testing.T) {
 		}},
 		{"ack", settleKeys, settle(protocol.OpAck)},
 		{"retry", settleKeys, settle(protocol.OpRetry)},
-		{"kill", settleKeys, settle(protocol.OpKill)},
+		{"kill", merged(settleKeys, map[string]string{"counts": "hash", "dead:trimmed": "list"}), settle(protocol.OpKill)},
 		{"release", settleKeys, settle(protocol.OpRelease)},
 		{"extend", map[string]string{"processing": "zset", "leases": "hash"}, func(tb *testBundle, c []protocol.Claimed) error {
 			return testkit.Drive(tb.b).Extend(tb.ctx, time.Minute, c[0].Lease)
 		}},
-		{"reap", map[string]string{"processing": "zset", "jobs": "hash", "attempts": "hash", "leases": "hash"}, func(tb *testBundle, _ []protocol.Claimed) error {
+		{"reap", map[string]string{"processing": "zset", "jobs": "hash", "attempts": "hash", "leases": "hash", "unique": "zset"}, func(tb *testBundle, _ []protocol.Claimed) error {
 			_, err := protocol.For(tb.b).Reap(tb.ctx, testkit.Shards(tb.t, tb.b, "q")[0], 10)
+			return err
+		}},
+		{"take trimmed", map[string]string{"dead:trimmed": "list"}, func(tb *testBundle, _ []protocol.Claimed) error {
+			_, err := protocol.For(tb.b).TakeTrimmed(tb.ctx, testkit.Shards(tb.t, tb.b, "q")[0], 10)
 			return err
 		}},
 		{"batch sweep", map[string]string{"batched": "hash"}, func(tb *testBundle, _ []protocol.Claimed) error {
@@ -455,4 +460,11 @@ func TestHeadersCountAgainstPayloadCap(t *testing.T) {
 	if n := tb.rdb.Exists(tb.ctx, tb.key("q", "jobs")).Val(); n != 0 {
 		t.Fatal("the refused job was stored")
 	}
+}
+
+// merged returns the fields of a and b.
+func merged(a, b map[string]string) map[string]string {
+	out := maps.Clone(a)
+	maps.Copy(out, b)
+	return out
 }

@@ -102,15 +102,16 @@ func (b *Broker) Forget(ctx context.Context, queue string) error {
 // nothing, atomically with the check.
 func (b *Broker) forgetShard(ctx context.Context, queue string, s keyspace.Shard) error {
 	k := s.Keys()
-	watched := []string{k.Jobs, k.Dead, k.Unique, k.Processing, k.Scheduled}
+	watched := []string{k.Jobs, k.Dead, k.Unique, k.Processing, k.Scheduled, k.Trimmed}
 	return b.rdb.Watch(ctx, func(tx *redis.Tx) error {
-		var jobs, dead, unique, proc, sched *redis.IntCmd
+		var jobs, dead, unique, proc, sched, trimmed *redis.IntCmd
 		_, err := tx.Pipelined(ctx, func(p redis.Pipeliner) error {
 			jobs = p.HLen(ctx, k.Jobs)
 			dead = p.HLen(ctx, k.Dead)
 			unique = p.ZCard(ctx, k.Unique)
 			proc = p.ZCard(ctx, k.Processing)
 			sched = p.ZCard(ctx, k.Scheduled)
+			trimmed = p.LLen(ctx, k.Trimmed)
 			return nil
 		})
 		if err != nil {
@@ -120,7 +121,8 @@ func (b *Broker) forgetShard(ctx context.Context, queue string, s keyspace.Shard
 		for _, c := range []struct {
 			n    int64
 			what string
-		}{{sched.Val(), "scheduled"}, {proc.Val(), "processing"}, {jobs.Val(), "jobs stored (parked, held or being settled)"}, {dead.Val(), "dead records"}, {unique.Val(), "remembered unique job ids (they expire with their uniqueness window)"}} {
+		}{{sched.Val(), "scheduled"}, {proc.Val(), "processing"}, {jobs.Val(), "jobs stored (parked, held or being settled)"}, {dead.Val(), "dead records"}, {unique.Val(), "remembered unique job ids (they expire with their uniqueness window)"},
+			{trimmed.Val(), "trimmed dead records waiting for a worker's OnDeadTrimmed hook"}} {
 			if c.n > 0 {
 				left = append(left, fmt.Sprintf("%d %s", c.n, c.what))
 			}

@@ -73,8 +73,8 @@ func (w workerSide) Claim(ctx context.Context, s keyspace.Shard, c protocol.Call
 	}
 	k := s.Keys()
 	res, err := w.b.run(ctx, claimScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Seq, k.Hist, k.Workers + c.ID,
-		k.Dead, k.DeadIndex, k.Unique, k.Counts, k.Controls, k.Parked, k.Rate, k.Running, k.Held, k.Batched, k.Window},
-		n, durMS(lease), id, s.Queue(), w.b.deadCap(q, s), durMS(w.b.opts.DeadMaxAge), max(c.Ahead, 0), recordMS(c))
+		k.Dead, k.DeadIndex, k.Unique, k.Counts, k.Controls, k.Parked, k.Rate, k.Running, k.Held, k.Batched, k.Window, k.Trimmed},
+		n, durMS(lease), id, s.Queue(), w.b.deadCap(q, s), durMS(w.b.opts.DeadMaxAge), max(c.Ahead, 0), recordMS(c), max(c.KeepTrimmed, 0))
 	parts, perr := replyParts(s, "claim", res, refused(err), 7)
 	if perr != nil {
 		return protocol.ClaimResult{}, perr
@@ -162,6 +162,12 @@ func decodeClaimed(s keyspace.Shard, v any) ([]protocol.Claimed, error) {
 	return out, nil
 }
 
+// UniqueTidyLimit is how many uniqueness entries whose window is over
+// (job.Unique) each reaper pass removes at most, per shard: an idle queue's
+// set empties at that pace, one ZRANGEBYSCORE and one ZREMRANGEBYRANK per
+// pass.
+const UniqueTidyLimit = 500
+
 // opWidth is the number of ARGV values of one settle operation.
 const opWidth = 9
 
@@ -178,7 +184,7 @@ func (w workerSide) Settle(ctx context.Context, s keyspace.Shard, c protocol.Cal
 		return nil, err
 	}
 	res, err := w.b.run(ctx, settleScript, settleKeys(s, c), args...)
-	parts, perr := replyParts(s, "settle", res, refused(err), 2)
+	parts, perr := replyParts(s, "settle", res, refused(err), 3)
 	if perr != nil {
 		return nil, perr
 	}
@@ -186,7 +192,16 @@ func (w workerSide) Settle(ctx context.Context, s keyspace.Shard, c protocol.Cal
 	if perr != nil {
 		return nil, perr
 	}
+	trims, perr := int64s(parts[2], 5)
+	if perr != nil {
+		return nil, perr
+	}
 	out := make([]protocol.Settled, len(ops))
+	var trimmed *protocol.Trims
+	if trims[0] > 0 || trims[1] > 0 {
+		trimmed = &protocol.Trims{ByCap: trims[0], ByAge: trims[1], Kept: trims[2], Unarchived: trims[3], Warn: trims[4] == 1,
+			Cap: w.b.opts.DeadCap, MaxAge: w.b.opts.DeadMaxAge}
+	}
 	for i, code := range codes {
 		l := ops[i].Lease
 		switch {
@@ -196,6 +211,9 @@ func (w workerSide) Settle(ctx context.Context, s keyspace.Shard, c protocol.Cal
 			out[i].Err = fmt.Errorf("%w: job %q in queue %q", ErrLeaseLive, l.ID, l.Queue())
 		case ops[i].Kind == protocol.OpRetry || ops[i].Kind == protocol.OpKill || ops[i].Kind == protocol.OpSnooze:
 			out[i].At = fromMS(code)
+		}
+		if trimmed != nil && ops[i].Kind == protocol.OpKill && out[i].Err == nil {
+			out[i].Trims, trimmed = trimmed, nil
 		}
 	}
 	if err != nil {
@@ -258,13 +276,14 @@ func (w workerSide) Extend(ctx context.Context, lease time.Duration, leases ...p
 
 func (w workerSide) Reap(ctx context.Context, s keyspace.Shard, limit int) (protocol.ReapResult, error) {
 	k := s.Keys()
-	res, err := w.b.run(ctx, reapScript, []string{k.Processing, k.Jobs, k.Attempts, k.Leases, k.Cancels}, limit)
-	parts, perr := replyParts(s, "reap", res, refused(err), 4)
+	res, err := w.b.run(ctx, reapScript, []string{k.Processing, k.Jobs, k.Attempts, k.Leases, k.Cancels, k.Unique}, limit, UniqueTidyLimit)
+	parts, perr := replyParts(s, "reap", res, refused(err), 5)
 	if perr != nil {
 		return protocol.ReapResult{}, perr
 	}
 	now, _ := parts[0].(int64)
-	out := protocol.ReapResult{Now: fromMS(now)}
+	tidied, _ := parts[4].(int64)
+	out := protocol.ReapResult{Now: fromMS(now), UniqueTidied: int(tidied)}
 	if out.Jobs, err = decodeClaimed(s, parts[1]); err != nil {
 		return protocol.ReapResult{}, err
 	}
@@ -281,6 +300,46 @@ func (w workerSide) Reap(ctx context.Context, s keyspace.Shard, limit int) (prot
 		}
 	}
 	return out, err
+}
+
+func (w workerSide) TakeTrimmed(ctx context.Context, s keyspace.Shard, n int) ([]job.TrimmedRecord, error) {
+	if n <= 0 {
+		return nil, fmt.Errorf("broker: %w: take %d trimmed records: the count must be positive", job.ErrInvalid, n)
+	}
+	res, err := w.b.run(ctx, takeTrimmedScript, []string{s.Keys().Trimmed}, n)
+	if err != nil {
+		return nil, queueErr(s.Queue(), refused(err))
+	}
+	entries, err := strs(res)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]job.TrimmedRecord, 0, len(entries))
+	for _, e := range entries {
+		out = append(out, parseTrimmed(s, e))
+	}
+	return out, nil
+}
+
+// parseTrimmed reads an entry of a shard's trimmed list (trim_dead in
+// prelude.lua): "<cap|age>\n<died ms>\n<trimmed ms>\n<record>". A record
+// that does not decode comes back as decodeStored gives it (its raw bytes
+// as Body, the decode error as Error), so that the hook still sees it.
+func parseTrimmed(s keyspace.Shard, e string) job.TrimmedRecord {
+	parts := strings.SplitN(e, "\n", 4)
+	if len(parts) != 4 {
+		return job.TrimmedRecord{DeadRecord: job.DeadRecord{Queue: s.Queue(), Body: []byte(e),
+			Error: fmt.Sprintf("%v: trimmed entry without its header", ErrCorruptRecord)}}
+	}
+	r := decodeStored(s, "", []byte(parts[3]))
+	if died, err := strconv.ParseFloat(parts[1], 64); err == nil {
+		r.DiedAt = fromMS(int64(died))
+	}
+	out := job.TrimmedRecord{DeadRecord: *r, Trim: parts[0]}
+	if at, err := strconv.ParseInt(parts[2], 10, 64); err == nil {
+		out.TrimmedAt = fromMS(at)
+	}
+	return out
 }
 
 func (w workerSide) Cancels(ctx context.Context, queues []string) (<-chan protocol.CancelNotice, func()) {
@@ -309,8 +368,8 @@ func replyParts(s keyspace.Shard, name string, res any, err error, n int) ([]any
 // shard s of queue q.
 func (b *Broker) settleArgs(q keyspace.Queue, s keyspace.Shard, c protocol.Caller, lane protocol.Lane, id string, ops []protocol.Op) ([]any, error) {
 	k := s.Keys()
-	args := make([]any, 0, 6+opWidth*len(ops))
-	args = append(args, string(lane), id, recordMS(c), k.Wake, b.deadCap(q, s), durMS(b.opts.DeadMaxAge))
+	args := make([]any, 0, 8+opWidth*len(ops))
+	args = append(args, string(lane), id, recordMS(c), k.Wake, b.deadCap(q, s), durMS(b.opts.DeadMaxAge), max(c.KeepTrimmed, 0), durMS(TrimWarnEvery))
 	for _, op := range ops {
 		if op.Lease.Shard.Name() != s.Name() {
 			return nil, fmt.Errorf("broker: settle: job %q is of shard %q, not %q", op.Lease.ID, op.Lease.Shard.Name(), s.Name())
@@ -364,5 +423,6 @@ func (b *Broker) settleArgs(q keyspace.Queue, s keyspace.Shard, c protocol.Calle
 // settleKeys are the keys of settle.lua for worker c on shard s.
 func settleKeys(s keyspace.Shard, c protocol.Caller) []string {
 	k := s.Keys()
-	return []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Dead, k.DeadIndex, k.Hist, k.Workers + c.ID, k.Unique, k.Cancels, k.Running, k.Batched, k.Progress, k.Done}
+	return []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Dead, k.DeadIndex, k.Hist, k.Workers + c.ID, k.Unique, k.Cancels, k.Running, k.Batched, k.Progress, k.Done,
+		k.Counts, k.Trimmed}
 }

@@ -204,6 +204,7 @@ var (
 	batchClearScript  = load("batch_clear")
 	deadAddScript     = load("dead_add")
 	progressScript    = load("progress")
+	takeTrimmedScript = load("take_trimmed")
 )
 
 // prepareScripts puts every script's code together, once per process: New

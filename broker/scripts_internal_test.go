@@ -17,6 +17,7 @@ var singleKey = map[string]bool{
 	"HGET": true, "HSET": true, "HSETNX": true, "HDEL": true, "HEXISTS": true, "HINCRBY": true,
 	"INCR": true, "INCRBY": true, "GET": true, "SET": true, "ZRANK": true, "HMGET": true,
 	"TYPE": true, "EXISTS": true, "PEXPIRE": true, "PTTL": true, "ZMSCORE": true, "ZREMRANGEBYSCORE": true, "HGETALL": true, "HKEYS": true,
+	"LLEN": true, "RPUSH": true, "LRANGE": true, "LTRIM": true,
 }
 
 // keyless lists commands that touch no key: PUBLISH's channel is not a key
@@ -31,13 +32,13 @@ var (
 	prefixedRE = regexp.MustCompile(`^(KEYS\[\d+\]) \.\. \w+$`)
 	keysUseRE  = regexp.MustCompile(`KEYS\[\d+\]`)
 	// prelude helpers and how many leading arguments of each are keys.
-	helperRE = regexp.MustCompile(`\b(holds|lease_state|held|wake_if_earliest|trim_dead|call_chunked|hmget|earliest|next_ready|history|recorded|record|endings)\(([^)]*)\)`)
+	helperRE = regexp.MustCompile(`\b(holds|lease_state|held|wake_if_earliest|trim_dead|tidy_unique|call_chunked|hmget|earliest|next_ready|history|recorded|record|endings)\(([^)]*)\)`)
 )
 
 // helperKeys gives, for each prelude helper, the positions of its key
 // arguments.
 var helperKeys = map[string][]int{
-	"holds": {0}, "lease_state": {0, 1}, "held": {0}, "wake_if_earliest": {0}, "trim_dead": {0, 1}, "call_chunked": {1},
+	"holds": {0}, "lease_state": {0, 1}, "held": {0}, "wake_if_earliest": {0}, "trim_dead": {0, 1}, "tidy_unique": {0}, "call_chunked": {1},
 	"hmget": {0}, "earliest": {0}, "next_ready": {0}, "history": {0}, "recorded": {0}, "record": {0}, "endings": {0, 1},
 }
 
@@ -57,7 +58,8 @@ func TestScriptsTouchOnlyDeclaredKeys(t *testing.T) {
 		case keyless[cmd]:
 		case !singleKey[cmd]:
 			t.Errorf("prelude.lua calls %s, which is not a known single-key command", cmd)
-		case arg != "scheduled" && arg != "leases" && arg != "processing" && arg != "dead" && arg != "index" && arg != "key" && arg != "zset":
+		case arg != "scheduled" && arg != "leases" && arg != "processing" && arg != "dead" && arg != "index" && arg != "key" && arg != "zset" &&
+			arg != "counts" && arg != "trimmed" && arg != "unique":
 			t.Errorf("prelude.lua calls %s on %q, not on a helper's key parameter", cmd, arg)
 		}
 	}

@@ -129,7 +129,7 @@ func (e *QueueErrors) Unwrap() []error {
 // parseStats decodes the reply of stats.lua.
 func parseStats(res any) (QueueStats, error) {
 	parts, ok := res.([]any)
-	if !ok || len(parts) != 15 {
+	if !ok || len(parts) != 16 {
 		return QueueStats{}, fmt.Errorf("broker: stats: unexpected reply %v", res)
 	}
 	v, err := int64s(parts[:10], 10)
@@ -182,7 +182,11 @@ func parseStats(res any) (QueueStats, error) {
 		}
 		heldByRate[t] += c
 	}
-	s := QueueStats{Now: fromMS(v[0]), Scheduled: v[1], Due: v[2], Processing: v[3], Dead: v[4], ExpiredDropped: v[7],
+	trims, err := int64s(parts[15], 3)
+	if err != nil {
+		return QueueStats{}, err
+	}
+	s := QueueStats{DeadTrimmedCap: trims[0], DeadTrimmedAge: trims[1], DeadTrimmedUnarchived: trims[2], Now: fromMS(v[0]), Scheduled: v[1], Due: v[2], Processing: v[3], Dead: v[4], ExpiredDropped: v[7],
 		Paused: v[8] == 1, Parked: v[9], PausedTypes: types, RateLimits: limits, Caps: caps, Held: held, HeldByRate: heldByRate}
 	if v[5] >= 0 {
 		s.OldestDue = fromMS(v[5])
@@ -226,6 +230,9 @@ func merge(into *QueueStats, st QueueStats, first bool) {
 	into.Processing += st.Processing
 	into.Dead += st.Dead
 	into.ExpiredDropped += st.ExpiredDropped
+	into.DeadTrimmedCap += st.DeadTrimmedCap
+	into.DeadTrimmedAge += st.DeadTrimmedAge
+	into.DeadTrimmedUnarchived += st.DeadTrimmedUnarchived
 	into.Parked += st.Parked
 	into.Held += st.Held
 	for t, n := range st.HeldByRate {

@@ -545,6 +545,8 @@ func (in *Inspector) Purge(ctx context.Context, queue string) (int64, error) {
 // DeadMaxAge) to queue (to every queue when queue is "") now, and returns
 // how many records were dropped. Workers apply them each time a job dies;
 // Trim also drops records that aged out in a queue where nothing died since.
+// The records it drops are counted as trims (job.QueueStats.DeadTrimmedCap,
+// DeadTrimmedAge) and are not handed to any worker's OnDeadTrimmed hook.
 func (in *Inspector) Trim(ctx context.Context, queue string) (int64, error) {
 	return in.eachQueue(ctx, queue, in.b.DeadTrim)
 }

@@ -37,6 +37,10 @@
 // Dead records are written by workers through the broker. Retention (a cap
 // on records per queue and a max age, see broker.Options.DeadCap and
 // DeadMaxAge) is applied each time a job dies and on [Inspector.Trim].
+// Every record dropped that way is counted per queue and reason
+// (job.QueueStats.DeadTrimmedCap, DeadTrimmedAge), and a worker with
+// worker.Config.OnDeadTrimmed is handed the records its trims drop; see
+// docs/operations.md.
 //
 // Every method that takes a queue name also accepts "" for every known
 // queue, except Get, Redrive and Delete, which address single records.

@@ -118,7 +118,7 @@ var metricName = regexp.MustCompile(`\bdelayq_[a-z0-9_]+`)
 // TestDeployMetricsExist: every metric the Grafana dashboard, the alert
 // rules and the KEDA ScaledObject name is one the exporter prints, each
 // alert has what Alertmanager needs, and the alerts cover lateness, dead
-// letters, no live worker and held-back jobs.
+// letters (and their trims by the cap), no live worker and held-back jobs.
 func TestDeployMetricsExist(t *testing.T) {
 	families := exported(t)
 	have := names(families)
@@ -130,7 +130,8 @@ func TestDeployMetricsExist(t *testing.T) {
 			t.Errorf("%s: %v, want one series of %v", f.GetName(), f.GetMetric(), want)
 		}
 	}
-	for _, want := range []string{"delayq_queue_processes", "delayq_queue_held", "delayq_queue_parked", "delayq_queue_paused"} {
+	for _, want := range []string{"delayq_queue_processes", "delayq_queue_held", "delayq_queue_parked", "delayq_queue_paused",
+		"delayq_queue_dead_trimmed_total", "delayq_queue_dead_trimmed_unarchived_total"} {
 		if !have[want] {
 			t.Errorf("the exporter does not print %s", want)
 		}
@@ -186,7 +187,7 @@ func TestDeployMetricsExist(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"DelayqQueueLate", "DelayqJobsStartLate", "DelayqJobsDead", "DelayqNoLiveWorker", "DelayqJobsHeldBack"} {
+	for _, want := range []string{"DelayqQueueLate", "DelayqJobsStartLate", "DelayqJobsDead", "DelayqNoLiveWorker", "DelayqJobsHeldBack", "DelayqDeadLettersTrimmed"} {
 		if !slices.Contains(alerts, want) {
 			t.Errorf("no alert %s among %v", want, alerts)
 		}

@@ -73,3 +73,20 @@ type DeadRecord struct {
 	Attempts int       // attempts spent
 	DiedAt   time.Time // server time; from the dead index
 }
+
+// Why a dead record was trimmed from the dead-letter store
+// (TrimmedRecord.Trim).
+const (
+	TrimCap = "cap" // the store was at its cap (broker.Options.DeadCap): the oldest record made room
+	TrimAge = "age" // the record was older than broker.Options.DeadMaxAge
+)
+
+// TrimmedRecord is a dead record that the dead-letter store dropped by its
+// cap or its max age, as a worker's hook receives it
+// (worker.Config.OnDeadTrimmed): the whole record (its envelope and final
+// error), why it was trimmed, and when.
+type TrimmedRecord struct {
+	DeadRecord
+	Trim      string    // TrimCap or TrimAge
+	TrimmedAt time.Time // server time
+}

@@ -20,6 +20,19 @@ type QueueStats struct {
 	// ExpiredDropped counts the jobs of job.DropExpired that expired
 	// before they started and were dropped, since the queue began.
 	ExpiredDropped int64
+	// DeadTrimmedCap counts the dead records dropped to keep the queue's
+	// dead letters within their cap (broker.Options.DeadCap), and
+	// DeadTrimmedAge those dropped for being older than
+	// broker.Options.DeadMaxAge, since the queue began. Dead is what is
+	// left: Dead + DeadTrimmedCap + DeadTrimmedAge jobs died (less those
+	// redriven or deleted by hand).
+	DeadTrimmedCap int64
+	DeadTrimmedAge int64
+	// DeadTrimmedUnarchived counts, of those, the records a worker with a
+	// hook for them (worker.Config.OnDeadTrimmed) could not be handed
+	// because the records waiting for it had filled their buffer: they are
+	// gone for good.
+	DeadTrimmedUnarchived int64
 	// Paused: the queue is paused (broker.Broker.Pause); its due jobs wait
 	// and count in Due and Lateness.
 	Paused bool

@@ -33,6 +33,16 @@ const (
 	MetricParked     = "delayq.queue.parked"     // gauge {job}: due jobs of paused types set aside; label queue
 	MetricPaused     = "delayq.queue.paused"     // gauge: 1 when the whole queue is paused, else 0; label queue
 	MetricProcesses  = "delayq.queue.processes"  // gauge {process}: live processes serving the queue (WithServingProcesses); label queue
+	// MetricDeadTrimmed counts the dead records a queue's dead-letter store
+	// dropped, since the queue began (job.QueueStats.DeadTrimmedCap,
+	// DeadTrimmedAge): counter {job}; labels queue, reason ("cap": the
+	// store was full, broker.Options.DeadCap; "age": older than
+	// DeadMaxAge). In Prometheus: delayq_queue_dead_trimmed_total.
+	MetricDeadTrimmed = "delayq.queue.dead_trimmed"
+	// MetricDeadUnarchived counts, of those, the records a worker's
+	// OnDeadTrimmed hook could not be handed for want of room
+	// (job.QueueStats.DeadTrimmedUnarchived): counter {job}; label queue.
+	MetricDeadUnarchived = "delayq.queue.dead_trimmed_unarchived"
 )
 
 // Metric label keys.
@@ -40,6 +50,7 @@ const (
 	LabelQueue   = attribute.Key("queue")
 	LabelType    = attribute.Key("type")
 	LabelOutcome = attribute.Key("outcome")
+	LabelReason  = attribute.Key("reason") // of MetricDeadTrimmed: "cap" or "age"
 )
 
 // Bucket boundaries, in seconds, of the duration and lateness histograms.
@@ -283,7 +294,9 @@ type QueueStatsReader interface {
 // ObserveQueues registers observable gauges of queue depths, read from r with
 // one Stats call per queue at each collection: delayq.queue.scheduled, .due,
 // .processing, .dead, .held, .parked (in jobs), .paused (0 or 1) and .lag
-// (seconds the oldest due job has waited), each labelled with the queue;
+// (seconds the oldest due job has waited), each labelled with the queue,
+// and the counters delayq.queue.dead_trimmed (labelled with the reason too)
+// and .dead_trimmed_unarchived, which Redis keeps for the whole fleet;
 // with WithServingProcesses, also .processes (live processes serving it). With no queues given it observes
 // every queue r knows (r.Queues) at each collection. A queue that cannot be
 // read is skipped for that collection and the error reported to the meter
@@ -321,7 +334,14 @@ func ObserveQueues(r QueueStatsReader, queues []string, opts ...MetricsOption) (
 	lag, err := meter.Float64ObservableGauge(MetricLag, metric.WithUnit("s"),
 		metric.WithDescription("How long the oldest due job of a queue has waited."))
 	handle(err)
-	instruments := []metric.Observable{scheduled, due, processing, dead, held, parked, paused, lag}
+	counter := func(name, desc string) metric.Int64ObservableCounter {
+		c, err := meter.Int64ObservableCounter(name, metric.WithUnit("{job}"), metric.WithDescription(desc))
+		handle(err)
+		return c
+	}
+	trimmed := counter(MetricDeadTrimmed, "Dead records a queue's dead-letter store dropped, by its cap or by age.")
+	unarchived := counter(MetricDeadUnarchived, "Dead records trimmed that the workers' OnDeadTrimmed hook could not be handed for want of room.")
+	instruments := []metric.Observable{scheduled, due, processing, dead, held, parked, paused, lag, trimmed, unarchived}
 	var procs metric.Int64ObservableGauge
 	if cfg.serving != nil {
 		procs = gaugeOf(MetricProcesses, "{process}", "Live processes serving a queue, from the process registry.")
@@ -362,6 +382,9 @@ func ObserveQueues(r QueueStatsReader, queues []string, opts ...MetricsOption) (
 			}
 			o.ObserveInt64(paused, p, labels)
 			o.ObserveFloat64(lag, s.Lateness().Seconds(), labels)
+			o.ObserveInt64(trimmed, s.DeadTrimmedCap, metric.WithAttributeSet(attribute.NewSet(LabelQueue.String(q), LabelReason.String(job.TrimCap))))
+			o.ObserveInt64(trimmed, s.DeadTrimmedAge, metric.WithAttributeSet(attribute.NewSet(LabelQueue.String(q), LabelReason.String(job.TrimAge))))
+			o.ObserveInt64(unarchived, s.DeadTrimmedUnarchived, labels)
 			if serving != nil {
 				o.ObserveInt64(procs, serving[q], labels)
 			}

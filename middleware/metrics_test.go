@@ -3,6 +3,7 @@ package middleware_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"strconv"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
@@ -249,5 +251,62 @@ func TestObserveQueuesRejectsBadInput(t *testing.T) {
 	}
 	if _, err := middleware.ObserveQueues(tb.b, []string{"bad{queue}"}); !errors.Is(err, job.ErrInvalid) {
 		t.Errorf("bad queue name: %v, want ErrInvalid", err)
+	}
+}
+
+// TestDeadTrimmedCounters: the dead records a capped dead-letter store
+// trims are observed as delayq.queue.dead_trimmed by reason, equal to the
+// queue's stats; a queue that trims nothing reports zeros.
+func TestDeadTrimmedCounters(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	capped := testkit.NewBroker(t, tb.rdb, broker.Options{Namespace: tb.ns, DeadCap: 2})
+	typ := job.New[payload]("doomed", job.Queue("graveyard"))
+	typ.Handle(tb.reg, func(context.Context, *job.Job[payload]) error { return retry.Permanent(errors.New("no")) })
+	if _, err := typ.EnqueueMany(tb.ctx, capped, make([]payload, 5)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := job.New[payload]("fine", job.Queue("quiet")).Enqueue(tb.ctx, capped, payload{}, job.In(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	cfg := tb.config(t)
+	cfg.Broker = capped
+	cfg.Queues = []worker.Queue{{Name: "graveyard"}}
+	stop := run(t, cfg)
+	redistest.WaitFor(t, 10*time.Second, "5 deaths, 3 trimmed", func() bool {
+		st, err := capped.Stats(tb.ctx, "graveyard")
+		return err == nil && st.Dead == 2 && st.DeadTrimmedCap == 3
+	})
+	stop()
+
+	m := newMeter(t)
+	unregister, err := middleware.ObserveQueues(capped, nil, middleware.WithMeterProvider(m.mp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = unregister() }()
+	data := m.collect()
+	trims, ok := data[middleware.MetricDeadTrimmed].(metricdata.Sum[int64])
+	if !ok || !trims.IsMonotonic || trims.Temporality != metricdata.CumulativeTemporality {
+		t.Fatalf("%s: %#v, want a cumulative monotonic sum", middleware.MetricDeadTrimmed, data[middleware.MetricDeadTrimmed])
+	}
+	got := map[[2]string]int64{}
+	for _, p := range trims.DataPoints {
+		q, _ := p.Attributes.Value(middleware.LabelQueue)
+		r, _ := p.Attributes.Value(middleware.LabelReason)
+		got[[2]string{q.AsString(), r.AsString()}] = p.Value
+	}
+	want := map[[2]string]int64{{"graveyard", "cap"}: 3, {"graveyard", "age"}: 0, {"quiet", "cap"}: 0, {"quiet", "age"}: 0}
+	if !maps.Equal(got, want) {
+		t.Fatalf("%s = %v, want %v", middleware.MetricDeadTrimmed, got, want)
+	}
+	un, ok := data[middleware.MetricDeadUnarchived].(metricdata.Sum[int64])
+	if !ok || len(un.DataPoints) != 2 {
+		t.Fatalf("%s: %#v, want a point per queue", middleware.MetricDeadUnarchived, data[middleware.MetricDeadUnarchived])
+	}
+	for _, p := range un.DataPoints {
+		if p.Value != 0 {
+			t.Errorf("%s = %d, want 0 (no hook)", middleware.MetricDeadUnarchived, p.Value)
+		}
 	}
 }

@@ -143,6 +143,27 @@ type Config struct {
 	// fleet.DefaultTTL (15 s); at least fleet.MinTTL; negative: the worker
 	// does not register.
 	ProcessTTL time.Duration
+	// OnDeadTrimmed, when set, is handed each dead record that the
+	// dead-letter store of a served queue drops by its cap or max age
+	// (broker.Options.DeadCap, DeadMaxAge): the whole record (envelope and
+	// final error), why it was trimmed and when, for example to write it to
+	// a table (docs/operations.md has a recipe for the outbox's
+	// PostgreSQL). It is called from one goroutine of its own, at most once
+	// per record, never on the path that records outcomes: a trim moves
+	// the records to a bounded list in Redis (DeadTrimmedBuffer per shard),
+	// which that goroutine empties into the hook. While the list is full (a
+	// slow or stuck hook, no worker with the hook running) the records
+	// trimmed are dropped and counted (job.QueueStats.DeadTrimmedUnarchived);
+	// workers never wait for the hook. A record taken from the list by a
+	// worker that then dies before its hook returns is not handed again.
+	// Set it on every worker of the queue: trims by a worker without it
+	// keep nothing (they are still counted). A panic of the hook is logged
+	// and the record counts as handed.
+	OnDeadTrimmed func(ctx context.Context, r *job.TrimmedRecord)
+	// DeadTrimmedBuffer is how many trimmed records each shard keeps for
+	// OnDeadTrimmed at most (each as large as its dead record). Default
+	// 1000; ignored without OnDeadTrimmed.
+	DeadTrimmedBuffer int
 }
 
 // Service is something that runs as long as a worker: Run blocks until ctx
@@ -170,7 +191,9 @@ const (
 	DefaultLease           = 30 * time.Second
 	DefaultMaxIdle         = 5 * time.Second
 	DefaultShutdownTimeout = 10 * time.Second
-	maxBatch               = 100
+	// DefaultDeadTrimmedBuffer is Config.DeadTrimmedBuffer's default.
+	DefaultDeadTrimmedBuffer = 1000
+	maxBatch                 = 100
 	// maxPrefetch bounds the adaptive prefetch (Config.Prefetch 0): one
 	// claim's batch.
 	maxPrefetch = maxBatch
@@ -232,6 +255,11 @@ func (c Config) withDefaults() (Config, error) {
 		return c, neg("ShutdownTimeout", c.ShutdownTimeout)
 	case c.Timeout < 0:
 		return c, neg("Timeout", c.Timeout)
+	case c.DeadTrimmedBuffer < 0:
+		return c, fmt.Errorf("worker: DeadTrimmedBuffer %d is negative", c.DeadTrimmedBuffer)
+	}
+	if c.DeadTrimmedBuffer == 0 {
+		c.DeadTrimmedBuffer = DefaultDeadTrimmedBuffer
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency

@@ -206,6 +206,7 @@ func (w *Worker) expire(bg context.Context, s keyspace.Shard, jobs []protocol.Cl
 		w.log.Error().Err(err).Str("queue", s.Queue()).Msg("reap failed; next round tries again")
 		return
 	}
+	w.trimmed(s, res)
 	w.endBatches(bg, s, ops, res)
 	for i := range jobs {
 		logger := w.jobLogger(&jobs[i])

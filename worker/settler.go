@@ -157,6 +157,7 @@ func (s *settler) call(bg context.Context, sh keyspace.Shard, items []settling) 
 		it.done(res[i])
 	}
 	if err == nil {
+		w.trimmed(sh, res)
 		w.endBatches(bg, sh, ops, res)
 	}
 }

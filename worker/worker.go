@@ -62,6 +62,9 @@ type Worker struct {
 	reapSeq  uint64     // call ids of the reaper
 	chains   sync.Map   // job type → its handler in the middleware (chained)
 	chainMu  sync.Mutex // builds a chain missing from chains
+	// trimSig wakes the goroutine of Config.OnDeadTrimmed (nil without
+	// it): a settle kept trimmed records for it.
+	trimSig chan struct{}
 }
 
 // New checks cfg, fills in its defaults and returns a Worker.
@@ -76,6 +79,10 @@ func New(cfg Config) (*Worker, error) {
 		caller: protocol.Caller{ID: job.NewID(), Lease: cfg.Lease},
 		log:    *cfg.Logger,
 		slots:  newSlots(cfg.Lease, cfg.Lease/10),
+	}
+	if cfg.OnDeadTrimmed != nil {
+		w.caller.KeepTrimmed = cfg.DeadTrimmedBuffer
+		w.trimSig = make(chan struct{}, 1)
 	}
 	w.settler = newSettler(w)
 	w.extender = newExtender(w)
@@ -154,6 +161,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		loops.Go(func() { every(ctx, w.cfg.ReapInterval, func() { w.reap(ctx, bg) }) })
 	}
 	loops.Go(func() { w.checkEviction(ctx) })
+	if w.cfg.OnDeadTrimmed != nil {
+		loops.Go(func() { w.handTrimmed(ctx) })
+	}
 
 	var handlers sync.WaitGroup
 	w.fetch(ctx, jobs, notices, &handlers)

@@ -47,6 +47,12 @@
 -- KEYS[19] -> ns:{q}:window:    prefix of the ZSETs token -> claim ms: the
 --                               logs of strict rate limits ("*" the queue's,
 --                               else the type's; touched only when one is set)
+-- KEYS[20] -> ns:{q}:dead:trimmed LIST of trimmed dead records kept for the
+--                               workers' hook (trim_dead; touched only when a
+--                               due job has expired and ARGV[10] > 0)
+-- ARGV[10] -> how many trimmed records KEYS[20] may hold (0 or absent:
+--            none kept). Trims here count in KEYS[12] but claim no
+--            warning: a worker's settle does.
 --
 -- Expiry (job.ExpireAt): a due job whose envelope ends in ,"x":"<ms>"} (or
 -- "<ms>d"}) with <ms> <= now is not leased: it goes to the dead letters with
@@ -240,7 +246,7 @@ local function expire_jobs(ids, bodies, which, now, ended)
   if #records > 0 then
     call_chunked('HSET', KEYS[9], records)
     call_chunked('ZADD', KEYS[10], index)
-    trim_dead(KEYS[9], KEYS[10], tonumber(ARGV[6]), tonumber(ARGV[7]), now)
+    trim_dead(KEYS[9], KEYS[10], tonumber(ARGV[6]), tonumber(ARGV[7]), now, KEYS[12], KEYS[20], tonumber(ARGV[10]) or 0, 0)
     history(KEYS[7], now, 'dead', #records / 2)
   end
   flush_endings(ends)
@@ -551,7 +557,7 @@ if n > 0 then
       end
     end
     if #expired > 0 then
-      bad = expect({KEYS[9], 'hash', KEYS[10], 'zset', KEYS[11], 'zset', KEYS[12], 'hash', KEYS[18], 'hash'})
+      bad = expect({KEYS[9], 'hash', KEYS[10], 'zset', KEYS[11], 'zset', KEYS[12], 'hash', KEYS[18], 'hash', KEYS[20], 'list'})
       if bad then
         return bad
       end

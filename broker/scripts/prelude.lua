@@ -186,30 +186,114 @@ end
 
 -- Drop dead records beyond cap (oldest first) and older than now - max_age.
 -- cap < 0 or max_age <= 0 disables that rule (cap 0 keeps none: a sharded
--- queue's small cap can leave some shards none). Returns how many were
--- dropped.
-local function trim_dead(dead, index, cap, max_age, now)
-  local dropped = 0
-  if max_age > 0 then
-    local old = redis.call('ZRANGEBYSCORE', index, '-inf', '(' .. (now - max_age))
-    for _, id in ipairs(old) do
-      redis.call('HDEL', dead, id)
-      redis.call('ZREM', index, id)
-      dropped = dropped + 1
+-- queue's small cap can leave some shards none).
+--
+-- Every record dropped is counted in the shard's counters (counts, a HASH):
+-- dead_trimmed_cap and dead_trimmed_age, one HINCRBY per rule that dropped
+-- any. With keep > 0 the dropped records are moved, oldest first, to the
+-- shard's trimmed LIST (trimmed) as "<cap|age>\n<died ms>\n<trimmed
+-- ms>\n<record>", for a worker to hand to its hook (worker.Config.
+-- OnDeadTrimmed), as long as that list holds fewer than keep; those that do
+-- not fit are counted in dead_trimmed_unarchived. With warn_every > 0, a
+-- trim by the cap claims the queue's warning (dead_trim_warned, the ms of
+-- the last one) when none was claimed in the last warn_every ms.
+--
+-- Returns dropped, dropped by the cap, dropped by age, kept, unarchived,
+-- warn (1 when this call claimed the warning).
+local function trim_dead(dead, index, cap, max_age, now, counts, trimmed, keep, warn_every)
+  local by_age, by_cap = 0, 0
+  local kept, unarchived = 0, 0
+  local room = 0
+  if keep > 0 then
+    room = keep - redis.call('LLEN', trimmed)
+  end
+  -- Move the records of ids (died-at in scores, WITHSCORES order) to the
+  -- trimmed list while there is room; count the rest unarchived.
+  local function keep_them(flat, reason)
+    if keep <= 0 then
+      return
     end
+    local n = #flat / 2
+    local take = math.max(0, math.min(room, n))
+    unarchived = unarchived + (n - take)
+    if take == 0 then
+      return
+    end
+    local ids = {}
+    for j = 1, take do
+      ids[j] = flat[2 * j - 1]
+    end
+    local recs = hmget(dead, ids)
+    local entries = {}
+    local stamp = string.format('%d', now)
+    for j = 1, take do
+      if recs[j] then
+        entries[#entries + 1] = reason .. '\n' .. flat[2 * j] .. '\n' .. stamp .. '\n' .. recs[j]
+      end
+    end
+    if #entries > 0 then
+      call_chunked('RPUSH', trimmed, entries)
+    end
+    kept = kept + #entries
+    room = room - take
+  end
+  if max_age > 0 then
+    local old = redis.call('ZRANGEBYSCORE', index, '-inf', '(' .. (now - max_age), 'WITHSCORES')
+    keep_them(old, 'age')
+    for j = 1, #old, 2 do
+      redis.call('HDEL', dead, old[j])
+      redis.call('ZREM', index, old[j])
+    end
+    by_age = #old / 2
   end
   if cap >= 0 then
     local excess = redis.call('ZCARD', index) - cap
     if excess > 0 then
-      local ids = redis.call('ZRANGE', index, 0, excess - 1)
-      for _, id in ipairs(ids) do
-        redis.call('HDEL', dead, id)
+      if keep > 0 then
+        local ids = redis.call('ZRANGE', index, 0, excess - 1, 'WITHSCORES')
+        keep_them(ids, 'cap')
+        for j = 1, #ids, 2 do
+          redis.call('HDEL', dead, ids[j])
+        end
+      else
+        local ids = redis.call('ZRANGE', index, 0, excess - 1)
+        call_chunked('HDEL', dead, ids)
       end
       redis.call('ZREMRANGEBYRANK', index, 0, excess - 1)
-      dropped = dropped + excess
+      by_cap = excess
     end
   end
-  return dropped
+  local warn = 0
+  if by_age > 0 then
+    redis.call('HINCRBY', counts, 'dead_trimmed_age', by_age)
+  end
+  if by_cap > 0 then
+    redis.call('HINCRBY', counts, 'dead_trimmed_cap', by_cap)
+    if warn_every > 0 then
+      local last = redis.call('HGET', counts, 'dead_trim_warned')
+      if not (last and is_int(last) and now - tonumber(last) < warn_every and tonumber(last) <= now) then
+        redis.call('HSET', counts, 'dead_trim_warned', string.format('%d', now))
+        warn = 1
+      end
+    end
+  end
+  if unarchived > 0 then
+    redis.call('HINCRBY', counts, 'dead_trimmed_unarchived', unarchived)
+  end
+  return by_age + by_cap, by_cap, by_age, kept, unarchived, warn
+end
+
+-- Forget at most limit uniqueness entries whose window is over (score at
+-- or before now): the lowest-scored members of unique (a ZSET id ->
+-- remembered until ms), so a bounded ZRANGEBYSCORE finds them and one
+-- ZREMRANGEBYRANK removes them. A live window (score after now) is never
+-- touched. Returns how many were removed.
+local function tidy_unique(unique, now, limit)
+  local over = redis.call('ZRANGEBYSCORE', unique, '-inf', now, 'LIMIT', 0, limit)
+  if #over > 0 then
+    redis.call('ZREMRANGEBYRANK', unique, 0, #over - 1)
+  end
+  return #over
 end
 
 -- The per-minute history of a queue: prefix is ns:{q}:hist: (declared in

@@ -5,10 +5,16 @@
 -- KEYS[3] -> ns:{q}:attempts    HASH id -> attempts spent
 -- KEYS[4] -> ns:{q}:leases      HASH id -> fencing token
 -- KEYS[5] -> ns:{q}:cancels     HASH id -> token of a running job asked to stop
+-- KEYS[6] -> ns:{q}:unique      ZSET id -> remembered until ms (job.Unique)
 -- ARGV[1] -> now ms ("" = server TIME)
 -- ARGV[2] -> the most jobs to return
+-- ARGV[3] -> the most uniqueness entries whose window is over to remove
+--            (tidy_unique in the prelude; 0 or absent: none). Only an
+--            enqueue with a window, and the ending of a job with one,
+--            tidy KEYS[6] otherwise: the reaper's pass keeps an idle
+--            queue's set from holding windows long over.
 --
--- Returns {now, jobs, orphans, cancelled}: cancelled lists the ids among
+-- Returns {now, jobs, orphans, cancelled, entries tidied}: cancelled lists the ids among
 -- jobs whose lease was asked to stop (Broker.CancelJob): the caller ends
 -- them as cancelled rather than retrying them.
 -- In jobs, jobs is a flat list of id, token, attempt,
@@ -19,7 +25,7 @@
 -- returned with token 0, which no claim hands out. An attempts counter that
 -- is not an integer gives attempt -1, a job without a lease attempt -2: the
 -- caller reports the job corrupt and dead-letters it.
-local bad = expect({KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'hash', KEYS[4], 'hash', KEYS[5], 'hash'})
+local bad = expect({KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'hash', KEYS[4], 'hash', KEYS[5], 'hash', KEYS[6], 'zset'})
 if bad then
   return bad
 end
@@ -66,4 +72,9 @@ for i = 1, #expired, 2 do
     orphans[#orphans + 1] = id
   end
 end
-return {now, jobs, orphans, cancelled}
+local tidied = 0
+local tidy = tonumber(ARGV[3]) or 0
+if tidy > 0 then
+  tidied = tidy_unique(KEYS[6], now, tidy)
+end
+return {now, jobs, orphans, cancelled, tidied}

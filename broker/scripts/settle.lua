@@ -31,6 +31,10 @@
 -- KEYS[15] -> ns:{q}:done:      prefix of the STRINGs of retained succeeded
 --                               jobs: KEYS[15] .. id -> "<finished ms>\n<record>",
 --                               expiring after the job's retention
+-- KEYS[16] -> ns:{q}:counts     HASH counter -> n: the trims of the dead
+--                               letters (trim_dead in the prelude)
+-- KEYS[17] -> ns:{q}:dead:trimmed LIST of trimmed records kept for the
+--                               workers' hook (trim_dead)
 -- ARGV[1] -> now ms ("" = server TIME)
 -- ARGV[2] -> lane: the record field of this kind of call ("settle", "reap")
 -- ARGV[3] -> call id, chosen by the worker: a call with the id of the
@@ -40,7 +44,9 @@
 -- ARGV[5] -> wake channel
 -- ARGV[6] -> cap on dead records (< 0: none)
 -- ARGV[7] -> max age of dead records in ms (<= 0: none)
--- ARGV[8+9i .. 16+9i] -> one operation: kind, id, token, a, b, expired,
+-- ARGV[8] -> how many trimmed records KEYS[17] may hold (0: none kept)
+-- ARGV[9] -> ms between two warnings of trims by the cap (0: none claimed)
+-- ARGV[10+9i .. 18+9i] -> one operation: kind, id, token, a, b, expired,
 --   batch (the member's batch id, "" for a job in no batch), retain, next
 --   kind "a" ack: the handler succeeded; the job is deleted; a > 0
 --            remembers the id in KEYS[10] for a ms (job.Unique); retain
@@ -61,14 +67,16 @@
 --   batch: an ack or kill of a batch member records its ending in KEYS[13]
 --   (acks and kills end their jobs through end_job, in the prelude)
 --
--- Returns {now µs, one integer per operation}: ack and release 1; retry the
+-- Returns {now µs, one integer per operation, trims}: ack and release 1; retry the
 -- new ready time ms; kill the died-at ms; and for any of them -1 when the
 -- lease is lost (nothing changed for that job; an id listed twice in one
 -- call is lost the second time) or -2 when the reaper found the lease live
 -- again. A replay (the reply of the first call was lost, and the worker or
 -- its client sent it again) changes nothing and returns the first call's
 -- results, so an outcome recorded once is reported as recorded. The record
--- lives for ARGV[4] ms.
+-- lives for ARGV[4] ms. trims is {dropped by the cap, dropped by age,
+-- kept in KEYS[17], not kept for want of room, 1 when this call claimed
+-- the warning of a trim by the cap} (all 0 in a replay).
 --
 -- Acks cost a fixed number of commands per call, whatever their number:
 -- one HMGET checks every lease, then one command per key removes the acked
@@ -88,10 +96,10 @@ if last and string.sub(last, 1, #cid + 1) == cid .. '\n' then
   for part in string.gmatch(string.sub(last, #cid + 2), '[^\n]+') do
     out[#out + 1] = tonumber(part)
   end
-  return {now_u, out}
+  return {now_u, out, {0, 0, 0, 0, 0}}
 end
 
-local FIRST, WIDTH = 8, 9
+local FIRST, WIDTH = 10, 9
 local KINDS = {a = true, r = true, k = true, l = true, s = true}
 local ids = {}
 local remembers, kills, batched = false, false, false
@@ -136,6 +144,17 @@ if capped then
 end
 if marked then
   bad = expect({KEYS[11], 'hash'})
+  if bad then
+    return bad
+  end
+end
+if kills then
+  -- A kill may trim the dead letters, which counts in KEYS[16] and may
+  -- keep records in KEYS[17].
+  bad = expect({KEYS[16], 'hash'})
+  if not bad and tonumber(ARGV[8]) > 0 then
+    bad = expect({KEYS[17], 'list'})
+  end
   if bad then
     return bad
   end
@@ -272,8 +291,11 @@ if #nexts > 0 then
     end
   end
 end
+local trims = {0, 0, 0, 0, 0}
 if died > 0 then
-  trim_dead(KEYS[6], KEYS[7], tonumber(ARGV[6]), tonumber(ARGV[7]), now)
+  local _, by_cap, by_age, kept, unarchived, warn = trim_dead(KEYS[6], KEYS[7], tonumber(ARGV[6]), tonumber(ARGV[7]), now,
+    KEYS[16], KEYS[17], tonumber(ARGV[8]), tonumber(ARGV[9]))
+  trims = {by_cap, by_age, kept, unarchived, warn}
   history(KEYS[8], now, 'dead', died)
 end
 history(KEYS[8], now, 'failed', failed)
@@ -296,4 +318,4 @@ for k = 1, #out do
 end
 redis.call('HSET', KEYS[9], lane, table.concat(record, '\n') .. '\n')
 redis.call('PEXPIRE', KEYS[9], tonumber(ARGV[4]))
-return {now_u, out}
+return {now_u, out, trims}

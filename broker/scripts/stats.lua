@@ -4,7 +4,8 @@
 -- KEYS[1] -> ns:{q}:scheduled   ZSET id -> ready ms
 -- KEYS[2] -> ns:{q}:processing  ZSET id -> lease deadline ms
 -- KEYS[3] -> ns:{q}:dead:index  ZSET id -> died-at ms
--- KEYS[4] -> ns:{q}:counts      HASH counter -> n (expired_dropped)
+-- KEYS[4] -> ns:{q}:counts      HASH counter -> n (expired_dropped, the
+--                               dead_trimmed_* counters)
 -- KEYS[5] -> ns:{q}:controls    HASH "*" / "t:<type>" -> paused at ms,
 --                               "r" / "r:<type>" -> rate limit
 -- KEYS[6] -> ns:{q}:parked      ZSET id -> ready ms (jobs of paused types)
@@ -17,7 +18,9 @@
 -- none is due), next ready ms in the future (-1 when none), expired jobs
 -- dropped, paused (1 or 0), parked jobs, {paused types}, {type ("" for
 -- the queue), rate limit, ...}, {type ("" for the queue), "share/total",
--- ...}, held jobs (by caps), {type, jobs held by its rate limit, ...}}.
+-- ...}, held jobs (by caps), {type, jobs held by its rate limit, ...},
+-- {dead records trimmed by the cap, by age, trimmed but not kept for the
+-- workers' hook}}.
 -- Jobs held by a rate limit count in scheduled and due, and the oldest of
 -- them in the oldest due ready time. Every count is O(1) or O(log N) (one
 -- ZCARD per capped type, a ZCARD and a ZRANGE per rate-limited type).
@@ -37,10 +40,15 @@ local upcoming = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHS
 if upcoming[2] then
   next = finite(upcoming[2], -1)
 end
-local dropped = redis.call('HGET', KEYS[4], 'expired_dropped')
-if not (dropped and is_int(dropped)) then
-  dropped = 0
+local counters = redis.call('HMGET', KEYS[4], 'expired_dropped', 'dead_trimmed_cap', 'dead_trimmed_age', 'dead_trimmed_unarchived')
+for i = 1, 4 do
+  if counters[i] and is_int(counters[i]) then
+    counters[i] = tonumber(counters[i])
+  else
+    counters[i] = 0
+  end
 end
+local dropped = counters[1]
 local paused, types, rates, caps, held = 0, {}, {}, {}, 0
 local controls = redis.call('HGETALL', KEYS[5])
 local capped, limited = {}, {}
@@ -92,4 +100,4 @@ for _, t in ipairs(capped) do
   end
 end
 return {now, scheduled, due, redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]), oldest, next, tonumber(dropped),
-  paused, redis.call('ZCARD', KEYS[6]), types, rates, caps, held, by_rate}
+  paused, redis.call('ZCARD', KEYS[6]), types, rates, caps, held, by_rate, {counters[2], counters[3], counters[4]}}

@@ -68,6 +68,7 @@ func TestFunctionsACLUser(t *testing.T) {
 	}
 
 	coreFlow(t, b) // enqueue, handle, retry, dead letters, cancel, reschedule, stats, queues
+	trimFlow(t, rdb, broker.Options{Namespace: ns, Functions: true})
 	functionsFeatures(t, b)
 	cli := buildDelayq(t)
 	functionsCLI(t, cli, srv, user, ns, lib)

@@ -227,6 +227,7 @@ func TestACLUserLimitedToNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	coreFlow(t, b)
+	trimFlow(t, rdb, broker.Options{Namespace: ns})
 
 	noperm := func(what string, err error) {
 		t.Helper()

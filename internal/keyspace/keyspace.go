@@ -37,8 +37,9 @@ type Keys struct {
 	Seq        string // STRING: the last fencing token handed out
 	Dead       string // HASH id -> dead record
 	DeadIndex  string // ZSET id -> died-at (ms)
+	Trimmed    string // LIST of dead records trimmed by the cap or by age, kept for the workers' hook: "<cap|age>\n<died ms>\n<trimmed ms>\n<record>"
 	Unique     string // ZSET id -> remembered until (ms): unique jobs that ended
-	Counts     string // HASH counter -> n: expired_dropped
+	Counts     string // HASH counter -> n: expired_dropped, dead_trimmed_cap, dead_trimmed_age, dead_trimmed_unarchived; dead_trim_warned -> ms of the last warning of trims by the cap
 	Controls   string // HASH of the flow controls: "*" -> paused at (the queue), "t:<type>" -> paused at (a type), "r" / "r:<type>" -> rate limit "count/per_ms/burst/shards", "c" / "c:<type>" -> concurrency cap "share/total"
 	Rate       string // HASH "*" / "<type>" -> GCRA theoretical arrival time (ms) of a rate limit
 	Parked     string // ZSET id -> ready ms: due jobs of paused types, set aside by claim
@@ -67,6 +68,7 @@ func newKeys(ns, physical, queue string) Keys {
 		Seq:        p + "seq",
 		Dead:       p + "dead",
 		DeadIndex:  p + "dead:index",
+		Trimmed:    p + "dead:trimmed",
 		Unique:     p + "unique",
 		Counts:     p + "counts",
 		Controls:   p + "controls",
@@ -92,7 +94,7 @@ func newKeys(ns, physical, queue string) Keys {
 // keys are named by type, nor the history, which expires by itself, nor the
 // fencing counter, which is never deleted).
 func (k Keys) JobKeys() []string {
-	return []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Dead, k.DeadIndex, k.Unique, k.Counts, k.Controls, k.Rate, k.Parked, k.Cancels, k.Running, k.Batched, k.Progress}
+	return []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Dead, k.DeadIndex, k.Trimmed, k.Unique, k.Counts, k.Controls, k.Rate, k.Parked, k.Cancels, k.Running, k.Batched, k.Progress}
 }
 
 // WakeChannel is the Pub/Sub channel on which the workers of queue are

@@ -84,6 +84,9 @@ type ReapResult struct {
 	Now     time.Time
 	Jobs    []Claimed // ReadyAt holds the lease deadline that passed
 	Orphans []string  // processing ids without envelope or lease, removed
+	// UniqueTidied counts the uniqueness entries whose window was over
+	// that the call removed (broker.UniqueTidyLimit at most).
+	UniqueTidied int
 }
 
 // Death is what a worker knows of a job it dead-letters; the broker makes
@@ -112,6 +115,11 @@ type Caller struct {
 	// ClaimResult.Controlled), so that its leases are running jobs. 0 for
 	// other calls.
 	Ahead int
+	// KeepTrimmed, in a Claim or Settle, is how many dead records trimmed
+	// by the cap or by age each shard keeps for the worker's hook
+	// (TakeTrimmed) at most; those beyond it are counted as unarchived. 0
+	// keeps none: they are only counted.
+	KeepTrimmed int
 }
 
 // Lane is a sequence of calls of one worker to one shard: a lane has one
@@ -222,6 +230,20 @@ func ParseBatchEnd(id, rec string) (e BatchEnd, ok bool) {
 type Settled struct {
 	At  time.Time
 	Err error
+	// Trims, on the first kill of a call whose kills trimmed the dead
+	// letters (nil otherwise), says what was trimmed.
+	Trims *Trims
+}
+
+// Trims is what one Settle call trimmed from its shard's dead letters.
+type Trims struct {
+	ByCap, ByAge     int64 // records dropped by the cap, and by age
+	Kept, Unarchived int64 // of those, kept for TakeTrimmed, and not kept for want of room
+	// Warn: this call claimed the queue's warning of trims by the cap
+	// (at most one every broker.TrimWarnEvery across all workers).
+	Warn   bool
+	Cap    int           // the broker's DeadCap (for the queue; negative: none)
+	MaxAge time.Duration // the broker's DeadMaxAge
 }
 
 // Broker is the protocol.
@@ -268,6 +290,10 @@ type Broker interface {
 	// batches, enqueues the callbacks that became due, and drops the
 	// records Settle kept. It may be repeated: an ending counts once.
 	EndBatch(ctx context.Context, s keyspace.Shard, ends []BatchEnd) error
+	// TakeTrimmed removes up to n of the dead records that s kept when it
+	// trimmed them (Caller.KeepTrimmed), oldest first, and returns them:
+	// each is returned by one call only.
+	TakeTrimmed(ctx context.Context, s keyspace.Shard, n int) ([]job.TrimmedRecord, error)
 	// SweepBatches counts up to limit endings of batch members of s that
 	// were recorded but never counted (their worker died after Settle),
 	// and returns how many it found.

@@ -126,7 +126,8 @@ func Keys(t testing.TB, b *broker.Broker, queue string) keyspace.Keys {
 // Key returns one key of a physical queue as b builds it: name is the
 // queue (or one shard's name, "q#1") and field the key's last part, as in
 // "ns:{q}:field": scheduled, processing, jobs, attempts, leases, seq, dead,
-// dead:index, batched, hist: (the history prefix) or wake (the channel).
+// dead:index, dead:trimmed, counts, unique, batched, controls, hist: (the
+// history prefix) or wake (the channel).
 func Key(t testing.TB, b *broker.Broker, name, field string) string {
 	t.Helper()
 	for _, s := range Shards(t, b, keyspace.Logical(name)) {
@@ -157,6 +158,12 @@ func Key(t testing.TB, b *broker.Broker, name, field string) string {
 			return k.Dead
 		case "dead:index":
 			return k.DeadIndex
+		case "dead:trimmed":
+			return k.Trimmed
+		case "counts":
+			return k.Counts
+		case "unique":
+			return k.Unique
 		case "batched":
 			return k.Batched
 		case "controls":

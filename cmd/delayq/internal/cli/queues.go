@@ -433,6 +433,8 @@ type queueJSON struct {
 	Scheduled  int64            `json:"scheduled"`
 	Due        int64            `json:"due"`
 	Processing int64            `json:"processing"`
+	Dead       int64            `json:"dead"`
+	deadTrimmedJSON
 	// ServedBy: live processes serving the queue; HeldUnserved: jobs are
 	// processing and none does.
 	ServedBy     int  `json:"served_by"`
@@ -463,6 +465,7 @@ func (a *app) listQueues(ctx context.Context, b *broker.Broker) error {
 		for i, s := range all {
 			out[i] = queueJSON{Queue: s.Queue, Paused: s.Paused, PausedTypes: s.PausedTypes, Parked: s.Parked,
 				Caps: s.Caps, Held: s.Held, HeldByRate: s.HeldByRate, Scheduled: s.Scheduled, Due: s.Due, Processing: s.Processing,
+				Dead: s.Dead, deadTrimmedJSON: trimmedOf(s),
 				Limits: map[string]limitJSON{}, ServedBy: len(procs.Serving(s.Queue)), HeldUnserved: heldUnserved(s, procs)}
 			for k, r := range s.RateLimits {
 				l := limitJSON{Count: r.Count, PerMS: r.Per.Milliseconds(), Burst: max(r.Burst, 1), Strict: r.Strict, SlackMS: r.Slack.Milliseconds()}
@@ -494,7 +497,7 @@ func (a *app) listQueues(ctx context.Context, b *broker.Broker) error {
 		}
 		return nil
 	}
-	t := newTable(a.stdout, "QUEUE", "STATE", "PAUSED TYPES", "PARKED", "CAPS", "HELD", "LIMITS", "SCHEDULED", "DUE", "PROCESSING", "WORKERS")
+	t := newTable(a.stdout, "QUEUE", "STATE", "PAUSED TYPES", "PARKED", "CAPS", "HELD", "LIMITS", "SCHEDULED", "DUE", "PROCESSING", "DEAD", "TRIMMED", "WORKERS")
 	for _, s := range all {
 		state := "active"
 		if s.Paused {
@@ -508,7 +511,7 @@ func (a *app) listQueues(ctx context.Context, b *broker.Broker) error {
 		if heldUnserved(s, procs) {
 			workers += " (jobs held)"
 		}
-		t.row(s.Queue, state, types, num(s.Parked), capsText(s.Caps), heldText(s.Held, s.HeldByRate), limitsText(s.RateLimits), num(s.Scheduled), num(s.Due), num(s.Processing), workers)
+		t.row(s.Queue, state, types, num(s.Parked), capsText(s.Caps), heldText(s.Held, s.HeldByRate), limitsText(s.RateLimits), num(s.Scheduled), num(s.Due), num(s.Processing), num(s.Dead), trimmedText(s), workers)
 	}
 	return t.flush()
 }

@@ -44,7 +44,7 @@ func TestQueuesPauseResume(t *testing.T) {
 		t.Fatalf("claimed %v from a paused queue", ids)
 	}
 	out := tb.ok(t, "queues", "ls")
-	if !strings.Contains(out, "QUEUE  STATE   PAUSED TYPES  PARKED  CAPS  HELD  LIMITS  SCHEDULED  DUE  PROCESSING  WORKERS") || !strings.Contains(out, "mail   paused  -             0       -     0     -       2          2    0           0") {
+	if !strings.Contains(out, "QUEUE  STATE   PAUSED TYPES  PARKED  CAPS  HELD  LIMITS  SCHEDULED  DUE  PROCESSING  DEAD  TRIMMED  WORKERS") || !strings.Contains(out, "mail   paused  -             0       -     0     -       2          2    0           0     -        0") {
 		t.Errorf("queues ls while paused:\n%s", out)
 	}
 	if out := tb.ok(t, "stats"); !strings.Contains(out, "mail (paused)") {
@@ -122,7 +122,7 @@ func TestQueuesCap(t *testing.T) {
 		t.Fatalf("claimed %d under a type cap of 1: %v", len(res.Jobs), err)
 	}
 	out := tb.ok(t, "queues", "ls")
-	if !strings.Contains(out, "reports  active  -             0       4,report.build=1  2     -       0          0    1           0 (jobs held)") {
+	if !strings.Contains(out, "reports  active  -             0       4,report.build=1  2     -       0          0    1           0     -        0 (jobs held)") {
 		t.Errorf("queues ls with caps:\n%s", out)
 	}
 	var ls struct {

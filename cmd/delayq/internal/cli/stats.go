@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -25,7 +26,9 @@ func (a *app) statsCommand() *cobra.Command {
 		Use:   "stats",
 		Short: "Show every queue's counts: scheduled, due, processing, dead; and the outbox relays",
 		Long: `Show every queue's counts: jobs scheduled, of those due now, processing and
-dead, how late the oldest due job is, and when the next job becomes ready.
+dead, the dead records trimmed (dropped by the dead-letter cap or by age, and
+of those, the ones a worker's OnDeadTrimmed hook could not be handed), how
+late the oldest due job is, and when the next job becomes ready.
 Counts are read in O(log N) per queue, never by scanning.
 
 Then the outbox relays that recorded their status: the lag of the oldest row
@@ -117,6 +120,7 @@ type queueStatsJSON struct {
 	NextReady  *string `json:"next_ready,omitempty"`
 	Paused     bool    `json:"paused"`
 	Parked     int64   `json:"parked"`
+	deadTrimmedJSON
 	// Served: how many live processes (workers) serve the queue, by the
 	// process registry; HeldUnserved: jobs are processing and none does.
 	Served       int  `json:"served_by"`
@@ -174,7 +178,7 @@ func (a *app) showStats(ctx context.Context, b *broker.Broker, queues []string, 
 			out.Queues[i] = queueStatsJSON{
 				Queue: s.Queue, Scheduled: s.Scheduled, Due: s.Due, Processing: s.Processing, Dead: s.Dead,
 				OldestDue: jsonTime(s.OldestDue), LatenessMS: s.Lateness().Milliseconds(), NextReady: jsonTime(s.NextReady),
-				Paused: s.Paused, Parked: s.Parked,
+				Paused: s.Paused, Parked: s.Parked, deadTrimmedJSON: trimmedOf(s),
 				Served: len(procs.Serving(s.Queue)), HeldUnserved: heldUnserved(s, procs),
 			}
 		}
@@ -194,7 +198,7 @@ func (a *app) showStats(ctx context.Context, b *broker.Broker, queues []string, 
 	if watching {
 		fmt.Fprintf(a.stdout, "delayq stats at %s (namespace %s)\n\n", fmtTime(now), b.Namespace())
 	}
-	t := newTable(a.stdout, "QUEUE", "SCHEDULED", "DUE", "PROCESSING", "DEAD", "OLDEST DUE", "NEXT READY")
+	t := newTable(a.stdout, "QUEUE", "SCHEDULED", "DUE", "PROCESSING", "DEAD", "TRIMMED", "OLDEST DUE", "NEXT READY")
 	var tot broker.QueueStats
 	var unserved []broker.QueueStats
 	for _, s := range all {
@@ -213,14 +217,17 @@ func (a *app) showStats(ctx context.Context, b *broker.Broker, queues []string, 
 			name += " (no live worker)"
 			unserved = append(unserved, s)
 		}
-		t.row(name, num(s.Scheduled), num(s.Due), num(s.Processing), num(s.Dead), late, relative(s.NextReady, s.Now))
+		t.row(name, num(s.Scheduled), num(s.Due), num(s.Processing), num(s.Dead), trimmedText(s), late, relative(s.NextReady, s.Now))
 		tot.Scheduled += s.Scheduled
 		tot.Due += s.Due
 		tot.Processing += s.Processing
 		tot.Dead += s.Dead
+		tot.DeadTrimmedCap += s.DeadTrimmedCap
+		tot.DeadTrimmedAge += s.DeadTrimmedAge
+		tot.DeadTrimmedUnarchived += s.DeadTrimmedUnarchived
 	}
 	if len(all) > 1 {
-		t.row("(total)", num(tot.Scheduled), num(tot.Due), num(tot.Processing), num(tot.Dead))
+		t.row("(total)", num(tot.Scheduled), num(tot.Due), num(tot.Processing), num(tot.Dead), trimmedText(tot))
 	}
 	if err := t.flush(); err != nil {
 		return err
@@ -229,6 +236,39 @@ func (a *app) showStats(ctx context.Context, b *broker.Broker, queues []string, 
 		fmt.Fprintln(a.stdout, termSafe(unservedText(s), false))
 	}
 	return a.showRelays(relays, now)
+}
+
+// deadTrimmedJSON counts the dead records of a queue that its dead-letter
+// store dropped, since the queue began: by its cap (broker.Options.DeadCap)
+// and by age (DeadMaxAge); of those, the ones a worker's hook
+// (worker.Config.OnDeadTrimmed) could not be handed for want of room.
+type deadTrimmedJSON struct {
+	DeadTrimmedCap        int64 `json:"dead_trimmed_cap"`
+	DeadTrimmedAge        int64 `json:"dead_trimmed_age"`
+	DeadTrimmedUnarchived int64 `json:"dead_trimmed_unarchived"`
+}
+
+func trimmedOf(s broker.QueueStats) deadTrimmedJSON {
+	return deadTrimmedJSON{DeadTrimmedCap: s.DeadTrimmedCap, DeadTrimmedAge: s.DeadTrimmedAge, DeadTrimmedUnarchived: s.DeadTrimmedUnarchived}
+}
+
+// trimmedText is the TRIMMED column: the dead records dropped by the cap
+// and by age, "-" when none.
+func trimmedText(s broker.QueueStats) string {
+	if s.DeadTrimmedCap == 0 && s.DeadTrimmedAge == 0 {
+		return "-"
+	}
+	var parts []string
+	if s.DeadTrimmedCap > 0 {
+		parts = append(parts, num(s.DeadTrimmedCap)+" cap")
+	}
+	if s.DeadTrimmedAge > 0 {
+		parts = append(parts, num(s.DeadTrimmedAge)+" age")
+	}
+	if s.DeadTrimmedUnarchived > 0 {
+		parts = append(parts, num(s.DeadTrimmedUnarchived)+" unarchived")
+	}
+	return strings.Join(parts, ", ")
 }
 
 // heldUnserved reports whether jobs of s are processing while no live
