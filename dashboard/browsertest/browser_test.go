@@ -20,11 +20,13 @@ import (
 
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
+	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/dashboard"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/worker"
 )
@@ -338,6 +340,48 @@ func TestBrowser(t *testing.T) {
 	cancelRunning(t, ctx, b, web.URL, &dlg, stopped)
 	finishedJob(t, ctx, b, web.URL, attacker, release)
 	heldBack(t, ctx, b, web.URL)
+	deadTrimmed(t, ctx, rdb)
+}
+
+// deadTrimmed: a queue of another namespace, whose dead-letter store keeps
+// 100 records (DeadCap), received 250 deaths: its page in the browser says
+// 100 dead, and that 150 more were trimmed by the cap.
+func deadTrimmed(t *testing.T, ctx context.Context, rdb redis.UniversalClient) {
+	t.Helper()
+	b, err := broker.New(rdb, broker.Options{Namespace: "trimmed", DeadCap: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 250 {
+		id := "sms-" + strconv.Itoa(i)
+		if err := b.Enqueue(ctx, &job.Envelope{ID: id, Queue: "sms", Type: "sms.send", Payload: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := testkit.Drive(b).Claim(ctx, "sms", 250, time.Minute)
+	if err != nil || len(res.Jobs) != 250 {
+		t.Fatalf("claimed %d of 250: %v", len(res.Jobs), err)
+	}
+	for _, c := range res.Jobs {
+		rec := &broker.DeadRecord{Type: "sms.send", Body: c.Body, Error: "gateway refused", Attempts: c.Attempt}
+		if _, err := testkit.Drive(b).Kill(ctx, c.Lease, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d, err := dashboard.New(b, dashboard.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	web := httptest.NewServer(d)
+	t.Cleanup(web.Close)
+	do(t, ctx, "open the page of a queue whose dead letters were trimmed",
+		chromedp.Navigate(web.URL+"/queues/sms"), chromedp.WaitVisible(chromedp.ID("q-dead-trimmed")))
+	if got := text(t, ctx, "q-dead"); got != "100" {
+		t.Errorf("dead card reads %q, want 100", got)
+	}
+	if got := text(t, ctx, "q-dead-trimmed"); !strings.Contains(got, "more were trimmed: 150 by the cap, 0 by age") {
+		t.Errorf("trimmed line reads %q", got)
+	}
 }
 
 // heldBack starts a worker for "sms" whose handlers run until the test
