@@ -15,7 +15,9 @@ import (
 )
 
 // Save an order and schedule its timeout in one transaction, then let a
-// relay move the job to Redis.
+// relay move the job to Redis. The example is compiled, not run: package
+// outbox's tests register no SQL driver, so that the core module requires
+// none.
 func Example() {
 	ctx := context.Background()
 	rdb, ns, done := redistest.ForExample("outbox.Example")
@@ -63,8 +65,13 @@ func Example() {
 	info, _ := b.Job(ctx, "orders", "order-1001")
 	fmt.Printf("in Redis: %s, %s, due in about %v\n", info.ID, info.State, time.Until(info.ReadyAt).Round(time.Minute))
 	fmt.Printf("relayed: %d enqueued\n", relay.Stats().Enqueued)
-	// Output:
-	// committed order-1001; 1 row in the outbox
-	// in Redis: order-1001, scheduled, due in about 30m0s
-	// relayed: 1 enqueued
+	// With an SQLite driver registered as "sqlite" (modernc.org/sqlite,
+	// say), this prints:
+	//
+	//	committed order-1001; 1 row in the outbox
+	//	in Redis: order-1001, scheduled, due in about 30m0s
+	//	relayed: 1 enqueued
+	//
+	// (examples/outbox runs the same flow, and outbox/sqltest tests it on
+	// SQLite and PostgreSQL.)
 }

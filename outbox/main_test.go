@@ -3,8 +3,6 @@ package outbox_test
 import (
 	"testing"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver for Example
-
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/job"
 )

@@ -15,6 +15,7 @@ require (
 	github.com/alicebob/miniredis/v2 v2.40.0 // indirect
 	github.com/cenkalti/backoff/v4 v4.3.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/delayq/delayq/internal/sqlitefixture v0.0.0-00010101000000-000000000000
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
@@ -40,3 +41,5 @@ require (
 )
 
 replace github.com/delayq/delayq => ../..
+
+replace github.com/delayq/delayq/internal/sqlitefixture => ../../internal/sqlitefixture

@@ -38,3 +38,5 @@ require github.com/delayq/delayq/cmd/delayq v0.0.0-00010101000000-000000000000 /
 
 // The suites build the delayq program (go build github.com/delayq/delayq/cmd/delayq).
 tool github.com/delayq/delayq/cmd/delayq
+
+replace github.com/delayq/delayq/internal/sqlitefixture => ../sqlitefixture

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/delayq/delayq/internal/fixture"
+	"github.com/delayq/delayq/internal/sqlitefixture"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/outbox"
 )
@@ -18,9 +18,9 @@ func TestStatsShowsOutboxRelays(t *testing.T) {
 	if out := tb.ok(t, "stats"); strings.Contains(out, "OUTBOX RELAY") {
 		t.Fatalf("stats shows relays before any ran:\n%s", out)
 	}
-	fixture.StartRelay(t, tb.b, "billing-relay", digests(t, 2))
-	fixture.StartRelay(t, fixture.DownBroker{Broker: tb.b}, "orders-relay", digests(t, 3))
-	fixture.WaitRelays(t, tb.b, func(rs []outbox.RelayStatus) bool {
+	sqlitefixture.StartRelay(t, tb.b, "billing-relay", digests(t, 2))
+	sqlitefixture.StartRelay(t, sqlitefixture.DownBroker{Broker: tb.b}, "orders-relay", digests(t, 3))
+	sqlitefixture.WaitRelays(t, tb.b, func(rs []outbox.RelayStatus) bool {
 		return len(rs) == 2 && rs[0].Relayed == 2 && rs[0].Pending == 0 && rs[1].Pending == 3 && rs[1].Error != "" && rs[1].Lag > 0
 	})
 	out := tb.ok(t, "stats")

@@ -1,4 +1,4 @@
-package browsertest_test
+package integration_test
 
 import (
 	"context"
