@@ -33,7 +33,7 @@ type batchCallback struct {
 	Name  string // "success" or "complete"
 	Queue string
 	ID    string
-	State string // fired, waiting, or skipped (a success callback of a batch that completed with a dead member)
+	State string // fired, waiting, or skipped (a success callback of a batch that completed with a dead or gone member)
 }
 
 // Callbacks are the batch's callbacks, success first; none when it has
@@ -49,7 +49,7 @@ func (b batchRow) Callbacks() []batchCallback {
 		switch {
 		case fired:
 			st = "fired"
-		case name == "success" && b.Complete() && b.Dead > 0:
+		case name == "success" && b.Complete() && (b.Dead > 0 || b.Gone > 0):
 			st = "skipped"
 		}
 		out = append(out, batchCallback{Name: name, Queue: q, ID: id, State: st})

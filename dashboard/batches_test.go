@@ -259,3 +259,46 @@ func TestBatchDeadMembers(t *testing.T) {
 		wantStatus(t, path, tb.get(t, path), status)
 	}
 }
+
+// TestBatchPagesShowGone: a batch whose members were cancelled before they
+// ran completes with them gone: the batch page and the list show Gone and
+// when it completed, and its success callback, which will never fire, as
+// skipped.
+func TestBatchPagesShowGone(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, dashboard.Options{})
+	if _, err := tb.b.CreateBatch(tb.ctx, broker.BatchSpec{ID: "b-gone",
+		OnSuccess:  &job.Envelope{Type: "batch.cb", Queue: "cb"},
+		OnComplete: &job.Envelope{Type: "batch.cb", Queue: "cb"}}); err != nil {
+		t.Fatal(err)
+	}
+	member := job.New[memberArgs]("batch.member", job.Queue("later"))
+	var envs []*job.Envelope
+	for _, id := range []string{"g-1", "g-2"} {
+		e, err := member.Envelope(memberArgs{}, job.ID(id), job.In(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		envs = append(envs, e)
+	}
+	if err := tb.b.AddToBatch(tb.ctx, "b-gone", envs...); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.b.SealBatch(tb.ctx, "b-gone"); err != nil {
+		t.Fatal(err)
+	}
+	r := tb.get(t, "/batches/b-gone")
+	mustContain(t, "batch page before the cancels", r.body, `<dd id="gone">0</dd>`, `<dd id="completed">—</dd>`)
+	for _, id := range []string{"g-1", "g-2"} {
+		if err := tb.b.Cancel(tb.ctx, "later", id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r = tb.get(t, "/batches/b-gone")
+	wantStatus(t, "batch page", r, http.StatusOK)
+	mustContain(t, "batch page", r.body, `<dd id="gone">2 (ended without success`, `<span class="state s-complete">complete</span>`,
+		`<span class="cb cb-skipped">skipped</span>`, `<span class="cb cb-fired">fired</span>`)
+	mustNotContain(t, "batch page", r.body, `<dd id="completed">—</dd>`)
+	r = tb.get(t, "/batches")
+	mustContain(t, "batches page", r.body, `<th class="r">Gone</th>`, `<td class="r">2</td>`)
+}
