@@ -207,11 +207,14 @@ var (
 	// no stats for it): it renders the age of the record against this
 	// machine's clock.
 	deadAge = regexp.MustCompile(`(<dt>Died</dt><dd>[^(<]*)\([^)<]*\)`)
+	// Memory is an estimate of different keys (a shard's keys each) and
+	// of the whole server, which both comparisons share.
+	memoryCard = regexp.MustCompile(`(id="q-memory">)[^<]*(</span><span class="l" id="q-memory-note">)[^<]*(</span>)|(id="server-memory">)[^<]*(</span><span class="l" id="server-memory-note">)[^<]*(</span>)`)
 )
 
 // html normalises a dashboard page: the namespace, the CSRF token (tied to
-// a random session cookie), the server time in the header and the age of a
-// dead job always; on
+// a random session cookie), the server time in the header, the age of a
+// dead job and the memory cards always; on
 // the server's clock also every duration and timestamp, which are read
 // against that clock.
 func (e *env) html(s string) string {
@@ -219,6 +222,7 @@ func (e *env) html(s string) string {
 	s = csrfValue.ReplaceAllString(s, `name="csrf" value="<csrf>"`)
 	s = clockSpan.ReplaceAllString(s, `<time>`)
 	s = deadAge.ReplaceAllString(s, `$1(<age>)`)
+	s = memoryCard.ReplaceAllString(s, `${1}${4}<bytes>${2}${5}<memory>${3}${6}`)
 	if e.mode == serverClock {
 		s = durationRE.ReplaceAllString(s, "<dur>")
 		s = relativeRE.ReplaceAllString(s, "<rel>")
