@@ -57,6 +57,11 @@ func (w *Worker) process(ctx context.Context, claimedAt time.Time, c *protocol.C
 	ctx, attempt := job.WithAttempt(ctx, func(ctx context.Context, p job.Progress) (time.Time, error) {
 		return w.b.Progress(ctx, c.Lease, p)
 	})
+	var inner *handlerCtx // the context the handler ran with, for Config.Enqueue
+	if len(w.cfg.Enqueue) > 0 {
+		inner = &handlerCtx{ctx: ctx}
+		ctx = context.WithValue(ctx, handlerCtxKey{}, inner)
+	}
 	err := call(ctx, h, m)
 	if w.slots.released(t) {
 		// Handed back at shutdown (the release forgets it); another worker
@@ -82,7 +87,11 @@ func (w *Worker) process(ctx context.Context, claimedAt time.Time, c *protocol.C
 	if err == nil {
 		op := protocol.Op{Kind: protocol.OpAck, Lease: c.Lease, Batch: batchOf(c), Remember: remember(c.Envelope, false)}
 		if next := slices.Concat(c.Envelope.Next, attempt.Next()); len(next) > 0 {
-			if op.Next, err = w.chain(ctx, c, next); err != nil {
+			cctx := ctx
+			if inner != nil {
+				cctx = inner.ctx
+			}
+			if op.Next, err = w.chain(cctx, c, next); err != nil {
 				// Not acked: the attempt fails, and a later success
 				// enqueues the next jobs (those enqueued already are
 				// found pending or remembered).
@@ -110,7 +119,25 @@ func (w *Worker) chain(ctx context.Context, c *protocol.Claimed, next []*job.Env
 	// worth of its own.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.Lease)
 	defer cancel()
-	here, err := w.b.Chain(ctx, c.Lease, c.Envelope, next)
+	var here []*job.Envelope
+	var err error
+	if len(w.cfg.Enqueue) == 0 {
+		here, err = w.b.Chain(ctx, c.Lease, c.Envelope, next)
+	} else {
+		// The middleware may replace the envelopes' headers: it gets
+		// copies, so that the parent's stored next jobs (job.Then) stay as
+		// they are should the ack not happen.
+		envs := make([]*job.Envelope, len(next))
+		for i, e := range next {
+			cp := *e
+			envs[i] = &cp
+		}
+		err = job.ChainEnqueuer(job.EnqueuerFunc(func(ctx context.Context, envs ...*job.Envelope) error {
+			var err error
+			here, err = w.b.Chain(ctx, c.Lease, c.Envelope, envs)
+			return err
+		}), w.cfg.Enqueue...).Enqueue(ctx, envs...)
+	}
 	if err == nil {
 		return here, nil
 	}
@@ -119,6 +146,36 @@ func (w *Worker) chain(ctx context.Context, c *protocol.Claimed, next []*job.Env
 		return nil, retry.Permanent(err)
 	}
 	return nil, err
+}
+
+// handlerCtx holds the context a handler ran with, inside the worker's
+// middleware (Config.Enqueue sees the next jobs with it); handlerCtxKey is
+// its key in the context the worker passes to the middleware.
+type handlerCtx struct{ ctx context.Context }
+
+type handlerCtxKey struct{}
+
+// innermost records the context h runs with in the attempt's handlerCtx,
+// when there is one.
+func innermost(h job.Handler) job.Handler {
+	return job.HandlerFunc(func(ctx context.Context, m *job.Message) error {
+		if hc, ok := ctx.Value(handlerCtxKey{}).(*handlerCtx); ok {
+			hc.ctx = ctx
+		}
+		return h.Handle(ctx, m)
+	})
+}
+
+// callbackCtx is ctx for the calls that may enqueue batch callbacks (a
+// member's ending, the sweep): with Config.Enqueue, the callbacks go through
+// it (broker.WithCallbackMiddleware), a repeat refused as a duplicate
+// expected (middleware.ExpectRefusal).
+func (w *Worker) callbackCtx(ctx context.Context) context.Context {
+	if len(w.cfg.Enqueue) == 0 {
+		return ctx
+	}
+	ctx = middleware.ExpectRefusal(ctx, func(err error) bool { return errors.Is(err, broker.ErrDuplicate) })
+	return broker.WithCallbackMiddleware(ctx, w.cfg.Enqueue...)
 }
 
 // chained returns the handler of a registered type wrapped in the worker's
@@ -135,6 +192,9 @@ func (w *Worker) chained(typ string, h job.Handler) job.Handler {
 	defer w.chainMu.Unlock()
 	if c, ok := w.chains.Load(typ); ok {
 		return c.(job.Handler)
+	}
+	if len(w.cfg.Enqueue) > 0 {
+		h = innermost(h)
 	}
 	c := job.Chain(h, w.cfg.Middleware...)
 	w.chains.Store(typ, c)
