@@ -340,8 +340,9 @@ func (b *Broker) endBatch(ctx context.Context, id string, seal bool, pairs []any
 type callbackMWKey struct{}
 
 // WithCallbackMiddleware returns ctx carrying producer middleware for the
-// batch callbacks a call with ctx enqueues (SealBatch, and the worker's
-// endings and sweeps): each callback goes through mws, the first
+// batch callbacks a call with ctx enqueues (SealBatch, AddToBatch, a
+// cancel, and the worker's endings and sweeps, whichever completes the
+// batch): each callback goes through mws, the first
 // outermost, just before it is stored, e.g. so that
 // middleware.EnqueueMetrics counts it. A worker passes its
 // Config.Enqueue so. A repeat of a callback enqueued already is refused as

@@ -159,6 +159,9 @@ func TestTracesFollowJobsThatJobsEnqueue(t *testing.T) {
 			t.Errorf("%s: consumer span's parent %s is not a recorded producer span", name, c.Parent().SpanID())
 			return
 		}
+		if got, id := attrs(send)["messaging.message.id"].AsString(), attrs(c)["messaging.message.id"].AsString(); got != id {
+			t.Errorf("%s: producer span's message id %q, consumer's %q", name, got, id)
+		}
 		if want.IsValid() {
 			if send.Parent().SpanID() != want.SpanID() || c.SpanContext().TraceID() != want.TraceID() {
 				t.Errorf("%s: producer span's parent %s in trace %s, want %s in trace %s", name, send.Parent().SpanID(), c.SpanContext().TraceID(), want.SpanID(), want.TraceID())

@@ -127,9 +127,14 @@ func (w *Worker) chain(ctx context.Context, c *protocol.Claimed, next []*job.Env
 		// The middleware may replace the envelopes' headers: it gets
 		// copies, so that the parent's stored next jobs (job.Then) stay as
 		// they are should the ack not happen.
+		// Named here as Chain names them (job.ChainID), so that the
+		// middleware sees the ids they are stored under.
 		envs := make([]*job.Envelope, len(next))
 		for i, e := range next {
 			cp := *e
+			if cp.ID == "" {
+				cp.ID = job.ChainID(c.ID, c.Envelope.CreatedAt, i+1)
+			}
 			envs[i] = &cp
 		}
 		err = job.ChainEnqueuer(job.EnqueuerFunc(func(ctx context.Context, envs ...*job.Envelope) error {
