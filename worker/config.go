@@ -122,10 +122,15 @@ type Config struct {
 	// next jobs of a succeeded job (job.Then, job.Next), the first
 	// outermost: it sees them before they are stored, with the context
 	// the handler ran with, so the span of middleware.Tracing is their
-	// producer span's parent and a chain stays one trace. A next job it
-	// does not refuse is stored with the ack (same shard) or just before
-	// it (see docs/observability.md, "Jobs that jobs enqueue"). nil or
-	// empty: none, and an attempt costs nothing more.
+	// producer span's parent and a chain stays one trace. Its innermost
+	// step enqueues those of other shards, records the ack (which stores
+	// those of the job's shard) and returns once it is recorded, so the
+	// middleware learns which were stored (an ack refused for a lost
+	// lease stores none of the ack's). Middleware that refuses them fails
+	// the attempt. It also sees the batch callbacks the worker's endings
+	// and sweeps enqueue (broker.WithCallbackMiddleware). See
+	// docs/observability.md, "Jobs that jobs enqueue". nil or empty: none,
+	// and an attempt costs nothing more.
 	Enqueue []job.EnqueueMiddleware
 
 	// Services run alongside the worker: Run starts each in its own

@@ -86,22 +86,23 @@ func (w *Worker) process(ctx context.Context, claimedAt time.Time, c *protocol.C
 	}
 	if err == nil {
 		op := protocol.Op{Kind: protocol.OpAck, Lease: c.Lease, Batch: batchOf(c), Remember: remember(c.Envelope, false)}
-		if next := slices.Concat(c.Envelope.Next, attempt.Next()); len(next) > 0 {
-			cctx := ctx
-			if inner != nil {
-				cctx = inner.ctx
-			}
-			if op.Next, err = w.chain(cctx, c, next); err != nil {
+		if op.Retain = retain(c.Envelope, entry); op.Retain > 0 {
+			result, _ := attempt.Result()
+			op.Done = &protocol.Done{Body: c.Body, Attempts: c.Attempt, StartedAt: claimedAt, Result: result, Progress: attempt.Progress()}
+		}
+		next := slices.Concat(c.Envelope.Next, attempt.Next())
+		if len(next) > 0 && inner != nil {
+			w.ackThrough(inner.ctx, c, m, entry, t, op, next, settle)
+			return
+		}
+		if len(next) > 0 {
+			if op.Next, err = w.chain(ctx, c, next); err != nil {
 				// Not acked: the attempt fails, and a later success
 				// enqueues the next jobs (those enqueued already are
 				// found pending or remembered).
 				w.fail(c, m, entry, t, err, settle)
 				return
 			}
-		}
-		if op.Retain = retain(c.Envelope, entry); op.Retain > 0 {
-			result, _ := attempt.Result()
-			op.Done = &protocol.Done{Body: c.Body, Attempts: c.Attempt, StartedAt: claimedAt, Result: result, Progress: attempt.Progress()}
 		}
 		w.record(t, op, func(r protocol.Settled) {
 			settle(settled(job.Result{Outcome: job.OutcomeSuccess}, r.Err))
@@ -119,38 +120,103 @@ func (w *Worker) chain(ctx context.Context, c *protocol.Claimed, next []*job.Env
 	// worth of its own.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.Lease)
 	defer cancel()
-	var here []*job.Envelope
-	var err error
-	if len(w.cfg.Enqueue) == 0 {
-		here, err = w.b.Chain(ctx, c.Lease, c.Envelope, next)
-	} else {
-		// The middleware may replace the envelopes' headers: it gets
-		// copies, so that the parent's stored next jobs (job.Then) stay as
-		// they are should the ack not happen.
-		// Named here as Chain names them (job.ChainID), so that the
-		// middleware sees the ids they are stored under.
-		envs := make([]*job.Envelope, len(next))
-		for i, e := range next {
-			cp := *e
-			if cp.ID == "" {
-				cp.ID = job.ChainID(c.ID, c.Envelope.CreatedAt, i+1)
-			}
-			envs[i] = &cp
-		}
-		err = job.ChainEnqueuer(job.EnqueuerFunc(func(ctx context.Context, envs ...*job.Envelope) error {
-			var err error
-			here, err = w.b.Chain(ctx, c.Lease, c.Envelope, envs)
-			return err
-		}), w.cfg.Enqueue...).Enqueue(ctx, envs...)
+	here, err := w.b.Chain(ctx, c.Lease, c.Envelope, next)
+	if err != nil {
+		return nil, chainErr(err)
 	}
-	if err == nil {
-		return here, nil
-	}
+	return here, nil
+}
+
+// chainErr is the failure of an attempt whose next jobs were not enqueued.
+func chainErr(err error) error {
 	err = fmt.Errorf("enqueue the next jobs: %w", err)
 	if errors.Is(err, job.ErrInvalid) {
-		return nil, retry.Permanent(err)
+		return retry.Permanent(err)
 	}
-	return nil, err
+	return err
+}
+
+// errNotAcked is what Config.Enqueue's middleware is told of the next jobs
+// of a job handed back at shutdown before its ack: not stored.
+var errNotAcked = errors.New("worker: the job was handed back before its ack; its next jobs were not stored")
+
+// ackThrough acks the succeeded job c with op, its next jobs going through
+// Config.Enqueue with hctx, the context its handler ran with: the
+// middleware sees them before they are stored, and learns which were once
+// the ack is recorded. Those of c's shard are stored by the ack itself, so
+// the innermost enqueuer enqueues those of other shards (Chain), records
+// the ack and waits for it: a refused ack (the lease was lost) refuses
+// them. A chain that fails, or middleware that refuses before the ack,
+// fails the attempt, as without middleware.
+func (w *Worker) ackThrough(hctx context.Context, c *protocol.Claimed, m *job.Message, entry job.Entry, t *task, op protocol.Op, next []*job.Envelope, settle func(job.Result)) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(hctx), w.cfg.Lease)
+	defer cancel()
+	// Copies, named as Chain names them (job.ChainID): the middleware may
+	// replace their headers, and sees the ids they are stored under.
+	envs := make([]*job.Envelope, len(next))
+	for i, e := range next {
+		cp := *e
+		if cp.ID == "" {
+			cp.ID = job.ChainID(c.ID, c.Envelope.CreatedAt, i+1)
+		}
+		envs[i] = &cp
+	}
+	recorded := false
+	var chainFailure error
+	inner := job.EnqueuerFunc(func(ctx context.Context, envs ...*job.Envelope) error {
+		if recorded {
+			return fmt.Errorf("worker: %w: the next jobs of job %q were enqueued already", job.ErrInvalid, c.ID)
+		}
+		here, err := w.b.Chain(ctx, c.Lease, c.Envelope, envs)
+		if err != nil {
+			chainFailure = err
+			return err
+		}
+		op.Next = here
+		recorded = true
+		res := make(chan protocol.Settled, 1)
+		if !w.record(t, op, func(r protocol.Settled) {
+			settle(settled(job.Result{Outcome: job.OutcomeSuccess}, r.Err))
+			res <- r
+		}) {
+			return refuseHere(envs, here, errNotAcked)
+		}
+		if r := <-res; r.Err != nil {
+			return refuseHere(envs, here, r.Err)
+		}
+		return nil
+	})
+	err := job.ChainEnqueuer(inner, w.cfg.Enqueue...).Enqueue(ctx, envs...)
+	if recorded {
+		return // the ack's outcome is the attempt's; the middleware's error is its own
+	}
+	if chainFailure == nil {
+		chainFailure = err
+		if chainFailure == nil {
+			chainFailure = fmt.Errorf("worker: Config.Enqueue did not pass the next jobs on")
+		}
+	}
+	w.fail(c, m, entry, t, chainErr(chainFailure), settle)
+}
+
+// refuseHere is the error of envs whose ack was not recorded (err): those
+// in here (the ack's) were not stored; the others, of other shards, were.
+func refuseHere(envs, here []*job.Envelope, err error) error {
+	ids := make(map[string]bool, len(here))
+	for _, e := range here {
+		ids[e.Queue+"\n"+e.ID] = true
+	}
+	errs := make([]error, len(envs))
+	for i, e := range envs {
+		q := e.Queue
+		if q == "" {
+			q = job.DefaultQueue
+		}
+		if ids[q+"\n"+e.ID] {
+			errs[i] = err
+		}
+	}
+	return &job.BatchError{Errs: errs}
 }
 
 // handlerCtx holds the context a handler ran with, inside the worker's
@@ -212,9 +278,9 @@ func (w *Worker) chained(typ string, h job.Handler) job.Handler {
 // done runs once it is recorded, and t is forgotten. A lease found lost is
 // logged here. A task handed back meanwhile (the shutdown deadline) records
 // nothing: its release does.
-func (w *Worker) record(t *task, op protocol.Op, done func(protocol.Settled)) {
+func (w *Worker) record(t *task, op protocol.Op, done func(protocol.Settled)) (queued bool) {
 	if !w.slots.settle(t) {
-		return
+		return false
 	}
 	w.settler.add(op, func(r protocol.Settled) {
 		if errors.Is(r.Err, broker.ErrLeaseLost) {
@@ -223,6 +289,7 @@ func (w *Worker) record(t *task, op protocol.Op, done func(protocol.Settled)) {
 		done(r)
 		w.slots.finish(t)
 	})
+	return true
 }
 
 // decide decides a failed attempt of m (retry.Decide with the job's policy).
