@@ -337,6 +337,20 @@ func (b *Broker) endBatch(ctx context.Context, id string, seal bool, pairs []any
 	return nil
 }
 
+type callbackMWKey struct{}
+
+// WithCallbackMiddleware returns ctx carrying producer middleware for the
+// batch callbacks a call with ctx enqueues (SealBatch, AddToBatch, a
+// cancel, and the worker's endings and sweeps, whichever completes the
+// batch): each callback goes through mws, the first
+// outermost, just before it is stored, e.g. so that
+// middleware.EnqueueMetrics counts it. A worker passes its
+// Config.Enqueue so. A repeat of a callback enqueued already is refused as
+// a duplicate (ErrDuplicate), which is no error of the batch.
+func WithCallbackMiddleware(ctx context.Context, mws ...job.EnqueueMiddleware) context.Context {
+	return context.WithValue(ctx, callbackMWKey{}, mws)
+}
+
 // fireCallback enqueues the due callback cid of batch id: body as stored
 // by CreateBatch, ready as batch_end timed it ("<ready ms>\n<expiry ms or
 // 0>"). A repeat (the callback was enqueued, but not marked fired: a
@@ -356,7 +370,11 @@ func (b *Broker) fireCallback(ctx context.Context, id, queue, cid, body, ready s
 				env.ExpireAt = fromMS(expiry)
 			}
 		}
-		err = b.Enqueue(ctx, env)
+		if mws, _ := ctx.Value(callbackMWKey{}).([]job.EnqueueMiddleware); len(mws) > 0 {
+			err = job.ChainEnqueuer(b, mws...).Enqueue(ctx, env)
+		} else {
+			err = b.Enqueue(ctx, env)
+		}
 		if err == nil || errors.Is(err, ErrDuplicate) {
 			return nil
 		}

@@ -1,7 +1,9 @@
 package broker_test
 
 import (
+	"context"
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -167,5 +169,57 @@ func TestBatchStatusCounts(t *testing.T) {
 	}
 	if list[0].ID != other || list[1].ID != id || list[0].Total != 0 || list[1].Succeeded != 2 {
 		t.Fatalf("list %+v %+v; want newest first (%s, then %s)", list[0], list[1], other, id)
+	}
+}
+
+// TestCallbackMiddleware: a batch callback enqueued by a call whose context
+// carries producer middleware (WithCallbackMiddleware) goes through it
+// before it is stored, with its id and queue, and what the middleware
+// writes into its headers is stored; a call without it runs none.
+func TestCallbackMiddleware(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	var seen []string
+	mw := func(next job.Enqueuer) job.Enqueuer {
+		return job.EnqueuerFunc(func(ctx context.Context, envs ...*job.Envelope) error {
+			for _, e := range envs {
+				seen = append(seen, e.Queue+"/"+e.ID)
+				h := map[string]string{"seen": "yes"}
+				maps.Copy(h, e.Headers)
+				e.Headers = h
+			}
+			return next.Enqueue(ctx, envs...)
+		})
+	}
+	for _, id := range []string{"plain", "wrapped"} {
+		if _, err := tb.b.CreateBatch(tb.ctx, broker.BatchSpec{ID: id, OnSuccess: env("", 0)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tb.b.SealBatch(tb.ctx, "plain"); err != nil {
+		t.Fatal(err)
+	}
+	ctx := broker.WithCallbackMiddleware(tb.ctx, mw)
+	if err := tb.b.SealBatch(ctx, "wrapped"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.b.SealBatch(ctx, "wrapped"); err != nil { // fired already: nothing enqueued again
+		t.Fatal(err)
+	}
+	if len(seen) != 1 || seen[0] != "q/"+broker.SuccessID("wrapped") {
+		t.Fatalf("middleware saw %v, want the wrapped batch's success callback once", seen)
+	}
+	for id, want := range map[string]string{"plain": "", "wrapped": "yes"} {
+		info, err := tb.b.Job(tb.ctx, "q", broker.SuccessID(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := job.Decode(info.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Headers["seen"] != want || got.Headers[broker.BatchHeader] != id {
+			t.Errorf("callback of %s stored with headers %v, want seen=%q and the batch header", id, got.Headers, want)
+		}
 	}
 }

@@ -34,7 +34,49 @@ const (
 	AttrRetryDelayMS   = attribute.Key("delayq.retry.delay_ms")
 	AttrPermanentError = attribute.Key("delayq.error.permanent")
 	AttrLostReason     = attribute.Key("delayq.lease.lost_reason")
+	// AttrRefused is set on a producer span whose envelope was refused as
+	// its caller expected (ExpectRefusal), e.g. a periodic tick another
+	// scheduler enqueued first: the reason, with status Unset.
+	AttrRefused = attribute.Key("delayq.enqueue.refused")
 )
+
+type expectKey struct{}
+
+// ExpectRefusal returns ctx marked so that [EnqueueTracing] takes an
+// envelope refused with an error for which expected reports true as
+// expected: its span gets delayq.enqueue.refused with the reason instead
+// of an error status. The envelope is not stored all the same, and
+// [EnqueueMetrics] does not count it. The periodic scheduler marks its
+// ticks so: every replica enqueues every tick, all but one as duplicates.
+func ExpectRefusal(ctx context.Context, expected func(error) bool) context.Context {
+	return context.WithValue(ctx, expectKey{}, expected)
+}
+
+// InjectTrace writes the trace context of ctx's span into the headers of
+// each envelope (a copy of each map), as [EnqueueTracing] does for the
+// envelopes it sees, for envelopes stored another way: the callbacks of a
+// batch (broker.BatchSpec.OnSuccess, OnComplete), so that a callback's
+// consumer span is a child of the span that created the batch. Nil
+// envelopes are skipped; without a valid span in ctx nothing is written.
+// Only the propagator option matters.
+func InjectTrace(ctx context.Context, envs []*job.Envelope, opts ...TracingOption) {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return
+	}
+	c := tracingConfig{prop: DefaultPropagator}
+	for _, o := range opts {
+		o(&c)
+	}
+	for _, env := range envs {
+		if env == nil {
+			continue
+		}
+		h := make(map[string]string, len(env.Headers)+2)
+		maps.Copy(h, env.Headers)
+		c.prop.Inject(ctx, propagation.MapCarrier(h))
+		env.Headers = h
+	}
+}
 
 // EventDeadLettered is the name of the span event added when a job is moved
 // to the dead-letter store.
@@ -107,8 +149,11 @@ func newTracingConfig(opts []TracingOption) tracingConfig {
 // named "send <queue>", per envelope enqueued (a batch gives one per
 // envelope), as a child of the span in ctx, and writes that span's context
 // into the envelope's Headers, so [Tracing] continues the trace wherever and
-// whenever the job runs. A span whose envelope was not stored records the
-// error with status Error.
+// whenever the job runs. Without a span in ctx, an envelope whose headers
+// carry a trace context already (written by [InjectTrace], e.g. a batch
+// callback) is sent as a child of that one; any other starts a new trace.
+// A span whose envelope was not stored records the error with status
+// Error, unless ctx expects the refusal ([ExpectRefusal]).
 //
 // The envelope's Headers map is replaced by a copy, never written in place.
 func EnqueueTracing(opts ...TracingOption) job.EnqueueMiddleware {
@@ -117,6 +162,7 @@ func EnqueueTracing(opts ...TracingOption) job.EnqueueMiddleware {
 	return func(next job.Enqueuer) job.Enqueuer {
 		return job.EnqueuerFunc(func(ctx context.Context, envs ...*job.Envelope) error {
 			spans := make([]trace.Span, len(envs))
+			spanInCtx := trace.SpanContextFromContext(ctx).IsValid()
 			for i, env := range envs {
 				if env == nil {
 					continue // the broker refuses it
@@ -132,7 +178,15 @@ func EnqueueTracing(opts ...TracingOption) job.EnqueueMiddleware {
 				if len(envs) > 1 {
 					attrs = append(attrs, semconv.MessagingBatchMessageCount(len(envs)))
 				}
-				sctx, span := tracer.Start(ctx, "send "+q, producerKind, trace.WithAttributes(attrs...))
+				pctx := ctx
+				if !spanInCtx && len(env.Headers) > 0 {
+					// An envelope that carries its parent already (a
+					// batch callback, middleware.InjectTrace) keeps it.
+					if e := c.prop.Extract(ctx, propagation.MapCarrier(env.Headers)); trace.SpanContextFromContext(e).IsValid() {
+						pctx = e
+					}
+				}
+				sctx, span := tracer.Start(pctx, "send "+q, producerKind, trace.WithAttributes(attrs...))
 				h := make(map[string]string, len(env.Headers)+2)
 				maps.Copy(h, env.Headers)
 				c.prop.Inject(sctx, propagation.MapCarrier(h))
@@ -141,6 +195,7 @@ func EnqueueTracing(opts ...TracingOption) job.EnqueueMiddleware {
 			}
 			err := next.Enqueue(ctx, envs...)
 			errOf := errorsOf(err, len(envs))
+			expected, _ := ctx.Value(expectKey{}).(func(error) bool)
 			for i, span := range spans {
 				if span == nil {
 					continue
@@ -149,7 +204,11 @@ func EnqueueTracing(opts ...TracingOption) job.EnqueueMiddleware {
 				if env.ID != "" {
 					span.SetAttributes(semconv.MessagingMessageID(env.ID))
 				}
-				if e := errOf(i); e != nil {
+				if e := errOf(i); e != nil && expected != nil && expected(e) {
+					// Refused as the caller expects (ExpectRefusal): not
+					// stored, not an error.
+					span.SetAttributes(AttrRefused.String(statusText(e)))
+				} else if e != nil {
 					span.RecordError(e)
 					span.SetStatus(codes.Error, statusText(e))
 				} else if !env.ReadyAt.IsZero() {

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/middleware"
@@ -325,5 +326,70 @@ func TestMetricsWithoutSDKPassesThrough(t *testing.T) {
 	}))
 	if err := h.Handle(context.Background(), &job.Message{}); err == nil || !called {
 		t.Fatalf("handler called %v, error %v: want the handler's error passed through", called, err)
+	}
+}
+
+// TestEnqueueTracingExpectedRefusals: under ExpectRefusal, a refusal the
+// caller expects (a duplicate) leaves its span's status Unset and says why
+// in delayq.enqueue.refused; any other refusal is still an error. Without
+// a span in the context, an envelope whose headers carry a trace context
+// (InjectTrace) is sent as its child; InjectTrace without a span writes
+// nothing.
+func TestEnqueueTracingExpectedRefusals(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	sr, tp := newTracing(t)
+	enq := job.ChainEnqueuer(tb.b, middleware.EnqueueTracing(middleware.WithTracerProvider(tp)))
+	if err := enq.Enqueue(tb.ctx, &job.Envelope{ID: "dup", Type: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := middleware.ExpectRefusal(tb.ctx, func(err error) bool { return errors.Is(err, broker.ErrDuplicate) })
+	dup, bad := &job.Envelope{ID: "dup", Type: "t"}, &job.Envelope{ID: "bad", Type: "t", Queue: "no spaces"}
+	if err := enq.Enqueue(ctx, dup); !errors.Is(err, broker.ErrDuplicate) {
+		t.Fatalf("duplicate: %v", err)
+	}
+	if err := enq.Enqueue(ctx, bad); !errors.Is(err, job.ErrInvalid) {
+		t.Fatalf("bad queue: %v", err)
+	}
+	var dupSpan, badSpan sdktrace.ReadOnlySpan
+	for _, s := range sr.Ended() {
+		switch attrs(s)["messaging.message.id"].AsString() {
+		case "dup":
+			dupSpan = s // the last one: the refused
+		case "bad":
+			badSpan = s
+		}
+	}
+	if dupSpan == nil || dupSpan.Status().Code != codes.Unset || attrs(dupSpan)[middleware.AttrRefused].AsString() == "" {
+		t.Errorf("expected duplicate: span %v", dupSpan)
+	}
+	if badSpan == nil || badSpan.Status().Code != codes.Error || attrs(badSpan)[middleware.AttrRefused].AsString() != "" {
+		t.Errorf("invalid envelope under ExpectRefusal: span %v, want status Error", badSpan)
+	}
+
+	none := &job.Envelope{Type: "t"}
+	middleware.InjectTrace(tb.ctx, []*job.Envelope{none, nil})
+	if len(none.Headers) != 0 {
+		t.Errorf("InjectTrace without a span wrote %v", none.Headers)
+	}
+	pctx, parent := tp.Tracer("test").Start(tb.ctx, "creator")
+	carried := &job.Envelope{ID: "carried", Type: "t", Headers: map[string]string{"tenant": "acme"}}
+	shared := carried.Headers
+	middleware.InjectTrace(pctx, []*job.Envelope{carried})
+	parent.End()
+	if carried.Headers["traceparent"] == "" || carried.Headers["tenant"] != "acme" || shared["traceparent"] != "" {
+		t.Fatalf("InjectTrace: headers %v, caller's map %v", carried.Headers, shared)
+	}
+	if err := enq.Enqueue(tb.ctx, carried); err != nil {
+		t.Fatal(err)
+	}
+	var send sdktrace.ReadOnlySpan
+	for _, s := range sr.Ended() {
+		if attrs(s)["messaging.message.id"].AsString() == "carried" {
+			send = s
+		}
+	}
+	if send == nil || send.Parent().SpanID() != parent.SpanContext().SpanID() || send.SpanContext().TraceID() != parent.SpanContext().TraceID() {
+		t.Errorf("send span of an envelope carrying a trace: %v, want a child of %s", send, parent.SpanContext().SpanID())
 	}
 }

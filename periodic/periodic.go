@@ -18,6 +18,7 @@ import (
 	"github.com/delayq/delayq/fleet"
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/job"
+	"github.com/delayq/delayq/middleware"
 )
 
 // Headers a tick's job carries: the schedule's name and the tick's time
@@ -90,6 +91,16 @@ type Config struct {
 	// ProcessTTL after its last one. Default fleet.DefaultTTL (15 s); at
 	// least fleet.MinTTL; negative: not registered.
 	ProcessTTL time.Duration
+
+	// Enqueue is producer middleware (job.EnqueueMiddleware, e.g.
+	// middleware.EnqueueTracing and middleware.EnqueueMetrics) for the
+	// jobs of the ticks, the first outermost: each tick's job gets a
+	// producer span and is counted once stored. Every scheduler enqueues
+	// every tick and all but one are refused as duplicates
+	// (broker.ErrDuplicate): those are expected (middleware.ExpectRefusal),
+	// not errors on their spans, and not counted. A nil entry is refused
+	// by New.
+	Enqueue []job.EnqueueMiddleware
 }
 
 // Scheduler enqueues the jobs of the schedules added to it, one job per
@@ -101,6 +112,7 @@ type Config struct {
 // scheduler enqueues every tick, and all but one are refused.
 type Scheduler struct {
 	b    *broker.Broker
+	enq  job.Enqueuer // b in Config.Enqueue
 	cfg  Config
 	keys keyspace.PeriodicKeys
 	log  zerolog.Logger
@@ -141,11 +153,18 @@ func New(b *broker.Broker, cfg Config) (*Scheduler, error) {
 	if cfg.StaleAfter < 2*cfg.Heartbeat {
 		return nil, fmt.Errorf("periodic: %w: StaleAfter %s is less than twice Heartbeat %s", job.ErrInvalid, cfg.StaleAfter, cfg.Heartbeat)
 	}
+	for i, mw := range cfg.Enqueue {
+		if mw == nil {
+			return nil, fmt.Errorf("periodic: %w: Config.Enqueue[%d] is nil", job.ErrInvalid, i)
+		}
+	}
 	log := zerolog.Nop()
 	if cfg.Logger != nil {
 		log = *cfg.Logger
 	}
-	return &Scheduler{b: b, cfg: cfg, keys: keyspace.Periodic(b.Namespace()), log: log}, nil
+	enq := job.ChainEnqueuer(b, cfg.Enqueue...)
+	cfg.Enqueue = nil // in enq
+	return &Scheduler{b: b, enq: enq, cfg: cfg, keys: keyspace.Periodic(b.Namespace()), log: log}, nil
 }
 
 // Missed is a schedule's policy for the ticks it missed: those due while
@@ -769,7 +788,9 @@ func (s *Scheduler) enqueue(ctx context.Context, ticks []*tick) {
 	for i, tk := range ticks {
 		envs[i] = tk.env
 	}
-	err := s.b.Enqueue(ctx, envs...)
+	// A duplicate is another scheduler's tick, or this one's again.
+	ctx = middleware.ExpectRefusal(ctx, isDuplicate)
+	err := s.enq.Enqueue(ctx, envs...)
 	var be *job.BatchError
 	switch {
 	case err == nil:
@@ -781,10 +802,12 @@ func (s *Scheduler) enqueue(ctx context.Context, ticks []*tick) {
 		}
 	default:
 		for _, tk := range ticks {
-			tk.err = s.b.Enqueue(ctx, tk.env)
+			tk.err = s.enq.Enqueue(ctx, tk.env)
 		}
 	}
 }
+
+func isDuplicate(err error) bool { return errors.Is(err, broker.ErrDuplicate) }
 
 // refuse reports ticks whose jobs cannot be enqueued: each schedule's
 // latest refusal becomes its last outcome ("refused", with why), and is

@@ -22,6 +22,9 @@ import (
 func TestBadDeclarations(t *testing.T) {
 	t.Parallel()
 	tb := testkit.Setup(t)
+	if _, err := periodic.New(tb.B, periodic.Config{Enqueue: []job.EnqueueMiddleware{nil}}); !errors.Is(err, job.ErrInvalid) || !strings.Contains(err.Error(), "Config.Enqueue[0] is nil") {
+		t.Errorf("nil enqueue middleware: %v", err)
+	}
 	s, err := periodic.New(tb.B, periodic.Config{})
 	if err != nil {
 		t.Fatal(err)

@@ -117,6 +117,22 @@ type Config struct {
 	// through job.OnResult.
 	Middleware []job.Middleware
 
+	// Enqueue is producer middleware (job.EnqueueMiddleware, e.g.
+	// middleware.EnqueueTracing and middleware.EnqueueMetrics) for the
+	// next jobs of a succeeded job (job.Then, job.Next), the first
+	// outermost: it sees them before they are stored, with the context
+	// the handler ran with, so the span of middleware.Tracing is their
+	// producer span's parent and a chain stays one trace. Its innermost
+	// step enqueues those of other shards, records the ack (which stores
+	// those of the job's shard) and returns once it is recorded, so the
+	// middleware learns which were stored (an ack refused for a lost
+	// lease stores none of the ack's). Middleware that refuses them fails
+	// the attempt. It also sees the batch callbacks the worker's endings
+	// and sweeps enqueue (broker.WithCallbackMiddleware). See
+	// docs/observability.md, "Jobs that jobs enqueue". nil or empty: none,
+	// and an attempt costs nothing more.
+	Enqueue []job.EnqueueMiddleware
+
 	// Services run alongside the worker: Run starts each in its own
 	// goroutine, cancels their context when its own is cancelled (at the
 	// start of the shutdown), and returns only after every one returned.
@@ -220,6 +236,12 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	}
 	c.Services = append([]Service(nil), c.Services...)
+	for i, mw := range c.Enqueue {
+		if mw == nil {
+			return c, fmt.Errorf("worker: Config.Enqueue[%d] is nil", i)
+		}
+	}
+	c.Enqueue = append([]job.EnqueueMiddleware(nil), c.Enqueue...)
 	seen := make(map[string]bool, len(c.Queues))
 	c.Queues = append([]Queue(nil), c.Queues...)
 	for i, q := range c.Queues {

@@ -110,4 +110,9 @@ func TestServicesShareTheWorkersLife(t *testing.T) {
 	if _, err := worker.New(cfg); err == nil || !strings.Contains(err.Error(), "Services[0]") {
 		t.Fatalf("nil service: %v", err)
 	}
+	cfg.Services = nil
+	cfg.Enqueue = []job.EnqueueMiddleware{func(e job.Enqueuer) job.Enqueuer { return e }, nil}
+	if _, err := worker.New(cfg); err == nil || !strings.Contains(err.Error(), "Config.Enqueue[1] is nil") {
+		t.Fatalf("nil enqueue middleware: %v", err)
+	}
 }

@@ -181,7 +181,7 @@ func (w *Worker) reap(ctx, bg context.Context) {
 			}
 			// Endings of batch members whose worker died between its
 			// settle and counting them in their batch.
-			if n, err := w.b.SweepBatches(bg, s, maxBatch); err != nil {
+			if n, err := w.b.SweepBatches(w.callbackCtx(bg), s, maxBatch); err != nil {
 				w.log.Error().Err(err).Str("queue", q.Name).Str("shard", s.Name()).Msg("batch sweep failed; next round tries again")
 			} else if n > 0 {
 				w.log.Debug().Int("endings", n).Str("queue", q.Name).Msg("batch endings swept")

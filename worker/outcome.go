@@ -57,6 +57,11 @@ func (w *Worker) process(ctx context.Context, claimedAt time.Time, c *protocol.C
 	ctx, attempt := job.WithAttempt(ctx, func(ctx context.Context, p job.Progress) (time.Time, error) {
 		return w.b.Progress(ctx, c.Lease, p)
 	})
+	var inner *handlerCtx // the context the handler ran with, for Config.Enqueue
+	if len(w.cfg.Enqueue) > 0 {
+		inner = &handlerCtx{ctx: ctx}
+		ctx = context.WithValue(ctx, handlerCtxKey{}, inner)
+	}
 	err := call(ctx, h, m)
 	if w.slots.released(t) {
 		// Handed back at shutdown (the release forgets it); another worker
@@ -81,7 +86,16 @@ func (w *Worker) process(ctx context.Context, claimedAt time.Time, c *protocol.C
 	}
 	if err == nil {
 		op := protocol.Op{Kind: protocol.OpAck, Lease: c.Lease, Batch: batchOf(c), Remember: remember(c.Envelope, false)}
-		if next := slices.Concat(c.Envelope.Next, attempt.Next()); len(next) > 0 {
+		if op.Retain = retain(c.Envelope, entry); op.Retain > 0 {
+			result, _ := attempt.Result()
+			op.Done = &protocol.Done{Body: c.Body, Attempts: c.Attempt, StartedAt: claimedAt, Result: result, Progress: attempt.Progress()}
+		}
+		next := slices.Concat(c.Envelope.Next, attempt.Next())
+		if len(next) > 0 && inner != nil {
+			w.ackThrough(inner.ctx, c, m, entry, t, op, next, settle)
+			return
+		}
+		if len(next) > 0 {
 			if op.Next, err = w.chain(ctx, c, next); err != nil {
 				// Not acked: the attempt fails, and a later success
 				// enqueues the next jobs (those enqueued already are
@@ -89,10 +103,6 @@ func (w *Worker) process(ctx context.Context, claimedAt time.Time, c *protocol.C
 				w.fail(c, m, entry, t, err, settle)
 				return
 			}
-		}
-		if op.Retain = retain(c.Envelope, entry); op.Retain > 0 {
-			result, _ := attempt.Result()
-			op.Done = &protocol.Done{Body: c.Body, Attempts: c.Attempt, StartedAt: claimedAt, Result: result, Progress: attempt.Progress()}
 		}
 		w.record(t, op, func(r protocol.Settled) {
 			settle(settled(job.Result{Outcome: job.OutcomeSuccess}, r.Err))
@@ -111,14 +121,132 @@ func (w *Worker) chain(ctx context.Context, c *protocol.Claimed, next []*job.Env
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.Lease)
 	defer cancel()
 	here, err := w.b.Chain(ctx, c.Lease, c.Envelope, next)
-	if err == nil {
-		return here, nil
+	if err != nil {
+		return nil, chainErr(err)
 	}
+	return here, nil
+}
+
+// chainErr is the failure of an attempt whose next jobs were not enqueued.
+func chainErr(err error) error {
 	err = fmt.Errorf("enqueue the next jobs: %w", err)
 	if errors.Is(err, job.ErrInvalid) {
-		return nil, retry.Permanent(err)
+		return retry.Permanent(err)
 	}
-	return nil, err
+	return err
+}
+
+// errNotAcked is what Config.Enqueue's middleware is told of the next jobs
+// of a job handed back at shutdown before its ack: not stored.
+var errNotAcked = errors.New("worker: the job was handed back before its ack; its next jobs were not stored")
+
+// ackThrough acks the succeeded job c with op, its next jobs going through
+// Config.Enqueue with hctx, the context its handler ran with: the
+// middleware sees them before they are stored, and learns which were once
+// the ack is recorded. Those of c's shard are stored by the ack itself, so
+// the innermost enqueuer enqueues those of other shards (Chain), records
+// the ack and waits for it: a refused ack (the lease was lost) refuses
+// them. A chain that fails, or middleware that refuses before the ack,
+// fails the attempt, as without middleware.
+func (w *Worker) ackThrough(hctx context.Context, c *protocol.Claimed, m *job.Message, entry job.Entry, t *task, op protocol.Op, next []*job.Envelope, settle func(job.Result)) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(hctx), w.cfg.Lease)
+	defer cancel()
+	// Copies, named as Chain names them (job.ChainID): the middleware may
+	// replace their headers, and sees the ids they are stored under.
+	envs := make([]*job.Envelope, len(next))
+	for i, e := range next {
+		cp := *e
+		if cp.ID == "" {
+			cp.ID = job.ChainID(c.ID, c.Envelope.CreatedAt, i+1)
+		}
+		envs[i] = &cp
+	}
+	recorded := false
+	var chainFailure error
+	inner := job.EnqueuerFunc(func(ctx context.Context, envs ...*job.Envelope) error {
+		if recorded {
+			return fmt.Errorf("worker: %w: the next jobs of job %q were enqueued already", job.ErrInvalid, c.ID)
+		}
+		here, err := w.b.Chain(ctx, c.Lease, c.Envelope, envs)
+		if err != nil {
+			chainFailure = err
+			return err
+		}
+		op.Next = here
+		recorded = true
+		res := make(chan protocol.Settled, 1)
+		if !w.record(t, op, func(r protocol.Settled) {
+			settle(settled(job.Result{Outcome: job.OutcomeSuccess}, r.Err))
+			res <- r
+		}) {
+			return refuseHere(envs, here, errNotAcked)
+		}
+		if r := <-res; r.Err != nil {
+			return refuseHere(envs, here, r.Err)
+		}
+		return nil
+	})
+	err := job.ChainEnqueuer(inner, w.cfg.Enqueue...).Enqueue(ctx, envs...)
+	if recorded {
+		return // the ack's outcome is the attempt's; the middleware's error is its own
+	}
+	if chainFailure == nil {
+		chainFailure = err
+		if chainFailure == nil {
+			chainFailure = fmt.Errorf("worker: Config.Enqueue did not pass the next jobs on")
+		}
+	}
+	w.fail(c, m, entry, t, chainErr(chainFailure), settle)
+}
+
+// refuseHere is the error of envs whose ack was not recorded (err): those
+// in here (the ack's) were not stored; the others, of other shards, were.
+func refuseHere(envs, here []*job.Envelope, err error) error {
+	ids := make(map[string]bool, len(here))
+	for _, e := range here {
+		ids[e.Queue+"\n"+e.ID] = true
+	}
+	errs := make([]error, len(envs))
+	for i, e := range envs {
+		q := e.Queue
+		if q == "" {
+			q = job.DefaultQueue
+		}
+		if ids[q+"\n"+e.ID] {
+			errs[i] = err
+		}
+	}
+	return &job.BatchError{Errs: errs}
+}
+
+// handlerCtx holds the context a handler ran with, inside the worker's
+// middleware (Config.Enqueue sees the next jobs with it); handlerCtxKey is
+// its key in the context the worker passes to the middleware.
+type handlerCtx struct{ ctx context.Context }
+
+type handlerCtxKey struct{}
+
+// innermost records the context h runs with in the attempt's handlerCtx,
+// when there is one.
+func innermost(h job.Handler) job.Handler {
+	return job.HandlerFunc(func(ctx context.Context, m *job.Message) error {
+		if hc, ok := ctx.Value(handlerCtxKey{}).(*handlerCtx); ok {
+			hc.ctx = ctx
+		}
+		return h.Handle(ctx, m)
+	})
+}
+
+// callbackCtx is ctx for the calls that may enqueue batch callbacks (a
+// member's ending, the sweep): with Config.Enqueue, the callbacks go through
+// it (broker.WithCallbackMiddleware), a repeat refused as a duplicate
+// expected (middleware.ExpectRefusal).
+func (w *Worker) callbackCtx(ctx context.Context) context.Context {
+	if len(w.cfg.Enqueue) == 0 {
+		return ctx
+	}
+	ctx = middleware.ExpectRefusal(ctx, func(err error) bool { return errors.Is(err, broker.ErrDuplicate) })
+	return broker.WithCallbackMiddleware(ctx, w.cfg.Enqueue...)
 }
 
 // chained returns the handler of a registered type wrapped in the worker's
@@ -136,6 +264,9 @@ func (w *Worker) chained(typ string, h job.Handler) job.Handler {
 	if c, ok := w.chains.Load(typ); ok {
 		return c.(job.Handler)
 	}
+	if len(w.cfg.Enqueue) > 0 {
+		h = innermost(h)
+	}
 	c := job.Chain(h, w.cfg.Middleware...)
 	w.chains.Store(typ, c)
 	return c
@@ -147,9 +278,9 @@ func (w *Worker) chained(typ string, h job.Handler) job.Handler {
 // done runs once it is recorded, and t is forgotten. A lease found lost is
 // logged here. A task handed back meanwhile (the shutdown deadline) records
 // nothing: its release does.
-func (w *Worker) record(t *task, op protocol.Op, done func(protocol.Settled)) {
+func (w *Worker) record(t *task, op protocol.Op, done func(protocol.Settled)) (queued bool) {
 	if !w.slots.settle(t) {
-		return
+		return false
 	}
 	w.settler.add(op, func(r protocol.Settled) {
 		if errors.Is(r.Err, broker.ErrLeaseLost) {
@@ -158,6 +289,7 @@ func (w *Worker) record(t *task, op protocol.Op, done func(protocol.Settled)) {
 		done(r)
 		w.slots.finish(t)
 	})
+	return true
 }
 
 // decide decides a failed attempt of m (retry.Decide with the job's policy).

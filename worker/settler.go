@@ -176,7 +176,7 @@ func (w *Worker) endBatches(bg context.Context, sh keyspace.Shard, ops []protoco
 	if len(ends) == 0 {
 		return
 	}
-	if err := w.b.EndBatch(bg, sh, ends); err != nil {
+	if err := w.b.EndBatch(w.callbackCtx(bg), sh, ends); err != nil {
 		w.log.Warn().Err(err).Str("queue", sh.Queue()).Msg("batch endings not counted yet; the sweep counts them")
 	}
 }
