@@ -106,23 +106,27 @@ func (c *claimWatch) all() []watchedClaim {
 }
 
 // Handlers much slower than a claim round trip get no prefetch by default:
-// no claim asks for more than the free goroutines.
+// no claim asks for more than the free goroutines. The adaptive depth is
+// Concurrency x round trip / handler time, rounded: with 3 goroutines and
+// 400 ms handlers a claim would have to take 67 ms on average to prefetch
+// one job, which a loaded machine under -race does not reach (with 60 ms
+// handlers, 10 ms claims sufficed, and it did once in 30 runs).
 func TestDefaultPrefetchNoneForSlowHandlers(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
 	typ := job.New[payload]("slow")
 	var done atomic.Int32
 	typ.Handle(tb.reg, func(ctx context.Context, j *job.Job[payload]) error {
-		time.Sleep(60 * time.Millisecond)
+		time.Sleep(400 * time.Millisecond)
 		done.Add(1)
 		return nil
 	})
-	enqueueN(t, tb, typ, "s", 24)
+	enqueueN(t, tb, typ, "s", 12)
 	watch := &claimWatch{}
 	cfg := tb.wrapped(t, tb.config(t), func(p protocol.Broker) protocol.Broker { watch.Broker = p; return watch })
 	cfg.Concurrency = 3
 	start(t, cfg)
-	redistest.WaitFor(t, 20*time.Second, "all jobs handled", func() bool { return done.Load() == 24 })
+	redistest.WaitFor(t, 20*time.Second, "all jobs handled", func() bool { return done.Load() == 12 })
 	for i, c := range watch.all() {
 		if c.ahead != 0 || c.n > 3 {
 			t.Fatalf("claim %d asked for %d jobs, %d of them ahead: slow handlers were prefetched for (all: %+v)", i+1, c.n, c.ahead, watch.all())
