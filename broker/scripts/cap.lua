@@ -35,17 +35,7 @@ else
 end
 local back = 0
 if typ then
-  local members = {}
-  local all = redis.call('ZRANGE', KEYS[3] .. typ, 0, -1, 'WITHSCORES')
-  for i = 1, #all, 2 do
-    members[#members + 1] = all[i + 1]
-    members[#members + 1] = all[i]
-  end
-  if #members > 0 then
-    call_chunked('ZADD', KEYS[2], members)
-    redis.call('ZREMRANGEBYRANK', KEYS[3] .. typ, 0, -1)
-    back = #members / 2
-  end
+  back = release_held(KEYS[3] .. typ, KEYS[2])
 end
 redis.call('PUBLISH', ARGV[4], 'cap')
 return back

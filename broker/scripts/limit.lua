@@ -52,17 +52,7 @@ if ARGV[3] == '' then
   redis.call('HDEL', KEYS[2], name)
   redis.call('ZREMRANGEBYRANK', KEYS[5] .. name, 0, -1)
   if name ~= '*' then
-    local members = {}
-    local all = redis.call('ZRANGE', KEYS[4] .. name, 0, -1, 'WITHSCORES')
-    for i = 1, #all, 2 do
-      members[#members + 1] = all[i + 1]
-      members[#members + 1] = all[i]
-    end
-    if #members > 0 then
-      call_chunked('ZADD', KEYS[3], members)
-      redis.call('ZREMRANGEBYRANK', KEYS[4] .. name, 0, -1)
-      back = #members / 2
-    end
+    back = release_held(KEYS[4] .. name, KEYS[3])
   end
 else
   local count, per, burst, shards, rest = string.match(ARGV[3], '^(%d+)/(%d+)/(%d+)/(%d+)(.*)$')

@@ -137,6 +137,24 @@ local function call_chunked(cmd, key, args, opt)
   end
 end
 
+-- Moves every job of the held set key (one type's, held aside by a cap or
+-- a rate limit) back to the schedule scheduled with its ready time, and
+-- returns how many: a cleared cap or type limit releases what it held.
+local function release_held(key, scheduled)
+  local all = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+  local members = {}
+  for i = 1, #all, 2 do
+    members[#members + 1] = all[i + 1]
+    members[#members + 1] = all[i]
+  end
+  if #members == 0 then
+    return 0
+  end
+  call_chunked('ZADD', scheduled, members)
+  redis.call('ZREMRANGEBYRANK', key, 0, -1)
+  return #members / 2
+end
+
 -- HMGET of many fields, in chunks; missing fields are false.
 local function hmget(key, fields)
   local out = {}
