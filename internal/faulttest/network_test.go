@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -79,6 +80,12 @@ func TestNetworkFaults(t *testing.T) {
 	proxies := make([]*faultproxy.Proxy, 3)
 	watches := make([]*fenceWatch, 3)
 	var stops []func()
+	// armed asks worker 0's next handler to stall its proxy past the lease
+	// just before it returns, so that the job's ack is certainly held back
+	// while its lease runs out (a stall at a random moment may find worker
+	// 0 holding no job).
+	var armed atomic.Bool
+	stalled := make(chan struct{})
 	for i := range proxies {
 		proxies[i] = faultproxy.Start(t, srv.Addr())
 		b, err := broker.New(s.client(t, proxies[i].Addr()), broker.Options{Namespace: ns})
@@ -94,6 +101,10 @@ func TestNetworkFaults(t *testing.T) {
 			mu.Lock()
 			runs[j.ID] = append(runs[j.ID], run{w, j.Attempt})
 			mu.Unlock()
+			if w == 0 && armed.CompareAndSwap(true, false) {
+				proxies[0].Stall(2500 * time.Millisecond)
+				close(stalled)
+			}
 			return nil
 		})
 		stops = append(stops, runWorker(t, worker.Config{
@@ -118,11 +129,16 @@ func TestNetworkFaults(t *testing.T) {
 	var drops, dropped, stalls, slows int
 	var longest time.Duration
 	end := time.Now().Add(10 * time.Second)
-	// The first fault is a stall past the lease, once jobs are flowing (so
-	// that the first worker holds some whose acks the stall holds back):
-	// fencing is always tried.
+	// The first fault is a stall past the lease, started by worker 0's
+	// handler once jobs are flowing, so that the ack of the job it is
+	// finishing waits behind it: fencing is always tried.
 	time.Sleep(time.Second)
-	proxies[0].Stall(2500 * time.Millisecond)
+	armed.Store(true)
+	select {
+	case <-stalled:
+	case <-time.After(30 * time.Second):
+		t.Fatal("worker 0 ran no job to stall its proxy from")
+	}
 	stalls, longest = 1, 2500*time.Millisecond
 	time.Sleep(time.Second)
 	for time.Now().Before(end) {
