@@ -42,11 +42,11 @@ type rateLimitConfig struct {
 	Slack  time.Duration
 }
 
-func (c rateLimitConfig) limit() broker.RateLimit {
+func (c rateLimitConfig) limit() job.RateLimit {
 	if c.Strict {
-		return broker.RateLimit{Count: c.Rate, Per: time.Second, Strict: true, Slack: c.Slack}
+		return job.RateLimit{Count: c.Rate, Per: time.Second, Strict: true, Slack: c.Slack}
 	}
-	return broker.RateLimit{Count: c.Rate, Per: time.Second, Burst: c.Burst}
+	return job.RateLimit{Count: c.Rate, Per: time.Second, Burst: c.Burst}
 }
 
 // rlCompletion is one handled job, as a worker process reported it.

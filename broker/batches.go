@@ -400,7 +400,7 @@ func (b *Broker) deadCallback(ctx context.Context, queue, cid, body, why string)
 	if env, err := job.Decode([]byte(body)); err == nil {
 		typ = env.Type
 	}
-	rec, err := marshalDead(&DeadRecord{ID: cid, Queue: queue, Type: typ, Body: []byte(body), Error: why, Reason: ReasonCallbackRefused})
+	rec, err := marshalDead(&job.DeadRecord{ID: cid, Queue: queue, Type: typ, Body: []byte(body), Error: why, Reason: ReasonCallbackRefused})
 	if err != nil {
 		return err
 	}

@@ -30,7 +30,7 @@ type Options struct {
 	// trimmed when a job dies. A sharded queue's shards share it (shard k
 	// keeps DeadCap/n, the first DeadCap%n one more), so the queue keeps
 	// at most DeadCap. 0 means 10,000; negative means no cap. Every record
-	// trimmed is counted (QueueStats.DeadTrimmedCap), a worker logs a
+	// trimmed is counted (job.QueueStats.DeadTrimmedCap), a worker logs a
 	// warning when trims begin (at most one every TrimWarnEvery per queue,
 	// across the workers), and a worker with Config.OnDeadTrimmed is handed
 	// the trimmed records. Size it as deaths per second x seconds until
@@ -39,7 +39,7 @@ type Options struct {
 
 	// DeadMaxAge drops dead records older than this when a job dies or on
 	// Trim. 0 means 30 days; negative means they never expire. The records
-	// it drops are counted in QueueStats.DeadTrimmedAge.
+	// it drops are counted in job.QueueStats.DeadTrimmedAge.
 	DeadMaxAge time.Duration
 
 	// Clock, when set, replaces the Redis server's TIME in every script.

@@ -289,7 +289,7 @@ func TestFencing(t *testing.T) {
 	if _, err := testkit.Drive(tb.b).Retry(tb.ctx, first.Lease, 0, first.Envelope); !errors.Is(err, broker.ErrLeaseLost) {
 		t.Fatalf("stale retry: %v", err)
 	}
-	if _, err := testkit.Drive(tb.b).Kill(tb.ctx, first.Lease, &broker.DeadRecord{Error: "x"}); !errors.Is(err, broker.ErrLeaseLost) {
+	if _, err := testkit.Drive(tb.b).Kill(tb.ctx, first.Lease, &job.DeadRecord{Error: "x"}); !errors.Is(err, broker.ErrLeaseLost) {
 		t.Fatalf("stale kill: %v", err)
 	}
 	if err := testkit.Drive(tb.b).Release(tb.ctx, first.Lease); !errors.Is(err, broker.ErrLeaseLost) {
@@ -317,7 +317,7 @@ func TestReaperDoesNotTakeAnExtendedLease(t *testing.T) {
 	if _, err := testkit.Drive(tb.b).RetryExpired(tb.ctx, reaped.Jobs[0].Lease, 0, reaped.Jobs[0].Envelope); !errors.Is(err, broker.ErrLeaseLive) {
 		t.Fatalf("retry of a live lease: %v", err)
 	}
-	if _, err := testkit.Drive(tb.b).KillExpired(tb.ctx, reaped.Jobs[0].Lease, &broker.DeadRecord{}); !errors.Is(err, broker.ErrLeaseLive) {
+	if _, err := testkit.Drive(tb.b).KillExpired(tb.ctx, reaped.Jobs[0].Lease, &job.DeadRecord{}); !errors.Is(err, broker.ErrLeaseLive) {
 		t.Fatalf("kill of a live lease: %v", err)
 	}
 	if err := testkit.Drive(tb.b).Ack(tb.ctx, c.Lease); err != nil {
@@ -405,7 +405,7 @@ func TestStats(t *testing.T) {
 	tb.enqueue(t, env("a", 0), env("b", 0), env("c", time.Minute))
 	tb.clock.Advance(3 * time.Second)
 	c := tb.claim(t, 1).Jobs[0]
-	if _, err := testkit.Drive(tb.b).Kill(tb.ctx, c.Lease, &broker.DeadRecord{Error: "x"}); err != nil {
+	if _, err := testkit.Drive(tb.b).Kill(tb.ctx, c.Lease, &job.DeadRecord{Error: "x"}); err != nil {
 		t.Fatal(err)
 	}
 	tb.claim(t, 0)

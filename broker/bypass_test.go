@@ -39,7 +39,7 @@ func controlled(t *testing.T, tb *testBundle, p []byte) {
 	if err := tb.b.SetConcurrency(tb.ctx, "q", "ctl.capped", 1); err != nil {
 		t.Fatal(err)
 	}
-	if err := tb.b.SetRateLimit(tb.ctx, "q", "ctl.limited", broker.RateLimit{Count: 1, Per: time.Minute}); err != nil {
+	if err := tb.b.SetRateLimit(tb.ctx, "q", "ctl.limited", job.RateLimit{Count: 1, Per: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	var envs []*job.Envelope

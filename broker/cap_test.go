@@ -87,7 +87,7 @@ func TestTypeConcurrencyCap(t *testing.T) {
 		t.Fatalf("stats %+v, %v; want 3 held", st, err)
 	}
 	info, err := tb.b.Job(tb.ctx, "q", "r3")
-	if err != nil || info.State != broker.StateScheduled || info.Attempts != 0 {
+	if err != nil || info.State != job.StateScheduled || info.Attempts != 0 {
 		t.Fatalf("held job: %+v, %v", info, err)
 	}
 	// More jobs of other types are claimed past the held ones.

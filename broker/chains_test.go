@@ -63,7 +63,7 @@ func TestChainInSlotIsAtomicWithTheAck(t *testing.T) {
 		t.Fatalf("acked parent: %v, want ErrNotFound", err)
 	}
 	info, err := tb.b.Job(tb.ctx, "q", derived)
-	if err != nil || info.State != broker.StateScheduled || info.Envelope.Type != "t.next" {
+	if err != nil || info.State != job.StateScheduled || info.Envelope.Type != "t.next" {
 		t.Fatalf("next job: %+v, %v; want it scheduled", info, err)
 	}
 	if want := info.Now.Add(5 * time.Second); !info.ReadyAt.Equal(want) {

@@ -52,7 +52,7 @@ func FuzzClaimKeepsTypeControls(f *testing.F) {
 	// One job of the capped type runs, and one of the limited type took
 	// the only token of the hour: later ones of both must wait.
 	must(b.SetConcurrency(ctx, q, "fz.capped", 1))
-	must(b.SetRateLimit(ctx, q, "fz.limited", broker.RateLimit{Count: 1, Per: time.Hour}))
+	must(b.SetRateLimit(ctx, q, "fz.limited", job.RateLimit{Count: 1, Per: time.Hour}))
 	must(b.PauseType(ctx, q, "fz.paused"))
 	must(b.Enqueue(ctx, &job.Envelope{ID: "run-capped", Queue: q, Type: "fz.capped"}, &job.Envelope{ID: "run-limited", Queue: q, Type: "fz.limited"}))
 	s := testkit.Shards(f, b, q)[0]

@@ -41,7 +41,7 @@ func TestCorruptAttemptsCounterAtClaim(t *testing.T) {
 		}
 	}
 	b := res.Jobs[1]
-	if _, err := testkit.Drive(tb.b).Kill(tb.ctx, b.Lease, &broker.DeadRecord{Body: b.Body, Error: b.Err.Error(), Attempts: b.Attempt}); err != nil {
+	if _, err := testkit.Drive(tb.b).Kill(tb.ctx, b.Lease, &job.DeadRecord{Body: b.Body, Error: b.Err.Error(), Attempts: b.Attempt}); err != nil {
 		t.Fatalf("dead-lettering b: %v", err)
 	}
 	if err := testkit.Drive(tb.b).Ack(tb.ctx, res.Jobs[0].Lease, res.Jobs[2].Lease); err != nil {
@@ -69,7 +69,7 @@ func TestCorruptAttemptsCounterAtReap(t *testing.T) {
 			if !errors.Is(c.Err, job.ErrCorrupt) {
 				t.Fatalf("a reaped with error %v, want ErrCorrupt", c.Err)
 			}
-			if _, err := testkit.Drive(tb.b).KillExpired(tb.ctx, c.Lease, &broker.DeadRecord{Body: c.Body, Error: c.Err.Error()}); err != nil {
+			if _, err := testkit.Drive(tb.b).KillExpired(tb.ctx, c.Lease, &job.DeadRecord{Body: c.Body, Error: c.Err.Error()}); err != nil {
 				t.Fatal(err)
 			}
 			continue

@@ -19,10 +19,6 @@ import (
 	"github.com/delayq/delayq/job"
 )
 
-// DeadRecord is a job that used up its retries or failed permanently
-// (job.DeadRecord).
-type DeadRecord = job.DeadRecord
-
 type deadWire struct {
 	ID       string          `json:"id"`
 	Queue    string          `json:"q"`
@@ -34,15 +30,15 @@ type deadWire struct {
 	Reason   string          `json:"why,omitempty"`
 }
 
-// ReasonExpired is the DeadRecord.Reason of a job that had not started by
+// ReasonExpired is the job.DeadRecord.Reason of a job that had not started by
 // its expiry (job.ExpireAt). Redrive runs such a job without its expiry.
 const ReasonExpired = "expired"
 
-// ReasonCancelled is the DeadRecord.Reason of a job cancelled while it ran
+// ReasonCancelled is the job.DeadRecord.Reason of a job cancelled while it ran
 // (CancelJob).
 const ReasonCancelled = "cancelled"
 
-// ReasonCallbackRefused is the DeadRecord.Reason of a batch callback that
+// ReasonCallbackRefused is the job.DeadRecord.Reason of a batch callback that
 // the broker refused when it was due (its stored body no longer decodes, or
 // is over today's MaxPayloadBytes): its batch counts it as fired, and ends.
 const ReasonCallbackRefused = "callback refused"
@@ -59,7 +55,7 @@ func withoutExpiry(body []byte) []byte {
 // MaxDeadErrorLen caps the error kept in a dead record, in bytes.
 const MaxDeadErrorLen = 64 << 10
 
-func marshalDead(r *DeadRecord) ([]byte, error) {
+func marshalDead(r *job.DeadRecord) ([]byte, error) {
 	w := deadWire{ID: r.ID, Queue: r.Queue, Type: r.Type, Error: r.Error, Attempts: r.Attempts, Reason: r.Reason}
 	if len(w.Error) > MaxDeadErrorLen {
 		cut := MaxDeadErrorLen
@@ -84,7 +80,7 @@ var ErrCorruptRecord = errors.New("broker: corrupt dead record")
 // DecodeDeadRecord parses a stored dead record. It never panics; bad input
 // gives an error wrapping ErrCorruptRecord. DiedAt is left zero (it lives in
 // the index).
-func DecodeDeadRecord(data []byte) (*DeadRecord, error) {
+func DecodeDeadRecord(data []byte) (*job.DeadRecord, error) {
 	var w deadWire
 	if err := json.Unmarshal(data, &w); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrCorruptRecord, err)
@@ -92,7 +88,7 @@ func DecodeDeadRecord(data []byte) (*DeadRecord, error) {
 	if w.ID == "" || w.Queue == "" {
 		return nil, fmt.Errorf("%w: missing id or queue", ErrCorruptRecord)
 	}
-	r := &DeadRecord{ID: w.ID, Queue: w.Queue, Type: w.Type, Error: w.Error, Attempts: w.Attempts, Reason: w.Reason}
+	r := &job.DeadRecord{ID: w.ID, Queue: w.Queue, Type: w.Type, Error: w.Error, Attempts: w.Attempts, Reason: w.Reason}
 	if len(w.Env) > 0 {
 		r.Body = []byte(w.Env)
 	} else {
@@ -119,7 +115,7 @@ func (c DeadCursor) IsZero() bool { return c.ID == "" }
 // newest first, and the cursor of the next page (zero when there is none).
 // Records inserted or removed meanwhile do not cause gaps or repeats among
 // the others. The pages of a sharded queue's shards are merged.
-func (b *Broker) DeadPage(ctx context.Context, queue string, after DeadCursor, limit int) ([]*DeadRecord, DeadCursor, error) {
+func (b *Broker) DeadPage(ctx context.Context, queue string, after DeadCursor, limit int) ([]*job.DeadRecord, DeadCursor, error) {
 	q, err := b.queue(ctx, queue)
 	if err != nil {
 		return nil, DeadCursor{}, err
@@ -133,7 +129,7 @@ func (b *Broker) DeadPage(ctx context.Context, queue string, after DeadCursor, l
 	// Each shard's next limit records after the cursor hold the merged
 	// next limit, newest first (by died-at, then id descending, as within
 	// one shard). An empty page is an empty list, as for one shard.
-	all := []*DeadRecord{}
+	all := []*job.DeadRecord{}
 	more := false
 	for _, s := range q.Shards() {
 		recs, next, err := b.deadPage(ctx, s, after, limit)
@@ -143,7 +139,7 @@ func (b *Broker) DeadPage(ctx context.Context, queue string, after DeadCursor, l
 		all = append(all, recs...)
 		more = more || !next.IsZero()
 	}
-	slices.SortFunc(all, func(x, y *DeadRecord) int {
+	slices.SortFunc(all, func(x, y *job.DeadRecord) int {
 		if c := y.DiedAt.Compare(x.DiedAt); c != 0 {
 			return c
 		}
@@ -161,7 +157,7 @@ func (b *Broker) DeadPage(ctx context.Context, queue string, after DeadCursor, l
 }
 
 // deadPage is DeadPage of one shard.
-func (b *Broker) deadPage(ctx context.Context, s keyspace.Shard, after DeadCursor, limit int) ([]*DeadRecord, DeadCursor, error) {
+func (b *Broker) deadPage(ctx context.Context, s keyspace.Shard, after DeadCursor, limit int) ([]*job.DeadRecord, DeadCursor, error) {
 	k := s.Keys()
 	maxScore, skipped := "+inf", 0
 	if !after.IsZero() {
@@ -200,7 +196,7 @@ func (b *Broker) deadPage(ctx context.Context, s keyspace.Shard, after DeadCurso
 	if err != nil {
 		return nil, DeadCursor{}, err
 	}
-	out := make([]*DeadRecord, 0, len(recs))
+	out := make([]*job.DeadRecord, 0, len(recs))
 	for i, r := range recs {
 		if r == nil {
 			continue // deleted between the two reads
@@ -219,16 +215,16 @@ func (b *Broker) deadPage(ctx context.Context, s keyspace.Shard, after DeadCurso
 // decodeStored decodes a stored dead record; one that does not decode comes
 // back with its raw bytes as Body and the decode error as Error, so that it
 // can still be listed and deleted.
-func decodeStored(s keyspace.Shard, id string, data []byte) *DeadRecord {
+func decodeStored(s keyspace.Shard, id string, data []byte) *job.DeadRecord {
 	r, err := DecodeDeadRecord(data)
 	if err != nil {
-		r = &DeadRecord{ID: id, Queue: s.Queue(), Body: data, Error: err.Error()}
+		r = &job.DeadRecord{ID: id, Queue: s.Queue(), Body: data, Error: err.Error()}
 	}
 	return r
 }
 
 // deadRecords reads records by id; missing ones are nil.
-func (b *Broker) deadRecords(ctx context.Context, s keyspace.Shard, ids []string) ([]*DeadRecord, error) {
+func (b *Broker) deadRecords(ctx context.Context, s keyspace.Shard, ids []string) ([]*job.DeadRecord, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
@@ -236,7 +232,7 @@ func (b *Broker) deadRecords(ctx context.Context, s keyspace.Shard, ids []string
 	if err != nil {
 		return nil, queueErr(s.Queue(), err)
 	}
-	out := make([]*DeadRecord, len(ids))
+	out := make([]*job.DeadRecord, len(ids))
 	for i, v := range vals {
 		if str, ok := v.(string); ok {
 			out[i] = decodeStored(s, ids[i], []byte(str))
@@ -246,7 +242,7 @@ func (b *Broker) deadRecords(ctx context.Context, s keyspace.Shard, ids []string
 }
 
 // DeadGet returns one dead record, or an error wrapping ErrNotFound.
-func (b *Broker) DeadGet(ctx context.Context, queue, id string) (*DeadRecord, error) {
+func (b *Broker) DeadGet(ctx context.Context, queue, id string) (*job.DeadRecord, error) {
 	s, err := b.shardOf(ctx, queue, id)
 	if err != nil {
 		return nil, err

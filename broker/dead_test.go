@@ -27,7 +27,7 @@ func TestDeadPageSameMillisecond(t *testing.T) {
 		if i == n-10 {
 			tb.clock.Advance(time.Millisecond) // the last ten die a millisecond later
 		}
-		if _, err := testkit.Drive(tb.b).Kill(tb.ctx, c.Lease, &broker.DeadRecord{Error: "x"}); err != nil {
+		if _, err := testkit.Drive(tb.b).Kill(tb.ctx, c.Lease, &job.DeadRecord{Error: "x"}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"testing"
 
-	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
@@ -20,7 +19,7 @@ func TestDeadRecordKeepsBodyByteForByte(t *testing.T) {
 	tb.enqueue(t, e, env("spaced", 0))
 	tb.rdb.HSet(tb.ctx, tb.key("q", "jobs"), "spaced", `[ 1, "<x>" ]`)
 	for _, c := range tb.claim(t, 2).Jobs {
-		if _, err := testkit.Drive(tb.b).Kill(tb.ctx, c.Lease, &broker.DeadRecord{Body: c.Body, Error: "boom"}); err != nil {
+		if _, err := testkit.Drive(tb.b).Kill(tb.ctx, c.Lease, &job.DeadRecord{Body: c.Body, Error: "boom"}); err != nil {
 			t.Fatal(err)
 		}
 		r, err := tb.b.DeadGet(tb.ctx, "q", c.ID)

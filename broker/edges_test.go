@@ -439,7 +439,7 @@ func TestLeaselessProcessingJobIsDeadLettered(t *testing.T) {
 	if !errors.Is(r.Err, job.ErrCorrupt) || !strings.Contains(r.Err.Error(), "corrupt state") {
 		t.Fatalf("reaped job err = %v, want corrupt state", r.Err)
 	}
-	if _, err := testkit.Drive(tb.b).KillExpired(tb.ctx, r.Lease, &broker.DeadRecord{Body: r.Body, Error: r.Err.Error(), Attempts: 1}); err != nil {
+	if _, err := testkit.Drive(tb.b).KillExpired(tb.ctx, r.Lease, &job.DeadRecord{Body: r.Body, Error: r.Err.Error(), Attempts: 1}); err != nil {
 		t.Fatal(err)
 	}
 	rec, err := tb.b.DeadGet(tb.ctx, "q", "x")

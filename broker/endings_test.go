@@ -34,7 +34,7 @@ func TestReplaceOfAParkedOrHeldJob(t *testing.T) {
 		t.Fatalf("stats %+v, %v; want one parked and one held", st, err)
 	}
 	for _, id := range []string{"parked", "zheld"} {
-		if info, err := tb.b.Job(tb.ctx, "q", id); err != nil || info.State != broker.StateScheduled {
+		if info, err := tb.b.Job(tb.ctx, "q", id); err != nil || info.State != job.StateScheduled {
 			t.Fatalf("Job(%s): %+v, %v", id, info, err)
 		}
 		e := typed(id, "order.timeout")
@@ -46,7 +46,7 @@ func TestReplaceOfAParkedOrHeldJob(t *testing.T) {
 			t.Fatalf("replace %s: %v", id, err)
 		}
 		info, err := tb.b.Job(tb.ctx, "q", id)
-		if err != nil || info.State != broker.StateScheduled || time.Until(info.ReadyAt) < 59*time.Minute || string(info.Envelope.Payload) != `{"n":2}` {
+		if err != nil || info.State != job.StateScheduled || time.Until(info.ReadyAt) < 59*time.Minute || string(info.Envelope.Payload) != `{"n":2}` {
 			t.Fatalf("replaced %s: %+v, %v", id, info, err)
 		}
 	}

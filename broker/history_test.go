@@ -34,7 +34,7 @@ func TestHistoryCountsOutcomes(t *testing.T) {
 	if _, err := testkit.Drive(tb.b).Retry(tb.ctx, res.Jobs[1].Lease, time.Hour, res.Jobs[1].Envelope); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := testkit.Drive(tb.b).Kill(tb.ctx, res.Jobs[2].Lease, &broker.DeadRecord{Type: "t", Body: res.Jobs[2].Body, Error: "boom"}); err != nil {
+	if _, err := testkit.Drive(tb.b).Kill(tb.ctx, res.Jobs[2].Lease, &job.DeadRecord{Type: "t", Body: res.Jobs[2].Body, Error: "boom"}); err != nil {
 		t.Fatal(err)
 	}
 	// A refused ack counts nothing.

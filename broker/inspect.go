@@ -15,28 +15,12 @@ import (
 	"github.com/delayq/delayq/job"
 )
 
-// JobState is where a job is in its life (job.JobState).
-type JobState = job.JobState
-
-// States a job can be found in.
-const (
-	StateScheduled  = job.StateScheduled  // waiting for its ready time, or due and not yet claimed
-	StateProcessing = job.StateProcessing // leased to a worker
-	StateDead       = job.StateDead       // in the dead-letter store
-	StateSucceeded  = job.StateSucceeded  // succeeded and kept for its retention (job.Retain)
-)
-
-// JobInfo is one job as the inspection API sees it, read at one instant of
-// the server's clock (job.JobInfo: it lives there so that job's typed
-// helpers can return it).
-type JobInfo = job.JobInfo
-
-func newJobInfo(queue, id string, state JobState, now, at time.Time, attempts int64, body []byte) *JobInfo {
-	j := &JobInfo{ID: id, Queue: queue, State: state, Now: now, Attempts: int(attempts), Body: body}
+func newJobInfo(queue, id string, state job.JobState, now, at time.Time, attempts int64, body []byte) *job.JobInfo {
+	j := &job.JobInfo{ID: id, Queue: queue, State: state, Now: now, Attempts: int(attempts), Body: body}
 	switch state {
-	case StateScheduled:
+	case job.StateScheduled:
 		j.ReadyAt = at
-	case StateProcessing:
+	case job.StateProcessing:
 		j.LeaseDeadline = at
 	}
 	env, err := job.Decode(body)
@@ -45,7 +29,7 @@ func newJobInfo(queue, id string, state JobState, now, at time.Time, attempts in
 		return j
 	}
 	env.ID, env.Queue = id, queue
-	if state == StateScheduled {
+	if state == job.StateScheduled {
 		env.ReadyAt = at
 	}
 	j.Envelope = env
@@ -60,7 +44,7 @@ func newJobInfo(queue, id string, state JobState, now, at time.Time, attempts in
 // id never enqueued, or a job that succeeded without retention (or whose
 // retention ran out). A job that is pending is reported as such even if a
 // dead or succeeded record of the same id is kept. One script call.
-func (b *Broker) Job(ctx context.Context, queue, id string) (*JobInfo, error) {
+func (b *Broker) Job(ctx context.Context, queue, id string) (*job.JobInfo, error) {
 	s, err := b.shardOf(ctx, queue, id)
 	if err != nil {
 		return nil, err
@@ -83,9 +67,9 @@ func (b *Broker) Job(ctx context.Context, queue, id string) (*JobInfo, error) {
 	ttl, _ := parts[6].(int64)
 	switch state {
 	case 1:
-		return newJobInfo(queue, id, StateScheduled, fromMS(now), fromMS(at), attempts, []byte(body)), nil
+		return newJobInfo(queue, id, job.StateScheduled, fromMS(now), fromMS(at), attempts, []byte(body)), nil
 	case 2:
-		j := newJobInfo(queue, id, StateProcessing, fromMS(now), fromMS(at), attempts, []byte(body))
+		j := newJobInfo(queue, id, job.StateProcessing, fromMS(now), fromMS(at), attempts, []byte(body))
 		j.Progress = parseProgress(progress)
 		return j, nil
 	case 4:
@@ -93,7 +77,7 @@ func (b *Broker) Job(ctx context.Context, queue, id string) (*JobInfo, error) {
 	case 3:
 		rec := decodeStored(s, id, []byte(body))
 		rec.DiedAt = fromMS(at)
-		j := newJobInfo(queue, id, StateDead, fromMS(now), time.Time{}, int64(rec.Attempts), rec.Body)
+		j := newJobInfo(queue, id, job.StateDead, fromMS(now), time.Time{}, int64(rec.Attempts), rec.Body)
 		j.Dead = rec
 		return j, nil
 	}
@@ -112,9 +96,9 @@ func (c JobCursor) IsZero() bool { return c.ID == "" }
 
 // JobPage is one page of scheduled or processing jobs.
 type JobPage struct {
-	Now  time.Time  // the server's clock at the read
-	Jobs []*JobInfo // in (time, id) order
-	Next JobCursor  // cursor of the next page; zero when this is the last
+	Now  time.Time      // the server's clock at the read
+	Jobs []*job.JobInfo // in (time, id) order
+	Next JobCursor      // cursor of the next page; zero when this is the last
 }
 
 // MaxPageLimit is the most jobs one page call returns.
@@ -126,17 +110,17 @@ const MaxPageLimit = 1000
 // the others. One script call per shard, pipelined; a sharded queue's pages
 // are merged.
 func (b *Broker) ScheduledPage(ctx context.Context, queue string, after JobCursor, limit int) (JobPage, error) {
-	return b.jobPage(ctx, queue, StateScheduled, after, limit)
+	return b.jobPage(ctx, queue, job.StateScheduled, after, limit)
 }
 
 // ProcessingPage returns up to limit jobs of queue that are leased to
 // workers, after the cursor, earliest lease deadline first. See
 // ScheduledPage.
 func (b *Broker) ProcessingPage(ctx context.Context, queue string, after JobCursor, limit int) (JobPage, error) {
-	return b.jobPage(ctx, queue, StateProcessing, after, limit)
+	return b.jobPage(ctx, queue, job.StateProcessing, after, limit)
 }
 
-func (b *Broker) jobPage(ctx context.Context, queue string, state JobState, after JobCursor, limit int) (JobPage, error) {
+func (b *Broker) jobPage(ctx context.Context, queue string, state job.JobState, after JobCursor, limit int) (JobPage, error) {
 	if err := job.ValidateQueue(queue); err != nil {
 		return JobPage{}, err
 	}
@@ -155,7 +139,7 @@ func (b *Broker) jobPage(ctx context.Context, queue string, state JobState, afte
 	for i, s := range q.Shards() {
 		k := s.Keys()
 		set := k.Scheduled
-		if state == StateProcessing {
+		if state == job.StateProcessing {
 			set = k.Processing
 		}
 		calls[i] = read{s: pageScript, keys: []string{set, k.Jobs, k.Attempts}, args: []any{score, after.ID, limit}}
@@ -178,7 +162,7 @@ func (b *Broker) jobPage(ctx context.Context, queue string, state JobState, afte
 		page.Jobs = append(page.Jobs, jobs...)
 	}
 	if q.Sharded() {
-		slices.SortFunc(page.Jobs, func(x, y *JobInfo) int {
+		slices.SortFunc(page.Jobs, func(x, y *job.JobInfo) int {
 			if c := cmp.Compare(at(x), at(y)); c != 0 {
 				return c
 			}
@@ -196,7 +180,7 @@ func (b *Broker) jobPage(ctx context.Context, queue string, state JobState, afte
 }
 
 // parsePage decodes the reply of page.lua.
-func parsePage(queue string, state JobState, res any) (now time.Time, more bool, jobs []*JobInfo, err error) {
+func parsePage(queue string, state job.JobState, res any) (now time.Time, more bool, jobs []*job.JobInfo, err error) {
 	parts, ok := res.([]any)
 	if !ok || len(parts) != 3 {
 		return time.Time{}, false, nil, fmt.Errorf("broker: page: unexpected reply %v", res)
@@ -208,7 +192,7 @@ func parsePage(queue string, state JobState, res any) (now time.Time, more bool,
 		return time.Time{}, false, nil, fmt.Errorf("broker: page: unexpected job list %v", parts[2])
 	}
 	now = fromMS(nowMS)
-	jobs = make([]*JobInfo, 0, len(flat)/4)
+	jobs = make([]*job.JobInfo, 0, len(flat)/4)
 	for i := 0; i < len(flat); i += 4 {
 		id, _ := flat[i].(string)
 		at, _ := flat[i+1].(int64)
@@ -219,8 +203,8 @@ func parsePage(queue string, state JobState, res any) (now time.Time, more bool,
 	return now, moreFlag == 1, jobs, nil
 }
 
-func at(j *JobInfo) int64 {
-	if j.State == StateProcessing {
+func at(j *job.JobInfo) int64 {
+	if j.State == job.StateProcessing {
 		return ms(j.LeaseDeadline)
 	}
 	return ms(j.ReadyAt)
@@ -232,7 +216,7 @@ func at(j *JobInfo) int64 {
 // number, one of its keys holds the wrong type, ...) does not hide the
 // others: they are returned with a *QueueErrors that names each queue left
 // out and why. Any other error comes with no stats.
-func (b *Broker) AllStats(ctx context.Context) ([]QueueStats, error) {
+func (b *Broker) AllStats(ctx context.Context) ([]job.QueueStats, error) {
 	names, err := b.Queues(ctx)
 	if err != nil {
 		return nil, err
@@ -245,7 +229,7 @@ func (b *Broker) AllStats(ctx context.Context) ([]QueueStats, error) {
 		}
 	}
 	if len(valid) == 0 {
-		return []QueueStats{}, nil
+		return []job.QueueStats{}, nil
 	}
 	all, errs, err := b.statsOf(ctx, valid)
 	if err != nil {
@@ -254,7 +238,7 @@ func (b *Broker) AllStats(ctx context.Context) ([]QueueStats, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	out := make([]QueueStats, 0, len(all))
+	out := make([]job.QueueStats, 0, len(all))
 	var bad *QueueErrors
 	for i, st := range all {
 		if errs[i] == nil {

@@ -24,7 +24,7 @@ func TestJobInEachState(t *testing.T) {
 	tb.enqueue(t, env("s", time.Minute), env("p", 0), env("d", 0))
 	tb.clock.Advance(2 * time.Second)
 	res := tb.claim(t, 2) // d then p: equal ready times go in id order
-	if _, err := testkit.Drive(tb.b).Kill(tb.ctx, res.Jobs[0].Lease, &broker.DeadRecord{Type: "t", Body: res.Jobs[0].Body, Error: "boom", Attempts: 1}); err != nil {
+	if _, err := testkit.Drive(tb.b).Kill(tb.ctx, res.Jobs[0].Lease, &job.DeadRecord{Type: "t", Body: res.Jobs[0].Body, Error: "boom", Attempts: 1}); err != nil {
 		t.Fatal(err)
 	}
 	tb.clock.Advance(time.Second)
@@ -33,7 +33,7 @@ func TestJobInEachState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.State != broker.StateScheduled || !s.ReadyAt.Equal(epoch.Add(time.Minute)) || s.Attempts != 0 ||
+	if s.State != job.StateScheduled || !s.ReadyAt.Equal(epoch.Add(time.Minute)) || s.Attempts != 0 ||
 		s.Envelope == nil || s.Envelope.Type != "t" || s.Envelope.ID != "s" || !s.Now.Equal(epoch.Add(3*time.Second)) {
 		t.Fatalf("scheduled job: %+v", s)
 	}
@@ -45,7 +45,7 @@ func TestJobInEachState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.State != broker.StateProcessing || p.Attempts != 1 || p.LeaseRemaining() != 9*time.Second ||
+	if p.State != job.StateProcessing || p.Attempts != 1 || p.LeaseRemaining() != 9*time.Second ||
 		string(p.Envelope.Payload) != `{"n":1}` {
 		t.Fatalf("processing job: %+v, lease remaining %v", p, p.LeaseRemaining())
 	}
@@ -54,7 +54,7 @@ func TestJobInEachState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.State != broker.StateDead || d.Dead == nil || d.Dead.Error != "boom" || d.Attempts != 1 ||
+	if d.State != job.StateDead || d.Dead == nil || d.Dead.Error != "boom" || d.Attempts != 1 ||
 		!d.Dead.DiedAt.Equal(epoch.Add(2*time.Second)) || d.Envelope == nil || d.Envelope.Type != "t" {
 		t.Fatalf("dead job: %+v (record %+v)", d, d.Dead)
 	}
@@ -68,7 +68,7 @@ func TestJobInEachState(t *testing.T) {
 
 	// A dead job enqueued again under its id is reported as pending.
 	tb.enqueue(t, env("d", time.Hour))
-	if again, err := tb.b.Job(tb.ctx, "q", "d"); err != nil || again.State != broker.StateScheduled {
+	if again, err := tb.b.Job(tb.ctx, "q", "d"); err != nil || again.State != job.StateScheduled {
 		t.Fatalf("re-enqueued dead id: %+v, %v", again, err)
 	}
 }
@@ -207,7 +207,7 @@ func TestProcessingPage(t *testing.T) {
 		t.Fatalf("first page %+v", p)
 	}
 	a := p.Jobs[0]
-	if a.ID != "a" || a.State != broker.StateProcessing || a.Attempts != 1 || a.LeaseRemaining() != 6*time.Second {
+	if a.ID != "a" || a.State != job.StateProcessing || a.Attempts != 1 || a.LeaseRemaining() != 6*time.Second {
 		t.Fatalf("processing job %+v, lease remaining %v", a, a.LeaseRemaining())
 	}
 	p, err = tb.b.ProcessingPage(tb.ctx, "q", p.Next, 1)

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
@@ -19,7 +18,7 @@ func TestQueueRateLimit(t *testing.T) {
 	for i := range 20 {
 		tb.enqueue(t, env("j"+string(rune('a'+i)), 0))
 	}
-	if err := tb.b.SetRateLimit(tb.ctx, "q", "", broker.RateLimit{Count: 10, Per: time.Second, Burst: 2}); err != nil {
+	if err := tb.b.SetRateLimit(tb.ctx, "q", "", job.RateLimit{Count: 10, Per: time.Second, Burst: 2}); err != nil {
 		t.Fatal(err)
 	}
 	if res := tb.claim(t, 100); len(res.Jobs) != 2 {
@@ -38,11 +37,11 @@ func TestQueueRateLimit(t *testing.T) {
 		t.Fatalf("after a quiet second claimed %d, want the burst of 2", len(res.Jobs))
 	}
 	st, err := tb.b.Stats(tb.ctx, "q")
-	if err != nil || st.RateLimits[""] != (broker.RateLimit{Count: 10, Per: time.Second, Burst: 2}) || st.Scheduled != 15 {
+	if err != nil || st.RateLimits[""] != (job.RateLimit{Count: 10, Per: time.Second, Burst: 2}) || st.Scheduled != 15 {
 		t.Fatalf("stats %+v, %v", st, err)
 	}
 	// Cleared: everything due is claimed.
-	if err := tb.b.SetRateLimit(tb.ctx, "q", "", broker.RateLimit{}); err != nil {
+	if err := tb.b.SetRateLimit(tb.ctx, "q", "", job.RateLimit{}); err != nil {
 		t.Fatal(err)
 	}
 	if res := tb.claim(t, 100); len(res.Jobs) != 15 {
@@ -55,7 +54,7 @@ func TestTypeRateLimit(t *testing.T) {
 	tb := setup(t)
 	sms := func(id string) *job.Envelope { e := env(id, 0); e.Type = "sms.send"; return e }
 	tb.enqueue(t, sms("s1"), sms("s2"), env("m1", 0), sms("s3"), env("m2", 0))
-	if err := tb.b.SetRateLimit(tb.ctx, "q", "sms.send", broker.RateLimit{Count: 1, Per: time.Second}); err != nil {
+	if err := tb.b.SetRateLimit(tb.ctx, "q", "sms.send", job.RateLimit{Count: 1, Per: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	res := tb.claim(t, 10)
@@ -82,12 +81,12 @@ func TestTypeRateLimit(t *testing.T) {
 	if res := tb.claim(t, 10); strings.Join(ids(res.Jobs), ",") != "s3" || !res.Next.IsZero() {
 		t.Fatalf("two seconds later claimed %v (next %v), want s3 and nothing left", ids(res.Jobs), res.Next)
 	}
-	for _, r := range []broker.RateLimit{{Count: -1}, {Count: 1, Per: 0}, {Count: 1, Per: time.Second, Burst: -1}} {
+	for _, r := range []job.RateLimit{{Count: -1}, {Count: 1, Per: 0}, {Count: 1, Per: time.Second, Burst: -1}} {
 		if err := tb.b.SetRateLimit(tb.ctx, "q", "", r); !errors.Is(err, job.ErrInvalid) {
 			t.Errorf("%+v: %v, want ErrInvalid", r, err)
 		}
 	}
-	if err := tb.b.SetRateLimit(tb.ctx, "q", "bad type", broker.RateLimit{Count: 1, Per: time.Second}); !errors.Is(err, job.ErrInvalid) {
+	if err := tb.b.SetRateLimit(tb.ctx, "q", "bad type", job.RateLimit{Count: 1, Per: time.Second}); !errors.Is(err, job.ErrInvalid) {
 		t.Errorf("bad type: %v", err)
 	}
 }
@@ -106,7 +105,7 @@ func TestRateLimitChangeReleasesWaiting(t *testing.T) {
 			tb.enqueue(t, e)
 		}
 		tb.clock.Advance(time.Second) // all due, the oldest 1 s late
-		if err := tb.b.SetRateLimit(tb.ctx, "q", "sms.send", broker.RateLimit{Count: 1, Per: time.Minute}); err != nil {
+		if err := tb.b.SetRateLimit(tb.ctx, "q", "sms.send", job.RateLimit{Count: 1, Per: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 		if res := tb.claim(t, 100); strings.Join(ids(res.Jobs), ",") != "s00" {
@@ -156,7 +155,7 @@ func TestRateLimitChangeReleasesWaiting(t *testing.T) {
 		t.Parallel()
 		tb := hold(t)
 		woken := wakes(t, tb)
-		if err := tb.b.SetRateLimit(tb.ctx, "q", "sms.send", broker.RateLimit{}); err != nil {
+		if err := tb.b.SetRateLimit(tb.ctx, "q", "sms.send", job.RateLimit{}); err != nil {
 			t.Fatal(err)
 		}
 		woken()
@@ -168,7 +167,7 @@ func TestRateLimitChangeReleasesWaiting(t *testing.T) {
 		t.Parallel()
 		tb := hold(t)
 		woken := wakes(t, tb)
-		if err := tb.b.SetRateLimit(tb.ctx, "q", "sms.send", broker.RateLimit{Count: 100, Per: time.Second}); err != nil {
+		if err := tb.b.SetRateLimit(tb.ctx, "q", "sms.send", job.RateLimit{Count: 100, Per: time.Second}); err != nil {
 			t.Fatal(err)
 		}
 		woken()
@@ -185,7 +184,7 @@ func TestRateLimitChangeReleasesWaiting(t *testing.T) {
 		for i := range 5 {
 			tb.enqueue(t, env(fmt.Sprintf("j%d", i), 0))
 		}
-		if err := tb.b.SetRateLimit(tb.ctx, "q", "", broker.RateLimit{Count: 1, Per: time.Minute}); err != nil {
+		if err := tb.b.SetRateLimit(tb.ctx, "q", "", job.RateLimit{Count: 1, Per: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 		if res := tb.claim(t, 10); len(res.Jobs) != 1 {
@@ -195,7 +194,7 @@ func TestRateLimitChangeReleasesWaiting(t *testing.T) {
 			t.Fatalf("claimed %d, next %v; want none for a minute", len(res.Jobs), res.Next.Sub(epoch))
 		}
 		woken := wakes(t, tb)
-		if err := tb.b.SetRateLimit(tb.ctx, "q", "", broker.RateLimit{Count: 100, Per: time.Second}); err != nil {
+		if err := tb.b.SetRateLimit(tb.ctx, "q", "", job.RateLimit{Count: 100, Per: time.Second}); err != nil {
 			t.Fatal(err)
 		}
 		woken()
@@ -227,7 +226,7 @@ func TestRateLimitHeldJobsStayDue(t *testing.T) {
 	}
 	tb.enqueue(t, envs...)
 	tb.clock.Advance(time.Second) // all due, the oldest 1 s late
-	if err := tb.b.SetRateLimit(tb.ctx, "q", "sms.send", broker.RateLimit{Count: 10, Per: time.Second}); err != nil {
+	if err := tb.b.SetRateLimit(tb.ctx, "q", "sms.send", job.RateLimit{Count: 10, Per: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	var sms []string
@@ -298,11 +297,11 @@ func TestStrictRateLimitWindow(t *testing.T) {
 		name   string
 		shards int
 		typ    string
-		limit  broker.RateLimit
+		limit  job.RateLimit
 	}{
-		{"queue", 1, "", broker.RateLimit{Count: 5, Per: time.Second, Strict: true}},
-		{"type with slack", 1, "sms.send", broker.RateLimit{Count: 3, Per: time.Second, Strict: true, Slack: 100 * time.Millisecond}},
-		{"sharded", 3, "", broker.RateLimit{Count: 5, Per: time.Second, Strict: true}},
+		{"queue", 1, "", job.RateLimit{Count: 5, Per: time.Second, Strict: true}},
+		{"type with slack", 1, "sms.send", job.RateLimit{Count: 3, Per: time.Second, Strict: true, Slack: 100 * time.Millisecond}},
+		{"sharded", 3, "", job.RateLimit{Count: 5, Per: time.Second, Strict: true}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -359,7 +358,7 @@ func TestStrictRateLimitWindow(t *testing.T) {
 		for i := range 5 {
 			tb.enqueue(t, env(fmt.Sprintf("j%d", i), 0))
 		}
-		if err := tb.b.SetRateLimit(tb.ctx, "q", "", broker.RateLimit{Count: 2, Per: time.Second, Strict: true}); err != nil {
+		if err := tb.b.SetRateLimit(tb.ctx, "q", "", job.RateLimit{Count: 2, Per: time.Second, Strict: true}); err != nil {
 			t.Fatal(err)
 		}
 		if res := tb.claim(t, 1); len(res.Jobs) != 1 {
@@ -384,7 +383,7 @@ func TestStrictRateLimitWindow(t *testing.T) {
 		if err := tb.b.DeclareQueue(tb.ctx, "q", 3); err != nil {
 			t.Fatal(err)
 		}
-		for _, r := range []broker.RateLimit{
+		for _, r := range []job.RateLimit{
 			{Count: 10, Per: time.Second, Strict: true, Burst: 5},
 			{Count: 10, Per: time.Second, Slack: time.Millisecond},
 			{Count: 10, Per: time.Second, Strict: true, Slack: -time.Millisecond},

@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/delayq/delayq/job"
 )
 
 // MemorySamples is the SAMPLES argument of QueueMemory's MEMORY USAGE
@@ -38,7 +40,7 @@ type QueueMemory struct {
 // holds. Not counted: results kept by job.Retain (one key a job) and the
 // per-minute history (which expires by itself). A server that refuses
 // MEMORY USAGE gives an error wrapping ErrMemoryNotReadable.
-func (b *Broker) QueueMemory(ctx context.Context, st QueueStats) (QueueMemory, error) {
+func (b *Broker) QueueMemory(ctx context.Context, st job.QueueStats) (QueueMemory, error) {
 	q, err := b.queue(ctx, st.Queue)
 	if err != nil {
 		return QueueMemory{}, err

@@ -67,7 +67,7 @@ func TestQueueAndServerMemory(t *testing.T) {
 	if _, err := fb.ServerMemory(ctx); !errors.Is(err, broker.ErrMemoryNotReadable) || !strings.Contains(err.Error(), "Options.Functions") {
 		t.Errorf("ServerMemory with Functions: %v; want ErrMemoryNotReadable naming Options.Functions", err)
 	}
-	if _, err := b.QueueMemory(ctx, broker.QueueStats{Queue: "bad queue"}); !errors.Is(err, job.ErrInvalid) {
+	if _, err := b.QueueMemory(ctx, job.QueueStats{Queue: "bad queue"}); !errors.Is(err, job.ErrInvalid) {
 		t.Errorf("QueueMemory of a bad queue name: %v, want job.ErrInvalid", err)
 	}
 }

@@ -14,7 +14,7 @@ import (
 // leased) until Resume. Jobs go on being enqueued, retried and cancelled;
 // running jobs run to their end. Workers that find the queue paused sleep
 // until the resume's wake-up notice (at most their MaxIdle). Stats report
-// it (QueueStats.Paused). Pausing a paused queue changes nothing. One
+// it (job.QueueStats.Paused). Pausing a paused queue changes nothing. One
 // script call per shard.
 func (b *Broker) Pause(ctx context.Context, queue string) error {
 	_, err := b.pause(ctx, queue, "*", true)
@@ -30,7 +30,7 @@ func (b *Broker) Resume(ctx context.Context, queue string) error {
 
 // PauseType pauses the jobs of one type in queue: a claim that finds one
 // due sets it aside (parked: still pending, cancellable, counted in
-// QueueStats.Parked) instead of leasing it, and claims the other types'
+// job.QueueStats.Parked) instead of leasing it, and claims the other types'
 // jobs as usual. The type name is checked (job.ValidateType).
 func (b *Broker) PauseType(ctx context.Context, queue, typ string) error {
 	if err := job.ValidateType(typ); err != nil {
@@ -75,10 +75,6 @@ func (b *Broker) pause(ctx context.Context, queue, what string, on bool) (int64,
 	})
 }
 
-// RateLimit is a limit on how many jobs start per period, shared by every
-// worker (job.RateLimit).
-type RateLimit = job.RateLimit
-
 // SetRateLimit limits how many jobs of queue start per r.Per across all
 // workers: of the whole queue when typ is "", else of the jobs of type typ.
 // r.Burst jobs may start at once after a quiet spell (0 means 1). A zero
@@ -86,7 +82,7 @@ type RateLimit = job.RateLimit
 // a job over the limit is not claimed and spends no attempt: a queue over
 // its limit claims nothing until its next token, and its workers sleep
 // until then; a due job of a limited type without a token is held aside
-// with its ready time (still due, in order, shown in QueueStats.HeldByRate)
+// with its ready time (still due, in order, shown in job.QueueStats.HeldByRate)
 // and starts at one of its type's next tokens, earliest first. A sharded
 // queue's rate is split evenly among its shards.
 //
@@ -102,7 +98,7 @@ type RateLimit = job.RateLimit
 // a period under 1 ms, Slack without Strict, Strict with a burst, a bad
 // type name) is refused with an error wrapping job.ErrInvalid, and nothing
 // changes.
-func (b *Broker) SetRateLimit(ctx context.Context, queue, typ string, r RateLimit) error {
+func (b *Broker) SetRateLimit(ctx context.Context, queue, typ string, r job.RateLimit) error {
 	what := "*"
 	if typ != "" {
 		if err := job.ValidateType(typ); err != nil {

@@ -75,7 +75,7 @@ func TestPauseType(t *testing.T) {
 	}
 	// A parked job is still pending: found, rescheduled, cancelled, and
 	// its id is taken.
-	if info, err := tb.b.Job(tb.ctx, "q", "s1"); err != nil || info.State != broker.StateScheduled {
+	if info, err := tb.b.Job(tb.ctx, "q", "s1"); err != nil || info.State != job.StateScheduled {
 		t.Fatalf("Job(s1): %+v, %v", info, err)
 	}
 	if err := tb.b.Enqueue(tb.ctx, sms("s1")); !errors.Is(err, broker.ErrDuplicate) {

@@ -401,7 +401,7 @@ func (b *Broker) settleArgs(q keyspace.Queue, s keyspace.Shard, c protocol.Calle
 			}
 			a, body = durUS(op.Delay), data
 		case protocol.OpKill:
-			rec := &DeadRecord{ID: op.Lease.ID, Queue: s.Queue(), Type: op.Death.Type, Body: op.Death.Body, Error: op.Death.Error, Attempts: op.Death.Attempts, Reason: op.Death.Reason}
+			rec := &job.DeadRecord{ID: op.Lease.ID, Queue: s.Queue(), Type: op.Death.Type, Body: op.Death.Body, Error: op.Death.Error, Attempts: op.Death.Attempts, Reason: op.Death.Reason}
 			data, err := marshalDead(rec)
 			if err != nil {
 				return nil, err

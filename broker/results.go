@@ -44,7 +44,7 @@ func marshalDone(d *protocol.Done) ([]byte, error) {
 
 // succeededInfo decodes what job.lua returns for a retained job: the kept
 // record and how long it is still kept (ms).
-func succeededInfo(queue, id string, now time.Time, stored string, ttl int64) *JobInfo {
+func succeededInfo(queue, id string, now time.Time, stored string, ttl int64) *job.JobInfo {
 	fin, data, _ := strings.Cut(stored, "\n")
 	var rec doneRecord
 	finished, err := strconv.ParseInt(fin, 10, 64)
@@ -52,10 +52,10 @@ func succeededInfo(queue, id string, now time.Time, stored string, ttl int64) *J
 		err = json.Unmarshal([]byte(data), &rec)
 	}
 	if err != nil {
-		return &JobInfo{ID: id, Queue: queue, State: StateSucceeded, Now: now, Body: []byte(stored),
+		return &job.JobInfo{ID: id, Queue: queue, State: job.StateSucceeded, Now: now, Body: []byte(stored),
 			Err: fmt.Errorf("job %q in queue %q: %w: retained record: %v", id, queue, job.ErrCorrupt, err)}
 	}
-	j := newJobInfo(queue, id, StateSucceeded, now, time.Time{}, int64(rec.Attempts), []byte(rec.Body))
+	j := newJobInfo(queue, id, job.StateSucceeded, now, time.Time{}, int64(rec.Attempts), []byte(rec.Body))
 	j.Result = rec.Result
 	j.FinishedAt = fromMS(finished)
 	if rec.StartedMS > 0 {

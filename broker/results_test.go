@@ -40,7 +40,7 @@ func TestProgressIsFenced(t *testing.T) {
 		t.Fatalf("a stale worker's progress: %v, want ErrLeaseLost", err)
 	}
 	info, err := tb.b.Job(tb.ctx, "q", "p1")
-	if err != nil || info.State != broker.StateProcessing {
+	if err != nil || info.State != job.StateProcessing {
 		t.Fatalf("%+v, %v", info, err)
 	}
 	if info.Progress != nil && info.Progress.Message == "stale" {
@@ -57,7 +57,7 @@ func TestCorruptRetainedRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	info, err := tb.b.Job(tb.ctx, "q", "x")
-	if err != nil || info.State != broker.StateSucceeded || !errors.Is(info.Err, job.ErrCorrupt) {
+	if err != nil || info.State != job.StateSucceeded || !errors.Is(info.Err, job.ErrCorrupt) {
 		t.Fatalf("%+v, %v; want succeeded with a corrupt-record error", info, err)
 	}
 }

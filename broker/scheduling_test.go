@@ -124,7 +124,7 @@ func TestUniqueDeadEnding(t *testing.T) {
 		if c.Envelope.UniqueDead {
 			ttl = c.Envelope.UniqueFor
 		}
-		rec := &broker.DeadRecord{Type: "t", Body: c.Body, Error: "boom", Attempts: 1}
+		rec := &job.DeadRecord{Type: "t", Body: c.Body, Error: "boom", Attempts: 1}
 		res, err := testkit.Drive(tb.b).Settle(tb.ctx, protocol.Op{Kind: protocol.OpKill, Lease: c.Lease, Death: protocol.Death{Type: rec.Type, Body: rec.Body, Error: rec.Error, Attempts: 1}, Remember: ttl})
 		if err != nil || res[0].Err != nil {
 			t.Fatal(err, res)

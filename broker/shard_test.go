@@ -166,7 +166,7 @@ func TestShardedJobOperationsFindTheirShard(t *testing.T) {
 	if _, err := testkit.Drive(tb.b).Retry(tb.ctx, c.Lease, time.Second, c.Envelope); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := testkit.Drive(tb.b).Kill(tb.ctx, res.Jobs[1].Lease, &broker.DeadRecord{Error: "boom"}); err != nil {
+	if _, err := testkit.Drive(tb.b).Kill(tb.ctx, res.Jobs[1].Lease, &job.DeadRecord{Error: "boom"}); err != nil {
 		t.Fatal(err)
 	}
 	tb.clock.Advance(time.Second)
@@ -179,7 +179,7 @@ func TestShardedJobOperationsFindTheirShard(t *testing.T) {
 	if err != nil || len(reaped.Jobs) != 1 || reaped.Jobs[0].Queue() != "q" || reaped.Jobs[0].ID != c.ID {
 		t.Fatalf("reap = %+v, %v", reaped, err)
 	}
-	if _, err := testkit.Drive(tb.b).KillExpired(tb.ctx, reaped.Jobs[0].Lease, &broker.DeadRecord{Error: "expired"}); err != nil {
+	if _, err := testkit.Drive(tb.b).KillExpired(tb.ctx, reaped.Jobs[0].Lease, &job.DeadRecord{Error: "expired"}); err != nil {
 		t.Fatal(err)
 	}
 	rec, err := tb.b.DeadGet(tb.ctx, "q", c.ID)
@@ -213,12 +213,12 @@ func TestDeadPagePagesThroughShards(t *testing.T) {
 				if i%2 == 0 {
 					tb.clock.Advance(time.Millisecond)
 				}
-				if _, err := testkit.Drive(tb.b).Kill(tb.ctx, c.Lease, &broker.DeadRecord{Error: "e" + c.ID}); err != nil {
+				if _, err := testkit.Drive(tb.b).Kill(tb.ctx, c.Lease, &job.DeadRecord{Error: "e" + c.ID}); err != nil {
 					t.Fatal(err)
 				}
 			}
 			for _, limit := range []int{1, 4, n, 100} {
-				var got []*broker.DeadRecord
+				var got []*job.DeadRecord
 				var cur broker.DeadCursor
 				for pages := 0; ; pages++ {
 					page, next, err := tb.b.DeadPage(tb.ctx, "q", cur, limit)
@@ -263,7 +263,7 @@ func TestDeadPageWithoutRecords(t *testing.T) {
 			tb.sharded(t, shards)
 			tb.enqueue(t, env("a", 0))
 			c := tb.claim(t, 1).Jobs[0]
-			if _, err := testkit.Drive(tb.b).Kill(tb.ctx, c.Lease, &broker.DeadRecord{Error: "e"}); err != nil {
+			if _, err := testkit.Drive(tb.b).Kill(tb.ctx, c.Lease, &job.DeadRecord{Error: "e"}); err != nil {
 				t.Fatal(err)
 			}
 			for _, cur := range []broker.DeadCursor{{DiedAt: epoch.Add(-time.Hour), ID: "z"}, {}} {
@@ -292,7 +292,7 @@ func TestShardedDeadLetters(t *testing.T) {
 	}
 	tb.enqueue(t, envs...)
 	for _, c := range tb.claim(t, n).Jobs {
-		if _, err := testkit.Drive(tb.b).Kill(tb.ctx, c.Lease, &broker.DeadRecord{Error: "e" + c.ID}); err != nil {
+		if _, err := testkit.Drive(tb.b).Kill(tb.ctx, c.Lease, &job.DeadRecord{Error: "e" + c.ID}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -531,7 +531,7 @@ func TestShardedQueueReaders(t *testing.T) {
 			// Job finds each, in its shard.
 			for i := range 7 {
 				j, err := tb.b.Job(tb.ctx, "q", "j"+strconv.Itoa(i))
-				if err != nil || j.State != broker.StateScheduled || j.Queue != "q" {
+				if err != nil || j.State != job.StateScheduled || j.Queue != "q" {
 					t.Fatalf("Job(j%d) = %+v, %v", i, j, err)
 				}
 			}

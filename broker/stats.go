@@ -14,15 +14,12 @@ import (
 	"github.com/delayq/delayq/job"
 )
 
-// QueueStats is the state of one queue at one instant of the server's clock.
-type QueueStats = job.QueueStats
-
 // Stats reads the counts of one queue in one script call (one per shard of
 // a sharded queue, pipelined, summed).
-func (b *Broker) Stats(ctx context.Context, queue string) (QueueStats, error) {
+func (b *Broker) Stats(ctx context.Context, queue string) (job.QueueStats, error) {
 	out, err := b.StatsOf(ctx, queue)
 	if err != nil {
-		return QueueStats{}, err
+		return job.QueueStats{}, err
 	}
 	return out[0], nil
 }
@@ -31,7 +28,7 @@ func (b *Broker) Stats(ctx context.Context, queue string) (QueueStats, error) {
 // when the server has not cached the script yet), in the order given. Each
 // shard costs the one O(log N) script call of stats.lua. It returns an error
 // wrapping job.ErrInvalid for a bad queue name, before contacting Redis.
-func (b *Broker) StatsOf(ctx context.Context, queues ...string) ([]QueueStats, error) {
+func (b *Broker) StatsOf(ctx context.Context, queues ...string) ([]job.QueueStats, error) {
 	out, errs, err := b.statsOf(ctx, queues)
 	if err != nil {
 		return nil, err
@@ -48,7 +45,7 @@ func (b *Broker) StatsOf(ctx context.Context, queues ...string) ([]QueueStats, e
 // errs[i] set when queue i could not be read (its shard count, a key of the
 // wrong type, the connection); err is for the call as a whole (a bad queue
 // name).
-func (b *Broker) statsOf(ctx context.Context, queues []string) (out []QueueStats, errs []error, err error) {
+func (b *Broker) statsOf(ctx context.Context, queues []string) (out []job.QueueStats, errs []error, err error) {
 	for _, q := range queues {
 		if err := job.ValidateQueue(q); err != nil {
 			return nil, nil, err
@@ -57,7 +54,7 @@ func (b *Broker) statsOf(ctx context.Context, queues []string) (out []QueueStats
 	if len(queues) == 0 {
 		return nil, nil, nil
 	}
-	out, errs = make([]QueueStats, len(queues)), make([]error, len(queues))
+	out, errs = make([]job.QueueStats, len(queues)), make([]error, len(queues))
 	resolved := make([]keyspace.Queue, len(queues))
 	var calls []read
 	for i, name := range queues {
@@ -81,7 +78,7 @@ func (b *Broker) statsOf(ctx context.Context, queues []string) (out []QueueStats
 		out[i].Queue = q.Name()
 		for j := range q.Shards() {
 			err := rerrs[c]
-			var st QueueStats
+			var st job.QueueStats
 			if err == nil {
 				st, err = parseStats(res[c])
 			}
@@ -127,38 +124,38 @@ func (e *QueueErrors) Unwrap() []error {
 }
 
 // parseStats decodes the reply of stats.lua.
-func parseStats(res any) (QueueStats, error) {
+func parseStats(res any) (job.QueueStats, error) {
 	parts, ok := res.([]any)
 	if !ok || len(parts) != 16 {
-		return QueueStats{}, fmt.Errorf("broker: stats: unexpected reply %v", res)
+		return job.QueueStats{}, fmt.Errorf("broker: stats: unexpected reply %v", res)
 	}
 	v, err := int64s(parts[:10], 10)
 	if err != nil {
-		return QueueStats{}, err
+		return job.QueueStats{}, err
 	}
 	types, err := strs(parts[10])
 	if err != nil {
-		return QueueStats{}, err
+		return job.QueueStats{}, err
 	}
 	slices.Sort(types)
 	rates, err := strs(parts[11])
 	if err != nil {
-		return QueueStats{}, err
+		return job.QueueStats{}, err
 	}
-	var limits map[string]RateLimit
+	var limits map[string]job.RateLimit
 	for i := 0; i+1 < len(rates); i += 2 {
 		r, ok := parseRate(rates[i+1])
 		if !ok {
 			continue
 		}
 		if limits == nil {
-			limits = make(map[string]RateLimit)
+			limits = make(map[string]job.RateLimit)
 		}
 		limits[rates[i]] = r
 	}
 	capList, err := strs(parts[12])
 	if err != nil {
-		return QueueStats{}, err
+		return job.QueueStats{}, err
 	}
 	var caps map[string]int
 	for i := 0; i+1 < len(capList); i += 2 {
@@ -184,9 +181,9 @@ func parseStats(res any) (QueueStats, error) {
 	}
 	trims, err := int64s(parts[15], 3)
 	if err != nil {
-		return QueueStats{}, err
+		return job.QueueStats{}, err
 	}
-	s := QueueStats{DeadTrimmedCap: trims[0], DeadTrimmedAge: trims[1], DeadTrimmedUnarchived: trims[2], Now: fromMS(v[0]), Scheduled: v[1], Due: v[2], Processing: v[3], Dead: v[4], ExpiredDropped: v[7],
+	s := job.QueueStats{DeadTrimmedCap: trims[0], DeadTrimmedAge: trims[1], DeadTrimmedUnarchived: trims[2], Now: fromMS(v[0]), Scheduled: v[1], Due: v[2], Processing: v[3], Dead: v[4], ExpiredDropped: v[7],
 		Paused: v[8] == 1, Parked: v[9], PausedTypes: types, RateLimits: limits, Caps: caps, Held: held, HeldByRate: heldByRate}
 	if v[5] >= 0 {
 		s.OldestDue = fromMS(v[5])
@@ -200,18 +197,18 @@ func parseStats(res any) (QueueStats, error) {
 // parseRate decodes a rate limit as SetRateLimit stores it:
 // "count/per ms/burst/shards", then "/s/<share>/<slack ms>" for a strict
 // window.
-func parseRate(v string) (RateLimit, bool) {
-	var r RateLimit
+func parseRate(v string) (job.RateLimit, bool) {
+	var r job.RateLimit
 	var perMS, shards, share, slackMS int64
 	var rest string
 	n, _ := fmt.Sscanf(v, "%d/%d/%d/%d%s", &r.Count, &perMS, &r.Burst, &shards, &rest)
 	if n < 4 {
-		return RateLimit{}, false
+		return job.RateLimit{}, false
 	}
 	r.Per = time.Duration(perMS) * time.Millisecond
 	if rest != "" {
 		if _, err := fmt.Sscanf(rest, "/s/%d/%d", &share, &slackMS); err != nil {
-			return RateLimit{}, false
+			return job.RateLimit{}, false
 		}
 		r.Strict, r.Slack, r.Burst = true, time.Duration(slackMS)*time.Millisecond, 0
 	}
@@ -221,7 +218,7 @@ func parseRate(v string) (RateLimit, bool) {
 // merge adds the stats of one shard to those of its queue. The first
 // shard's clock is the queue's; OldestDue and NextReady of the others are
 // moved from their shard's clock to it, and the extremes kept.
-func merge(into *QueueStats, st QueueStats, first bool) {
+func merge(into *job.QueueStats, st job.QueueStats, first bool) {
 	if first {
 		into.Now = st.Now
 	}
@@ -249,7 +246,7 @@ func merge(into *QueueStats, st QueueStats, first bool) {
 	}
 	for t, r := range st.RateLimits {
 		if into.RateLimits == nil {
-			into.RateLimits = make(map[string]RateLimit)
+			into.RateLimits = make(map[string]job.RateLimit)
 		}
 		into.RateLimits[t] = r
 	}

@@ -37,7 +37,7 @@ func TestTypedHelpers(t *testing.T) {
 		t.Fatal(err)
 	}
 	info, err := typ.Lookup(tb.ctx, tb.b, "o-1")
-	if err != nil || info.State != broker.StateScheduled || info.Queue != "orders" || !info.ReadyAt.Equal(epoch.Add(time.Minute)) {
+	if err != nil || info.State != job.StateScheduled || info.Queue != "orders" || !info.ReadyAt.Equal(epoch.Add(time.Minute)) {
 		t.Fatalf("Lookup: %+v, %v", info, err)
 	}
 	at, err := typ.Reschedule(tb.ctx, tb.b, "o-1", epoch.Add(time.Hour))

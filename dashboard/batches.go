@@ -150,10 +150,10 @@ const BatchDeadScan = deadletter.MaxLimit
 
 type batchDeadData struct {
 	Batch   batchRow
-	Members []*broker.DeadRecord // the batch's members among the records read
-	Scanned int64                // dead records read
-	Cursor  string               // where this page started ("" at the newest)
-	Next    string               // where the next page starts; "" when none
+	Members []*job.DeadRecord // the batch's members among the records read
+	Scanned int64             // dead records read
+	Cursor  string            // where this page started ("" at the newest)
+	Next    string            // where the next page starts; "" when none
 }
 
 // batchDead lists the batch's members that ended dead: the dead-letter

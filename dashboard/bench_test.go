@@ -68,7 +68,7 @@ func BenchmarkOverview(b *testing.B) {
 		if err := testkit.Drive(br).Ack(ctx, acks...); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := testkit.Drive(br).Kill(ctx, res.Jobs[6].Lease, &broker.DeadRecord{Type: "order.cancel", Body: res.Jobs[6].Body, Error: "boom"}); err != nil {
+		if _, err := testkit.Drive(br).Kill(ctx, res.Jobs[6].Lease, &job.DeadRecord{Type: "order.cancel", Body: res.Jobs[6].Body, Error: "boom"}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -77,7 +77,7 @@ func (d *Dashboard) setLimit(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
-	var lim broker.RateLimit
+	var lim job.RateLimit
 	clear := r.PostForm.Get("clear") != ""
 	if !clear {
 		if lim, err = limitForm(r); err != nil {
@@ -101,32 +101,32 @@ func (d *Dashboard) setLimit(w http.ResponseWriter, r *http.Request) {
 
 // limitForm reads the rate limit of a limit form, or says what is wrong
 // with it.
-func limitForm(r *http.Request) (broker.RateLimit, error) {
+func limitForm(r *http.Request) (job.RateLimit, error) {
 	field := func(name string) string { return strings.TrimSpace(r.PostForm.Get(name)) }
 	count, err := strconv.Atoi(field("count"))
 	if err != nil || count <= 0 {
-		return broker.RateLimit{}, errors.New("The limit's count must be a positive whole number of starts, not " + strconv.Quote(field("count")) + ".")
+		return job.RateLimit{}, errors.New("The limit's count must be a positive whole number of starts, not " + strconv.Quote(field("count")) + ".")
 	}
 	per, err := time.ParseDuration(field("per"))
 	if err != nil || per < time.Millisecond {
-		return broker.RateLimit{}, errors.New("The limit's period must be a duration of at least 1ms (such as 1s, 1m, 250ms), not " + strconv.Quote(field("per")) + ".")
+		return job.RateLimit{}, errors.New("The limit's period must be a duration of at least 1ms (such as 1s, 1m, 250ms), not " + strconv.Quote(field("per")) + ".")
 	}
-	lim := broker.RateLimit{Count: count, Per: per, Strict: r.PostForm.Get("strict") != ""}
+	lim := job.RateLimit{Count: count, Per: per, Strict: r.PostForm.Get("strict") != ""}
 	if b := field("burst"); b != "" {
 		if lim.Burst, err = strconv.Atoi(b); err != nil || lim.Burst < 0 {
-			return broker.RateLimit{}, errors.New("The limit's burst must be a whole number that is not negative, not " + strconv.Quote(b) + ".")
+			return job.RateLimit{}, errors.New("The limit's burst must be a whole number that is not negative, not " + strconv.Quote(b) + ".")
 		}
 	}
 	if sl := field("slack"); sl != "" {
 		if lim.Slack, err = time.ParseDuration(sl); err != nil || lim.Slack < 0 {
-			return broker.RateLimit{}, errors.New("The limit's slack must be a duration that is not negative (such as 200ms), not " + strconv.Quote(sl) + ".")
+			return job.RateLimit{}, errors.New("The limit's slack must be a duration that is not negative (such as 200ms), not " + strconv.Quote(sl) + ".")
 		}
 	}
 	if lim.Strict && lim.Burst == 1 {
 		lim.Burst = 0 // a strict window allows Count at once; 1 is the default burst
 	}
 	if err := lim.Validate(); err != nil {
-		return broker.RateLimit{}, errors.New("The limit was not set: " + strings.TrimPrefix(err.Error(), "job: "+job.ErrInvalid.Error()+": ") + ".")
+		return job.RateLimit{}, errors.New("The limit was not set: " + strings.TrimPrefix(err.Error(), "job: "+job.ErrInvalid.Error()+": ") + ".")
 	}
 	return lim, nil
 }
@@ -141,7 +141,7 @@ func controlTarget(q, typ string) string {
 
 // rateText is "10 per 1s", "10 per 1s, burst 5", "10 in any 1s, strict"
 // or "10 in any 1s (+200ms slack), strict".
-func rateText(r broker.RateLimit) string {
+func rateText(r job.RateLimit) string {
 	if r.Strict {
 		s := strconv.Itoa(r.Count) + " in any " + shortDur(r.Per)
 		if r.Slack > 0 {

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/dashboard"
 	"github.com/delayq/delayq/fleet"
+	"github.com/delayq/delayq/job"
 )
 
 // TestCapsAndLimits: the queue page sets and clears a queue's and a type's
@@ -20,7 +20,7 @@ func TestCapsAndLimits(t *testing.T) {
 	t.Parallel()
 	tb := setup(t, dashboard.Options{})
 	tb.enqueue(t, "sms", "a", "sms.send", `{}`, 0)
-	stats := func() broker.QueueStats {
+	stats := func() job.QueueStats {
 		t.Helper()
 		st, err := tb.b.Stats(tb.ctx, "sms")
 		if err != nil {
@@ -53,7 +53,7 @@ func TestCapsAndLimits(t *testing.T) {
 	wantStatus(t, "type limit", tb.post(t, "/queues/sms/limit", url.Values{"type": {"sms.send"}, "count": {"5"}, "per": {"1m"}, "burst": {"3"}}), http.StatusSeeOther)
 	wantStatus(t, "cap", tb.post(t, "/queues/sms/cap", url.Values{"n": {"4"}}), http.StatusSeeOther)
 	st := stats()
-	if st.RateLimits[""] != (broker.RateLimit{Count: 10, Per: time.Second, Burst: 1}) || st.RateLimits["sms.send"] != (broker.RateLimit{Count: 5, Per: time.Minute, Burst: 3}) || st.Caps[""] != 4 {
+	if st.RateLimits[""] != (job.RateLimit{Count: 10, Per: time.Second, Burst: 1}) || st.RateLimits["sms.send"] != (job.RateLimit{Count: 5, Per: time.Minute, Burst: 3}) || st.Caps[""] != 4 {
 		t.Fatalf("stored: limits %+v caps %+v", st.RateLimits, st.Caps)
 	}
 	r = tb.get(t, r.header.Get("Location")[len(tb.prefix):])
@@ -132,7 +132,7 @@ func TestHeldBackShown(t *testing.T) {
 	r := tb.get(t, "/queues/sms")
 	mustNotContain(t, "queue page without controls", r.body, `id="flow"`, `id="q-held"`)
 
-	if err := tb.b.SetRateLimit(tb.ctx, "sms", "sms.send", broker.RateLimit{Count: 2, Per: time.Hour, Burst: 2}); err != nil {
+	if err := tb.b.SetRateLimit(tb.ctx, "sms", "sms.send", job.RateLimit{Count: 2, Per: time.Hour, Burst: 2}); err != nil {
 		t.Fatal(err)
 	}
 	if err := tb.b.SetConcurrency(tb.ctx, "sms", "report.build", 1); err != nil {
@@ -170,7 +170,7 @@ func TestHeldBackShown(t *testing.T) {
 	wantStatus(t, "strict limit", tb.post(t, "/queues/sms/limit", url.Values{"count": {"4"}, "per": {"1m"}, "strict": {"1"}, "slack": {"200ms"}}), http.StatusSeeOther)
 	r = tb.get(t, "/queues/sms")
 	mustContain(t, "queue page, strict", r.body, `<tr data-type="">`, "<td>4 in any 1m (&#43;200ms slack), strict</td>")
-	if st, err := tb.b.Stats(tb.ctx, "sms"); err != nil || st.RateLimits[""] != (broker.RateLimit{Count: 4, Per: time.Minute, Strict: true, Slack: 200 * time.Millisecond}) {
+	if st, err := tb.b.Stats(tb.ctx, "sms"); err != nil || st.RateLimits[""] != (job.RateLimit{Count: 4, Per: time.Minute, Strict: true, Slack: 200 * time.Millisecond}) {
 		t.Fatalf("stored strict limit: %+v, %v", st.RateLimits, err)
 	}
 	// A strict limit with a burst, and a slack without strict, are refused

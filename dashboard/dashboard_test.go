@@ -12,6 +12,7 @@ import (
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/dashboard"
 	"github.com/delayq/delayq/internal/testkit"
+	"github.com/delayq/delayq/job"
 )
 
 func TestOverview(t *testing.T) {
@@ -194,7 +195,7 @@ func TestCancel(t *testing.T) {
 	r := tb.post(t, "/queues/q/cancel", url.Values{"id": {"a"}})
 	wantStatus(t, "unconfirmed cancel", r, http.StatusOK)
 	mustContain(t, "confirmation page", r.body, "Are you sure?", `name="confirmed" value="yes"`, `name="id" value="a"`, `action="/queues/q/cancel"`)
-	if s := tb.state(t, "q", "a"); s != broker.StateScheduled {
+	if s := tb.state(t, "q", "a"); s != job.StateScheduled {
 		t.Fatalf("unconfirmed cancel left the job %q", s)
 	}
 
@@ -357,7 +358,7 @@ func TestRedrive(t *testing.T) {
 	tb.kill(t, "q", "t", `{}`, map[string]string{"a": "boom"})
 	r := tb.post(t, "/dead/q/redrive", url.Values{"id": {"a"}})
 	wantStatus(t, "redrive", r, http.StatusSeeOther)
-	if s := tb.state(t, "q", "a"); s != broker.StateScheduled {
+	if s := tb.state(t, "q", "a"); s != job.StateScheduled {
 		t.Fatalf("redriven job is %q", s)
 	}
 	r = tb.get(t, r.header.Get("Location"))
@@ -376,13 +377,13 @@ func TestRedriveFiltered(t *testing.T) {
 	wantStatus(t, "unconfirmed redrive-all", r, http.StatusOK)
 	mustContain(t, "confirmation", r.body, "every dead job that matches the filter of queue &#34;q&#34;",
 		`name="queue" value="q"`, `name="type" value="mail.send"`, `name="error" value="timeout"`)
-	if s := tb.state(t, "q", "m1"); s != broker.StateDead {
+	if s := tb.state(t, "q", "m1"); s != job.StateDead {
 		t.Fatalf("unconfirmed redrive-all moved m1 to %q", s)
 	}
 	form.Set("confirmed", "yes")
 	r = tb.post(t, "/dead/redrive-all", form)
 	wantStatus(t, "redrive-all", r, http.StatusSeeOther)
-	states := func(want map[string]broker.JobState) {
+	states := func(want map[string]job.JobState) {
 		t.Helper()
 		for id, w := range want {
 			q := "q"
@@ -394,14 +395,14 @@ func TestRedriveFiltered(t *testing.T) {
 			}
 		}
 	}
-	states(map[string]broker.JobState{"m1": broker.StateScheduled, "m2": broker.StateScheduled, "m3": broker.StateDead, "s1": broker.StateDead, "r1": broker.StateDead})
+	states(map[string]job.JobState{"m1": job.StateScheduled, "m2": job.StateScheduled, "m3": job.StateDead, "s1": job.StateDead, "r1": job.StateDead})
 	r = tb.get(t, r.header.Get("Location"))
 	mustContain(t, "page after redrive-all", r.body, "Sent 2 dead jobs back to their queue; 0 could not be")
 
 	// Every queue: the filter picks s1 and r1 (m3 does not match).
 	r = tb.post(t, "/dead/redrive-all", url.Values{"queue": {""}, "error": {"timeout"}, "confirmed": {"yes"}})
 	wantStatus(t, "redrive-all of every queue", r, http.StatusSeeOther)
-	states(map[string]broker.JobState{"m3": broker.StateDead, "s1": broker.StateScheduled, "r1": broker.StateScheduled})
+	states(map[string]job.JobState{"m3": job.StateDead, "s1": job.StateScheduled, "r1": job.StateScheduled})
 	wantStatus(t, "bad queue", tb.post(t, "/dead/redrive-all", url.Values{"queue": {"a b"}, "confirmed": {"yes"}}), http.StatusBadRequest)
 }
 
@@ -413,7 +414,7 @@ func TestDeleteAndPurge(t *testing.T) {
 	r := tb.post(t, "/dead/q/delete", url.Values{"id": {"a"}})
 	wantStatus(t, "unconfirmed delete", r, http.StatusOK)
 	mustContain(t, "confirmation", r.body, "Delete dead job &#34;a&#34;")
-	if s := tb.state(t, "q", "a"); s != broker.StateDead {
+	if s := tb.state(t, "q", "a"); s != job.StateDead {
 		t.Fatalf("unconfirmed delete: a is %q", s)
 	}
 	wantStatus(t, "delete", tb.post(t, "/dead/q/delete", url.Values{"id": {"a"}, "confirmed": {"yes"}}), http.StatusSeeOther)
@@ -423,7 +424,7 @@ func TestDeleteAndPurge(t *testing.T) {
 	wantStatus(t, "delete again", tb.post(t, "/dead/q/delete", url.Values{"id": {"a"}, "confirmed": {"yes"}}), http.StatusNotFound)
 
 	wantStatus(t, "unconfirmed purge", tb.post(t, "/dead/q/purge", nil), http.StatusOK)
-	if s := tb.state(t, "q", "b"); s != broker.StateDead {
+	if s := tb.state(t, "q", "b"); s != job.StateDead {
 		t.Fatalf("unconfirmed purge: b is %q", s)
 	}
 	r = tb.post(t, "/dead/q/purge", url.Values{"confirmed": {"yes"}})
@@ -486,7 +487,7 @@ func TestCSRF(t *testing.T) {
 	token := tb.csrf(t)
 	stillDead := func(what string) {
 		t.Helper()
-		if s := tb.state(t, "q", "a"); s != broker.StateDead {
+		if s := tb.state(t, "q", "a"); s != job.StateDead {
 			t.Fatalf("%s: the job is %q", what, s)
 		}
 	}
@@ -543,7 +544,7 @@ func TestReadOnly(t *testing.T) {
 		wantStatus(t, path, r, http.StatusForbidden)
 		mustContain(t, path, r.body, "read-only")
 	}
-	if tb.state(t, "q", "a") != broker.StateDead || tb.state(t, "q", "s") != broker.StateScheduled {
+	if tb.state(t, "q", "a") != job.StateDead || tb.state(t, "q", "s") != job.StateScheduled {
 		t.Fatal("a refused action changed a job")
 	}
 }

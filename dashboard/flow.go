@@ -4,7 +4,7 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/job"
 )
 
 // flowRow is one row of a queue's flow controls: the whole queue (Type
@@ -13,7 +13,7 @@ type flowRow struct {
 	Type    string
 	Paused  bool
 	Cap     int // 0: none
-	Limit   broker.RateLimit
+	Limit   job.RateLimit
 	Limited bool // Limit is set
 	// HeldByRate: due jobs held by this row's rate limit now. HeldByCap and
 	// Parked: those held by its cap and parked by its pause, when the
@@ -38,7 +38,7 @@ type flowData struct {
 }
 
 // flowOf reads the controls of s and what they hold back.
-func flowOf(s broker.QueueStats) flowData {
+func flowOf(s job.QueueStats) flowData {
 	var f flowData
 	types := map[string]bool{}
 	for _, t := range s.PausedTypes {

@@ -130,14 +130,14 @@ func TestQueueNamesPathEscaped(t *testing.T) {
 	const esc = "a%2Fb%3Fc%23d"
 	env := &job.Envelope{ID: "x", Queue: q, Type: "t"}
 	for name, data := range map[string]any{
-		"overview": &overviewData{Queues: []queueRow{{QueueStats: broker.QueueStats{Queue: q}}}},
-		"queue": &queueData{Stats: broker.QueueStats{Queue: q}, Paged: true,
-			Scheduled:  broker.JobPage{Jobs: []*broker.JobInfo{{ID: "x", Queue: q, State: broker.StateScheduled, Envelope: env}}},
-			Processing: broker.JobPage{Jobs: []*broker.JobInfo{{ID: "y", Queue: q, State: broker.StateProcessing, Envelope: env}}}},
-		"job":     &broker.JobInfo{ID: "x", Queue: q, State: broker.StateScheduled, Envelope: env},
-		"dead":    &deadData{Queues: []deadQueue{{Name: q, Dead: 1}}, Queue: q, Page: deadletter.Page{Records: []*broker.DeadRecord{{ID: "x", Queue: q}}}},
-		"deadall": &deadData{Queues: []deadQueue{{Name: q, Dead: 1}}, Page: deadletter.Page{Records: []*broker.DeadRecord{{ID: "x", Queue: q}}}},
-		"deadjob": &broker.DeadRecord{ID: "x", Queue: q},
+		"overview": &overviewData{Queues: []queueRow{{QueueStats: job.QueueStats{Queue: q}}}},
+		"queue": &queueData{Stats: job.QueueStats{Queue: q}, Paged: true,
+			Scheduled:  broker.JobPage{Jobs: []*job.JobInfo{{ID: "x", Queue: q, State: job.StateScheduled, Envelope: env}}},
+			Processing: broker.JobPage{Jobs: []*job.JobInfo{{ID: "y", Queue: q, State: job.StateProcessing, Envelope: env}}}},
+		"job":     &job.JobInfo{ID: "x", Queue: q, State: job.StateScheduled, Envelope: env},
+		"dead":    &deadData{Queues: []deadQueue{{Name: q, Dead: 1}}, Queue: q, Page: deadletter.Page{Records: []*job.DeadRecord{{ID: "x", Queue: q}}}},
+		"deadall": &deadData{Queues: []deadQueue{{Name: q, Dead: 1}}, Page: deadletter.Page{Records: []*job.DeadRecord{{ID: "x", Queue: q}}}},
+		"deadjob": &job.DeadRecord{ID: "x", Queue: q},
 	} {
 		page := name
 		if name == "deadall" {

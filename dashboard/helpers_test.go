@@ -171,7 +171,7 @@ func (tb *testBundle) kill(t *testing.T, queue, typ, payload string, errs map[st
 		t.Fatalf("claimed %d of %d: %v", len(res.Jobs), len(errs), err)
 	}
 	for _, c := range res.Jobs {
-		rec := &broker.DeadRecord{Type: typ, Body: c.Body, Error: errs[c.ID], Attempts: c.Attempt}
+		rec := &job.DeadRecord{Type: typ, Body: c.Body, Error: errs[c.ID], Attempts: c.Attempt}
 		if _, err := testkit.Drive(tb.b).Kill(tb.ctx, c.Lease, rec); err != nil {
 			t.Fatal(err)
 		}
@@ -188,7 +188,7 @@ func (tb *testBundle) claim(t *testing.T, queue string, n int) protocol.ClaimRes
 	return res
 }
 
-func (tb *testBundle) state(t *testing.T, queue, id string) broker.JobState {
+func (tb *testBundle) state(t *testing.T, queue, id string) job.JobState {
 	t.Helper()
 	j, err := tb.b.Job(tb.ctx, queue, id)
 	if err != nil {

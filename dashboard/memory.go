@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/job"
 )
 
 // serverMemory is what INFO memory says of the server (the sum over the
@@ -50,7 +51,7 @@ type queueMemory struct {
 // readQueueMemory estimates the memory of the queue s describes
 // (Broker.QueueMemory: a few dozen sampled MEMORY USAGE calls whatever the
 // queue holds).
-func (d *Dashboard) readQueueMemory(ctx context.Context, s broker.QueueStats) queueMemory {
+func (d *Dashboard) readQueueMemory(ctx context.Context, s job.QueueStats) queueMemory {
 	m, err := d.b.QueueMemory(ctx, s)
 	if err != nil {
 		return queueMemory{Err: notAvailable(err)}

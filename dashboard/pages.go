@@ -27,7 +27,7 @@ const pageSize = 50
 
 // queueRow is one queue of the overview.
 type queueRow struct {
-	broker.QueueStats
+	job.QueueStats
 	Handled int64 // attempts ended over the last hour
 	Spark   chart
 	Flow    flowData // what its caps, rate limits and paused types hold back
@@ -43,7 +43,7 @@ type overviewData struct {
 	PrevPage     int  // 0 when none
 	NextPage     int  // 0 when none
 	Queues       []queueRow
-	Total        broker.QueueStats // summed counts; NextReady and OldestDue the earliest
+	Total        job.QueueStats // summed counts; NextReady and OldestDue the earliest
 	Charts       charts
 	Relays       []outbox.RelayStatus // the outbox relays that recorded their status
 	Server       serverMemory         // INFO memory of the server(s)
@@ -51,7 +51,7 @@ type overviewData struct {
 
 // knownQueues returns the names in ns:queues that delayq could have
 // written, sorted, and the stats of each, in the same order.
-func (d *Dashboard) knownQueues(r *http.Request) ([]string, []broker.QueueStats, error) {
+func (d *Dashboard) knownQueues(r *http.Request) ([]string, []job.QueueStats, error) {
 	names, err := d.b.Queues(r.Context())
 	if err != nil {
 		return nil, nil, err
@@ -172,7 +172,7 @@ func earliest(a, b time.Time) time.Time {
 }
 
 type queueData struct {
-	Stats       broker.QueueStats
+	Stats       job.QueueStats
 	Charts      charts
 	Search      string // the id searched for and not found
 	SearchErr   string
@@ -308,12 +308,12 @@ func (d *Dashboard) jobDetail(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if j.State == broker.StateDead {
+	if j.State == job.StateDead {
 		http.Redirect(w, r, d.opts.Prefix+"/dead/"+url.PathEscape(q)+"/job?"+url.Values{"id": {id}}.Encode(), http.StatusFound)
 		return
 	}
 	// A running job's page refreshes itself, so its progress moves.
-	d.render(w, r, http.StatusOK, "job", &view{Title: "Job " + id, Nav: q, Live: j.State == broker.StateProcessing, Now: j.Now, Flash: d.flash(r), Data: j})
+	d.render(w, r, http.StatusOK, "job", &view{Title: "Job " + id, Nav: q, Live: j.State == job.StateProcessing, Now: j.Now, Flash: d.flash(r), Data: j})
 }
 
 type deadQueue struct {

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/dashboard"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/job"
@@ -54,7 +53,7 @@ func TestJobPageProgressAndResult(t *testing.T) {
 	tb.runWorker(t, reg, "img")
 	redistest.WaitFor(t, 30*time.Second, "r1 reports progress", func() bool {
 		j, err := tb.b.Job(tb.ctx, "img", "r1")
-		return err == nil && j.State == broker.StateProcessing && j.Progress != nil
+		return err == nil && j.State == job.StateProcessing && j.Progress != nil
 	})
 	r := tb.get(t, "/queues/img/job?id=r1")
 	wantStatus(t, "running job page", r, http.StatusOK)
@@ -66,7 +65,7 @@ func TestJobPageProgressAndResult(t *testing.T) {
 	for _, id := range []string{"r1", "r2"} {
 		redistest.WaitFor(t, 30*time.Second, id+" succeeded", func() bool {
 			j, err := tb.b.Job(tb.ctx, "img", id)
-			return err == nil && j.State == broker.StateSucceeded
+			return err == nil && j.State == job.StateSucceeded
 		})
 	}
 	r = tb.get(t, "/queues/img/job?id=r1")

@@ -21,6 +21,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/dashboard"
+	"github.com/delayq/delayq/job"
 )
 
 // hostDo sends a request whose Host header is host, with the bundle's
@@ -99,7 +100,7 @@ func TestForeignHostRefused(t *testing.T) {
 		r := tb.hostDo(t, evil, http.MethodPost, path, form, "Origin", "http://"+evil, "Sec-Fetch-Site", "same-origin")
 		wantStatus(t, "POST "+path, r, http.StatusMisdirectedRequest)
 	}
-	if tb.state(t, "q1", "j1") != broker.StateScheduled || tb.state(t, "q1", "d1") != broker.StateDead {
+	if tb.state(t, "q1", "j1") != job.StateScheduled || tb.state(t, "q1", "d1") != job.StateDead {
 		t.Fatal("a refused action changed a job")
 	}
 	// Loopback names and addresses pass, with and without a port.
@@ -141,7 +142,7 @@ func TestRebindingSequenceChangesNothing(t *testing.T) {
 		r := tb.hostDo(t, host, http.MethodPost, path, form, same...)
 		wantStatus(t, "POST "+path+" from the rebound page", r, http.StatusMisdirectedRequest)
 	}
-	for id, want := range map[string]broker.JobState{"j1": broker.StateScheduled, "d1": broker.StateDead, "d2": broker.StateDead} {
+	for id, want := range map[string]job.JobState{"j1": job.StateScheduled, "d1": job.StateDead, "d2": job.StateDead} {
 		if got := tb.state(t, "q1", id); got != want {
 			t.Errorf("%s is %q after the rebinding attack, want %q", id, got, want)
 		}
@@ -262,7 +263,7 @@ func TestCSRFSelfMadePairRefused(t *testing.T) {
 		wantStatus(t, name, r, http.StatusForbidden)
 		mustContain(t, name, r.body, "CSRF")
 	}
-	if tb.state(t, "q", "a") != broker.StateDead {
+	if tb.state(t, "q", "a") != job.StateDead {
 		t.Fatal("a refused pair redrove the job")
 	}
 	// A token is bound to its session: the real token of one session
@@ -314,7 +315,7 @@ func TestCSRFPlantedCookieWithAMoreSpecificPath(t *testing.T) {
 		r := tb.do(t, http.MethodPost, c.post, url.Values{"id": {c.id}, "csrf": {token}, "confirmed": {"yes"}})
 		wantStatus(t, fmt.Sprintf("form of %s posted to %s with planted cookies", c.page, c.post), r, http.StatusSeeOther)
 	}
-	for id, want := range map[string]broker.JobState{"a": broker.StateScheduled, "b": broker.StateScheduled, "c": "", "e": broker.StateDead, "s1": "", "s2": ""} {
+	for id, want := range map[string]job.JobState{"a": job.StateScheduled, "b": job.StateScheduled, "c": "", "e": job.StateDead, "s1": "", "s2": ""} {
 		if got := tb.state(t, "q", id); got != want {
 			t.Errorf("job %s is %q after its action, want %q", id, got, want)
 		}
@@ -329,7 +330,7 @@ func TestCSRFPlantedCookieWithAMoreSpecificPath(t *testing.T) {
 	wantStatus(t, "the owner's token with only the planted cookie", r, http.StatusForbidden)
 	nine := strings.Repeat(own+".", 8) + own
 	wantStatus(t, "nine tokens", tb.do(t, http.MethodPost, "/dead/q/redrive", url.Values{"id": {"d"}, "csrf": {nine}}), http.StatusForbidden)
-	if got := tb.state(t, "q", "d"); got != broker.StateDead {
+	if got := tb.state(t, "q", "d"); got != job.StateDead {
 		t.Fatalf("job d is %q after refused forms, want dead", got)
 	}
 }

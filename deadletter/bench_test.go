@@ -50,7 +50,7 @@ func BenchmarkListFiltered(b *testing.B) {
 				defer wg.Done()
 				for k := w; k < len(res.Jobs); k += 8 {
 					c := res.Jobs[k]
-					rec := &broker.DeadRecord{Type: "sms.send", Body: c.Body, Error: "provider: 503 service unavailable", Attempts: 4}
+					rec := &job.DeadRecord{Type: "sms.send", Body: c.Body, Error: "provider: 503 service unavailable", Attempts: 4}
 					if _, err := testkit.Drive(br).Kill(ctx, c.Lease, rec); err != nil {
 						errs <- err
 						return

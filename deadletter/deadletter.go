@@ -34,7 +34,7 @@ type Filter struct {
 func (f Filter) IsZero() bool { return f == Filter{} }
 
 // Match reports whether r passes the filter.
-func (f Filter) Match(r *broker.DeadRecord) bool {
+func (f Filter) Match(r *job.DeadRecord) bool {
 	switch {
 	case f.Type != "" && r.Type != f.Type:
 		return false
@@ -50,7 +50,7 @@ func (f Filter) Match(r *broker.DeadRecord) bool {
 
 // exhausted reports whether every record after r (in newest-first order) is
 // too old for the filter.
-func (f Filter) exhausted(r *broker.DeadRecord) bool {
+func (f Filter) exhausted(r *job.DeadRecord) bool {
 	return !f.DiedAfter.IsZero() && r.DiedAt.Before(f.DiedAfter)
 }
 
@@ -72,7 +72,7 @@ type ListOptions struct {
 
 // Page is one page of dead records, newest first.
 type Page struct {
-	Records []*broker.DeadRecord
+	Records []*job.DeadRecord
 	Next    string // cursor of the next page; "" when this is the last
 	// Partial is set when the scan budget (ListOptions.MaxScan) ran out
 	// before the page was full: more matches may follow at Next.
@@ -222,14 +222,14 @@ type stream struct {
 	queue string
 	cur   broker.DeadCursor
 	chunk int // records per read; 0 means scanChunk
-	buf   []*broker.DeadRecord
+	buf   []*job.DeadRecord
 	done  bool
 }
 
 // more reports whether records may follow the ones popped so far.
 func (s *stream) more() bool { return len(s.buf) > 0 || !s.done }
 
-func (s *stream) peek(ctx context.Context) (*broker.DeadRecord, error) {
+func (s *stream) peek(ctx context.Context) (*job.DeadRecord, error) {
 	n := s.chunk
 	if n <= 0 {
 		n = scanChunk
@@ -244,14 +244,14 @@ func (s *stream) peek(ctx context.Context) (*broker.DeadRecord, error) {
 	return s.head(), nil
 }
 
-func (s *stream) head() *broker.DeadRecord {
+func (s *stream) head() *job.DeadRecord {
 	if len(s.buf) == 0 {
 		return nil
 	}
 	return s.buf[0]
 }
 
-func (s *stream) pop() *broker.DeadRecord {
+func (s *stream) pop() *job.DeadRecord {
 	r := s.buf[0]
 	s.buf = s.buf[1:]
 	return r
@@ -265,7 +265,7 @@ type cursor struct {
 	id     string
 }
 
-func cursorOf(r *broker.DeadRecord) cursor {
+func cursorOf(r *job.DeadRecord) cursor {
 	return cursor{diedAt: r.DiedAt.UnixMilli(), queue: r.Queue, id: r.ID}
 }
 
@@ -328,7 +328,7 @@ func decodeCursor(s string) (cursor, error) {
 }
 
 // Get returns one dead record, or an error wrapping broker.ErrNotFound.
-func (in *Inspector) Get(ctx context.Context, queue, id string) (*broker.DeadRecord, error) {
+func (in *Inspector) Get(ctx context.Context, queue, id string) (*job.DeadRecord, error) {
 	return in.b.DeadGet(ctx, queue, id)
 }
 

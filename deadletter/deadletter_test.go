@@ -67,7 +67,7 @@ func (tb *testBundle) kill(t *testing.T, spread bool, jobs ...dead) {
 			t.Fatalf("claim %s: %+v, %v", d.id, res.Jobs, err)
 		}
 		c := res.Jobs[0]
-		if _, err := testkit.Drive(tb.b).Kill(tb.ctx, c.Lease, &broker.DeadRecord{Type: d.typ, Body: c.Body, Error: d.err, Attempts: 3}); err != nil {
+		if _, err := testkit.Drive(tb.b).Kill(tb.ctx, c.Lease, &job.DeadRecord{Type: d.typ, Body: c.Body, Error: d.err, Attempts: 3}); err != nil {
 			t.Fatal(err)
 		}
 		if spread {
@@ -352,7 +352,7 @@ func TestRedriveOne(t *testing.T) {
 		t.Fatalf("redriven record still dead: %v", err)
 	}
 	j, err := tb.b.Job(tb.ctx, "q", "a")
-	if err != nil || j.State != broker.StateScheduled || j.Attempts != 0 || !j.ReadyAt.Equal(tb.clock.Now().Add(5*time.Second)) ||
+	if err != nil || j.State != job.StateScheduled || j.Attempts != 0 || !j.ReadyAt.Equal(tb.clock.Now().Add(5*time.Second)) ||
 		string(j.Envelope.Payload) != `{"id":"a"}` {
 		t.Fatalf("redriven job %+v, %v", j, err)
 	}
@@ -366,7 +366,7 @@ func TestRedriveOne(t *testing.T) {
 	if err := tb.in.Redrive(tb.ctx, "q", 0, "a"); !errors.Is(err, broker.ErrNotFound) {
 		t.Fatalf("second redrive: %v", err)
 	}
-	if j, err := tb.b.Job(tb.ctx, "q", "a"); err != nil || j.State != broker.StateProcessing {
+	if j, err := tb.b.Job(tb.ctx, "q", "a"); err != nil || j.State != job.StateProcessing {
 		t.Fatalf("job after a refused redrive: %+v, %v", j, err)
 	}
 

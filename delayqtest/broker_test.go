@@ -198,7 +198,7 @@ func TestRedisChoosesServer(t *testing.T) {
 		if _, err := job.New[Order]("order.x").Enqueue(ctx, b, Order{ID: "1"}, job.ID("x")); err != nil {
 			t.Fatal(err)
 		}
-		if got, err := b.Job(ctx, job.DefaultQueue, "x"); err != nil || got.State != broker.StateScheduled {
+		if got, err := b.Job(ctx, job.DefaultQueue, "x"); err != nil || got.State != job.StateScheduled {
 			t.Errorf("job on the embedded server: %+v, %v", got, err)
 		}
 	})

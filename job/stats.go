@@ -6,7 +6,7 @@ import (
 )
 
 // QueueStats is the state of one queue at one instant of the Redis server's
-// clock, as package broker reads it (broker.QueueStats is this type). It
+// clock, as package broker reads it (job.QueueStats is this type). It
 // lives here, with the other plain types the packages share, so that code
 // that only reads stats (metrics, dashboards) need not depend on the
 // broker.

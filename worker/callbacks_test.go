@@ -79,7 +79,7 @@ func TestBatchCallbackDelayAndExpiryCountFromCompletion(t *testing.T) {
 	var info *job.JobInfo
 	redistest.WaitFor(t, 10*time.Second, "the success callback is acked", func() bool {
 		info, err = tb.b.Job(tb.ctx, "cb", broker.SuccessID(id))
-		return err == nil && info.State == broker.StateSucceeded
+		return err == nil && info.State == job.StateSucceeded
 	})
 	if wait := info.StartedAt.Sub(st.CompletedAt); wait < 3*time.Second {
 		t.Errorf("success callback started %s after the batch completed, want at least 3s", wait)
@@ -231,7 +231,7 @@ func TestAddToBatchRacingSealBatch(t *testing.T) {
 		t.Fatalf("batch %+v; want it complete with no member and both callbacks fired", st)
 	}
 	for _, cid := range []string{broker.SuccessID(id), broker.CompleteID(id)} {
-		if info, err := tb.b.Job(tb.ctx, "cb", cid); err != nil || info.State != broker.StateScheduled {
+		if info, err := tb.b.Job(tb.ctx, "cb", cid); err != nil || info.State != job.StateScheduled {
 			t.Errorf("callback %s: %+v, %v", cid, info, err)
 		}
 	}

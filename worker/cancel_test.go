@@ -45,7 +45,7 @@ func cancelRun(t *testing.T, tb *testBundle, cfg func() context.CancelFunc) {
 	if err != nil || !res.Running {
 		t.Fatalf("CancelJob: %+v, %v; want running", res, err)
 	}
-	var rec *broker.DeadRecord
+	var rec *job.DeadRecord
 	redistest.WaitFor(t, 20*time.Second, "cancelled dead record", func() bool {
 		rec, err = tb.b.DeadGet(tb.ctx, "default", e.ID)
 		return err == nil
@@ -116,7 +116,7 @@ func TestCancelRunningWorkerGone(t *testing.T) {
 	cfg := tb.config(t)
 	cfg.ReapInterval = 100 * time.Millisecond
 	start(t, cfg)
-	var rec *broker.DeadRecord
+	var rec *job.DeadRecord
 	redistest.WaitFor(t, 20*time.Second, "reaped as cancelled", func() bool {
 		rec, err = tb.b.DeadGet(tb.ctx, "default", e.ID)
 		return err == nil

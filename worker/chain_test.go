@@ -367,7 +367,7 @@ func TestChainInABatch(t *testing.T) {
 	broken = false
 	fixed.Unlock()
 	dead, err := tb.b.Job(tb.ctx, "b", job.ChainID("chain-2", members[1].CreatedAt, 1))
-	if err != nil || dead.State != broker.StateDead {
+	if err != nil || dead.State != job.StateDead {
 		t.Fatalf("the dead step: %+v, %v", dead, err)
 	}
 	if err := tb.b.Redrive(tb.ctx, "b", 0, dead.ID); err != nil {

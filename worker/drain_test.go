@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
@@ -148,10 +147,10 @@ func TestNoPrefetchUnderCapOrLimit(t *testing.T) {
 		{"type cap", func(tb *testBundle) error { return tb.b.SetConcurrency(tb.ctx, "default", "capped", 50) }},
 		{"type cap, other type", func(tb *testBundle) error { return tb.b.SetConcurrency(tb.ctx, "default", "other", 50) }},
 		{"queue rate limit", func(tb *testBundle) error {
-			return tb.b.SetRateLimit(tb.ctx, "default", "", broker.RateLimit{Count: 1000, Per: time.Second, Burst: 50})
+			return tb.b.SetRateLimit(tb.ctx, "default", "", job.RateLimit{Count: 1000, Per: time.Second, Burst: 50})
 		}},
 		{"type rate limit", func(tb *testBundle) error {
-			return tb.b.SetRateLimit(tb.ctx, "default", "capped", broker.RateLimit{Count: 1000, Per: time.Second, Burst: 50})
+			return tb.b.SetRateLimit(tb.ctx, "default", "capped", job.RateLimit{Count: 1000, Per: time.Second, Burst: 50})
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

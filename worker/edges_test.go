@@ -266,7 +266,7 @@ func TestRetryKeepsTheProducersTimeout(t *testing.T) {
 	}
 	redistest.WaitFor(t, 5*time.Second, "retried", func() bool {
 		j, err := tb.b.Job(tb.ctx, env.Queue, "t")
-		return err == nil && j.State == broker.StateScheduled && j.Envelope.LastError != ""
+		return err == nil && j.State == job.StateScheduled && j.Envelope.LastError != ""
 	})
 	stop()
 	j, err := tb.b.Job(tb.ctx, env.Queue, "t")

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
@@ -38,7 +37,7 @@ func TestRateLimitedWorkerSpendsNoAttempts(t *testing.T) {
 		done.Add(1)
 		return nil
 	})
-	if err := tb.b.SetRateLimit(tb.ctx, "default", "sms.send", broker.RateLimit{Count: 20, Per: time.Second, Burst: 5}); err != nil {
+	if err := tb.b.SetRateLimit(tb.ctx, "default", "sms.send", job.RateLimit{Count: 20, Per: time.Second, Burst: 5}); err != nil {
 		t.Fatal(err)
 	}
 	items := make([]job.Item[payload], 30)

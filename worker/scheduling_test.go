@@ -84,7 +84,7 @@ func TestExpiryBetweenRetries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rec *broker.DeadRecord
+	var rec *job.DeadRecord
 	redistest.WaitFor(t, 15*time.Second, "expired dead record", func() bool {
 		rec, err = tb.b.DeadGet(tb.ctx, "default", e.ID)
 		return err == nil

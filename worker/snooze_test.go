@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
@@ -66,7 +65,7 @@ func TestSnoozeCap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rec *broker.DeadRecord
+	var rec *job.DeadRecord
 	redistest.WaitFor(t, 60*time.Second, "dead after the cap", func() bool {
 		rec, err = tb.b.DeadGet(tb.ctx, "default", e.ID)
 		return err == nil

@@ -147,7 +147,7 @@ func TestRetryBackoffThenDeadThenRedrive(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := deadletter.New(tb.b)
-	var rec1 *broker.DeadRecord
+	var rec1 *job.DeadRecord
 	redistest.WaitFor(t, 10*time.Second, "dead record", func() bool {
 		rec1, err = in.Get(tb.ctx, "default", "flaky-1")
 		return err == nil
@@ -217,8 +217,8 @@ func TestPermanentPanicAndAfter(t *testing.T) {
 		}
 	}
 	in := deadletter.New(tb.b)
-	get := func(id string) *broker.DeadRecord {
-		var r *broker.DeadRecord
+	get := func(id string) *job.DeadRecord {
+		var r *job.DeadRecord
 		redistest.WaitFor(t, 5*time.Second, "dead record "+id, func() bool {
 			var err error
 			r, err = in.Get(tb.ctx, "default", id)
@@ -455,7 +455,7 @@ func TestBadPayloadAndUnknownType(t *testing.T) {
 		{"bad-payload", 1, []string{`payload of type "strict" does not decode into worker_test.payload`, "cannot unmarshal string"}},
 		{"no-handler", 3, []string{`no handler registered for type "nobody.handles"`}},
 	} {
-		var r *broker.DeadRecord
+		var r *job.DeadRecord
 		redistest.WaitFor(t, 5*time.Second, "dead "+tc.id, func() bool {
 			var err error
 			r, err = in.Get(tb.ctx, "default", tc.id)

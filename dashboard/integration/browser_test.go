@@ -363,7 +363,7 @@ func deadTrimmed(t *testing.T, ctx context.Context, rdb redis.UniversalClient) {
 		t.Fatalf("claimed %d of 250: %v", len(res.Jobs), err)
 	}
 	for _, c := range res.Jobs {
-		rec := &broker.DeadRecord{Type: "sms.send", Body: c.Body, Error: "gateway refused", Attempts: c.Attempt}
+		rec := &job.DeadRecord{Type: "sms.send", Body: c.Body, Error: "gateway refused", Attempts: c.Attempt}
 		if _, err := testkit.Drive(b).Kill(ctx, c.Lease, rec); err != nil {
 			t.Fatal(err)
 		}
@@ -461,7 +461,7 @@ func heldBack(t *testing.T, ctx context.Context, b *broker.Broker, base string) 
 		chromedp.WaitVisible(chromedp.ID("caps-note")),
 	)
 	st, err := b.Stats(bg, "sms")
-	if err != nil || st.RateLimits["sms.send"] != (broker.RateLimit{Count: 2, Per: time.Hour, Burst: 2}) || st.Caps["report.build"] != 1 {
+	if err != nil || st.RateLimits["sms.send"] != (job.RateLimit{Count: 2, Per: time.Hour, Burst: 2}) || st.Caps["report.build"] != 1 {
 		t.Fatalf("stored controls: %+v %+v, %v", st.RateLimits, st.Caps, err)
 	}
 
@@ -524,7 +524,7 @@ func finishedJob(t *testing.T, ctx context.Context, b *broker.Broker, base strin
 	}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		info, err := b.Job(context.Background(), "emails", "held-1")
-		if err == nil && info.State == broker.StateProcessing {
+		if err == nil && info.State == job.StateProcessing {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -629,7 +629,7 @@ func cancelRunning(t *testing.T, ctx context.Context, b *broker.Broker, base str
 	}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		info, err := b.Job(context.Background(), "emails", "slow-1")
-		if err == nil && info.State == broker.StateProcessing {
+		if err == nil && info.State == job.StateProcessing {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -114,7 +114,7 @@ func seedDemo(t testing.TB, rdb redis.UniversalClient, ns string) demo {
 						}
 						out.XSSID = c.ID
 					}
-					rec := &broker.DeadRecord{Type: q.typ, Body: body, Error: deadErrors[len(out.DeadIDs)%len(deadErrors)], Attempts: 6}
+					rec := &job.DeadRecord{Type: q.typ, Body: body, Error: deadErrors[len(out.DeadIDs)%len(deadErrors)], Attempts: 6}
 					if _, err := testkit.Drive(past).Kill(ctx, c.Lease, rec); err != nil {
 						t.Fatal(err)
 					}

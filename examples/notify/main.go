@@ -306,7 +306,7 @@ func sendBurst(ctx context.Context, b *broker.Broker, clock *demo.Clock) (BurstR
 	provider.fails = 0 // this gateway fails only over its limit
 	gateway := httptest.NewServer(provider)
 	defer gateway.Close()
-	limit := broker.RateLimit{Count: burstRate, Per: time.Second, Strict: true, Slack: burstSlack}
+	limit := job.RateLimit{Count: burstRate, Per: time.Second, Strict: true, Slack: burstSlack}
 	if err := b.SetRateLimit(ctx, SendAlert.Queue(), SendAlert.Name(), limit); err != nil {
 		return res, err
 	}

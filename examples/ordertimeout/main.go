@@ -241,8 +241,8 @@ func (s *Service) ShowTimeout(ctx context.Context, b *broker.Broker, id string, 
 	if err != nil {
 		return fmt.Errorf("look up %s's timeout after it ran: %w", id, err)
 	}
-	if info.State != broker.StateSucceeded {
-		return fmt.Errorf("%s's timeout is %s after it ran, want %s", id, info.State, broker.StateSucceeded)
+	if info.State != job.StateSucceeded {
+		return fmt.Errorf("%s's timeout is %s after it ran, want %s", id, info.State, job.StateSucceeded)
 	}
 	result, err := job.ResultAs[string](info)
 	if err != nil {

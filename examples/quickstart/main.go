@@ -134,7 +134,7 @@ func run() error {
 
 	// The invoice job dies after its retry; fix the cause and redrive it.
 	dead := deadletter.New(b)
-	var rec *broker.DeadRecord
+	var rec *job.DeadRecord
 	for rec == nil {
 		if rec, err = dead.Get(ctx, job.DefaultQueue, "invoice-INV-7"); err != nil && !errors.Is(err, broker.ErrNotFound) {
 			return err

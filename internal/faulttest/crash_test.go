@@ -210,7 +210,7 @@ func TestWorkerCrashes(t *testing.T) {
 		att, _ := strconv.Atoi(f[2])
 		byJob[f[0]] = append(byJob[f[0]], handling{id: f[0], worker: f[1], attempt: att, outcome: f[3]})
 	}
-	dead := map[string]*broker.DeadRecord{}
+	dead := map[string]*job.DeadRecord{}
 	for cur := (broker.DeadCursor{}); ; {
 		recs, next, err := s.b.DeadPage(s.ctx, queue, cur, 1000)
 		if err != nil {

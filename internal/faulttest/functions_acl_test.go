@@ -257,7 +257,7 @@ func functionsFeatures(t *testing.T, b *broker.Broker) {
 			}
 		}
 		j, err := b.Job(ctx, "fa", "progress-40")
-		return err == nil && j.State == broker.StateSucceeded && string(j.Result) == `{"done":true}` && j.Progress != nil &&
+		return err == nil && j.State == job.StateSucceeded && string(j.Result) == `{"done":true}` && j.Progress != nil &&
 			count("fn.next", 22) == 1 && count("fn.tick", 50) >= 1
 	})
 	pstop()
@@ -285,8 +285,8 @@ func functionsFeatures(t *testing.T, b *broker.Broker) {
 	// Pause a queue, then a type; a rate limit and a cap while jobs run.
 	must("pause", b.Pause(ctx, "fc"))
 	must("pause a type", b.PauseType(ctx, "fc", "fn.capped"))
-	must("rate limit", b.SetRateLimit(ctx, "fc", "", broker.RateLimit{Count: 100, Per: time.Second, Burst: 10}))
-	must("type rate limit", b.SetRateLimit(ctx, "fc", "fn.capped", broker.RateLimit{Count: 50, Per: time.Second}))
+	must("rate limit", b.SetRateLimit(ctx, "fc", "", job.RateLimit{Count: 100, Per: time.Second, Burst: 10}))
+	must("type rate limit", b.SetRateLimit(ctx, "fc", "fn.capped", job.RateLimit{Count: 50, Per: time.Second}))
 	must("cap", b.SetConcurrency(ctx, "fc", "", 2))
 	must("type cap", b.SetConcurrency(ctx, "fc", "fn.capped", 1))
 	for n := range 3 {
@@ -304,7 +304,7 @@ func functionsFeatures(t *testing.T, b *broker.Broker) {
 		return count("fn.capped", 70) == 1 && count("fn.capped", 71) == 1 && count("fn.capped", 72) == 1
 	})
 	must("clear the cap", b.SetConcurrency(ctx, "fc", "", 0))
-	must("clear the rate limit", b.SetRateLimit(ctx, "fc", "", broker.RateLimit{}))
+	must("clear the rate limit", b.SetRateLimit(ctx, "fc", "", job.RateLimit{}))
 	if _, err := b.History(ctx, []string{"fa", "fc"}, time.Now().Add(-time.Hour), time.Now()); err != nil {
 		t.Fatalf("history: %v", err)
 	}
@@ -474,7 +474,7 @@ func functionsDashboard(t *testing.T, b *broker.Broker) {
 			t.Fatalf("claimed %d of %d: %v", len(res.Jobs), len(ids), err)
 		}
 		for _, c := range res.Jobs {
-			if _, err := testkit.Drive(b).Kill(ctx, c.Lease, &broker.DeadRecord{Type: "dash.t", Body: c.Body, Error: "boom", Attempts: c.Attempt}); err != nil {
+			if _, err := testkit.Drive(b).Kill(ctx, c.Lease, &job.DeadRecord{Type: "dash.t", Body: c.Body, Error: "boom", Attempts: c.Attempt}); err != nil {
 				t.Fatal(err)
 			}
 		}

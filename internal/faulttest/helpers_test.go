@@ -115,7 +115,7 @@ func (s *suite) warmUp(t *testing.T, q string) {
 	must(testkit.Drive(b).Extend(ctx, time.Minute, a.Lease))
 	_, err = testkit.Drive(b).Retry(ctx, a.Lease, 0, a.Envelope)
 	must(err)
-	_, err = testkit.Drive(b).Kill(ctx, bb.Lease, &broker.DeadRecord{Body: bb.Body, Error: "warm-up"})
+	_, err = testkit.Drive(b).Kill(ctx, bb.Lease, &job.DeadRecord{Body: bb.Body, Error: "warm-up"})
 	must(err)
 	must(testkit.Drive(b).Release(ctx, c.Lease))
 	_, err = testkit.Drive(b).Reap(ctx, q, 10)

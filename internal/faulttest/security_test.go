@@ -126,7 +126,7 @@ func coreFlow(t *testing.T, b *broker.Broker) {
 		t.Fatalf("cancel: %v", err)
 	}
 	in := deadletter.New(b)
-	var dead []*broker.DeadRecord
+	var dead []*job.DeadRecord
 	redistest.WaitFor(t, 10*time.Second, "two handled, one dead", func() bool {
 		page, err := in.List(ctx, q, deadletter.ListOptions{})
 		if err != nil {
@@ -527,7 +527,7 @@ func TestJobIDsInKeyNames(t *testing.T) {
 	runWorker(t, worker.Config{Broker: b, Registry: reg, Queues: []worker.Queue{{Name: q}}, MaxIdle: 100 * time.Millisecond})
 	redistest.WaitFor(t, 30*time.Second, "every job succeeded and kept", func() bool {
 		for _, id := range ids {
-			if j, err := b.Job(ctx, q, id); err != nil || j.State != broker.StateSucceeded {
+			if j, err := b.Job(ctx, q, id); err != nil || j.State != job.StateSucceeded {
 				return false
 			}
 		}

@@ -69,7 +69,7 @@ func (l *ledger) counts() (accepted, handled int) {
 type result struct {
 	accepted, handled, lost, duplicated, redeliveries, dead, stuck int
 	enqueueRetries                                                 int64
-	stats                                                          broker.QueueStats
+	stats                                                          job.QueueStats
 }
 
 func (r result) String() string {

@@ -97,23 +97,23 @@ func brokerReads() []readCase {
 		}},
 		{"Job", func(t *testing.T, e *env) any {
 			sch, proc, dead := seededIDs()
-			want := map[string]broker.JobState{}
+			want := map[string]job.JobState{}
 			for _, id := range sch {
-				want[id] = broker.StateScheduled
+				want[id] = job.StateScheduled
 			}
 			for _, id := range proc {
-				want[id] = broker.StateProcessing
+				want[id] = job.StateProcessing
 			}
 			for _, id := range dead {
 				if id != redeadID {
-					want[id] = broker.StateDead
+					want[id] = job.StateDead
 				}
 			}
 			out := map[string]any{}
 			for _, id := range allIDs() {
 				j, err := e.b.Job(ctx, orders, id)
 				out[id] = jobAnswer(j, err)
-				var got broker.JobState
+				var got job.JobState
 				if err == nil {
 					got = j.State
 				}
@@ -197,10 +197,10 @@ func brokerReads() []readCase {
 			return []any{h, errOut(err), seeded, errOut(errSeeded), errOut(errOrder), errOut(errSpan), errOut(errBad)}
 		}},
 	}
-	for _, state := range []broker.JobState{broker.StateScheduled, broker.StateProcessing} {
-		method := map[broker.JobState]string{broker.StateScheduled: "ScheduledPage", broker.StateProcessing: "ProcessingPage"}[state]
+	for _, state := range []job.JobState{job.StateScheduled, job.StateProcessing} {
+		method := map[job.JobState]string{job.StateScheduled: "ScheduledPage", job.StateProcessing: "ProcessingPage"}[state]
 		page := func(e *env) func(context.Context, string, broker.JobCursor, int) (broker.JobPage, error) {
-			if state == broker.StateProcessing {
+			if state == job.StateProcessing {
 				return e.b.ProcessingPage
 			}
 			return e.b.ScheduledPage
@@ -210,7 +210,7 @@ func brokerReads() []readCase {
 				pages, ids := walkJobs(t, page(e), orders, broker.JobCursor{}, limit)
 				sch, proc, _ := seededIDs()
 				want := sch
-				if state == broker.StateProcessing {
+				if state == job.StateProcessing {
 					want = proc
 				}
 				slices.Sort(ids)
@@ -276,7 +276,7 @@ func brokerReads() []readCase {
 }
 
 // checkStats fails unless st holds the seed's counts of orders.
-func checkStats(t *testing.T, e *env, st broker.QueueStats, err error) {
+func checkStats(t *testing.T, e *env, st job.QueueStats, err error) {
 	t.Helper()
 	if err != nil {
 		t.Errorf("%s: stats of orders: %v", e.name, err)
@@ -292,8 +292,8 @@ func checkStats(t *testing.T, e *env, st broker.QueueStats, err error) {
 }
 
 // cursorsFor are cursors into the scheduled or processing jobs of orders.
-func cursorsFor(e *env, state broker.JobState) []broker.JobCursor {
-	if state == broker.StateProcessing {
+func cursorsFor(e *env, state job.JobState) []broker.JobCursor {
+	if state == job.StateProcessing {
 		// deadlines: base - 7s + lease + k min for p-(2k) and p-(2k+1)
 		at := func(k int) time.Time { return e.base.Add(-7*time.Second + lease + time.Duration(k)*time.Minute) }
 		return []broker.JobCursor{
@@ -351,7 +351,7 @@ func walkJobs(t *testing.T, page func(context.Context, string, broker.JobCursor,
 // records; smaller pages, which are many, answer with a line for each.
 const fullPage = 50
 
-func jobsOf(js []*broker.JobInfo, limit int) any {
+func jobsOf(js []*job.JobInfo, limit int) any {
 	if limit >= fullPage {
 		return jobsAnswer(js)
 	}
@@ -362,7 +362,7 @@ func jobsOf(js []*broker.JobInfo, limit int) any {
 	return out
 }
 
-func recordsOf(rs []*broker.DeadRecord, limit int) any {
+func recordsOf(rs []*job.DeadRecord, limit int) any {
 	if limit >= fullPage {
 		return rs
 	}

@@ -124,7 +124,7 @@ func snapshot(t *testing.T, e *env) any {
 }
 
 // jobLine sums up a job: id, state, times, attempts and envelope.
-func jobLine(j *broker.JobInfo) string {
+func jobLine(j *job.JobInfo) string {
 	line := fmt.Sprintf("%s %s ready %s lease %s attempts %d", j.ID, j.State, ms(j.ReadyAt), ms(j.LeaseDeadline), j.Attempts)
 	if e := j.Envelope; e != nil {
 		line += fmt.Sprintf(" %s %s retries %d created %s timeout %s headers %v error %q", e.Type, e.Payload, e.MaxRetries, ms(e.CreatedAt), e.Timeout, e.Headers, e.LastError)
@@ -133,7 +133,7 @@ func jobLine(j *broker.JobInfo) string {
 }
 
 // deadLine sums up a dead record.
-func deadLine(r *broker.DeadRecord) string {
+func deadLine(r *job.DeadRecord) string {
 	return fmt.Sprintf("%s %s %s died %s attempts %d error %q", r.Queue, r.ID, r.Type, ms(r.DiedAt), r.Attempts, r.Error)
 }
 
@@ -146,9 +146,9 @@ func ms(t time.Time) string {
 }
 
 // walkAll returns every job of a page reader, a large page at a time.
-func walkAll(t *testing.T, page func(context.Context, string, broker.JobCursor, int) (broker.JobPage, error), queue string) []*broker.JobInfo {
+func walkAll(t *testing.T, page func(context.Context, string, broker.JobCursor, int) (broker.JobPage, error), queue string) []*job.JobInfo {
 	t.Helper()
-	var out []*broker.JobInfo
+	var out []*job.JobInfo
 	var cur broker.JobCursor
 	for range 100 {
 		p, err := page(context.Background(), queue, cur, broker.MaxPageLimit)
@@ -166,9 +166,9 @@ func walkAll(t *testing.T, page func(context.Context, string, broker.JobCursor, 
 }
 
 // walkAllDead returns every dead record of queue.
-func walkAllDead(t *testing.T, b *broker.Broker, queue string) []*broker.DeadRecord {
+func walkAllDead(t *testing.T, b *broker.Broker, queue string) []*job.DeadRecord {
 	t.Helper()
-	var out []*broker.DeadRecord
+	var out []*job.DeadRecord
 	var cur broker.DeadCursor
 	for range 100 {
 		recs, next, err := b.DeadPage(context.Background(), queue, cur, 1000)

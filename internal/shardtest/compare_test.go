@@ -267,20 +267,20 @@ func sentinels(err error) []string {
 // jobOut is a JobInfo as an answer: its decode error as text, and the
 // durations it derives from its clock.
 type jobOut struct {
-	*broker.JobInfo
+	*job.JobInfo
 	Err            any `json:",omitempty"`
 	Lateness       time.Duration
 	LeaseRemaining time.Duration
 }
 
-func jobAnswer(j *broker.JobInfo, err error) any {
+func jobAnswer(j *job.JobInfo, err error) any {
 	if err != nil {
 		return map[string]any{"err": errOut(err)}
 	}
 	return jobOut{JobInfo: j, Err: errOut(j.Err), Lateness: j.Lateness(), LeaseRemaining: j.LeaseRemaining()}
 }
 
-func jobsAnswer(js []*broker.JobInfo) []any {
+func jobsAnswer(js []*job.JobInfo) []any {
 	out := make([]any, len(js))
 	for i, j := range js {
 		out[i] = jobAnswer(j, nil)

@@ -10,6 +10,7 @@ import (
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/testkit"
+	"github.com/delayq/delayq/job"
 )
 
 // deadCap is the cap of TestDeadCapIsPerQueue: a multiple of 3, below
@@ -100,7 +101,7 @@ func TestDeadCapIsPerQueue(t *testing.T) {
 			if err != nil || len(res.Jobs) != 1 || res.Jobs[0].ID != id {
 				t.Fatalf("%s: claim %s: %+v, %v", e.name, id, res.Jobs, err)
 			}
-			died := &broker.DeadRecord{Type: res.Jobs[0].Envelope.Type, Body: res.Jobs[0].Body, Error: "late", Attempts: 1}
+			died := &job.DeadRecord{Type: res.Jobs[0].Envelope.Type, Body: res.Jobs[0].Body, Error: "late", Attempts: 1}
 			if _, err := d.Kill(ctx, res.Jobs[0].Lease, died); err != nil {
 				t.Fatal(err)
 			}

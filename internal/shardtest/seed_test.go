@@ -203,7 +203,7 @@ func seed(t *testing.T, s *side) {
 	kill := func(id string, at time.Duration, i int) {
 		c := claimed[id]
 		s.set(at)
-		rec := &broker.DeadRecord{Type: c.Envelope.Type, Body: c.Body, Error: errorsOf[i%len(errorsOf)], Attempts: 1 + i%4}
+		rec := &job.DeadRecord{Type: c.Envelope.Type, Body: c.Body, Error: errorsOf[i%len(errorsOf)], Attempts: 1 + i%4}
 		if _, err := d.Kill(ctx, c.Lease, rec); err != nil {
 			t.Fatalf("%s: kill %s: %v", s.name, id, err)
 		}

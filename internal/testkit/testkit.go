@@ -189,7 +189,7 @@ func Claim(t testing.TB, b *broker.Broker, queue string, n int, lease time.Durat
 // Kill dead-letters a claimed job with reason, as a worker would.
 func Kill(t testing.TB, b *broker.Broker, c protocol.Claimed, reason string) time.Time {
 	t.Helper()
-	rec := &broker.DeadRecord{Body: c.Body, Error: reason, Attempts: c.Attempt}
+	rec := &job.DeadRecord{Body: c.Body, Error: reason, Attempts: c.Attempt}
 	if c.Envelope != nil {
 		rec.Type = c.Envelope.Type
 	}
@@ -368,16 +368,16 @@ func (d Driver) RetryExpired(ctx context.Context, l protocol.Lease, delay time.D
 
 // Kill dead-letters a held job with rec's type, body, error and attempts,
 // and sets rec's DiedAt.
-func (d Driver) Kill(ctx context.Context, l protocol.Lease, rec *broker.DeadRecord) (time.Time, error) {
+func (d Driver) Kill(ctx context.Context, l protocol.Lease, rec *job.DeadRecord) (time.Time, error) {
 	return d.kill(ctx, l, rec, false)
 }
 
 // KillExpired dead-letters a job whose lease ran out, as the reaper does.
-func (d Driver) KillExpired(ctx context.Context, l protocol.Lease, rec *broker.DeadRecord) (time.Time, error) {
+func (d Driver) KillExpired(ctx context.Context, l protocol.Lease, rec *job.DeadRecord) (time.Time, error) {
 	return d.kill(ctx, l, rec, true)
 }
 
-func (d Driver) kill(ctx context.Context, l protocol.Lease, rec *broker.DeadRecord, expired bool) (time.Time, error) {
+func (d Driver) kill(ctx context.Context, l protocol.Lease, rec *job.DeadRecord, expired bool) (time.Time, error) {
 	died, err := d.one(ctx, protocol.Op{Kind: protocol.OpKill, Lease: l, Expired: expired,
 		Death: protocol.Death{Type: rec.Type, Body: rec.Body, Error: rec.Error, Attempts: rec.Attempts}})
 	if err == nil {

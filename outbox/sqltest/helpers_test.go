@@ -160,7 +160,7 @@ func (tb *testBundle) waitEmpty(t testing.TB, timeout time.Duration) {
 }
 
 // redisJob returns the job id of queue as Redis holds it, or nil.
-func (tb *testBundle) redisJob(t testing.TB, queue, id string) *broker.JobInfo {
+func (tb *testBundle) redisJob(t testing.TB, queue, id string) *job.JobInfo {
 	t.Helper()
 	info, err := tb.b.Job(tb.ctx, queue, id)
 	if errors.Is(err, broker.ErrNotFound) {

@@ -104,7 +104,7 @@ func TestRedisDownRowsWait(t *testing.T) {
 		srv.Restart(t)
 		tb.waitEmpty(t, 15*time.Second)
 		for i := range n {
-			if info, err := b.Job(tb.ctx, "orders", fmt.Sprintf("order-%d", i)); err != nil || info.State != broker.StateScheduled {
+			if info, err := b.Job(tb.ctx, "orders", fmt.Sprintf("order-%d", i)); err != nil || info.State != job.StateScheduled {
 				t.Errorf("order-%d after Redis came back: %+v, %v", i, info, err)
 			}
 		}

@@ -181,7 +181,7 @@ func (tb *testBundle) killMany(t *testing.T, queue string, n int, types ...strin
 			t.Fatal(err)
 		}
 		for _, c := range res.Jobs {
-			rec := &broker.DeadRecord{Type: c.Envelope.Type, Body: c.Body, Error: "permanent: " + c.Envelope.Type + " refused", Attempts: 1}
+			rec := &job.DeadRecord{Type: c.Envelope.Type, Body: c.Body, Error: "permanent: " + c.Envelope.Type + " refused", Attempts: 1}
 			if _, err := testkit.Drive(tb.b).Kill(tb.ctx, c.Lease, rec); err != nil {
 				t.Fatal(err)
 			}

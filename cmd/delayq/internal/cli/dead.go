@@ -108,7 +108,7 @@ type deadJSON struct {
 	Body       string            `json:"body_base64,omitempty"` // when the envelope does not decode
 }
 
-func toDeadJSON(r *broker.DeadRecord) deadJSON {
+func toDeadJSON(r *job.DeadRecord) deadJSON {
 	out := deadJSON{ID: r.ID, Queue: r.Queue, Type: r.Type, DiedAt: jsonTime(r.DiedAt), Attempts: r.Attempts, Error: r.Error}
 	if e := r.Envelope; e != nil {
 		mr := e.MaxRetries
@@ -242,7 +242,7 @@ func (a *app) deadShowCommand() *cobra.Command {
 		})
 }
 
-func (a *app) showDead(r *broker.DeadRecord, now time.Time) error {
+func (a *app) showDead(r *job.DeadRecord, now time.Time) error {
 	t := newDetails(a.stdout, r.ID, r.Queue)
 	t.row("Type:", orDash(r.Type))
 	t.row("Died:", fmtTime(r.DiedAt)+" ("+relative(r.DiedAt, now)+")")

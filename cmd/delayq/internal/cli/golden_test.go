@@ -75,7 +75,7 @@ func TestGoldenTables(t *testing.T) {
 			t.Fatalf("claim %s: %+v, %v", id, res.Jobs, err)
 		}
 		c := res.Jobs[0]
-		if _, err := testkit.Drive(b).Kill(tb.ctx, c.Lease, &broker.DeadRecord{Type: typ, Body: c.Body, Error: errText, Attempts: 3}); err != nil {
+		if _, err := testkit.Drive(b).Kill(tb.ctx, c.Lease, &job.DeadRecord{Type: typ, Body: c.Body, Error: errText, Attempts: 3}); err != nil {
 			t.Fatal(err)
 		}
 	}

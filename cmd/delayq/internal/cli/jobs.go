@@ -75,10 +75,10 @@ type progressJSON struct {
 	At       *string `json:"at,omitempty"`
 }
 
-func toJobJSON(j *broker.JobInfo) jobJSON {
+func toJobJSON(j *job.JobInfo) jobJSON {
 	out := jobJSON{ID: j.ID, Queue: j.Queue, State: string(j.State), Attempts: j.Attempts,
 		ReadyAt: jsonTime(j.ReadyAt), LeaseDeadline: jsonTime(j.LeaseDeadline)}
-	if j.State == broker.StateProcessing {
+	if j.State == job.StateProcessing {
 		ms := j.LeaseRemaining().Milliseconds()
 		out.LeaseRemainingMS = &ms
 	}
@@ -86,7 +86,7 @@ func toJobJSON(j *broker.JobInfo) jobJSON {
 		out.DiedAt = jsonTime(j.Dead.DiedAt)
 		out.LastError = j.Dead.Error
 	}
-	if j.State == broker.StateSucceeded {
+	if j.State == job.StateSucceeded {
 		out.StartedAt, out.FinishedAt, out.ExpiresAt = jsonTime(j.StartedAt), jsonTime(j.FinishedAt), jsonTime(j.ExpiresAt)
 		if j.Result != nil {
 			n := len(j.Result)
@@ -151,7 +151,7 @@ func queueOr(q string) string {
 	return q
 }
 
-func jobType(j *broker.JobInfo) string {
+func jobType(j *job.JobInfo) string {
 	if j.Envelope == nil {
 		return "(corrupt)"
 	}
@@ -159,35 +159,35 @@ func jobType(j *broker.JobInfo) string {
 }
 
 // when describes a job's time for people.
-func when(j *broker.JobInfo) string {
+func when(j *job.JobInfo) string {
 	switch j.State {
-	case broker.StateScheduled:
+	case job.StateScheduled:
 		if j.ReadyAt.After(j.Now) {
 			return "ready " + relative(j.ReadyAt, j.Now)
 		}
 		return "due " + relative(j.ReadyAt, j.Now)
-	case broker.StateProcessing:
+	case job.StateProcessing:
 		if r := j.LeaseRemaining(); r > 0 {
 			return "lease " + fmtDur(r) + " left"
 		}
 		return "lease expired " + relative(j.LeaseDeadline, j.Now)
-	case broker.StateDead:
+	case job.StateDead:
 		return "died " + relative(j.Dead.DiedAt, j.Now)
-	case broker.StateSucceeded:
+	case job.StateSucceeded:
 		return "finished " + relative(j.FinishedAt, j.Now)
 	}
 	return "-"
 }
 
-func jobTime(j *broker.JobInfo) time.Time {
+func jobTime(j *job.JobInfo) time.Time {
 	switch j.State {
-	case broker.StateScheduled:
+	case job.StateScheduled:
 		return j.ReadyAt
-	case broker.StateProcessing:
+	case job.StateProcessing:
 		return j.LeaseDeadline
-	case broker.StateDead:
+	case job.StateDead:
 		return j.Dead.DiedAt
-	case broker.StateSucceeded:
+	case job.StateSucceeded:
 		return j.FinishedAt
 	}
 	return time.Time{}
@@ -196,7 +196,7 @@ func jobTime(j *broker.JobInfo) time.Time {
 // jobsCursor is the position of "jobs ls": processing jobs come first, then
 // scheduled ones; the cursor says which list it is in.
 type jobsCursor struct {
-	state broker.JobState
+	state job.JobState
 	pos   broker.JobCursor
 }
 
@@ -215,10 +215,10 @@ func decodeJobsCursor(s string) (jobsCursor, error) {
 		return jobsCursor{}, bad
 	}
 	parts := strings.SplitN(string(raw), ":", 3)
-	if len(parts) != 3 || (parts[0] != string(broker.StateScheduled) && parts[0] != string(broker.StateProcessing)) {
+	if len(parts) != 3 || (parts[0] != string(job.StateScheduled) && parts[0] != string(job.StateProcessing)) {
 		return jobsCursor{}, bad
 	}
-	st := broker.JobState(parts[0])
+	st := job.JobState(parts[0])
 	if parts[2] == "" {
 		return jobsCursor{state: st}, nil // the start of that list
 	}
@@ -242,12 +242,12 @@ func (a *app) jobsLsCommand() *cobra.Command {
 			if err := checkQueue(queue); err != nil {
 				return err
 			}
-			var lists []broker.JobState
+			var lists []job.JobState
 			switch state {
 			case "all":
-				lists = []broker.JobState{broker.StateProcessing, broker.StateScheduled}
+				lists = []job.JobState{job.StateProcessing, job.StateScheduled}
 			case "scheduled", "processing":
-				lists = []broker.JobState{broker.JobState(state)}
+				lists = []job.JobState{job.JobState(state)}
 			default:
 				return usagef("invalid --state %q: want all, scheduled or processing", state)
 			}
@@ -287,7 +287,7 @@ func (a *app) jobsLsCommand() *cobra.Command {
 	return cmd
 }
 
-func (a *app) listJobs(ctx context.Context, b *broker.Broker, queue string, lists []broker.JobState, cur jobsCursor, limit int) error {
+func (a *app) listJobs(ctx context.Context, b *broker.Broker, queue string, lists []job.JobState, cur jobsCursor, limit int) error {
 	jobs, now, next, err := fillJobs(ctx, b, queue, lists, cur, limit)
 	if err != nil {
 		return err
@@ -299,7 +299,7 @@ func (a *app) listJobs(ctx context.Context, b *broker.Broker, queue string, list
 // as listJobs lists one, on pages that run on from one queue to the next.
 // The cursor is "<queue>:" before a one-queue cursor. A queue with no jobs
 // costs one read a list (processing, scheduled).
-func (a *app) listAllJobs(ctx context.Context, b *broker.Broker, lists []broker.JobState, cursor string, limit int) error {
+func (a *app) listAllJobs(ctx context.Context, b *broker.Broker, lists []job.JobState, cursor string, limit int) error {
 	bad := usagef("invalid --cursor %q: use the value a previous page printed", cursor)
 	var from string
 	var cur jobsCursor
@@ -324,7 +324,7 @@ func (a *app) listAllJobs(ctx context.Context, b *broker.Broker, lists []broker.
 	names = slices.DeleteFunc(names, func(q string) bool { return job.ValidateQueue(q) != nil || q < from })
 	slices.Sort(names)
 	var (
-		jobs []*broker.JobInfo
+		jobs []*job.JobInfo
 		now  time.Time
 		next string
 	)
@@ -362,14 +362,14 @@ func (a *app) listAllJobs(ctx context.Context, b *broker.Broker, lists []broker.
 
 // fillJobs reads up to limit jobs of queue from lists, starting at cur; next
 // is the cursor of what follows, "" at the end of the lists.
-func fillJobs(ctx context.Context, b *broker.Broker, queue string, lists []broker.JobState, cur jobsCursor, limit int) (jobs []*broker.JobInfo, now time.Time, next string, err error) {
+func fillJobs(ctx context.Context, b *broker.Broker, queue string, lists []job.JobState, cur jobsCursor, limit int) (jobs []*job.JobInfo, now time.Time, next string, err error) {
 	for i, st := range lists {
 		pos := broker.JobCursor{}
 		if cur.state == st {
 			pos = cur.pos
 		}
 		page := b.ScheduledPage
-		if st == broker.StateProcessing {
+		if st == job.StateProcessing {
 			page = b.ProcessingPage
 		}
 		p, err := page(ctx, queue, pos, limit-len(jobs))
@@ -395,7 +395,7 @@ func fillJobs(ctx context.Context, b *broker.Broker, queue string, lists []broke
 
 // printJobs prints a page of jobs: with a QUEUE column when queueCol is
 // set, or empty when there are none.
-func (a *app) printJobs(jobs []*broker.JobInfo, now time.Time, next, queueCol, empty string) error {
+func (a *app) printJobs(jobs []*job.JobInfo, now time.Time, next, queueCol, empty string) error {
 	if a.json {
 		out := struct {
 			Now  *string   `json:"now"`
@@ -451,17 +451,17 @@ func notFound(err error) error {
 	return err
 }
 
-func (a *app) showJob(j *broker.JobInfo) error {
+func (a *app) showJob(j *job.JobInfo) error {
 	t := newDetails(a.stdout, j.ID, j.Queue)
 	t.row("State:", string(j.State))
 	switch j.State {
-	case broker.StateScheduled:
+	case job.StateScheduled:
 		t.row("Ready:", fmtTime(j.ReadyAt)+" ("+when(j)+")")
-	case broker.StateProcessing:
+	case job.StateProcessing:
 		t.row("Lease until:", fmtTime(j.LeaseDeadline)+" ("+when(j)+")")
-	case broker.StateDead:
+	case job.StateDead:
 		t.row("Died:", fmtTime(j.Dead.DiedAt)+" ("+relative(j.Dead.DiedAt, j.Now)+")")
-	case broker.StateSucceeded:
+	case job.StateSucceeded:
 		t.row("Started:", whenAt(j.StartedAt, j.Now))
 		took := ""
 		if !j.StartedAt.IsZero() && !j.FinishedAt.IsZero() {
@@ -504,7 +504,7 @@ func (a *app) showJob(j *broker.JobInfo) error {
 	if err := t.flush(); err != nil {
 		return err
 	}
-	if j.State == broker.StateDead {
+	if j.State == job.StateDead {
 		fmt.Fprintf(a.stdout, "\nThe job is dead: see 'delayq dead show %s --queue %s' for its full error.\n", termSafe(j.ID, false), j.Queue)
 	}
 	return nil

@@ -40,7 +40,7 @@ func TestRedriveProgressOnlyOnATerminal(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, c := range res.Jobs {
-				if _, err := testkit.Drive(b).Kill(ctx, c.Lease, &broker.DeadRecord{Type: "t", Body: c.Body, Error: "x"}); err != nil {
+				if _, err := testkit.Drive(b).Kill(ctx, c.Lease, &job.DeadRecord{Type: "t", Body: c.Body, Error: "x"}); err != nil {
 					t.Fatal(err)
 				}
 			}

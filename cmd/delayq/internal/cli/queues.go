@@ -81,7 +81,7 @@ queue's rate is split evenly among its shards.`,
 			if err := checkQueueType(q, typ); err != nil {
 				return err
 			}
-			var r broker.RateLimit
+			var r job.RateLimit
 			if !clear {
 				var err error
 				if r, err = parseRate(args[1]); err != nil {
@@ -143,21 +143,21 @@ queue's rate is split evenly among its shards.`,
 }
 
 // parseRate reads COUNT/PERIOD: "10/1s", "600/1m", "5/250ms".
-func parseRate(s string) (broker.RateLimit, error) {
+func parseRate(s string) (job.RateLimit, error) {
 	c, p, ok := strings.Cut(s, "/")
 	n, err := strconv.Atoi(c)
 	if !ok || err != nil || n <= 0 {
-		return broker.RateLimit{}, usagef("invalid limit %q: want COUNT/PERIOD with a positive whole COUNT, e.g. 10/1s", s)
+		return job.RateLimit{}, usagef("invalid limit %q: want COUNT/PERIOD with a positive whole COUNT, e.g. 10/1s", s)
 	}
 	per, err := time.ParseDuration(p)
 	if err != nil || per < time.Millisecond {
-		return broker.RateLimit{}, usagef("invalid limit %q: the period must be a duration of at least 1ms, e.g. 1s, 1m, 250ms", s)
+		return job.RateLimit{}, usagef("invalid limit %q: the period must be a duration of at least 1ms, e.g. 1s, 1m, 250ms", s)
 	}
-	return broker.RateLimit{Count: n, Per: per}, nil
+	return job.RateLimit{Count: n, Per: per}, nil
 }
 
 // rateText is "10/1s" or "10/1s burst 5".
-func rateText(r broker.RateLimit) string {
+func rateText(r job.RateLimit) string {
 	s := strconv.Itoa(r.Count) + "/" + fmtDur(r.Per)
 	if r.Strict {
 		s += " strict"
@@ -171,7 +171,7 @@ func rateText(r broker.RateLimit) string {
 }
 
 // limitsText renders a queue's rate limits as capsText does its caps.
-func limitsText(limits map[string]broker.RateLimit) string {
+func limitsText(limits map[string]job.RateLimit) string {
 	if len(limits) == 0 {
 		return "-"
 	}

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
@@ -126,7 +125,7 @@ func TestQueuesLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]broker.RateLimit{"": {Count: 10, Per: time.Second, Burst: 1}, "sms.send": {Count: 5, Per: time.Minute, Burst: 3}}
+	want := map[string]job.RateLimit{"": {Count: 10, Per: time.Second, Burst: 1}, "sms.send": {Count: 5, Per: time.Minute, Burst: 3}}
 	if len(st.RateLimits) != 2 || st.RateLimits[""] != want[""] || st.RateLimits["sms.send"] != want["sms.send"] {
 		t.Fatalf("stored limits %+v, want %+v", st.RateLimits, want)
 	}

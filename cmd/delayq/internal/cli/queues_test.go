@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
@@ -161,7 +160,7 @@ func TestQueuesShowRateHeld(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := tb.b.SetRateLimit(tb.ctx, "sms", "sms.send", broker.RateLimit{Count: 1, Per: time.Hour}); err != nil {
+	if err := tb.b.SetRateLimit(tb.ctx, "sms", "sms.send", job.RateLimit{Count: 1, Per: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	res, err := testkit.Drive(tb.b).Claim(tb.ctx, "sms", 10, time.Minute)

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/job"
 )
@@ -53,7 +52,7 @@ func TestJobsShowSucceededAndProgress(t *testing.T) {
 	runWorker(t, tb, reg, "img")
 	redistest.WaitFor(t, 30*time.Second, "r1 reports progress", func() bool {
 		j, err := tb.b.Job(tb.ctx, "img", "r1")
-		return err == nil && j.State == broker.StateProcessing && j.Progress != nil
+		return err == nil && j.State == job.StateProcessing && j.Progress != nil
 	})
 	out := tb.ok(t, "jobs", "show", "r1", "--queue", "img")
 	for _, row := range [][2]string{{"State:", "processing"}, {"Progress:", "42.5% resizing 17 of 40 ("}} {
@@ -86,7 +85,7 @@ func TestJobsShowSucceededAndProgress(t *testing.T) {
 	for _, id := range []string{"r1", "r2"} {
 		redistest.WaitFor(t, 30*time.Second, id+" succeeded", func() bool {
 			j, err := tb.b.Job(tb.ctx, "img", id)
-			return err == nil && j.State == broker.StateSucceeded
+			return err == nil && j.State == job.StateSucceeded
 		})
 	}
 	out = tb.ok(t, "jobs", "show", "r1", "--queue", "img")

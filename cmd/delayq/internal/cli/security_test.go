@@ -13,7 +13,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
@@ -92,7 +91,7 @@ func TestTerminalOutputEscaped(t *testing.T) {
 	if err != nil || len(res.Jobs) != 1 {
 		t.Fatalf("claim: %v", err)
 	}
-	if _, err := testkit.Drive(tb.b).Kill(tb.ctx, res.Jobs[0].Lease, &broker.DeadRecord{Type: "t", Body: res.Jobs[0].Body, Error: stack, Attempts: 1}); err != nil {
+	if _, err := testkit.Drive(tb.b).Kill(tb.ctx, res.Jobs[0].Lease, &job.DeadRecord{Type: "t", Body: res.Jobs[0].Body, Error: stack, Attempts: 1}); err != nil {
 		t.Fatal(err)
 	}
 	sched := &job.Envelope{ID: "s\u202e1", Queue: "q", Type: "t", Payload: []byte(`{}`), Delay: time.Hour, Headers: map[string]string{"h": valid(hostile)}, LastError: hostile}

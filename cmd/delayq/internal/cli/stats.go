@@ -13,6 +13,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/fleet"
+	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/outbox"
 )
 
@@ -130,11 +131,11 @@ type queueStatsJSON struct {
 // readStats reads the stats of queues (every queue when none is given).
 // Queues that cannot be read are left out and named in a
 // *broker.QueueErrors, unless none could be read.
-func (a *app) readStats(ctx context.Context, b *broker.Broker, queues []string) ([]broker.QueueStats, error) {
+func (a *app) readStats(ctx context.Context, b *broker.Broker, queues []string) ([]job.QueueStats, error) {
 	if len(queues) == 0 {
 		return b.AllStats(ctx)
 	}
-	out := make([]broker.QueueStats, 0, len(queues))
+	out := make([]job.QueueStats, 0, len(queues))
 	bad := &broker.QueueErrors{Errs: map[string]error{}}
 	var last error
 	for _, q := range queues {
@@ -199,8 +200,8 @@ func (a *app) showStats(ctx context.Context, b *broker.Broker, queues []string, 
 		fmt.Fprintf(a.stdout, "delayq stats at %s (namespace %s)\n\n", fmtTime(now), b.Namespace())
 	}
 	t := newTable(a.stdout, "QUEUE", "SCHEDULED", "DUE", "PROCESSING", "DEAD", "TRIMMED", "OLDEST DUE", "NEXT READY")
-	var tot broker.QueueStats
-	var unserved []broker.QueueStats
+	var tot job.QueueStats
+	var unserved []job.QueueStats
 	for _, s := range all {
 		late := "-"
 		if !s.OldestDue.IsZero() {
@@ -248,13 +249,13 @@ type deadTrimmedJSON struct {
 	DeadTrimmedUnarchived int64 `json:"dead_trimmed_unarchived"`
 }
 
-func trimmedOf(s broker.QueueStats) deadTrimmedJSON {
+func trimmedOf(s job.QueueStats) deadTrimmedJSON {
 	return deadTrimmedJSON{DeadTrimmedCap: s.DeadTrimmedCap, DeadTrimmedAge: s.DeadTrimmedAge, DeadTrimmedUnarchived: s.DeadTrimmedUnarchived}
 }
 
 // trimmedText is the TRIMMED column: the dead records dropped by the cap
 // and by age, "-" when none.
-func trimmedText(s broker.QueueStats) string {
+func trimmedText(s job.QueueStats) string {
 	if s.DeadTrimmedCap == 0 && s.DeadTrimmedAge == 0 {
 		return "-"
 	}
@@ -274,13 +275,13 @@ func trimmedText(s broker.QueueStats) string {
 // heldUnserved reports whether jobs of s are processing while no live
 // process of the registry serves its queue: the worker that holds them
 // died or cannot reach Redis.
-func heldUnserved(s broker.QueueStats, procs fleet.Snapshot) bool {
+func heldUnserved(s job.QueueStats, procs fleet.Snapshot) bool {
 	return s.Processing > 0 && !procs.Served(s.Queue)
 }
 
 // unservedText is the warning of a queue whose processing jobs no live
 // process serves.
-func unservedText(s broker.QueueStats) string {
+func unservedText(s job.QueueStats) string {
 	return fmt.Sprintf("warning: queue %s: %d jobs processing and no live worker serves it (delayq workers ls): "+
 		"they go back to the schedule only when their lease has run out and a worker of the queue runs", s.Queue, s.Processing)
 }
