@@ -40,7 +40,7 @@ const ChainRemember = 24 * time.Hour
 // next jobs of a batch member join its batch): the chain itself makes
 // them enqueued once. The envelopes are copied. Per job only.
 func Then(next ...*Envelope) Option {
-	return Option{name: "Then", jobScope: func(s *settings) error {
+	return jobOption(func(s *settings) error {
 		if len(s.next)+len(next) > MaxNext {
 			return invalid("Then: %d next jobs, more than the %d a job may declare", len(s.next)+len(next), MaxNext)
 		}
@@ -52,7 +52,7 @@ func Then(next ...*Envelope) Option {
 			s.next = append(s.next, c)
 		}
 		return nil
-	}}
+	})
 }
 
 // Next declares next jobs from a running handler: they are enqueued when

@@ -148,15 +148,15 @@ func TestTypeOptions(t *testing.T) {
 		{[]job.Option{job.MaxRetries(-2)}, "max retries -2 is negative"},
 		{[]job.Option{job.Timeout(-1)}, "timeout -1ns is negative"},
 		{[]job.Option{job.At(time.Time{})}, "zero time"},
-		{[]job.Option{job.WithCodec(job.JSON)}, "option WithCodec is set on the job type, not per job"},
+		{[]job.Option{nil}, `option 1 of a job of type "sms.send" is nil`},
 		{[]job.Option{job.WithBackoff(retry.Exponential{Initial: time.Second, Multiplier: 0.5, Max: time.Hour})}, "multiplier must be finite and >= 1"},
 	} {
 		if _, err := typ.Envelope(SMS{}, tc.opts...); !errors.Is(err, job.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("err = %v, want ErrInvalid mentioning %q", err, tc.want)
 		}
 	}
-	if _, err := job.NewType[SMS]("x", job.In(time.Second)); err == nil || !strings.Contains(err.Error(), "option In cannot be set on job type") {
-		t.Errorf("per-job option on a type: %v", err)
+	if _, err := job.NewType[SMS]("x", job.Queue("q"), nil); !errors.Is(err, job.ErrInvalid) || !strings.Contains(err.Error(), `option 2 of job type "x" is nil`) {
+		t.Errorf("nil option on a type: %v", err)
 	}
 	if _, err := job.NewType[SMS]("bad name"); !errors.Is(err, job.ErrInvalid) {
 		t.Errorf("bad type name: %v", err)

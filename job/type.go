@@ -69,7 +69,7 @@ type Type[T any] struct {
 // (queue, max retries, timeout, codec, retry policy). New panics when the name
 // or an option is invalid, as types are defined once, at package level; use
 // [NewType] to get an error instead.
-func New[T any](name string, opts ...Option) *Type[T] {
+func New[T any](name string, opts ...TypeOption) *Type[T] {
 	t, err := NewType[T](name, opts...)
 	if err != nil {
 		panic(err)
@@ -78,16 +78,16 @@ func New[T any](name string, opts ...Option) *Type[T] {
 }
 
 // NewType is [New] returning an error instead of panicking.
-func NewType[T any](name string, opts ...Option) (*Type[T], error) {
+func NewType[T any](name string, opts ...TypeOption) (*Type[T], error) {
 	if err := ValidateType(name); err != nil {
 		return nil, err
 	}
 	s := settings{queue: DefaultQueue, maxRetries: DefaultMaxRetries, codec: JSON}
-	for _, o := range opts {
-		if o.typeScope == nil {
-			return nil, invalid("option %s cannot be set on job type %q, only per job", o.name, name)
+	for i, o := range opts {
+		if o == nil {
+			return nil, invalid("option %d of job type %q is nil", i+1, name)
 		}
-		if err := o.typeScope(&s); err != nil {
+		if err := o.applyType(&s); err != nil {
 			return nil, err
 		}
 	}
@@ -104,11 +104,11 @@ func (t *Type[T]) Name() string { return t.name }
 // Errors wrap ErrInvalid.
 func (t *Type[T]) Envelope(args T, opts ...Option) (*Envelope, error) {
 	s := t.defaults
-	for _, o := range opts {
-		if o.jobScope == nil {
-			return nil, invalid("option %s is set on the job type, not per job", o.name)
+	for i, o := range opts {
+		if o == nil {
+			return nil, invalid("option %d of a job of type %q is nil", i+1, t.name)
 		}
-		if err := o.jobScope(&s); err != nil {
+		if err := o.applyJob(&s); err != nil {
 			return nil, err
 		}
 	}
@@ -253,27 +253,55 @@ func (s *settings) checkControls(typ string) error {
 	return nil
 }
 
-// Option sets a property of a job, or the default of a job type. Each option
-// says where it applies; one used in the wrong place is an error.
-type Option struct {
-	name      string
-	typeScope func(*settings) error // nil: not valid on a type
-	jobScope  func(*settings) error // nil: not valid per job
+// Option sets a property of one job where it is built or enqueued
+// ([Type.Envelope], [Type.Enqueue], [Item], a schedule's job options). The
+// options that may only be set per job (In, At, ID, Header, WithBackoff,
+// Replace, ExpireAt, Then) are Options and not TypeOptions, so one given to
+// [New] does not compile.
+type Option interface {
+	applyJob(*settings) error
 }
 
-func both(name string, f func(*settings) error) Option {
-	return Option{name: name, typeScope: f, jobScope: f}
+// TypeOption sets a default of a job type, given to [New]. The options
+// that may only be set on a type (WithCodec, Retry) are TypeOptions and
+// not Options, so one given per job does not compile.
+type TypeOption interface {
+	applyType(*settings) error
 }
+
+// SharedOption is an option that is valid on a type, as the default of its
+// jobs, and per job, where it overrides that default: Queue, MaxRetries,
+// Timeout, Retain, Unique, UniqueIncludeDead, ExpireIn, DropExpired.
+type SharedOption interface {
+	Option
+	TypeOption
+}
+
+// jobOption is an [Option] that is not a [TypeOption].
+type jobOption func(*settings) error
+
+func (o jobOption) applyJob(s *settings) error { return o(s) }
+
+// typeOption is a [TypeOption] that is not an [Option].
+type typeOption func(*settings) error
+
+func (o typeOption) applyType(s *settings) error { return o(s) }
+
+// sharedOption is both.
+type sharedOption func(*settings) error
+
+func (o sharedOption) applyJob(s *settings) error  { return o(s) }
+func (o sharedOption) applyType(s *settings) error { return o(s) }
 
 // In makes the job ready d after the server's now. Per job only.
 func In(d time.Duration) Option {
-	return Option{name: "In", jobScope: func(s *settings) error {
+	return jobOption(func(s *settings) error {
 		if err := ValidateDelay(d); err != nil {
 			return err
 		}
 		s.delay, s.at = d, time.Time{}
 		return nil
-	}}
+	})
 }
 
 // At makes the job ready at t (a time in the past means now). Per job only.
@@ -284,30 +312,30 @@ func At(t time.Time) Option {
 // pointInTime is a per-job option that sets a time (what it is, for the
 // error), refusing the zero time.
 func pointInTime(name, what string, t time.Time, set func(*settings)) Option {
-	return Option{name: name, jobScope: func(s *settings) error {
+	return jobOption(func(s *settings) error {
 		if t.IsZero() {
 			return invalid("%s %s is the zero time", what, name)
 		}
 		set(s)
 		return nil
-	}}
+	})
 }
 
 // ID sets the job's id; while a job with that id is pending in its queue,
 // enqueueing another fails with broker.ErrDuplicate. Per job only.
 func ID(id string) Option {
-	return Option{name: "ID", jobScope: func(s *settings) error {
+	return jobOption(func(s *settings) error {
 		if err := ValidateID(id); err != nil {
 			return err
 		}
 		s.id = id
 		return nil
-	}}
+	})
 }
 
 // Queue sets the queue ("default" when unset).
-func Queue(q string) Option {
-	return both("Queue", func(s *settings) error {
+func Queue(q string) SharedOption {
+	return sharedOption(func(s *settings) error {
 		if err := ValidateQueue(q); err != nil {
 			return err
 		}
@@ -318,14 +346,14 @@ func Queue(q string) Option {
 
 // MaxRetries sets how many times a failed job is retried before it is
 // dead-lettered; 0 dead-letters on the first failure. Default 10.
-func MaxRetries(n int) Option {
-	return nonNegative("MaxRetries", "max retries", n, func(s *settings) { s.maxRetries = n })
+func MaxRetries(n int) SharedOption {
+	return nonNegative("max retries", n, func(s *settings) { s.maxRetries = n })
 }
 
 // Timeout sets the deadline of each attempt's context. 0 leaves it to the
 // worker's default.
-func Timeout(d time.Duration) Option {
-	return nonNegative("Timeout", "timeout", d, func(s *settings) { s.timeout = d })
+func Timeout(d time.Duration) SharedOption {
+	return nonNegative("timeout", d, func(s *settings) { s.timeout = d })
 }
 
 // Retain keeps a succeeded job for d after its ack, with its result
@@ -333,14 +361,14 @@ func Timeout(d time.Duration) Option {
 // until then (and ErrNotFound for an id never enqueued). 0, the default,
 // deletes it at the ack. On a type it is the default of jobs that do not
 // set their own. Memory per retained job: see docs/batches.md#results-and-retention.
-func Retain(d time.Duration) Option {
-	return nonNegative("Retain", "retention", d, func(s *settings) { s.retain = d })
+func Retain(d time.Duration) SharedOption {
+	return nonNegative("retention", d, func(s *settings) { s.retain = d })
 }
 
 // nonNegative is an option of both scopes that sets a count or a duration
 // (what it is, for the error) that must not be negative.
-func nonNegative[N int | time.Duration](name, what string, n N, set func(*settings)) Option {
-	return both(name, func(s *settings) error {
+func nonNegative[N int | time.Duration](what string, n N, set func(*settings)) SharedOption {
+	return sharedOption(func(s *settings) error {
 		if n < 0 {
 			return invalid("%s %v is negative", what, n)
 		}
@@ -352,20 +380,20 @@ func nonNegative[N int | time.Duration](name, what string, n N, set func(*settin
 // WithBackoff stores a retry schedule with the job, overriding the type's
 // policy for this job.
 func WithBackoff(b retry.Exponential) Option {
-	return Option{name: "WithBackoff", jobScope: func(s *settings) error {
+	return jobOption(func(s *settings) error {
 		if err := b.Validate(); err != nil {
 			return fmt.Errorf("job: %w: %v", ErrInvalid, err)
 		}
 		s.backoff = &Backoff{Initial: b.Initial, Multiplier: b.Multiplier, Max: b.Max, Jitter: b.Jitter}
 		return nil
-	}}
+	})
 }
 
 // Header adds a metadata header carried with the job. Key and value must be
 // valid UTF-8 (they are stored as JSON strings, which would change other
 // bytes); the key must not be empty. Per job only.
 func Header(key, value string) Option {
-	return Option{name: "Header", jobScope: func(s *settings) error {
+	return jobOption(func(s *settings) error {
 		if err := ValidateHeader(key, value); err != nil {
 			return err
 		}
@@ -376,7 +404,7 @@ func Header(key, value string) Option {
 		h[key] = value
 		s.headers = h
 		return nil
-	}}
+	})
 }
 
 // Unique makes a job unique in its queue: while it is pending, and for ttl
@@ -387,8 +415,8 @@ func Header(key, value string) Option {
 // 0 refuses duplicates only while the job is pending; a negative ttl is
 // refused. Only enqueues that carry Unique are checked against what is
 // remembered after the end. Type or job.
-func Unique(ttl time.Duration) Option {
-	return nonNegative("Unique", "uniqueness ttl", ttl, func(s *settings) { s.unique, s.uniqueFor = true, ttl })
+func Unique(ttl time.Duration) SharedOption {
+	return nonNegative("uniqueness ttl", ttl, func(s *settings) { s.unique, s.uniqueFor = true, ttl })
 }
 
 // UniqueIncludeDead makes a job of [Unique] remembered for its ttl also when
@@ -396,8 +424,8 @@ func Unique(ttl time.Duration) Option {
 // cancelled while running, expired), or cancelled before it ran, or
 // expired and dropped ([DropExpired]). By default only a success is. Type
 // or job.
-func UniqueIncludeDead() Option {
-	return both("UniqueIncludeDead", func(s *settings) error {
+func UniqueIncludeDead() SharedOption {
+	return sharedOption(func(s *settings) error {
 		s.uniqueDead = true
 		return nil
 	})
@@ -410,10 +438,10 @@ func UniqueIncludeDead() Option {
 // broker.ErrInProgress. With no pending job the enqueue stores a new one.
 // Per job only.
 func Replace() Option {
-	return Option{name: "Replace", jobScope: func(s *settings) error {
+	return jobOption(func(s *settings) error {
 		s.replace = true
 		return nil
-	}}
+	})
 }
 
 // ExpireAt makes a job that has not started by t never run, across retries
@@ -427,8 +455,8 @@ func ExpireAt(t time.Time) Option {
 // ExpireIn is [ExpireAt] d after the envelope is built (the producer's
 // clock). d must be positive and, with a delay, longer than it. Type or
 // job.
-func ExpireIn(d time.Duration) Option {
-	return both("ExpireIn", func(s *settings) error {
+func ExpireIn(d time.Duration) SharedOption {
+	return sharedOption(func(s *settings) error {
 		if d <= 0 {
 			return invalid("expiry ExpireIn %s is not positive", d)
 		}
@@ -440,34 +468,34 @@ func ExpireIn(d time.Duration) Option {
 // DropExpired makes an expired job be deleted and counted
 // (QueueStats.ExpiredDropped) instead of dead-lettered. It needs
 // [ExpireAt] or [ExpireIn]. Type or job.
-func DropExpired() Option {
-	return both("DropExpired", func(s *settings) error {
+func DropExpired() SharedOption {
+	return sharedOption(func(s *settings) error {
 		s.dropExpired = true
 		return nil
 	})
 }
 
 // WithCodec sets the payload codec of a type. Type only.
-func WithCodec(c Codec) Option {
-	return Option{name: "WithCodec", typeScope: func(s *settings) error {
+func WithCodec(c Codec) TypeOption {
+	return typeOption(func(s *settings) error {
 		if c == nil {
 			return invalid("nil codec")
 		}
 		s.codec = c
 		return nil
-	}}
+	})
 }
 
 // Retry sets the retry policy of a type. Type only; per job, use
 // [WithBackoff].
-func Retry(p retry.Policy) Option {
-	return Option{name: "Retry", typeScope: func(s *settings) error {
+func Retry(p retry.Policy) TypeOption {
+	return typeOption(func(s *settings) error {
 		if p == nil {
 			return invalid("nil retry policy")
 		}
 		s.retry = p
 		return nil
-	}}
+	})
 }
 
 var idEncoding = base32.NewEncoding("0123456789abcdefghijklmnopqrstuv").WithPadding(base32.NoPadding)

@@ -74,7 +74,7 @@ var SendReminder = job.New[Reminder]("sms.reminder", smsRetries...)
 
 // smsRetries are the options of a message that is worth retrying for a
 // while: queue sms, at most 10 retries, each attempt 2s at most.
-var smsRetries = []job.Option{
+var smsRetries = []job.TypeOption{
 	job.Queue("sms"),
 	job.MaxRetries(10),
 	job.Timeout(2 * time.Second),
