@@ -32,7 +32,7 @@ type Runner struct {
 	// slice means none, as in worker.Config.
 	Middleware []job.Middleware
 	// Retry is the policy of jobs and types that set none. nil means
-	// retry.Default.
+	// retry.Default().
 	Retry retry.Policy
 	// Timeout is the handler deadline of jobs and types that set none; 0
 	// means none.
@@ -320,5 +320,5 @@ func (r *Runner) fallback() retry.Policy {
 	if r.Retry != nil {
 		return r.Retry
 	}
-	return retry.Default
+	return retry.Default()
 }

@@ -104,7 +104,7 @@ func TestRunOutcomes(t *testing.T) {
 }
 
 // The retry budget: the attempt after the last retry is dead; the worker's
-// default policy (retry.Default, with jitter) applies to types without one.
+// default policy (retry.Default(), with jitter) applies to types without one.
 func TestRunBudgetAndDefaultPolicy(t *testing.T) {
 	t.Parallel()
 	sms := job.New[SMS]("sms.send", job.MaxRetries(2))
@@ -122,7 +122,7 @@ func TestRunBudgetAndDefaultPolicy(t *testing.T) {
 	}
 	mustPass(t, func(tb testing.TB) { third.RequireDead(tb, "retries exhausted (attempt 3, max retries 2)") })
 
-	// A Runner's own policy replaces retry.Default.
+	// A Runner's own policy replaces retry.Default().
 	rn.Retry = retry.Constant(7 * time.Second)
 	mustPass(t, func(tb testing.TB) { run(t, rn, sms, SMS{To: "+1503"}).RequireRetry(tb, 7*time.Second, 7*time.Second) })
 }

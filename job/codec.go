@@ -8,8 +8,8 @@ type Codec interface {
 	Unmarshal(data []byte, v any) error
 }
 
-// JSON is the default codec, encoding/json.
-var JSON Codec = jsonCodec{}
+// JSON returns the default codec, encoding/json.
+func JSON() Codec { return jsonCodec{} }
 
 type jsonCodec struct{}
 

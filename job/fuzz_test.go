@@ -158,7 +158,7 @@ func FuzzPayload(f *testing.F) {
 		if err := json.Unmarshal(env.Payload, &want); err != nil {
 			t.Fatal(err)
 		}
-		if err := job.JSON.Unmarshal(got.Payload, &have); err != nil {
+		if err := job.JSON().Unmarshal(got.Payload, &have); err != nil {
 			t.Fatal(err)
 		}
 		if have.S != want.S || !bytes.Equal(have.B, payload) || !maps.Equal(have.M, want.M) {

@@ -82,7 +82,7 @@ func NewType[T any](name string, opts ...TypeOption) (*Type[T], error) {
 	if err := ValidateType(name); err != nil {
 		return nil, err
 	}
-	s := settings{queue: DefaultQueue, maxRetries: DefaultMaxRetries, codec: JSON}
+	s := settings{queue: DefaultQueue, maxRetries: DefaultMaxRetries, codec: JSON()}
 	for i, o := range opts {
 		if o == nil {
 			return nil, invalid("option %d of job type %q is nil", i+1, name)

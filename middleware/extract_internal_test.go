@@ -15,7 +15,7 @@ import (
 
 func checkExtractSame(t *testing.T, headers map[string]string) {
 	t.Helper()
-	ct := &consumerTracer{prop: DefaultPropagator, w3c: true}
+	ct := &consumerTracer{prop: defaultPropagator, w3c: true}
 	fast := ct.extract(context.Background(), headers)
 	slow := defaultPropagator.Extract(context.Background(), propagation.MapCarrier(headers))
 	fsc, ssc := trace.SpanContextFromContext(fast), trace.SpanContextFromContext(slow)
@@ -107,7 +107,7 @@ func TestTracingRecognisesTheDefaultPropagator(t *testing.T) {
 		want bool
 	}{
 		{nil, true},
-		{[]TracingOption{WithPropagator(DefaultPropagator)}, true},
+		{[]TracingOption{WithPropagator(defaultPropagator)}, true},
 		{[]TracingOption{WithPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))}, false},
 		{[]TracingOption{WithPropagator(propagation.TraceContext{})}, false},
 	} {

@@ -53,10 +53,12 @@ const (
 	LabelReason  = attribute.Key("reason") // of MetricDeadTrimmed: "cap" or "age"
 )
 
-// Bucket boundaries, in seconds, of the duration and lateness histograms.
+// Bucket boundaries, in seconds, of the duration and lateness histograms:
+// a hint to the meter provider, which an SDK View replaces (see
+// docs/observability.md).
 var (
-	DurationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}
-	LatenessBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600}
+	durationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}
+	latenessBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600}
 )
 
 // MetricsOption configures [Metrics], [EnqueueMetrics] and [ObserveQueues].
@@ -194,11 +196,11 @@ func Metrics(opts ...MetricsOption) job.Middleware {
 	handle(err)
 	duration, err := meter.Float64Histogram(MetricDuration, metric.WithUnit("s"),
 		metric.WithDescription("Time from a handler's start to its return, per attempt."),
-		metric.WithExplicitBucketBoundaries(DurationBuckets...))
+		metric.WithExplicitBucketBoundaries(durationBuckets...))
 	handle(err)
 	lateness, err := meter.Float64Histogram(MetricLateness, metric.WithUnit("s"),
 		metric.WithDescription("Time from a job's ready time to its claim by a worker, per attempt."),
-		metric.WithExplicitBucketBoundaries(LatenessBuckets...))
+		metric.WithExplicitBucketBoundaries(latenessBuckets...))
 	handle(err)
 	mi := &metricsInstruments{handled: handled, duration: duration}
 	return func(next job.Handler) job.Handler {

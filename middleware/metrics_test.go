@@ -144,8 +144,8 @@ func TestMetricsCountOutcomes(t *testing.T) {
 			t.Errorf("%s has %d observations, want 115 (one per attempt)", name, n)
 		}
 	}
-	if h, ok := data[middleware.MetricDuration].(metricdata.Histogram[float64]); !ok || !slices.Equal(h.DataPoints[0].Bounds, middleware.DurationBuckets) {
-		t.Errorf("%s does not use DurationBuckets", middleware.MetricDuration)
+	if h, ok := data[middleware.MetricDuration].(metricdata.Histogram[float64]); !ok || !slices.Equal(h.DataPoints[0].Bounds, []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}) {
+		t.Errorf("%s does not use the documented buckets 0.001 … 300", middleware.MetricDuration)
 	}
 }
 
@@ -308,5 +308,35 @@ func TestDeadTrimmedCounters(t *testing.T) {
 		if p.Value != 0 {
 			t.Errorf("%s = %d, want 0 (no hook)", middleware.MetricDeadUnarchived, p.Value)
 		}
+	}
+}
+
+// TestHistogramBucketsFollowAView: the buckets Metrics gives its
+// histograms are a hint, which an SDK View replaces (docs/observability.md).
+func TestHistogramBucketsFollowAView(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	reader := sdkmetric.NewManualReader()
+	view := sdkmetric.NewView(sdkmetric.Instrument{Name: middleware.MetricDuration},
+		sdkmetric.Stream{Aggregation: sdkmetric.AggregationExplicitBucketHistogram{Boundaries: []float64{1, 10}}})
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader), sdkmetric.WithView(view))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	m := &meter{t: t, reader: reader, mp: mp}
+	typ := job.New[payload]("viewed")
+	typ.Handle(tb.reg, func(context.Context, *job.Job[payload]) error { return nil })
+	if _, err := typ.Enqueue(tb.ctx, tb.b, payload{}); err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, tb.config(t), middleware.Metrics(middleware.WithMeterProvider(mp)))
+	defer stop()
+	redistest.WaitFor(t, 20*time.Second, "the job observed", func() bool {
+		return observations(m.collect(), middleware.MetricDuration) == 1
+	})
+	data := m.collect()
+	if h, ok := data[middleware.MetricDuration].(metricdata.Histogram[float64]); !ok || !slices.Equal(h.DataPoints[0].Bounds, []float64{1, 10}) {
+		t.Errorf("%s bounds = %v, want the view's [1 10]", middleware.MetricDuration, data[middleware.MetricDuration])
+	}
+	if h, ok := data[middleware.MetricLateness].(metricdata.Histogram[float64]); !ok || len(h.DataPoints[0].Bounds) != 14 {
+		t.Errorf("%s bounds = %v, want the 14 default ones", middleware.MetricLateness, data[middleware.MetricLateness])
 	}
 }

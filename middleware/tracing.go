@@ -63,7 +63,7 @@ func InjectTrace(ctx context.Context, envs []*job.Envelope, opts ...TracingOptio
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		return
 	}
-	c := tracingConfig{prop: DefaultPropagator}
+	c := tracingConfig{prop: defaultPropagator}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -124,18 +124,16 @@ func WithNewTrace() TracingOption {
 	return func(c *tracingConfig) { c.newRoot = true }
 }
 
-// DefaultPropagator is the propagator of [Tracing] and [EnqueueTracing]
+// defaultPropagator is the propagator of [Tracing] and [EnqueueTracing]
 // unless [WithPropagator] says otherwise: W3C Trace Context and Baggage.
-var DefaultPropagator propagation.TextMapPropagator = defaultPropagator
-
-// defaultPropagator is DefaultPropagator's value; [Tracing] recognises it
-// (by pointer) to read the common case, a traceparent alone, itself.
+// [Tracing] recognises it (by pointer) to read the common case, a
+// traceparent alone, itself.
 var defaultPropagator = &w3cPropagator{propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})}
 
 type w3cPropagator struct{ propagation.TextMapPropagator }
 
 func newTracingConfig(opts []TracingOption) tracingConfig {
-	c := tracingConfig{prop: DefaultPropagator}
+	c := tracingConfig{prop: defaultPropagator}
 	for _, o := range opts {
 		o(&c)
 	}

@@ -50,9 +50,11 @@ func tableDDL(table, seq, integer, blob, now string) string {
 )`, table, seq, blob, integer, integer, now)
 }
 
-// Postgres is PostgreSQL (10 or newer). Several relays may run at once:
-// each locks its batch with FOR UPDATE SKIP LOCKED.
-var Postgres = Dialect{
+// Postgres returns the dialect of PostgreSQL (10 or newer). Several relays
+// may run at once: each locks its batch with FOR UPDATE SKIP LOCKED.
+func Postgres() Dialect { return postgres }
+
+var postgres = Dialect{
 	name:  "postgres",
 	nowMS: pgNow,
 	lock:  " FOR UPDATE SKIP LOCKED",
@@ -66,12 +68,15 @@ var Postgres = Dialect{
 	},
 }
 
-// SQLite is SQLite (3.35 or newer, for RETURNING). A database has one
-// writer at a time: the relay takes the write lock for each batch with
-// BEGIN IMMEDIATE, so a second relay, and the application's writes, wait
-// for it (give the connection a busy timeout, e.g. _pragma=busy_timeout(5000)
-// with modernc.org/sqlite). Run one relay per database.
-var SQLite = Dialect{
+// SQLite returns the dialect of SQLite (3.35 or newer, for RETURNING). A
+// database has one writer at a time: the relay takes the write lock for
+// each batch with BEGIN IMMEDIATE, so a second relay, and the
+// application's writes, wait for it (give the connection a busy timeout,
+// e.g. _pragma=busy_timeout(5000) with modernc.org/sqlite). Run one relay
+// per database.
+func SQLite() Dialect { return sqlite }
+
+var sqlite = Dialect{
 	name:      "sqlite",
 	nowMS:     sqliteNow,
 	immediate: true,

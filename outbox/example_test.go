@@ -31,7 +31,7 @@ func Example() {
 	db.SetMaxOpenConns(1)
 	_, _ = db.ExecContext(ctx, "CREATE TABLE orders (id TEXT PRIMARY KEY)")
 
-	ob, _ := outbox.New(db, outbox.SQLite, outbox.Options{})
+	ob, _ := outbox.New(db, outbox.SQLite(), outbox.Options{})
 	if err := ob.Migrate(ctx); err != nil {
 		fmt.Println(err)
 		return

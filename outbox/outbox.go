@@ -46,7 +46,7 @@ func New(db *sql.DB, d Dialect, opts Options) (*Outbox, error) {
 		return nil, invalid("nil *sql.DB")
 	}
 	if d.name == "" {
-		return nil, invalid("no dialect: use outbox.Postgres or outbox.SQLite")
+		return nil, invalid("no dialect: use outbox.Postgres() or outbox.SQLite()")
 	}
 	if opts.Table == "" {
 		opts.Table = DefaultTable

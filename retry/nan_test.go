@@ -23,7 +23,7 @@ func TestValidateRejectsNaNAndInf(t *testing.T) {
 			t.Errorf("Validate(%+v) = nil, want an error", e)
 		}
 	}
-	if err := retry.Default.Validate(); err != nil {
+	if err := retry.Default().Validate(); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -42,8 +42,11 @@ type Exponential struct {
 	Jitter     float64       // randomization factor in [0, 1); 0 disables jitter
 }
 
-// Default is the policy used when neither the job nor its type sets one.
-var Default = Exponential{Initial: time.Second, Multiplier: 2, Max: time.Hour, Jitter: 0.2}
+// Default returns the policy used when neither the job nor its type sets
+// one: Initial 1s, Multiplier 2, Max 1h, Jitter 0.2.
+func Default() Exponential {
+	return Exponential{Initial: time.Second, Multiplier: 2, Max: time.Hour, Jitter: 0.2}
+}
 
 // NewExponential returns an Exponential after checking its parameters.
 func NewExponential(initial time.Duration, multiplier float64, maxDelay time.Duration, jitter float64) (Exponential, error) {

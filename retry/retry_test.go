@@ -12,7 +12,7 @@ import (
 
 func TestExponentialWithinJitter(t *testing.T) {
 	t.Parallel()
-	p := retry.Default
+	p := retry.Default()
 	for attempt, base := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 5: 16 * time.Second, 12: 2048 * time.Second, 13: time.Hour, 40: time.Hour} {
 		lo, hi := time.Duration(float64(base)*0.8), time.Duration(float64(base)*1.2)
 		var minSeen, maxSeen time.Duration = time.Duration(1 << 62), 0

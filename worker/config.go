@@ -105,7 +105,7 @@ type Config struct {
 	ShutdownTimeout time.Duration
 
 	// Retry is the policy for types and jobs that set none. Default
-	// retry.Default.
+	// retry.Default().
 	Retry retry.Policy
 	// Timeout is the handler deadline for types and jobs that set none.
 	// 0 means none.
@@ -311,7 +311,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	if c.Retry == nil {
-		c.Retry = retry.Default
+		c.Retry = retry.Default()
 	}
 	if c.Middleware == nil {
 		c.Middleware = DefaultMiddleware()

@@ -437,7 +437,7 @@ func OpenStore(ctx context.Context, path string) (*Store, error) {
 		return nil, err
 	}
 	db.SetMaxOpenConns(1)
-	ob, err := outbox.New(db, outbox.SQLite, outbox.Options{})
+	ob, err := outbox.New(db, outbox.SQLite(), outbox.Options{})
 	if err == nil {
 		err = ob.Migrate(ctx)
 	}

@@ -88,7 +88,7 @@ func run() error {
 	if _, err := db.ExecContext(ctx, "CREATE TABLE orders (id TEXT PRIMARY KEY, cents INTEGER NOT NULL, state TEXT NOT NULL)"); err != nil {
 		return err
 	}
-	ob, err := outbox.New(db, outbox.SQLite, outbox.Options{})
+	ob, err := outbox.New(db, outbox.SQLite(), outbox.Options{})
 	if err != nil {
 		return err
 	}

@@ -125,7 +125,7 @@ func TestOutboxRelayFaults(t *testing.T) {
 	s := newSuite(t, srv, ns, queue)
 	pg := pgtest.Start(t)
 	db, dsn := pg.NewDB(t)
-	ob, err := outbox.New(db, outbox.Postgres, outbox.Options{})
+	ob, err := outbox.New(db, outbox.Postgres(), outbox.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,7 +42,7 @@ func StartRelay(t testing.TB, b outbox.Broker, name string, pending []*job.Envel
 	}
 	t.Cleanup(func() { _ = db.Close() })
 	db.SetMaxOpenConns(1)
-	ob, err := outbox.New(db, outbox.SQLite, outbox.Options{})
+	ob, err := outbox.New(db, outbox.SQLite(), outbox.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

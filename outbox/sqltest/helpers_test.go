@@ -49,14 +49,14 @@ func openDB(t testing.TB, d string) (*sql.DB, outbox.Dialect) {
 	t.Helper()
 	switch d {
 	case "postgres":
-		return pgtest.New(t), outbox.Postgres
+		return pgtest.New(t), outbox.Postgres()
 	case "sqlite":
 		db, err := sql.Open("sqlite", sqliteDSN(filepath.Join(t.TempDir(), "app.db")))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = db.Close() })
-		return db, outbox.SQLite
+		return db, outbox.SQLite()
 	}
 	t.Fatalf("unknown dialect %q", d)
 	return nil, outbox.Dialect{}

@@ -231,21 +231,21 @@ func TestNewRefusesBadOptions(t *testing.T) {
 		opts outbox.Options
 		want string
 	}{
-		{"nil db", nil, outbox.SQLite, outbox.Options{}, "nil *sql.DB"},
+		{"nil db", nil, outbox.SQLite(), outbox.Options{}, "nil *sql.DB"},
 		{"no dialect", db, outbox.Dialect{}, outbox.Options{}, "no dialect"},
-		{"table with a space", db, outbox.SQLite, outbox.Options{Table: "out box"}, `table name "out box" contains ' '`},
-		{"table with a quote", db, outbox.SQLite, outbox.Options{Table: `x";DROP`}, "table name"},
-		{"leading digit", db, outbox.SQLite, outbox.Options{Table: "1outbox"}, "table name"},
-		{"empty schema", db, outbox.SQLite, outbox.Options{Table: ".outbox"}, "schema name"},
-		{"three parts", db, outbox.SQLite, outbox.Options{Table: "a.b.c"}, "table name"},
-		{"too long", db, outbox.SQLite, outbox.Options{Table: strings.Repeat("t", 55)}, "the limit is 54"},
+		{"table with a space", db, outbox.SQLite(), outbox.Options{Table: "out box"}, `table name "out box" contains ' '`},
+		{"table with a quote", db, outbox.SQLite(), outbox.Options{Table: `x";DROP`}, "table name"},
+		{"leading digit", db, outbox.SQLite(), outbox.Options{Table: "1outbox"}, "table name"},
+		{"empty schema", db, outbox.SQLite(), outbox.Options{Table: ".outbox"}, "schema name"},
+		{"three parts", db, outbox.SQLite(), outbox.Options{Table: "a.b.c"}, "table name"},
+		{"too long", db, outbox.SQLite(), outbox.Options{Table: strings.Repeat("t", 55)}, "the limit is 54"},
 	} {
 		_, err := outbox.New(c.db, c.d, c.opts)
 		if !errors.Is(err, job.ErrInvalid) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: got %v, want an error wrapping job.ErrInvalid containing %q", c.name, err, c.want)
 		}
 	}
-	ob, err := outbox.New(db, outbox.SQLite, outbox.Options{})
+	ob, err := outbox.New(db, outbox.SQLite(), outbox.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -241,7 +241,7 @@ func TestRelayStatusHidesConnectionDetails(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
-	ob, err := outbox.New(db, outbox.Postgres, outbox.Options{})
+	ob, err := outbox.New(db, outbox.Postgres(), outbox.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -79,7 +79,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	ob, err := outbox.New(db, outbox.Postgres, outbox.Options{})
+	ob, err := outbox.New(db, outbox.Postgres(), outbox.Options{})
 	if err != nil {
 		return err
 	}
