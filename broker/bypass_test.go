@@ -33,7 +33,7 @@ var bypassPayloads = []struct {
 // and one plain job.
 func controlled(t *testing.T, tb *testBundle, p []byte) {
 	t.Helper()
-	if err := tb.b.PauseType(tb.ctx, "q", "ctl.paused"); err != nil {
+	if err := tb.b.Pause(tb.ctx, "q", "ctl.paused"); err != nil {
 		t.Fatal(err)
 	}
 	if err := tb.b.SetConcurrency(tb.ctx, "q", "ctl.capped", 1); err != nil {
@@ -116,7 +116,7 @@ func TestBodiesWithoutHeader(t *testing.T) {
 	}
 
 	tb = setup(t)
-	if err := tb.b.PauseType(tb.ctx, "q", "ctl.paused"); err != nil {
+	if err := tb.b.Pause(tb.ctx, "q", "ctl.paused"); err != nil {
 		t.Fatal(err)
 	}
 	store("old-paused", `{"p":{"t":"free"},"t":"ctl.paused"}`)
@@ -153,7 +153,7 @@ func TestBodiesWithoutHeader(t *testing.T) {
 func TestReplayedClaimKeepsTheUnreadableMark(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
-	if err := tb.b.PauseType(tb.ctx, "q", "ctl.paused"); err != nil {
+	if err := tb.b.Pause(tb.ctx, "q", "ctl.paused"); err != nil {
 		t.Fatal(err)
 	}
 	if err := tb.rdb.HSet(tb.ctx, tb.key("q", "jobs"), "deep", `{"p":`+strings.Repeat("[", 1001)+strings.Repeat("]", 1001)+`,"t":"x"}`).Err(); err != nil {

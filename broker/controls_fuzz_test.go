@@ -53,7 +53,7 @@ func FuzzClaimKeepsTypeControls(f *testing.F) {
 	// the only token of the hour: later ones of both must wait.
 	must(b.SetConcurrency(ctx, q, "fz.capped", 1))
 	must(b.SetRateLimit(ctx, q, "fz.limited", job.RateLimit{Count: 1, Per: time.Hour}))
-	must(b.PauseType(ctx, q, "fz.paused"))
+	must(b.Pause(ctx, q, "fz.paused"))
 	must(b.Enqueue(ctx, &job.Envelope{ID: "run-capped", Queue: q, Type: "fz.capped"}, &job.Envelope{ID: "run-limited", Queue: q, Type: "fz.limited"}))
 	s := testkit.Shards(f, b, q)[0]
 	p := protocol.For(b)

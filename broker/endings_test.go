@@ -9,7 +9,7 @@ import (
 	"github.com/delayq/delayq/job"
 )
 
-// TestReplaceOfAParkedOrHeldJob: a job parked by PauseType or held back by
+// TestReplaceOfAParkedOrHeldJob: a job parked by a paused type or held back by
 // its type's cap is scheduled for every operation: Job reports it so, and
 // Replace replaces it (its new ready time and arguments), as Reschedule
 // and Cancel do; a job a worker holds is still refused with ErrInProgress.
@@ -19,7 +19,7 @@ func TestReplaceOfAParkedOrHeldJob(t *testing.T) {
 	tb := setup(t)
 	typed := func(id, typ string) *job.Envelope { e := env(id, 0); e.Type = typ; return e }
 	tb.enqueue(t, typed("parked", "order.timeout"), typed("r1", "report.build"), typed("zheld", "report.build"))
-	if err := tb.b.PauseType(tb.ctx, "q", "order.timeout"); err != nil {
+	if err := tb.b.Pause(tb.ctx, "q", "order.timeout"); err != nil {
 		t.Fatal(err)
 	}
 	if err := tb.b.SetConcurrency(tb.ctx, "q", "report.build", 1); err != nil {

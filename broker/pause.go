@@ -9,46 +9,55 @@ import (
 	"github.com/delayq/delayq/job"
 )
 
-// Pause pauses queue: from the moment it returns no worker claims a job of
-// the queue (checked inside the claim script, so a paused job is never
-// leased) until Resume. Jobs go on being enqueued, retried and cancelled;
-// running jobs run to their end. Workers that find the queue paused sleep
-// until the resume's wake-up notice (at most their MaxIdle). Stats report
-// it (job.QueueStats.Paused). Pausing a paused queue changes nothing. One
-// script call per shard.
-func (b *Broker) Pause(ctx context.Context, queue string) error {
-	_, err := b.pause(ctx, queue, "*", true)
-	return err
-}
-
-// Resume ends a pause of queue and wakes its workers. Resuming a queue that
-// is not paused changes nothing.
-func (b *Broker) Resume(ctx context.Context, queue string) error {
-	_, err := b.pause(ctx, queue, "*", false)
-	return err
-}
-
-// PauseType pauses the jobs of one type in queue: a claim that finds one
-// due sets it aside (parked: still pending, cancellable, counted in
-// job.QueueStats.Parked) instead of leasing it, and claims the other types'
-// jobs as usual. The type name is checked (job.ValidateType).
-func (b *Broker) PauseType(ctx context.Context, queue, typ string) error {
-	if err := job.ValidateType(typ); err != nil {
+// Pause pauses queue, or with a type name only that type's jobs in it (as
+// SetRateLimit and SetConcurrency, "" means the whole queue).
+//
+// A paused queue: from the moment Pause returns no worker claims a job of
+// it (checked inside the claim script, so a paused job is never leased)
+// until Resume. Jobs go on being enqueued, retried and cancelled; running
+// jobs run to their end. Workers that find the queue paused sleep until the
+// resume's wake-up notice (at most their MaxIdle). Stats report it
+// (job.QueueStats.Paused).
+//
+// A paused type: a claim that finds one of its jobs due sets it aside
+// (parked: still pending, cancellable, counted in job.QueueStats.Parked)
+// instead of leasing it, and claims the other types' jobs as usual. The
+// type name is checked (job.ValidateType).
+//
+// Pausing what is paused changes nothing. One script call per shard.
+func (b *Broker) Pause(ctx context.Context, queue, typ string) error {
+	what, err := pauseTarget(typ)
+	if err != nil {
 		return err
 	}
-	_, err := b.pause(ctx, queue, typ, true)
+	_, err = b.pause(ctx, queue, what, true)
 	return err
 }
 
-// ResumeType ends a pause of typ in queue: its parked jobs go back to the
-// schedule at their ready times (due at once), and the queue's workers
-// are woken. It returns how many jobs came back. Its cost is O(P) for the
-// P parked jobs of the queue.
-func (b *Broker) ResumeType(ctx context.Context, queue, typ string) (int64, error) {
-	if err := job.ValidateType(typ); err != nil {
+// Resume ends a pause of queue, or with a type name of that type in queue
+// ("" for the whole queue), and wakes the queue's workers. A resumed type's
+// parked jobs go back to the schedule at their ready times (due at once):
+// Resume returns how many came back (0 for a queue, whose jobs were never
+// moved), at a cost of O(P) for the P parked jobs of the queue. Resuming
+// what is not paused changes nothing.
+func (b *Broker) Resume(ctx context.Context, queue, typ string) (int64, error) {
+	what, err := pauseTarget(typ)
+	if err != nil {
 		return 0, err
 	}
-	return b.pause(ctx, queue, typ, false)
+	return b.pause(ctx, queue, what, false)
+}
+
+// pauseTarget is what pause.lua pauses: "*" for the queue, else the type,
+// checked.
+func pauseTarget(typ string) (string, error) {
+	if typ == "" {
+		return "*", nil
+	}
+	if err := job.ValidateType(typ); err != nil {
+		return "", err
+	}
+	return typ, nil
 }
 
 // pause runs pause.lua on every shard of queue; what is "*" or a type.

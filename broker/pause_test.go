@@ -23,10 +23,10 @@ func TestPauseQueue(t *testing.T) {
 				}
 			}
 			tb.enqueue(t, env("a", 0), env("b", 0), env("c", time.Second))
-			if err := tb.b.Pause(tb.ctx, "q"); err != nil {
+			if err := tb.b.Pause(tb.ctx, "q", ""); err != nil {
 				t.Fatal(err)
 			}
-			if err := tb.b.Pause(tb.ctx, "q"); err != nil { // idempotent
+			if err := tb.b.Pause(tb.ctx, "q", ""); err != nil { // idempotent
 				t.Fatal(err)
 			}
 			tb.clock.Advance(2 * time.Second)
@@ -43,7 +43,7 @@ func TestPauseQueue(t *testing.T) {
 			if err := tb.b.Cancel(tb.ctx, "q", "d"); err != nil {
 				t.Fatal(err)
 			}
-			if err := tb.b.Resume(tb.ctx, "q"); err != nil {
+			if _, err := tb.b.Resume(tb.ctx, "q", ""); err != nil {
 				t.Fatal(err)
 			}
 			res = tb.claim(t, 10)
@@ -62,7 +62,7 @@ func TestPauseType(t *testing.T) {
 	tb := setup(t)
 	sms := func(id string) *job.Envelope { e := env(id, 0); e.Type = "sms.send"; return e }
 	tb.enqueue(t, sms("s1"), env("m1", 0), sms("s2"), env("m2", 0))
-	if err := tb.b.PauseType(tb.ctx, "q", "sms.send"); err != nil {
+	if err := tb.b.Pause(tb.ctx, "q", "sms.send"); err != nil {
 		t.Fatal(err)
 	}
 	res := tb.claim(t, 10)
@@ -89,9 +89,9 @@ func TestPauseType(t *testing.T) {
 	if res := tb.claim(t, 10); len(res.Jobs) != 0 {
 		t.Fatalf("claimed %v while the type is paused", ids(res.Jobs))
 	}
-	n, err := tb.b.ResumeType(tb.ctx, "q", "sms.send")
+	n, err := tb.b.Resume(tb.ctx, "q", "sms.send")
 	if err != nil || n != 2 {
-		t.Fatalf("ResumeType: %d, %v; want 2 jobs back", n, err)
+		t.Fatalf("Resume of the type: %d, %v; want 2 jobs back", n, err)
 	}
 	res = tb.claim(t, 10)
 	if got := strings.Join(ids(res.Jobs), ","); got != "s1,s3" {
@@ -101,9 +101,10 @@ func TestPauseType(t *testing.T) {
 		t.Fatalf("a parked job spent an attempt: %d", res.Jobs[0].Attempt)
 	}
 	for _, bad := range []func() error{
-		func() error { return tb.b.PauseType(tb.ctx, "q", "a type") },
-		func() error { return tb.b.Pause(tb.ctx, "q{x}") },
-		func() error { _, err := tb.b.ResumeType(tb.ctx, "q", ""); return err },
+		func() error { return tb.b.Pause(tb.ctx, "q", "a type") },
+		func() error { return tb.b.Pause(tb.ctx, "q{x}", "") },
+		func() error { _, err := tb.b.Resume(tb.ctx, "q", "a\ttype"); return err },
+		func() error { _, err := tb.b.Resume(tb.ctx, "", ""); return err },
 	} {
 		if err := bad(); !errors.Is(err, job.ErrInvalid) {
 			t.Errorf("bad input: %v, want ErrInvalid", err)

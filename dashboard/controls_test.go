@@ -138,7 +138,7 @@ func TestHeldBackShown(t *testing.T) {
 	if err := tb.b.SetConcurrency(tb.ctx, "sms", "report.build", 1); err != nil {
 		t.Fatal(err)
 	}
-	if err := tb.b.PauseType(tb.ctx, "sms", "mail.send"); err != nil {
+	if err := tb.b.Pause(tb.ctx, "sms", "mail.send"); err != nil {
 		t.Fatal(err)
 	}
 	claimed := 0

@@ -31,16 +31,14 @@ func (d *Dashboard) setPause(w http.ResponseWriter, r *http.Request, pause bool)
 		err  error
 		done string
 	)
-	switch {
-	case pause && typ == "":
-		err, done = d.b.Pause(r.Context(), q), "paused"
-	case pause:
-		err, done = d.b.PauseType(r.Context(), q, typ), "type-paused"
-	case typ == "":
-		err, done = d.b.Resume(r.Context(), q), "resumed"
-	default:
-		back, err = d.b.ResumeType(r.Context(), q, typ)
-		done = "type-resumed"
+	if pause {
+		err, done = d.b.Pause(r.Context(), q, typ), "paused"
+	} else {
+		back, err = d.b.Resume(r.Context(), q, typ)
+		done = "resumed"
+	}
+	if typ != "" {
+		done = "type-" + done
 	}
 	if err != nil {
 		d.actionError(w, r, err)

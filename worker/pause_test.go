@@ -34,7 +34,7 @@ func TestPausedQueueSleepsUntilResume(t *testing.T) {
 	typ := job.New[payload]("report.build", job.Queue("reports"))
 	var ran atomic.Int64
 	typ.Handle(tb.reg, func(context.Context, *job.Job[payload]) error { ran.Add(1); return nil })
-	if err := tb.b.Pause(tb.ctx, "reports"); err != nil {
+	if err := tb.b.Pause(tb.ctx, "reports", ""); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := typ.Enqueue(tb.ctx, tb.b, payload{N: 1}); err != nil {
@@ -49,7 +49,7 @@ func TestPausedQueueSleepsUntilResume(t *testing.T) {
 	if ran.Load() != 0 {
 		t.Fatal("a job of a paused queue ran")
 	}
-	if err := tb.b.Resume(tb.ctx, "reports"); err != nil {
+	if _, err := tb.b.Resume(tb.ctx, "reports", ""); err != nil {
 		t.Fatal(err)
 	}
 	redistest.WaitFor(t, 20*time.Second, "the job after resume", func() bool { return ran.Load() == 1 })

@@ -283,8 +283,8 @@ func functionsFeatures(t *testing.T, b *broker.Broker) {
 	})
 
 	// Pause a queue, then a type; a rate limit and a cap while jobs run.
-	must("pause", b.Pause(ctx, "fc"))
-	must("pause a type", b.PauseType(ctx, "fc", "fn.capped"))
+	must("pause", b.Pause(ctx, "fc", ""))
+	must("pause a type", b.Pause(ctx, "fc", "fn.capped"))
 	must("rate limit", b.SetRateLimit(ctx, "fc", "", job.RateLimit{Count: 100, Per: time.Second, Burst: 10}))
 	must("type rate limit", b.SetRateLimit(ctx, "fc", "fn.capped", job.RateLimit{Count: 50, Per: time.Second}))
 	must("cap", b.SetConcurrency(ctx, "fc", "", 2))
@@ -297,8 +297,9 @@ func functionsFeatures(t *testing.T, b *broker.Broker) {
 	if err != nil || !st.Paused || len(st.PausedTypes) != 1 || st.Caps[""] != 2 || st.RateLimits["fn.capped"].Count != 50 {
 		t.Fatalf("stats of the controlled queue: %+v, %v", st, err)
 	}
-	must("resume", b.Resume(ctx, "fc"))
-	_, err = b.ResumeType(ctx, "fc", "fn.capped")
+	_, err = b.Resume(ctx, "fc", "")
+	must("resume", err)
+	_, err = b.Resume(ctx, "fc", "fn.capped")
 	must("resume a type", err)
 	redistest.WaitFor(t, 30*time.Second, "the capped, limited jobs handled", func() bool {
 		return count("fn.capped", 70) == 1 && count("fn.capped", 71) == 1 && count("fn.capped", 72) == 1

@@ -377,15 +377,10 @@ func (a *app) setPause(ctx context.Context, b *broker.Broker, q, typ string, pau
 		back int64
 		err  error
 	)
-	switch {
-	case pause && typ == "":
-		err = b.Pause(ctx, q)
-	case pause:
-		err = b.PauseType(ctx, q, typ)
-	case typ == "":
-		err = b.Resume(ctx, q)
-	default:
-		back, err = b.ResumeType(ctx, q, typ)
+	if pause {
+		err = b.Pause(ctx, q, typ)
+	} else {
+		back, err = b.Resume(ctx, q, typ)
 	}
 	if err != nil {
 		return err
@@ -451,7 +446,7 @@ type limitJSON struct {
 }
 
 func (a *app) listQueues(ctx context.Context, b *broker.Broker) error {
-	all, err := b.AllStats(ctx)
+	all, err := b.StatsOf(ctx)
 	bad, err := leftOut(err)
 	if err != nil {
 		return err
