@@ -111,9 +111,8 @@
 // # Inspection
 //
 // Operators' tools read the queues without changing them: [Broker.Queues],
-// [Broker.Stats] and [Broker.StatsOf] (every queue when none is named)
-// give counts (scheduled, due, processing, dead), the oldest due job's
-// lateness and the next ready time
+// [Broker.Stats] and [Broker.AllStats] give counts (scheduled, due,
+// processing, dead), the oldest due job's lateness and the next ready time
 // in O(log N) per queue; [Broker.ScheduledPage] and [Broker.ProcessingPage]
 // page through jobs by ready time or lease deadline with a cursor;
 // [Broker.Job] finds one job in any state. [Broker.EvictionPolicy] reads the

@@ -210,8 +210,13 @@ func at(j *job.JobInfo) int64 {
 	return ms(j.ReadyAt)
 }
 
-// allStats is StatsOf with no queue named: every known queue.
-func (b *Broker) allStats(ctx context.Context) ([]job.QueueStats, error) {
+// AllStats returns the stats of every known queue (see Queues), sorted by
+// queue name: one pipelined round trip, one O(log N) script call per shard.
+// A queue that cannot be read (its shard count in ns:shards is not a
+// number, one of its keys holds the wrong type, ...) does not hide the
+// others: they are returned with a *QueueErrors that names each queue left
+// out and why. Any other error comes with no stats.
+func (b *Broker) AllStats(ctx context.Context) ([]job.QueueStats, error) {
 	names, err := b.Queues(ctx)
 	if err != nil {
 		return nil, err

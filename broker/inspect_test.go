@@ -227,13 +227,13 @@ func TestAllStats(t *testing.T) {
 	a, b := env("1", 0), env("2", time.Minute)
 	a.Queue, b.Queue = "zeta", "alpha"
 	tb.enqueue(t, a, b)
-	all, err := tb.b.StatsOf(tb.ctx)
+	all, err := tb.b.AllStats(tb.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(all) != 2 || all[0].Queue != "alpha" || all[0].Scheduled != 1 || all[0].Due != 0 ||
 		all[1].Queue != "zeta" || all[1].Due != 1 {
-		t.Fatalf("StatsOf with no queue = %+v", all)
+		t.Fatalf("AllStats = %+v", all)
 	}
 }
 
@@ -294,10 +294,10 @@ func TestAllStatsLeavesOutUnreadableQueues(t *testing.T) {
 	shards := keyspace.ShardsKey(tb.ns)
 	tb.rdb.HSet(tb.ctx, shards, "badcount", "many")
 	tb.rdb.SAdd(tb.ctx, keyspace.QueuesKey(tb.ns), "badcount")
-	all, err := tb.b.StatsOf(tb.ctx)
+	all, err := tb.b.AllStats(tb.ctx)
 	var qe *broker.QueueErrors
 	if !errors.As(err, &qe) || len(all) != 1 || all[0].Queue != "good" || all[0].Scheduled != 1 {
-		t.Fatalf("StatsOf with no queue: %+v, %v; want good's stats and a *QueueErrors", all, err)
+		t.Fatalf("AllStats: %+v, %v; want good's stats and a *QueueErrors", all, err)
 	}
 	if len(qe.Errs) != 2 || !strings.Contains(qe.Errs["bad"].Error(), index) ||
 		!strings.Contains(qe.Errs["badcount"].Error(), `"many", not a number (field "badcount" of `+shards) {

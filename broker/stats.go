@@ -28,17 +28,7 @@ func (b *Broker) Stats(ctx context.Context, queue string) (job.QueueStats, error
 // when the server has not cached the script yet), in the order given. Each
 // shard costs the one O(log N) script call of stats.lua. It returns an error
 // wrapping job.ErrInvalid for a bad queue name, before contacting Redis.
-//
-// With no queue named it reads every known queue (see Queues), sorted by
-// name, in the same round trip. Then a queue that cannot be read (its
-// shard count in ns:shards is not a number, one of its keys holds the
-// wrong type, ...) does not hide the others: they are returned with a
-// *QueueErrors that names each queue left out and why. Any other error
-// comes with no stats.
 func (b *Broker) StatsOf(ctx context.Context, queues ...string) ([]job.QueueStats, error) {
-	if len(queues) == 0 {
-		return b.allStats(ctx)
-	}
 	out, errs, err := b.statsOf(ctx, queues)
 	if err != nil {
 		return nil, err
@@ -105,8 +95,8 @@ func (b *Broker) statsOf(ctx context.Context, queues []string) (out []job.QueueS
 	return out, errs, nil
 }
 
-// QueueErrors is the error of a reader of every queue (StatsOf with no
-// queue named) that could not read some of them: the others were read and are returned with
+// QueueErrors is the error of a reader of every queue (AllStats) that
+// could not read some of them: the others were read and are returned with
 // it. Errs maps each unreadable queue to why (a shard count that is not a
 // number, a key of the wrong type, ...), with the key or record named.
 type QueueErrors struct {

@@ -133,7 +133,7 @@ type queueStatsJSON struct {
 // *broker.QueueErrors, unless none could be read.
 func (a *app) readStats(ctx context.Context, b *broker.Broker, queues []string) ([]job.QueueStats, error) {
 	if len(queues) == 0 {
-		return b.StatsOf(ctx)
+		return b.AllStats(ctx)
 	}
 	out := make([]job.QueueStats, 0, len(queues))
 	bad := &broker.QueueErrors{Errs: map[string]error{}}
