@@ -134,6 +134,30 @@ func ValidateUnique(env *Envelope) error {
 	return nil
 }
 
+// ValidateDebounce checks the debounce settings of env ([Debounce]): a
+// window that is not negative, and, when it is set, an id (the key), and
+// none of the settings a debounced job cannot have.
+func ValidateDebounce(env *Envelope) error {
+	if env.Debounce == 0 {
+		return nil
+	}
+	switch {
+	case env.Debounce < 0:
+		return invalid("debounce window %s of job %q is negative", env.Debounce, env.ID)
+	case env.ID == "":
+		return invalid("debounced job of type %q has no id: its id is its debounce key", env.Type)
+	case env.Unique:
+		return invalid("job %q has Unique and Debounce: Unique refuses a later enqueue that Debounce would take in; choose one", env.ID)
+	case env.Replace:
+		return invalid("job %q has Replace and Debounce: Debounce replaces the pending job already; give Debounce alone", env.ID)
+	case env.Delay != 0 || !env.At.IsZero():
+		return invalid("job %q has a Delay or At and Debounce: a debounced job is ready at the end of its window", env.ID)
+	case env.Batch != "":
+		return invalid("job %q is a member of batch %q and has Debounce: a member is a new job", env.ID, env.Batch)
+	}
+	return nil
+}
+
 // UniqueID is the id of a [Unique] job that names none: "u:" and 32
 // characters of the SHA-256 of the type name and the encoded arguments, so
 // the same type and argument bytes give the same id.
