@@ -3,10 +3,13 @@ package broker_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/protocol"
@@ -396,5 +399,74 @@ func TestDebounceRefusals(t *testing.T) {
 	after := snapshot(t, tb.ctx, tb.rdb, tb.ns, "")
 	if !mapsEqual(before, after) {
 		t.Fatalf("refused calls changed the store:\nbefore %v\nafter  %v", before, after)
+	}
+}
+
+// commandCalls is the calls of each command the server counted since its
+// statistics were reset, but those of the connection and of this reading.
+func commandCalls(t *testing.T, ctx context.Context, rdb *redis.Client) map[string]int {
+	t.Helper()
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok {
+			continue
+		}
+		name = strings.TrimPrefix(name, "cmdstat_")
+		if name == "info" || name == "config|resetstat" || name == "hello" || strings.HasPrefix(name, "client|") {
+			continue
+		}
+		n, err := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[name] = n
+	}
+	return out
+}
+
+// TestPlainEnqueueCostUnchanged: a single enqueue without debounce (nor
+// Unique or Replace) takes the script's one-job path as before: one
+// EVALSHA whose commands are ZRANGE, HSETNX, SET (the call record), ZADD
+// and TIME (for its delay from now), and no other command reaches the
+// server; a debounced one takes the general path, with its call record.
+func TestPlainEnqueueCostUnchanged(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	b, err := broker.New(rdb, broker.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := job.New[notice]("plain", job.Queue("q"))
+	if _, err := plain.Enqueue(ctx, b, notice{N: 0}); err != nil { // the queue is known, the script loaded
+		t.Fatal(err)
+	}
+	count := func(enqueue func() error) map[string]int {
+		t.Helper()
+		if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := enqueue(); err != nil {
+			t.Fatal(err)
+		}
+		return commandCalls(t, ctx, rdb)
+	}
+	got := count(func() error { _, err := plain.Enqueue(ctx, b, notice{N: 1}); return err })
+	want := map[string]int{"evalsha": 1, "zrange": 1, "hsetnx": 1, "set": 1, "zadd": 1, "time": 1}
+	if !maps.Equal(got, want) {
+		t.Fatalf("a plain enqueue ran %v, want %v", got, want)
+	}
+	got = count(func() error {
+		_, err := noticeType.Enqueue(ctx, b, notice{N: 1}, job.Debounce("k", time.Minute))
+		return err
+	})
+	if got["evalsha"] != 1 || got["get"] != 1 || got["set"] != 1 || got["hset"] != 1 || got["zadd"] != 1 {
+		t.Fatalf("a debounced enqueue ran %v, want one EVALSHA with GET, SET, HSET and ZADD", got)
 	}
 }
