@@ -357,6 +357,10 @@ func TestDebounceRefusals(t *testing.T) {
 			_, err := noticeType.Enqueue(tb.ctx, tb.b, notice{}, job.In(time.Hour), job.Debounce("k", time.Minute))
 			return err
 		}, "In or At and Debounce"},
+		{"expiry inside the window", func() error {
+			_, err := noticeType.Enqueue(tb.ctx, tb.b, notice{}, job.ExpireIn(time.Second), job.Debounce("k", time.Minute))
+			return err
+		}, "is not after the ready time"},
 		{"many", func() error {
 			_, err := noticeType.EnqueueMany(tb.ctx, tb.b, []notice{{}, {}}, job.Debounce("k", time.Minute))
 			return err
@@ -468,5 +472,59 @@ func TestPlainEnqueueCostUnchanged(t *testing.T) {
 	})
 	if got["evalsha"] != 1 || got["get"] != 1 || got["set"] != 1 || got["hset"] != 1 || got["zadd"] != 1 {
 		t.Fatalf("a debounced enqueue ran %v, want one EVALSHA with GET, SET, HSET and ZADD", got)
+	}
+}
+
+// TestDebounceInOneCall: debounced enqueues of one key that go in one
+// script call (an Enqueue of several envelopes, or concurrent single
+// Enqueues that share a call, see combine.go) each act on what the one
+// before left: all answer nil, one job is stored, with the last arguments.
+func TestDebounceInOneCall(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	deb := func(n int) *job.Envelope {
+		e := env("k", 0)
+		e.Debounce, e.Payload = time.Minute, []byte(`{"n":`+strconv.Itoa(n)+`}`)
+		return e
+	}
+	if err := tb.b.Enqueue(tb.ctx, deb(1), deb(2), deb(3)); err != nil {
+		t.Fatalf("one call of three: %v", err)
+	}
+	info, err := tb.b.Job(tb.ctx, "q", "k")
+	if err != nil || string(info.Envelope.Payload) != `{"n":3}` || !info.ReadyAt.Equal(tb.clock.Now().Add(time.Minute)) {
+		t.Fatalf("stored %+v, %v; want n 3, ready in a minute", info, err)
+	}
+	// Due: the later ones in a call keep its ready time too.
+	tb.clock.Advance(2 * time.Minute)
+	if err := tb.b.Enqueue(tb.ctx, deb(4), deb(5)); err != nil {
+		t.Fatalf("one call of two, due: %v", err)
+	}
+	if again, err := tb.b.Job(tb.ctx, "q", "k"); err != nil || string(again.Envelope.Payload) != `{"n":5}` || !again.ReadyAt.Equal(info.ReadyAt) {
+		t.Fatalf("stored %+v, %v; want n 5, ready %v kept", again, err, info.ReadyAt)
+	}
+	// A plain job with the id after a debounced one in a call is a duplicate.
+	err = tb.b.Enqueue(tb.ctx, deb(6), env("k", 0))
+	var be *job.BatchError
+	if !errors.As(err, &be) || be.Errs[0] != nil || !errors.Is(be.Errs[1], broker.ErrDuplicate) {
+		t.Fatalf("debounced then plain: %v, want nil then ErrDuplicate", err)
+	}
+
+	// Concurrent producers of one key: every call answers nil.
+	tb2 := setup(t)
+	const producers = 20
+	errs := make(chan error, producers)
+	for p := range producers {
+		go func() {
+			_, err := noticeType.Enqueue(tb2.ctx, tb2.b, notice{N: p}, job.Debounce("k", time.Minute))
+			errs <- err
+		}()
+	}
+	for range producers {
+		if err := <-errs; err != nil {
+			t.Fatalf("concurrent debounced enqueue: %v", err)
+		}
+	}
+	if n := tb2.storedJobs(t); n != 1 {
+		t.Fatalf("%d jobs stored, want 1", n)
 	}
 }

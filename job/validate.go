@@ -105,7 +105,7 @@ func ValidateDelay(d time.Duration) error {
 }
 
 // ValidateExpiry checks the expiry of env against its ready time (At, or now
-// + Delay): an expiry that is not after it would never let the job run.
+// + Delay, or now + Debounce for a debounced job): an expiry that is not after it would never let the job run.
 func ValidateExpiry(env *Envelope, now time.Time) error {
 	if env.ExpireAt.IsZero() {
 		if env.DropExpired {
@@ -114,7 +114,10 @@ func ValidateExpiry(env *Envelope, now time.Time) error {
 		return nil
 	}
 	ready := env.At
-	if ready.IsZero() {
+	switch {
+	case env.Debounce > 0:
+		ready = now.Add(env.Debounce) // the end of its window
+	case ready.IsZero():
 		ready = now.Add(env.Delay)
 	}
 	if !env.ExpireAt.After(ready) {

@@ -48,6 +48,10 @@
 -- ready time (now + its delay, the window); one whose id is due (scheduled,
 -- parked or held) replaces the envelope and keeps the ready time and
 -- place, answering that ready time; one whose id a worker holds gets -3.
+-- A job flagged "d" whose id an earlier job of the same call stored
+-- (several single Enqueues of one key that share a script call, see
+-- combine.go) acts on what that job left, as if it came after it: it is
+-- no duplicate.
 --
 -- A fixed number of commands per call, whatever the number of jobs: the
 -- earliest ready time is read once (so that at most one wake-up notice is
@@ -239,7 +243,12 @@ local function set_aside(id, body)
   end
   return false
 end
-local fields, members, seen = {}, {}, {}
+-- seen: the ids met so far in this call; written: for an id this call
+-- stores, true when it goes to the schedule with a new ready time, or the
+-- ready time it keeps (a debounced due job), so that a debounced job later
+-- in the call with the id acts on what the call leaves (the later field
+-- and member of HSET and ZADD win).
+local fields, members, seen, written = {}, {}, {}, {}
 local soonest = nil
 local function store(k, i)
   local ready = ready_of(i)
@@ -251,6 +260,7 @@ local function store(k, i)
   members[#members + 1] = ready
   members[#members + 1] = ids[k]
   out[k] = ready
+  written[ids[k]] = true
 end
 -- Gives the pending job id the envelope of job k and keeps its ready time
 -- at: a debounced enqueue that found it due.
@@ -258,6 +268,7 @@ local function keep(k, i, at)
   fields[#fields + 1] = ids[k]
   fields[#fields + 1] = ARGV[i + 1]
   out[k] = at
+  written[ids[k]] = at
 end
 -- A debounced enqueue (flag "d") of job k that found its id pending: in
 -- its window (scheduled, not yet due) the job gets the new envelope and
@@ -304,6 +315,13 @@ for k = 1, #ids do
   local id = ids[k]
   if replayed[k] then
     -- Answered from its call record: nothing changes.
+  elseif seen[id] and ARGV[i + 4] == 'd' and written[id] == true then
+    -- Debounced after a job with the id stored earlier in this call.
+    store(k, i)
+  elseif seen[id] and ARGV[i + 4] == 'd' and written[id] then
+    keep(k, i, written[id])
+  elseif seen[id] and ARGV[i + 4] == 'd' and pending[k] then
+    debounce(k, i, id, pending[k])
   elseif seen[id] then
     out[k] = -1
   elseif pending[k] then
