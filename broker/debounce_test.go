@@ -528,3 +528,32 @@ func TestDebounceInOneCall(t *testing.T) {
 		t.Fatalf("%d jobs stored, want 1", n)
 	}
 }
+
+// TestDebounceReplacesAJobWaitingForItsRetry: a job that failed and waits
+// for its retry is scheduled: a debounced enqueue of its key gives it the
+// new arguments and moves its retry to the end of the window, and keeps
+// its attempts, so the next claim is its second attempt.
+func TestDebounceReplacesAJobWaitingForItsRetry(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	if _, err := noticeType.Enqueue(tb.ctx, tb.b, notice{N: 1}, job.Debounce("k", time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	tb.clock.Advance(time.Second)
+	res := tb.claim(t, 1)
+	if len(res.Jobs) != 1 {
+		t.Fatalf("claimed %v", ids(res.Jobs))
+	}
+	if _, err := testkit.Drive(tb.b).Retry(tb.ctx, res.Jobs[0].Lease, time.Hour, res.Jobs[0].Envelope); err != nil {
+		t.Fatal(err)
+	}
+	e, err := noticeType.Enqueue(tb.ctx, tb.b, notice{N: 2}, job.Debounce("k", time.Minute))
+	if err != nil || !e.ReadyAt.Equal(tb.clock.Now().Add(time.Minute)) {
+		t.Fatalf("debounce of a job waiting for its retry: %v, ready %v; want ready in a minute", err, e.ReadyAt)
+	}
+	tb.clock.Advance(time.Minute)
+	res = tb.claim(t, 1)
+	if len(res.Jobs) != 1 || res.Jobs[0].Attempt != 2 || string(res.Jobs[0].Envelope.Payload) != `{"n":2}` {
+		t.Fatalf("claimed %+v, want k's second attempt with n 2", res.Jobs)
+	}
+}
