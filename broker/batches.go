@@ -89,6 +89,8 @@ func (b *Broker) callback(env *job.Envelope, id string, keep time.Duration, now 
 		return "", nil, "", fmt.Errorf("broker: %w: a batch callback cannot itself be a batch member (batch %q)", job.ErrInvalid, env.Batch)
 	case env.Replace:
 		return "", nil, "", fmt.Errorf("broker: %w: a batch callback cannot replace a job (job.Replace); it is a new job with the id %q", job.ErrInvalid, id)
+	case env.Debounce != 0:
+		return "", nil, "", fmt.Errorf("broker: %w: a batch callback cannot be debounced (job.Debounce); it is a new job with the id %q", job.ErrInvalid, id)
 	case env.Unique:
 		return "", nil, "", fmt.Errorf("broker: %w: a batch callback cannot set job.Unique: it is unique by its id %q for the batch's Keep", job.ErrInvalid, id)
 	}
@@ -206,6 +208,9 @@ func (b *Broker) addToBatch(ctx context.Context, id, mode string, members []*job
 		}
 		if env.Replace {
 			return fmt.Errorf("broker: add to batch %q: %w: member %d of %d (%q) asks to replace a job; a member is a new job", id, job.ErrInvalid, i+1, len(members), env.ID)
+		}
+		if env.Debounce != 0 {
+			return fmt.Errorf("broker: add to batch %q: %w: member %d of %d (%q) is debounced (job.Debounce); a member is a new job", id, job.ErrInvalid, i+1, len(members), env.ID)
 		}
 		env.Batch = id
 		if _, err := b.prepare(env, now); err != nil {

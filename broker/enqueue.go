@@ -23,7 +23,10 @@ import (
 // whatever the timing: only this call sent again (Resend) is answered as
 // the first send was. So do job.Unique ids remembered after their end.
 // With job.Replace, a scheduled job with the id is replaced (ErrInProgress
-// when a worker holds it). A call whose reply was lost fails with a
+// when a worker holds it). With job.Debounce, a scheduled job with the id
+// that is not yet due is replaced and ready the window from now, a due
+// one gets the envelope and keeps its ready time (ErrInProgress when a
+// worker holds it). A call whose reply was lost fails with a
 // *CallError wrapping ErrOutcomeUnknown (ErrNotReplicated when the
 // replicas fell short): Resend settles it. On success each envelope gets
 // its ID (generated when empty), Queue, CreatedAt and ReadyAt (server
@@ -127,7 +130,11 @@ func (b *Broker) enqueueShard(ctx context.Context, s keyspace.Shard, envs []*job
 			if cids != nil {
 				cid = cids[i]
 			}
-			args = append(args, envs[i].ID, bodies[i], at, durUS(envs[i].Delay), enqueueFlags(envs[i]), cid)
+			delay := envs[i].Delay
+			if envs[i].Debounce > 0 {
+				delay = envs[i].Debounce // ready at the end of the window
+			}
+			args = append(args, envs[i].ID, bodies[i], at, durUS(delay), enqueueFlags(envs[i]), cid)
 		}
 		res, err := b.run(ctx, enqueueScript, []string{k.Scheduled, k.Jobs, k.Unique, k.Calls, k.Parked, k.Held}, args...)
 		if res == nil && !unsure(err) {
@@ -187,9 +194,12 @@ func parseEnqueued(res any, n int) (ready []int64, err error) {
 }
 
 // enqueueFlags are the flags of env in enqueue.lua: "u" checks the ids
-// remembered after their end, "r" replaces a scheduled job.
+// remembered after their end, "r" replaces a scheduled job, "d" debounces
+// (job.Debounce, which Prepare refuses with the other two).
 func enqueueFlags(env *job.Envelope) string {
 	switch {
+	case env.Debounce > 0:
+		return "d"
 	case env.Unique && env.Replace:
 		return "ur"
 	case env.Unique:

@@ -268,6 +268,10 @@ func TestNotify(t *testing.T) {
 		"u-5 asks for a login code while the senders restart; a code is worth sending for 250ms (job.ExpireIn)",
 		"otp u-5: login code 0815 delivered",
 		"otp: the first code expired before a sender started it: dropped unsent (expired and dropped: 1); dead 0",
+		// A burst of chat messages per user becomes one digest SMS with
+		// the last count (job.Debounce).
+		`digest u-3: 1 SMS ["you have 20 unread messages"]`,
+		`digest u-4: 1 SMS ["you have 3 unread messages"]`,
 	)
 	if strings.Contains(out, "login code 4711 delivered") {
 		t.Errorf("the expired login code was sent:\n%s", out)

@@ -36,7 +36,7 @@ const ChainRemember = 24 * time.Hour
 // delay ([In]) counts from the success, its ready time ([At]) is absolute,
 // and it may carry next jobs of its own, so a chain can be as long as
 // needed. A next job without an [ID] gets [ChainID] of the job. Next jobs
-// may not be [Unique], [Replace] or members of a batch of their own (the
+// may not be [Unique], [Replace], [Debounce] or members of a batch of their own (the
 // next jobs of a batch member join its batch): the chain itself makes
 // them enqueued once. The envelopes are copied. Per job only.
 func Then(next ...*Envelope) Option {
@@ -110,6 +110,8 @@ func validateNext(env *Envelope, now time.Time) error {
 		return invalid("job of type %q is Unique; a next job is enqueued once by its chain and may not be", env.Type)
 	case env.Replace:
 		return invalid("job of type %q has Replace; a next job may not", env.Type)
+	case env.Debounce != 0:
+		return invalid("job of type %q has Debounce; a next job is enqueued once by its chain and may not be", env.Type)
 	case env.Batch != "":
 		return invalid("job of type %q is a member of batch %q; a next job may not be", env.Type, env.Batch)
 	}

@@ -36,7 +36,8 @@
 // [Unique] keeps a job unique while it is pending and for a window after
 // it succeeded (with no id, the id is derived from the type and
 // arguments); [Replace] replaces a scheduled job's arguments and ready
-// time; [ExpireAt] and [ExpireIn] keep a job that has not started by then
+// time; [Debounce] coalesces a burst of enqueues of one key into one job
+// with the last arguments, ready a window after the last; [ExpireAt] and [ExpireIn] keep a job that has not started by then
 // from ever running. See docs/scheduling.md.
 //
 // Delivery is at least once: a handler may see the same job again after a

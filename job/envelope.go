@@ -54,6 +54,17 @@ type Envelope struct {
 	// holds it.
 	Replace bool
 
+	// Debounce (enqueue only), a window over 0: the job's id is its
+	// debounce key. While a job with the id is scheduled and not yet due
+	// (inside its window), the enqueue replaces its envelope and moves
+	// its ready time to Debounce after the server's now, atomically; a
+	// job with the id that is due but not claimed gets the envelope and
+	// keeps its ready time; one a worker holds is not replaced
+	// (broker.ErrInProgress). With no pending job the enqueue stores a new
+	// one, ready Debounce from now. Needs an ID; refused with Unique,
+	// Replace, In/At (Delay, At) and in a batch or a chain. See [Debounce].
+	Debounce time.Duration
+
 	// ExpireAt: a job not started by then never runs; the claim that finds
 	// it expired dead-letters it with reason "expired", or drops it and
 	// counts it when DropExpired is set. Zero means never.

@@ -8,7 +8,7 @@ import (
 // Prepare fills in what every enqueuer fills in when it is empty (Queue:
 // DefaultQueue; ID: [NewID], or [UniqueID] for a Unique job; CreatedAt:
 // now) and checks env's fields as broker.Enqueue does (which calls it):
-// queue, id, type and header names, the delay, the uniqueness settings, the
+// queue, id, type and header names, the delay, the uniqueness and debounce settings, the
 // expiry against the ready time, the retry budget, the timeout, the
 // retention and the backoff. Errors wrap [ErrInvalid] and
 // name the field. A size cap on the payload is the caller's (the broker's
@@ -25,6 +25,9 @@ func Prepare(env *Envelope, now time.Time) error {
 		return err
 	}
 	if err := ValidateUnique(env); err != nil {
+		return err
+	}
+	if err := ValidateDebounce(env); err != nil {
 		return err
 	}
 	if env.ID == "" {

@@ -135,6 +135,7 @@ func (t *Type[T]) Envelope(args T, opts ...Option) (*Envelope, error) {
 		UniqueFor:   s.uniqueFor,
 		UniqueDead:  s.uniqueDead,
 		Replace:     s.replace,
+		Debounce:    s.debounce,
 		ExpireAt:    s.expireAt,
 		DropExpired: s.dropExpired,
 		Next:        s.next,
@@ -178,6 +179,9 @@ func (t *Type[T]) EnqueueMany(ctx context.Context, e Enqueuer, args []T, opts ..
 		env, err := t.Envelope(a, opts...)
 		if err != nil {
 			return nil, err
+		}
+		if env.Debounce > 0 {
+			return nil, invalid("option Debounce cannot be shared by a batch of %d jobs: they would have one key; enqueue them one by one", len(args))
 		}
 		if env.ID != "" {
 			return nil, invalid("option ID cannot be shared by a batch of %d jobs", len(args))
@@ -235,6 +239,8 @@ type settings struct {
 	uniqueFor   time.Duration
 	uniqueDead  bool
 	replace     bool
+	debounce    time.Duration // window of Debounce, 0: none
+	debounceKey string        // the key of Debounce, the job's id
 	expireAt    time.Time
 	expireIn    time.Duration
 	dropExpired bool
@@ -246,6 +252,18 @@ type settings struct {
 func (s *settings) checkControls(typ string) error {
 	if s.uniqueDead && !s.unique {
 		return invalid("option UniqueIncludeDead on job type %q needs Unique", typ)
+	}
+	if s.debounce > 0 {
+		switch {
+		case s.id != s.debounceKey:
+			return invalid("job of type %q has ID %q and Debounce key %q: a debounced job's id is its key; give one of them", typ, s.id, s.debounceKey)
+		case s.unique:
+			return invalid("job of type %q has Unique and Debounce: Unique refuses a later enqueue that Debounce would take in; choose one", typ)
+		case s.replace:
+			return invalid("job of type %q has Replace and Debounce: Debounce replaces the pending job already; give Debounce alone", typ)
+		case s.delay > 0 || !s.at.IsZero():
+			return invalid("job of type %q has In or At and Debounce: a debounced job is ready at the end of its window", typ)
+		}
 	}
 	if s.dropExpired && s.expireAt.IsZero() && s.expireIn <= 0 {
 		return invalid("option DropExpired on job type %q needs ExpireAt or ExpireIn", typ)
@@ -442,6 +460,46 @@ func Replace() Option {
 		s.replace = true
 		return nil
 	})
+}
+
+// Debounce coalesces the enqueues of one key: the job's id is key, and an
+// enqueue made while a job with that id is scheduled and not yet due (its
+// window) replaces that job's arguments and options and moves its ready
+// time to window after this enqueue, by the server's clock, atomically.
+// So a burst of enqueues, each within window of the one before, leaves one
+// job, with the last call's arguments, ready window after the last call
+// (a trailing-edge debounce, as BullMQ's debounce with replace and
+// extend). An enqueue with no pending job under key stores a new job,
+// ready window from now. Once the job is due its window is closed: an
+// enqueue that finds it due but not yet claimed gives it the new
+// arguments and leaves its ready time (it runs once, at once, with the
+// newest arguments), and one that finds it held by a worker stores
+// nothing and fails with broker.ErrInProgress, as [Replace] does (the
+// running job may have read its arguments already; enqueue again when it
+// ends, or under another key). A job waiting for a retry is scheduled: a
+// debounced enqueue replaces it, keeping its attempts.
+//
+// key is 1 to [MaxIDLen] bytes as [ID] takes; window must be positive.
+// Debounce cannot be combined with [Unique], [Replace], [In] or [At], a
+// different [ID], a batch (broker.AddToBatch) or a chain's next jobs
+// ([Then]). Per job only. See docs/flow-control.md#debounce.
+func Debounce(key string, window time.Duration) Option {
+	return Option{name: "Debounce", jobScope: func(s *settings) error {
+		if key == "" {
+			return invalid("debounce key must not be empty")
+		}
+		if err := ValidateID(key); err != nil {
+			return fmt.Errorf("debounce key: %w", err)
+		}
+		if window <= 0 {
+			return invalid("debounce window %s of key %q is not positive", window, key)
+		}
+		if s.id == "" || s.id == s.debounceKey {
+			s.id = key
+		}
+		s.debounce, s.debounceKey = window, key
+		return nil
+	}}
 }
 
 // ExpireAt makes a job that has not started by t never run, across retries

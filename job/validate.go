@@ -105,7 +105,7 @@ func ValidateDelay(d time.Duration) error {
 }
 
 // ValidateExpiry checks the expiry of env against its ready time (At, or now
-// + Delay): an expiry that is not after it would never let the job run.
+// + Delay, or now + Debounce for a debounced job): an expiry that is not after it would never let the job run.
 func ValidateExpiry(env *Envelope, now time.Time) error {
 	if env.ExpireAt.IsZero() {
 		if env.DropExpired {
@@ -114,7 +114,10 @@ func ValidateExpiry(env *Envelope, now time.Time) error {
 		return nil
 	}
 	ready := env.At
-	if ready.IsZero() {
+	switch {
+	case env.Debounce > 0:
+		ready = now.Add(env.Debounce) // the end of its window
+	case ready.IsZero():
 		ready = now.Add(env.Delay)
 	}
 	if !env.ExpireAt.After(ready) {
@@ -130,6 +133,30 @@ func ValidateUnique(env *Envelope) error {
 		return invalid("uniqueness ttl %s is negative", env.UniqueFor)
 	case !env.Unique && (env.UniqueFor != 0 || env.UniqueDead):
 		return invalid("UniqueFor or UniqueDead of job %q without Unique", env.ID)
+	}
+	return nil
+}
+
+// ValidateDebounce checks the debounce settings of env ([Debounce]): a
+// window that is not negative, and, when it is set, an id (the key), and
+// none of the settings a debounced job cannot have.
+func ValidateDebounce(env *Envelope) error {
+	if env.Debounce == 0 {
+		return nil
+	}
+	switch {
+	case env.Debounce < 0:
+		return invalid("debounce window %s of job %q is negative", env.Debounce, env.ID)
+	case env.ID == "":
+		return invalid("debounced job of type %q has no id: its id is its debounce key", env.Type)
+	case env.Unique:
+		return invalid("job %q has Unique and Debounce: Unique refuses a later enqueue that Debounce would take in; choose one", env.ID)
+	case env.Replace:
+		return invalid("job %q has Replace and Debounce: Debounce replaces the pending job already; give Debounce alone", env.ID)
+	case env.Delay != 0 || !env.At.IsZero():
+		return invalid("job %q has a Delay or At and Debounce: a debounced job is ready at the end of its window", env.ID)
+	case env.Batch != "":
+		return invalid("job %q is a member of batch %q and has Debounce: a member is a new job", env.ID, env.Batch)
 	}
 	return nil
 }

@@ -21,7 +21,9 @@
 -- ARGV[5+6i .. 10+6i] -> id, envelope, at ms (0 = use delay), delay µs,
 --                        flags: "" or letters of "u" (refused while the
 --                        id is remembered in KEYS[3]) and "r" (replace a
---                        scheduled job with the id), the job's own call
+--                        scheduled job with the id), or "d" alone
+--                        (job.Debounce: the delay is the window), the
+--                        job's own call
 --                        id when ARGV[4] is "" (single Enqueues that
 --                        share this script call, see combine.go)
 --
@@ -41,7 +43,15 @@
 -- paused) or held (its type at its cap): those are scheduled too, for
 -- every operation (Cancel, Reschedule, Job), and the replaced job goes
 -- back to KEYS[1], where the claim parks or holds it again once it is due
--- while its type is still paused or capped.
+-- while its type is still paused or capped. A job flagged "d" (debounce)
+-- whose id is scheduled and not yet due replaces the stored envelope and
+-- ready time (now + its delay, the window); one whose id is due (scheduled,
+-- parked or held) replaces the envelope and keeps the ready time and
+-- place, answering that ready time; one whose id a worker holds gets -3.
+-- A job flagged "d" whose id an earlier job of the same call stored
+-- (several single Enqueues of one key that share a script call, see
+-- combine.go) acts on what that job left, as if it came after it: it is
+-- no duplicate.
 --
 -- A fixed number of commands per call, whatever the number of jobs: the
 -- earliest ready time is read once (so that at most one wake-up notice is
@@ -233,7 +243,12 @@ local function set_aside(id, body)
   end
   return false
 end
-local fields, members, seen = {}, {}, {}
+-- seen: the ids met so far in this call; written: for an id this call
+-- stores, true when it goes to the schedule with a new ready time, or the
+-- ready time it keeps (a debounced due job), so that a debounced job later
+-- in the call with the id acts on what the call leaves (the later field
+-- and member of HSET and ZADD win).
+local fields, members, seen, written = {}, {}, {}, {}
 local soonest = nil
 local function store(k, i)
   local ready = ready_of(i)
@@ -245,18 +260,76 @@ local function store(k, i)
   members[#members + 1] = ready
   members[#members + 1] = ids[k]
   out[k] = ready
+  written[ids[k]] = true
+end
+-- Gives the pending job id the envelope of job k and keeps its ready time
+-- at: a debounced enqueue that found it due.
+local function keep(k, i, at)
+  fields[#fields + 1] = ids[k]
+  fields[#fields + 1] = ARGV[i + 1]
+  out[k] = at
+  written[ids[k]] = at
+end
+-- A debounced enqueue (flag "d") of job k that found its id pending: in
+-- its window (scheduled, not yet due) the job gets the new envelope and
+-- ready time; due (scheduled, or set aside by a pause or a cap) it gets
+-- the envelope and keeps its ready time and place; held by a worker it is
+-- left alone (-3).
+local function debounce(k, i, id, body)
+  local at = tonumber(redis.call('ZSCORE', KEYS[1], id))
+  if at and at > ms_of(now()) then
+    store(k, i)
+    return
+  end
+  if not at then
+    local bad = expect({KEYS[5], 'zset'})
+    if bad then
+      error(bad)
+    end
+    at = tonumber(redis.call('ZSCORE', KEYS[5], id))
+  end
+  if not at then
+    local t = body and string.match(body, '^{"t":"([%w%._:/%-]+)"[,}]')
+    if not t and body then
+      local ok, env = pcall(cjson.decode, body)
+      if ok and type(env) == 'table' and type(env.t) == 'string' then
+        t = env.t
+      end
+    end
+    if t then
+      local bad = expect({KEYS[6] .. t, 'zset'})
+      if bad then
+        error(bad)
+      end
+      at = tonumber(redis.call('ZSCORE', KEYS[6] .. t, id))
+    end
+  end
+  if at then
+    keep(k, i, at)
+  else
+    out[k] = -3
+  end
 end
 for k = 1, #ids do
   local i = FIRST + W * (k - 1)
   local id = ids[k]
   if replayed[k] then
     -- Answered from its call record: nothing changes.
+  elseif seen[id] and ARGV[i + 4] == 'd' and written[id] == true then
+    -- Debounced after a job with the id stored earlier in this call.
+    store(k, i)
+  elseif seen[id] and ARGV[i + 4] == 'd' and written[id] then
+    keep(k, i, written[id])
+  elseif seen[id] and ARGV[i + 4] == 'd' and pending[k] then
+    debounce(k, i, id, pending[k])
   elseif seen[id] then
     out[k] = -1
   elseif pending[k] then
     seen[id] = true
     local replace = ARGV[i + 4] ~= '' and string.find(ARGV[i + 4], 'r', 1, true)
-    if replace and redis.call('ZSCORE', KEYS[1], id) then
+    if ARGV[i + 4] == 'd' then
+      debounce(k, i, id, pending[k])
+    elseif replace and redis.call('ZSCORE', KEYS[1], id) then
       store(k, i)
     elseif replace and set_aside(id, pending[k]) then
       store(k, i)
@@ -278,7 +351,11 @@ if #uniq > 0 then
 end
 if soonest ~= nil then
   wake(soonest)
+end
+if #fields > 0 then
   call_chunked('HSET', KEYS[2], fields)
+end
+if #members > 0 then
   call_chunked('ZADD', KEYS[1], members)
 end
 if whole ~= '' then

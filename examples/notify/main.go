@@ -20,6 +20,10 @@
 // runs, it is dropped unsent once its 250ms are over (job.ExpireIn with
 // job.DropExpired), and the code asked for next is sent.
 //
+// Then a digest: 23 chat messages for two users, each enqueuing its
+// user's notification with job.Debounce, become one SMS per user, with the
+// last count, sent once no message came for 300ms.
+//
 // Then a burst: 1,000 alerts due at once, to a gateway that takes at most
 // 200 calls in any second and answers 429 above that. A fleet-wide strict
 // limit of 200 in any second on the alert type (Broker.SetRateLimit with
@@ -218,6 +222,9 @@ func run() error {
 	if err := sendOTPs(ctx, b, users, clock); err != nil {
 		return err
 	}
+	if _, err := sendDigests(ctx, b, users, clock); err != nil {
+		return err
+	}
 	_, err = sendBurst(ctx, b, clock)
 	return err
 }
@@ -267,6 +274,129 @@ func sendOTPs(ctx context.Context, b *broker.Broker, users *Directory, clock *de
 	}
 	clock.Printf("otp: the first code expired before a sender started it: dropped unsent (expired and dropped: %d); dead %d", st.ExpiredDropped, st.Dead)
 	return nil
+}
+
+// Digest is a coalesced notification: how many chat messages wait for a
+// user.
+type Digest struct {
+	UserID string `json:"user_id"`
+	Unread int    `json:"unread"`
+}
+
+// SendDigest tells a user how many messages wait for them. Every new
+// message enqueues it with job.Debounce("digest-"+user, digestWindow): a
+// burst of messages becomes one SMS with the count of the last, sent once
+// no message came for digestWindow. It retries like a reminder.
+var SendDigest = job.New[Digest]("sms.digest", smsRetries...)
+
+// digestWindow is how long a user's digest waits for another message.
+const digestWindow = 300 * time.Millisecond
+
+// DigestResult is what the digests came to.
+type DigestResult struct {
+	Texts map[string][]string      // user -> texts of the SMS delivered
+	Quiet map[string]time.Duration // user -> from their last message to the SMS going out
+}
+
+// digestMessages is the chat traffic of the digest step: 20 messages for
+// u-3 and 3 for u-4, interleaved, arriving as fast as they are enqueued.
+func digestMessages() []string {
+	var to []string
+	for i := range 20 {
+		to = append(to, "u-3")
+		if i%7 == 0 {
+			to = append(to, "u-4")
+		}
+	}
+	return to
+}
+
+// sendDigests shows debounce: a burst of chat messages per user becomes one
+// SMS per user, with the last count, digestWindow after the user's last
+// message. The messages arrive while the senders restart (no worker runs),
+// so the outcome is the same however slow the machine: a digest whose
+// window closed before the next message gets that message's count too
+// (job.Debounce gives a due job the newest arguments).
+func sendDigests(ctx context.Context, b *broker.Broker, users *Directory, clock *demo.Clock) (DigestResult, error) {
+	res := DigestResult{Texts: map[string][]string{}, Quiet: map[string]time.Duration{}}
+	gateway := httptest.NewServer(NewProvider(seed, 10, time.Second))
+	defer gateway.Close()
+	unread := map[string]int{}
+	last := map[string]time.Time{}
+	msgs := digestMessages()
+	for _, user := range msgs {
+		unread[user]++
+		last[user] = time.Now() // before the call: the window counts from the server's now, which is later
+		d := Digest{UserID: user, Unread: unread[user]}
+		if _, err := SendDigest.Enqueue(ctx, b, d, job.Debounce("digest-"+user, digestWindow)); err != nil {
+			return res, err
+		}
+	}
+	clock.Printf("digest: %d chat messages (u-3: %d, u-4: %d), each enqueuing its user's digest with job.Debounce(\"digest-<user>\", %v)",
+		len(msgs), unread["u-3"], unread["u-4"], digestWindow)
+
+	var mu sync.Mutex
+	done := make(chan string, len(msgs)) // room for every run, however many
+	reg := job.NewRegistry()
+	SendDigest.Handle(reg, func(ctx context.Context, j *job.Job[Digest]) error {
+		phone, ok := users.Phone(j.Args.UserID)
+		if !ok {
+			return retry.Permanent(fmt.Errorf("unknown user %s", j.Args.UserID))
+		}
+		text := fmt.Sprintf("you have %d unread messages", j.Args.Unread)
+		// The id repeats from one burst to the next: the Idempotency-Key
+		// adds the creation time of the envelope that runs.
+		key := j.ID + "@" + strconv.FormatInt(j.CreatedAt.UnixMilli(), 10)
+		status, retryAfter, answer, err := post(ctx, gateway.Client(), gateway.URL+"/messages", key, phone, text)
+		switch {
+		case err != nil:
+			return err
+		case status == http.StatusTooManyRequests:
+			return retry.After(retryAfter, errors.New("provider: 429 rate-limited"))
+		case status != http.StatusOK:
+			return fmt.Errorf("provider: %d %s", status, answer)
+		}
+		// Sent now, or by an attempt whose answer was lost ("duplicate").
+		mu.Lock()
+		defer mu.Unlock()
+		res.Texts[j.Args.UserID] = append(res.Texts[j.Args.UserID], text)
+		res.Quiet[j.Args.UserID] = time.Since(last[j.Args.UserID])
+		done <- j.Args.UserID
+		return nil
+	})
+	w, err := worker.New(worker.Config{Broker: b, Registry: reg, Queues: []worker.Queue{{Name: SendDigest.Queue()}}})
+	if err != nil {
+		return res, err
+	}
+	workerCtx, stopWorker := context.WithCancel(ctx)
+	defer stopWorker()
+	workerDone := make(chan error, 1)
+	go func() { workerDone <- w.Run(workerCtx) }()
+	for pending := len(unread); pending > 0; {
+		select {
+		case <-done:
+			pending--
+		case <-ctx.Done():
+			stopWorker()
+			<-workerDone
+			return res, fmt.Errorf("digest: timed out with %d digests unsent", pending)
+		}
+	}
+	// A second SMS to a user would come within a window; wait one more,
+	// so that the result shows it.
+	if err := sleep(ctx, digestWindow); err != nil {
+		return res, err
+	}
+	stopWorker()
+	if err := <-workerDone; err != nil {
+		return res, err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, user := range []string{"u-3", "u-4"} {
+		clock.Printf("digest %s: %d SMS %q, %dms after their last message", user, len(res.Texts[user]), res.Texts[user], res.Quiet[user].Milliseconds())
+	}
+	return res, nil
 }
 
 // Alert is one message of a burst, to one phone.

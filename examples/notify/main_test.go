@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -171,5 +172,32 @@ func TestBurstUnderRateLimit(t *testing.T) {
 	}
 	if got := st.RateLimits[SendAlert.Name()]; got.Count != burstRate || got.Per != time.Second || !got.Strict || got.Slack != burstSlack {
 		t.Errorf("rate limit of %s in Stats = %v, want %d in any 1s, strict, slack %v", SendAlert.Name(), got, burstRate, burstSlack)
+	}
+}
+
+// A burst of chat messages per user becomes one SMS per user, with the
+// count of the user's last message, no earlier than the debounce window
+// after it.
+func TestDigestsCoalesce(t *testing.T) {
+	t.Parallel()
+	bd := testkit.Setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	users := &Directory{phones: map[string]string{"u-3": "+15550103", "u-4": "+15550104"}}
+	res, err := sendDigests(ctx, bd.B, users, demo.NewClock())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{}
+	for _, u := range digestMessages() {
+		want[u]++
+	}
+	for u, n := range want {
+		if got := res.Texts[u]; len(got) != 1 || got[0] != fmt.Sprintf("you have %d unread messages", n) {
+			t.Errorf("%s received %q, want one SMS counting %d", u, got, n)
+		}
+		if res.Quiet[u] < digestWindow {
+			t.Errorf("%s's SMS went out %v after their last message, before the window of %v", u, res.Quiet[u], digestWindow)
+		}
 	}
 }
