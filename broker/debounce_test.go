@@ -69,7 +69,7 @@ func TestDebounceCoalesces(t *testing.T) {
 				t.Fatalf("%d jobs stored, want 1", n)
 			}
 			info, err := tb.b.Job(tb.ctx, "q", "user-7")
-			if err != nil || info.State != broker.StateScheduled || !info.ReadyAt.Equal(last.ReadyAt) || string(info.Envelope.Payload) != `{"n":50}` {
+			if err != nil || info.State != job.StateScheduled || !info.ReadyAt.Equal(last.ReadyAt) || string(info.Envelope.Payload) != `{"n":50}` {
 				t.Fatalf("stored job %+v, %v; want scheduled at %v with n 50", info, err, last.ReadyAt)
 			}
 			// Due one window after the last enqueue, not before.
@@ -258,7 +258,7 @@ func TestDebounceAfterTheWindow(t *testing.T) {
 		}
 		tb.clock.Advance(time.Millisecond) // "running" is claimed first
 	}
-	if err := tb.b.PauseType(tb.ctx, "q", "notify.digest"); err != nil {
+	if err := tb.b.Pause(tb.ctx, "q", "notify.digest"); err != nil {
 		t.Fatal(err)
 	}
 	if err := tb.b.SetConcurrency(tb.ctx, "q", "notify.capped", 1); err != nil {

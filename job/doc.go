@@ -21,11 +21,11 @@
 // given, so that one in the wrong place does not compile. A [TypeOption] is
 // a default of a type, given to [New] ([Retry], [WithCodec]); an [Option]
 // belongs to one job, given where it is built or enqueued ([In], [At],
-// [ID], [WithBackoff], [Header], [Replace], [ExpireAt], [Then]); a
-// [SharedOption] is valid in both places, per job overriding the type's
-// default ([Queue], [MaxRetries], [Timeout], [Retain], [Unique],
-// [UniqueIncludeDead], [ExpireIn], [DropExpired]). An invalid value is an
-// error wrapping [ErrInvalid].
+// [ID], [WithBackoff], [Header], [Replace], [Debounce], [ExpireAt],
+// [Then]); a [SharedOption] is valid in both places, per job overriding
+// the type's default ([Queue], [MaxRetries], [Timeout], [Retain],
+// [Unique], [UniqueIncludeDead], [ExpireIn], [DropExpired]). An invalid
+// value is an error wrapping [ErrInvalid].
 //
 // An id names a job within its queue while it is pending. Give one that
 // names what the job is about, and enqueueing becomes idempotent: a second

@@ -274,7 +274,7 @@ func (s *settings) checkControls(typ string) error {
 // Option sets a property of one job where it is built or enqueued
 // ([Type.Envelope], [Type.Enqueue], [Item], a schedule's job options). The
 // options that may only be set per job (In, At, ID, Header, WithBackoff,
-// Replace, ExpireAt, Then) are Options and not TypeOptions, so one given to
+// Replace, Debounce, ExpireAt, Then) are Options and not TypeOptions, so one given to
 // [New] does not compile.
 type Option interface {
 	applyJob(*settings) error
@@ -484,7 +484,7 @@ func Replace() Option {
 // different [ID], a batch (broker.AddToBatch) or a chain's next jobs
 // ([Then]). Per job only. See docs/flow-control.md#debounce.
 func Debounce(key string, window time.Duration) Option {
-	return Option{name: "Debounce", jobScope: func(s *settings) error {
+	return jobOption(func(s *settings) error {
 		if key == "" {
 			return invalid("debounce key must not be empty")
 		}
@@ -499,7 +499,7 @@ func Debounce(key string, window time.Duration) Option {
 		}
 		s.debounce, s.debounceKey = window, key
 		return nil
-	}}
+	})
 }
 
 // ExpireAt makes a job that has not started by t never run, across retries
