@@ -28,6 +28,9 @@ type chart struct {
 	Ticks   func(max float64) []tick // the y axis for the largest value
 	W, H    int                      // view box
 	Compact bool                     // a sparkline: no axes or labels
+	// Every: the x axis is labelled at the multiples of it (UTC); 15
+	// minutes when zero.
+	Every time.Duration
 }
 
 const (
@@ -66,8 +69,12 @@ func (c chart) SVG() template.HTML {
 			fmt.Fprintf(&b, `<line class="grid" x1="%d" x2="%d" y1="%.1f" y2="%.1f"/>`, left, c.W-right, y(tk.V), y(tk.V))
 			fmt.Fprintf(&b, `<text class="axis" x="%d" y="%.1f" text-anchor="end" dominant-baseline="middle">%s</text>`, left-6, y(tk.V), esc(tk.Label))
 		}
+		every := c.Every
+		if every <= 0 {
+			every = 15 * time.Minute
+		}
 		for i, t := range c.Times {
-			if t.UTC().Minute()%15 == 0 {
+			if t.UTC().Truncate(every).Equal(t.UTC()) {
 				fmt.Fprintf(&b, `<text class="axis" x="%.1f" y="%d" text-anchor="middle">%s</text>`, x(i)+slot/2, c.H-6, t.UTC().Format("15:04"))
 			}
 		}
@@ -314,6 +321,77 @@ type charts struct {
 	Total              int64 // attempts ended over the span
 	Done, Failed, Dead int64
 	MaxLateness        time.Duration // over the span
+	// Per and Over say what a bar is and what the charts cover, for the
+	// captions: "per minute" and "in the last hour" unless a span says
+	// otherwise.
+	Per, Over string
+}
+
+// chartSpan is a window of the queue page's charts: how far back they go,
+// how many minutes one bar or point sums, and where the axis is labelled.
+type chartSpan struct {
+	Name  string        // as in the URL: "1h" or "24h"
+	Back  time.Duration // the first minute is Back before the current one
+	Group int           // minutes per bar
+	Every time.Duration // axis labels
+	Per   string        // "per minute", "per 15 minutes"
+	Over  string        // "in the last hour", ...
+}
+
+// chartSpans are the windows the queue page offers: the last hour by the
+// minute, and the last 24 hours (as long as Redis keeps a queue's history,
+// broker.HistoryRetention) by the quarter of an hour. A 24-hour page reads
+// 1,440 minutes of one queue in one pipelined round trip.
+var chartSpans = []chartSpan{
+	{Name: "1h", Back: 59 * time.Minute, Group: 1, Every: 15 * time.Minute, Per: "per minute", Over: "in the last hour"},
+	{Name: "24h", Back: 24*time.Hour - time.Minute, Group: 15, Every: 3 * time.Hour, Per: "per 15 minutes", Over: "in the last 24 hours"},
+}
+
+// spanOf is the chart span named name ("" is the first).
+func spanOf(name string) (chartSpan, bool) {
+	if name == "" {
+		return chartSpans[0], true
+	}
+	for _, s := range chartSpans {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return chartSpan{}, false
+}
+
+// groupMinutes sums every n minutes of h into one, from the first: counts
+// and lateness sums add up, the lateness maximum is the largest.
+func groupMinutes(h []broker.Minute, n int) []broker.Minute {
+	if n <= 1 {
+		return h
+	}
+	out := make([]broker.Minute, 0, (len(h)+n-1)/n)
+	for i, m := range h {
+		if i%n == 0 {
+			out = append(out, broker.Minute{Start: m.Start})
+		}
+		g := &out[len(out)-1]
+		g.Claimed += m.Claimed
+		g.Done += m.Done
+		g.Failed += m.Failed
+		g.Dead += m.Dead
+		g.RateHeld += m.RateHeld
+		g.LatenessSum += m.LatenessSum
+		g.LatenessMax = max(g.LatenessMax, m.LatenessMax)
+	}
+	return out
+}
+
+// charts draws the minutes h of the span: grouped, labelled for it.
+func (s chartSpan) charts(h []broker.Minute, w, height int) charts {
+	over := strings.TrimPrefix(s.Over, "in the ")
+	c := historyCharts(groupMinutes(h, s.Group), over, w, height)
+	c.Per, c.Over = s.Per, s.Over
+	c.Handled.Label = "Jobs handled " + s.Per + ", " + over
+	c.Lateness.Label = "Lateness (claim time − ready time) " + s.Per + ", " + over
+	c.Handled.Every, c.Lateness.Every = s.Every, s.Every
+	return c
 }
 
 func historyCharts(h []broker.Minute, label string, w, height int) charts {
@@ -335,6 +413,7 @@ func historyCharts(h []broker.Minute, label string, w, height int) charts {
 		out.MaxLateness = max(out.MaxLateness, m.LatenessMax)
 	}
 	out.Total = out.Done + out.Failed + out.Dead
+	out.Per, out.Over = "per minute", "in the last hour"
 	out.Handled = chart{
 		Label: "Jobs handled per minute, " + label, Times: times, Bars: true, Format: countLabel, Ticks: countTicks, W: w, H: height,
 		Series: []series{{"done", "s-done", done}, {"failed", "s-failed", failed}, {"dead", "s-dead", dead}},

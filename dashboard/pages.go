@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -193,6 +194,9 @@ type queueData struct {
 	// Memory: what the queue's keys take in Redis, and the server in all.
 	Memory queueMemory
 	Server serverMemory
+	// Span: the charts' window ("1h" or "24h", ?span=), among Spans.
+	Span  string
+	Spans []chartSpan
 }
 
 func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
@@ -222,6 +226,11 @@ func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
 		v.Live = false // a search result stays as it is
 	}
 	qv := r.URL.Query()
+	span, ok := spanOf(qv.Get("span"))
+	if !ok {
+		d.fail(w, r, http.StatusBadRequest, fmt.Sprintf("Bad chart span %q: it is 1h or 24h", qv.Get("span")))
+		return
+	}
 	sc, err1 := decodeJobCursor(qv.Get("s"))
 	pc, err2 := decodeJobCursor(qv.Get("p"))
 	if err := errors.Join(err1, err2); err != nil {
@@ -246,12 +255,13 @@ func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
 	}
 	data.Served = len(procs.Serving(q))
 	data.HeldUnserved = data.Stats.Processing > 0 && data.Served == 0
-	hist, err := d.b.History(ctx, []string{q}, v.Now.Add(-historySpan), v.Now)
+	hist, err := d.b.History(ctx, []string{q}, v.Now.Add(-span.Back), v.Now)
 	if err != nil {
 		d.redisError(w, r, err)
 		return
 	}
-	data.Charts = historyCharts(hist[0], "last hour", 560, 150)
+	data.Charts = span.charts(hist[0], 560, 150)
+	data.Span, data.Spans = span.Name, chartSpans
 	if data.Scheduled, err = d.b.ScheduledPage(ctx, q, sc, pageSize); err != nil {
 		d.redisError(w, r, err)
 		return
