@@ -3,6 +3,8 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -52,6 +54,7 @@ func BenchmarkBurstDrain(b *testing.B) {
 	protocol.Intercept(b, br, func(p protocol.Broker) protocol.Broker { counted.Broker = p; return counted })
 	var total time.Duration
 	var cpu float64
+	var run runCounts
 	b.ReportAllocs()
 	for b.Loop() {
 		b.StopTimer()
@@ -68,6 +71,7 @@ func BenchmarkBurstDrain(b *testing.B) {
 		wctx, stop := context.WithCancel(ctx)
 		ran := make(chan error, 1)
 		cpu0 := serverCPU(b, rdb)
+		counts0 := readRunCounts()
 		b.StartTimer()
 		start := time.Now()
 		go func() { ran <- w.Run(wctx) }()
@@ -83,12 +87,36 @@ func BenchmarkBurstDrain(b *testing.B) {
 		if err := <-ran; err != nil {
 			b.Fatal(err)
 		}
+		run = run.add(readRunCounts().sub(counts0))
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(jobs)*float64(b.N)/total.Seconds(), "jobs/s")
 	b.ReportMetric(cpu*1e6/float64(jobs*b.N), "redis-us/job")
 	b.ReportMetric(float64(jobs*b.N)/float64(counted.claims.Load()), "jobs/claim")
 	b.ReportMetric(float64(jobs*b.N)/float64(counted.acks.Load()), "jobs/settle")
+	b.ReportMetric(float64(run.bytes)/float64(jobs*b.N), "B/job")
+	b.ReportMetric(float64(run.objects)/float64(jobs*b.N), "allocs/job")
+	b.ReportMetric(float64(run.goroutines)/float64(jobs*b.N), "goroutines/job")
+}
+
+// runCounts are the runtime's cumulative counts of heap bytes and objects
+// allocated and goroutines created (by the whole process).
+type runCounts struct{ bytes, objects, goroutines uint64 }
+
+func readRunCounts() runCounts {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(s)
+	return runCounts{m.TotalAlloc, m.Mallocs, s[0].Value.Uint64()}
+}
+
+func (a runCounts) sub(b runCounts) runCounts {
+	return runCounts{a.bytes - b.bytes, a.objects - b.objects, a.goroutines - b.goroutines}
+}
+
+func (a runCounts) add(b runCounts) runCounts {
+	return runCounts{a.bytes + b.bytes, a.objects + b.objects, a.goroutines + b.goroutines}
 }
 
 // callCounter counts the Claim and Settle calls a worker makes.

@@ -378,39 +378,34 @@ func (w *Worker) order() []string {
 	return out
 }
 
-// start hands one claimed job to a runner: a new one when fewer than
-// Concurrency run, else the job waits (prefetched) in line for the first
-// runner that is done with its job. Right before it starts, its lease is
-// checked (live for a lease from sent, the claim's, or from the last
-// extend that confirmed it): a job whose lease may have run out meanwhile
-// (the process was stalled, say, while it waited) is handed back unrun,
-// as is one still waiting when the worker shuts down; one whose lease the
-// heartbeat found lost is forgotten.
+// start hands one claimed job to a runner: a parked one, else a new one
+// when fewer than Concurrency run, else the job waits (prefetched) in line
+// for the first runner that is done with its job. Right before it starts
+// (run), its lease is checked (live for a lease from sent, the claim's, or
+// from the last extend that confirmed it): a job whose lease may have run
+// out meanwhile (the process was stalled, say, while it waited) is handed
+// back unrun, as is one still waiting when the worker shuts down; one
+// whose lease the heartbeat found lost is forgotten.
 func (w *Worker) start(jobs context.Context, claimedAt time.Time, c *protocol.Claimed, sent time.Time, handlers *sync.WaitGroup) {
 	ctx, cancel := context.WithCancelCause(jobs)
-	t := &task{lease: c.Lease, cancel: cancel, confirmed: sent}
-	t.run = func() {
-		defer cancel(nil)
-		if ok, back := w.slots.startable(t, time.Now()); !ok {
-			if back {
-				w.giveBack([]*task{t})
-			}
-			return
-		}
-		began := time.Now()
-		w.process(ctx, claimedAt, c, t)
-		w.pace.handled(time.Since(began))
-	}
+	t := &task{c: c, ctx: ctx, cancel: cancel, claimedAt: claimedAt, confirmed: sent}
 	if w.slots.take(t, w.cfg.Concurrency) {
-		handlers.Go(func() { w.runner(t) })
+		handlers.Go(func() { w.slots.serve(t, w.run) })
 	}
 }
 
-// runner runs t, then the jobs waiting in line, until none is left.
-func (w *Worker) runner(t *task) {
-	for ; t != nil; t = w.slots.next() {
-		t.run()
+// run runs t on the calling runner (or, not startable, hands it back).
+func (w *Worker) run(t *task) {
+	defer t.cancel(nil)
+	if ok, back := w.slots.startable(t, time.Now()); !ok {
+		if back {
+			w.giveBack([]*task{t})
+		}
+		return
 	}
+	began := time.Now()
+	w.process(t)
+	w.pace.handled(time.Since(began))
 }
 
 // pace measures what the adaptive prefetch is made of: how long a claim's

@@ -98,7 +98,8 @@ func (w *Worker) extend(bg context.Context, leases []protocol.Lease) {
 		w.log.Error().Err(err).Str("queue", leases[0].Queue()).Msg("heartbeat failed")
 		return
 	}
-	for i, l := range leases {
+	for i := range leases {
+		l := &leases[i]
 		var e error
 		if be != nil {
 			e = be.Errs[i]

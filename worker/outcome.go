@@ -20,16 +20,20 @@ import (
 // process runs one claimed job through the middleware chain and its handler
 // and queues its outcome for the settler; t is forgotten once the outcome
 // is recorded (record).
-func (w *Worker) process(ctx context.Context, claimedAt time.Time, c *protocol.Claimed, t *task) {
+func (w *Worker) process(t *task) {
+	ctx, claimedAt, c := t.ctx, t.claimedAt, t.c
 	if c.Err != nil {
 		// No handler or middleware sees it: there is no message to give,
 		// or (its type unread by the claim) none that may run.
 		logger := w.jobLogger(c)
 		logger.Error().Err(c.Err).Msg("corrupt job; dead-lettering it unrun")
-		w.record(t, kill(c, death(c, nil, c.Err), false), func(protocol.Settled) {})
+		op := kill(c, death(c, nil, c.Err), false)
+		w.record(t, &op, job.Result{}, nil)
 		return
 	}
-	m := c.Message()
+	// As c.Message() makes it, in the task: one allocation less per job.
+	t.msg = job.Message{Envelope: *c.Envelope, Attempt: c.Attempt}
+	m := &t.msg
 	m.ClaimedAt = claimedAt
 	entry, known := w.cfg.Registry.Lookup(m.Type)
 	// The handler's deadline: the job's, else its type's, else the
@@ -54,6 +58,7 @@ func (w *Worker) process(ctx context.Context, claimedAt time.Time, c *protocol.C
 	// the attempt keeps what the handler says of it (job.SetResult,
 	// job.ReportProgress).
 	ctx, settle := job.WithResults(ctx)
+	t.settle = settle
 	ctx, attempt := job.WithAttempt(ctx, func(ctx context.Context, p job.Progress) (time.Time, error) {
 		return w.b.Progress(ctx, c.Lease, p)
 	})
@@ -79,9 +84,8 @@ func (w *Worker) process(ctx context.Context, claimedAt time.Time, c *protocol.C
 		// dead letters with the reason, and is not retried.
 		d := death(c, m, fmt.Errorf("%w while running: %v", broker.ErrCanceled, err))
 		d.Reason = broker.ReasonCancelled
-		w.record(t, kill(c, d, false), func(r protocol.Settled) {
-			settle(settled(job.Result{Outcome: job.OutcomeDead, Err: err}, r.Err))
-		})
+		op := kill(c, d, false)
+		w.record(t, &op, job.Result{Outcome: job.OutcomeDead, Err: err}, nil)
 		return
 	}
 	if err == nil {
@@ -92,7 +96,7 @@ func (w *Worker) process(ctx context.Context, claimedAt time.Time, c *protocol.C
 		}
 		next := slices.Concat(c.Envelope.Next, attempt.Next())
 		if len(next) > 0 && inner != nil {
-			w.ackThrough(inner.ctx, c, m, entry, t, op, next, settle)
+			w.ackThrough(inner.ctx, c, m, entry, t, op, next)
 			return
 		}
 		if len(next) > 0 {
@@ -100,16 +104,14 @@ func (w *Worker) process(ctx context.Context, claimedAt time.Time, c *protocol.C
 				// Not acked: the attempt fails, and a later success
 				// enqueues the next jobs (those enqueued already are
 				// found pending or remembered).
-				w.fail(c, m, entry, t, err, settle)
+				w.fail(c, m, entry, t, err)
 				return
 			}
 		}
-		w.record(t, op, func(r protocol.Settled) {
-			settle(settled(job.Result{Outcome: job.OutcomeSuccess}, r.Err))
-		})
+		w.record(t, &op, job.Result{Outcome: job.OutcomeSuccess}, nil)
 		return
 	}
-	w.fail(c, m, entry, t, err, settle)
+	w.fail(c, m, entry, t, err)
 }
 
 // chain enqueues the next jobs of the succeeded job c that live in other
@@ -148,7 +150,7 @@ var errNotAcked = errors.New("worker: the job was handed back before its ack; it
 // the ack and waits for it: a refused ack (the lease was lost) refuses
 // them. A chain that fails, or middleware that refuses before the ack,
 // fails the attempt, as without middleware.
-func (w *Worker) ackThrough(hctx context.Context, c *protocol.Claimed, m *job.Message, entry job.Entry, t *task, op protocol.Op, next []*job.Envelope, settle func(job.Result)) {
+func (w *Worker) ackThrough(hctx context.Context, c *protocol.Claimed, m *job.Message, entry job.Entry, t *task, op protocol.Op, next []*job.Envelope) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(hctx), w.cfg.Lease)
 	defer cancel()
 	// Copies, named as Chain names them (job.ChainID): the middleware may
@@ -175,10 +177,7 @@ func (w *Worker) ackThrough(hctx context.Context, c *protocol.Claimed, m *job.Me
 		op.Next = here
 		recorded = true
 		res := make(chan protocol.Settled, 1)
-		if !w.record(t, op, func(r protocol.Settled) {
-			settle(settled(job.Result{Outcome: job.OutcomeSuccess}, r.Err))
-			res <- r
-		}) {
+		if !w.record(t, &op, job.Result{Outcome: job.OutcomeSuccess}, func(r protocol.Settled) { res <- r }) {
 			return refuseHere(envs, here, errNotAcked)
 		}
 		if r := <-res; r.Err != nil {
@@ -196,7 +195,7 @@ func (w *Worker) ackThrough(hctx context.Context, c *protocol.Claimed, m *job.Me
 			chainFailure = fmt.Errorf("worker: Config.Enqueue did not pass the next jobs on")
 		}
 	}
-	w.fail(c, m, entry, t, chainErr(chainFailure), settle)
+	w.fail(c, m, entry, t, chainErr(chainFailure))
 }
 
 // refuseHere is the error of envs whose ack was not recorded (err): those
@@ -273,23 +272,47 @@ func (w *Worker) chained(typ string, h job.Handler) job.Handler {
 }
 
 // record marks t as settling (its outcome is decided, so a lease lost from
-// now on is no surprise; its goroutine's slot is free, and its lease is
-// extended until the outcome is recorded) and queues op for the settler;
-// done runs once it is recorded, and t is forgotten. A lease found lost is
-// logged here. A task handed back meanwhile (the shutdown deadline) records
+// now on is no surprise; its runner is free, and its lease is extended
+// until the outcome is recorded) and queues op for the settler; once it is
+// recorded, the attempt's OnResult callbacks get res (or
+// OutcomeLeaseLost), then (when not nil) runs, and t is forgotten (see
+// ended). A task handed back meanwhile (the shutdown deadline) records
 // nothing: its release does.
-func (w *Worker) record(t *task, op protocol.Op, done func(protocol.Settled)) (queued bool) {
+func (w *Worker) record(t *task, op *protocol.Op, res job.Result, then func(protocol.Settled)) (queued bool) {
 	if !w.slots.settle(t) {
 		return false
 	}
-	w.settler.add(op, func(r protocol.Settled) {
-		if errors.Is(r.Err, broker.ErrLeaseLost) {
-			w.log.Warn().Str("job_id", op.Lease.ID).Str("queue", op.Lease.Queue()).Msg("outcome refused: lease lost; the job was or will be handled again")
-		}
-		done(r)
-		w.slots.finish(t)
-	})
+	t.result = res
+	w.settler.add(op, settling{t: t, then: then})
 	return true
+}
+
+// ended follows the recording of op, queued with e: r is its result, or
+// the error that kept it from being recorded. A release failed is logged,
+// and its task forgotten; an outcome refused because the lease was lost
+// is logged, the attempt's OnResult callbacks get its result, e.then runs,
+// and its task is forgotten.
+func (w *Worker) ended(op *protocol.Op, e settling, r protocol.Settled) {
+	t := e.t
+	if t == nil || e.release {
+		if r.Err != nil {
+			w.log.Warn().Err(r.Err).Str("job_id", op.Lease.ID).Str("queue", op.Lease.Queue()).Msg("release failed; the job comes back after its lease")
+		}
+		if t != nil {
+			w.slots.finish(t)
+		}
+		return
+	}
+	if errors.Is(r.Err, broker.ErrLeaseLost) {
+		w.log.Warn().Str("job_id", op.Lease.ID).Str("queue", op.Lease.Queue()).Msg("outcome refused: lease lost; the job was or will be handled again")
+	}
+	if t.settle != nil {
+		t.settle(settled(t.result, r.Err))
+	}
+	if e.then != nil {
+		e.then(r)
+	}
+	w.slots.finish(t)
 }
 
 // decide decides a failed attempt of m (retry.Decide with the job's policy).
@@ -349,7 +372,7 @@ func remember(env *job.Envelope, dead bool) time.Duration {
 // fail retries or dead-letters a job whose attempt returned err, then
 // settles the attempt. Per-job outcomes are logged at debug level here;
 // middleware.Logging writes the outcome lines.
-func (w *Worker) fail(c *protocol.Claimed, m *job.Message, entry job.Entry, t *task, err error, settle func(job.Result)) {
+func (w *Worker) fail(c *protocol.Claimed, m *job.Message, entry job.Entry, t *task, err error) {
 	logger := w.jobLogger(c)
 	if _, ok := retry.SnoozeDelay(err); ok && m.Snoozes >= retry.MaxSnoozes {
 		// The cap: this snooze is a failed attempt like any other.
@@ -360,24 +383,21 @@ func (w *Worker) fail(c *protocol.Claimed, m *job.Message, entry job.Entry, t *t
 		logger.Debug().Str("type", m.Type).Int64("delay_ms", d.Delay.Milliseconds()).Msg("job snoozed")
 		env := *c.Envelope
 		env.Snoozes++
-		w.record(t, protocol.Op{Kind: protocol.OpSnooze, Lease: c.Lease, Batch: batchOf(c), Delay: d.Delay, Env: &env}, func(r protocol.Settled) {
-			settle(settled(job.Result{Outcome: job.OutcomeRetry, Err: err, Delay: d.Delay}, r.Err))
-		})
+		w.record(t, &protocol.Op{Kind: protocol.OpSnooze, Lease: c.Lease, Batch: batchOf(c), Delay: d.Delay, Env: &env},
+			job.Result{Outcome: job.OutcomeRetry, Err: err, Delay: d.Delay}, nil)
 		return
 	}
 	if d.Dead {
 		logger.Debug().Err(err).Str("type", m.Type).Str("reason", d.Reason).Msg("job dead-lettered")
-		w.record(t, kill(c, death(c, m, err), false), func(r protocol.Settled) {
-			settle(settled(job.Result{Outcome: job.OutcomeDead, Err: err}, r.Err))
-		})
+		op := kill(c, death(c, m, err), false)
+		w.record(t, &op, job.Result{Outcome: job.OutcomeDead, Err: err}, nil)
 		return
 	}
 	logger.Debug().Err(err).Str("type", m.Type).Int64("delay_ms", d.Delay.Milliseconds()).Msg("job failed; retrying")
 	env := *c.Envelope // as stored: not the worker's defaults
 	env.LastError = err.Error()
-	w.record(t, protocol.Op{Kind: protocol.OpRetry, Lease: c.Lease, Batch: batchOf(c), Delay: d.Delay, Env: &env}, func(r protocol.Settled) {
-		settle(settled(job.Result{Outcome: job.OutcomeRetry, Err: err, Delay: d.Delay}, r.Err))
-	})
+	w.record(t, &protocol.Op{Kind: protocol.OpRetry, Lease: c.Lease, Batch: batchOf(c), Delay: d.Delay, Env: &env},
+		job.Result{Outcome: job.OutcomeRetry, Err: err, Delay: d.Delay}, nil)
 }
 
 // retain is how long a succeeded job is kept: its own Retain, else its

@@ -35,20 +35,29 @@ type settler struct {
 	seq   atomic.Uint64 // call ids, see next
 }
 
-// settleLane is the outcomes of one shard waiting for its goroutine.
+// settleLane is the outcomes of one shard waiting for its goroutine: ops,
+// and what follows the recording of each (ends). The goroutine takes them
+// whole and passes them to Settle as they are; once recorded, their
+// buffers come back as spares, so that a lane in use allocates nothing per
+// outcome.
 type settleLane struct {
-	shard   keyspace.Shard
-	mu      sync.Mutex
-	pending []settling
-	sig     chan struct{} // pending grew (buffered 1)
+	shard     keyspace.Shard
+	mu        sync.Mutex
+	ops       []protocol.Op
+	ends      []settling
+	spareOps  []protocol.Op
+	spareEnds []settling
+	sig       chan struct{} // ops grew (buffered 1)
 }
 
-// settling is an outcome waiting for the settler, and what to do once it
-// is recorded: done gets the op's result, or the error that kept it from
-// being recorded.
+// settling is what follows the recording of an outcome (Worker.ended): t is
+// the task whose outcome or release it is (nil for a lease without one);
+// release marks a release; then, when not nil, runs once the outcome of t
+// is recorded (or could not be).
 type settling struct {
-	op   protocol.Op
-	done func(protocol.Settled)
+	t       *task
+	release bool
+	then    func(protocol.Settled)
 }
 
 func newSettler(w *Worker) *settler { return &settler{w: w, lanes: map[string]*settleLane{}} }
@@ -73,25 +82,25 @@ func (s *settler) wait() {
 // errStopped is the result of an outcome added after the worker stopped.
 var errStopped = errors.New("worker: stopped before the outcome could be recorded; the job comes back after its lease")
 
-// add queues an outcome in its shard's lane, starting the lane's
-// goroutine on its first outcome.
-func (s *settler) add(op protocol.Op, done func(protocol.Settled)) {
-	sh := op.Lease.Shard
+// add queues a copy of op in its shard's lane, starting the lane's
+// goroutine on its first outcome; e follows its recording.
+func (s *settler) add(op *protocol.Op, e settling) {
 	s.mu.Lock()
 	if s.done || s.bg == nil {
 		s.mu.Unlock()
-		done(protocol.Settled{Err: errStopped})
+		s.w.ended(op, e, protocol.Settled{Err: errStopped})
 		return
 	}
-	l := s.lanes[sh.Name()]
+	l := s.lanes[op.Lease.Shard.Name()]
 	if l == nil {
-		l = &settleLane{shard: sh, sig: make(chan struct{}, 1)}
-		s.lanes[sh.Name()] = l
+		l = &settleLane{shard: op.Lease.Shard, sig: make(chan struct{}, 1)}
+		s.lanes[l.shard.Name()] = l
 		s.wg.Go(func() { s.run(l) })
 	}
 	s.mu.Unlock()
 	l.mu.Lock()
-	l.pending = append(l.pending, settling{op, done})
+	l.ops = append(l.ops, *op)
+	l.ends = append(l.ends, e)
 	l.mu.Unlock()
 	signal(l.sig)
 }
@@ -108,15 +117,26 @@ func (s *settler) run(l *settleLane) {
 		}
 		for {
 			l.mu.Lock()
-			batch := l.pending
-			l.pending = nil
+			ops, ends := l.ops, l.ends
+			if len(ops) > 0 {
+				l.ops, l.ends = l.spareOps[:0], l.spareEnds[:0]
+				l.spareOps, l.spareEnds = nil, nil
+			}
 			l.mu.Unlock()
-			if len(batch) == 0 {
+			if len(ops) == 0 {
 				break
 			}
-			for start := 0; start < len(batch); start += maxBatch {
-				s.call(s.bg, l.shard, batch[start:min(start+maxBatch, len(batch))])
+			for start := 0; start < len(ops); start += maxBatch {
+				end := min(start+maxBatch, len(ops))
+				s.call(s.bg, &l.shard, ops[start:end], ends[start:end])
 			}
+			// Settle keeps nothing of ops: the buffers are spares again,
+			// holding no job.
+			clear(ops)
+			clear(ends)
+			l.mu.Lock()
+			l.spareOps, l.spareEnds = ops[:0], ends[:0]
+			l.mu.Unlock()
 		}
 		if stopping {
 			return
@@ -129,36 +149,32 @@ func (s *settler) next() string {
 	return strconv.FormatUint(s.seq.Add(1), 10)
 }
 
-// call records items of shard sh in one Settle call, sent again with the
+// call records ops of shard sh in one Settle call, sent again with the
 // same id after a Redis error for as long as the leases could still be
-// held; then it hands each item its result.
-func (s *settler) call(bg context.Context, sh keyspace.Shard, items []settling) {
+// held; then it hands each its result (Worker.ended, with ends[i]).
+func (s *settler) call(bg context.Context, sh *keyspace.Shard, ops []protocol.Op, ends []settling) {
 	w := s.w
-	ops := make([]protocol.Op, len(items))
-	for i, it := range items {
-		ops[i] = it.op
-	}
 	id := s.next()
 	var res []protocol.Settled
 	err := w.persist(bg, sh, "settle", func(ctx context.Context) error {
 		var err error
-		res, err = w.b.Settle(ctx, sh, w.caller, protocol.LaneSettle, id, ops)
+		res, err = w.b.Settle(ctx, *sh, w.caller, protocol.LaneSettle, id, ops)
 		if res != nil && errors.Is(err, broker.ErrNotReplicated) {
 			w.log.Warn().Err(err).Str("queue", sh.Queue()).Msg("outcomes recorded on the master, not confirmed by replicas")
 			return nil
 		}
 		return err
 	})
-	for i, it := range items {
+	for i := range ops {
 		if err != nil {
-			it.done(protocol.Settled{Err: err})
+			w.ended(&ops[i], ends[i], protocol.Settled{Err: err})
 			continue
 		}
-		it.done(res[i])
+		w.ended(&ops[i], ends[i], res[i])
 	}
 	if err == nil {
-		w.trimmed(sh, res)
-		w.endBatches(bg, sh, ops, res)
+		w.trimmed(*sh, res)
+		w.endBatches(bg, *sh, ops, res)
 	}
 }
 
@@ -184,7 +200,7 @@ func (w *Worker) endBatches(bg context.Context, sh keyspace.Shard, ops []protoco
 // persist runs op, retrying Redis errors with backoff for as long as the
 // leases could still be held. If it never succeeds the jobs come back after
 // their lease, so nothing is lost; the last error is returned.
-func (w *Worker) persist(ctx context.Context, sh keyspace.Shard, what string, op func(context.Context) error) error {
+func (w *Worker) persist(ctx context.Context, sh *keyspace.Shard, what string, op func(context.Context) error) error {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval = 20 * time.Millisecond
 	b.MaxInterval = time.Second

@@ -51,23 +51,14 @@ func (w *Worker) shutdown(bg context.Context, cancelJobs context.CancelFunc, han
 func (w *Worker) giveBack(tasks []*task) {
 	for _, t := range tasks {
 		t.cancel(nil)
-		w.settler.add(protocol.Op{Kind: protocol.OpRelease, Lease: t.lease}, func(r protocol.Settled) {
-			if r.Err != nil {
-				w.log.Warn().Err(r.Err).Str("job_id", t.lease.ID).Str("queue", t.lease.Queue()).Msg("release failed; the job comes back after its lease")
-			}
-			w.slots.finish(t)
-		})
+		w.settler.add(&protocol.Op{Kind: protocol.OpRelease, Lease: t.c.Lease}, settling{t: t, release: true})
 	}
 }
 
 // release hands leases back through the settler, without spending their
 // attempts.
 func (w *Worker) release(leases []protocol.Lease) {
-	for _, l := range leases {
-		w.settler.add(protocol.Op{Kind: protocol.OpRelease, Lease: l}, func(r protocol.Settled) {
-			if r.Err != nil {
-				w.log.Warn().Err(r.Err).Str("job_id", l.ID).Str("queue", l.Queue()).Msg("release failed; the job comes back after its lease")
-			}
-		})
+	for i := range leases {
+		w.settler.add(&protocol.Op{Kind: protocol.OpRelease, Lease: leases[i]}, settling{release: true})
 	}
 }

@@ -9,30 +9,53 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/protocol"
+	"github.com/delayq/delayq/job"
 )
 
 // slots tracks the jobs a worker holds: claimed and not finished, running,
-// prefetched (waiting for one of Concurrency goroutines) or settling (its
-// outcome queued for the settler: it holds no goroutine any more, but its
+// prefetched (waiting for one of Concurrency runners) or settling (its
+// outcome queued for the settler: it holds no runner any more, but its
 // lease is extended until the outcome is recorded, so that a slow record
 // does not hand the job to another worker).
+//
+// Jobs run on runners: long-lived goroutines, at most Concurrency, started
+// as jobs come (one when a job arrives and none is parked) and parked
+// between jobs; the shutdown stops them. A job handed to a parked runner
+// goes to it directly, never through the line: the line holds only the
+// jobs that wait because every runner is busy (the prefetched ones).
 type slots struct {
 	lease, margin time.Duration // a job whose lease was confirmed more than lease - margin ago is stale
 	mu            sync.Mutex
-	inflight      map[protocol.Lease]*task
+	inflight      map[leaseKey]*task
 	settling      int           // tasks of inflight that are settling
-	runners       int           // goroutines running jobs: at most Concurrency
+	runners       int           // runners started and not stopped: at most Concurrency
+	parked        []*runner     // runners waiting for a job, the last parked last
 	line          []*task       // claimed jobs waiting for a runner, first first
 	freed         chan struct{} // a slot freed (buffered 1)
 	idle          chan struct{} // closed when inflight empties during shutdown
 	closing       bool
 }
 
+// leaseKey identifies a held lease in slots.inflight: its shard's name, the
+// job's id and the claim's fencing token (a protocol.Lease carries the
+// whole shard, its keys included).
+type leaseKey struct {
+	shard, id string
+	token     int64
+}
+
+func keyOf(l *protocol.Lease) leaseKey { return leaseKey{l.Shard.Name(), l.ID, l.Token} }
+
+// runner is one parked runner's mailbox: the job it runs next, or nil when
+// it is to stop.
+type runner struct{ wake chan *task }
+
 // task is one held job.
 type task struct {
-	lease  protocol.Lease
-	cancel context.CancelCauseFunc
-	run    func() // runs it (or, not startable, hands it back)
+	c         *protocol.Claimed // the job as claimed: its lease is c.Lease
+	ctx       context.Context   // its handler's
+	cancel    context.CancelCauseFunc
+	claimedAt time.Time // the server's clock at the claim
 	// confirmed: when the claim that took it, or the last extend that
 	// confirmed its lease, was sent. The server set its deadline a lease
 	// after that or later, so the lease is live for a lease from then. A
@@ -44,13 +67,23 @@ type task struct {
 	released  bool      // handed back (at shutdown, its lease stale before it started, or lost): its outcome is not recorded
 	settled   bool      // its outcome (or its release) is queued for the settler
 	stale     bool      // its handler was cancelled with ErrLeaseStale
+	// msg is the delivery its handler sees (made when it starts); settle
+	// runs the attempt's OnResult callbacks (nil for a job that ran no
+	// handler) with result, the outcome queued for the settler, once the
+	// settler has recorded it (see Worker.ended).
+	msg    job.Message
+	settle func(job.Result)
+	result job.Result
 }
+
+// lease returns t's lease.
+func (t *task) lease() *protocol.Lease { return &t.c.Lease }
 
 // newSlots returns the slots of a worker whose leases last lease; margin
 // is how much of it a job must have left to start (or its handler to run
 // on).
 func newSlots(lease, margin time.Duration) *slots {
-	return &slots{lease: lease, margin: margin, inflight: make(map[protocol.Lease]*task), freed: make(chan struct{}, 1)}
+	return &slots{lease: lease, margin: margin, inflight: make(map[leaseKey]*task), freed: make(chan struct{}, 1)}
 }
 
 // since is how long ago confirmed was, now: by the monotonic clock, or by
@@ -76,12 +109,20 @@ func (s *slots) count() int {
 	return len(s.inflight) - s.settling
 }
 
-// take records a claimed task. It reports true when the caller starts a
-// runner for it (fewer than max run); otherwise t waits in line.
-func (s *slots) take(t *task, max int) (runner bool) {
+// take records a claimed task and hands it to a parked runner, if one is;
+// else it reports true when the caller starts a runner for it (fewer than
+// max run); else t waits in line.
+func (s *slots) take(t *task, max int) (start bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.inflight[t.lease] = t
+	s.inflight[keyOf(t.lease())] = t
+	if n := len(s.parked); n > 0 {
+		r := s.parked[n-1]
+		s.parked[n-1] = nil
+		s.parked = s.parked[:n-1]
+		r.wake <- t // buffered 1, and empty while it is parked
+		return false
+	}
 	if s.runners < max {
 		s.runners++
 		return true
@@ -90,28 +131,47 @@ func (s *slots) take(t *task, max int) (runner bool) {
 	return false
 }
 
-// next returns the first task in line for a runner that is done with its
-// job, or nil when none waits (the runner then ends).
-func (s *slots) next() *task {
+// serve is a runner: it runs t, then the first task in line or, when none
+// waits, the next task handed to it while it is parked, until the shutdown
+// stops it.
+func (s *slots) serve(t *task, run func(*task)) {
+	r := &runner{wake: make(chan *task, 1)}
+	for t != nil {
+		run(t)
+		var park bool
+		if t, park = s.next(r); park {
+			t = <-r.wake
+		}
+	}
+}
+
+// next returns the first task in line for runner r, done with its job;
+// when none waits it parks r (park is true: the caller waits for its next
+// task on r.wake), or, once the worker is shutting down, stops it (nil).
+func (s *slots) next(r *runner) (t *task, park bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.line) == 0 {
-		s.runners--
-		s.line = nil
-		return nil
+	if len(s.line) > 0 {
+		t = s.line[0]
+		s.line[0] = nil
+		s.line = s.line[1:]
+		return t, false
 	}
-	t := s.line[0]
-	s.line[0] = nil
-	s.line = s.line[1:]
-	return t
+	s.line = nil
+	if s.closing {
+		s.runners--
+		return nil, false
+	}
+	s.parked = append(s.parked, r)
+	return nil, true
 }
 
 // finish forgets a task (once its outcome is recorded, or when nothing is
 // to be recorded) and frees its slot. Finishing a task twice is harmless.
 func (s *slots) finish(t *task) {
 	s.mu.Lock()
-	if s.inflight[t.lease] == t {
-		delete(s.inflight, t.lease)
+	if k := keyOf(t.lease()); s.inflight[k] == t {
+		delete(s.inflight, k)
 		if t.settled {
 			s.settling--
 		}
@@ -241,9 +301,9 @@ func (s *slots) held() []protocol.Lease {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]protocol.Lease, 0, len(s.inflight))
-	for l, t := range s.inflight {
+	for _, t := range s.inflight {
 		if !t.released {
-			out = append(out, l)
+			out = append(out, *t.lease())
 		}
 	}
 	return out
@@ -251,10 +311,10 @@ func (s *slots) held() []protocol.Lease {
 
 // extended records that an extend sent at sent confirmed lease l: it is
 // live for a lease from then.
-func (s *slots) extended(l protocol.Lease, sent time.Time) {
+func (s *slots) extended(l *protocol.Lease, sent time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if t, ok := s.inflight[l]; ok && sent.After(t.confirmed) {
+	if t, ok := s.inflight[keyOf(l)]; ok && sent.After(t.confirmed) {
 		t.confirmed = sent
 	}
 }
@@ -264,9 +324,9 @@ func (s *slots) extended(l protocol.Lease, sent time.Time) {
 // finished (or whose outcome is being recorded) meanwhile is no loss. A
 // prefetched job that has not started never will: someone else may hold
 // it now; it is taken out of line and forgotten.
-func (s *slots) lost(l protocol.Lease, cause error) bool {
+func (s *slots) lost(l *protocol.Lease, cause error) bool {
 	s.mu.Lock()
-	t, ok := s.inflight[l]
+	t, ok := s.inflight[keyOf(l)]
 	if !ok || t.settled || t.released {
 		s.mu.Unlock()
 		return false
@@ -289,8 +349,8 @@ func (s *slots) lost(l protocol.Lease, cause error) bool {
 func (s *slots) cancelled(queue, id string, token int64, cause error) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for l, t := range s.inflight {
-		if l.ID == id && l.Token == token && l.Queue() == queue && !t.settled && !t.released {
+	for k, t := range s.inflight {
+		if k.id == id && k.token == token && t.lease().Queue() == queue && !t.settled && !t.released {
 			t.cancel(cause)
 			return true
 		}
@@ -298,10 +358,11 @@ func (s *slots) cancelled(queue, id string, token int64, cause error) bool {
 	return false
 }
 
-// close starts the shutdown: it takes the jobs that wait for a goroutine
+// close starts the shutdown: it takes the jobs that wait for a runner
 // (prefetched, not started) out of line and marks them handed back, and
 // returns them (the caller releases them), how many jobs are held, and a
-// channel closed once none is.
+// channel closed once none is. Parked runners stop now; busy ones once
+// their job is done.
 func (s *slots) close() (waiting []*task, held int, idle <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -314,6 +375,12 @@ func (s *slots) close() (waiting []*task, held int, idle <-chan struct{}) {
 	}
 	clear(s.line)
 	s.line = s.line[:0]
+	for _, r := range s.parked {
+		r.wake <- nil
+	}
+	s.runners -= len(s.parked)
+	clear(s.parked)
+	s.parked = s.parked[:0]
 	ch := make(chan struct{})
 	if len(s.inflight) == 0 {
 		close(ch)

@@ -1,0 +1,155 @@
+package worker
+
+import (
+	"runtime"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/delayq/delayq/internal/protocol"
+)
+
+// runnerPool drives slots as the worker does, without Redis: it hands
+// tasks to slots.take and starts a runner (slots.serve) when take says so,
+// counting the runners started.
+type runnerPool struct {
+	s       *slots
+	max     int
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	started int
+	run     func(*task)
+}
+
+func (p *runnerPool) take(t *task) {
+	if p.s.take(t, p.max) {
+		p.mu.Lock()
+		p.started++
+		p.mu.Unlock()
+		p.wg.Go(func() { p.s.serve(t, p.run) })
+	}
+}
+
+func newTask(n int) *task {
+	return &task{c: &protocol.Claimed{Lease: protocol.Lease{ID: "job-" + strconv.Itoa(n), Token: int64(n)}}, cancel: func(error) {}}
+}
+
+// waitParked waits until n runners are parked.
+func waitParked(t *testing.T, s *slots, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s.mu.Lock()
+		parked := len(s.parked)
+		s.mu.Unlock()
+		if parked == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d runners parked, want %d", parked, n)
+		}
+		runtime.Gosched()
+	}
+}
+
+// Jobs run on at most max runners, started as jobs come (while none is
+// parked) and parked between jobs: waves of jobs, each after the last has
+// run, reuse the same runners (no goroutine per job); a job handed to a
+// parked runner goes to it, not into the line (so no prefetch trim or
+// shutdown hands it back); jobs beyond the runners wait in line for them;
+// the shutdown stops the parked runners at once and the busy ones after
+// their job.
+func TestRunnersParkBetweenJobsAndStopAtShutdown(t *testing.T) {
+	const max, waves = 3, 10
+	var mu sync.Mutex
+	var ran []string
+	var gate chan struct{} // each job waits for it: jobs of one wave overlap
+	done := make(chan struct{}, 100)
+	p := &runnerPool{s: newSlots(time.Minute, time.Second), max: max, run: func(t *task) {
+		mu.Lock()
+		g := gate
+		mu.Unlock()
+		<-g
+		mu.Lock()
+		ran = append(ran, t.c.ID)
+		mu.Unlock()
+		done <- struct{}{}
+	}}
+	newGate := func() chan struct{} {
+		mu.Lock()
+		defer mu.Unlock()
+		gate = make(chan struct{})
+		return gate
+	}
+	n := 0
+	for range waves {
+		g := newGate()
+		for range max {
+			n++
+			p.take(newTask(n))
+		}
+		close(g)
+		for range max {
+			<-done
+		}
+		waitParked(t, p.s, max)
+	}
+	if p.started != max {
+		t.Fatalf("%d runners started for %d waves of %d jobs, want %d", p.started, waves, max, max)
+	}
+	if len(ran) != waves*max {
+		t.Fatalf("%d jobs ran, want %d", len(ran), waves*max)
+	}
+
+	// All parked: the next jobs go to them directly; the line stays empty.
+	g := newGate()
+	for range max {
+		n++
+		p.take(newTask(n))
+	}
+	if back := p.s.trimLine(0); len(back) != 0 {
+		t.Fatalf("%d jobs handed to parked runners were in line", len(back))
+	}
+	// Every runner busy: two more wait in line, and run on the same runners.
+	p.take(newTask(n + 1))
+	p.take(newTask(n + 2))
+	p.s.mu.Lock()
+	inLine := len(p.s.line)
+	p.s.mu.Unlock()
+	if inLine != 2 || p.started != max {
+		t.Fatalf("%d in line and %d runners started, want 2 and %d", inLine, p.started, max)
+	}
+	close(g)
+	for range max + 2 {
+		<-done
+	}
+	mu.Lock()
+	count := len(ran)
+	mu.Unlock()
+	if count != waves*max+max+2 || p.started != max {
+		t.Fatalf("%d jobs ran on %d runners, want %d on %d", count, p.started, waves*max+max+2, max)
+	}
+	waitParked(t, p.s, max)
+
+	// The shutdown: one runner busy, the others parked; the parked stop
+	// at once, the busy one after its job.
+	g = newGate()
+	p.take(newTask(n + 3))
+	waiting, _, _ := p.s.close()
+	if len(waiting) != 0 {
+		t.Fatalf("%d jobs handed back at shutdown, want none: the one taken runs", len(waiting))
+	}
+	p.s.mu.Lock()
+	runners, parked := p.s.runners, len(p.s.parked)
+	p.s.mu.Unlock()
+	if runners != 1 || parked != 0 {
+		t.Fatalf("at shutdown: %d runners counted, %d parked; want the busy one and none", runners, parked)
+	}
+	close(g)
+	<-done
+	p.wg.Wait()
+	if p.s.runners != 0 || p.started != max {
+		t.Fatalf("after the shutdown: %d runners counted, %d started; want 0 and %d", p.s.runners, p.started, max)
+	}
+}
