@@ -29,8 +29,8 @@ func TestCancelJob(t *testing.T) {
 		t.Fatalf("CancelJob of a running job: %+v, %v", res, err)
 	}
 	// The heartbeat learns of it: still extended, and told.
-	if err := testkit.Drive(tb.b).Extend(tb.ctx, time.Minute, c.Lease); !errors.Is(err, broker.ErrCanceled) {
-		t.Fatalf("extend after the cancel: %v, want ErrCanceled", err)
+	if err := testkit.Drive(tb.b).Extend(tb.ctx, time.Minute, c.Lease); !errors.Is(err, broker.ErrCancelled) {
+		t.Fatalf("extend after the cancel: %v, want ErrCancelled", err)
 	}
 	if _, err := tb.b.CancelJob(tb.ctx, "q", "nothing"); !errors.Is(err, broker.ErrNotFound) {
 		t.Fatalf("CancelJob of no job: %v", err)

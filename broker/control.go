@@ -28,7 +28,7 @@ func (b *Broker) Cancel(ctx context.Context, queue, id string) error {
 // Cancelled is what CancelJob did.
 type Cancelled struct {
 	// Running: a worker was running the job; it was told to stop (its
-	// handler's context is cancelled with cause ErrCanceled) and the job
+	// handler's context is cancelled with cause ErrCancelled) and the job
 	// ends in the dead letters with Reason ReasonCancelled once the handler
 	// returns an error (a handler that returns nil has done its work, and
 	// the job is acknowledged). False: the job was scheduled and is gone.

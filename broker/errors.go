@@ -38,10 +38,10 @@ var (
 	// redriven twice, even if it ran and ended meanwhile.
 	ErrOutcomeUnknown = errors.New("broker: outcome unknown")
 
-	// ErrCanceled is the cause of a running handler's context when its job
+	// ErrCancelled is the cause of a running handler's context when its job
 	// was cancelled (Broker.CancelJob): context.Cause(ctx) wraps it. The job
 	// ends in the dead letters with Reason ReasonCancelled, not retried.
-	ErrCanceled = errors.New("broker: job cancelled")
+	ErrCancelled = errors.New("broker: job cancelled")
 
 	// ErrPayloadTooLarge: the payload is over the broker's cap.
 	ErrPayloadTooLarge = rules.ErrPayloadTooLarge

@@ -261,7 +261,7 @@ func (w workerSide) Extend(ctx context.Context, lease time.Duration, leases ...p
 			case oks == nil:
 				errs[i] = queueErr(sh.Queue(), refused(err))
 			case oks[j] == 2:
-				errs[i] = fmt.Errorf("%w: job %q in queue %q (token %d)", ErrCanceled, leases[i].ID, leases[i].Queue(), leases[i].Token)
+				errs[i] = fmt.Errorf("%w: job %q in queue %q (token %d)", ErrCancelled, leases[i].ID, leases[i].Queue(), leases[i].Token)
 			case oks[j] != 1:
 				errs[i] = lostErr(leases[i])
 			}

@@ -16,7 +16,7 @@ import (
 )
 
 // cancelRun runs one long job, cancels it while it runs, and checks the
-// handler saw broker.ErrCanceled as its context's cause and the job ended
+// handler saw broker.ErrCancelled as its context's cause and the job ended
 // in the dead letters as cancelled, with one attempt.
 func cancelRun(t *testing.T, tb *testBundle, cfg func() context.CancelFunc) {
 	t.Helper()
@@ -50,8 +50,8 @@ func cancelRun(t *testing.T, tb *testBundle, cfg func() context.CancelFunc) {
 		rec, err = tb.b.DeadGet(tb.ctx, "default", e.ID)
 		return err == nil
 	})
-	if c, _ := cause.Load().(error); !errors.Is(c, broker.ErrCanceled) {
-		t.Fatalf("handler's cause %v, want broker.ErrCanceled", c)
+	if c, _ := cause.Load().(error); !errors.Is(c, broker.ErrCancelled) {
+		t.Fatalf("handler's cause %v, want broker.ErrCancelled", c)
 	}
 	if rec.Reason != broker.ReasonCancelled || rec.Attempts != 1 || !strings.Contains(rec.Error, "cancelled") || runs.Load() != 1 {
 		t.Fatalf("dead record %+v after %d runs", rec, runs.Load())

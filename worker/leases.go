@@ -111,11 +111,11 @@ func (w *Worker) extend(bg context.Context, leases []protocol.Lease) {
 			if w.slots.lost(l, broker.ErrLeaseLost) {
 				w.log.Warn().Str("job_id", l.ID).Str("queue", l.Queue()).Msg("lease lost; cancelling the handler")
 			}
-		case errors.Is(e, broker.ErrCanceled):
+		case errors.Is(e, broker.ErrCancelled):
 			// Extended, but the cancel notice was missed (or is on its
 			// way): the same request, read from Redis.
 			w.slots.extended(l, sent)
-			if w.slots.lost(l, broker.ErrCanceled) {
+			if w.slots.lost(l, broker.ErrCancelled) {
 				w.log.Info().Str("job_id", l.ID).Str("queue", l.Queue()).Msg("job cancelled; cancelling the handler")
 			}
 		default:
@@ -233,7 +233,7 @@ func (w *Worker) expiry(c *protocol.Claimed) protocol.Op {
 	m := c.Message()
 	if c.Cancelled {
 		// Asked to stop while its worker died: cancelled, not retried.
-		d := death(c, m, fmt.Errorf("%w while running; its worker stopped before it ended", broker.ErrCanceled))
+		d := death(c, m, fmt.Errorf("%w while running; its worker stopped before it ended", broker.ErrCancelled))
 		d.Reason = broker.ReasonCancelled
 		return kill(c, d, true)
 	}

@@ -79,10 +79,10 @@ func (w *Worker) process(t *task) {
 		// error recorded (if the lease was still this worker's).
 		err = fmt.Errorf("%w: %w", ErrLeaseStale, err)
 	}
-	if err != nil && errors.Is(context.Cause(ctx), broker.ErrCanceled) {
+	if err != nil && errors.Is(context.Cause(ctx), broker.ErrCancelled) {
 		// Cancelled while it ran (Broker.CancelJob): it ends here, in the
 		// dead letters with the reason, and is not retried.
-		d := death(c, m, fmt.Errorf("%w while running: %v", broker.ErrCanceled, err))
+		d := death(c, m, fmt.Errorf("%w while running: %v", broker.ErrCancelled, err))
 		d.Reason = broker.ReasonCancelled
 		op := kill(c, d, false)
 		w.record(t, &op, job.Result{Outcome: job.OutcomeDead, Err: err}, nil)

@@ -344,7 +344,7 @@ func (s *slots) lost(l *protocol.Lease, cause error) bool {
 }
 
 // cancelled handles a cancel notice: the handler of the running job id of
-// queue under token is cancelled with cause (broker.ErrCanceled). It
+// queue under token is cancelled with cause (broker.ErrCancelled). It
 // reports whether such a job was running.
 func (s *slots) cancelled(queue, id string, token int64, cause error) bool {
 	s.mu.Lock()

@@ -182,7 +182,7 @@ func (w *Worker) Run(ctx context.Context) error {
 // Broker.CancelJob asks to stop, until notices is closed.
 func (w *Worker) listenCancels(notices <-chan protocol.CancelNotice) {
 	for n := range notices {
-		if w.slots.cancelled(n.Queue, n.ID, n.Token, broker.ErrCanceled) {
+		if w.slots.cancelled(n.Queue, n.ID, n.Token, broker.ErrCancelled) {
 			w.log.Info().Str("job_id", n.ID).Str("queue", n.Queue).Msg("job cancelled; cancelling the handler")
 		}
 	}

@@ -621,7 +621,7 @@ func pauseAndResume(t *testing.T, ctx context.Context, b *broker.Broker, base st
 
 // cancelRunning cancels a job while a worker runs it, from its page: the
 // confirmation dialog, the notice, and the handler stopped with cause
-// broker.ErrCanceled.
+// broker.ErrCancelled.
 func cancelRunning(t *testing.T, ctx context.Context, b *broker.Broker, base string, dlg *dialogs, stopped <-chan error) {
 	t.Helper()
 	if err := b.Enqueue(context.Background(), &job.Envelope{ID: "slow-1", Queue: "emails", Type: "email.slow", Payload: []byte(`{}`)}); err != nil {
@@ -651,8 +651,8 @@ func cancelRunning(t *testing.T, ctx context.Context, b *broker.Broker, base str
 	}
 	select {
 	case cause := <-stopped:
-		if !errors.Is(cause, broker.ErrCanceled) {
-			t.Fatalf("the handler stopped with %v, want broker.ErrCanceled", cause)
+		if !errors.Is(cause, broker.ErrCancelled) {
+			t.Fatalf("the handler stopped with %v, want broker.ErrCancelled", cause)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the running job's handler was not cancelled within 30s")

@@ -265,7 +265,7 @@ type Broker interface {
 	Settle(ctx context.Context, s keyspace.Shard, w Caller, lane Lane, id string, ops []Op) ([]Settled, error)
 	// Extend pushes the deadline of held leases to now + lease. It returns
 	// nil, or a *job.BatchError aligned with leases whose entries wrap
-	// broker.ErrLeaseLost, broker.ErrCanceled (extended, but the job was
+	// broker.ErrLeaseLost, broker.ErrCancelled (extended, but the job was
 	// asked to stop) or a Redis error.
 	Extend(ctx context.Context, lease time.Duration, leases ...Lease) error
 	// Reap lists up to limit jobs of s whose lease has run out, changing
@@ -304,7 +304,7 @@ type Broker interface {
 	Wakeups(ctx context.Context, queues []string) (notices <-chan string, stop func())
 	// Cancels subscribes to the cancel notices of queues: a running job
 	// asked to stop (broker.Broker.CancelJob). Notices are hints; Extend
-	// reports the same request (an error wrapping broker.ErrCanceled).
+	// reports the same request (an error wrapping broker.ErrCancelled).
 	// stop unsubscribes and closes the channel.
 	Cancels(ctx context.Context, queues []string) (notices <-chan CancelNotice, stop func())
 }

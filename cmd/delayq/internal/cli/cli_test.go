@@ -585,12 +585,12 @@ func TestJobsLsPaging(t *testing.T) {
 		}
 	}
 	// A processing job is cancelled too: the line says it was running, and
-	// its worker's next heartbeat is refused with ErrCanceled.
+	// its worker's next heartbeat is refused with ErrCancelled.
 	if out := tb.ok(t, "jobs", "cancel", res.Jobs[0].ID, "--queue", "q"); out != "cancelled "+res.Jobs[0].ID+": it was running; its worker was told to stop\n" {
 		t.Fatalf("cancel of a processing job: %q", out)
 	}
-	if err := testkit.Drive(tb.b).Extend(tb.ctx, time.Minute, res.Jobs[0].Lease); !errors.Is(err, broker.ErrCanceled) {
-		t.Fatalf("heartbeat after the cancel: %v, want ErrCanceled", err)
+	if err := testkit.Drive(tb.b).Extend(tb.ctx, time.Minute, res.Jobs[0].Lease); !errors.Is(err, broker.ErrCancelled) {
+		t.Fatalf("heartbeat after the cancel: %v, want ErrCancelled", err)
 	}
 }
 

@@ -152,7 +152,7 @@ func cause(ctx context.Context) string {
 		return "stale"
 	case errors.Is(c, broker.ErrLeaseLost):
 		return "lost"
-	case errors.Is(c, broker.ErrCanceled):
+	case errors.Is(c, broker.ErrCancelled):
 		return "cancel"
 	default:
 		return "other"
