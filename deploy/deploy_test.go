@@ -65,6 +65,10 @@ func exported(t *testing.T) []*dto.MetricFamily {
 		t.Fatal(err)
 	}
 
+	// A rate-limited type with no job: its held-by-rate series is 0.
+	if err := bd.B.SetRateLimit(bd.Ctx, job.DefaultQueue, "deploy.limited", job.RateLimit{Count: 1, Per: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
 	enq := job.ChainEnqueuer(bd.B, middleware.EnqueueMetrics(withMP))
 	fast := job.WithBackoff(retry.Exponential{Initial: 10 * time.Millisecond, Multiplier: 1, Max: 10 * time.Millisecond})
 	for _, img := range []string{"a.png", "flaky-b.png", "broken-c.png"} {
@@ -130,7 +134,7 @@ func TestDeployMetricsExist(t *testing.T) {
 			t.Errorf("%s: %v, want one series of %v", f.GetName(), f.GetMetric(), want)
 		}
 	}
-	for _, want := range []string{"delayq_queue_processes", "delayq_queue_held", "delayq_queue_parked", "delayq_queue_paused",
+	for _, want := range []string{"delayq_queue_processes", "delayq_queue_held", "delayq_queue_parked", "delayq_queue_paused", "delayq_queue_held_by_rate",
 		"delayq_queue_dead_trimmed_total", "delayq_queue_dead_trimmed_unarchived_total"} {
 		if !have[want] {
 			t.Errorf("the exporter does not print %s", want)

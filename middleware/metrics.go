@@ -31,6 +31,10 @@ const (
 	MetricLag        = "delayq.queue.lag"        // gauge s: how long the oldest due job has waited; label queue
 	MetricHeld       = "delayq.queue.held"       // gauge {job}: due jobs of capped types held aside for a slot; label queue
 	MetricParked     = "delayq.queue.parked"     // gauge {job}: due jobs of paused types set aside; label queue
+	// MetricHeldByRate is a gauge {job}: due jobs of a rate-limited type
+	// held for its next tokens (QueueStats.HeldByRate); labels queue,
+	// type, one series per type with a rate limit (0 when none is held).
+	MetricHeldByRate = "delayq.queue.held_by_rate"
 	MetricPaused     = "delayq.queue.paused"     // gauge: 1 when the whole queue is paused, else 0; label queue
 	MetricProcesses  = "delayq.queue.processes"  // gauge {process}: live processes serving the queue (WithServingProcesses); label queue
 	// MetricDeadTrimmed counts the dead records a queue's dead-letter store
@@ -331,6 +335,7 @@ func ObserveQueues(r QueueStatsReader, queues []string, opts ...MetricsOption) (
 	dead := gauge(MetricDead, "Dead records of a queue.")
 	held := gauge(MetricHeld, "Due jobs of a queue's capped types held aside until a slot frees.")
 	parked := gauge(MetricParked, "Due jobs of a queue's paused types set aside until the type resumes.")
+	heldByRate := gauge(MetricHeldByRate, "Due jobs of a rate-limited type held until its next tokens.")
 	// No unit: a "1" would become a _ratio suffix in Prometheus.
 	paused := gaugeOf(MetricPaused, "", "1 when the whole queue is paused, else 0.")
 	lag, err := meter.Float64ObservableGauge(MetricLag, metric.WithUnit("s"),
@@ -343,7 +348,7 @@ func ObserveQueues(r QueueStatsReader, queues []string, opts ...MetricsOption) (
 	}
 	trimmed := counter(MetricDeadTrimmed, "Dead records a queue's dead-letter store dropped, by its cap or by age.")
 	unarchived := counter(MetricDeadUnarchived, "Dead records trimmed that the workers' OnDeadTrimmed hook could not be handed for want of room.")
-	instruments := []metric.Observable{scheduled, due, processing, dead, held, parked, paused, lag, trimmed, unarchived}
+	instruments := []metric.Observable{scheduled, due, processing, dead, held, parked, heldByRate, paused, lag, trimmed, unarchived}
 	var procs metric.Int64ObservableGauge
 	if cfg.serving != nil {
 		procs = gaugeOf(MetricProcesses, "{process}", "Live processes serving a queue, from the process registry.")
@@ -378,6 +383,11 @@ func ObserveQueues(r QueueStatsReader, queues []string, opts ...MetricsOption) (
 			o.ObserveInt64(dead, s.Dead, labels)
 			o.ObserveInt64(held, s.Held, labels)
 			o.ObserveInt64(parked, s.Parked, labels)
+			for t := range s.RateLimits {
+				if t != "" {
+					o.ObserveInt64(heldByRate, s.HeldByRate[t], metric.WithAttributeSet(attribute.NewSet(LabelQueue.String(q), LabelType.String(t))))
+				}
+			}
 			p := int64(0)
 			if s.Paused {
 				p = 1

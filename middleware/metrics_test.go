@@ -340,3 +340,44 @@ func TestHistogramBucketsFollowAView(t *testing.T) {
 		t.Errorf("%s bounds = %v, want the 14 default ones", middleware.MetricLateness, data[middleware.MetricLateness])
 	}
 }
+
+// TestHeldByRateGauge: the due jobs a type's rate limit holds are a gauge
+// by queue and type, 0 for a limited type holding none, and no series for
+// a type without a limit.
+func TestHeldByRateGauge(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	m := newMeter(t)
+	if err := tb.b.SetRateLimit(tb.ctx, "sms", "sms.send", job.RateLimit{Count: 1, Per: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.b.SetRateLimit(tb.ctx, "sms", "sms.idle", job.RateLimit{Count: 1, Per: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	send := job.New[payload]("sms.send", job.Queue("sms"))
+	free := job.New[payload]("sms.free", job.Queue("sms"))
+	if _, err := send.EnqueueMany(tb.ctx, tb.b, make([]payload, 4)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := free.EnqueueMany(tb.ctx, tb.b, make([]payload, 2)); err != nil {
+		t.Fatal(err)
+	}
+	// One claim takes the one token and both free jobs, and holds the
+	// other three sends.
+	if res, err := testkit.Drive(tb.b).Claim(tb.ctx, "sms", 10, time.Minute); err != nil || len(res.Jobs) != 3 {
+		t.Fatalf("claim: %v, %d jobs, want 3", err, len(res.Jobs))
+	}
+	if _, err := middleware.ObserveQueues(tb.b, []string{"sms"}, middleware.WithMeterProvider(m.mp)); err != nil {
+		t.Fatal(err)
+	}
+	g, _ := m.collect()[middleware.MetricHeldByRate].(metricdata.Gauge[int64])
+	got := map[string]int64{}
+	for _, p := range g.DataPoints {
+		q, _ := p.Attributes.Value(middleware.LabelQueue)
+		typ, _ := p.Attributes.Value(middleware.LabelType)
+		got[q.AsString()+"/"+typ.AsString()] = p.Value
+	}
+	if want := map[string]int64{"sms/sms.send": 3, "sms/sms.idle": 0}; !maps.Equal(got, want) {
+		t.Errorf("%s = %v, want %v", middleware.MetricHeldByRate, got, want)
+	}
+}
