@@ -35,8 +35,8 @@ const (
 	// held for its next tokens (QueueStats.HeldByRate); labels queue,
 	// type, one series per type with a rate limit (0 when none is held).
 	MetricHeldByRate = "delayq.queue.held_by_rate"
-	MetricPaused     = "delayq.queue.paused"     // gauge: 1 when the whole queue is paused, else 0; label queue
-	MetricProcesses  = "delayq.queue.processes"  // gauge {process}: live processes serving the queue (WithServingProcesses); label queue
+	MetricPaused     = "delayq.queue.paused"    // gauge: 1 when the whole queue is paused, else 0; label queue
+	MetricProcesses  = "delayq.queue.processes" // gauge {process}: live processes serving the queue (WithServingProcesses); label queue
 	// MetricDeadTrimmed counts the dead records a queue's dead-letter store
 	// dropped, since the queue began (job.QueueStats.DeadTrimmedCap,
 	// DeadTrimmedAge): counter {job}; labels queue, reason ("cap": the
