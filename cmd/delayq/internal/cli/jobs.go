@@ -16,6 +16,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/job"
@@ -666,6 +668,7 @@ func (a *app) serverNow(ctx context.Context, b *broker.Broker) (time.Time, error
 func (a *app) enqueueCommand() *cobra.Command {
 	var (
 		queue, typ, payload, in, at, id string
+		traceparent, tracestate         string
 		maxRetries                      int
 	)
 	cmd := &cobra.Command{
@@ -679,7 +682,13 @@ Retries: the job is tried at most 1 + --max-retries times, default ` + strconv.I
 (delayq's default), not the count its type declares in code (job.MaxRetries):
 that lives in the application's binary, which the CLI cannot read, so give
 --max-retries to match it. The wait between attempts is the type's own, as
-the worker that runs it applies it.`,
+the worker that runs it applies it.
+
+Tracing: with --traceparent (default: the TRACEPARENT environment variable,
+and TRACESTATE beside it, as other command-line tools pass a trace on) the
+job carries that W3C trace context, so the consumer span of its worker's
+middleware.Tracing joins the caller's trace; without it the job starts a
+trace of its own.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkQueue(queue); err != nil {
@@ -700,6 +709,21 @@ the worker that runs it applies it.`,
 				return usagef("give at most one of --in and --at")
 			}
 			env := &job.Envelope{ID: id, Queue: queue, Type: typ, MaxRetries: maxRetries}
+			if !cmd.Flags().Changed("traceparent") {
+				traceparent, tracestate = a.getenv("TRACEPARENT"), a.getenv("TRACESTATE")
+			}
+			if traceparent != "" {
+				carrier := propagation.MapCarrier{"traceparent": traceparent}
+				if tracestate != "" {
+					carrier["tracestate"] = tracestate
+				}
+				ctx := propagation.TraceContext{}.Extract(context.Background(), carrier)
+				if !trace.SpanContextFromContext(ctx).IsValid() {
+					return usagef("invalid trace context %q: want a W3C traceparent, 00-<32 hex trace id>-<16 hex span id>-<2 hex flags>", traceparent)
+				}
+				env.Headers = map[string]string{}
+				propagation.TraceContext{}.Inject(ctx, propagation.MapCarrier(env.Headers))
+			}
 			var err error
 			if in != "" {
 				if env.Delay, err = parseIn(in); err != nil {
@@ -762,6 +786,8 @@ the worker that runs it applies it.`,
 	f.StringVar(&at, "at", "", "ready at this RFC 3339 time")
 	f.StringVar(&id, "id", "", "job id (default: generated); unique among pending jobs of the queue")
 	f.IntVar(&maxRetries, "max-retries", job.DefaultMaxRetries, "retries after the first attempt (the type's job.MaxRetries is not known to the CLI)")
+	f.StringVar(&traceparent, "traceparent", "", "W3C trace context the job carries, so its run joins that trace (default: $TRACEPARENT)")
+	f.StringVar(&tracestate, "tracestate", "", "W3C trace state beside --traceparent (default: $TRACESTATE)")
 	_ = cmd.MarkFlagRequired("type")
 	_ = cmd.MarkFlagRequired("payload")
 	return cmd
