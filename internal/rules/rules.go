@@ -108,6 +108,16 @@ func ReadyMS(t time.Time) int64 {
 	return max(v, 1)
 }
 
+// ReadyAfter is the ready time in ms of a job ready d after now, as the
+// scripts' ready_after reckons it: now's whole ms (rounded down: due at
+// once) for d <= 0, else ReadyMS of now + d.
+func ReadyAfter(now time.Time, d time.Duration) int64 {
+	if d <= 0 {
+		return now.UnixMilli()
+	}
+	return ReadyMS(now.Add(d))
+}
+
 // Found is what an enqueue finds under its job's id.
 type Found int
 

@@ -51,6 +51,15 @@ func TestReadyMS(t *testing.T) {
 			t.Errorf("ReadyMS(%v) = %d, want %d", c.t, got, c.want)
 		}
 	}
+	// From now: now's ms, rounded down (due at once), without a delay;
+	// rounded up with one.
+	now := time.UnixMilli(1000).Add(400 * time.Microsecond)
+	if got := rules.ReadyAfter(now, 0); got != 1000 {
+		t.Errorf("ReadyAfter(now, 0) = %d, want 1000", got)
+	}
+	if got := rules.ReadyAfter(now, time.Millisecond); got != 1002 {
+		t.Errorf("ReadyAfter(now, 1ms) = %d, want 1002", got)
+	}
 }
 
 // Next jobs get their chain ids and the default queue, copies of what was
