@@ -160,7 +160,8 @@ const (
 // Enqueue decides an enqueue of a job, flagged unique (job.Unique) and
 // replace (job.Replace), that finds found under its id. A job that is not
 // Unique does not see what is remembered: Remembered is Absent to it.
-// (enqueue.lua decides the same inside Redis.)
+// A debounced enqueue is decided by [Debounce] instead. (enqueue.lua
+// decides the same inside Redis.)
 func Enqueue(found Found, unique, replace bool) Outcome {
 	switch found {
 	case EarlierInCall:
