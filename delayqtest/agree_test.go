@@ -1,6 +1,7 @@
 package delayqtest_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/delayqtest"
 	"github.com/delayq/delayq/job"
+	"github.com/delayq/delayq/worker"
 )
 
 // store is what code under test is given: a real broker, or the kit's
@@ -138,5 +140,172 @@ func TestTypedHelpersOnTheKit(t *testing.T) {
 	}
 	if _, err := cancelUnpaid.Lookup(ctx, e, "order-1"); !errors.Is(err, broker.ErrNotFound) {
 		t.Fatalf("Lookup of the cancelled job: %v, want broker.ErrNotFound", err)
+	}
+}
+
+// The Enqueuer debounces as a broker does, row by row of the table of
+// docs/flow-control.md#debounce: the same answers (nil, or the same error)
+// for nothing pending, a job in its window, a due job, a running job
+// (claimed by a worker on the broker, by Claim on the kit) and one that
+// ended; the job left has the same arguments and state, ready at the end
+// of the window or at its own ready time, kept; debounced jobs of one key
+// in one call each act on the one before; what debounce cannot be
+// combined with is refused alike.
+func TestDebounceAgreesWithBroker(t *testing.T) {
+	t.Parallel()
+	const window = time.Hour
+	now := time.Now()
+	kit := &delayqtest.Enqueuer{Now: func() time.Time { return now }}
+	brk := delayqtest.NewBroker(t, broker.Options{})
+	digest := job.New[Order]("notify.digest", job.Queue("notify"))
+	live := job.New[Order]("notify.live", job.Queue("live"))
+
+	// A job on the broker that runs until released.
+	started, release := make(chan struct{}, 1), make(chan struct{})
+	reg := job.NewRegistry()
+	live.Handle(reg, func(_ context.Context, _ *job.Job[Order]) error {
+		started <- struct{}{}
+		<-release
+		return nil
+	})
+	delayqtest.StartWorker(t, worker.Config{Broker: brk, Registry: reg, MaxIdle: 50 * time.Millisecond})
+
+	// when says where an accepted job's ready time is: the end of the
+	// window, or a time that has passed (kept).
+	when := func(env *job.Envelope) string {
+		switch d := env.ReadyAt.Sub(env.CreatedAt); {
+		case d > window-time.Minute && d < window+time.Minute:
+			return "ready at the end of the window"
+		case d < time.Minute:
+			return "ready at a time that has passed"
+		}
+		return fmt.Sprintf("ready in %v", env.ReadyAt.Sub(env.CreatedAt))
+	}
+	debounce := func(typ *job.Type[Order], key, args string) func(s store) (string, error) {
+		return func(s store) (string, error) {
+			env, err := typ.Enqueue(ctx, s, Order{ID: args}, job.Debounce(key, window))
+			if err != nil {
+				return "", err
+			}
+			return when(env), nil
+		}
+	}
+	lookup := func(typ *job.Type[Order], id string) func(s store) (string, error) {
+		return func(s store) (string, error) {
+			j, err := typ.Lookup(ctx, s, id)
+			if err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("%s %s", j.State, j.Envelope.Payload), nil
+		}
+	}
+	due := func(typ *job.Type[Order], id string) func(s store) (string, error) {
+		return func(s store) (string, error) {
+			_, err := typ.Reschedule(ctx, s, id, time.Time{}) // now: due
+			return "", err
+		}
+	}
+	type step struct {
+		name string
+		do   func(s store) (string, error)
+	}
+	run := func(steps []step) {
+		t.Helper()
+		for _, st := range steps {
+			gotKit, errKit := st.do(kit)
+			gotReal, errReal := st.do(brk)
+			if gotKit != gotReal || fmt.Sprint(errKit) != fmt.Sprint(errReal) {
+				t.Errorf("%s: the kit answers %q, %v; the broker %q, %v", st.name, gotKit, errKit, gotReal, errReal)
+			}
+		}
+	}
+	run([]step{
+		{"nothing pending", debounce(digest, "u1", "1")},
+		{"in the window", debounce(digest, "u1", "2")},
+		{"lookup in the window", lookup(digest, "u1")},
+		{"the window closes", due(digest, "u1")},
+		{"due, not claimed", debounce(digest, "u1", "3")},
+		{"lookup of the due job", lookup(digest, "u1")},
+		{"due again", debounce(digest, "u1", "4")},
+		{"lookup of the due job again", lookup(digest, "u1")},
+		{"one key twice in one call", func(s store) (string, error) {
+			a, _ := digest.Envelope(Order{ID: "5"}, job.Debounce("u2", window))
+			b, _ := digest.Envelope(Order{ID: "6"}, job.Debounce("u2", window))
+			if err := s.Enqueue(ctx, a, b); err != nil {
+				return "", err
+			}
+			return when(a) + ", " + when(b), nil
+		}},
+		{"lookup after the call", lookup(digest, "u2")},
+		{"with Unique", func(s store) (string, error) {
+			_, err := digest.Enqueue(ctx, s, Order{ID: "7"}, job.Debounce("u3", window), job.Unique(time.Hour))
+			return "", err
+		}},
+		{"with another ID", func(s store) (string, error) {
+			_, err := digest.Enqueue(ctx, s, Order{ID: "7"}, job.Debounce("u3", window), job.ID("other"))
+			return "", err
+		}},
+		{"an envelope with a delay", func(s store) (string, error) {
+			return "", s.Enqueue(ctx, &job.Envelope{Type: digest.Name(), Queue: "notify", ID: "u3", Payload: []byte(`{}`), Debounce: window, Delay: time.Minute})
+		}},
+		{"an envelope in a batch", func(s store) (string, error) {
+			return "", s.Enqueue(ctx, &job.Envelope{Type: digest.Name(), Queue: "notify", ID: "u3", Payload: []byte(`{}`), Debounce: window, Batch: "b1"})
+		}},
+		{"EnqueueMany", func(s store) (string, error) {
+			_, err := digest.EnqueueMany(ctx, s, []Order{{ID: "8"}, {ID: "9"}}, job.Debounce("u3", window))
+			return "", err
+		}},
+		{"lookup of the refused key", lookup(digest, "u3")},
+		{"a job to run", debounce(live, "r1", "10")},
+		{"its window closes", due(live, "r1")},
+	})
+	// The broker's worker claims it; the kit is told.
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the worker did not claim the job")
+	}
+	if err := kit.Claim("live", "r1"); err != nil {
+		t.Fatal(err)
+	}
+	run([]step{
+		{"running", debounce(live, "r1", "11")},
+		{"lookup of the running job", func(s store) (string, error) {
+			j, err := live.Lookup(ctx, s, "r1")
+			if err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("%s %s", j.State, j.Envelope.Payload), nil
+		}},
+		{"cancel of the running job", func(s store) (string, error) {
+			ok, err := live.Cancel(ctx, s, "r1")
+			return fmt.Sprint(ok), err
+		}},
+	})
+	close(release)
+	delayqtest.WaitFor(t, 30*time.Second, "the running job to end", func() bool {
+		_, err := brk.Job(ctx, "live", "r1")
+		return errors.Is(err, broker.ErrNotFound)
+	})
+	if err := kit.End("live", "r1"); err != nil {
+		t.Fatal(err)
+	}
+	run([]step{
+		{"ended", debounce(live, "r1", "12")},
+		{"lookup of the new job", lookup(live, "r1")},
+	})
+	// Not all nil: the kit refused a running job as the broker does, and
+	// kept a due job's ready time.
+	if _, err := live.Enqueue(ctx, kit, Order{ID: "13"}, job.Debounce("r1", window)); err != nil {
+		t.Fatal(err)
+	}
+	if err := kit.Claim("live", "r1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := live.Enqueue(ctx, kit, Order{ID: "14"}, job.Debounce("r1", window)); !errors.Is(err, broker.ErrInProgress) {
+		t.Fatalf("a running job on the kit: %v, want ErrInProgress", err)
+	}
+	if j, err := digest.Lookup(ctx, kit, "u1"); err != nil || !j.ReadyAt.Equal(time.UnixMilli(now.UnixMilli())) || string(j.Envelope.Payload) != `{"id":"4"}` {
+		t.Fatalf("the due job on the kit: %+v, %v; want the last arguments, ready at the time it was made due", j, err)
 	}
 }

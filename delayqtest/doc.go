@@ -25,8 +25,10 @@
 //
 // An [Enqueuer] is a job.Enqueuer that records what it is given, deciding
 // with the broker's own rules: it refuses what the broker refuses (invalid
-// envelopes, payloads over the cap, pending ids) and fills in what the
-// broker fills in. It has the broker's Cancel, Reschedule and Job, so the
+// envelopes, payloads over the cap, pending ids), replaces and debounces
+// as the broker does (job.Replace, job.Debounce, by its clock), and fills
+// in what the broker fills in. [Enqueuer.Claim] and [Enqueuer.End] say
+// when a worker would claim a job and when it ends. It has the broker's Cancel, Reschedule and Job, so the
 // typed helpers (job.Type's Cancel, Reschedule and Lookup) work on it. [RequireEnqueued], [RequireEnqueuedN] and
 // [RequireNotEnqueued] find recorded jobs of a type by [Check]s (id,
 // queue, arguments, ready time, options) and fail the test with a list of

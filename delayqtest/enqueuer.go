@@ -23,13 +23,20 @@ import (
 // envelopes and whatever the timing: each Enqueue is a call of its own,
 // and no reply is lost here to send one again. A job with a pending id and
 // job.Replace replaces it (the old one is marked Replaced), as by the
-// broker. It fills in what the broker fills in: ID, Queue, CreatedAt and
-// ReadyAt by its clock. It also has the broker's Cancel, Reschedule and
-// Job, so it can stand in for a broker that code enqueues to, cancels and
-// moves jobs on, and looks them up, the typed helpers (job.Type's Cancel,
-// Reschedule and Lookup) included. It records no ending, so job.Unique's
-// window after success is not modelled, and no worker holds a job. It is
-// safe for concurrent use; the zero value is ready.
+// broker. A job with job.Debounce decides as the broker's does
+// (docs/flow-control.md#debounce), by the Enqueuer's clock: a pending job
+// whose ready time is ahead is replaced, ready the window after now; one
+// that is due is replaced and its ready time kept; a running one (see
+// [Enqueuer.Claim]) is refused with broker.ErrInProgress; debounced jobs of
+// one key in one call each act on what the one before left. It fills in
+// what the broker fills in: ID, Queue, CreatedAt and ReadyAt by its clock.
+// It also has the broker's Cancel, Reschedule and Job, so it can stand in
+// for a broker that code enqueues to, cancels and moves jobs on, and looks
+// them up, the typed helpers (job.Type's Cancel, Reschedule and Lookup)
+// included. No worker runs here: a test says when a job is claimed
+// ([Enqueuer.Claim]) and when it ends ([Enqueuer.End]). The end of a
+// job.Unique job is not remembered, so Unique's window after success is not
+// modelled. It is safe for concurrent use; the zero value is ready.
 type Enqueuer struct {
 	// Now is the clock for CreatedAt and ReadyAt. nil means time.Now.
 	Now func() time.Time
@@ -49,7 +56,9 @@ type Enqueuer struct {
 type Recorded struct {
 	*job.Envelope      // a copy, with ID, Queue, CreatedAt and ReadyAt filled in
 	Cancelled     bool // removed by Cancel since
-	Replaced      bool // replaced since by a job with its id and job.Replace
+	Replaced      bool // replaced since by a job with its id and job.Replace or job.Debounce
+	Running       bool // claimed (Claim) and not ended: a worker holds it
+	Ended         bool // ended since (End): its id is free
 }
 
 var (
@@ -80,24 +89,32 @@ func (e *Enqueuer) Enqueue(ctx context.Context, envs ...*job.Envelope) error {
 	defer e.mu.Unlock()
 	errs := make([]error, len(envs))
 	failed := false
-	inCall := make(map[string]bool, len(envs))
+	// What each id of the call found before it, and what the call's jobs
+	// with the id left since (rules.Debounce acts on it).
+	before := make(map[string]rules.Found, len(envs))
+	earlier := make(map[string]rules.Earlier, len(envs))
 	for i, env := range envs {
 		if e.Fail != nil {
 			errs[i] = e.Fail(env)
 		}
+		key := env.Queue + "\n" + env.ID
+		p := e.pending(env.Queue, env.ID)
+		o := rules.Stored
 		if errs[i] == nil {
-			found, p := rules.Absent, e.pending(env.Queue, env.ID)
+			found, seen := before[key]
+			if !seen {
+				found = e.found(p, now)
+				before[key] = found
+			}
 			switch {
-			case inCall[env.Queue+"\n"+env.ID]:
-				found = rules.EarlierInCall
-			case p != nil:
-				found = rules.Scheduled
+			case env.Debounce > 0:
+				o = rules.Debounce(found, earlier[key])
+			case seen:
+				o = rules.Enqueue(rules.EarlierInCall, env.Unique, env.Replace)
+			default:
+				o = rules.Enqueue(found, env.Unique, env.Replace)
 			}
-			inCall[env.Queue+"\n"+env.ID] = true
-			o := rules.Enqueue(found, env.Unique, env.Replace)
-			if o == rules.Replaced {
-				p.Replaced = true
-			}
+			earlier[key] = earlier[key].After(o)
 			errs[i] = rules.EnqueueErr(o, env.Queue, env.ID)
 		}
 		if errs[i] != nil {
@@ -105,9 +122,20 @@ func (e *Enqueuer) Enqueue(ctx context.Context, envs ...*job.Envelope) error {
 			continue
 		}
 		// Whole ms, rounded up, as the broker stores it.
-		env.ReadyAt = time.UnixMilli(rules.ReadyMS(now.Add(env.Delay)))
-		if !env.At.IsZero() {
+		delay := env.Delay
+		if env.Debounce > 0 {
+			delay = env.Debounce // ready at the end of the window
+		}
+		switch {
+		case o == rules.Kept:
+			env.ReadyAt = p.ReadyAt
+		case !env.At.IsZero():
 			env.ReadyAt = time.UnixMilli(rules.ReadyMS(env.At))
+		default:
+			env.ReadyAt = time.UnixMilli(rules.ReadyAfter(now, delay))
+		}
+		if o == rules.Replaced || o == rules.Kept {
+			p.Replaced = true
 		}
 		c := *env
 		e.jobs = append(e.jobs, &Recorded{Envelope: &c})
@@ -122,7 +150,8 @@ func (e *Enqueuer) Enqueue(ctx context.Context, envs ...*job.Envelope) error {
 }
 
 // Cancel removes a pending job, as broker.Cancel: nil, or an error
-// wrapping broker.ErrNotFound when no job with that id is pending in queue.
+// wrapping broker.ErrNotFound when no job with that id is pending in queue,
+// broker.ErrInProgress when it is running (Claim).
 func (e *Enqueuer) Cancel(ctx context.Context, queue, id string) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -138,15 +167,17 @@ func (e *Enqueuer) Cancel(ctx context.Context, queue, id string) error {
 }
 
 // Reschedule moves a pending job to ready at at (the zero time means now,
-// by the Enqueuer's clock) and returns the new ready time, as
-// broker.Reschedule: an error wrapping broker.ErrNotFound when no job with
-// that id is pending in queue.
+// by the Enqueuer's clock, in whole ms rounded down: due at once, as on the
+// broker) and returns the new ready time, as broker.Reschedule: an error
+// wrapping broker.ErrNotFound when no job with that id is pending in
+// queue, broker.ErrInProgress when it is running (Claim).
 func (e *Enqueuer) Reschedule(ctx context.Context, queue, id string, at time.Time) (time.Time, error) {
 	if err := ctx.Err(); err != nil {
 		return time.Time{}, err
 	}
-	if at.IsZero() {
-		at = e.now()
+	ready := rules.ReadyAfter(e.now(), 0)
+	if !at.IsZero() {
+		ready = rules.ReadyMS(at)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -154,25 +185,70 @@ func (e *Enqueuer) Reschedule(ctx context.Context, queue, id string, at time.Tim
 	if err != nil {
 		return time.Time{}, err
 	}
-	r.ReadyAt = time.UnixMilli(rules.ReadyMS(at))
+	r.ReadyAt = time.UnixMilli(ready)
 	return r.ReadyAt, nil
+}
+
+// Claim marks the pending job id of queue as claimed by a worker: it is
+// running until [Enqueuer.End]. While it runs, an enqueue of its id with
+// job.Replace or job.Debounce, Cancel and Reschedule fail with an error
+// wrapping broker.ErrInProgress, as on a broker, and Job reports it
+// processing. An error wraps broker.ErrNotFound when no job with the id is
+// pending, broker.ErrInProgress when it runs already.
+func (e *Enqueuer) Claim(queue, id string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r, err := e.change(queue, id)
+	if err != nil {
+		return err
+	}
+	r.Running = true
+	return nil
+}
+
+// End marks the pending job id of queue as ended (succeeded, dead, or
+// cancelled while it ran), running or not: its id is free, and an enqueue
+// of it stores a new job. An error wraps broker.ErrNotFound when no job
+// with the id is pending.
+func (e *Enqueuer) End(queue, id string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r := e.pending(queue, id)
+	if r == nil {
+		return fmt.Errorf("%w: no job %q in queue %q", broker.ErrNotFound, id, queue)
+	}
+	r.Running, r.Ended = false, true
+	return nil
+}
+
+// found is what an enqueue (or a change) finds in r, the pending job of its
+// id or nil, at now: running, due (its ready time has passed, by the ms
+// clock the broker compares in), or scheduled with its ready time ahead.
+func (e *Enqueuer) found(r *Recorded, now time.Time) rules.Found {
+	switch {
+	case r == nil:
+		return rules.Absent
+	case r.Running:
+		return rules.Held
+	case r.ReadyAt.UnixMilli() > now.UnixMilli():
+		return rules.Scheduled
+	}
+	return rules.Due
 }
 
 // change finds the pending job a cancel or reschedule changes, deciding as
 // the broker does (rules.Change).
 func (e *Enqueuer) change(queue, id string) (*Recorded, error) {
-	r, found := e.pending(queue, id), rules.Absent
-	if r != nil {
-		found = rules.Scheduled
-	}
-	if err := rules.Change(found, queue, id); err != nil {
+	r := e.pending(queue, id)
+	if err := rules.Change(e.found(r, e.now()), queue, id); err != nil {
 		return nil, err
 	}
 	return r, nil
 }
 
-// Job returns a pending job as broker.Job does (StateScheduled, with its
-// envelope, body and ready time; Now by the Enqueuer's clock), or an error
+// Job returns a pending job as broker.Job does (StateScheduled, or
+// StateProcessing once claimed, with its envelope, body and ready time;
+// Now by the Enqueuer's clock), or an error
 // wrapping broker.ErrNotFound when no job with that id is pending in queue
 // (a cancelled or replaced one is gone, as in Redis).
 func (e *Enqueuer) Job(ctx context.Context, queue, id string) (*job.JobInfo, error) {
@@ -182,8 +258,12 @@ func (e *Enqueuer) Job(ctx context.Context, queue, id string) (*job.JobInfo, err
 	e.mu.Lock()
 	r := e.pending(queue, id)
 	var env job.Envelope
+	state := job.StateScheduled
 	if r != nil {
 		env = *r.Envelope
+		if r.Running {
+			state = job.StateProcessing
+		}
 	}
 	e.mu.Unlock()
 	if r == nil {
@@ -193,14 +273,14 @@ func (e *Enqueuer) Job(ctx context.Context, queue, id string) (*job.JobInfo, err
 	if err != nil {
 		return nil, err
 	}
-	return &job.JobInfo{ID: id, Queue: queue, State: job.StateScheduled, Now: e.now(), ReadyAt: env.ReadyAt, Body: body, Envelope: &env}, nil
+	return &job.JobInfo{ID: id, Queue: queue, State: state, Now: e.now(), ReadyAt: env.ReadyAt, Body: body, Envelope: &env}, nil
 }
 
 // pending returns the recorded job of queue and id that is neither
-// cancelled nor replaced, or nil.
+// cancelled, replaced nor ended, or nil.
 func (e *Enqueuer) pending(queue, id string) *Recorded {
 	for _, r := range e.jobs {
-		if r.Queue == queue && r.ID == id && !r.Cancelled && !r.Replaced {
+		if r.Queue == queue && r.ID == id && !r.Cancelled && !r.Replaced && !r.Ended {
 			return r
 		}
 	}
@@ -222,7 +302,7 @@ func (e *Enqueuer) Jobs() []Recorded {
 	out := make([]Recorded, len(e.jobs))
 	for i, r := range e.jobs {
 		c := *r.Envelope
-		out[i] = Recorded{Envelope: &c, Cancelled: r.Cancelled, Replaced: r.Replaced}
+		out[i] = Recorded{Envelope: &c, Cancelled: r.Cancelled, Replaced: r.Replaced, Running: r.Running, Ended: r.Ended}
 	}
 	return out
 }
@@ -308,13 +388,13 @@ func ExpiresIn(d, within time.Duration) Check {
 	}}
 }
 
-// Pending wants a job that was neither cancelled nor replaced.
+// Pending wants a job that was neither cancelled, replaced nor ended.
 func Pending() Check {
-	return Check{"pending", func(r *Recorded, _ any) bool { return !r.Cancelled && !r.Replaced }}
+	return Check{"pending", func(r *Recorded, _ any) bool { return !r.Cancelled && !r.Replaced && !r.Ended }}
 }
 
-// Replaced wants a job that a later one with its id and job.Replace
-// replaced.
+// Replaced wants a job that a later one with its id and job.Replace or
+// job.Debounce replaced.
 func Replaced() Check {
 	return Check{"replaced", func(r *Recorded, _ any) bool { return r.Replaced }}
 }
@@ -420,6 +500,12 @@ func listing[T any](all []Enqueued[T], checks []Check) string {
 		}
 		if j.Replaced {
 			b.WriteString(" (replaced)")
+		}
+		if j.Running {
+			b.WriteString(" (running)")
+		}
+		if j.Ended {
+			b.WriteString(" (ended)")
 		}
 		var failed []string
 		for _, c := range checks {

@@ -245,3 +245,155 @@ func TestEnqueuerUniqueDerivesID(t *testing.T) {
 	}
 	mustPass(t, func(tb testing.TB) { delayqtest.RequireEnqueuedN(tb, e, remind, 2) })
 }
+
+// The kit debounces by its own clock, row by row of
+// docs/flow-control.md#debounce: a job in its window is replaced and ready
+// the window after now; a due one gets the newest arguments and keeps its
+// ready time however many enqueues come; a running one (Claim) is refused
+// with ErrInProgress and left alone; once it ended (End) the key stores a
+// new job. The replaced jobs are recorded as such.
+func TestEnqueuerDebounces(t *testing.T) {
+	t.Parallel()
+	const window = 30 * time.Second
+	clock := epoch
+	e := &delayqtest.Enqueuer{Now: func() time.Time { return clock }}
+	digest := job.New[Order]("notify.digest")
+	send := func(args string) (*job.Envelope, error) {
+		return digest.Enqueue(ctx, e, Order{ID: args}, job.Debounce("u7", window))
+	}
+	env, err := send("1")
+	if err != nil || !env.ReadyAt.Equal(epoch.Add(window)) {
+		t.Fatalf("nothing pending: %v, ready %v; want nil, ready at %v", err, env.ReadyAt, epoch.Add(window))
+	}
+	clock = clock.Add(10 * time.Second)
+	env, err = send("2")
+	if err != nil || !env.ReadyAt.Equal(clock.Add(window)) {
+		t.Fatalf("in the window: %v, ready %v; want nil, ready at %v", err, env.ReadyAt, clock.Add(window))
+	}
+	ready := env.ReadyAt
+	// At the very ms of its ready time the job is due, as on the broker.
+	clock = ready
+	for _, args := range []string{"3", "4"} {
+		env, err = send(args)
+		if err != nil || !env.ReadyAt.Equal(ready) {
+			t.Fatalf("due: %v, ready %v; want nil, its ready time %v kept", err, env.ReadyAt, ready)
+		}
+		clock = clock.Add(time.Minute)
+	}
+	mustPass(t, func(tb testing.TB) {
+		delayqtest.RequireEnqueued(tb, e, digest, delayqtest.Pending(), delayqtest.HasID("u7"), delayqtest.HasArgs(Order{ID: "4"}), delayqtest.ReadyAt(ready, 0))
+		delayqtest.RequireEnqueuedN(tb, e, digest, 3, delayqtest.Replaced())
+	})
+
+	if err := e.Claim(job.DefaultQueue, "u7"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Claim(job.DefaultQueue, "u7"); !errors.Is(err, broker.ErrInProgress) {
+		t.Fatalf("Claim of a running job: %v, want ErrInProgress", err)
+	}
+	if _, err := send("5"); !errors.Is(err, broker.ErrInProgress) || !strings.Contains(err.Error(), `"u7"`) {
+		t.Fatalf("running: %v, want ErrInProgress naming the id", err)
+	}
+	if _, err := digest.Reschedule(ctx, e, "u7", time.Time{}); !errors.Is(err, broker.ErrInProgress) {
+		t.Fatalf("Reschedule of a running job: %v, want ErrInProgress", err)
+	}
+	if j, err := digest.Lookup(ctx, e, "u7"); err != nil || j.State != job.StateProcessing {
+		t.Fatalf("Lookup of a running job: %+v, %v", j, err)
+	}
+	mustPass(t, func(tb testing.TB) {
+		delayqtest.RequireNotEnqueued(tb, e, digest, delayqtest.HasArgs(Order{ID: "5"}))
+	})
+	if jobs := e.Jobs(); !jobs[len(jobs)-1].Running || jobs[len(jobs)-1].Replaced {
+		t.Fatalf("the claimed job: %+v, want it running and not replaced", jobs[len(jobs)-1])
+	}
+
+	if err := e.End(job.DefaultQueue, "u7"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.End(job.DefaultQueue, "u7"); !errors.Is(err, broker.ErrNotFound) {
+		t.Fatalf("End of an ended job: %v, want ErrNotFound", err)
+	}
+	env, err = send("6")
+	if err != nil || !env.ReadyAt.Equal(clock.Add(window)) {
+		t.Fatalf("ended: %v, ready %v; want a new job ready at %v", err, env.ReadyAt, clock.Add(window))
+	}
+	mustPass(t, func(tb testing.TB) {
+		delayqtest.RequireEnqueued(tb, e, digest, delayqtest.Pending(), delayqtest.HasArgs(Order{ID: "6"}))
+	})
+	// A job enqueued without a delay is due at once: a debounced enqueue
+	// keeps its ready time, as the broker's does.
+	plain := job.New[Order]("notify.plain")
+	now, err := plain.Enqueue(ctx, e, Order{ID: "7"}, job.ID("p1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env, err := plain.Enqueue(ctx, e, Order{ID: "8"}, job.Debounce("p1", window)); err != nil || !env.ReadyAt.Equal(now.ReadyAt) {
+		t.Fatalf("a job due at once: %v, ready %v; want %v kept", err, env.ReadyAt, now.ReadyAt)
+	}
+}
+
+// Debounced jobs of one key in one call each act on the one before: all
+// are accepted, one job is left with the last one's arguments, ready the
+// window after now. What debounce cannot be combined with is refused and
+// nothing is recorded.
+func TestEnqueuerDebounceInOneCallAndRefusals(t *testing.T) {
+	t.Parallel()
+	const window = time.Minute
+	e := &delayqtest.Enqueuer{Now: fixedClock}
+	digest := job.New[Order]("notify.digest")
+	var envs []*job.Envelope
+	for i := range 5 {
+		env, err := digest.Envelope(Order{ID: fmt.Sprint(i)}, job.Debounce("k", window))
+		if err != nil {
+			t.Fatal(err)
+		}
+		envs = append(envs, env)
+	}
+	if err := e.Enqueue(ctx, envs...); err != nil {
+		t.Fatalf("one key five times in one call: %v", err)
+	}
+	mustPass(t, func(tb testing.TB) {
+		delayqtest.RequireEnqueued(tb, e, digest, delayqtest.Pending(), delayqtest.HasArgs(Order{ID: "4"}), delayqtest.ReadyAt(epoch.Add(window), 0))
+		delayqtest.RequireEnqueuedN(tb, e, digest, 4, delayqtest.Replaced())
+	})
+	e.Reset()
+	refused := map[string]func() error{
+		"Unique": func() error {
+			_, err := digest.Enqueue(ctx, e, Order{}, job.Debounce("k", window), job.Unique(time.Hour))
+			return err
+		},
+		"Replace": func() error {
+			_, err := digest.Enqueue(ctx, e, Order{}, job.Debounce("k", window), job.Replace())
+			return err
+		},
+		"In": func() error {
+			_, err := digest.Enqueue(ctx, e, Order{}, job.Debounce("k", window), job.In(time.Hour))
+			return err
+		},
+		"another ID": func() error {
+			_, err := digest.Enqueue(ctx, e, Order{}, job.Debounce("k", window), job.ID("j"))
+			return err
+		},
+		"EnqueueMany": func() error {
+			_, err := digest.EnqueueMany(ctx, e, []Order{{}, {}}, job.Debounce("k", window))
+			return err
+		},
+		"an envelope with At": func() error {
+			return e.Enqueue(ctx, &job.Envelope{Type: "t", ID: "k", Debounce: window, At: epoch.Add(time.Hour)})
+		},
+		"a batch member": func() error {
+			return e.Enqueue(ctx, &job.Envelope{Type: "t", ID: "k", Debounce: window, Batch: "b"})
+		},
+		"no id": func() error {
+			return e.Enqueue(ctx, &job.Envelope{Type: "t", Debounce: window})
+		},
+	}
+	for name, do := range refused {
+		if err := do(); !errors.Is(err, job.ErrInvalid) {
+			t.Errorf("Debounce with %s: %v, want ErrInvalid", name, err)
+		}
+	}
+	if n := len(e.Jobs()); n != 0 {
+		t.Fatalf("refused enqueues recorded %d jobs", n)
+	}
+}

@@ -117,9 +117,19 @@ func (o *Outbox) Migrate(ctx context.Context) error {
 // ReplayWindow. An id that is still pending in Redis when the row is
 // relayed, or that ran within that window, is not enqueued a second time
 // (broker.ErrDuplicate counts as relayed).
+//
+// A debounced envelope (job.Debounce) is refused, with an error wrapping
+// job.ErrInvalid that names the conflict, and nothing is written: the
+// relay enqueues the row later, with job.Unique for its ReplayWindow and a
+// ready time of its own (what is left of its delay), and the broker
+// refuses Debounce with either. Debounce on the broker directly, after the
+// transaction commits.
 func (o *Outbox) Enqueue(ctx context.Context, tx *sql.Tx, env *job.Envelope) error {
 	if tx == nil {
 		return invalid("nil transaction")
+	}
+	if env != nil && env.Debounce != 0 {
+		return invalid("job %q of type %q has Debounce, which an outbox cannot relay: the relay enqueues the row later, with job.Unique for its ReplayWindow and a ready time of its own, and the broker refuses Debounce with either; debounce on the broker after the transaction commits", env.ID, env.Type)
 	}
 	if err := o.validate(env); err != nil {
 		return err
@@ -141,8 +151,9 @@ func (o *Outbox) Enqueue(ctx context.Context, tx *sql.Tx, env *job.Envelope) err
 }
 
 // EnqueueTyped encodes args as a job of type t with opts, as t.Enqueue
-// does, and writes it into the outbox inside tx (see [Outbox.Enqueue]). It
-// returns the envelope, with its ID and ReadyAt.
+// does, and writes it into the outbox inside tx (see [Outbox.Enqueue]; an
+// option job.Debounce is refused there). It returns the envelope, with its
+// ID and ReadyAt.
 func EnqueueTyped[T any](ctx context.Context, o *Outbox, tx *sql.Tx, t *job.Type[T], args T, opts ...job.Option) (*job.Envelope, error) {
 	if t == nil {
 		return nil, invalid("nil job type")

@@ -108,6 +108,16 @@ func ReadyMS(t time.Time) int64 {
 	return max(v, 1)
 }
 
+// ReadyAfter is the ready time in ms of a job ready d after now, as the
+// scripts' ready_after reckons it: now's whole ms (rounded down: due at
+// once) for d <= 0, else ReadyMS of now + d.
+func ReadyAfter(now time.Time, d time.Duration) int64 {
+	if d <= 0 {
+		return now.UnixMilli()
+	}
+	return ReadyMS(now.Add(d))
+}
+
 // Found is what an enqueue finds under its job's id.
 type Found int
 
@@ -116,15 +126,23 @@ const (
 	// job).
 	Absent Found = iota
 	// Scheduled: a job with the id waits for its ready time (or a claim).
+	// For a debounced enqueue (see [Debounce]) its ready time is still
+	// ahead: its window is open.
 	Scheduled
-	// Held: a job with the id is pending but not scheduled: a worker
-	// holds it, or it is set aside (parked by a pause, held by a cap).
+	// Held: a job with the id is pending and a worker holds it (it is
+	// running).
 	Held
 	// Remembered: no job with the id is pending, and a Unique job with it
 	// ended within its window. Only enqueues flagged Unique see it.
 	Remembered
 	// EarlierInCall: a job earlier in the same call has the id.
 	EarlierInCall
+	// Due: a job with the id is pending, not claimed, and its ready time
+	// has passed: due in the schedule, parked by its type's pause, or held
+	// back by its type's cap or rate limit. Only a debounced enqueue tells
+	// it from Scheduled (its window is closed); to [Enqueue] it is
+	// Scheduled.
+	Due
 )
 
 // Outcome is what an enqueue does.
@@ -135,18 +153,20 @@ const (
 	Replaced                      // replaced the scheduled job with the id (job.Replace)
 	Duplicate                     // refused: the id is pending (or earlier in the call)
 	DuplicateEnded                // refused: the id is remembered after its end (job.Unique)
-	InProgress                    // refused: job.Replace found the job held
+	InProgress                    // refused: job.Replace or job.Debounce found the job held
+	Kept                          // job.Debounce found the job due: its envelope replaced, its ready time kept
 )
 
 // Enqueue decides an enqueue of a job, flagged unique (job.Unique) and
 // replace (job.Replace), that finds found under its id. A job that is not
 // Unique does not see what is remembered: Remembered is Absent to it.
-// (enqueue.lua decides the same inside Redis.)
+// A debounced enqueue is decided by [Debounce] instead. (enqueue.lua
+// decides the same inside Redis.)
 func Enqueue(found Found, unique, replace bool) Outcome {
 	switch found {
 	case EarlierInCall:
 		return Duplicate
-	case Scheduled:
+	case Scheduled, Due:
 		if replace {
 			return Replaced
 		}
@@ -164,8 +184,65 @@ func Enqueue(found Found, unique, replace bool) Outcome {
 	return Stored
 }
 
+// Earlier is what the jobs earlier in the same call with a job's id left
+// under the id, as a debounced enqueue sees it: it acts on what they left,
+// as if it came after them in calls of its own.
+type Earlier int
+
+const (
+	NoneEarlier    Earlier = iota // no job earlier in the call has the id
+	EarlierStored                 // the last of them to write stored a job with a new ready time (Stored or Replaced)
+	EarlierKept                   // the last of them to write kept a due job's ready time (Kept)
+	EarlierRefused                // they were all refused: nothing was written
+)
+
+// After is what the call's earlier jobs with the id leave once one more of
+// them has outcome o.
+func (e Earlier) After(o Outcome) Earlier {
+	switch o {
+	case Stored, Replaced:
+		return EarlierStored
+	case Kept:
+		return EarlierKept
+	}
+	if e == NoneEarlier {
+		return EarlierRefused
+	}
+	return e
+}
+
+// Debounce decides a debounced enqueue (job.Debounce) of a job that finds
+// found under its id before its call, after the jobs earlier in the call
+// with the id left earlier. Its window open (Scheduled, or a job the call
+// stored with a new ready time): Replaced, ready the window after now. Its
+// window closed (Due, or a due job the call kept): Kept. A worker holds
+// it: InProgress. Nothing pending (Absent; Remembered is Absent to it, as
+// it is not Unique): Stored, unless earlier jobs of the call had the id and
+// were all refused: Duplicate. found is never EarlierInCall here: earlier
+// says what the call did. (enqueue.lua decides the same inside Redis.)
+func Debounce(found Found, earlier Earlier) Outcome {
+	switch earlier {
+	case EarlierStored:
+		return Replaced
+	case EarlierKept:
+		return Kept
+	}
+	switch found {
+	case Scheduled:
+		return Replaced
+	case Due:
+		return Kept
+	case Held:
+		return InProgress
+	}
+	if earlier == EarlierRefused {
+		return Duplicate
+	}
+	return Stored
+}
+
 // EnqueueErr is the error of an enqueue of job id in queue with outcome o:
-// nil for Stored and Replaced.
+// nil for Stored, Replaced and Kept.
 func EnqueueErr(o Outcome, queue, id string) error {
 	switch o {
 	case Duplicate, DuplicateEnded:
@@ -180,10 +257,10 @@ func EnqueueErr(o Outcome, queue, id string) error {
 // its id (Scheduled: done; Held by a worker: ErrInProgress; otherwise
 // ErrNotFound) and returns its error, nil when it is done. (cancel.lua and
 // reschedule.lua decide the same inside Redis; a job parked by a pause or
-// held back by a cap counts as Scheduled there.)
+// held back by a cap, Due, counts as Scheduled there.)
 func Change(found Found, queue, id string) error {
 	switch found {
-	case Scheduled:
+	case Scheduled, Due:
 		return nil
 	case Held:
 		return fmt.Errorf("%w: job %q in queue %q", ErrInProgress, id, queue)

@@ -51,6 +51,15 @@ func TestReadyMS(t *testing.T) {
 			t.Errorf("ReadyMS(%v) = %d, want %d", c.t, got, c.want)
 		}
 	}
+	// From now: now's ms, rounded down (due at once), without a delay;
+	// rounded up with one.
+	now := time.UnixMilli(1000).Add(400 * time.Microsecond)
+	if got := rules.ReadyAfter(now, 0); got != 1000 {
+		t.Errorf("ReadyAfter(now, 0) = %d, want 1000", got)
+	}
+	if got := rules.ReadyAfter(now, time.Millisecond); got != 1002 {
+		t.Errorf("ReadyAfter(now, 1ms) = %d, want 1002", got)
+	}
 }
 
 // Next jobs get their chain ids and the default queue, copies of what was
@@ -114,5 +123,71 @@ func TestEnqueueTable(t *testing.T) {
 	}
 	if err := rules.Change(rules.Absent, "q", "a"); !errors.Is(err, rules.ErrNotFound) {
 		t.Fatalf("Change of no job: %v", err)
+	}
+}
+
+// What a debounced enqueue does, by what it finds before its call and what
+// the jobs earlier in its call with the id left: the table of
+// docs/flow-control.md#debounce, which the broker's script and the test
+// kit both follow.
+func TestDebounceTable(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		found   rules.Found
+		earlier rules.Earlier
+		want    rules.Outcome
+	}{
+		{rules.Absent, rules.NoneEarlier, rules.Stored},
+		{rules.Remembered, rules.NoneEarlier, rules.Stored},
+		{rules.Scheduled, rules.NoneEarlier, rules.Replaced},
+		{rules.Due, rules.NoneEarlier, rules.Kept},
+		{rules.Held, rules.NoneEarlier, rules.InProgress},
+		{rules.Absent, rules.EarlierStored, rules.Replaced},
+		{rules.Due, rules.EarlierStored, rules.Replaced},
+		{rules.Scheduled, rules.EarlierKept, rules.Kept},
+		{rules.Due, rules.EarlierKept, rules.Kept},
+		{rules.Held, rules.EarlierRefused, rules.InProgress},
+		{rules.Scheduled, rules.EarlierRefused, rules.Replaced},
+		{rules.Due, rules.EarlierRefused, rules.Kept},
+		{rules.Remembered, rules.EarlierRefused, rules.Duplicate},
+	} {
+		if got := rules.Debounce(c.found, c.earlier); got != c.want {
+			t.Errorf("Debounce(%v, %v) = %v, want %v", c.found, c.earlier, got, c.want)
+		}
+	}
+	// What earlier jobs leave: the last to write counts; refusals after a
+	// write change nothing.
+	for _, c := range []struct {
+		outcomes []rules.Outcome
+		want     rules.Earlier
+	}{
+		{nil, rules.NoneEarlier},
+		{[]rules.Outcome{rules.Stored}, rules.EarlierStored},
+		{[]rules.Outcome{rules.Kept, rules.Duplicate}, rules.EarlierKept},
+		{[]rules.Outcome{rules.Kept, rules.Replaced}, rules.EarlierStored},
+		{[]rules.Outcome{rules.Replaced, rules.Kept}, rules.EarlierKept},
+		{[]rules.Outcome{rules.DuplicateEnded, rules.Duplicate}, rules.EarlierRefused},
+		{[]rules.Outcome{rules.InProgress}, rules.EarlierRefused},
+	} {
+		e := rules.NoneEarlier
+		for _, o := range c.outcomes {
+			e = e.After(o)
+		}
+		if e != c.want {
+			t.Errorf("after %v: %v, want %v", c.outcomes, e, c.want)
+		}
+	}
+	// A due job is scheduled to everything but a debounced enqueue.
+	if got := rules.Enqueue(rules.Due, false, true); got != rules.Replaced {
+		t.Errorf("Enqueue(Due, replace) = %v, want Replaced", got)
+	}
+	if got := rules.Enqueue(rules.Due, false, false); got != rules.Duplicate {
+		t.Errorf("Enqueue(Due) = %v, want Duplicate", got)
+	}
+	if err := rules.Change(rules.Due, "q", "a"); err != nil {
+		t.Errorf("Change of a due job: %v", err)
+	}
+	if err := rules.EnqueueErr(rules.Kept, "q", "a"); err != nil {
+		t.Errorf("EnqueueErr(Kept) = %v, want nil", err)
 	}
 }

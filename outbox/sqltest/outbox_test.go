@@ -221,6 +221,38 @@ func TestEnqueueRefusesBadInput(t *testing.T) {
 	})
 }
 
+// A debounced job is refused at Enqueue, with an error naming the
+// conflict (the relay's Unique and ready time), before anything is
+// written: the broker would refuse it when the relay moved the row. The
+// transaction goes on: a job written after the refusal is the only row.
+func TestEnqueueRefusesDebounce(t *testing.T) {
+	t.Parallel()
+	forEach(t, func(t *testing.T, tb *testBundle) {
+		tb.inTx(t, func(tx *sql.Tx) error {
+			env := &job.Envelope{ID: "digest-u7", Queue: "orders", Type: "notify.digest", Payload: []byte(`{}`), Debounce: time.Minute}
+			for name, err := range map[string]error{
+				"Enqueue": tb.ob.Enqueue(tb.ctx, tx, env),
+				"EnqueueTyped": func() error {
+					_, err := outbox.EnqueueTyped(tb.ctx, tb.ob, tx, cancelUnpaid, Order{ID: "1"}, job.Debounce("order-1", time.Minute))
+					return err
+				}(),
+			} {
+				if !errors.Is(err, job.ErrInvalid) || !strings.Contains(err.Error(), "Debounce") || !strings.Contains(err.Error(), "job.Unique") {
+					t.Errorf("%s of a debounced job: %v, want an error wrapping job.ErrInvalid that names Debounce and the relay's job.Unique", name, err)
+				}
+			}
+			if !env.ReadyAt.IsZero() || !env.CreatedAt.IsZero() {
+				t.Errorf("the refused envelope was filled in: %+v", env)
+			}
+			_, err := outbox.EnqueueTyped(tb.ctx, tb.ob, tx, cancelUnpaid, Order{ID: "2"}, job.ID("order-2"))
+			return err
+		})
+		if l := tb.lag(t); l.Pending != 1 || l.Failed != 0 {
+			t.Errorf("after the refusals and one job: %+v, want the one job's row alone", l)
+		}
+	})
+}
+
 func TestNewRefusesBadOptions(t *testing.T) {
 	t.Parallel()
 	db, _ := openDB(t, "sqlite")
