@@ -3,6 +3,7 @@ package broker_test
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -83,8 +84,8 @@ func TestTypeConcurrencyCap(t *testing.T) {
 	r1, r2 := first.Jobs[2].Lease, first.Jobs[3].Lease
 	// The others are held aside, pending, with no attempt spent.
 	st, err := tb.b.Stats(tb.ctx, "q")
-	if err != nil || st.Held != 3 || st.Scheduled != 0 || st.Caps["report.build"] != 2 {
-		t.Fatalf("stats %+v, %v; want 3 held", st, err)
+	if err != nil || st.Held != 3 || st.Scheduled != 0 || st.Caps["report.build"] != 2 || len(st.HeldByCap) != 1 || st.HeldByCap["report.build"] != 3 {
+		t.Fatalf("stats %+v, %v; want 3 held, all of report.build", st, err)
 	}
 	info, err := tb.b.Job(tb.ctx, "q", "r3")
 	if err != nil || info.State != job.StateScheduled || info.Attempts != 0 {
@@ -222,5 +223,39 @@ func TestConcurrencyBadInput(t *testing.T) {
 	st, err := tb.b.Stats(tb.ctx, "q")
 	if err != nil || st.Caps[""] != 4 || len(st.Caps) != 1 || st.Scheduled != 1 {
 		t.Fatalf("after bad input: %+v, %v", st, err)
+	}
+}
+
+// TestHeldByCapCountsEachType: Stats counts the jobs each capped type
+// holds, summed over the shards of a sharded queue; a type with a rate
+// limit too counts in HeldByRate instead, and a type holding none is left
+// out.
+func TestHeldByCapCountsEachType(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	if err := tb.b.DeclareQueue(tb.ctx, "q", 2); err != nil {
+		t.Fatal(err)
+	}
+	for typ, n := range map[string]int{"a": 2, "b": 4, "idle": 2} {
+		if err := tb.b.SetConcurrency(tb.ctx, "q", typ, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var envs []*job.Envelope
+	for typ, n := range map[string]int{"a": 7, "b": 9, "free": 3} {
+		for i := range n {
+			e := env(fmt.Sprintf("%s%d", typ, i), 0)
+			e.Type = typ
+			envs = append(envs, e)
+		}
+	}
+	tb.enqueue(t, envs...)
+	res, err := testkit.Drive(tb.b).Claim(tb.ctx, "q", 100, time.Minute)
+	if err != nil || len(res.Jobs) != 2+4+3 {
+		t.Fatalf("claimed %d, %v; want 2 a, 4 b and the 3 free", len(res.Jobs), err)
+	}
+	st, err := tb.b.Stats(tb.ctx, "q")
+	if err != nil || st.Held != 5+5 || !maps.Equal(st.HeldByCap, map[string]int64{"a": 5, "b": 5}) {
+		t.Fatalf("stats: held %d by type %v (%v); want 10: a 5, b 5", st.Held, st.HeldByCap, err)
 	}
 }

@@ -126,7 +126,7 @@ func (e *QueueErrors) Unwrap() []error {
 // parseStats decodes the reply of stats.lua.
 func parseStats(res any) (job.QueueStats, error) {
 	parts, ok := res.([]any)
-	if !ok || len(parts) != 16 {
+	if !ok || len(parts) != 17 {
 		return job.QueueStats{}, fmt.Errorf("broker: stats: unexpected reply %v", res)
 	}
 	v, err := int64s(parts[:10], 10)
@@ -169,22 +169,14 @@ func parseStats(res any) (job.QueueStats, error) {
 		caps[capList[i]] = total
 	}
 	held, _ := parts[13].(int64)
-	byRate, _ := parts[14].([]any)
-	var heldByRate map[string]int64
-	for i := 0; i+1 < len(byRate); i += 2 {
-		t, _ := byRate[i].(string)
-		c, _ := byRate[i+1].(int64)
-		if heldByRate == nil {
-			heldByRate = make(map[string]int64)
-		}
-		heldByRate[t] += c
-	}
+	heldByRate := typeCounts(parts[14])
+	heldByCap := typeCounts(parts[16])
 	trims, err := int64s(parts[15], 3)
 	if err != nil {
 		return job.QueueStats{}, err
 	}
 	s := job.QueueStats{DeadTrimmedCap: trims[0], DeadTrimmedAge: trims[1], DeadTrimmedUnarchived: trims[2], Now: fromMS(v[0]), Scheduled: v[1], Due: v[2], Processing: v[3], Dead: v[4], ExpiredDropped: v[7],
-		Paused: v[8] == 1, Parked: v[9], PausedTypes: types, RateLimits: limits, Caps: caps, Held: held, HeldByRate: heldByRate}
+		Paused: v[8] == 1, Parked: v[9], PausedTypes: types, RateLimits: limits, Caps: caps, Held: held, HeldByRate: heldByRate, HeldByCap: heldByCap}
 	if v[5] >= 0 {
 		s.OldestDue = fromMS(v[5])
 	}
@@ -192,6 +184,22 @@ func parseStats(res any) (job.QueueStats, error) {
 		s.NextReady = fromMS(v[6])
 	}
 	return s, nil
+}
+
+// typeCounts decodes a {type, count, ...} reply of stats.lua; nil when
+// empty.
+func typeCounts(reply any) map[string]int64 {
+	list, _ := reply.([]any)
+	var out map[string]int64
+	for i := 0; i+1 < len(list); i += 2 {
+		t, _ := list[i].(string)
+		c, _ := list[i+1].(int64)
+		if out == nil {
+			out = make(map[string]int64)
+		}
+		out[t] += c
+	}
+	return out
 }
 
 // parseRate decodes a rate limit as SetRateLimit stores it:
@@ -237,6 +245,12 @@ func merge(into *job.QueueStats, st job.QueueStats, first bool) {
 			into.HeldByRate = make(map[string]int64)
 		}
 		into.HeldByRate[t] += n
+	}
+	for t, n := range st.HeldByCap {
+		if into.HeldByCap == nil {
+			into.HeldByCap = make(map[string]int64)
+		}
+		into.HeldByCap[t] += n
 	}
 	for t, n := range st.Caps {
 		if into.Caps == nil {

@@ -188,3 +188,31 @@ func TestHeldBackShown(t *testing.T) {
 		t.Fatalf("a refused limit changed the stored one: %+v", st.RateLimits)
 	}
 }
+
+// TestHeldByEachCappedType: with two capped types holding jobs, the queue
+// page says how many each holds, in its own line and in its row.
+func TestHeldByEachCappedType(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, dashboard.Options{})
+	for i := range 4 {
+		tb.enqueue(t, "jobs", fmt.Sprintf("r%d", i), "report.build", `{}`, 0)
+	}
+	for i := range 3 {
+		tb.enqueue(t, "jobs", fmt.Sprintf("m%d", i), "mail.digest", `{}`, 0)
+	}
+	if err := tb.b.SetConcurrency(tb.ctx, "jobs", "report.build", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.b.SetConcurrency(tb.ctx, "jobs", "mail.digest", 2); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(tb.claim(t, "jobs", 20).Jobs); n != 3 {
+		t.Fatalf("claimed %d, want 1 report and 2 digests", n)
+	}
+	r := tb.get(t, "/queues/jobs")
+	mustContain(t, "queue page", r.body,
+		`<span class="count warn" id="held-count">4 held back now</span>`,
+		"<li>1 held by the concurrency cap of mail.digest (at most 2 running), until one of their type ends</li>",
+		"<li>3 held by the concurrency cap of report.build (at most 1 running), until one of their type ends</li>",
+		`<td class="r warn">1 by the cap</td>`, `<td class="r warn">3 by the cap</td>`)
+}

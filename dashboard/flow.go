@@ -77,8 +77,8 @@ func flowOf(s job.QueueStats) flowData {
 			r.Paused = slices.Contains(s.PausedTypes, t)
 		}
 		r.Limit, r.Limited = s.RateLimits[t]
-		if t != "" && len(capOnly) == 1 && capOnly[0] == t {
-			r.HeldByCap = s.Held
+		if t != "" {
+			r.HeldByCap = s.HeldByCap[t]
 		}
 		if t != "" && len(s.PausedTypes) == 1 && s.PausedTypes[0] == t {
 			r.Parked = s.Parked
@@ -101,23 +101,18 @@ func flowOf(s job.QueueStats) flowData {
 			f.Why = append(f.Why, line)
 		}
 	}
-	if s.Held > 0 {
-		line := formatCount(s.Held) + " held by the concurrency cap of "
-		switch {
-		case len(capOnly) == 1:
-			line += target(capOnly[0]) + " (at most " + strconv.Itoa(s.Caps[capOnly[0]]) + " running)"
-		case len(capOnly) > 1:
-			line += "types "
-			for i, t := range capOnly {
-				if i > 0 {
-					line += ", "
-				}
-				line += t + " (" + strconv.Itoa(s.Caps[t]) + ")"
-			}
-		default:
-			line += "their type"
+	// One line per capped type holding jobs (and, should the counts by
+	// type not add up to Held, the rest as a whole).
+	var byType int64
+	for _, t := range capOnly {
+		if n := s.HeldByCap[t]; n > 0 {
+			byType += n
+			f.Why = append(f.Why, formatCount(n)+" held by the concurrency cap of "+target(t)+
+				" (at most "+strconv.Itoa(s.Caps[t])+" running), until one of their type ends")
 		}
-		f.Why = append(f.Why, line+", until one of their type ends")
+	}
+	if rest := s.Held - byType; rest > 0 {
+		f.Why = append(f.Why, formatCount(rest)+" held by the concurrency cap of their type, until one of their type ends")
 	}
 	if s.Parked > 0 {
 		line := formatCount(s.Parked) + " parked while "

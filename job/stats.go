@@ -52,6 +52,9 @@ type QueueStats struct {
 	// type ends (not in Scheduled). Those of a type that also has a rate
 	// limit count in HeldByRate instead.
 	Held int64
+	// HeldByCap is Held by type: the types holding none are left out (nil
+	// when none holds any).
+	HeldByCap map[string]int64
 	// HeldByRate counts, by type, the due jobs held by the rate limit of
 	// their type until its next tokens, earliest first. They are due and
 	// waiting: counted in Scheduled and Due too, the oldest in OldestDue.

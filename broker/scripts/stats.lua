@@ -20,7 +20,7 @@
 -- the queue), rate limit, ...}, {type ("" for the queue), "share/total",
 -- ...}, held jobs (by caps), {type, jobs held by its rate limit, ...},
 -- {dead records trimmed by the cap, by age, trimmed but not kept for the
--- workers' hook}}.
+-- workers' hook}, {type, jobs held by its cap, ...}}.
 -- Jobs held by a rate limit count in scheduled and due, and the oldest of
 -- them in the oldest due ready time. Every count is O(1) or O(log N) (one
 -- ZCARD per capped type, a ZCARD and a ZRANGE per rate-limited type).
@@ -94,10 +94,16 @@ for t in pairs(limited) do
     end
   end
 end
+local by_cap = {}
 for _, t in ipairs(capped) do
   if not limited[t] and expect({KEYS[7] .. t, 'zset'}) == nil then
-    held = held + redis.call('ZCARD', KEYS[7] .. t)
+    local c = redis.call('ZCARD', KEYS[7] .. t)
+    held = held + c
+    if c > 0 then
+      by_cap[#by_cap + 1] = t
+      by_cap[#by_cap + 1] = c
+    end
   end
 end
 return {now, scheduled, due, redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]), oldest, next, tonumber(dropped),
-  paused, redis.call('ZCARD', KEYS[6]), types, rates, caps, held, by_rate, {counters[2], counters[3], counters[4]}}
+  paused, redis.call('ZCARD', KEYS[6]), types, rates, caps, held, by_rate, {counters[2], counters[3], counters[4]}, by_cap}

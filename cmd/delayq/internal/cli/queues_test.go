@@ -121,17 +121,18 @@ func TestQueuesCap(t *testing.T) {
 		t.Fatalf("claimed %d under a type cap of 1: %v", len(res.Jobs), err)
 	}
 	out := tb.ok(t, "queues", "ls")
-	if !strings.Contains(out, "reports  active  -             0       4,report.build=1  2     -       0          0    1           0     -        0 (jobs held)") {
+	if !strings.Contains(out, "reports  active  -             0       4,report.build=1  2 cap:report.build=2  -       0          0    1           0     -        0 (jobs held)") {
 		t.Errorf("queues ls with caps:\n%s", out)
 	}
 	var ls struct {
 		Queues []struct {
-			Caps map[string]int `json:"caps"`
-			Held int64          `json:"held"`
+			Caps      map[string]int   `json:"caps"`
+			Held      int64            `json:"held"`
+			HeldByCap map[string]int64 `json:"held_by_cap"`
 		} `json:"queues"`
 	}
 	tb.okJSON(t, &ls, "queues", "ls")
-	if len(ls.Queues) != 1 || ls.Queues[0].Caps[""] != 4 || ls.Queues[0].Caps["report.build"] != 1 || ls.Queues[0].Held != 2 {
+	if len(ls.Queues) != 1 || ls.Queues[0].Caps[""] != 4 || ls.Queues[0].Caps["report.build"] != 1 || ls.Queues[0].Held != 2 || ls.Queues[0].HeldByCap["report.build"] != 2 {
 		t.Errorf("queues ls --json with caps: %+v", ls.Queues)
 	}
 	for _, args := range [][]string{{"queues", "cap", "reports"}, {"queues", "cap", "reports", "-1"}, {"queues", "cap", "reports", "x"},
