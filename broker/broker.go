@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/rules"
 	"github.com/delayq/delayq/job"
 )
@@ -114,6 +115,8 @@ type Broker struct {
 	combiners sync.Map // physical queue name -> *combiner of single-job enqueues
 
 	infoRefused atomic.Pointer[error] // the server refused INFO memory: ServerMemory asks no more
+
+	intercepted atomic.Pointer[protocol.Broker] // a test's wrap of the worker protocol (InterceptProtocol)
 }
 
 var _ job.Enqueuer = (*Broker)(nil)

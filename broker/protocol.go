@@ -16,17 +16,29 @@ import (
 )
 
 // The worker's side of the broker (internal/protocol): package worker gets
-// it with protocol.For(b). It is not part of Broker's API, so that it can
-// change with the worker without breaking users.
+// it with protocol.For(b), which calls WorkerProtocol. It is not part of
+// Broker's API, so that it can change with the worker without breaking
+// users: the methods below take a protocol.Key, which only delayq's own
+// module can name.
 
-func init() {
-	protocol.Install(func(v any) (protocol.Broker, bool) {
-		b, ok := v.(*Broker)
-		if !ok || b == nil {
-			return nil, false
-		}
-		return workerSide{b}, true
-	})
+// WorkerProtocol returns the broker's side of the worker protocol (wrapped
+// while a test of delayq intercepts it). Its argument is internal to
+// delayq: code outside delayq's module cannot call it.
+func (b *Broker) WorkerProtocol(protocol.Key) protocol.Broker {
+	if w := b.intercepted.Load(); w != nil {
+		return *w
+	}
+	return workerSide{b}
+}
+
+// InterceptProtocol is delayq's test seam: until undo, WorkerProtocol
+// returns wrap of the protocol. Its argument is internal to delayq.
+func (b *Broker) InterceptProtocol(_ protocol.Key, wrap func(protocol.Broker) protocol.Broker) (undo func(), ok bool) {
+	w := wrap(workerSide{b})
+	if !b.intercepted.CompareAndSwap(nil, &w) {
+		return nil, false
+	}
+	return func() { b.intercepted.Store(nil) }, true
 }
 
 // workerSide implements protocol.Broker.

@@ -5,7 +5,9 @@
 // It is internal because only package worker (and delayq's own tests)
 // speak it: users see the producer and operator methods of
 // *broker.Broker, and this protocol can change without breaking them.
-// Package broker implements it; [For] returns a broker's implementation.
+// Package broker implements it; [For] returns a broker's implementation,
+// which a *broker.Broker hands out through a method that only this module
+// can call (its argument is a [Key], which no other module can name).
 //
 // Every operation works on one physical queue (a keyspace.Shard): the
 // worker resolves a queue's shards with [Broker.Shards], claims and reaps
@@ -18,7 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/delayq/delayq/internal/keyspace"
@@ -316,32 +317,29 @@ type CancelNotice struct {
 	Token int64
 }
 
-// impl is set by package broker when it is initialised.
-var impl func(b any) (Broker, bool)
+// Key is the argument of the methods by which a *broker.Broker hands out
+// its protocol and lets a test wrap it. It lives in this internal package,
+// so code outside delayq's module cannot name it, and so cannot call them.
+type Key struct{ _ [0]func() }
 
-// Install is called once, by package broker, with the function that gives
-// a *broker.Broker's protocol.
-func Install(f func(b any) (Broker, bool)) {
-	if impl != nil {
-		panic("protocol: installed twice")
-	}
-	impl = f
+// Provider is what a *broker.Broker is to this package: the holder of a
+// protocol, which a test of this module may wrap.
+type Provider interface {
+	// WorkerProtocol returns the broker's protocol, wrapped while a test
+	// intercepts it.
+	WorkerProtocol(Key) Broker
+	// InterceptProtocol makes WorkerProtocol return wrap of the protocol
+	// until undo is called; ok is false when the broker is intercepted
+	// already.
+	InterceptProtocol(Key, func(Broker) Broker) (undo func(), ok bool)
 }
-
-// intercepted holds the wrappers of Intercept, by broker.
-var intercepted sync.Map // any (*broker.Broker) -> Broker
 
 // For returns the protocol of b, a *broker.Broker (wrapped, if a test
 // intercepts it). It panics for anything else: callers hold a broker by
 // type.
 func For(b any) Broker {
-	if p, ok := intercepted.Load(b); ok {
-		return p.(Broker)
-	}
-	if impl != nil {
-		if p, ok := impl(b); ok {
-			return p
-		}
+	if p, ok := b.(Provider); ok {
+		return p.WorkerProtocol(Key{})
 	}
 	panic(fmt.Sprintf("protocol: %T is not a *broker.Broker", b))
 }
@@ -360,8 +358,15 @@ type TB interface {
 // own (broker.New on the same client).
 func Intercept(t TB, b any, wrap func(Broker) Broker) {
 	t.Helper()
-	if _, loaded := intercepted.LoadOrStore(b, wrap(For(b))); loaded {
-		t.Fatalf("protocol: broker %p is intercepted already", b)
+	p, ok := b.(Provider)
+	if !ok {
+		t.Fatalf("protocol: %T is not a *broker.Broker", b)
+		return
 	}
-	t.Cleanup(func() { intercepted.Delete(b) })
+	undo, ok := p.InterceptProtocol(Key{}, wrap)
+	if !ok {
+		t.Fatalf("protocol: broker %p is intercepted already", b)
+		return
+	}
+	t.Cleanup(undo)
 }
