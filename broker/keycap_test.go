@@ -91,6 +91,12 @@ func TestKeyConcurrencyCap(t *testing.T) {
 	if _, err := tb.b.Reschedule(tb.ctx, "q", "k03.3", time.Time{}); err != nil {
 		t.Fatalf("reschedule of a held job: %v", err)
 	}
+	repl := keyed("k07.4", "k07")
+	repl.Replace, repl.Payload = true, []byte(`{"n":2}`)
+	tb.enqueue(t, repl)
+	if info, err := tb.b.Job(tb.ctx, "q", "k07.4"); err != nil || string(info.Envelope.Payload) != `{"n":2}` || info.State != job.StateScheduled {
+		t.Fatalf("replace of a held job: %+v, %v", info, err)
+	}
 	if res := tb.claim(t, 10); len(res.Jobs) != 0 {
 		t.Fatalf("at every key's cap claimed %v", ids(res.Jobs))
 	}
