@@ -80,6 +80,10 @@ func TestKeyConcurrencyCap(t *testing.T) {
 	if got[""] != 10 || len(claimed) != 50 {
 		t.Fatalf("claimed %d (%d unkeyed), want 40 keyed and 10 unkeyed", len(claimed), got[""])
 	}
+	// The rest are held, counted in Stats.Held; the key cap is no pause.
+	if st, err := tb.b.Stats(tb.ctx, "q"); err != nil || st.Held != 60 || st.Scheduled != 0 || len(st.PausedTypes) != 0 {
+		t.Fatalf("stats %+v, %v; want 60 held", st, err)
+	}
 	// The held: pending, scheduled as far as users see, no attempt spent.
 	info, err := tb.b.Job(tb.ctx, "q", "k03.4")
 	if err != nil || info.State != job.StateScheduled || info.Attempts != 0 || info.Envelope.Key != "k03" {
@@ -207,8 +211,8 @@ func TestKeyConcurrencyChangeReleasesHeld(t *testing.T) {
 		t.Fatalf("cap 1: claimed %v", got)
 	}
 	st, err := tb.b.Stats(tb.ctx, "q")
-	if err != nil || st.Scheduled != 0 {
-		t.Fatalf("held jobs still in the schedule: %+v, %v", st, err)
+	if err != nil || st.Scheduled != 0 || st.Held != 10 {
+		t.Fatalf("want 10 held, none scheduled: %+v, %v", st, err)
 	}
 	wake, stop := testkit.Drive(tb.b).Wakeups(tb.ctx, []string{"q"})
 	defer stop()
