@@ -294,6 +294,35 @@ func TestKeyConcurrencyReapedLeaseFreesSlot(t *testing.T) {
 	}
 }
 
+// TestKeyConcurrencyOrphanFreesSlot: a keyed job whose body another
+// program deleted while it ran (an orphan lease, which no settle ends)
+// gives its key's slot back when the reaper removes it.
+func TestKeyConcurrencyOrphanFreesSlot(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	tb.enqueue(t, keyed("a.1", "a"), keyed("a.2", "a"))
+	if err := tb.b.SetKeyConcurrency(tb.ctx, "q", "", 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(tb.claim(t, 10).Jobs); !slices.Equal(got, []string{"a.1"}) {
+		t.Fatalf("claimed %v", got)
+	}
+	if err := tb.rdb.HDel(tb.ctx, tb.key("q", "jobs"), "a.1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	tb.clock.Advance(11 * time.Second)
+	reaped, err := testkit.Drive(tb.b).Reap(tb.ctx, "q", 10)
+	if err != nil || !slices.Equal(reaped.Orphans, []string{"a.1"}) {
+		t.Fatalf("reaped %+v, %v; want the orphan a.1", reaped, err)
+	}
+	if got := ids(tb.claim(t, 10).Jobs); !slices.Equal(got, []string{"a.2"}) {
+		t.Fatalf("after the orphan was reaped claimed %v, want the held a.2", got)
+	}
+	if n, err := tb.rdb.HGet(tb.ctx, keyKey(tb, "keyrun"), "a").Result(); err != nil || n != "1" {
+		t.Fatalf("running count of a: %q, %v; want 1", n, err)
+	}
+}
+
 // TestKeyConcurrencyShards: a sharded queue splits a key's cap among its
 // shards (n below the shard count is refused), and no key runs more than
 // its cap over all shards.

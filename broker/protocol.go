@@ -278,7 +278,9 @@ func (w workerSide) Extend(ctx context.Context, lease time.Duration, leases ...p
 
 func (w workerSide) Reap(ctx context.Context, s keyspace.Shard, limit int) (protocol.ReapResult, error) {
 	k := s.Keys()
-	res, err := w.b.run(ctx, reapScript, []string{k.Processing, k.Jobs, k.Attempts, k.Leases, k.Cancels, k.Unique}, limit, UniqueTidyLimit)
+	kk := keyCapKeysOf(k)
+	res, err := w.b.run(ctx, reapScript, []string{k.Processing, k.Jobs, k.Attempts, k.Leases, k.Cancels, k.Unique, k.Running, kk.Run, kk.HeldKeys, k.Held, k.Scheduled},
+		limit, UniqueTidyLimit)
 	parts, perr := replyParts(s, "reap", res, refused(err), 5)
 	if perr != nil {
 		return protocol.ReapResult{}, perr
