@@ -131,7 +131,8 @@ func (b *Broker) forgetShard(ctx context.Context, queue string, s keyspace.Shard
 			return fmt.Errorf("%w: queue %q holds %s; nothing was changed", ErrQueueNotEmpty, queue, strings.Join(left, ", "))
 		}
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			p.Del(ctx, k.JobKeys()...)
+			kk := keyCapKeysOf(k)
+			p.Del(ctx, append(k.JobKeys(), kk.Run, kk.Caps, kk.HeldKeys)...)
 			return nil
 		})
 		if errors.Is(err, redis.TxFailedErr) {

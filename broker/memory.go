@@ -35,7 +35,9 @@ type QueueMemory struct {
 // QueueMemory estimates what the queue st describes (st as Stats returned
 // it) takes in Redis: its jobs, schedule, leases, dead letters, remembered
 // unique ids, controls, and the held jobs of the types st names a cap or a
-// rate limit for, over every shard. One MEMORY USAGE … SAMPLES
+// rate limit for, and the per-key caps' counts, caps and list of keys
+// holding jobs (not the held sets of each key, one a key), over every
+// shard. One MEMORY USAGE … SAMPLES
 // MemorySamples a key, pipelined: a few dozen calls whatever the queue
 // holds. Not counted: results kept by job.Retain (one key a job) and the
 // per-minute history (which expires by itself). A server that refuses
@@ -48,7 +50,9 @@ func (b *Broker) QueueMemory(ctx context.Context, st job.QueueStats) (QueueMemor
 	var keys []string
 	for _, sh := range q.Shards() {
 		k := sh.Keys()
+		kk := keyCapKeysOf(k)
 		keys = append(keys, k.JobKeys()...)
+		keys = append(keys, kk.Run, kk.Caps, kk.HeldKeys)
 		for t := range st.Caps {
 			if t != "" {
 				keys = append(keys, k.Held+t)

@@ -84,8 +84,10 @@ func (w workerSide) Claim(ctx context.Context, s keyspace.Shard, c protocol.Call
 		return protocol.ClaimResult{}, err
 	}
 	k := s.Keys()
+	kk := keyCapKeysOf(k)
 	res, err := w.b.run(ctx, claimScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Seq, k.Hist, k.Workers + c.ID,
-		k.Dead, k.DeadIndex, k.Unique, k.Counts, k.Controls, k.Parked, k.Rate, k.Running, k.Held, k.Batched, k.Window, k.Trimmed},
+		k.Dead, k.DeadIndex, k.Unique, k.Counts, k.Controls, k.Parked, k.Rate, k.Running, k.Held, k.Batched, k.Window, k.Trimmed,
+		kk.Run, kk.Caps, kk.HeldKeys},
 		n, durMS(lease), id, s.Queue(), w.b.deadCap(q, s), durMS(w.b.opts.DeadMaxAge), max(c.Ahead, 0), recordMS(c), max(c.KeepTrimmed, 0))
 	parts, perr := replyParts(s, "claim", res, refused(err), 7)
 	if perr != nil {
@@ -288,7 +290,9 @@ func (w workerSide) Extend(ctx context.Context, lease time.Duration, leases ...p
 
 func (w workerSide) Reap(ctx context.Context, s keyspace.Shard, limit int) (protocol.ReapResult, error) {
 	k := s.Keys()
-	res, err := w.b.run(ctx, reapScript, []string{k.Processing, k.Jobs, k.Attempts, k.Leases, k.Cancels, k.Unique}, limit, UniqueTidyLimit)
+	kk := keyCapKeysOf(k)
+	res, err := w.b.run(ctx, reapScript, []string{k.Processing, k.Jobs, k.Attempts, k.Leases, k.Cancels, k.Unique, k.Running, kk.Run, kk.HeldKeys, k.Held, k.Scheduled},
+		limit, UniqueTidyLimit)
 	parts, perr := replyParts(s, "reap", res, refused(err), 5)
 	if perr != nil {
 		return protocol.ReapResult{}, perr
@@ -435,6 +439,7 @@ func (b *Broker) settleArgs(q keyspace.Queue, s keyspace.Shard, c protocol.Calle
 // settleKeys are the keys of settle.lua for worker c on shard s.
 func settleKeys(s keyspace.Shard, c protocol.Caller) []string {
 	k := s.Keys()
+	kk := keyCapKeysOf(k)
 	return []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Dead, k.DeadIndex, k.Hist, k.Workers + c.ID, k.Unique, k.Cancels, k.Running, k.Batched, k.Progress, k.Done,
-		k.Counts, k.Trimmed}
+		k.Counts, k.Trimmed, kk.Run, kk.HeldKeys, k.Held}
 }

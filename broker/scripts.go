@@ -185,6 +185,7 @@ var (
 	pauseScript       = load("pause")
 	limitScript       = load("limit")
 	capScript         = load("cap")
+	keyCapScript      = load("keycap")
 	claimScript       = load("claim")
 	settleScript      = load("settle")
 	extendScript      = load("extend")

@@ -18,6 +18,7 @@ var singleKey = map[string]bool{
 	"INCR": true, "INCRBY": true, "GET": true, "SET": true, "ZRANK": true, "HMGET": true,
 	"TYPE": true, "EXISTS": true, "PEXPIRE": true, "PTTL": true, "ZMSCORE": true, "ZREMRANGEBYSCORE": true, "HGETALL": true, "HKEYS": true,
 	"LLEN": true, "RPUSH": true, "LRANGE": true, "LTRIM": true,
+	"SADD": true, "SREM": true, "SMEMBERS": true, "HLEN": true,
 }
 
 // keyless lists commands that touch no key: PUBLISH's channel is not a key
@@ -29,10 +30,11 @@ var (
 	declaredRE = regexp.MustCompile(`(?m)^-- (KEYS\[\d+\]) ->(.*)$`)
 	// A key named under a prefix (a per-type key): KEYS[n] .. name, where
 	// the header declares KEYS[n] as a prefix. Its slot is the prefix's.
-	prefixedRE = regexp.MustCompile(`^(KEYS\[\d+\]) \.\. \w+$`)
+	// A key's held set is KEYS[n] .. '#' .. key.
+	prefixedRE = regexp.MustCompile(`^(KEYS\[\d+\]) \.\. (?:'#' \.\. )?\w+$`)
 	keysUseRE  = regexp.MustCompile(`KEYS\[\d+\]`)
 	// prelude helpers and how many leading arguments of each are keys.
-	helperRE = regexp.MustCompile(`\b(holds|lease_state|held|wake_if_earliest|trim_dead|tidy_unique|call_chunked|hmget|earliest|next_ready|history|recorded|record|endings|release_held)\(([^)]*)\)`)
+	helperRE = regexp.MustCompile(`\b(holds|lease_state|held|wake_if_earliest|trim_dead|tidy_unique|call_chunked|hmget|earliest|next_ready|history|recorded|record|endings|release_held|key_release)\(([^)]*)\)`)
 )
 
 // helperKeys gives, for each prelude helper, the positions of its key
@@ -40,6 +42,7 @@ var (
 var helperKeys = map[string][]int{
 	"holds": {0}, "lease_state": {0, 1}, "held": {0}, "wake_if_earliest": {0}, "trim_dead": {0, 1}, "tidy_unique": {0}, "call_chunked": {1},
 	"hmget": {0}, "earliest": {0}, "next_ready": {0}, "history": {0}, "recorded": {0}, "record": {0}, "endings": {0, 1}, "release_held": {0, 1},
+	"key_release": {0, 1, 2, 3},
 }
 
 // TestScriptsTouchOnlyDeclaredKeys checks statically that every key a

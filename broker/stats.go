@@ -66,7 +66,7 @@ func (b *Broker) statsOf(ctx context.Context, queues []string) (out []job.QueueS
 		resolved[i] = q
 		for _, s := range q.Shards() {
 			k := s.Keys()
-			calls = append(calls, read{s: statsScript, keys: []string{k.Scheduled, k.Processing, k.DeadIndex, k.Counts, k.Controls, k.Parked, k.Held}})
+			calls = append(calls, read{s: statsScript, keys: []string{k.Scheduled, k.Processing, k.DeadIndex, k.Counts, k.Controls, k.Parked, k.Held, keyCapKeysOf(k).HeldKeys}})
 		}
 	}
 	res, rerrs := b.runReads(ctx, calls)

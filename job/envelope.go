@@ -87,6 +87,12 @@ type Envelope struct {
 	// Next are the jobs enqueued when this one succeeds (job.Then), in
 	// order; see docs/batches.md, "Chains".
 	Next []*Envelope
+
+	// Key is the job's flow-control key ([Key], [KeyFrom]): a customer,
+	// a recipient, an account. A queue's per-key concurrency cap
+	// (broker.Broker.SetKeyConcurrency) counts the running jobs of each
+	// key. "" for none. See [ValidateKey].
+	Key string
 }
 
 // DefaultQueue is the queue of jobs that name none.
@@ -121,7 +127,8 @@ func (b *Backoff) Validate() error {
 // (nested deeper than its limit, an invalid escape) must not hide the type
 // from those checks. The header is "t" (the type, whose characters
 // ValidateType limits to ones JSON needs no escape for), then "u" and "ud"
-// when set; a field added for the scripts goes there too. A JSON payload
+// when set, then "k" (the key, whose characters ValidateKey limits the same
+// way) when set; a field added for the scripts goes there too. A JSON payload
 // follows, spliced in byte for byte as "p", then the rest. Fields at their
 // defaults are left out; for "r" the default is DefaultMaxRetries (so
 // "r":0 is written out), for the others it is zero.
@@ -140,6 +147,7 @@ type wireHead struct {
 	Type       string `json:"t"`
 	UniqueMS   *int64 `json:"u,omitempty"`  // present when Unique: UniqueFor in ms
 	UniqueDead bool   `json:"ud,omitempty"` // with "u"
+	Key        string `json:"k,omitempty"`  // the flow-control key (ValidateKey: no escapes)
 }
 
 // wireTail is the body after the header and the payload.
@@ -193,7 +201,7 @@ func (e *Envelope) MarshalBinary() ([]byte, error) {
 // its payload is spliced in as raw JSON.
 func (e *Envelope) wire() (w wire, raw bool) {
 	w = wire{
-		wireHead: wireHead{Type: e.Type},
+		wireHead: wireHead{Type: e.Type, Key: e.Key},
 		wireTail: wireTail{
 			TimeoutMS: ceilMS(e.Timeout),
 			Headers:   e.Headers,
@@ -263,7 +271,7 @@ func (w *wire) encode(payload []byte, raw bool) ([]byte, error) {
 // wireFields is the number of fields of the header and the tail of wire
 // that appendCommon knows. A field added to either turns appendCommon off
 // (and fails a test) until it writes the new field too.
-const wireFields = 15
+const wireFields = 16
 
 var wireKnown = reflect.TypeFor[wireHead]().NumField()+reflect.TypeFor[wireTail]().NumField() == wireFields
 
@@ -274,11 +282,11 @@ var wireKnown = reflect.TypeFor[wireHead]().NumField()+reflect.TypeFor[wireTail]
 // the same either way (a test compares them), this way costs no reflection
 // and one allocation.
 func (w *wire) appendCommon(out, payload []byte, raw bool) ([]byte, bool) {
-	if !wireKnown || w.Backoff != nil || len(w.Headers) > 0 || len(w.Next) > 0 || !plainASCII(w.Type) || !plainASCII(w.LastError) ||
+	if !wireKnown || w.Backoff != nil || len(w.Headers) > 0 || len(w.Next) > 0 || !plainASCII(w.Type) || !plainASCII(w.Key) || !plainASCII(w.LastError) ||
 		!plainASCII(w.Batch) || !plainASCII(w.Expire) {
 		return nil, false
 	}
-	n := 64 + len(w.Type) + len(w.LastError) + len(w.Batch) + len(w.Expire)
+	n := 64 + len(w.Type) + len(w.Key) + len(w.LastError) + len(w.Batch) + len(w.Expire)
 	if raw {
 		n += len(payload)
 	} else {
@@ -293,6 +301,9 @@ func (w *wire) appendCommon(out, payload []byte, raw bool) ([]byte, bool) {
 	}
 	if w.UniqueDead {
 		out = append(out, `,"ud":true`...)
+	}
+	if w.Key != "" {
+		out = append(append(append(out, `,"k":"`...), w.Key...), '"')
 	}
 	if raw {
 		out = append(out, `,"p":`...)
@@ -399,6 +410,12 @@ func Decode(data []byte) (*Envelope, error) {
 		Snoozes:    w.Snoozes,
 		Batch:      w.Batch,
 		Retain:     time.Duration(w.RetainMS) * time.Millisecond,
+	}
+	if w.Key != "" {
+		if err := ValidateKey(w.Key); err != nil {
+			return nil, fmt.Errorf("job: %w: key: %v", ErrCorrupt, err)
+		}
+		e.Key = w.Key
 	}
 	if w.Batch != "" && ValidateBatchID(w.Batch) != nil {
 		return nil, fmt.Errorf("job: %w: batch id %q is not valid", ErrCorrupt, w.Batch)

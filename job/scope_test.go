@@ -47,8 +47,8 @@ func f() {
 		return err
 	}
 	perJob := []string{`job.In(time.Second)`, `job.At(time.Now())`, `job.ID("x")`, `job.Header("k", "v")`,
-		`job.WithBackoff(retry.Exponential{})`, `job.Replace()`, `job.Debounce("k", time.Second)`, `job.ExpireAt(time.Now())`, `job.Then()`}
-	typeOnly := []string{`job.WithCodec(job.JSON())`, `job.Retry(retry.Constant(time.Second))`}
+		`job.WithBackoff(retry.Exponential{})`, `job.Replace()`, `job.Debounce("k", time.Second)`, `job.ExpireAt(time.Now())`, `job.Then()`, `job.Key("k")`}
+	typeOnly := []string{`job.WithCodec(job.JSON())`, `job.Retry(retry.Constant(time.Second))`, `job.KeyFrom(func(A) string { return "k" })`}
 	shared := []string{`job.Queue("q")`, `job.MaxRetries(1)`, `job.Timeout(time.Second)`, `job.Retain(time.Second)`,
 		`job.Unique(0)`, `job.UniqueIncludeDead()`, `job.ExpireIn(time.Second)`, `job.DropExpired()`}
 	onType := func(o string) string { return `_ = job.New[A]("u", ` + o + `)` }

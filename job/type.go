@@ -63,6 +63,7 @@ type Job[T any] struct {
 type Type[T any] struct {
 	name     string
 	defaults settings
+	keyFrom  func(T) string // KeyFrom, nil for none
 }
 
 // New defines a job type. Options set defaults for every job of the type
@@ -91,7 +92,15 @@ func NewType[T any](name string, opts ...TypeOption) (*Type[T], error) {
 			return nil, err
 		}
 	}
-	return &Type[T]{name: name, defaults: s}, nil
+	t := &Type[T]{name: name, defaults: s}
+	if s.keyFrom != nil {
+		fn, ok := s.keyFrom.(func(T) string)
+		if !ok {
+			return nil, invalid("option KeyFrom of job type %q takes a %T; the type's arguments are a %s, so it must take a func(%[3]s) string", name, s.keyFrom, reflect.TypeFor[T]())
+		}
+		t.keyFrom = fn
+	}
+	return t, nil
 }
 
 // DefaultMaxRetries is the retry budget of a type that sets none.
@@ -119,6 +128,15 @@ func (t *Type[T]) Envelope(args T, opts ...Option) (*Envelope, error) {
 	if err := s.checkControls(t.name); err != nil {
 		return nil, err
 	}
+	if s.key == "" && t.keyFrom != nil {
+		k := t.keyFrom(args)
+		if k != "" {
+			if err := ValidateKey(k); err != nil {
+				return nil, fmt.Errorf("key of a job of type %q from its KeyFrom: %w", t.name, err)
+			}
+		}
+		s.key = k
+	}
 	env := &Envelope{
 		ID:         s.id,
 		Queue:      s.queue,
@@ -139,6 +157,7 @@ func (t *Type[T]) Envelope(args T, opts ...Option) (*Envelope, error) {
 		ExpireAt:    s.expireAt,
 		DropExpired: s.dropExpired,
 		Next:        s.next,
+		Key:         s.key,
 	}
 	if s.expireIn > 0 && s.expireAt.IsZero() {
 		env.ExpireAt = time.Now().Add(s.expireIn)
@@ -246,6 +265,9 @@ type settings struct {
 	dropExpired bool
 
 	next []*Envelope // per job only (Then)
+
+	key     string // per job only (Key)
+	keyFrom any    // a func(T) string, type only (KeyFrom); New checks T
 }
 
 // checkControls refuses options that mean nothing without another.
@@ -274,14 +296,14 @@ func (s *settings) checkControls(typ string) error {
 // Option sets a property of one job where it is built or enqueued
 // ([Type.Envelope], [Type.Enqueue], [Item], a schedule's job options). The
 // options that may only be set per job (In, At, ID, Header, WithBackoff,
-// Replace, Debounce, ExpireAt, Then) are Options and not TypeOptions, so one given to
+// Replace, Debounce, ExpireAt, Then, Key) are Options and not TypeOptions, so one given to
 // [New] does not compile.
 type Option interface {
 	applyJob(*settings) error
 }
 
 // TypeOption sets a default of a job type, given to [New]. The options
-// that may only be set on a type (WithCodec, Retry) are TypeOptions and
+// that may only be set on a type (WithCodec, Retry, KeyFrom) are TypeOptions and
 // not Options, so one given per job does not compile.
 type TypeOption interface {
 	applyType(*settings) error
@@ -498,6 +520,40 @@ func Debounce(key string, window time.Duration) Option {
 			s.id = key
 		}
 		s.debounce, s.debounceKey = window, key
+		return nil
+	})
+}
+
+// Key gives the job a flow-control key: a customer, a recipient, an
+// account. The queue's per-key concurrency cap
+// (broker.Broker.SetKeyConcurrency) counts the running jobs of each key.
+// It overrides the key the type's [KeyFrom] derives. key is 1 to
+// [MaxKeyLen] bytes as [ValidateKey] takes. Per job only. See
+// docs/flow-control.md#per-key-caps.
+func Key(key string) Option {
+	return jobOption(func(s *settings) error {
+		if err := ValidateKey(key); err != nil {
+			return err
+		}
+		s.key = key
+		return nil
+	})
+}
+
+// KeyFrom declares how a type's jobs get their flow-control key: from
+// their arguments, when each is built (the recipient of an SMS, the
+// customer of a record). A [Key] given per job wins over it; fn returning
+// "" leaves the job without a key. A key fn returns is checked as [Key]'s
+// is, and a bad one fails that job's enqueue with an error wrapping
+// ErrInvalid. fn's argument type must be the type's: New refuses
+// another (T is inferred from fn, so a mismatch names both types). Type
+// only.
+func KeyFrom[T any](fn func(args T) string) TypeOption {
+	return typeOption(func(s *settings) error {
+		if fn == nil {
+			return invalid("nil KeyFrom function")
+		}
+		s.keyFrom = fn
 		return nil
 	})
 }

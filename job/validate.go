@@ -38,6 +38,18 @@ func ValidateID(id string) error {
 	return nil
 }
 
+// MaxKeyLen is the longest flow-control key ([Key]), in bytes.
+const MaxKeyLen = 128
+
+// ValidateKey checks a flow-control key ([Key], [KeyFrom]): 1 to
+// [MaxKeyLen] bytes of ASCII letters, digits and '.', '_', '-', ':', '/',
+// '@', '+', '=' (an e-mail address, a phone number, a customer id, a
+// base64 digest). The scripts read a key from the head of the stored body
+// and name Redis keys after it: these characters need no escape in either.
+func ValidateKey(key string) error {
+	return checkToken("key", key, MaxKeyLen, ":/@+=")
+}
+
 // ValidateQueue checks a queue name: 1 to MaxQueueLen bytes of ASCII letters,
 // digits, '.', '_' and '-', and not "." or "..". Every such name is a URL
 // path segment that stays itself (the dashboard puts queue names in its

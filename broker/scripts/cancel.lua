@@ -71,15 +71,23 @@ if redis.call('ZSCORE', KEYS[2], id) then
   redis.call('PUBLISH', ARGV[4], id .. '\n' .. token)
   return answer(2)
 end
-local t = type_of(redis.call('HGET', KEYS[3], id))
+-- Held by its type's cap or rate limit, or by its key's cap.
+local body = redis.call('HGET', KEYS[3], id)
+local t, key = type_of(body), key_of(body)
 if t then
   bad = expect({KEYS[8] .. t, 'zset'})
   if bad then
     return bad
   end
-  if redis.call('ZREM', KEYS[8] .. t, id) == 1 then
-    remove()
-    return answer(1)
+end
+if key then
+  bad = expect({KEYS[8] .. '#' .. key, 'zset'})
+  if bad then
+    return bad
   end
+end
+if (t and redis.call('ZREM', KEYS[8] .. t, id) == 1) or (key and redis.call('ZREM', KEYS[8] .. '#' .. key, id) == 1) then
+  remove()
+  return answer(1)
 end
 return answer(0)

@@ -53,6 +53,11 @@
 -- ARGV[10] -> how many trimmed records KEYS[20] may hold (0 or absent:
 --            none kept). Trims here count in KEYS[12] but claim no
 --            warning: a worker's settle does.
+-- KEYS[21] -> ns:{q}:keyrun     HASH key -> jobs of the key leased under
+--                               its cap (touched only when key caps are set)
+-- KEYS[22] -> ns:{q}:keycaps    HASH key -> "share/total": the keys' own caps
+-- KEYS[23] -> ns:{q}:keyheld    SET of the keys with jobs held by their cap
+--                               in KEYS[17] .. '#' .. key
 --
 -- Expiry (job.ExpireAt): a due job whose envelope ends in ,"x":"<ms>"} (or
 -- "<ms>d"}) with <ms> <= now is not leased: it goes to the dead letters with
@@ -110,6 +115,23 @@
 -- to the schedule at their ready times, before it looks for due jobs. A
 -- queue at its cap claims nothing and reports, as next, the earliest live
 -- lease deadline (when a crashed worker's slot comes back) if jobs are due.
+--
+-- Per-key caps (Broker.SetKeyConcurrency): field "k" of KEYS[13] holds
+-- the default cap of every key, "share/total", or "-" when only some keys
+-- have their own (KEYS[22], key -> "share/total"). While it is there,
+-- each due job's key is read from its header (key_of in the prelude, a
+-- string match); for the distinct keys of the due jobs one HMGET of
+-- KEYS[22] and one of KEYS[21] read their caps and running counts. A job
+-- whose key is at its cap is moved to KEYS[17] .. '#' .. key with its
+-- ready time (no attempt spent; its key is added to KEYS[23]); one that
+-- starts is recorded in KEYS[16] as "<type or *>\n<key>" and counted in
+-- KEYS[21] (one HSET of the new counts). The key's check comes after the
+-- type's: a job held by its type takes no slot of its key, and a job held
+-- by its key gives back the type's slot or token it was given. The
+-- settle that ends a counted lease (settle.lua: the one place every lease
+-- ends, the reaper's included) lowers the count and moves as many of the
+-- key's held jobs back to the schedule (key_release in the prelude). Jobs
+-- without a key, and every job while no key cap is set, cost nothing here.
 --
 -- Prefetch: a shard with a concurrency cap or a rate limit (of the queue
 -- or of any type) leases at most n - ahead, so that every lease it hands
@@ -265,6 +287,7 @@ end
 local paused_types, any_type = {}, false
 local qrate, trates, any_rate = nil, {}, false
 local qcap, tcaps, any_tcap = nil, {}, false
+local kdefault, any_kcap = nil, false
 local function parse_cap(v)
   local share = tonumber(string.match(v, '^(%d+)/%d+$'))
   if share and share >= 1 then
@@ -301,6 +324,9 @@ for i = 1, #pauses, 2 do
     any_rate = any_rate or trates[t] ~= nil
   elseif f == 'c' then
     qcap = parse_cap(pauses[i + 1])
+  elseif f == 'k' then
+    any_kcap = true
+    kdefault = parse_cap(pauses[i + 1])
   elseif string.sub(f, 1, 2) == 'c:' then
     local cap = parse_cap(pauses[i + 1])
     if cap then
@@ -313,7 +339,7 @@ for i = 1, #pauses, 2 do
   end
 end
 local controlled = 0
-if qrate or any_rate or qcap or any_tcap then
+if qrate or any_rate or qcap or any_tcap or any_kcap then
   controlled = 1
   n = math.max(n - (tonumber(ARGV[8]) or 0), 0)
 end
@@ -362,7 +388,7 @@ end
 -- The types' caps: how many of each run now (live leases in KEYS[16]),
 -- and the earliest of those leases to run out. Entries whose job holds no
 -- lease any more are dropped.
-local trun, t_full, cap_deadline, stale = {}, false, nil, {}
+local trun, t_full, cap_deadline, stale, stale_keys = {}, false, nil, {}, {}
 if any_tcap then
   local run = redis.call('HGETALL', KEYS[16])
   local rids = {}
@@ -376,8 +402,9 @@ if any_tcap then
       local deadline = tonumber(part[j])
       if not deadline then
         stale[#stale + 1] = rids[k]
+        stale_keys[#stale_keys + 1] = string.match(run[2 * k], '\n(.+)$')
       elseif deadline > now then
-        local t = run[2 * k]
+        local t = string.match(run[2 * k], '^[^\n]*')
         if tcaps[t] then
           trun[t] = (trun[t] or 0) + 1
           if not cap_deadline or deadline < cap_deadline then
@@ -391,6 +418,12 @@ if any_tcap then
     if (trun[t] or 0) >= cap then
       t_full = true
     end
+  end
+end
+if #stale_keys > 0 then
+  bad = expect({KEYS[21], 'hash', KEYS[23], 'set'})
+  if bad then
+    return bad
   end
 end
 
@@ -514,18 +547,22 @@ if n > 0 then
         end
       end
     end
-    local park, hold, taken, rated, unread = {}, {}, {}, {}, {}
+    local park, hold, taken, rated, unread, aside = {}, {}, {}, {}, {}, {}
+    local types = {} -- the type of each job read above, for its key's check
     if any_type or any_rate or any_tcap then
       for k = 1, #ids do
         local b = bodies[k]
         if b and not ended[k] then
           local t = type_of(b)
+          types[k] = t
           if not t then
             unread[k] = true
           elseif paused_types[t] then
             park[#park + 1] = k
+            aside[k] = true
           elseif t and tcaps[t] and (trun[t] or 0) >= tcaps[t] then
             hold[#hold + 1] = {k, t}
+            aside[k] = true
             t_full = true
           elseif t and trates[t] then
             local r = trates[t]
@@ -540,6 +577,7 @@ if n > 0 then
               -- No token: held with its ready time, first in line for
               -- the type's next token.
               hold[#hold + 1] = {k, t}
+              aside[k] = true
               r.held = true
               rate_held = rate_held + 1
             end
@@ -556,6 +594,67 @@ if n > 0 then
         end
       end
     end
+    -- Per-key caps (see above): after the types' checks.
+    local khold, kstart, kcount, kkeys = {}, {}, {}, {}
+    if any_kcap then
+      local keyed, klist, kseen = {}, {}, {}
+      for k = 1, #ids do
+        if bodies[k] and not ended[k] and not aside[k] then
+          local key = key_of(bodies[k])
+          if key then
+            keyed[k] = key
+            if not kseen[key] then
+              kseen[key] = true
+              klist[#klist + 1] = key
+            end
+          end
+        end
+      end
+      if #klist > 0 then
+        local spec = {KEYS[21], 'hash', KEYS[22], 'hash', KEYS[23], 'set'}
+        bad = expect(spec)
+        if bad then
+          return bad
+        end
+        local own, cur = hmget(KEYS[22], klist), hmget(KEYS[21], klist)
+        local kcap = {}
+        for j, key in ipairs(klist) do
+          kcap[key] = (own[j] and parse_cap(own[j])) or kdefault
+          kcount[key] = tonumber(cur[j]) or 0
+        end
+        local hspec = {}
+        for k = 1, #ids do
+          local key = keyed[k]
+          if key and kcap[key] then
+            if kcount[key] >= kcap[key] then
+              khold[#khold + 1] = k
+              hspec[#hspec + 1] = KEYS[17] .. '#' .. key
+              hspec[#hspec + 1] = 'zset'
+              -- Give back what the type's checks gave it.
+              if taken[k] then
+                trun[taken[k]] = trun[taken[k]] - 1
+                taken[k] = nil
+              end
+              if rated[k] then
+                rated[k].room = rated[k].room + 1
+                rated[k] = nil
+              end
+            else
+              kcount[key] = kcount[key] + 1
+              kstart[k] = key
+              if not kkeys[key] then
+                kkeys[key] = true
+                kkeys[#kkeys + 1] = key
+              end
+            end
+          end
+        end
+        bad = expect(hspec)
+        if bad then
+          return bad
+        end
+      end
+    end
     if #expired > 0 then
       bad = expect({KEYS[9], 'hash', KEYS[10], 'zset', KEYS[11], 'zset', KEYS[12], 'hash', KEYS[18], 'hash', KEYS[20], 'list'})
       if bad then
@@ -565,6 +664,10 @@ if n > 0 then
     if #stale > 0 then
       call_chunked('HDEL', KEYS[16], stale)
       stale = {}
+    end
+    if #stale_keys > 0 then
+      key_release(KEYS[21], KEYS[17], KEYS[23], KEYS[1], stale_keys)
+      stale_keys = {}
     end
     if #scanned > 0 then
       call_chunked('ZREM', KEYS[1], scanned)
@@ -594,12 +697,34 @@ if n > 0 then
         call_chunked('ZADD', KEYS[17] .. t, members)
       end
     end
+    if #khold > 0 then
+      local by_key, hkeys = {}, {}
+      for _, k in ipairs(khold) do
+        local key = key_of(bodies[k])
+        local members = by_key[key]
+        if not members then
+          members = {}
+          by_key[key] = members
+          hkeys[#hkeys + 1] = key
+        end
+        members[#members + 1] = readies[k]
+        members[#members + 1] = ids[k]
+        ended[k] = true
+      end
+      for key, members in pairs(by_key) do
+        call_chunked('ZADD', KEYS[17] .. '#' .. key, members)
+      end
+      call_chunked('SADD', KEYS[23], hkeys)
+    end
     local live, live_ready, live_body, live_unread, live_rated, running = {}, {}, {}, {}, {}, {}
     for k = 1, #ids do
       if ended[k] then
         -- expired, parked or held: ended above
       elseif bodies[k] then
-        if taken[k] or qcap then
+        if kstart[k] then
+          running[#running + 1] = ids[k]
+          running[#running + 1] = (taken[k] or '*') .. '\n' .. kstart[k]
+        elseif taken[k] or qcap then
           running[#running + 1] = ids[k]
           running[#running + 1] = taken[k] or '*'
         end
@@ -666,6 +791,14 @@ if n > 0 then
       if #running > 0 then
         call_chunked('HSET', KEYS[16], running)
       end
+      if #kkeys > 0 then
+        local counts = {}
+        for _, key in ipairs(kkeys) do
+          counts[#counts + 1] = key
+          counts[#counts + 1] = string.format('%d', kcount[key])
+        end
+        call_chunked('HSET', KEYS[21], counts)
+      end
     end
   end
 end
@@ -677,6 +810,9 @@ for _, r in pairs(trates) do
 end
 if #stale > 0 then
   call_chunked('HDEL', KEYS[16], stale)
+end
+if #stale_keys > 0 then
+  key_release(KEYS[21], KEYS[17], KEYS[23], KEYS[1], stale_keys)
 end
 -- Held jobs of a capped type with room left go back to the schedule, first
 -- in line again with their ready times: the next claim takes them. (Those

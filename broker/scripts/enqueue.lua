@@ -239,7 +239,19 @@ local function set_aside(id, body)
     if bad then
       error(bad)
     end
-    return redis.call('ZREM', KEYS[6] .. t, id) == 1
+    if redis.call('ZREM', KEYS[6] .. t, id) == 1 then
+      return true
+    end
+  end
+  -- Held by its key's cap (key_of in the prelude: the key follows the
+  -- type and the optional uniqueness fields in the header).
+  local key = body and string.match(body, '^{"t":"[%w%._:/%-]+",[^p]-"k":"([%w%._:/@%+=%-]+)"')
+  if key then
+    bad = expect({KEYS[6] .. '#' .. key, 'zset'})
+    if bad then
+      error(bad)
+    end
+    return redis.call('ZREM', KEYS[6] .. '#' .. key, id) == 1
   end
   return false
 end

@@ -58,9 +58,20 @@ if at then
     return r
   end
 end
-local t = type_of(redis.call('HGET', KEYS[3], id))
+-- Held by its type's cap or rate limit, or by its key's cap.
+local body = redis.call('HGET', KEYS[3], id)
+local t, key = type_of(body), key_of(body)
 if t and expect({KEYS[8] .. t, 'zset'}) == nil then
   at = redis.call('ZSCORE', KEYS[8] .. t, id)
+  if at then
+    local r = pending(1, at)
+    if r then
+      return r
+    end
+  end
+end
+if key and expect({KEYS[8] .. '#' .. key, 'zset'}) == nil then
+  at = redis.call('ZSCORE', KEYS[8] .. '#' .. key, id)
   if at then
     local r = pending(1, at)
     if r then

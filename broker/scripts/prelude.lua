@@ -74,6 +74,30 @@ local function type_of(body)
   return nil
 end
 
+-- The flow-control key of an envelope (job.Key), read from its header
+-- after "t" and the optional "u" and "ud": {"t":"<type>"[,"u":<ms>]
+-- [,"ud":true],"k":"<key>" (keys are letters, digits and ._:/@+=-, which
+-- JSON writes as they are, and never '#', so held .. '#' .. key names no
+-- type's held set). nil for a body without one. job's encoder writes the
+-- header in this order.
+local function key_of(body)
+  if not body then
+    return nil
+  end
+  local _, pos = string.find(body, '^{"t":"[%w%._:/%-]+"')
+  if not pos then
+    return nil
+  end
+  local _, e = string.find(body, '^,"u":%d+', pos + 1)
+  if e then
+    pos = e
+  end
+  if string.sub(body, pos + 1, pos + 10) == ',"ud":true' then
+    pos = pos + 10
+  end
+  return string.match(body, '^,"k":"([%w%._:/@%+=%-]+)"', pos + 1)
+end
+
 -- Publish score on channel when a job at score becomes the earliest of the
 -- scheduled set and nothing there is due yet, so sleeping workers wake up
 -- early. Call it before adding the member.
@@ -459,4 +483,59 @@ local function ending_of(body)
     end
   end
   return batch, u, ud
+end
+
+-- Per-key caps (Broker.SetKeyConcurrency): the running jobs of keys ended
+-- (keys lists one key per ended job). Their counts in run (HASH key -> n
+-- running) go down, and as many held jobs of each key (held .. '#' ..
+-- key, earliest ready time first) go back to scheduled with their ready
+-- times, first in line for the next claim; a key with no held job left
+-- leaves heldkeys (SET of the keys with held jobs). Returns how many went
+-- back. One HMGET, then per distinct key one ZPOPMIN (and one ZADD, or
+-- one SREM when its held set ran empty), and one HSET and HDEL.
+local function key_release(run, held, heldkeys, scheduled, keys)
+  local by, list = {}, {}
+  for _, k in ipairs(keys) do
+    if not by[k] then
+      list[#list + 1] = k
+      by[k] = 0
+    end
+    by[k] = by[k] + 1
+  end
+  if #list == 0 then
+    return 0
+  end
+  local cur = hmget(run, list)
+  local set, gone, back = {}, {}, 0
+  for j, k in ipairs(list) do
+    local left = (tonumber(cur[j]) or 0) - by[k]
+    if left > 0 then
+      set[#set + 1] = k
+      set[#set + 1] = string.format('%d', left)
+    else
+      gone[#gone + 1] = k
+    end
+    local zset = held .. '#' .. k
+    local got = redis.call('ZPOPMIN', zset, by[k])
+    if #got > 0 then
+      local members = {}
+      for i = 1, #got, 2 do
+        members[#members + 1] = got[i + 1]
+        members[#members + 1] = got[i]
+      end
+      call_chunked('ZADD', scheduled, members)
+      back = back + #got / 2
+    end
+    if #got / 2 < by[k] then
+      local key = heldkeys
+      redis.call('SREM', key, k)
+    end
+  end
+  if #set > 0 then
+    call_chunked('HSET', run, set)
+  end
+  if #gone > 0 then
+    call_chunked('HDEL', run, gone)
+  end
+  return back
 end

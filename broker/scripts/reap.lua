@@ -6,6 +6,16 @@
 -- KEYS[4] -> ns:{q}:leases      HASH id -> fencing token
 -- KEYS[5] -> ns:{q}:cancels     HASH id -> token of a running job asked to stop
 -- KEYS[6] -> ns:{q}:unique      ZSET id -> remembered until ms (job.Unique)
+-- KEYS[7] -> ns:{q}:running     HASH id -> "<type>[\n<key>]": jobs leased
+--                               under a concurrency cap
+-- KEYS[8] -> ns:{q}:keyrun      HASH key -> running jobs of the key under its cap
+-- KEYS[9] -> ns:{q}:keyheld     SET of the keys with held jobs
+-- KEYS[10] -> ns:{q}:held:      prefix of the held sets (a key's:
+--                               KEYS[10] .. '#' .. key)
+-- KEYS[11] -> ns:{q}:scheduled  ZSET id -> ready ms
+--             (KEYS[7] to KEYS[11] are touched only for orphans counted by
+--             a cap: no settle will end their lease, so the reap frees
+--             their slot, and a key's held job comes back)
 -- ARGV[1] -> now ms ("" = server TIME)
 -- ARGV[2] -> the most jobs to return
 -- ARGV[3] -> the most uniqueness entries whose window is over to remove
@@ -70,6 +80,26 @@ for i = 1, #expired, 2 do
     redis.call('HDEL', KEYS[3], id)
     redis.call('HDEL', KEYS[4], id)
     orphans[#orphans + 1] = id
+  end
+end
+if #orphans > 0 and redis.call('EXISTS', KEYS[7]) == 1 then
+  -- Best effort: keys of the wrong type (another program's) leave the
+  -- slot taken rather than fail the reap.
+  local ok, vals = pcall(hmget, KEYS[7], orphans)
+  if ok then
+    local keys, spec = {}, {KEYS[8], 'hash', KEYS[9], 'set', KEYS[11], 'zset'}
+    for k = 1, #orphans do
+      local key = vals[k] and string.match(vals[k], '\n(.+)$')
+      if key then
+        keys[#keys + 1] = key
+        spec[#spec + 1] = KEYS[10] .. '#' .. key
+        spec[#spec + 1] = 'zset'
+      end
+    end
+    call_chunked('HDEL', KEYS[7], orphans)
+    if #keys > 0 and expect(spec) == nil then
+      key_release(KEYS[8], KEYS[10], KEYS[9], KEYS[11], keys)
+    end
   end
 end
 local tidied = 0

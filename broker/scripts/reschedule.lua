@@ -60,13 +60,23 @@ end
 if redis.call('ZSCORE', KEYS[2], id) then
   return answer(-1)
 end
-local t = type_of(redis.call('HGET', KEYS[5], id))
+-- Held by its type's cap or rate limit, or by its key's cap.
+local body = redis.call('HGET', KEYS[5], id)
+local t, key = type_of(body), key_of(body)
 if t then
   bad = expect({KEYS[4] .. t, 'zset'})
   if bad then
     return bad
   end
-  if redis.call('ZREM', KEYS[4] .. t, id) == 1 then
+end
+if key then
+  bad = expect({KEYS[4] .. '#' .. key, 'zset'})
+  if bad then
+    return bad
+  end
+end
+if (t and redis.call('ZREM', KEYS[4] .. t, id) == 1) or (key and redis.call('ZREM', KEYS[4] .. '#' .. key, id) == 1) then
+  do
     local ready = tonumber(ARGV[3])
     if ready <= 0 then
       ready = ready_after(now, tonumber(ARGV[4]))

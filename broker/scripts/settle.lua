@@ -35,6 +35,14 @@
 --                               letters (trim_dead in the prelude)
 -- KEYS[17] -> ns:{q}:dead:trimmed LIST of trimmed records kept for the
 --                               workers' hook (trim_dead)
+-- KEYS[18] -> ns:{q}:keyrun     HASH key -> running jobs of the key under
+--                               its cap (Broker.SetKeyConcurrency)
+-- KEYS[19] -> ns:{q}:keyheld    SET of the keys with jobs held by their cap
+-- KEYS[20] -> ns:{q}:held:      prefix of the held sets: a key's is
+--                               KEYS[20] .. '#' .. key
+--                               (KEYS[18] to KEYS[20] are touched only when
+--                               an ended job was counted by its key's cap:
+--                               its KEYS[12] entry is "<type>\n<key>")
 -- ARGV[1] -> now ms ("" = server TIME)
 -- ARGV[2] -> lane: the record field of this kind of call ("settle", "reap")
 -- ARGV[3] -> call id, chosen by the worker: a call with the id of the
@@ -136,10 +144,30 @@ if reported then
     return bad
   end
 end
+-- The keys of the jobs counted by their key's cap (see KEYS[18]): read
+-- before any write, so that their keys' types are checked first.
+local id_key, keyed = {}, false
 if capped then
   bad = expect({KEYS[12], 'hash'})
   if bad then
     return bad
+  end
+  local vals = hmget(KEYS[12], ids)
+  local spec = {KEYS[18], 'hash', KEYS[19], 'set'}
+  for k = 1, #ids do
+    local key = vals[k] and string.match(vals[k], '\n(.+)$')
+    if key then
+      id_key[ids[k]] = key
+      keyed = true
+      spec[#spec + 1] = KEYS[20] .. '#' .. key
+      spec[#spec + 1] = 'zset'
+    end
+  end
+  if keyed then
+    bad = expect(spec)
+    if bad then
+      return bad
+    end
   end
 end
 if marked then
@@ -307,6 +335,17 @@ if capped and #ended > 0 then
   local freed = 0
   for i = 1, #ended, CHUNK do
     freed = freed + redis.call('HDEL', KEYS[12], unpack(ended, i, math.min(i + CHUNK - 1, #ended)))
+  end
+  if keyed then
+    -- A key's slot came free: its count goes down and as many of its held
+    -- jobs go back to the schedule (key_release in the prelude).
+    local keys = {}
+    for _, id in ipairs(ended) do
+      if id_key[id] then
+        keys[#keys + 1] = id_key[id]
+      end
+    end
+    key_release(KEYS[18], KEYS[20], KEYS[19], KEYS[1], keys)
   end
   if freed > 0 then
     redis.call('PUBLISH', ARGV[5], 'slot')

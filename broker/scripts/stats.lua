@@ -12,6 +12,8 @@
 -- KEYS[7] -> ns:{q}:held:       prefix of the per-type ZSETs of jobs held
 --                               back by their type's concurrency cap or
 --                               rate limit
+-- KEYS[8] -> ns:{q}:keyheld     SET of the keys with jobs held by their
+--                               per-key cap, in KEYS[7] .. '#' .. key
 -- ARGV[1] -> now ms ("" = server TIME)
 --
 -- Returns {now, scheduled, due, processing, dead, oldest due ready ms (-1 when
@@ -23,7 +25,9 @@
 -- workers' hook}, {type, jobs held by its cap, ...}}.
 -- Jobs held by a rate limit count in scheduled and due, and the oldest of
 -- them in the oldest due ready time. Every count is O(1) or O(log N) (one
--- ZCARD per capped type, a ZCARD and a ZRANGE per rate-limited type).
+-- ZCARD per capped type, a ZCARD and a ZRANGE per rate-limited type), but
+-- the jobs held by per-key caps, counted in held: one SMEMBERS of KEYS[8]
+-- and one ZCARD per key holding jobs, O(keys holding).
 local bad = expect({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'hash', KEYS[6], 'zset'})
 if bad then
   return bad
@@ -62,6 +66,8 @@ for i = 1, #controls, 2 do
     if f ~= 'r' then
       limited[string.sub(f, 3)] = true
     end
+  elseif f == 'k' then
+    -- A per-key cap: its held jobs are counted below, from KEYS[8].
   elseif f == 'c' or string.sub(f, 1, 2) == 'c:' then
     local t = string.sub(f, 3)
     caps[#caps + 1] = t
@@ -102,6 +108,13 @@ for _, t in ipairs(capped) do
     if c > 0 then
       by_cap[#by_cap + 1] = t
       by_cap[#by_cap + 1] = c
+    end
+  end
+end
+if expect({KEYS[8], 'set'}) == nil then
+  for _, key in ipairs(redis.call('SMEMBERS', KEYS[8])) do
+    if expect({KEYS[7] .. '#' .. key, 'zset'}) == nil then
+      held = held + redis.call('ZCARD', KEYS[7] .. '#' .. key)
     end
   end
 end
