@@ -126,7 +126,7 @@ func (e *QueueErrors) Unwrap() []error {
 // parseStats decodes the reply of stats.lua.
 func parseStats(res any) (job.QueueStats, error) {
 	parts, ok := res.([]any)
-	if !ok || len(parts) != 17 {
+	if !ok || len(parts) != 18 {
 		return job.QueueStats{}, fmt.Errorf("broker: stats: unexpected reply %v", res)
 	}
 	v, err := int64s(parts[:10], 10)
@@ -171,12 +171,13 @@ func parseStats(res any) (job.QueueStats, error) {
 	held, _ := parts[13].(int64)
 	heldByRate := typeCounts(parts[14])
 	heldByCap := typeCounts(parts[16])
+	heldByKey, _ := parts[17].(int64)
 	trims, err := int64s(parts[15], 3)
 	if err != nil {
 		return job.QueueStats{}, err
 	}
 	s := job.QueueStats{DeadTrimmedCap: trims[0], DeadTrimmedAge: trims[1], DeadTrimmedUnarchived: trims[2], Now: fromMS(v[0]), Scheduled: v[1], Due: v[2], Processing: v[3], Dead: v[4], ExpiredDropped: v[7],
-		Paused: v[8] == 1, Parked: v[9], PausedTypes: types, RateLimits: limits, Caps: caps, Held: held, HeldByRate: heldByRate, HeldByCap: heldByCap}
+		Paused: v[8] == 1, Parked: v[9], PausedTypes: types, RateLimits: limits, Caps: caps, Held: held, HeldByRate: heldByRate, HeldByCap: heldByCap, HeldByKey: heldByKey}
 	if v[5] >= 0 {
 		s.OldestDue = fromMS(v[5])
 	}
@@ -246,6 +247,7 @@ func merge(into *job.QueueStats, st job.QueueStats, first bool) {
 		}
 		into.HeldByRate[t] += n
 	}
+	into.HeldByKey += st.HeldByKey
 	for t, n := range st.HeldByCap {
 		if into.HeldByCap == nil {
 			into.HeldByCap = make(map[string]int64)

@@ -216,3 +216,31 @@ func TestHeldByEachCappedType(t *testing.T) {
 		"<li>3 held by the concurrency cap of report.build (at most 1 running), until one of their type ends</li>",
 		`<td class="r warn">1 by the cap</td>`, `<td class="r warn">3 by the cap</td>`)
 }
+
+// TestHeldByKeysShown: jobs a per-key cap holds are said apart from those
+// of type caps on the queue page, and counted in its held-back card.
+func TestHeldByKeysShown(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, dashboard.Options{})
+	typ := job.New[struct{}]("import.row", job.Queue("imports"))
+	for i, key := range []string{"cust-1", "cust-1", "cust-1", "cust-2", "cust-2"} {
+		if _, err := typ.Enqueue(tb.ctx, tb.b, struct{}{}, job.ID(fmt.Sprintf("r%d", i)), job.Key(key)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tb.b.SetKeyConcurrency(tb.ctx, "imports", "", 1); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(tb.claim(t, "imports", 20).Jobs); n != 2 {
+		t.Fatalf("claimed %d, want one job of each key", n)
+	}
+	st, err := tb.b.Stats(tb.ctx, "imports")
+	if err != nil || st.Held != 3 || st.HeldByKey != 3 {
+		t.Fatalf("stats %+v, %v; want 3 held by the keys' caps", st, err)
+	}
+	r := tb.get(t, "/queues/imports")
+	mustContain(t, "queue page", r.body,
+		`<span class="count warn" id="held-count">3 held back now</span>`,
+		"<li>3 held by the concurrency caps of their keys, until a job of the same key ends</li>")
+	mustNotContain(t, "queue page", r.body, "held by the concurrency cap of their type")
+}

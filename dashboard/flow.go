@@ -111,6 +111,10 @@ func flowOf(s job.QueueStats) flowData {
 				" (at most "+strconv.Itoa(s.Caps[t])+" running), until one of their type ends")
 		}
 	}
+	if s.HeldByKey > 0 {
+		byType += s.HeldByKey
+		f.Why = append(f.Why, formatCount(s.HeldByKey)+" held by the concurrency caps of their keys, until a job of the same key ends")
+	}
 	if rest := s.Held - byType; rest > 0 {
 		f.Why = append(f.Why, formatCount(rest)+" held by the concurrency cap of their type, until one of their type ends")
 	}

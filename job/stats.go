@@ -55,6 +55,9 @@ type QueueStats struct {
 	// HeldByCap is Held by type: the types holding none are left out (nil
 	// when none holds any).
 	HeldByCap map[string]int64
+	// HeldByKey is the part of Held that per-key caps hold
+	// (broker.Broker.SetKeyConcurrency), over all keys.
+	HeldByKey int64
 	// HeldByRate counts, by type, the due jobs held by the rate limit of
 	// their type until its next tokens, earliest first. They are due and
 	// waiting: counted in Scheduled and Due too, the oldest in OldestDue.

@@ -22,7 +22,8 @@
 -- the queue), rate limit, ...}, {type ("" for the queue), "share/total",
 -- ...}, held jobs (by caps), {type, jobs held by its rate limit, ...},
 -- {dead records trimmed by the cap, by age, trimmed but not kept for the
--- workers' hook}, {type, jobs held by its cap, ...}}.
+-- workers' hook}, {type, jobs held by its cap, ...}, jobs held by per-key
+-- caps (counted in held too)}.
 -- Jobs held by a rate limit count in scheduled and due, and the oldest of
 -- them in the oldest due ready time. Every count is O(1) or O(log N) (one
 -- ZCARD per capped type, a ZCARD and a ZRANGE per rate-limited type), but
@@ -111,12 +112,14 @@ for _, t in ipairs(capped) do
     end
   end
 end
+local by_key = 0
 if expect({KEYS[8], 'set'}) == nil then
   for _, key in ipairs(redis.call('SMEMBERS', KEYS[8])) do
     if expect({KEYS[7] .. '#' .. key, 'zset'}) == nil then
-      held = held + redis.call('ZCARD', KEYS[7] .. '#' .. key)
+      by_key = by_key + redis.call('ZCARD', KEYS[7] .. '#' .. key)
     end
   end
 end
+held = held + by_key
 return {now, scheduled, due, redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]), oldest, next, tonumber(dropped),
-  paused, redis.call('ZCARD', KEYS[6]), types, rates, caps, held, by_rate, {counters[2], counters[3], counters[4]}, by_cap}
+  paused, redis.call('ZCARD', KEYS[6]), types, rates, caps, held, by_rate, {counters[2], counters[3], counters[4]}, by_cap, by_key}

@@ -300,10 +300,13 @@ func checkQueueType(q, typ string) error {
 // "report.build=2" for a type's, comma-separated; "-" for none.
 // heldText is the HELD column: the jobs held by caps, then those held by
 // each type's rate limit ("12 rate:sms.send=30").
-func heldText(held int64, byCap, byRate map[string]int64) string {
+func heldText(held int64, byCap map[string]int64, byKey int64, byRate map[string]int64) string {
 	out := num(held)
 	for _, t := range slices.Sorted(maps.Keys(byCap)) {
 		out += " cap:" + t + "=" + num(byCap[t])
+	}
+	if byKey > 0 {
+		out += " keys=" + num(byKey)
 	}
 	for _, t := range slices.Sorted(maps.Keys(byRate)) {
 		out += " rate:" + t + "=" + num(byRate[t])
@@ -427,6 +430,8 @@ type queueJSON struct {
 	// same by type.
 	Held      int64            `json:"held"`
 	HeldByCap map[string]int64 `json:"held_by_cap"`
+	// HeldByKey: the part of Held that per-key caps hold.
+	HeldByKey int64 `json:"held_by_key"`
 	// HeldByRate: due jobs held by the rate limit of their type, by type
 	// (counted in Scheduled and Due too).
 	HeldByRate map[string]int64 `json:"held_by_rate"`
@@ -464,7 +469,7 @@ func (a *app) listQueues(ctx context.Context, b *broker.Broker) error {
 		out := make([]queueJSON, len(all))
 		for i, s := range all {
 			out[i] = queueJSON{Queue: s.Queue, Paused: s.Paused, PausedTypes: s.PausedTypes, Parked: s.Parked,
-				Caps: s.Caps, Held: s.Held, HeldByCap: s.HeldByCap, HeldByRate: s.HeldByRate, Scheduled: s.Scheduled, Due: s.Due, Processing: s.Processing,
+				Caps: s.Caps, Held: s.Held, HeldByCap: s.HeldByCap, HeldByKey: s.HeldByKey, HeldByRate: s.HeldByRate, Scheduled: s.Scheduled, Due: s.Due, Processing: s.Processing,
 				Dead: s.Dead, deadTrimmedJSON: trimmedOf(s),
 				Limits: map[string]limitJSON{}, ServedBy: len(procs.Serving(s.Queue)), HeldUnserved: heldUnserved(s, procs)}
 			for k, r := range s.RateLimits {
@@ -514,7 +519,7 @@ func (a *app) listQueues(ctx context.Context, b *broker.Broker) error {
 		if heldUnserved(s, procs) {
 			workers += " (jobs held)"
 		}
-		t.row(s.Queue, state, types, num(s.Parked), capsText(s.Caps), heldText(s.Held, s.HeldByCap, s.HeldByRate), limitsText(s.RateLimits), num(s.Scheduled), num(s.Due), num(s.Processing), num(s.Dead), trimmedText(s), workers)
+		t.row(s.Queue, state, types, num(s.Parked), capsText(s.Caps), heldText(s.Held, s.HeldByCap, s.HeldByKey, s.HeldByRate), limitsText(s.RateLimits), num(s.Scheduled), num(s.Due), num(s.Processing), num(s.Dead), trimmedText(s), workers)
 	}
 	return t.flush()
 }
