@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
@@ -205,7 +206,7 @@ func TestExpiredJobKeepsItsBody(t *testing.T) {
 	}
 	for _, bp := range bypassPayloads {
 		id := strings.ReplaceAll(bp.name, " ", "-")
-		r, err := tb.b.DeadGet(tb.ctx, "q", id)
+		r, err := deadletter.New(tb.b).Get(tb.ctx, "q", id)
 		if err != nil || r.Type != "exp" || r.Reason != "expired" || r.Envelope == nil || !bytes.Equal(r.Envelope.Payload, bp.payload) {
 			t.Fatalf("%s: dead record %+v, %v", id, r, err)
 		}
@@ -216,7 +217,7 @@ func TestExpiredJobKeepsItsBody(t *testing.T) {
 			t.Fatalf("%s: enqueued again (%v); its id is remembered after its dead ending", id, err)
 		}
 	}
-	r, err := tb.b.DeadGet(tb.ctx, "q", "old")
+	r, err := deadletter.New(tb.b).Get(tb.ctx, "q", "old")
 	if err != nil || string(r.Body) != old || r.Reason != "expired" {
 		t.Fatalf("old: dead record %+v, %v; want its body byte for byte", r, err)
 	}

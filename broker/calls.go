@@ -14,7 +14,7 @@ import (
 // One answer per call.
 //
 // Every public call that changes jobs (Enqueue, Cancel, CancelJob,
-// Reschedule, RescheduleAfter, Redrive, DeadDelete) gets a call id when it
+// Reschedule, RescheduleAfter, and deadletter's Redrive and Delete) gets a call id when it
 // is made. Its scripts keep the call's first outcome under that id, in a
 // key of the job's shard that expires after Options.ResendWindow
 // (ns:{q}:c:<call id>; a batch Enqueue keeps one per script call, under
@@ -80,7 +80,7 @@ func (b *Broker) windowArg() int64 {
 // stored (ErrDuplicate while the job is pending, stored again once it
 // ended).
 //
-// For a call about several jobs (a batch Enqueue, a Redrive or DeadDelete
+// For a call about several jobs (a batch Enqueue, a Redrive or Delete
 // of several ids), each failed job's entry in the *job.BatchError is a
 // CallError, and Resend on any of them sends the whole call again: the
 // answer is aligned with the call, as the first one was.

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/rawjson"
 	"github.com/delayq/delayq/job"
 )
@@ -101,27 +102,49 @@ func DecodeDeadRecord(data []byte) (*job.DeadRecord, error) {
 	return r, nil
 }
 
-// DeadCursor marks a position in a queue's dead list, newest first. The zero
-// value starts at the newest record.
-type DeadCursor struct {
-	DiedAt time.Time
-	ID     string
+// DeadLetters returns the broker's dead-letter store, behind package
+// deadletter (deadletter.New), the API of dead letters. Its argument is
+// internal to delayq: code outside delayq's module cannot call it.
+func (b *Broker) DeadLetters(protocol.Key) protocol.DeadStore { return deadSide{b} }
+
+// deadSide implements protocol.DeadStore.
+type deadSide struct{ b *Broker }
+
+func (d deadSide) Page(ctx context.Context, queue string, after protocol.DeadCursor, limit int) ([]*job.DeadRecord, protocol.DeadCursor, error) {
+	return d.b.pageDead(ctx, queue, after, limit)
 }
 
-// IsZero reports whether c is the start of the list.
-func (c DeadCursor) IsZero() bool { return c.ID == "" }
+func (d deadSide) Get(ctx context.Context, queue, id string) (*job.DeadRecord, error) {
+	return d.b.getDead(ctx, queue, id)
+}
 
-// DeadPage returns up to limit dead records of queue older than the cursor,
+func (d deadSide) Redrive(ctx context.Context, queue string, delay time.Duration, ids ...string) error {
+	return d.b.redriveDead(ctx, queue, delay, ids...)
+}
+
+func (d deadSide) Delete(ctx context.Context, queue string, ids ...string) error {
+	return d.b.deleteDead(ctx, queue, ids...)
+}
+
+func (d deadSide) Purge(ctx context.Context, queue string) (int64, error) {
+	return d.b.purgeDead(ctx, queue)
+}
+
+func (d deadSide) Trim(ctx context.Context, queue string) (int64, error) {
+	return d.b.trimDead(ctx, queue)
+}
+
+// pageDead returns up to limit dead records of queue older than the cursor,
 // newest first, and the cursor of the next page (zero when there is none).
 // Records inserted or removed meanwhile do not cause gaps or repeats among
 // the others. The pages of a sharded queue's shards are merged.
-func (b *Broker) DeadPage(ctx context.Context, queue string, after DeadCursor, limit int) ([]*job.DeadRecord, DeadCursor, error) {
+func (b *Broker) pageDead(ctx context.Context, queue string, after protocol.DeadCursor, limit int) ([]*job.DeadRecord, protocol.DeadCursor, error) {
 	q, err := b.queue(ctx, queue)
 	if err != nil {
-		return nil, DeadCursor{}, err
+		return nil, protocol.DeadCursor{}, err
 	}
 	if limit <= 0 {
-		return nil, DeadCursor{}, fmt.Errorf("broker: %w: page limit %d must be positive", job.ErrInvalid, limit)
+		return nil, protocol.DeadCursor{}, fmt.Errorf("broker: %w: page limit %d must be positive", job.ErrInvalid, limit)
 	}
 	if !q.Sharded() {
 		return b.deadPage(ctx, q.Shards()[0], after, limit)
@@ -134,7 +157,7 @@ func (b *Broker) DeadPage(ctx context.Context, queue string, after DeadCursor, l
 	for _, s := range q.Shards() {
 		recs, next, err := b.deadPage(ctx, s, after, limit)
 		if err != nil {
-			return nil, DeadCursor{}, err
+			return nil, protocol.DeadCursor{}, err
 		}
 		all = append(all, recs...)
 		more = more || !next.IsZero()
@@ -148,16 +171,16 @@ func (b *Broker) DeadPage(ctx context.Context, queue string, after DeadCursor, l
 	if len(all) > limit {
 		all, more = all[:limit], true
 	}
-	var next DeadCursor
+	var next protocol.DeadCursor
 	if more && len(all) > 0 {
 		last := all[len(all)-1]
-		next = DeadCursor{DiedAt: last.DiedAt, ID: last.ID}
+		next = protocol.DeadCursor{DiedAt: last.DiedAt, ID: last.ID}
 	}
 	return all, next, nil
 }
 
-// deadPage is DeadPage of one shard.
-func (b *Broker) deadPage(ctx context.Context, s keyspace.Shard, after DeadCursor, limit int) ([]*job.DeadRecord, DeadCursor, error) {
+// deadPage is pageDead of one shard.
+func (b *Broker) deadPage(ctx context.Context, s keyspace.Shard, after protocol.DeadCursor, limit int) ([]*job.DeadRecord, protocol.DeadCursor, error) {
 	k := s.Keys()
 	maxScore, skipped := "+inf", 0
 	if !after.IsZero() {
@@ -169,7 +192,7 @@ func (b *Broker) deadPage(ctx context.Context, s keyspace.Shard, after DeadCurso
 			Max: maxScore, Min: "-inf", Offset: int64(skipped), Count: int64(limit + 1),
 		}).Result()
 		if err != nil {
-			return nil, DeadCursor{}, queueErr(s.Queue(), b.wrongType(ctx, k.DeadIndex, "zset", err))
+			return nil, protocol.DeadCursor{}, queueErr(s.Queue(), b.wrongType(ctx, k.DeadIndex, "zset", err))
 		}
 		// Records that share the cursor's millisecond come in descending id
 		// order; those at or above the cursor's id were listed already. Skip
@@ -194,7 +217,7 @@ func (b *Broker) deadPage(ctx context.Context, s keyspace.Shard, after DeadCurso
 	}
 	recs, err := b.deadRecords(ctx, s, ids)
 	if err != nil {
-		return nil, DeadCursor{}, err
+		return nil, protocol.DeadCursor{}, err
 	}
 	out := make([]*job.DeadRecord, 0, len(recs))
 	for i, r := range recs {
@@ -204,10 +227,10 @@ func (b *Broker) deadPage(ctx context.Context, s keyspace.Shard, after DeadCurso
 		r.DiedAt = fromMS(int64(entries[i].Score))
 		out = append(out, r)
 	}
-	var next DeadCursor
+	var next protocol.DeadCursor
 	if more && len(entries) > 0 {
 		last := entries[len(entries)-1]
-		next = DeadCursor{DiedAt: fromMS(int64(last.Score)), ID: last.Member.(string)}
+		next = protocol.DeadCursor{DiedAt: fromMS(int64(last.Score)), ID: last.Member.(string)}
 	}
 	return out, next, nil
 }
@@ -241,8 +264,8 @@ func (b *Broker) deadRecords(ctx context.Context, s keyspace.Shard, ids []string
 	return out, nil
 }
 
-// DeadGet returns one dead record, or an error wrapping ErrNotFound.
-func (b *Broker) DeadGet(ctx context.Context, queue, id string) (*job.DeadRecord, error) {
+// getDead returns one dead record, or an error wrapping ErrNotFound.
+func (b *Broker) getDead(ctx context.Context, queue, id string) (*job.DeadRecord, error) {
 	s, err := b.shardOf(ctx, queue, id)
 	if err != nil {
 		return nil, err
@@ -266,7 +289,7 @@ func (b *Broker) DeadGet(ctx context.Context, queue, id string) (*job.DeadRecord
 	return r, nil
 }
 
-// Redrive moves dead jobs of queue back to the schedule, ready after delay,
+// redriveDead moves dead jobs of queue back to the schedule, ready after delay,
 // with their attempts reset: one read and one script call per shard. It
 // returns nil or a *job.BatchError aligned with ids whose entries wrap
 // ErrNotFound (no such dead job, or it changed meanwhile) or ErrDuplicate (a
@@ -275,7 +298,7 @@ func (b *Broker) DeadGet(ctx context.Context, queue, id string) (*job.DeadRecord
 // *CallError (ErrOutcomeUnknown): Resend answers the whole call as its
 // first send was (nil for a job it redrove, even after the job ran again
 // and ended, not ErrNotFound), and redrives nothing twice.
-func (b *Broker) Redrive(ctx context.Context, queue string, delay time.Duration, ids ...string) error {
+func (b *Broker) redriveDead(ctx context.Context, queue string, delay time.Duration, ids ...string) error {
 	if err := job.ValidateQueue(queue); err != nil {
 		return err
 	}
@@ -285,14 +308,14 @@ func (b *Broker) Redrive(ctx context.Context, queue string, delay time.Duration,
 	return b.redriveCall(ctx, queue, delay, ids, callID())
 }
 
-// redriveCall is one send of a Redrive call with id cid (each shard's
+// redriveCall is one send of a redrive call with id cid (each shard's
 // script call keeps its answer under it, in its own slot).
 func (b *Broker) redriveCall(ctx context.Context, queue string, delay time.Duration, ids []string, cid string) error {
 	err := b.perShard(ctx, queue, ids, func(s keyspace.Shard, ids []string) []error { return b.redrive(ctx, s, delay, ids, cid) })
 	return resendable(err, func(ctx context.Context) error { return b.redriveCall(ctx, queue, delay, ids, cid) })
 }
 
-// redrive is Redrive on one shard.
+// redrive is redriveDead on one shard.
 func (b *Broker) redrive(ctx context.Context, s keyspace.Shard, delay time.Duration, ids []string, cid string) []error {
 	errs := make([]error, len(ids))
 	all := func(err error) []error {
@@ -354,21 +377,21 @@ func (b *Broker) redrive(ctx context.Context, s keyspace.Shard, delay time.Durat
 	return errs
 }
 
-// DeadDelete removes dead records. It returns nil or a *job.BatchError whose
+// deleteDead removes dead records. It returns nil or a *job.BatchError whose
 // entries wrap ErrNotFound. A shard's call whose reply was lost fails its
 // ids with a *CallError (ErrOutcomeUnknown): Resend answers the whole call
 // as its first send was (nil for a record it deleted, not ErrNotFound).
-func (b *Broker) DeadDelete(ctx context.Context, queue string, ids ...string) error {
+func (b *Broker) deleteDead(ctx context.Context, queue string, ids ...string) error {
 	return b.deadDeleteCall(ctx, queue, ids, callID())
 }
 
-// deadDeleteCall is one send of a DeadDelete call with id cid.
+// deadDeleteCall is one send of a delete call with id cid.
 func (b *Broker) deadDeleteCall(ctx context.Context, queue string, ids []string, cid string) error {
 	err := b.perShard(ctx, queue, ids, func(s keyspace.Shard, ids []string) []error { return b.deadDelete(ctx, s, ids, cid) })
 	return resendable(err, func(ctx context.Context) error { return b.deadDeleteCall(ctx, queue, ids, cid) })
 }
 
-// deadDelete is DeadDelete on one shard.
+// deadDelete is deleteDead on one shard.
 func (b *Broker) deadDelete(ctx context.Context, s keyspace.Shard, ids []string, cid string) []error {
 	errs := make([]error, len(ids))
 	k := s.Keys()
@@ -395,9 +418,9 @@ func (b *Broker) deadDelete(ctx context.Context, s keyspace.Shard, ids []string,
 	return errs
 }
 
-// DeadPurge removes every dead record of queue and returns how many there
+// purgeDead removes every dead record of queue and returns how many there
 // were.
-func (b *Broker) DeadPurge(ctx context.Context, queue string) (int64, error) {
+func (b *Broker) purgeDead(ctx context.Context, queue string) (int64, error) {
 	return b.sumShards(ctx, queue, func(_ keyspace.Queue, s keyspace.Shard) (int64, error) {
 		k := s.Keys()
 		var n *redis.IntCmd
@@ -410,9 +433,9 @@ func (b *Broker) DeadPurge(ctx context.Context, queue string) (int64, error) {
 	})
 }
 
-// DeadTrim applies the retention rules (cap and max age) now and returns
+// trimDead applies the retention rules (cap and max age) now and returns
 // how many records were dropped.
-func (b *Broker) DeadTrim(ctx context.Context, queue string) (int64, error) {
+func (b *Broker) trimDead(ctx context.Context, queue string) (int64, error) {
 	return b.sumShards(ctx, queue, func(q keyspace.Queue, s keyspace.Shard) (int64, error) {
 		k := s.Keys()
 		res, err := b.run(ctx, trimScript, []string{k.Dead, k.DeadIndex, k.Counts, k.Trimmed}, b.deadCap(q, s), durMS(b.opts.DeadMaxAge))

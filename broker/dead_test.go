@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
@@ -32,10 +32,10 @@ func TestDeadPageSameMillisecond(t *testing.T) {
 		}
 	}
 	for _, limit := range []int{1, 3, 50, 229, 230, 1000} {
-		var cur broker.DeadCursor
+		var cur protocol.DeadCursor
 		var got []string
 		for {
-			recs, next, err := tb.b.DeadPage(tb.ctx, "q", cur, limit)
+			recs, next, err := protocol.Dead(tb.b).Page(tb.ctx, "q", cur, limit)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
@@ -22,7 +23,7 @@ func TestDeadRecordKeepsBodyByteForByte(t *testing.T) {
 		if _, err := testkit.Drive(tb.b).Kill(tb.ctx, c.Lease, &job.DeadRecord{Body: c.Body, Error: "boom"}); err != nil {
 			t.Fatal(err)
 		}
-		r, err := tb.b.DeadGet(tb.ctx, "q", c.ID)
+		r, err := deadletter.New(tb.b).Get(tb.ctx, "q", c.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -34,7 +35,7 @@ func TestDeadRecordKeepsBodyByteForByte(t *testing.T) {
 		}
 	}
 	// Redrive hands the payload back unchanged.
-	if err := tb.b.Redrive(tb.ctx, "q", 0, "html"); err != nil {
+	if err := deadletter.New(tb.b).Redrive(tb.ctx, "q", 0, "html"); err != nil {
 		t.Fatal(err)
 	}
 	res := tb.claim(t, 1)

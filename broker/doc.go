@@ -25,12 +25,13 @@
 // cannot be reached, is not refused, and [Broker.ServerChecks] says so.
 //
 // Its methods are those of producers (Enqueue; Cancel and Reschedule of a
-// job that has not started) and of operators (the inspection and
-// dead-letter methods below). The worker's side, claiming jobs under a
-// lease and recording their outcomes, is not part of this API: package
-// worker speaks it through an internal protocol, so that it can change
-// without breaking users. DeadPage, DeadGet, Redrive, DeadDelete,
-// DeadPurge and DeadTrim back package deadletter.
+// job that has not started) and of operators (the inspection methods
+// below). The worker's side, claiming jobs under a lease and recording
+// their outcomes, is not part of this API: package worker speaks it
+// through an internal protocol, so that it can change without breaking
+// users. Dead letters are read, redriven and removed through package
+// deadletter (deadletter.New(b)), the one API of dead letters, which the
+// broker serves through the same kind of internal seam.
 //
 // # Errors
 //

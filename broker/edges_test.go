@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/faultproxy"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
@@ -333,13 +334,13 @@ func TestWrongTypedKeyChangesNothing(t *testing.T) {
 			return err
 		}},
 		{"redrive", map[string]string{"scheduled": "zset", "jobs": "hash", "attempts": "hash", "dead": "hash", "dead:index": "zset"}, func(tb *testBundle, _ []protocol.Claimed) error {
-			return tb.b.Redrive(tb.ctx, "q", 0, "dead")
+			return deadletter.New(tb.b).Redrive(tb.ctx, "q", 0, "dead")
 		}},
 		{"dead delete", map[string]string{"dead": "hash", "dead:index": "zset"}, func(tb *testBundle, _ []protocol.Claimed) error {
-			return tb.b.DeadDelete(tb.ctx, "q", "gone")
+			return deadletter.New(tb.b).Delete(tb.ctx, "q", "gone")
 		}},
 		{"dead trim", map[string]string{"dead": "hash", "dead:index": "zset"}, func(tb *testBundle, _ []protocol.Claimed) error {
-			_, err := tb.b.DeadTrim(tb.ctx, "q")
+			_, err := deadletter.New(tb.b).Trim(tb.ctx, "q")
 			return err
 		}},
 		{"stats", map[string]string{"scheduled": "zset", "processing": "zset", "dead:index": "zset"}, func(tb *testBundle, _ []protocol.Claimed) error {
@@ -442,7 +443,7 @@ func TestLeaselessProcessingJobIsDeadLettered(t *testing.T) {
 	if _, err := testkit.Drive(tb.b).KillExpired(tb.ctx, r.Lease, &job.DeadRecord{Body: r.Body, Error: r.Err.Error(), Attempts: 1}); err != nil {
 		t.Fatal(err)
 	}
-	rec, err := tb.b.DeadGet(tb.ctx, "q", "x")
+	rec, err := deadletter.New(tb.b).Get(tb.ctx, "q", "x")
 	if err != nil || string(rec.Body) != string(c.Body) || !strings.Contains(rec.Error, "corrupt state") {
 		t.Fatalf("dead record %+v, %v; want the body and the corrupt-state error", rec, err)
 	}

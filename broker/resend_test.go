@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/faultproxy"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
@@ -113,8 +114,8 @@ func newResendBundle(t *testing.T, srv *redistest.Server, retries bool) *resendB
 	_ = r.direct.Enqueue(r.ctx, env("warm1", time.Hour), env("warm2", time.Hour))
 	_ = r.direct.Cancel(r.ctx, "q", "warm")
 	_, _ = r.direct.RescheduleAfter(r.ctx, "q", "warm1", time.Hour)
-	_ = r.direct.Redrive(r.ctx, "q", 0, "warm")
-	_ = r.direct.DeadDelete(r.ctx, "q", "warm")
+	_ = deadletter.New(r.direct).Redrive(r.ctx, "q", 0, "warm")
+	_ = deadletter.New(r.direct).Delete(r.ctx, "q", "warm")
 	if err := r.b.Cancel(r.ctx, "q", "warm2"); err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +302,7 @@ func TestResendAfterTheJobEnded(t *testing.T) {
 				r := newResendBundle(t, srv, retries)
 				r.enqueue(t, env("a", 0))
 				r.kill(t, "a")
-				err := r.lose(t, retries, testkit.Key(t, r.b, "q", "dead"), func() error { return r.b.Redrive(r.ctx, "q", 0, "a") }, func() { r.run(t) })
+				err := r.lose(t, retries, testkit.Key(t, r.b, "q", "dead"), func() error { return deadletter.New(r.b).Redrive(r.ctx, "q", 0, "a") }, func() { r.run(t) })
 				if err != nil {
 					t.Fatalf("resent redrive after the job ran: %v, want nil, not ErrNotFound", err)
 				}
@@ -315,14 +316,14 @@ func TestResendAfterTheJobEnded(t *testing.T) {
 				r := newResendBundle(t, srv, retries)
 				r.enqueue(t, env("a", 0))
 				r.kill(t, "a")
-				err := r.lose(t, retries, testkit.Key(t, r.b, "q", "dead"), func() error { return r.b.DeadDelete(r.ctx, "q", "a") }, func() {
+				err := r.lose(t, retries, testkit.Key(t, r.b, "q", "dead"), func() error { return deadletter.New(r.b).Delete(r.ctx, "q", "a") }, func() {
 					r.enqueue(t, env("a", 0)) // the id dies again after the delete
 					r.kill(t, "a")
 				})
 				if err != nil {
 					t.Fatalf("resent delete: %v, want nil, not ErrNotFound", err)
 				}
-				if _, err := r.direct.DeadGet(r.ctx, "q", "a"); err != nil {
+				if _, err := deadletter.New(r.direct).Get(r.ctx, "q", "a"); err != nil {
 					t.Fatalf("the dead record written after the delete: %v; the resend deleted it", err)
 				}
 			})

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
@@ -194,11 +195,11 @@ func TestExpiry(t *testing.T) {
 	if got := strings.Join(ids(res.Jobs), ","); got != "later" {
 		t.Fatalf("claimed %q, want only later", got)
 	}
-	rec, err := tb.b.DeadGet(tb.ctx, "q", "early")
+	rec, err := deadletter.New(tb.b).Get(tb.ctx, "q", "early")
 	if err != nil || rec.Reason != "expired" || rec.Envelope == nil || rec.Attempts != 0 || !strings.Contains(rec.Error, "expired") {
 		t.Fatalf("dead record %+v, %v", rec, err)
 	}
-	if _, err := tb.b.DeadGet(tb.ctx, "q", "drop"); !errors.Is(err, broker.ErrNotFound) {
+	if _, err := deadletter.New(tb.b).Get(tb.ctx, "q", "drop"); !errors.Is(err, broker.ErrNotFound) {
 		t.Fatalf("dropped job in the dead letters: %v", err)
 	}
 	st, err := tb.b.Stats(tb.ctx, "q")
@@ -221,13 +222,13 @@ func TestExpiry(t *testing.T) {
 	if res := tb.claim(t, 10); len(res.Jobs) != 0 {
 		t.Fatalf("claimed %v after the expiry", ids(res.Jobs))
 	}
-	rec, err = tb.b.DeadGet(tb.ctx, "q", "later")
+	rec, err = deadletter.New(tb.b).Get(tb.ctx, "q", "later")
 	if err != nil || rec.Reason != broker.ReasonExpired || rec.Attempts != 1 || !strings.Contains(rec.Error, "provider down") {
 		t.Fatalf("dead record %+v, %v", rec, err)
 	}
 
 	// Redriven by an operator, it runs without its expiry.
-	if err := tb.b.Redrive(tb.ctx, "q", 0, "later"); err != nil {
+	if err := deadletter.New(tb.b).Redrive(tb.ctx, "q", 0, "later"); err != nil {
 		t.Fatal(err)
 	}
 	res = tb.claim(t, 10)

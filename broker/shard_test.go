@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
@@ -182,7 +183,7 @@ func TestShardedJobOperationsFindTheirShard(t *testing.T) {
 	if _, err := testkit.Drive(tb.b).KillExpired(tb.ctx, reaped.Jobs[0].Lease, &job.DeadRecord{Error: "expired"}); err != nil {
 		t.Fatal(err)
 	}
-	rec, err := tb.b.DeadGet(tb.ctx, "q", c.ID)
+	rec, err := deadletter.New(tb.b).Get(tb.ctx, "q", c.ID)
 	if err != nil || rec.Queue != "q" || rec.Error != "expired" {
 		t.Fatalf("dead record %+v, %v", rec, err)
 	}
@@ -219,9 +220,9 @@ func TestDeadPagePagesThroughShards(t *testing.T) {
 			}
 			for _, limit := range []int{1, 4, n, 100} {
 				var got []*job.DeadRecord
-				var cur broker.DeadCursor
+				var cur protocol.DeadCursor
 				for pages := 0; ; pages++ {
-					page, next, err := tb.b.DeadPage(tb.ctx, "q", cur, limit)
+					page, next, err := protocol.Dead(tb.b).Page(tb.ctx, "q", cur, limit)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -266,13 +267,13 @@ func TestDeadPageWithoutRecords(t *testing.T) {
 			if _, err := testkit.Drive(tb.b).Kill(tb.ctx, c.Lease, &job.DeadRecord{Error: "e"}); err != nil {
 				t.Fatal(err)
 			}
-			for _, cur := range []broker.DeadCursor{{DiedAt: epoch.Add(-time.Hour), ID: "z"}, {}} {
+			for _, cur := range []protocol.DeadCursor{{DiedAt: epoch.Add(-time.Hour), ID: "z"}, {}} {
 				if cur.IsZero() {
-					if _, err := tb.b.DeadPurge(tb.ctx, "q"); err != nil {
+					if _, err := deadletter.New(tb.b).Purge(tb.ctx, "q"); err != nil {
 						t.Fatal(err)
 					}
 				}
-				recs, next, err := tb.b.DeadPage(tb.ctx, "q", cur, 10)
+				recs, next, err := protocol.Dead(tb.b).Page(tb.ctx, "q", cur, 10)
 				if err != nil || recs == nil || len(recs) != 0 || !next.IsZero() {
 					t.Fatalf("DeadPage after %+v = %#v, %+v, %v; want an empty list, no next page", cur, recs, next, err)
 				}
@@ -300,29 +301,29 @@ func TestShardedDeadLetters(t *testing.T) {
 	if err != nil || st.Dead != n {
 		t.Fatalf("stats %+v, %v; want %d dead", st, err, n)
 	}
-	err = tb.b.Redrive(tb.ctx, "q", 0, "d01", "nope", "d02", "d03")
+	err = deadletter.New(tb.b).Redrive(tb.ctx, "q", 0, "d01", "nope", "d02", "d03")
 	var be *job.BatchError
 	if !errors.As(err, &be) || be.Errs[0] != nil || !errors.Is(be.Errs[1], broker.ErrNotFound) || be.Errs[2] != nil || be.Errs[3] != nil {
 		t.Fatalf("redrive across shards: %v", err)
 	}
-	if err := tb.b.Redrive(tb.ctx, "q", 0, "nope"); !errors.Is(err, broker.ErrNotFound) {
+	if err := deadletter.New(tb.b).Redrive(tb.ctx, "q", 0, "nope"); !errors.Is(err, broker.ErrNotFound) {
 		t.Fatalf("redrive of one missing id: %v", err)
 	}
-	if err := tb.b.Redrive(tb.ctx, "q", 0); err != nil {
+	if err := deadletter.New(tb.b).Redrive(tb.ctx, "q", 0); err != nil {
 		t.Fatalf("redrive of no ids: %v", err)
 	}
 	if again := tb.claim(t, 10); !slices.Equal(sorted(ids(again.Jobs)), []string{"d01", "d02", "d03"}) {
 		t.Fatalf("claimed %v after redrive", ids(again.Jobs))
 	}
-	if err := tb.b.DeadDelete(tb.ctx, "q", "d04", "d05", "d01"); err == nil {
+	if err := deadletter.New(tb.b).Delete(tb.ctx, "q", "d04", "d05", "d01"); err == nil {
 		t.Fatal("deleting a redriven record succeeded")
 	} else if !errors.As(err, &be) || be.Errs[0] != nil || be.Errs[1] != nil || !errors.Is(be.Errs[2], broker.ErrNotFound) {
 		t.Fatalf("dead delete: %v", err)
 	}
-	if dropped, err := tb.b.DeadTrim(tb.ctx, "q"); err != nil || dropped != 0 {
+	if dropped, err := deadletter.New(tb.b).Trim(tb.ctx, "q"); err != nil || dropped != 0 {
 		t.Fatalf("trim = %d, %v", dropped, err)
 	}
-	if purged, err := tb.b.DeadPurge(tb.ctx, "q"); err != nil || purged != n-5 {
+	if purged, err := deadletter.New(tb.b).Purge(tb.ctx, "q"); err != nil || purged != n-5 {
 		t.Fatalf("purge = %d, %v; want %d", purged, err, n-5)
 	}
 	if st, err := tb.b.Stats(tb.ctx, "q"); err != nil || st.Dead != 0 {
@@ -598,7 +599,7 @@ func TestDeadCapIsPerQueue(t *testing.T) {
 				tb.clock.Advance(time.Millisecond)
 				testkit.Kill(t, tb.b, c, "boom")
 			}
-			recs, _, err := tb.b.DeadPage(tb.ctx, "q", broker.DeadCursor{}, 100)
+			recs, _, err := protocol.Dead(tb.b).Page(tb.ctx, "q", protocol.DeadCursor{}, 100)
 			if err != nil {
 				t.Fatal(err)
 			}

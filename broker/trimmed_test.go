@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
@@ -111,7 +112,7 @@ func TestTrimsCountedKeptAndWarned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, err := aged.DeadTrim(tb.ctx, "q"); err != nil || n != 2 {
+	if n, err := deadletter.New(aged).Trim(tb.ctx, "q"); err != nil || n != 2 {
 		t.Fatalf("trim by age: %d, %v; want 2", n, err)
 	}
 	if st, err := tb.b.Stats(tb.ctx, "q"); err != nil || st.DeadTrimmedAge != 2 || st.DeadTrimmedCap != 5 || st.Dead != 0 {
@@ -121,7 +122,7 @@ func TestTrimsCountedKeptAndWarned(t *testing.T) {
 	// A queue whose kept records wait is not forgotten.
 	tb.clock.Advance(time.Millisecond)
 	tb.killAll(t, c, batch(7, 3))
-	if _, err := tb.b.DeadPurge(tb.ctx, "q"); err != nil {
+	if _, err := deadletter.New(tb.b).Purge(tb.ctx, "q"); err != nil {
 		t.Fatal(err)
 	}
 	if err := tb.b.Forget(tb.ctx, "q"); !errors.Is(err, broker.ErrQueueNotEmpty) || !strings.Contains(err.Error(), "OnDeadTrimmed") {

@@ -11,16 +11,18 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/job"
 )
 
 // Inspector reads and manages the dead-letter store of a broker.
 type Inspector struct {
 	b *broker.Broker
+	d protocol.DeadStore // b's dead-letter store
 }
 
 // New returns an Inspector over b.
-func New(b *broker.Broker) *Inspector { return &Inspector{b: b} }
+func New(b *broker.Broker) *Inspector { return &Inspector{b: b, d: protocol.Dead(b)} }
 
 // Filter selects dead records. Zero fields match everything.
 type Filter struct {
@@ -139,7 +141,7 @@ func (in *Inspector) List(ctx context.Context, queue string, opts ListOptions) (
 	}
 	streams := make([]*stream, len(queues))
 	for i, q := range queues {
-		streams[i] = &stream{b: in.b, queue: q, cur: cur.in(q), chunk: chunk}
+		streams[i] = &stream{d: in.d, queue: q, cur: cur.in(q), chunk: chunk}
 	}
 	var page Page
 	for {
@@ -218,9 +220,9 @@ func (in *Inspector) queues(ctx context.Context, queue string) ([]string, error)
 
 // stream reads one queue's dead records, newest first, a chunk at a time.
 type stream struct {
-	b     *broker.Broker
+	d     protocol.DeadStore
 	queue string
-	cur   broker.DeadCursor
+	cur   protocol.DeadCursor
 	chunk int // records per read; 0 means scanChunk
 	buf   []*job.DeadRecord
 	done  bool
@@ -235,7 +237,7 @@ func (s *stream) peek(ctx context.Context) (*job.DeadRecord, error) {
 		n = scanChunk
 	}
 	for len(s.buf) == 0 && !s.done {
-		recs, next, err := s.b.DeadPage(ctx, s.queue, s.cur, n)
+		recs, next, err := s.d.Page(ctx, s.queue, s.cur, n)
 		if err != nil {
 			return nil, err
 		}
@@ -284,22 +286,22 @@ func (c cursor) after(o cursor) bool {
 // the byte 0xff.
 const afterEveryID = "\xff"
 
-// in maps c to queue q's own cursor. A broker.DeadCursor{t, id} continues
+// in maps c to queue q's own cursor. A protocol.DeadCursor{t, id} continues
 // with the records that died before t, and those of t whose id sorts before
 // id.
-func (c cursor) in(q string) broker.DeadCursor {
+func (c cursor) in(q string) protocol.DeadCursor {
 	t := time.UnixMilli(c.diedAt)
 	switch {
 	case c.id == "":
-		return broker.DeadCursor{}
+		return protocol.DeadCursor{}
 	case q == c.queue:
-		return broker.DeadCursor{DiedAt: t, ID: c.id}
+		return protocol.DeadCursor{DiedAt: t, ID: c.id}
 	case q > c.queue:
 		// Its records of that millisecond came first: continue before it.
-		return broker.DeadCursor{DiedAt: t.Add(-time.Millisecond), ID: afterEveryID}
+		return protocol.DeadCursor{DiedAt: t.Add(-time.Millisecond), ID: afterEveryID}
 	default:
 		// Its records of that millisecond are still to come.
-		return broker.DeadCursor{DiedAt: t, ID: afterEveryID}
+		return protocol.DeadCursor{DiedAt: t, ID: afterEveryID}
 	}
 }
 
@@ -329,7 +331,7 @@ func decodeCursor(s string) (cursor, error) {
 
 // Get returns one dead record, or an error wrapping broker.ErrNotFound.
 func (in *Inspector) Get(ctx context.Context, queue, id string) (*job.DeadRecord, error) {
-	return in.b.DeadGet(ctx, queue, id)
+	return in.d.Get(ctx, queue, id)
 }
 
 // Redrive sends dead jobs back to the schedule, ready after delay, with their
@@ -342,14 +344,14 @@ func (in *Inspector) Get(ctx context.Context, queue, id string) (*job.DeadRecord
 // answers what it did (nil for a job it redrove, even after that job ran
 // again), redriving nothing twice.
 func (in *Inspector) Redrive(ctx context.Context, queue string, delay time.Duration, ids ...string) error {
-	return in.b.Redrive(ctx, queue, delay, ids...)
+	return in.d.Redrive(ctx, queue, delay, ids...)
 }
 
 // Delete removes dead records; unknown ids give errors wrapping
 // broker.ErrNotFound (a *job.BatchError for several ids). A lost reply as
 // for Redrive: broker.Resend answers nil for a record the call deleted.
 func (in *Inspector) Delete(ctx context.Context, queue string, ids ...string) error {
-	return in.b.DeadDelete(ctx, queue, ids...)
+	return in.d.Delete(ctx, queue, ids...)
 }
 
 // BulkOptions tune RedriveAll and DeleteAll.
@@ -384,7 +386,7 @@ func (in *Inspector) RedriveAll(ctx context.Context, queue string, f Filter, opt
 		return BulkResult{}, err
 	}
 	return in.bulk(ctx, queue, f, opts, func(q string, ids []string) error {
-		return in.b.Redrive(ctx, q, opts.Delay, ids...)
+		return in.d.Redrive(ctx, q, opts.Delay, ids...)
 	})
 }
 
@@ -392,7 +394,7 @@ func (in *Inspector) RedriveAll(ctx context.Context, queue string, f Filter, opt
 // is "") that matches the filter, in batches. See RedriveAll.
 func (in *Inspector) DeleteAll(ctx context.Context, queue string, f Filter, opts BulkOptions) (BulkResult, error) {
 	return in.bulk(ctx, queue, f, opts, func(q string, ids []string) error {
-		return in.b.DeadDelete(ctx, q, ids...)
+		return in.d.Delete(ctx, q, ids...)
 	})
 }
 
@@ -437,7 +439,7 @@ func (in *Inspector) bulk(ctx context.Context, queue string, f Filter, opts Bulk
 			}
 			return nil
 		}
-		s := &stream{b: in.b, queue: q}
+		s := &stream{d: in.d, queue: q}
 		for {
 			r, err := s.peek(ctx)
 			if err != nil {
@@ -518,7 +520,7 @@ func (in *Inspector) Count(ctx context.Context, queue string, f Filter) (int64, 
 			n += s.Dead
 			continue
 		}
-		s := &stream{b: in.b, queue: q}
+		s := &stream{d: in.d, queue: q}
 		for {
 			r, err := s.peek(ctx)
 			if err != nil {
@@ -538,7 +540,7 @@ func (in *Inspector) Count(ctx context.Context, queue string, f Filter) (int64, 
 // Purge removes every dead record of queue (of every queue when queue is
 // "") and returns how many there were.
 func (in *Inspector) Purge(ctx context.Context, queue string) (int64, error) {
-	return in.eachQueue(ctx, queue, in.b.DeadPurge)
+	return in.eachQueue(ctx, queue, in.d.Purge)
 }
 
 // Trim applies the broker's retention rules (broker.Options.DeadCap and
@@ -548,7 +550,7 @@ func (in *Inspector) Purge(ctx context.Context, queue string) (int64, error) {
 // The records it drops are counted as trims (job.QueueStats.DeadTrimmedCap,
 // DeadTrimmedAge) and are not handed to any worker's OnDeadTrimmed hook.
 func (in *Inspector) Trim(ctx context.Context, queue string) (int64, error) {
-	return in.eachQueue(ctx, queue, in.b.DeadTrim)
+	return in.eachQueue(ctx, queue, in.d.Trim)
 }
 
 func (in *Inspector) eachQueue(ctx context.Context, queue string, f func(context.Context, string) (int64, error)) (int64, error) {

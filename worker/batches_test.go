@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
@@ -155,7 +156,7 @@ func TestBatchWithADeadMemberCompletesAndSucceedsAfterRedrive(t *testing.T) {
 	// A person fixes the step and redrives it: the member now succeeds,
 	// and the batch with it.
 	r.fixed.Store(true)
-	if err := tb.b.Redrive(tb.ctx, "b", 0, "m0007"); err != nil {
+	if err := deadletter.New(tb.b).Redrive(tb.ctx, "b", 0, "m0007"); err != nil {
 		t.Fatal(err)
 	}
 	redistest.WaitFor(t, 20*time.Second, "the success callback ran", func() bool { return r.count(broker.SuccessID(r.id)) > 0 })

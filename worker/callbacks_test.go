@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
@@ -113,7 +114,7 @@ func TestBatchCallbackRefusedWhenDueIsDeadLettered(t *testing.T) {
 			t.Fatalf("seal: %v", err)
 		}
 	}
-	rec, err := tb.b.DeadGet(tb.ctx, "cb", broker.CompleteID(id))
+	rec, err := deadletter.New(tb.b).Get(tb.ctx, "cb", broker.CompleteID(id))
 	if err != nil {
 		t.Fatal(err)
 	}

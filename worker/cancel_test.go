@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
@@ -47,7 +48,7 @@ func cancelRun(t *testing.T, tb *testBundle, cfg func() context.CancelFunc) {
 	}
 	var rec *job.DeadRecord
 	redistest.WaitFor(t, 20*time.Second, "cancelled dead record", func() bool {
-		rec, err = tb.b.DeadGet(tb.ctx, "default", e.ID)
+		rec, err = deadletter.New(tb.b).Get(tb.ctx, "default", e.ID)
 		return err == nil
 	})
 	if c, _ := cause.Load().(error); !errors.Is(c, broker.ErrCancelled) {
@@ -118,7 +119,7 @@ func TestCancelRunningWorkerGone(t *testing.T) {
 	start(t, cfg)
 	var rec *job.DeadRecord
 	redistest.WaitFor(t, 20*time.Second, "reaped as cancelled", func() bool {
-		rec, err = tb.b.DeadGet(tb.ctx, "default", e.ID)
+		rec, err = deadletter.New(tb.b).Get(tb.ctx, "default", e.ID)
 		return err == nil
 	})
 	if rec.Reason != broker.ReasonCancelled || ran.Load() {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
@@ -370,7 +371,7 @@ func TestChainInABatch(t *testing.T) {
 	if err != nil || dead.State != job.StateDead {
 		t.Fatalf("the dead step: %+v, %v", dead, err)
 	}
-	if err := tb.b.Redrive(tb.ctx, "b", 0, dead.ID); err != nil {
+	if err := deadletter.New(tb.b).Redrive(tb.ctx, "b", 0, dead.ID); err != nil {
 		t.Fatal(err)
 	}
 	redistest.WaitFor(t, 15*time.Second, "the batch succeeded", func() bool { return log.count("flow.done") > 0 })

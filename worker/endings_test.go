@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/deadletter"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
@@ -246,9 +248,9 @@ func idSafe(s string) string {
 func deadByBatch(t *testing.T, tb *testBundle, queue string) map[string]int {
 	t.Helper()
 	out := map[string]int{}
-	var after broker.DeadCursor
+	var after protocol.DeadCursor
 	for {
-		page, next, err := tb.b.DeadPage(tb.ctx, queue, after, 500)
+		page, next, err := protocol.Dead(tb.b).Page(tb.ctx, queue, after, 500)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -297,7 +299,7 @@ func TestUniqueRemembersACancelledJob(t *testing.T) {
 		t.Fatalf("CancelJob = %+v, %v", c, err)
 	}
 	redistest.WaitFor(t, 10*time.Second, "the cancelled job is dead-lettered", func() bool {
-		r, err := tb.b.DeadGet(tb.ctx, "q", "running")
+		r, err := deadletter.New(tb.b).Get(tb.ctx, "q", "running")
 		return err == nil && r.Reason == broker.ReasonCancelled
 	})
 	if _, err := typ.Enqueue(tb.ctx, tb.b, endArgs{Mode: "block"}, job.ID("running")); !errors.Is(err, broker.ErrDuplicate) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
@@ -123,7 +124,7 @@ func Example_retry() {
 		panic(err)
 	}
 
-	rec, err := b.DeadGet(ctx, job.DefaultQueue, "charge-expired")
+	rec, err := deadletter.New(b).Get(ctx, job.DefaultQueue, "charge-expired")
 	if err != nil {
 		panic(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
@@ -182,7 +183,7 @@ func TestStaleLeaseCancelsTheHandler(t *testing.T) {
 		t.Fatalf("cancelled with cause %v, want worker.ErrLeaseStale", cause)
 	}
 	redistest.WaitFor(t, 10*time.Second, "the attempt recorded", func() bool {
-		r, err := tb.b.DeadGet(tb.ctx, job.DefaultQueue, "s")
+		r, err := deadletter.New(tb.b).Get(tb.ctx, job.DefaultQueue, "s")
 		return err == nil && strings.Contains(r.Error, worker.ErrLeaseStale.Error())
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
@@ -59,7 +60,7 @@ func TestUniqueRememberedByWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	redistest.WaitFor(t, 10*time.Second, "dead record", func() bool {
-		_, err := tb.b.DeadGet(tb.ctx, "default", d.ID)
+		_, err := deadletter.New(tb.b).Get(tb.ctx, "default", d.ID)
 		return err == nil
 	})
 	_, err = bad.Enqueue(tb.ctx, tb.b, payload{N: 2})
@@ -86,7 +87,7 @@ func TestExpiryBetweenRetries(t *testing.T) {
 	}
 	var rec *job.DeadRecord
 	redistest.WaitFor(t, 15*time.Second, "expired dead record", func() bool {
-		rec, err = tb.b.DeadGet(tb.ctx, "default", e.ID)
+		rec, err = deadletter.New(tb.b).Get(tb.ctx, "default", e.ID)
 		return err == nil
 	})
 	if rec.Reason != "expired" || rec.Attempts != 1 || !strings.Contains(rec.Error, "gateway busy") || attempts.Load() != 1 {

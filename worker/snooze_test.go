@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
@@ -44,7 +45,7 @@ func TestSnoozeGivesTheAttemptBack(t *testing.T) {
 	if len(seen) != 3 || seen[0] != 1 || seen[1] != 1 || seen[2] != 1 {
 		t.Fatalf("attempts %v, want [1 1 1]: a snooze spends none", seen)
 	}
-	if _, err := tb.b.DeadGet(tb.ctx, "default", e.ID); err == nil {
+	if _, err := deadletter.New(tb.b).Get(tb.ctx, "default", e.ID); err == nil {
 		t.Fatal("a snoozed job was dead-lettered")
 	}
 }
@@ -67,7 +68,7 @@ func TestSnoozeCap(t *testing.T) {
 	}
 	var rec *job.DeadRecord
 	redistest.WaitFor(t, 60*time.Second, "dead after the cap", func() bool {
-		rec, err = tb.b.DeadGet(tb.ctx, "default", e.ID)
+		rec, err = deadletter.New(tb.b).Get(tb.ctx, "default", e.ID)
 		return err == nil
 	})
 	if n := calls.Load(); n != retry.MaxSnoozes+1 {

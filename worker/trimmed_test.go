@@ -100,7 +100,7 @@ func TestDeadTrimCountedWarnedKept(t *testing.T) {
 		}
 	}
 
-	stored, _, err := tb.b.DeadPage(tb.ctx, job.DefaultQueue, broker.DeadCursor{}, deaths)
+	stored, _, err := protocol.Dead(tb.b).Page(tb.ctx, job.DefaultQueue, protocol.DeadCursor{}, deaths)
 	if err != nil {
 		t.Fatal(err)
 	}

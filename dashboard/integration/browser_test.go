@@ -25,6 +25,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/dashboard"
+	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
@@ -302,7 +303,7 @@ func TestBrowser(t *testing.T) {
 	if got := dlg.seen(); len(got) != 1 || !strings.Contains(got[0], "Delete this dead job") {
 		t.Fatalf("dialogs seen: %q, want the one confirmation", got)
 	}
-	if _, err := b.DeadGet(context.Background(), "emails", victim); err == nil {
+	if _, err := deadletter.New(b).Get(context.Background(), "emails", victim); err == nil {
 		t.Fatal("the deleted job is still dead")
 	}
 	pauseAndResume(t, ctx, b, web.URL, handled)

@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/faultproxy"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/job"
 )
@@ -116,8 +118,8 @@ func TestBatchCallbacksUnderWorkerCrashes(t *testing.T) {
 		lastMember[id[:5]] = i
 	}
 	dead := map[string]int{}
-	for cur := (broker.DeadCursor{}); ; {
-		recs, next, err := s.b.DeadPage(s.ctx, queue, cur, 1000)
+	for cur := (protocol.DeadCursor{}); ; {
+		recs, next, err := protocol.Dead(s.b).Page(s.ctx, queue, cur, 1000)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -286,8 +288,8 @@ func TestBatchEndingsUnderFaults(t *testing.T) {
 	// The expired dead members are redriven (without their expiry) and
 	// succeed: they move from Dead to Succeeded, and fire nothing again.
 	var expired []string
-	for cur := (broker.DeadCursor{}); ; {
-		recs, next, err := s.b.DeadPage(s.ctx, queue, cur, 1000)
+	for cur := (protocol.DeadCursor{}); ; {
+		recs, next, err := protocol.Dead(s.b).Page(s.ctx, queue, cur, 1000)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -301,7 +303,7 @@ func TestBatchEndingsUnderFaults(t *testing.T) {
 		}
 		cur = next
 	}
-	if err := s.b.Redrive(s.ctx, queue, 0, expired...); err != nil {
+	if err := deadletter.New(s.b).Redrive(s.ctx, queue, 0, expired...); err != nil {
 		t.Fatal(err)
 	}
 	for _, q := range []string{queue, "chained"} {
@@ -331,8 +333,8 @@ func TestBatchEndingsUnderFaults(t *testing.T) {
 	}
 	dead := 0
 	for _, q := range []string{queue, "chained"} {
-		for cur := (broker.DeadCursor{}); ; {
-			recs, next, err := s.b.DeadPage(s.ctx, q, cur, 1000)
+		for cur := (protocol.DeadCursor{}); ; {
+			recs, next, err := protocol.Dead(s.b).Page(s.ctx, q, cur, 1000)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -39,7 +39,7 @@ var wallClockAllowed = map[string]string{
 	// handlers run. Neither is compared with a ready time or a lease.
 	"worker.(*Worker).claim": "the claim's round trip, a duration that sizes the prefetch; when a failed shard's back-off ends, a local interval",
 	"worker.(*Worker).fetch": "when a failed shard's back-off ends, a local interval",
-	"worker.(*Worker).start": "how long a handler ran, a duration that sizes the prefetch; how long since the lease was last confirmed (compared with the lease, a duration)",
+	"worker.(*Worker).run":   "how long a handler ran, a duration that sizes the prefetch; how long since the lease was last confirmed (compared with the lease, a duration)",
 	// A held lease is known live for a lease from when the claim or extend
 	// that confirmed it was sent: the time since then (on the monotonic
 	// clock, or on the wall clock when more has passed by it: a suspended

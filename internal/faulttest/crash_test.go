@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/job"
 )
 
@@ -211,8 +211,8 @@ func TestWorkerCrashes(t *testing.T) {
 		byJob[f[0]] = append(byJob[f[0]], handling{id: f[0], worker: f[1], attempt: att, outcome: f[3]})
 	}
 	dead := map[string]*job.DeadRecord{}
-	for cur := (broker.DeadCursor{}); ; {
-		recs, next, err := s.b.DeadPage(s.ctx, queue, cur, 1000)
+	for cur := (protocol.DeadCursor{}); ; {
+		recs, next, err := protocol.Dead(s.b).Page(s.ctx, queue, cur, 1000)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,8 +15,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/fleet"
 	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
@@ -125,18 +127,18 @@ func (s *suite) warmUp(t *testing.T, q string) {
 	must(b.Cancel(ctx, q, a.ID))
 	_, err = b.Reschedule(ctx, q, c.ID, time.Time{})
 	must(err)
-	must(b.Redrive(ctx, q, 0, bb.ID))
+	must(deadletter.New(b).Redrive(ctx, q, 0, bb.ID))
 	res, err = testkit.Drive(b).Claim(ctx, q, 3, time.Minute)
 	must(err)
 	for _, j := range res.Jobs {
 		must(testkit.Drive(b).Ack(ctx, j.Lease))
 	}
-	_, err = b.DeadTrim(ctx, q)
+	_, err = deadletter.New(b).Trim(ctx, q)
 	must(err)
-	_, _, err = b.DeadPage(ctx, q, broker.DeadCursor{}, 10)
+	_, _, err = protocol.Dead(b).Page(ctx, q, protocol.DeadCursor{}, 10)
 	must(err)
-	_ = b.DeadDelete(ctx, q, "warm-none") // not found, by design
-	_, err = b.DeadPurge(ctx, q)
+	_ = deadletter.New(b).Delete(ctx, q, "warm-none") // not found, by design
+	_, err = deadletter.New(b).Purge(ctx, q)
 	must(err)
 	if st, err := b.Stats(ctx, q); err != nil || st.Scheduled+st.Processing+st.Dead != 0 {
 		t.Fatalf("warm-up left %+v, %v", st, err)
@@ -234,7 +236,7 @@ func (s *suite) finish(t *testing.T, queues []string, extra ...string) (dead int
 		}
 	}
 	for _, q := range queues {
-		n, err := s.b.DeadPurge(s.ctx, q)
+		n, err := deadletter.New(s.b).Purge(s.ctx, q)
 		if err != nil {
 			t.Fatal(err)
 		}

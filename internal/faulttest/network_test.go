@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/faultproxy"
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/protocol"
@@ -171,7 +172,7 @@ func TestNetworkFaults(t *testing.T) {
 	for _, e := range envs {
 		rs := runs[e.ID]
 		if len(rs) == 0 {
-			if _, err := s.b.DeadGet(s.ctx, queue, e.ID); err != nil {
+			if _, err := deadletter.New(s.b).Get(s.ctx, queue, e.ID); err != nil {
 				lost = append(lost, e.ID)
 			}
 		}
@@ -195,7 +196,7 @@ func TestNetworkFaults(t *testing.T) {
 			for _, r := range runs[f.id] {
 				later = later || r.attempt > f.attempt
 			}
-			_, deadErr := s.b.DeadGet(s.ctx, queue, f.id)
+			_, deadErr := deadletter.New(s.b).Get(s.ctx, queue, f.id)
 			switch {
 			case later:
 				fenced++

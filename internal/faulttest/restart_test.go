@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
 	"github.com/delayq/delayq/worker"
@@ -103,8 +104,8 @@ func TestRedisRestarts(t *testing.T) {
 	}
 
 	dead := map[string]bool{}
-	for cur := (broker.DeadCursor{}); ; {
-		recs, next, err := s.b.DeadPage(s.ctx, queue, cur, 1000)
+	for cur := (protocol.DeadCursor{}); ; {
+		recs, next, err := protocol.Dead(s.b).Page(s.ctx, queue, cur, 1000)
 		if err != nil {
 			t.Fatal(err)
 		}

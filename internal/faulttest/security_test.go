@@ -140,7 +140,7 @@ func coreFlow(t *testing.T, b *broker.Broker) {
 	if _, err := in.Get(ctx, q, dead[0].ID); err != nil {
 		t.Fatalf("dead-letter get: %v", err)
 	}
-	if err := b.Redrive(ctx, q, 0, dead[0].ID); err != nil {
+	if err := deadletter.New(b).Redrive(ctx, q, 0, dead[0].ID); err != nil {
 		t.Fatalf("redrive: %v", err)
 	}
 	redistest.WaitFor(t, 10*time.Second, "redriven job dead again", func() bool {
@@ -151,13 +151,13 @@ func coreFlow(t *testing.T, b *broker.Broker) {
 		return st.Dead == 1 && st.Scheduled == 0 && st.Processing == 0
 	})
 	stop()
-	if err := b.DeadDelete(ctx, q, dead[0].ID); err != nil {
+	if err := deadletter.New(b).Delete(ctx, q, dead[0].ID); err != nil {
 		t.Fatalf("dead-letter delete: %v", err)
 	}
-	if _, err := b.DeadPurge(ctx, q); err != nil {
+	if _, err := deadletter.New(b).Purge(ctx, q); err != nil {
 		t.Fatalf("dead-letter purge: %v", err)
 	}
-	if _, err := b.DeadTrim(ctx, q); err != nil {
+	if _, err := deadletter.New(b).Trim(ctx, q); err != nil {
 		t.Fatalf("dead-letter trim: %v", err)
 	}
 	if qs, err := b.Queues(ctx); err != nil || len(qs) != 1 || qs[0] != q {

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
@@ -58,7 +59,7 @@ func trimFlow(t *testing.T, rdb redis.UniversalClient, o broker.Options) {
 	}
 	var dropped int64
 	redistest.WaitFor(t, 10*time.Second, "both records a millisecond old trimmed by age", func() bool {
-		n, err := aged.DeadTrim(ctx, q)
+		n, err := deadletter.New(aged).Trim(ctx, q)
 		if err != nil {
 			t.Fatalf("trim by age: %v", err)
 		}

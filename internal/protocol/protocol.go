@@ -334,6 +334,49 @@ type Provider interface {
 	InterceptProtocol(Key, func(Broker) Broker) (undo func(), ok bool)
 }
 
+// DeadCursor marks a position in a queue's dead list, newest first. The
+// zero value starts at the newest record.
+type DeadCursor struct {
+	DiedAt time.Time
+	ID     string
+}
+
+// IsZero reports whether c is the start of the list.
+func (c DeadCursor) IsZero() bool { return c.ID == "" }
+
+// DeadStore is a broker's dead-letter store, one queue at a time: the
+// primitives behind package deadletter, the one public API of dead
+// letters. A queue's name is checked (job.ErrInvalid); its shards are the
+// broker's business.
+type DeadStore interface {
+	// Page returns up to limit dead records of queue older than the
+	// cursor, newest first, and the cursor of the next page (zero when
+	// there is none). Records inserted or removed meanwhile do not cause
+	// gaps or repeats among the others; a sharded queue's shards are
+	// merged.
+	Page(ctx context.Context, queue string, after DeadCursor, limit int) ([]*job.DeadRecord, DeadCursor, error)
+	// Get returns one dead record, or an error wrapping ErrNotFound.
+	Get(ctx context.Context, queue, id string) (*job.DeadRecord, error)
+	// Redrive moves dead jobs back to the schedule, ready after delay.
+	Redrive(ctx context.Context, queue string, delay time.Duration, ids ...string) error
+	// Delete removes dead records.
+	Delete(ctx context.Context, queue string, ids ...string) error
+	// Purge removes every dead record of queue and says how many.
+	Purge(ctx context.Context, queue string) (int64, error)
+	// Trim applies the retention rules (cap and max age) now and says how
+	// many records it removed.
+	Trim(ctx context.Context, queue string) (int64, error)
+}
+
+// Dead returns the dead-letter store of b, a *broker.Broker. It panics for
+// anything else, as For does.
+func Dead(b any) DeadStore {
+	if p, ok := b.(interface{ DeadLetters(Key) DeadStore }); ok {
+		return p.DeadLetters(Key{})
+	}
+	panic(fmt.Sprintf("protocol: %T is not a *broker.Broker", b))
+}
+
 // For returns the protocol of b, a *broker.Broker (wrapped, if a test
 // intercepts it). It panics for anything else: callers hold a broker by
 // type.

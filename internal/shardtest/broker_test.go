@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/job"
 )
 
@@ -165,12 +167,12 @@ func brokerReads() []readCase {
 		{"DeadGet", func(t *testing.T, e *env) any {
 			out := map[string]any{}
 			for _, id := range allIDs() {
-				r, err := e.b.DeadGet(ctx, orders, id)
+				r, err := deadletter.New(e.b).Get(ctx, orders, id)
 				out[id] = []any{r, errOut(err)}
 			}
-			r, err := e.b.DeadGet(ctx, mail, "m-d-1")
+			r, err := deadletter.New(e.b).Get(ctx, mail, "m-d-1")
 			out["mail/m-d-1"] = []any{r, errOut(err)}
-			_, err = e.b.DeadGet(ctx, "bad queue!", "x")
+			_, err = deadletter.New(e.b).Get(ctx, "bad queue!", "x")
 			out["bad queue"] = errOut(err)
 			return out
 		}},
@@ -244,7 +246,7 @@ func brokerReads() []readCase {
 	}
 	for _, limit := range []int{1, 5, 1000} {
 		cases = append(cases, readCase{fmt.Sprintf("DeadPage/limit %d", limit), func(t *testing.T, e *env) any {
-			pages, ids := walkDead(t, e.b, orders, broker.DeadCursor{}, limit)
+			pages, ids := walkDead(t, e.b, orders, protocol.DeadCursor{}, limit)
 			_, _, want := seededIDs()
 			slices.Sort(ids)
 			if !slices.Equal(ids, want) {
@@ -256,7 +258,7 @@ func brokerReads() []readCase {
 	cases = append(cases, readCase{"DeadPage/from cursors", func(t *testing.T, e *env) any {
 		var out []any
 		at := func(d time.Duration) time.Time { return e.base.Add(-30*time.Minute + d) }
-		for _, c := range []broker.DeadCursor{
+		for _, c := range []protocol.DeadCursor{
 			{DiedAt: at(5 * 30 * time.Second), ID: deadID(10)}, // the newer of a pair
 			{DiedAt: at(5 * 30 * time.Second), ID: deadID(11)}, // the older of a pair
 			{DiedAt: at(5 * 30 * time.Second), ID: "d-10x"},    // between them, no such record
@@ -267,9 +269,9 @@ func brokerReads() []readCase {
 			pages, _ := walkDead(t, e.b, orders, c, 3)
 			out = append(out, []any{c, pages})
 		}
-		pages, _ := walkDead(t, e.b, mail, broker.DeadCursor{}, 1)
-		_, _, errLimit := e.b.DeadPage(ctx, orders, broker.DeadCursor{}, 0)
-		_, _, errQueue := e.b.DeadPage(ctx, "bad queue!", broker.DeadCursor{}, 5)
+		pages, _ := walkDead(t, e.b, mail, protocol.DeadCursor{}, 1)
+		_, _, errLimit := protocol.Dead(e.b).Page(ctx, orders, protocol.DeadCursor{}, 0)
+		_, _, errQueue := protocol.Dead(e.b).Page(ctx, "bad queue!", protocol.DeadCursor{}, 5)
 		return append(out, pages, errOut(errLimit), errOut(errQueue))
 	}})
 	return cases
@@ -374,14 +376,14 @@ func recordsOf(rs []*job.DeadRecord, limit int) any {
 }
 
 // walkDead reads dead pages of limit records from the cursor to the end.
-func walkDead(t *testing.T, b *broker.Broker, queue string, cur broker.DeadCursor, limit int) ([]any, []string) {
+func walkDead(t *testing.T, b *broker.Broker, queue string, cur protocol.DeadCursor, limit int) ([]any, []string) {
 	t.Helper()
 	var (
 		pages []any
 		ids   []string
 	)
 	for range 1000 {
-		recs, next, err := b.DeadPage(context.Background(), queue, cur, limit)
+		recs, next, err := protocol.Dead(b).Page(context.Background(), queue, cur, limit)
 		if err != nil {
 			return append(pages, errOut(err)), ids
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/deadletter"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
@@ -169,9 +170,9 @@ func walkAll(t *testing.T, page func(context.Context, string, broker.JobCursor, 
 func walkAllDead(t *testing.T, b *broker.Broker, queue string) []*job.DeadRecord {
 	t.Helper()
 	var out []*job.DeadRecord
-	var cur broker.DeadCursor
+	var cur protocol.DeadCursor
 	for range 100 {
-		recs, next, err := b.DeadPage(context.Background(), queue, cur, 1000)
+		recs, next, err := protocol.Dead(b).Page(context.Background(), queue, cur, 1000)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -280,42 +281,42 @@ func TestBrokerChanges(t *testing.T) {
 		}},
 		{name: "Redrive", ask: func(t *testing.T, e *env) any {
 			ids := []string{deadID(0), deadID(1), deadID(2), deadID(9), redeadID, processingID(5), "never-enqueued", deadID(30), deadID(54)}
-			one := e.b.Redrive(ctx, orders, 0, deadID(12))
-			many := e.b.Redrive(ctx, orders, 5*time.Minute, ids...)
-			again := e.b.Redrive(ctx, orders, 0, deadID(12))
-			bad := e.b.Redrive(ctx, orders, -time.Second, deadID(8))
-			none := e.b.Redrive(ctx, orders, 0)
-			mailOne := e.b.Redrive(ctx, mail, time.Minute, "m-d-0")
+			one := deadletter.New(e.b).Redrive(ctx, orders, 0, deadID(12))
+			many := deadletter.New(e.b).Redrive(ctx, orders, 5*time.Minute, ids...)
+			again := deadletter.New(e.b).Redrive(ctx, orders, 0, deadID(12))
+			bad := deadletter.New(e.b).Redrive(ctx, orders, -time.Second, deadID(8))
+			none := deadletter.New(e.b).Redrive(ctx, orders, 0)
+			mailOne := deadletter.New(e.b).Redrive(ctx, mail, time.Minute, "m-d-0")
 			return []any{errOut(one), errOut(many), errOut(again), errOut(bad), errOut(none), errOut(mailOne)}
 		}},
 		{name: "DeadDelete", ask: func(t *testing.T, e *env) any {
 			ids := []string{deadID(0), deadID(9), deadID(12), redeadID, processingID(5), "never-enqueued", deadID(30), deadID(54), deadID(0)}
-			return []any{errOut(e.b.DeadDelete(ctx, orders, ids...)), errOut(e.b.DeadDelete(ctx, orders, deadID(1))),
-				errOut(e.b.DeadDelete(ctx, orders, deadID(1))), errOut(e.b.DeadDelete(ctx, "bad queue!", "x"))}
+			return []any{errOut(deadletter.New(e.b).Delete(ctx, orders, ids...)), errOut(deadletter.New(e.b).Delete(ctx, orders, deadID(1))),
+				errOut(deadletter.New(e.b).Delete(ctx, orders, deadID(1))), errOut(deadletter.New(e.b).Delete(ctx, "bad queue!", "x"))}
 		}},
 		{name: "DeadPurge", ask: func(t *testing.T, e *env) any {
-			n, err := e.b.DeadPurge(ctx, orders)
+			n, err := deadletter.New(e.b).Purge(ctx, orders)
 			if n != nDead {
 				t.Errorf("%s: DeadPurge(orders) = %d, %v; want %d", e.name, n, err, nDead)
 			}
-			again, errAgain := e.b.DeadPurge(ctx, orders)
-			m, errMail := e.b.DeadPurge(ctx, mail)
+			again, errAgain := deadletter.New(e.b).Purge(ctx, orders)
+			m, errMail := deadletter.New(e.b).Purge(ctx, mail)
 			return []any{n, errOut(err), again, errOut(errAgain), m, errOut(errMail)}
 		}},
 		{name: "DeadTrim/max age", ask: func(t *testing.T, e *env) any {
 			// Records died from base-30m to base-16m30s; the clock is at
 			// base+30s: a max age of 20m drops those before base-19m30s.
 			b := testkit.NewBroker(t, e.rdb, broker.Options{Namespace: e.ns, Clock: e.pinnedNow, DeadCap: -1, DeadMaxAge: 20 * time.Minute})
-			n, err := b.DeadTrim(ctx, orders)
+			n, err := deadletter.New(b).Trim(ctx, orders)
 			if want := int64(42); n != want {
 				t.Errorf("%s: DeadTrim = %d, %v; want %d", e.name, n, err, want)
 			}
-			again, errAgain := b.DeadTrim(ctx, orders)
+			again, errAgain := deadletter.New(b).Trim(ctx, orders)
 			return []any{n, errOut(err), again, errOut(errAgain)}
 		}},
 		{name: "DeadTrim/within the cap", noop: true, ask: func(t *testing.T, e *env) any {
 			b := testkit.NewBroker(t, e.rdb, broker.Options{Namespace: e.ns, Clock: e.pinnedNow})
-			n, err := b.DeadTrim(ctx, orders)
+			n, err := deadletter.New(b).Trim(ctx, orders)
 			return []any{n, errOut(err)}
 		}},
 		{name: "DeclareQueue", ask: func(t *testing.T, e *env) any {

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
@@ -30,7 +32,7 @@ func TestDeadCapIsPerQueue(t *testing.T) {
 	p := newPair(t, seedOptions{deadCap: deadCap})
 	counts := func(t *testing.T, e *env) any {
 		st, err := e.b.Stats(ctx, orders)
-		_, ids := walkDead(t, e.b, orders, broker.DeadCursor{}, 1000)
+		_, ids := walkDead(t, e.b, orders, protocol.DeadCursor{}, 1000)
 		n, errCount := e.dl.Count(ctx, orders, filters(e.base)["none"])
 		return map[string]any{"stats": st.Dead, "err": errOut(err), "listed": len(ids), "count": n, "countErr": errOut(errCount)}
 	}
@@ -38,7 +40,7 @@ func TestDeadCapIsPerQueue(t *testing.T) {
 	// cap of the queue (1 shard) or of each shard's share (3 shards).
 	keeps := func(t *testing.T, e *env, died []string, cap int) {
 		t.Helper()
-		_, kept := walkDead(t, e.b, orders, broker.DeadCursor{}, 1000)
+		_, kept := walkDead(t, e.b, orders, protocol.DeadCursor{}, 1000)
 		shards := testkit.Shards(t, e.b, orders)
 		q := map[int][]string{}
 		for _, id := range died { // oldest first
@@ -111,7 +113,7 @@ func TestDeadCapIsPerQueue(t *testing.T) {
 	})
 	step("DeadTrim to a lower cap", 6, func(t *testing.T, e *env) any {
 		b := testkit.NewBroker(t, e.rdb, broker.Options{Namespace: e.ns, Clock: e.pinnedNow, DeadCap: 6})
-		n, err := b.DeadTrim(ctx, orders)
+		n, err := deadletter.New(b).Trim(ctx, orders)
 		return []any{n, errOut(err)}
 	})
 	step("delayq dead trim --cap", 3, run("dead", "trim", "-q", orders, "--cap", "3", "--max-age", "720h", "--json"))
@@ -144,7 +146,7 @@ func TestDeadCapSharesPerShard(t *testing.T) {
 		if len(shards) > 1 && want == 0 {
 			t.Fatalf("%s: dead records per shard %v fill no shard beyond its share: the seed shows nothing", s.name, per)
 		}
-		n, err := b.DeadTrim(ctx, orders)
+		n, err := deadletter.New(b).Trim(ctx, orders)
 		if err != nil || n != want {
 			t.Errorf("%s (dead records per shard %v): DeadTrim with DeadCap %d = %d, %v; want %d", s.name, per, nDead, n, err, want)
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/pgtest"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
@@ -95,7 +96,7 @@ func TestDeadTrimmedArchivedToPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	stored, _, err := tb.B.DeadPage(tb.Ctx, job.DefaultQueue, broker.DeadCursor{}, 10)
+	stored, _, err := protocol.Dead(tb.B).Page(tb.Ctx, job.DefaultQueue, protocol.DeadCursor{}, 10)
 	if err != nil || len(stored) != 3 {
 		t.Fatalf("store holds %d records (%v), want 3", len(stored), err)
 	}
