@@ -180,13 +180,13 @@ func ExampleBroker_Enqueue_items() {
 
 	info, err := remind.Lookup(ctx, b, "remind-bob")
 	fmt.Println(info.Queue, info.State, time.Until(info.ReadyAt).Round(time.Hour), err)
-	ok, err := remind.Cancel(ctx, b, "remind-ann")
-	fmt.Println("cancelled:", ok, err)
-	ok, err = remind.Cancel(ctx, b, "remind-ann")
-	fmt.Println("again:", ok, errors.Is(err, broker.ErrNotFound))
+	err = remind.Cancel(ctx, b, "remind-ann")
+	fmt.Println("cancelled:", err)
+	err = remind.Cancel(ctx, b, "remind-ann")
+	fmt.Println("again:", errors.Is(err, broker.ErrNotFound))
 	// Output:
 	// 2 stored: <nil>
 	// reminders scheduled 2h0m0s <nil>
-	// cancelled: true <nil>
-	// again: false true
+	// cancelled: <nil>
+	// again: true
 }

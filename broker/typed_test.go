@@ -44,11 +44,11 @@ func TestTypedHelpers(t *testing.T) {
 	if err != nil || !at.Equal(epoch.Add(time.Hour)) {
 		t.Fatalf("Reschedule: %v, %v", at, err)
 	}
-	if ok, err := typ.Cancel(tb.ctx, tb.b, "o-1"); !ok || err != nil {
-		t.Fatalf("Cancel: %v, %v", ok, err)
+	if err := typ.Cancel(tb.ctx, tb.b, "o-1"); err != nil {
+		t.Fatalf("Cancel: %v", err)
 	}
-	if ok, err := typ.Cancel(tb.ctx, tb.b, "o-1"); ok || !errors.Is(err, broker.ErrNotFound) {
-		t.Fatalf("Cancel again: %v, %v; want false and ErrNotFound", ok, err)
+	if err := typ.Cancel(tb.ctx, tb.b, "o-1"); !errors.Is(err, broker.ErrNotFound) {
+		t.Fatalf("Cancel again: %v; want ErrNotFound", err)
 	}
 	if _, err := typ.Lookup(tb.ctx, tb.b, "o-1"); !errors.Is(err, broker.ErrNotFound) {
 		t.Fatalf("Lookup after cancel: %v", err)

@@ -671,15 +671,12 @@ type Controller interface {
 }
 
 // Cancel cancels the type's job id in the type's queue, so the queue is
-// never spelled twice. It reports whether the job was cancelled; when it
-// was not, the error says why, as broker.Broker.Cancel's does (wrapping
-// broker.ErrNotFound when the queue has no such pending job,
-// broker.ErrInProgress when a worker holds it).
-func (t *Type[T]) Cancel(ctx context.Context, b Canceller, id string) (bool, error) {
-	if err := b.Cancel(ctx, t.Queue(), id); err != nil {
-		return false, err
-	}
-	return true, nil
+// never spelled twice: nil when it was cancelled, else the error that says
+// why, as broker.Broker.Cancel's does (wrapping broker.ErrNotFound when the
+// queue has no such pending job, broker.ErrInProgress when a worker holds
+// it).
+func (t *Type[T]) Cancel(ctx context.Context, b Canceller, id string) error {
+	return b.Cancel(ctx, t.Queue(), id)
 }
 
 // Reschedule moves the type's scheduled job id to ready at at (the zero
