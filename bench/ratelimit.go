@@ -321,7 +321,7 @@ func rateLimitWorker() int {
 		fmt.Fprintf(w, "%d %d %s %d\n", time.Now().UnixNano(), j.Attempt, j.ID, j.ClaimedAt.UnixNano())
 		return w.Flush()
 	})
-	wk, err := worker.New(worker.Config{Broker: b, Registry: reg, Concurrency: max(conc, 1)})
+	wk, err := worker.New(worker.Options{Broker: b, Registry: reg, Concurrency: max(conc, 1)})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench worker:", err)
 		return 1

@@ -18,7 +18,7 @@ import (
 // goroutines, as a user running many producers would) and the worker's
 // Concurrency, which the harness sets. "delayq-prefetch" is the same with
 // the one opt-in worker setting for fast handlers at low concurrency,
-// worker.Config.Prefetch = Concurrency; it is not in the default systems.
+// worker.Options.Prefetch = Concurrency; it is not in the default systems.
 func init() {
 	register("delayq", func(url string) (System, error) { return newDelayq(url, "delayq", false) })
 	register("delayq-prefetch", func(url string) (System, error) { return newDelayq(url, "delayq-prefetch", true) })
@@ -30,7 +30,7 @@ var delayqJob = job.New[json.RawMessage]("bench.job")
 
 type delayqSys struct {
 	name     string
-	prefetch bool // worker.Config.Prefetch = Concurrency
+	prefetch bool // worker.Options.Prefetch = Concurrency
 	url      string
 	rdb      *redis.Client
 	br       *broker.Broker
@@ -93,7 +93,7 @@ func (d *delayqSys) Start(ctx context.Context, concurrency int, handle func(id s
 		handle(j.ID)
 		return nil
 	})
-	cfg := worker.Config{Broker: br, Registry: reg, Concurrency: concurrency}
+	cfg := worker.Options{Broker: br, Registry: reg, Concurrency: concurrency}
 	if d.prefetch {
 		cfg.Prefetch = concurrency
 	}

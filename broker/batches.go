@@ -350,7 +350,7 @@ type callbackMWKey struct{}
 // batch): each callback goes through mws, the first
 // outermost, just before it is stored, e.g. so that
 // middleware.EnqueueMetrics counts it. A worker passes its
-// Config.Enqueue so. A repeat of a callback enqueued already is refused as
+// Options.Enqueue so. A repeat of a callback enqueued already is refused as
 // a duplicate (ErrDuplicate), which is no error of the batch.
 func WithCallbackMiddleware(ctx context.Context, mws ...job.EnqueueMiddleware) context.Context {
 	return context.WithValue(ctx, callbackMWKey{}, mws)

@@ -13,7 +13,7 @@ import (
 )
 
 // BenchmarkSettleKill100Keep is BenchmarkSettleKill100's "at-cap" for a
-// worker with worker.Config.OnDeadTrimmed: each trimmed record is moved to
+// worker with worker.Options.OnDeadTrimmed: each trimmed record is moved to
 // the shard's trimmed list in the same call (taken back out between calls,
 // untimed, as the hook's goroutine would).
 func BenchmarkSettleKill100Keep(b *testing.B) {

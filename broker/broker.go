@@ -33,7 +33,7 @@ type Options struct {
 	// at most DeadCap. 0 means 10,000; negative means no cap. Every record
 	// trimmed is counted (job.QueueStats.DeadTrimmedCap), a worker logs a
 	// warning when trims begin (at most one every TrimWarnEvery per queue,
-	// across the workers), and a worker with Config.OnDeadTrimmed is handed
+	// across the workers), and a worker with Options.OnDeadTrimmed is handed
 	// the trimmed records. Size it as deaths per second x seconds until
 	// someone looks (docs/operations.md).
 	DeadCap int

@@ -30,7 +30,7 @@ func (tb *testBundle) runWorker(t *testing.T, reg *job.Registry, queues ...strin
 		qs[i] = worker.Queue{Name: q}
 	}
 	logger := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
-	return testkit.StartWorker(t, worker.Config{Broker: tb.b, Registry: reg, Queues: qs, Concurrency: 4, Logger: &logger})
+	return testkit.StartWorker(t, worker.Options{Broker: tb.b, Registry: reg, Queues: qs, Concurrency: 4, Logger: &logger})
 }
 
 type memberArgs struct {

@@ -39,7 +39,7 @@
 // DeadMaxAge) is applied each time a job dies and on [Inspector.Trim].
 // Every record dropped that way is counted per queue and reason
 // (job.QueueStats.DeadTrimmedCap, DeadTrimmedAge), and a worker with
-// worker.Config.OnDeadTrimmed is handed the records its trims drop; see
+// worker.Options.OnDeadTrimmed is handed the records its trims drop; see
 // docs/operations.md.
 //
 // Every method that takes a queue name also accepts "" for every known

@@ -47,7 +47,7 @@ func Example() {
 		sent <- phone
 		return nil
 	})
-	w, err := worker.New(worker.Config{Broker: b, Registry: reg})
+	w, err := worker.New(worker.Options{Broker: b, Registry: reg})
 	if err != nil {
 		panic(err)
 	}

@@ -166,7 +166,7 @@ func TestDebounceAgreesWithBroker(t *testing.T) {
 		<-release
 		return nil
 	})
-	delayqtest.StartWorker(t, worker.Config{Broker: brk, Registry: reg, MaxIdle: 50 * time.Millisecond})
+	delayqtest.StartWorker(t, worker.Options{Broker: brk, Registry: reg, MaxIdle: 50 * time.Millisecond})
 
 	// when says where an accepted job's ready time is: the end of the
 	// window, or a time that has passed (kept).

@@ -88,7 +88,7 @@ func TestRunnerAgreesWithWorker(t *testing.T) {
 	reg := job.NewRegistry()
 	typ.Handle(reg, handler)
 	mws := append(worker.DefaultMiddleware(), capture)
-	delayqtest.StartWorker(t, worker.Config{Broker: b, Registry: reg, Middleware: mws, MaxIdle: 100 * time.Millisecond})
+	delayqtest.StartWorker(t, worker.Options{Broker: b, Registry: reg, Middleware: mws, MaxIdle: 100 * time.Millisecond})
 	for _, opts := range cases {
 		if _, err := typ.Enqueue(ctx, b, SMS{To: "+1"}, opts...); err != nil {
 			t.Fatal(err)
@@ -143,7 +143,7 @@ func TestNewBrokerIsolatedAndWorking(t *testing.T) {
 	done := make(chan string, 1)
 	reg := job.NewRegistry()
 	typ.Handle(reg, func(_ context.Context, j *job.Job[Order]) error { done <- j.Args.ID; return nil })
-	stop := delayqtest.StartWorker(t, worker.Config{Broker: b2, Registry: reg})
+	stop := delayqtest.StartWorker(t, worker.Options{Broker: b2, Registry: reg})
 	if _, err := typ.Enqueue(ctx, b2, Order{ID: "2"}); err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +160,7 @@ func TestNewBrokerIsolatedAndWorking(t *testing.T) {
 
 	// A bad broker option fails the test, saying so.
 	mustFail(t, func(tb testing.TB) { delayqtest.NewBroker(tb, broker.Options{Namespace: "a b"}) }, "delayqtest: broker:", `namespace "a b"`)
-	mustFail(t, func(tb testing.TB) { delayqtest.StartWorker(tb, worker.Config{}) }, "delayqtest: worker:", "Broker is required")
+	mustFail(t, func(tb testing.TB) { delayqtest.StartWorker(tb, worker.Options{}) }, "delayqtest: worker:", "Broker is required")
 }
 
 // Without redis-server on PATH the broker runs on the embedded server;

@@ -72,7 +72,7 @@ func NewBroker(t testing.TB, opts broker.Options) *broker.Broker {
 // StartWorker starts a worker of cfg that runs until the test ends, or
 // until stop is called; stop waits for the worker's Run to return, and
 // an error from Run fails the test. Bad config fails the test at once.
-func StartWorker(t testing.TB, cfg worker.Config) (stop func()) {
+func StartWorker(t testing.TB, cfg worker.Options) (stop func()) {
 	t.Helper()
 	w, err := worker.New(cfg)
 	if err != nil {

@@ -22,14 +22,14 @@ import (
 // failure (retry.Decide: retry after how long, or dead, and why). No Redis
 // is involved and nothing is stored: each run returns a [Result].
 //
-// Its fields mirror worker.Config's of the same names; the zero value of
+// Its fields mirror worker.Options's of the same names; the zero value of
 // each is the worker's default. Registry is required.
 type Runner struct {
-	// Registry holds the handlers, as worker.Config.Registry.
+	// Registry holds the handlers, as worker.Options.Registry.
 	Registry *job.Registry
 	// Middleware wraps every handler, the first outermost. nil means
 	// worker.DefaultMiddleware() (Recover, Timeout); an empty non-nil
-	// slice means none, as in worker.Config.
+	// slice means none, as in worker.Options.
 	Middleware []job.Middleware
 	// Retry is the policy of jobs and types that set none. nil means
 	// retry.Default().

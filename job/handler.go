@@ -57,7 +57,7 @@ type Entry struct {
 	Timeout time.Duration // 0 means the worker's default
 	Retain  time.Duration // how long a succeeded job is kept when it sets no Retain of its own; 0: not kept
 	// Queue is the queue the type's jobs go to ([Type.Register] sets it);
-	// "" means DefaultQueue. A worker with no Config.Queues serves the
+	// "" means DefaultQueue. A worker with no Options.Queues serves the
 	// queues of its registry's entries.
 	Queue string
 }

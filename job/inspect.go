@@ -83,7 +83,7 @@ const (
 
 // TrimmedRecord is a dead record that the dead-letter store dropped by its
 // cap or its max age, as a worker's hook receives it
-// (worker.Config.OnDeadTrimmed): the whole record (its envelope and final
+// (worker.Options.OnDeadTrimmed): the whole record (its envelope and final
 // error), why it was trimmed, and when.
 type TrimmedRecord struct {
 	DeadRecord

@@ -29,7 +29,7 @@ type QueueStats struct {
 	DeadTrimmedCap int64
 	DeadTrimmedAge int64
 	// DeadTrimmedUnarchived counts, of those, the records a worker with a
-	// hook for them (worker.Config.OnDeadTrimmed) could not be handed
+	// hook for them (worker.Options.OnDeadTrimmed) could not be handed
 	// because the records waiting for it had filled their buffer: they are
 	// gone for good.
 	DeadTrimmedUnarchived int64

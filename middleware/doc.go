@@ -50,5 +50,5 @@
 //		})
 //	}
 //
-//	worker.Config{..., Middleware: append(worker.DefaultMiddleware(), Audit)}
+//	worker.Options{..., Middleware: append(worker.DefaultMiddleware(), Audit)}
 package middleware

@@ -28,7 +28,7 @@ func ExampleRecover() {
 }
 
 // A middleware is a func(job.Handler) job.Handler. This one prints each
-// attempt's outcome; job.Chain (or worker.Config.Middleware) applies the
+// attempt's outcome; job.Chain (or worker.Options.Middleware) applies the
 // first middleware outermost, so here Timeout's deadline is set before the
 // handler runs and the outcome is printed after it.
 func Example_ownMiddleware() {

@@ -58,11 +58,11 @@ func (tb *testBundle) otherProcess(t testing.TB) *broker.Broker {
 }
 
 // config is a worker config for the bundle with a warn-level test logger.
-func (tb *testBundle) config(t testing.TB) worker.Config { return tb.Config(t) }
+func (tb *testBundle) config(t testing.TB) worker.Options { return tb.Config(t) }
 
 // run starts a worker with mws added by Use until the test ends or stop is
 // called; stop waits for Run to return.
-func run(t testing.TB, cfg worker.Config, mws ...job.Middleware) (stop func()) {
+func run(t testing.TB, cfg worker.Options, mws ...job.Middleware) (stop func()) {
 	t.Helper()
 	return testkit.StartWorker(t, cfg, mws...)
 }

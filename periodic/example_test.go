@@ -40,7 +40,7 @@ func Example() {
 		}
 		return nil
 	})
-	w, err := worker.New(worker.Config{Broker: b, Registry: reg, Queues: []worker.Queue{{Name: "health"}}})
+	w, err := worker.New(worker.Options{Broker: b, Registry: reg, Queues: []worker.Queue{{Name: "health"}}})
 	if err != nil {
 		panic(err)
 	}

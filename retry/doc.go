@@ -15,7 +15,7 @@
 //
 // The delay of an ordinary failure comes from the first of: the job's own
 // schedule (job.WithBackoff), its type's policy (job.Retry), the worker's
-// (worker.Config.Retry), and [Default].
+// (worker.Options.Retry), and [Default].
 //
 // The package knows nothing of Redis.
 package retry

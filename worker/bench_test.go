@@ -64,7 +64,7 @@ func BenchmarkBurstDrain(b *testing.B) {
 			}
 		}
 		handled.Store(0)
-		w, err := worker.New(worker.Config{Broker: br, Registry: reg, Concurrency: 100})
+		w, err := worker.New(worker.Options{Broker: br, Registry: reg, Concurrency: 100})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -19,15 +19,15 @@ import (
 // Queue is a queue a worker serves.
 type Queue struct {
 	Name string
-	// Weight is the queue's share of claims when Config.StrictPriority is
+	// Weight is the queue's share of claims when Options.StrictPriority is
 	// false: a queue of weight 3 is tried first three times as often as one
 	// of weight 1. 0 means 1.
 	Weight int
 }
 
-// Config configures a Worker. Broker and Registry are required; every other
+// Options configures a Worker. Broker and Registry are required; every other
 // field has a documented default.
-type Config struct {
+type Options struct {
 	Broker   *broker.Broker
 	Registry *job.Registry
 
@@ -183,7 +183,7 @@ type Config struct {
 }
 
 // Service is something that runs as long as a worker: Run blocks until ctx
-// is cancelled (or it fails) and then returns. See Config.Services.
+// is cancelled (or it fails) and then returns. See Options.Services.
 type Service interface {
 	Run(ctx context.Context) error
 }
@@ -194,33 +194,33 @@ type ServiceFunc func(ctx context.Context) error
 // Run calls f(ctx).
 func (f ServiceFunc) Run(ctx context.Context) error { return f(ctx) }
 
-// DefaultMiddleware is the chain used when Config.Middleware is nil:
+// DefaultMiddleware is the chain used when Options.Middleware is nil:
 // Recover, then Timeout (which applies the job's, type's or worker's
 // timeout).
 func DefaultMiddleware() []job.Middleware {
 	return []job.Middleware{middleware.Recover(), middleware.Timeout(0)}
 }
 
-// Defaults of Config.
+// Defaults of Options.
 const (
 	DefaultConcurrency     = 10
 	DefaultLease           = 30 * time.Second
 	DefaultMaxIdle         = 5 * time.Second
 	DefaultShutdownTimeout = 10 * time.Second
-	// DefaultDeadTrimmedBuffer is Config.DeadTrimmedBuffer's default.
+	// DefaultDeadTrimmedBuffer is Options.DeadTrimmedBuffer's default.
 	DefaultDeadTrimmedBuffer = 1000
 	maxBatch                 = 100
-	// maxPrefetch bounds the adaptive prefetch (Config.Prefetch 0): one
+	// maxPrefetch bounds the adaptive prefetch (Options.Prefetch 0): one
 	// claim's batch.
 	maxPrefetch = maxBatch
 )
 
-func (c Config) withDefaults() (Config, error) {
+func (c Options) withDefaults() (Options, error) {
 	if c.Broker == nil {
-		return c, errors.New("worker: Config.Broker is required")
+		return c, errors.New("worker: Options.Broker is required")
 	}
 	if c.Registry == nil {
-		return c, errors.New("worker: Config.Registry is required")
+		return c, errors.New("worker: Options.Registry is required")
 	}
 	if len(c.Queues) == 0 {
 		for _, q := range c.Registry.Queues() {
@@ -232,13 +232,13 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	for i, svc := range c.Services {
 		if svc == nil {
-			return c, fmt.Errorf("worker: Config.Services[%d] is nil", i)
+			return c, fmt.Errorf("worker: Options.Services[%d] is nil", i)
 		}
 	}
 	c.Services = append([]Service(nil), c.Services...)
 	for i, mw := range c.Enqueue {
 		if mw == nil {
-			return c, fmt.Errorf("worker: Config.Enqueue[%d] is nil", i)
+			return c, fmt.Errorf("worker: Options.Enqueue[%d] is nil", i)
 		}
 	}
 	c.Enqueue = append([]job.EnqueueMiddleware(nil), c.Enqueue...)
@@ -325,7 +325,7 @@ func (c Config) withDefaults() (Config, error) {
 
 // mostAhead is the most jobs the worker may hold beyond Concurrency:
 // Prefetch when fixed, maxPrefetch when adaptive, 0 when off.
-func (c Config) mostAhead() int {
+func (c Options) mostAhead() int {
 	switch {
 	case c.Prefetch > 0:
 		return c.Prefetch

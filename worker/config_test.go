@@ -15,7 +15,7 @@ import (
 	"github.com/delayq/delayq/worker"
 )
 
-// With Config.Queues unset, a worker serves the queues of its registered
+// With Options.Queues unset, a worker serves the queues of its registered
 // types: a type declared on "sms" is run without naming the queue again.
 func TestQueuesDefaultToRegisteredTypes(t *testing.T) {
 	t.Parallel()
@@ -112,7 +112,7 @@ func TestServicesShareTheWorkersLife(t *testing.T) {
 	}
 	cfg.Services = nil
 	cfg.Enqueue = []job.EnqueueMiddleware{func(e job.Enqueuer) job.Enqueuer { return e }, nil}
-	if _, err := worker.New(cfg); err == nil || !strings.Contains(err.Error(), "Config.Enqueue[1] is nil") {
+	if _, err := worker.New(cfg); err == nil || !strings.Contains(err.Error(), "Options.Enqueue[1] is nil") {
 		t.Fatalf("nil enqueue middleware: %v", err)
 	}
 }

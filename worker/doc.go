@@ -8,7 +8,7 @@
 //	SendSMS.Handle(reg, func(ctx context.Context, j *job.Job[SMS]) error {
 //		return provider.Send(ctx, j.Args.To, j.Args.Text)
 //	})
-//	w, err := worker.New(worker.Config{
+//	w, err := worker.New(worker.Options{
 //		Broker:      b, // a *broker.Broker
 //		Registry:    reg,
 //		Queues:      []worker.Queue{{Name: "sms", Weight: 3}, {Name: "default", Weight: 1}},
@@ -30,17 +30,17 @@
 //   - retry.Snooze(d) schedules the job d later and gives the attempt back
 //     (at most retry.MaxSnoozes times per job; then it is a failure).
 //   - any other error schedules it after the backoff of the job
-//     (job.WithBackoff), else of its type (job.Retry), else Config.Retry.
+//     (job.WithBackoff), else of its type (job.Retry), else Options.Retry.
 //
 // A panic is an error carrying its stack. A handler's context is cancelled
-// at its timeout (the job's, its type's or Config.Timeout), when its lease
+// at its timeout (the job's, its type's or Options.Timeout), when its lease
 // is lost, when its lease may have run out (cause ErrLeaseStale: see
 // below), and at the end of a shutdown.
 //
 // # Timing and leases
 //
 // One Worker may serve several queues, by strict priority or by weight;
-// with Config.Queues unset it serves the queues of its registered types,
+// with Options.Queues unset it serves the queues of its registered types,
 // and with Queues set it logs a warning at start for each registered type
 // whose queue it leaves unserved (a warning rather than an error, since a
 // fleet may split queues among workers on purpose). It
@@ -65,7 +65,7 @@
 // run meanwhile.
 //
 // Delivery is at least once: a job whose worker crashed, stalled or lost
-// Redis for longer than Config.Lease is handed to another worker while the
+// Redis for longer than Options.Lease is handed to another worker while the
 // first handler may have done its work (a handler that ignores its
 // cancelled context keeps running). Write handlers so that a second run is
 // harmless (docs/idempotency.md in the repository shows how).
@@ -73,8 +73,8 @@
 // # Shutdown
 //
 // Run blocks until its context is cancelled, then stops claiming, lets
-// in-flight jobs finish until Config.ShutdownTimeout, cancels the rest and
-// releases their leases without spending an attempt. Config.Services run
+// in-flight jobs finish until Options.ShutdownTimeout, cancels the rest and
+// releases their leases without spending an attempt. Options.Services run
 // for the same span: their context is Run's, and Run returns after they
 // did.
 package worker

@@ -77,7 +77,7 @@ type lossyWorker struct {
 	b      *broker.Broker // direct
 	reg    *job.Registry
 	proxy  *faultproxy.Proxy
-	cfg    worker.Config
+	cfg    worker.Options
 	logs   *logBuffer
 	result *attemptOutcomes
 	runs   sync.Map // job id -> *atomic.Int32
@@ -105,7 +105,7 @@ func newLossyWorker(t *testing.T, retries bool, fail func(id string, attempt int
 		return nil
 	})
 	logger := zerolog.New(zerolog.MultiLevelWriter(lw.logs, zerolog.NewTestWriter(t))).Level(zerolog.WarnLevel)
-	lw.cfg = worker.Config{
+	lw.cfg = worker.Options{
 		Broker:       testkit.NewBroker(t, viaProxy, broker.Options{}),
 		Registry:     lw.reg,
 		Lease:        time.Second,

@@ -42,7 +42,7 @@ func (l *enqueueLog) mw(next job.Enqueuer) job.Enqueuer {
 	})
 }
 
-// TestNextJobsStoredWithTheAckAreReportedOnceRecorded: Config.Enqueue's
+// TestNextJobsStoredWithTheAckAreReportedOnceRecorded: Options.Enqueue's
 // middleware learns that a next job stored with its parent's ack was
 // stored only once the ack is recorded. A parent whose worker hung past
 // its lease runs again on another worker, which acks it with the next
@@ -110,7 +110,7 @@ func TestNextJobsStoredWithTheAckAreReportedOnceRecorded(t *testing.T) {
 }
 
 // TestEnqueueMiddlewareRefusalFailsTheAttempt: middleware of
-// Config.Enqueue that refuses a job's next jobs (returns an error without
+// Options.Enqueue that refuses a job's next jobs (returns an error without
 // passing them on) fails the attempt, which is retried as any failure:
 // nothing is acked without its next jobs, and the next job runs once,
 // after the retry succeeded.

@@ -57,7 +57,7 @@ func TestEvictionPolicyCheckAtStart(t *testing.T) {
 			}
 			var logs syncBuffer
 			logger := zerolog.New(&logs).Level(zerolog.DebugLevel)
-			stop := start(t, worker.Config{Broker: b, Registry: job.NewRegistry(), Logger: &logger, MaxIdle: 100 * time.Millisecond})
+			stop := start(t, worker.Options{Broker: b, Registry: job.NewRegistry(), Logger: &logger, MaxIdle: 100 * time.Millisecond})
 			redistest.WaitFor(t, 10*time.Second, "log line "+tc.want, func() bool {
 				return strings.Contains(logs.String(), tc.want)
 			})

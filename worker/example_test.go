@@ -39,7 +39,7 @@ func Example() {
 		close(handled)
 		return nil
 	})
-	w, err := worker.New(worker.Config{Broker: b, Registry: reg, Concurrency: 4})
+	w, err := worker.New(worker.Options{Broker: b, Registry: reg, Concurrency: 4})
 	if err != nil {
 		panic(err)
 	}
@@ -103,7 +103,7 @@ func Example_retry() {
 			return nil
 		}
 	})
-	w, err := worker.New(worker.Config{Broker: b, Registry: reg, Concurrency: 1})
+	w, err := worker.New(worker.Options{Broker: b, Registry: reg, Concurrency: 1})
 	if err != nil {
 		panic(err)
 	}

@@ -438,7 +438,7 @@ func ewma(a *atomic.Int64, v int64) {
 // during one claim round trip (Concurrency x round trip / handler time,
 // rounded), at most maxPrefetch: so a prefetched job waits about one round
 // trip for a goroutine, whatever the handlers take.
-func (p *pace) depth(cfg Config) int {
+func (p *pace) depth(cfg Options) int {
 	switch {
 	case cfg.Prefetch > 0:
 		return cfg.Prefetch

@@ -34,18 +34,18 @@ func setup(t *testing.T) *testBundle {
 func (tb *testBundle) key(queue, name string) string { return tb.Key(queue, name) }
 
 // config returns a worker config for the bundle with fast defaults for tests.
-func (tb *testBundle) config(t *testing.T) worker.Config { return tb.Config(t) }
+func (tb *testBundle) config(t *testing.T) worker.Options { return tb.Config(t) }
 
 // start runs a worker until the test ends or the returned stop is called;
 // stop waits for Run to return.
-func start(t *testing.T, cfg worker.Config) (stop func()) {
+func start(t *testing.T, cfg worker.Options) (stop func()) {
 	t.Helper()
 	return testkit.StartWorker(t, cfg)
 }
 
 // wrapped returns cfg with a broker of its own whose worker protocol is
 // wrap of the real one: the failure-injecting seam.
-func (tb *testBundle) wrapped(t *testing.T, cfg worker.Config, wrap func(protocol.Broker) protocol.Broker) worker.Config {
+func (tb *testBundle) wrapped(t *testing.T, cfg worker.Options, wrap func(protocol.Broker) protocol.Broker) worker.Options {
 	t.Helper()
 	b := testkit.NewBroker(t, tb.rdb, broker.Options{Namespace: tb.ns})
 	protocol.Intercept(t, b, wrap)

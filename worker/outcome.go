@@ -62,7 +62,7 @@ func (w *Worker) process(t *task) {
 	ctx, attempt := job.WithAttempt(ctx, func(ctx context.Context, p job.Progress) (time.Time, error) {
 		return w.b.Progress(ctx, c.Lease, p)
 	})
-	var inner *handlerCtx // the context the handler ran with, for Config.Enqueue
+	var inner *handlerCtx // the context the handler ran with, for Options.Enqueue
 	if len(w.cfg.Enqueue) > 0 {
 		inner = &handlerCtx{ctx: ctx}
 		ctx = context.WithValue(ctx, handlerCtxKey{}, inner)
@@ -138,12 +138,12 @@ func chainErr(err error) error {
 	return err
 }
 
-// errNotAcked is what Config.Enqueue's middleware is told of the next jobs
+// errNotAcked is what Options.Enqueue's middleware is told of the next jobs
 // of a job handed back at shutdown before its ack: not stored.
 var errNotAcked = errors.New("worker: the job was handed back before its ack; its next jobs were not stored")
 
 // ackThrough acks the succeeded job c with op, its next jobs going through
-// Config.Enqueue with hctx, the context its handler ran with: the
+// Options.Enqueue with hctx, the context its handler ran with: the
 // middleware sees them before they are stored, and learns which were once
 // the ack is recorded. Those of c's shard are stored by the ack itself, so
 // the innermost enqueuer enqueues those of other shards (Chain), records
@@ -192,7 +192,7 @@ func (w *Worker) ackThrough(hctx context.Context, c *protocol.Claimed, m *job.Me
 	if chainFailure == nil {
 		chainFailure = err
 		if chainFailure == nil {
-			chainFailure = fmt.Errorf("worker: Config.Enqueue did not pass the next jobs on")
+			chainFailure = fmt.Errorf("worker: Options.Enqueue did not pass the next jobs on")
 		}
 	}
 	w.fail(c, m, entry, t, chainErr(chainFailure))
@@ -219,7 +219,7 @@ func refuseHere(envs, here []*job.Envelope, err error) error {
 }
 
 // handlerCtx holds the context a handler ran with, inside the worker's
-// middleware (Config.Enqueue sees the next jobs with it); handlerCtxKey is
+// middleware (Options.Enqueue sees the next jobs with it); handlerCtxKey is
 // its key in the context the worker passes to the middleware.
 type handlerCtx struct{ ctx context.Context }
 
@@ -237,7 +237,7 @@ func innermost(h job.Handler) job.Handler {
 }
 
 // callbackCtx is ctx for the calls that may enqueue batch callbacks (a
-// member's ending, the sweep): with Config.Enqueue, the callbacks go through
+// member's ending, the sweep): with Options.Enqueue, the callbacks go through
 // it (broker.WithCallbackMiddleware), a repeat refused as a duplicate
 // expected (middleware.ExpectRefusal).
 func (w *Worker) callbackCtx(ctx context.Context) context.Context {

@@ -84,7 +84,7 @@ func TestWorkerRegistersItself(t *testing.T) {
 	}
 }
 
-// TestDefaultLoggerWarnsOnStderr: without Config.Logger the worker's
+// TestDefaultLoggerWarnsOnStderr: without Options.Logger the worker's
 // warnings (here: a registered type whose queue it does not serve) reach
 // standard error; its info lines do not.
 func TestDefaultLoggerWarnsOnStderr(t *testing.T) {

@@ -34,7 +34,7 @@ func (w *Worker) trimmed(sh keyspace.Shard, res []protocol.Settled) {
 				"(broker.Options.DeadCap), so each new dead job drops the oldest record. Raise DeadCap "+
 				"(deaths per second x seconds until someone looks, see docs/operations.md), or redrive or delete "+
 				"the dead jobs (delayq dead ls / redrive / rm --queue %s); delayq stats counts the records trimmed "+
-				"(TRIMMED), and worker.Config.OnDeadTrimmed can archive them", sh.Queue(), t.Cap, sh.Queue()))
+				"(TRIMMED), and worker.Options.OnDeadTrimmed can archive them", sh.Queue(), t.Cap, sh.Queue()))
 		}
 		if t.Kept > 0 && w.trimSig != nil {
 			signal(w.trimSig)
@@ -42,7 +42,7 @@ func (w *Worker) trimmed(sh keyspace.Shard, res []protocol.Settled) {
 	}
 }
 
-// handTrimmed runs while the worker does when Config.OnDeadTrimmed is set:
+// handTrimmed runs while the worker does when Options.OnDeadTrimmed is set:
 // it empties the shards' lists of trimmed records into the hook, when a
 // settle of this worker kept some and every ReapInterval (or MaxIdle) for
 // those other workers' trims kept. It returns when ctx is done, after

@@ -31,7 +31,7 @@ func setupWith(t *testing.T, opts func(*broker.Options)) *testBundle {
 // trimWarning is the start of the worker's warning of trims by the cap.
 const trimWarning = "dead letters are being trimmed"
 
-// hookLog collects what Config.OnDeadTrimmed receives.
+// hookLog collects what Options.OnDeadTrimmed receives.
 type hookLog struct {
 	mu   sync.Mutex
 	recs []job.TrimmedRecord

@@ -49,7 +49,7 @@ var ErrLeaseStale = errors.New("worker: the lease may have run out: no extend co
 
 // Worker handles jobs. Build one with New and call Run.
 type Worker struct {
-	cfg      Config
+	cfg      Options
 	b        protocol.Broker
 	caller   protocol.Caller // this worker, to the broker
 	log      zerolog.Logger
@@ -62,13 +62,13 @@ type Worker struct {
 	reapSeq  uint64     // call ids of the reaper
 	chains   sync.Map   // job type → its handler in the middleware (chained)
 	chainMu  sync.Mutex // builds a chain missing from chains
-	// trimSig wakes the goroutine of Config.OnDeadTrimmed (nil without
+	// trimSig wakes the goroutine of Options.OnDeadTrimmed (nil without
 	// it): a settle kept trimmed records for it.
 	trimSig chan struct{}
 }
 
 // New checks cfg, fills in its defaults and returns a Worker.
-func New(cfg Config) (*Worker, error) {
+func New(cfg Options) (*Worker, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -90,9 +90,9 @@ func New(cfg Config) (*Worker, error) {
 }
 
 // Use appends middleware to the worker's handler chain, inside
-// Config.Middleware: with the default chain a job runs through Recover, then
+// Options.Middleware: with the default chain a job runs through Recover, then
 // Timeout, then the middleware given to Use in order, then its handler. To
-// order Recover and Timeout yourself, set Config.Middleware to an empty
+// order Recover and Timeout yourself, set Options.Middleware to an empty
 // slice and pass them to Use as well:
 //
 //	w.Use(middleware.Recover(), middleware.Tracing(), middleware.Metrics(),
@@ -205,7 +205,7 @@ func (w *Worker) warnUnserved() {
 	}
 }
 
-// startServices runs Config.Services until ctx is done; the WaitGroup
+// startServices runs Options.Services until ctx is done; the WaitGroup
 // waits for all of them.
 func (w *Worker) startServices(ctx context.Context) *sync.WaitGroup {
 	var wg sync.WaitGroup
@@ -228,7 +228,7 @@ func (w *Worker) startServices(ctx context.Context) *sync.WaitGroup {
 
 // register records the worker in the process registry (package fleet)
 // until the returned func is called, which deregisters it and waits for
-// that. Nothing is registered when Config.ProcessTTL is negative; a
+// that. Nothing is registered when Options.ProcessTTL is negative; a
 // registration that cannot be made is logged, and the worker runs on.
 func (w *Worker) register(ctx context.Context) (stop func()) {
 	if w.cfg.ProcessTTL < 0 {

@@ -573,17 +573,17 @@ func TestConfigErrors(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
 	for _, tc := range []struct {
-		mod  func(*worker.Config)
+		mod  func(*worker.Options)
 		want string
 	}{
-		{func(c *worker.Config) { c.Broker = nil }, "Config.Broker is required"},
-		{func(c *worker.Config) { c.Registry = nil }, "Config.Registry is required"},
-		{func(c *worker.Config) { c.Queues = []worker.Queue{{Name: "a{b}"}} }, `queue name "a{b}" contains '{'`},
-		{func(c *worker.Config) { c.Queues = []worker.Queue{{Name: "a"}, {Name: "a"}} }, `queue "a" is listed twice`},
-		{func(c *worker.Config) { c.Concurrency = -1 }, "Concurrency -1 is negative"},
-		{func(c *worker.Config) { c.Lease = time.Millisecond }, "Lease 1ms is below 10ms"},
-		{func(c *worker.Config) { c.Lease, c.HeartbeatInterval = 100*time.Millisecond, time.Second }, "HeartbeatInterval 1s is not below Lease 100ms"},
-		{func(c *worker.Config) { c.Lease, c.HeartbeatInterval = time.Second, time.Second }, "HeartbeatInterval 1s is not below Lease 1s"},
+		{func(c *worker.Options) { c.Broker = nil }, "Options.Broker is required"},
+		{func(c *worker.Options) { c.Registry = nil }, "Options.Registry is required"},
+		{func(c *worker.Options) { c.Queues = []worker.Queue{{Name: "a{b}"}} }, `queue name "a{b}" contains '{'`},
+		{func(c *worker.Options) { c.Queues = []worker.Queue{{Name: "a"}, {Name: "a"}} }, `queue "a" is listed twice`},
+		{func(c *worker.Options) { c.Concurrency = -1 }, "Concurrency -1 is negative"},
+		{func(c *worker.Options) { c.Lease = time.Millisecond }, "Lease 1ms is below 10ms"},
+		{func(c *worker.Options) { c.Lease, c.HeartbeatInterval = 100*time.Millisecond, time.Second }, "HeartbeatInterval 1s is not below Lease 100ms"},
+		{func(c *worker.Options) { c.Lease, c.HeartbeatInterval = time.Second, time.Second }, "HeartbeatInterval 1s is not below Lease 1s"},
 	} {
 		cfg := tb.config(t)
 		tc.mod(&cfg)

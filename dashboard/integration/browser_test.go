@@ -208,7 +208,7 @@ func TestBrowser(t *testing.T) {
 		}
 	})
 	logger := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
-	w, err := worker.New(worker.Config{Broker: b, Registry: reg, Queues: []worker.Queue{{Name: "emails"}}, MaxIdle: time.Second, Logger: &logger})
+	w, err := worker.New(worker.Options{Broker: b, Registry: reg, Queues: []worker.Queue{{Name: "emails"}}, MaxIdle: time.Second, Logger: &logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,7 +407,7 @@ func heldBack(t *testing.T, ctx context.Context, b *broker.Broker, base string) 
 		})
 	}
 	logger := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel)
-	w, err := worker.New(worker.Config{Broker: b, Registry: reg, Queues: []worker.Queue{{Name: "sms"}}, Concurrency: 8, MaxIdle: time.Second, Logger: &logger})
+	w, err := worker.New(worker.Options{Broker: b, Registry: reg, Queues: []worker.Queue{{Name: "sms"}}, Concurrency: 8, MaxIdle: time.Second, Logger: &logger})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,7 +60,7 @@ func main() {
 			return ctx.Err()
 		}
 	})
-	w, err := worker.New(worker.Config{Broker: b, Registry: reg})
+	w, err := worker.New(worker.Options{Broker: b, Registry: reg})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -141,7 +141,7 @@ func run() error {
 		sent: make(chan string, 16), failedAt: make(map[string]time.Time)}
 	reg := job.NewRegistry()
 	SendReminder.Handle(reg, sender.Handle)
-	w, err := worker.New(worker.Config{Broker: b, Registry: reg, Queues: []worker.Queue{{Name: "sms"}}, Concurrency: 8})
+	w, err := worker.New(worker.Options{Broker: b, Registry: reg, Queues: []worker.Queue{{Name: "sms"}}, Concurrency: 8})
 	if err != nil {
 		return err
 	}
@@ -247,7 +247,7 @@ func sendOTPs(ctx context.Context, b *broker.Broker, users *Directory, clock *de
 	}
 	reg := job.NewRegistry()
 	SendOTP.Handle(reg, sender.HandleOTP)
-	w, err := worker.New(worker.Config{Broker: b, Registry: reg}) // serves "sms", SendOTP's queue
+	w, err := worker.New(worker.Options{Broker: b, Registry: reg}) // serves "sms", SendOTP's queue
 	if err != nil {
 		return err
 	}
@@ -364,7 +364,7 @@ func sendDigests(ctx context.Context, b *broker.Broker, users *Directory, clock 
 		done <- j.Args.UserID
 		return nil
 	})
-	w, err := worker.New(worker.Config{Broker: b, Registry: reg, Queues: []worker.Queue{{Name: SendDigest.Queue()}}})
+	w, err := worker.New(worker.Options{Broker: b, Registry: reg, Queues: []worker.Queue{{Name: SendDigest.Queue()}}})
 	if err != nil {
 		return res, err
 	}
@@ -452,7 +452,7 @@ func sendBurst(ctx context.Context, b *broker.Broker, clock *demo.Clock) (BurstR
 	s := &AlertSender{url: gateway.URL + "/messages", client: gateway.Client(), sent: make(chan string, burstSize)}
 	reg := job.NewRegistry()
 	SendAlert.Handle(reg, s.Handle)
-	w, err := worker.New(worker.Config{Broker: b, Registry: reg, Queues: []worker.Queue{{Name: SendAlert.Queue()}}, Concurrency: 16})
+	w, err := worker.New(worker.Options{Broker: b, Registry: reg, Queues: []worker.Queue{{Name: SendAlert.Queue()}}, Concurrency: 16})
 	if err != nil {
 		return res, err
 	}

@@ -124,7 +124,7 @@ func run() error {
 	job.HandleResult(CancelUnpaid, reg, svc.HandleCancelUnpaid)
 	// No Queues: the worker serves "orders", the queue of CancelUnpaid.
 	// The relay runs as long as the worker does.
-	w, err := worker.New(worker.Config{Broker: b, Registry: reg, Services: []worker.Service{relay}})
+	w, err := worker.New(worker.Options{Broker: b, Registry: reg, Services: []worker.Service{relay}})
 	if err != nil {
 		return err
 	}

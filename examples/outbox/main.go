@@ -143,7 +143,7 @@ func run() error {
 	CancelUnpaid.Handle(reg, shop.HandleCancelUnpaid)
 	// The relay runs as one of the worker's services: started with it,
 	// stopped at its shutdown. No Queues: it serves CancelUnpaid's.
-	w, err := worker.New(worker.Config{Broker: b, Registry: reg, Services: []worker.Service{relay}})
+	w, err := worker.New(worker.Options{Broker: b, Registry: reg, Services: []worker.Service{relay}})
 	if err != nil {
 		return err
 	}

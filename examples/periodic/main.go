@@ -72,7 +72,7 @@ func run() error {
 		clock.Printf("report.build %s: job %s", j.Args.Kind, j.ID)
 		return nil
 	})
-	w, err := worker.New(worker.Config{Broker: b, Registry: reg})
+	w, err := worker.New(worker.Options{Broker: b, Registry: reg})
 	if err != nil {
 		return err
 	}

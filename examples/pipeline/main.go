@@ -142,7 +142,7 @@ func run() error {
 	p := newPipeline(b, srv.URL, srv.Client(), clock)
 	reg := job.NewRegistry()
 	p.register(reg)
-	w, err := worker.New(worker.Config{
+	w, err := worker.New(worker.Options{
 		Broker:   b,
 		Registry: reg,
 		Queues: []worker.Queue{{Name: "fetch", Weight: 1}, {Name: "transform", Weight: 2}, {Name: "store", Weight: 3},

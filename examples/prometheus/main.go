@@ -115,7 +115,7 @@ func run() error {
 		settled.Add(1)
 		return nil
 	})
-	w, err := worker.New(worker.Config{Broker: b, Registry: reg})
+	w, err := worker.New(worker.Options{Broker: b, Registry: reg})
 	if err != nil {
 		return err
 	}

@@ -93,7 +93,7 @@ func run() error {
 		done <- "invoice"
 		return nil
 	})
-	w, err := worker.New(worker.Config{Broker: b, Registry: reg, Concurrency: 4})
+	w, err := worker.New(worker.Options{Broker: b, Registry: reg, Concurrency: 4})
 	if err != nil {
 		return err
 	}

@@ -111,7 +111,7 @@ func run() error {
 		done.Add(1)
 		return nil
 	})
-	w, err := worker.New(worker.Config{Broker: b, Registry: reg})
+	w, err := worker.New(worker.Options{Broker: b, Registry: reg})
 	if err != nil {
 		return err
 	}

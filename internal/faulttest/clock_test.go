@@ -34,7 +34,7 @@ import (
 var wallClockAllowed = map[string]string{
 	"broker.(*Broker).createdNow": "CreatedAt, a record of when a job was made; never compared with a ready time",
 	"broker.(*Broker).shards":     "how long an undeclared queue's shard count stays cached; a local interval, never compared with a ready time",
-	// The adaptive prefetch (worker.Config.Prefetch 0) is sized from two
+	// The adaptive prefetch (worker.Options.Prefetch 0) is sized from two
 	// durations on the monotonic clock: a claim's round trip and how long
 	// handlers run. Neither is compared with a ready time or a lease.
 	"worker.(*Worker).claim": "the claim's round trip, a duration that sizes the prefetch; when a failed shard's back-off ends, a local interval",
@@ -131,7 +131,7 @@ func TestDueTimeComesFromTheServer(t *testing.T) {
 		return nil
 	})
 	for range 2 {
-		runWorker(t, worker.Config{Broker: b, Registry: reg, Lease: 5 * time.Second, MaxIdle: 200 * time.Millisecond})
+		runWorker(t, worker.Options{Broker: b, Registry: reg, Lease: 5 * time.Second, MaxIdle: 200 * time.Millisecond})
 	}
 
 	// A job 2 minutes out: the real workers leave it alone, a broker whose

@@ -192,7 +192,7 @@ func functionsFeatures(t *testing.T, b *broker.Broker) {
 	if err := b.DeclareQueue(ctx, "fs", 3); err != nil {
 		t.Fatalf("declare a sharded queue: %v", err)
 	}
-	stop := runWorker(t, worker.Config{Broker: b, Registry: reg, Lease: 5 * time.Second, MaxIdle: 100 * time.Millisecond,
+	stop := runWorker(t, worker.Options{Broker: b, Registry: reg, Lease: 5 * time.Second, MaxIdle: 100 * time.Millisecond,
 		Queues: []worker.Queue{{Name: "fa"}, {Name: "fb"}, {Name: "fc"}, {Name: "fs"}}})
 	defer stop()
 	must := func(what string, err error) {

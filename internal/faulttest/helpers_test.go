@@ -275,7 +275,7 @@ func (s *suite) client(t *testing.T, addr string) *redis.Client {
 
 // runWorker runs an in-process worker until the returned stop is called
 // (stop waits for Run to return) or the test ends.
-func runWorker(t *testing.T, cfg worker.Config) (stop func()) {
+func runWorker(t *testing.T, cfg worker.Options) (stop func()) {
 	t.Helper()
 	if cfg.Logger == nil {
 		// Faults make workers log errors by design; -v output keeps to the

@@ -108,7 +108,7 @@ func TestNetworkFaults(t *testing.T) {
 			}
 			return nil
 		})
-		stops = append(stops, runWorker(t, worker.Config{
+		stops = append(stops, runWorker(t, worker.Options{
 			Broker: b, Registry: wreg, Concurrency: 8,
 			Lease: time.Second, HeartbeatInterval: 250 * time.Millisecond, ReapInterval: 300 * time.Millisecond,
 			MaxIdle: 300 * time.Millisecond,

@@ -115,7 +115,7 @@ func TestPeriodicSchedulers(t *testing.T) {
 		mu.Unlock()
 		return nil
 	})
-	stopWorker := runWorker(t, worker.Config{
+	stopWorker := runWorker(t, worker.Options{
 		Broker: s.b, Registry: reg, Queues: []worker.Queue{{Name: queue}}, MaxIdle: 500 * time.Millisecond,
 		Middleware: append(worker.DefaultMiddleware(), periodic.Outcomes(s.b)),
 	})
@@ -230,7 +230,7 @@ func countTicks(t *testing.T, s *suite, queues ...string) (*tickCounter, func())
 	for _, q := range queues {
 		qs = append(qs, worker.Queue{Name: q})
 	}
-	stop := runWorker(t, worker.Config{
+	stop := runWorker(t, worker.Options{
 		Broker: s.b, Registry: reg, Queues: qs, MaxIdle: 500 * time.Millisecond,
 		Middleware: append(worker.DefaultMiddleware(), periodic.Outcomes(s.b)),
 	})

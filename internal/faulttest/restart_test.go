@@ -48,7 +48,7 @@ func TestRedisRestarts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		stops = append(stops, runWorker(t, worker.Config{
+		stops = append(stops, runWorker(t, worker.Options{
 			Broker: b, Registry: reg, Concurrency: 8, Lease: 2 * time.Second, MaxIdle: 500 * time.Millisecond,
 		}))
 	}

@@ -109,7 +109,7 @@ func coreFlow(t *testing.T, b *broker.Broker) {
 		}
 		return nil
 	})
-	stop := runWorker(t, worker.Config{Broker: b, Registry: reg, Queues: []worker.Queue{{Name: q}}, Lease: 5 * time.Second, MaxIdle: 100 * time.Millisecond})
+	stop := runWorker(t, worker.Options{Broker: b, Registry: reg, Queues: []worker.Queue{{Name: q}}, Lease: 5 * time.Second, MaxIdle: 100 * time.Millisecond})
 	for i, a := range []crashArgs{{N: 0}, {N: 1}, {N: 2, Poison: true}} {
 		if _, err := typ.Enqueue(ctx, b, a, job.In(time.Duration(i)*10*time.Millisecond)); err != nil {
 			t.Fatalf("enqueue: %v", err)
@@ -290,7 +290,7 @@ func TestPayloadIsData(t *testing.T) {
 	})}); err != nil {
 		t.Fatal(err)
 	}
-	runWorker(t, worker.Config{Broker: b, Registry: reg, MaxIdle: 100 * time.Millisecond})
+	runWorker(t, worker.Options{Broker: b, Registry: reg, MaxIdle: 100 * time.Millisecond})
 	for i, p := range payloads {
 		if err := b.Enqueue(ctx, &job.Envelope{ID: "p" + string(rune('a'+i)), Type: "data.only", Payload: []byte(p)}); err != nil {
 			t.Fatal(err)
@@ -524,7 +524,7 @@ func TestJobIDsInKeyNames(t *testing.T) {
 			t.Errorf("enqueue with id %q: %v, want job.ErrInvalid", id, err)
 		}
 	}
-	runWorker(t, worker.Config{Broker: b, Registry: reg, Queues: []worker.Queue{{Name: q}}, MaxIdle: 100 * time.Millisecond})
+	runWorker(t, worker.Options{Broker: b, Registry: reg, Queues: []worker.Queue{{Name: q}}, MaxIdle: 100 * time.Millisecond})
 	redistest.WaitFor(t, 30*time.Second, "every job succeeded and kept", func() bool {
 		for _, id := range ids {
 			if j, err := b.Job(ctx, q, id); err != nil || j.State != job.StateSucceeded {

@@ -183,7 +183,7 @@ func (s *suite) enqueueStall(t *testing.T, prefix string, n int, hold time.Durat
 var handedBackRE = regexp.MustCompile(`"released":(\d+),[^\n]*handed back prefetched jobs unrun`)
 
 // TestStalledWorkerStartsNoPrefetchedJob stops a worker with the default
-// worker.Config (adaptive prefetch, Concurrency 10, Lease 30 s) with
+// worker.Options (adaptive prefetch, Concurrency 10, Lease 30 s) with
 // SIGSTOP while it holds 100 prefetched jobs (a claim its adaptive
 // prefetch sized) behind ten handlers that hold its goroutines, for longer
 // than its lease. Another worker reaps the leases and runs those jobs; then
@@ -314,7 +314,7 @@ func TestStalledWorkerStartsNoPrefetchedJob(t *testing.T) {
 	if dead := s.finish(t, []string{queue}, ns+":spans"); dead != 0 {
 		t.Errorf("%d dead records", dead)
 	}
-	summary(t, "config", "worker.Config defaults (Concurrency 10, adaptive prefetch, Lease 30s)", "prefetched at the stop", len(prefetched),
+	summary(t, "config", "worker.Options defaults (Concurrency 10, adaptive prefetch, Lease 30s)", "prefetched at the stop", len(prefetched),
 		"stopped for", stall.Round(time.Millisecond), "run by the other worker", ranElsewhere,
 		"started by the stalled worker after SIGCONT", len(again), "handed back by its stall check", handedBack,
 		"handed back as its goroutines came free", len(prefetched)-handedBack)

@@ -36,7 +36,7 @@ func trimFlow(t *testing.T, rdb redis.UniversalClient, o broker.Options) {
 	reg := job.NewRegistry()
 	typ.Handle(reg, func(context.Context, *job.Job[crashArgs]) error { return retry.Permanent(errors.New("refused")) })
 	var handed atomic.Int64
-	stop := runWorker(t, worker.Config{Broker: b, Registry: reg, Queues: []worker.Queue{{Name: q}}, Lease: 5 * time.Second, MaxIdle: 100 * time.Millisecond,
+	stop := runWorker(t, worker.Options{Broker: b, Registry: reg, Queues: []worker.Queue{{Name: q}}, Lease: 5 * time.Second, MaxIdle: 100 * time.Millisecond,
 		OnDeadTrimmed: func(_ context.Context, r *job.TrimmedRecord) {
 			if r.Trim == job.TrimCap && r.Envelope != nil {
 				handed.Add(1)

@@ -189,7 +189,7 @@ func (l *ledger) work(t testing.TB, b *broker.Broker, queue string, concurrency 
 		return nil
 	})
 	logger := zerolog.Nop()
-	return testkit.StartWorker(t, worker.Config{
+	return testkit.StartWorker(t, worker.Options{
 		Broker:          b,
 		Registry:        reg,
 		Queues:          []worker.Queue{{Name: queue}},

@@ -67,8 +67,8 @@ func Logger(t testing.TB) *zerolog.Logger {
 
 // Config returns a worker config for the bundle with defaults for tests:
 // a 5 s lease, 1 s MaxIdle, the test logger.
-func (bd *Bundle) Config(t testing.TB) worker.Config {
-	return worker.Config{Broker: bd.B, Registry: bd.Reg, Lease: 5 * time.Second, MaxIdle: time.Second, Logger: Logger(t)}
+func (bd *Bundle) Config(t testing.TB) worker.Options {
+	return worker.Options{Broker: bd.B, Registry: bd.Reg, Lease: 5 * time.Second, MaxIdle: time.Second, Logger: Logger(t)}
 }
 
 // Keys returns the keys of queue, which must have one shard.
@@ -79,7 +79,7 @@ func (bd *Bundle) Key(name, field string) string { return Key(bd.t, bd.B, name, 
 
 // StartWorker runs a worker of cfg, with mws added by Use, until the test
 // ends or the returned stop is called; stop waits for Run to return.
-func StartWorker(t testing.TB, cfg worker.Config, mws ...job.Middleware) (stop func()) {
+func StartWorker(t testing.TB, cfg worker.Options, mws ...job.Middleware) (stop func()) {
 	t.Helper()
 	w, err := worker.New(cfg)
 	if err != nil {

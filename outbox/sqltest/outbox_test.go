@@ -704,7 +704,7 @@ func runWorker(t *testing.T, tb *testBundle) (handled func() int) {
 		n++
 		return nil
 	})
-	w, err := worker.New(worker.Config{Broker: tb.b, Registry: reg, Queues: []worker.Queue{{Name: "orders"}}, MaxIdle: 50 * time.Millisecond})
+	w, err := worker.New(worker.Options{Broker: tb.b, Registry: reg, Queues: []worker.Queue{{Name: "orders"}}, MaxIdle: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -812,7 +812,7 @@ func TestRelayAsWorkerService(t *testing.T) {
 			handled[j.Args.ID]++
 			return nil
 		})
-		w, err := worker.New(worker.Config{Broker: tb.b, Registry: reg, MaxIdle: 50 * time.Millisecond, Services: []worker.Service{r}})
+		w, err := worker.New(worker.Options{Broker: tb.b, Registry: reg, MaxIdle: 50 * time.Millisecond, Services: []worker.Service{r}})
 		if err != nil {
 			t.Fatal(err)
 		}

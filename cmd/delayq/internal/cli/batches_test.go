@@ -27,7 +27,7 @@ func runWorker(t *testing.T, tb *testBundle, reg *job.Registry, queues ...string
 		qs[i] = worker.Queue{Name: q}
 	}
 	logger := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
-	return testkit.StartWorker(t, worker.Config{Broker: tb.b, Registry: reg, Queues: qs, Concurrency: 4, Logger: &logger})
+	return testkit.StartWorker(t, worker.Options{Broker: tb.b, Registry: reg, Queues: qs, Concurrency: 4, Logger: &logger})
 }
 
 // bt0 is when the batches of seedBatches are created: in the past, so

@@ -269,7 +269,7 @@ func TestDeadListRedriveAndStats(t *testing.T) {
 		return nil
 	})
 	logger := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
-	w, err := worker.New(worker.Config{Broker: tb.b, Registry: reg, Queues: []worker.Queue{{Name: queue}}, Concurrency: 20, Logger: &logger})
+	w, err := worker.New(worker.Options{Broker: tb.b, Registry: reg, Queues: []worker.Queue{{Name: queue}}, Concurrency: 20, Logger: &logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -416,7 +416,7 @@ func TestEnqueueCancelNeverRuns(t *testing.T) {
 		ran <- j.Args["name"]
 		return nil
 	})
-	w, err := worker.New(worker.Config{Broker: tb.b, Registry: reg, Queues: []worker.Queue{{Name: "q"}}})
+	w, err := worker.New(worker.Options{Broker: tb.b, Registry: reg, Queues: []worker.Queue{{Name: "q"}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -242,7 +242,7 @@ func (a *app) showStats(ctx context.Context, b *broker.Broker, queues []string, 
 // deadTrimmedJSON counts the dead records of a queue that its dead-letter
 // store dropped, since the queue began: by its cap (broker.Options.DeadCap)
 // and by age (DeadMaxAge); of those, the ones a worker's hook
-// (worker.Config.OnDeadTrimmed) could not be handed for want of room.
+// (worker.Options.OnDeadTrimmed) could not be handed for want of room.
 type deadTrimmedJSON struct {
 	DeadTrimmedCap        int64 `json:"dead_trimmed_cap"`
 	DeadTrimmedAge        int64 `json:"dead_trimmed_age"`

@@ -48,7 +48,7 @@ func runChild() int {
 		<-ctx.Done()
 		return ctx.Err()
 	})
-	w, err := worker.New(worker.Config{Broker: b, Registry: reg, Queues: []worker.Queue{{Name: queue}}, Concurrency: 4, Lease: 5 * time.Minute, ProcessTTL: childTTL})
+	w, err := worker.New(worker.Options{Broker: b, Registry: reg, Queues: []worker.Queue{{Name: queue}}, Concurrency: 4, Lease: 5 * time.Minute, ProcessTTL: childTTL})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

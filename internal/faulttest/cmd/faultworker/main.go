@@ -141,7 +141,7 @@ func run() error {
 		Chained.Handle(reg, handle)
 	}
 	logger := zerolog.New(os.Stderr).Level(zerolog.WarnLevel).With().Timestamp().Str("worker", name).Logger()
-	w, err := worker.New(worker.Config{
+	w, err := worker.New(worker.Options{
 		Broker:            b,
 		Registry:          reg,
 		Concurrency:       concurrency,

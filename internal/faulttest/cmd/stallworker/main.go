@@ -9,11 +9,11 @@
 //	STALLWORKER_URL          Redis URL (required)
 //	STALLWORKER_NS           broker namespace (required)
 //	STALLWORKER_NAME         this worker's name in the records (required)
-//	STALLWORKER_DEFAULTS     "1": the default worker.Config (only Broker,
+//	STALLWORKER_DEFAULTS     "1": the default worker.Options (only Broker,
 //	                         Registry and Logger set); the settings below
 //	                         are then ignored
 //	STALLWORKER_CONCURRENCY  handler goroutines (default 4)
-//	STALLWORKER_PREFETCH     worker.Config.Prefetch (default 0, adaptive)
+//	STALLWORKER_PREFETCH     worker.Options.Prefetch (default 0, adaptive)
 //	STALLWORKER_LEASE        lease (default 2s)
 //	STALLWORKER_DEBUG        "1": log at debug level (each claim's jobs,
 //	                         once they are held), else at info level
@@ -118,7 +118,7 @@ func run() error {
 		level = zerolog.DebugLevel
 	}
 	logger := zerolog.New(os.Stderr).Level(level).With().Timestamp().Str("worker", name).Logger()
-	cfg := worker.Config{Broker: b, Registry: reg, Logger: &logger}
+	cfg := worker.Options{Broker: b, Registry: reg, Logger: &logger}
 	if os.Getenv("STALLWORKER_DEFAULTS") != "1" {
 		if cfg.Concurrency, err = intEnv("STALLWORKER_CONCURRENCY", 4); err != nil {
 			return err
