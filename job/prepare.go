@@ -24,10 +24,10 @@ func Prepare(env *Envelope, now time.Time) error {
 	if err := ValidateQueue(env.Queue); err != nil {
 		return err
 	}
-	if err := ValidateUnique(env); err != nil {
+	if err := validateUnique(env); err != nil {
 		return err
 	}
-	if err := ValidateDebounce(env); err != nil {
+	if err := validateDebounce(env); err != nil {
 		return err
 	}
 	if env.ID == "" {
@@ -69,7 +69,7 @@ func Prepare(env *Envelope, now time.Time) error {
 		}
 	}
 	for k, v := range env.Headers {
-		if err := ValidateHeader(k, v); err != nil {
+		if err := validateHeader(k, v); err != nil {
 			return err
 		}
 	}

@@ -434,7 +434,7 @@ func WithBackoff(b retry.Exponential) Option {
 // bytes); the key must not be empty. Per job only.
 func Header(key, value string) Option {
 	return jobOption(func(s *settings) error {
-		if err := ValidateHeader(key, value); err != nil {
+		if err := validateHeader(key, value); err != nil {
 			return err
 		}
 		h := make(map[string]string, len(s.headers)+1)

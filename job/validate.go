@@ -94,9 +94,9 @@ func checkToken(what, s string, maxLen int, extra string) error {
 	return nil
 }
 
-// ValidateHeader checks a header: a non-empty key, and key and value of
+// validateHeader checks a header: a non-empty key, and key and value of
 // valid UTF-8, so that storage gives them back unchanged.
-func ValidateHeader(key, value string) error {
+func validateHeader(key, value string) error {
 	switch {
 	case key == "":
 		return invalid("header key must not be empty")
@@ -138,8 +138,8 @@ func ValidateExpiry(env *Envelope, now time.Time) error {
 	return nil
 }
 
-// ValidateUnique checks the uniqueness settings of env.
-func ValidateUnique(env *Envelope) error {
+// validateUnique checks the uniqueness settings of env.
+func validateUnique(env *Envelope) error {
 	switch {
 	case env.UniqueFor < 0:
 		return invalid("uniqueness ttl %s is negative", env.UniqueFor)
@@ -149,10 +149,10 @@ func ValidateUnique(env *Envelope) error {
 	return nil
 }
 
-// ValidateDebounce checks the debounce settings of env ([Debounce]): a
+// validateDebounce checks the debounce settings of env ([Debounce]): a
 // window that is not negative, and, when it is set, an id (the key), and
 // none of the settings a debounced job cannot have.
-func ValidateDebounce(env *Envelope) error {
+func validateDebounce(env *Envelope) error {
 	if env.Debounce == 0 {
 		return nil
 	}
