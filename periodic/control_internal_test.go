@@ -2,6 +2,7 @@ package periodic
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"maps"
 	"slices"
@@ -316,3 +317,39 @@ func TestRunNowWhilePaused(t *testing.T) {
 
 // set moves the simulated clock to at (not back).
 func (sim *simulated) set(at time.Time) { sim.clk.Advance(at.Sub(sim.clk.Now())) }
+
+// TestRunNowRecordsAnOutcome: the job of a run-now request records its
+// outcome as the schedule's last, with the request's time as its tick; a
+// copy of its headers on another job id records nothing.
+func TestRunNowRecordsAnOutcome(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC)
+	sim := newSimulated(t, start)
+	s := sim.scheduler(t, Config{}, func(s *Scheduler) { mustAdd(t, s, "nightly", "0 2 * * *") })
+	sim.clk.Advance(1500 * time.Millisecond)
+	r, err := runNow(sim.tb.Ctx, sim.tb.B, "nightly", "op", sim.clk.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim.step(t, s)
+	info, err := sim.tb.B.Job(sim.tb.Ctx, "reports", r.ID)
+	if err != nil || info.Envelope == nil {
+		t.Fatalf("the run-now job: %v", err)
+	}
+	handle := func(m *job.Message) {
+		t.Helper()
+		h := Outcomes(sim.tb.B)(job.HandlerFunc(func(context.Context, *job.Message) error { return errors.New("no data yet") }))
+		_ = h.Handle(sim.tb.Ctx, m)
+	}
+	forged := &job.Message{Envelope: *info.Envelope, Attempt: 1}
+	forged.ID = RunID("nightly", "other")
+	handle(forged)
+	if st := sim.status(t, "nightly"); st.Outcome != nil {
+		t.Fatalf("a forged run-now job recorded %+v", st.Outcome)
+	}
+	handle(&job.Message{Envelope: *info.Envelope, Attempt: 1})
+	st := sim.status(t, "nightly")
+	if st.Outcome == nil || st.Outcome.Result != ResultFailed || st.Outcome.Error != "no data yet" || !st.Outcome.Tick.Equal(start.Add(time.Second)) {
+		t.Errorf("outcome %+v, want failed at the request's second %s", st.Outcome, start.Add(time.Second))
+	}
+}
