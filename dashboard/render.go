@@ -122,6 +122,10 @@ var notices = map[string]string{
 	"cap-cleared":       "Concurrency cap of %[1]s cleared.",
 	"limited":           "Rate limit of %[1]s set to %[2]d starts per period across all workers.",
 	"limit-cleared":     "Rate limit of %[1]s cleared.",
+	"schedule-paused":   "Schedule %[1]s paused: no scheduler enqueues its ticks until it is resumed.",
+	"schedule-resumed":  "Schedule %[1]s resumed: its ticks from now on run; those due while it was paused do not.",
+	"run-requested":     "Run now requested as job %[1]s: a scheduler that declares the schedule enqueues it within a second.",
+	"run-enqueued":      "Job %[1]s of this run-now request was enqueued already; nothing more was requested.",
 }
 
 var funcs = template.FuncMap{

@@ -48,6 +48,19 @@
 // name and why, and stored as the schedule's last outcome, "refused"; the
 // other schedules, and the schedule's own later ticks, go on.
 //
+// # Pause, resume and run now
+//
+// [Pause] stops a schedule's ticks in every scheduler, from its next step
+// (within Config.Poll), until [Resume]; the pause is stored in Redis, and
+// each tick passed over is the schedule's last outcome, ResultPaused.
+// The ticks due while it was paused never run: a resumed schedule goes on
+// from the moment of the resume, its missed-tick policy counted from
+// there. [RunNow] records a request that the schedulers declaring the
+// schedule pick up at their next step: they enqueue one job built as a
+// tick's, with the id [RunID] (name@run:request), once per request id
+// however often it is sent. The request goes through the schedulers
+// because only they hold the schedule's arguments. See docs/periodic.md.
+//
 // # Daylight saving
 //
 // Expressions are read in their time zone, as cron does: on the day the

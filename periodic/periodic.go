@@ -36,6 +36,7 @@ const (
 	DefaultTolerance  = 5 * time.Second
 	DefaultHeartbeat  = 30 * time.Second
 	DefaultStaleAfter = 5 * time.Minute
+	DefaultPoll       = time.Second
 )
 
 // DefaultMissedWithin is the window of the default missed-tick policy,
@@ -80,6 +81,12 @@ type Config struct {
 	// the clock the broker's scripts use.
 	Clock func() time.Time
 
+	// Poll is how often a running scheduler reads the paused schedules
+	// ([Pause]) and the run-now requests ([RunNow]) between ticks: a
+	// request is enqueued at most Poll after it was made. Default
+	// DefaultPoll (1 s); it must not be negative.
+	Poll time.Duration
+
 	// Logger receives start and stop (info), ticks enqueued (debug), and
 	// Redis errors (error). Default zerolog.Nop().
 	Logger *zerolog.Logger
@@ -123,6 +130,13 @@ type Scheduler struct {
 
 	offset time.Duration // server clock - local clock, when Clock is nil
 	secret []byte        // the periodic key, read at every heartbeat
+	runs   []pendingRun  // the run-now requests of its schedules, read at each step
+}
+
+// pendingRun is a run-now request a step found pending.
+type pendingRun struct {
+	id string
+	r  run
 }
 
 // ErrStarted is returned by [Add] once the scheduler runs, and by a second
@@ -135,8 +149,11 @@ func New(b *broker.Broker, cfg Config) (*Scheduler, error) {
 	if b == nil {
 		return nil, fmt.Errorf("periodic: %w: nil broker", job.ErrInvalid)
 	}
-	if cfg.Tolerance < 0 || cfg.Heartbeat < 0 || cfg.StaleAfter < 0 {
-		return nil, fmt.Errorf("periodic: %w: Tolerance %s, Heartbeat %s and StaleAfter %s must not be negative", job.ErrInvalid, cfg.Tolerance, cfg.Heartbeat, cfg.StaleAfter)
+	if cfg.Tolerance < 0 || cfg.Heartbeat < 0 || cfg.StaleAfter < 0 || cfg.Poll < 0 {
+		return nil, fmt.Errorf("periodic: %w: Tolerance %s, Heartbeat %s, StaleAfter %s and Poll %s must not be negative", job.ErrInvalid, cfg.Tolerance, cfg.Heartbeat, cfg.StaleAfter, cfg.Poll)
+	}
+	if cfg.Poll == 0 {
+		cfg.Poll = DefaultPoll
 	}
 	if cfg.Tolerance == 0 {
 		cfg.Tolerance = DefaultTolerance
@@ -295,7 +312,8 @@ type entry struct {
 	typ, queue string
 	build      func(opts ...job.Option) (*job.Envelope, error)
 
-	cur time.Time // the latest tick this process dealt with
+	cur    time.Time // the latest tick this process dealt with
+	paused bool      // paused (Pause), as read at the step's start
 	// away: the ticks after cur were due while this process was not
 	// running (it has just started), so they were missed.
 	away bool
@@ -498,6 +516,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		if beat.Before(wake) {
 			wake = beat
 		}
+		if poll := s.now().Add(s.cfg.Poll); poll.Before(wake) {
+			wake = poll
+		}
 		if !sleep(ctx, wake.Sub(s.now())) {
 			return nil
 		}
@@ -620,6 +641,9 @@ type tick struct {
 	// invalid: err says why its job can never be enqueued (it does not
 	// build, or the broker refused it as invalid).
 	invalid bool
+	// run: the run-now request this job is for (at is its time); nil
+	// for a tick.
+	run *pendingRun
 }
 
 // step enqueues the due ticks of every schedule and returns when the next
@@ -642,7 +666,17 @@ func (s *Scheduler) enqueueDue(ctx context.Context, now time.Time) (time.Time, e
 	var ticks, ready []*tick
 	upTo := make(map[*entry]time.Time, len(s.entries))
 	more := false
+	paused := map[*entry]time.Time{}
 	for _, e := range s.entries {
+		if e.paused {
+			// Every due tick is passed, not enqueued; the latest is
+			// recorded as skipped.
+			if t := latest(e.sched, e.cur, now); !t.IsZero() {
+				paused[e] = t
+			}
+			upTo[e] = now
+			continue
+		}
 		due, to := e.due(now, s.cfg.Tolerance)
 		upTo[e] = to
 		more = more || to.Before(now)
@@ -654,6 +688,21 @@ func (s *Scheduler) enqueueDue(ctx context.Context, now time.Time) (time.Time, e
 			if !tk.invalid {
 				ready = append(ready, tk)
 			}
+		}
+	}
+	byName := make(map[string]*entry, len(s.entries))
+	for _, e := range s.entries {
+		byName[e.name] = e
+	}
+	for i := range s.runs {
+		pr := &s.runs[i]
+		e := byName[pr.r.Name]
+		tk := &tick{e: e, at: fromMS(pr.r.Requested), run: pr}
+		tk.env, tk.err = e.runJob(pr.id, pr.r, now, s.uniqueness())
+		tk.invalid = tk.err != nil
+		ticks = append(ticks, tk)
+		if !tk.invalid {
+			ready = append(ready, tk)
 		}
 	}
 	if err := s.claim(ctx, now, ready); err != nil {
@@ -670,7 +719,32 @@ func (s *Scheduler) enqueueDue(ctx context.Context, now time.Time) (time.Time, e
 		stuck    = map[*entry]bool{}
 		enqueued = map[string]time.Time{}
 	)
+	var runs []any
 	for _, tk := range ticks {
+		if tk.run != nil {
+			r := tk.run.r
+			switch err := tk.err; {
+			case err == nil || errors.Is(err, broker.ErrDuplicate):
+				r.State, r.Queue = RunEnqueued, tk.env.Queue
+				if err == nil {
+					s.log.Info().Str("schedule", tk.e.name).Str("job_id", tk.env.ID).Str("queue", tk.env.Queue).Msg("run-now request enqueued")
+				}
+			case tk.invalid || errors.Is(err, job.ErrInvalid):
+				r.State, r.Error = RunRefused, truncate(err.Error(), 512)
+				s.log.Error().Str("schedule", tk.e.name).Str("job_id", tk.run.id).Str("reason", r.Error).Msg("the job of a run-now request cannot be enqueued")
+			default:
+				if failed == nil {
+					failed = fmt.Errorf("schedule %q, run-now request %s: %w", tk.e.name, tk.run.id, err)
+				}
+				continue // pending: tried again at the next step
+			}
+			body, err := json.Marshal(r)
+			if err != nil {
+				return now, err
+			}
+			runs = append(runs, tk.run.id, body)
+			continue
+		}
 		switch err := tk.err; {
 		case stuck[tk.e]:
 			continue
@@ -709,6 +783,15 @@ func (s *Scheduler) enqueueDue(ctx context.Context, now time.Time) (time.Time, e
 		}
 	}
 	if err := s.recordLast(ctx, enqueued); err != nil && failed == nil {
+		failed = err
+	}
+	if len(runs) > 0 {
+		if err := s.b.Client().HSet(ctx, s.keys.Runs, runs...).Err(); err != nil && failed == nil {
+			failed = fmt.Errorf("recording run-now requests enqueued: %w", err)
+		}
+	}
+	s.runs = nil
+	if err := s.recordPaused(ctx, now, paused); err != nil && failed == nil {
 		failed = err
 	}
 	if err := s.refuse(ctx, now, refused); err != nil && failed == nil {

@@ -66,7 +66,7 @@ func TestBadDeclarations(t *testing.T) {
 	if n, err := tb.RDB.Exists(tb.Ctx, keyspace.Periodic(tb.NS).Schedules, keyspace.Periodic(tb.NS).Last).Result(); err != nil || n != 0 {
 		t.Errorf("declarations wrote %d keys (%v); want none before Run", n, err)
 	}
-	for _, cfg := range []periodic.Config{{Tolerance: -1}, {Heartbeat: time.Minute, StaleAfter: time.Minute}} {
+	for _, cfg := range []periodic.Config{{Tolerance: -1}, {Poll: -time.Second}, {Heartbeat: time.Minute, StaleAfter: time.Minute}} {
 		if _, err := periodic.New(tb.B, cfg); !errors.Is(err, job.ErrInvalid) {
 			t.Errorf("New(%+v): %v, want job.ErrInvalid", cfg, err)
 		}

@@ -79,11 +79,16 @@ type verifier struct {
 
 // tick returns the schedule and tick of m when m is the job a scheduler
 // enqueued for that tick: its id is the tick's ([TickID] of its headers'
-// name and tick) and its signature holds for its id and queue.
+// name and tick), or for a run-now job [RunID] of its headers' name and
+// request, and its signature holds for its id and queue.
 func (v *verifier) tick(ctx context.Context, m *job.Message) (string, time.Time, bool) {
 	name, sig := m.Headers[HeaderSchedule], m.Headers[HeaderSignature]
 	at, err := time.Parse(tickLayout, m.Headers[HeaderTick])
-	if err != nil || sig == "" || m.ID != TickID(name, at) {
+	want := TickID(name, at)
+	if req := m.Headers[HeaderRun]; req != "" {
+		want = RunID(name, req) // a run-now job: at is when it was requested
+	}
+	if err != nil || sig == "" || m.ID != want {
 		return "", time.Time{}, false
 	}
 	for _, again := range []bool{false, true} {

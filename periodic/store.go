@@ -94,16 +94,22 @@ func (s *Scheduler) heartbeat(ctx context.Context) error {
 		all  *redis.MapStringStringCmd
 		last *redis.StringSliceCmd
 		outs *redis.StringSliceCmd
+
+		pausedNames *redis.StringSliceCmd
 	)
 	if _, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		all = p.HGetAll(ctx, s.keys.Schedules)
 		last = p.ZRange(ctx, s.keys.Last, 0, -1)
 		outs = p.HKeys(ctx, s.keys.Outcomes)
+		pausedNames = p.HKeys(ctx, s.keys.Paused)
 		return nil
 	}); err != nil {
 		return fmt.Errorf("reading the schedules: %w", err)
 	}
 	if err := s.pruneTicks(ctx, now); err != nil {
+		return err
+	}
+	if err := s.pruneRuns(ctx, now); err != nil {
 		return err
 	}
 	var stale, unknown []string
@@ -115,7 +121,7 @@ func (s *Scheduler) heartbeat(ctx context.Context) error {
 		stale = append(stale, name)
 	}
 	seen := map[string]bool{}
-	for _, name := range slices.Concat(last.Val(), outs.Val()) {
+	for _, name := range slices.Concat(last.Val(), outs.Val(), pausedNames.Val()) {
 		if _, ok := all.Val()[name]; !ok && !seen[name] {
 			seen[name] = true
 			unknown = append(unknown, name)
@@ -133,6 +139,7 @@ func (s *Scheduler) heartbeat(ctx context.Context) error {
 		}
 		p.ZRem(ctx, s.keys.Last, toAny(gone)...)
 		p.HDel(ctx, s.keys.Outcomes, gone...)
+		p.HDel(ctx, s.keys.Paused, gone...)
 		return nil
 	}); err != nil {
 		return fmt.Errorf("removing stale schedules %v and records of unknown names %v: %w", stale, unknown, err)
@@ -141,7 +148,7 @@ func (s *Scheduler) heartbeat(ctx context.Context) error {
 		s.log.Info().Strs("schedules", stale).Msg("removed stale schedules that no scheduler declares")
 	}
 	if len(unknown) > 0 {
-		s.log.Info().Strs("names", unknown).Msg("removed last ticks and outcomes of names that are no schedule")
+		s.log.Info().Strs("names", unknown).Msg("removed last ticks, outcomes and pauses of names that are no schedule")
 	}
 	return nil
 }
@@ -172,6 +179,30 @@ func (s *Scheduler) pruneTicks(ctx context.Context, now time.Time) error {
 			return nil
 		}
 	}
+}
+
+// pruneRuns removes the run-now requests older than RunRetention (and any
+// that do not read as one).
+func (s *Scheduler) pruneRuns(ctx context.Context, now time.Time) error {
+	rdb := s.b.Client()
+	all, err := rdb.HGetAll(ctx, s.keys.Runs).Result()
+	if err != nil {
+		return fmt.Errorf("reading the run-now requests: %w", err)
+	}
+	var old []string
+	for id, raw := range all {
+		var r run
+		if json.Unmarshal([]byte(raw), &r) != nil || r.Requested+RunRetention.Milliseconds() < now.UnixMilli() {
+			old = append(old, id)
+		}
+	}
+	if len(old) == 0 {
+		return nil
+	}
+	if err := rdb.HDel(ctx, s.keys.Runs, old...).Err(); err != nil {
+		return fmt.Errorf("removing old run-now requests: %w", err)
+	}
+	return nil
 }
 
 func toAny(ss []string) []any {
@@ -211,11 +242,26 @@ func (s *Scheduler) resume(ctx context.Context, now time.Time) error {
 // catchUp moves each schedule's cursor to the latest tick enqueued by any
 // scheduler when that is later (fresh: to it in any case), so that a
 // scheduler that was held up does not try ticks the others enqueued.
+//
+// It reads the paused schedules too, and the pending run-now requests of
+// this scheduler's schedules: a schedule resumed later than its cursor
+// moves its cursor to the moment it was resumed, so that the ticks due
+// while it was paused never run.
 func (s *Scheduler) catchUp(ctx context.Context, fresh bool) error {
-	last, err := s.b.Client().ZRangeWithScores(ctx, s.keys.Last, 0, -1).Result()
-	if err != nil {
-		return fmt.Errorf("reading the schedules' last ticks: %w", err)
+	var (
+		lastCmd *redis.ZSliceCmd
+		pauses  *redis.MapStringStringCmd
+		runs    *redis.MapStringStringCmd
+	)
+	if _, err := s.b.Client().Pipelined(ctx, func(p redis.Pipeliner) error {
+		lastCmd = p.ZRangeWithScores(ctx, s.keys.Last, 0, -1)
+		pauses = p.HGetAll(ctx, s.keys.Paused)
+		runs = p.HGetAll(ctx, s.keys.Runs)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("reading the schedules' last ticks, pauses and run-now requests: %w", err)
 	}
+	last := lastCmd.Val()
 	lastOf := make(map[string]int64, len(last))
 	for _, z := range last {
 		if name, ok := z.Member.(string); ok {
@@ -230,6 +276,57 @@ func (s *Scheduler) catchUp(ctx context.Context, fresh bool) error {
 		if t := time.UnixMilli(v).In(e.loc); fresh || t.After(e.cur) {
 			e.cur = t
 		}
+	}
+	declared := make(map[string]bool, len(s.entries))
+	for _, e := range s.entries {
+		declared[e.name] = true
+		e.paused = false
+		raw, ok := pauses.Val()[e.name]
+		if !ok {
+			continue
+		}
+		var p pause
+		if err := json.Unmarshal([]byte(raw), &p); err != nil {
+			s.log.Warn().Str("schedule", e.name).Str("record", truncate(raw, 100)).Msg("the stored pause of a schedule is unreadable; the schedule runs")
+			continue
+		}
+		if p.Resumed == 0 {
+			e.paused = true
+		} else if t := time.UnixMilli(p.Resumed).In(e.loc); t.After(e.cur) {
+			e.cur = t
+		}
+	}
+	s.runs = s.runs[:0]
+	now := s.now().UnixMilli()
+	for id, raw := range runs.Val() {
+		var r run
+		if json.Unmarshal([]byte(raw), &r) != nil || r.State != RunPending || !declared[r.Name] ||
+			RunID(r.Name, r.Request) != id || r.Requested+RunRetention.Milliseconds() < now {
+			continue
+		}
+		s.runs = append(s.runs, pendingRun{id: id, r: r})
+	}
+	sort.Slice(s.runs, func(i, j int) bool { return s.runs[i].id < s.runs[j].id })
+	return nil
+}
+
+// recordPaused records, for each paused schedule, its latest tick skipped
+// as its last outcome, ResultPaused.
+func (s *Scheduler) recordPaused(ctx context.Context, now time.Time, skipped map[*entry]time.Time) error {
+	if len(skipped) == 0 {
+		return nil
+	}
+	fields := make([]any, 0, 2*len(skipped))
+	for e, at := range skipped {
+		body, err := json.Marshal(outcome{Result: ResultPaused, Tick: at.UnixMilli(), At: now.UnixMilli()})
+		if err != nil {
+			return err
+		}
+		fields = append(fields, e.name, body)
+		s.log.Debug().Str("schedule", e.name).Str("tick", at.UTC().Format(tickLayout)).Msg("tick skipped: the schedule is paused")
+	}
+	if err := s.b.Client().HSet(ctx, s.keys.Outcomes, fields...).Err(); err != nil {
+		return fmt.Errorf("recording ticks skipped while paused: %w", err)
 	}
 	return nil
 }
@@ -270,6 +367,13 @@ type Status struct {
 	// recorded.
 	Outcome *LastOutcome
 
+	// Paused: the schedule is paused ([Pause]) since PausedAt; no
+	// scheduler enqueues its ticks. ResumedAt is when it was last resumed
+	// (zero when never, or while paused).
+	Paused    bool
+	PausedAt  time.Time
+	ResumedAt time.Time
+
 	Seen    time.Time // the last heartbeat of a scheduler that declares it
 	Expires time.Time // when it counts as stale without another heartbeat
 	Stale   bool      // no scheduler declared it since Expires
@@ -288,6 +392,9 @@ const (
 	ResultRetry   = "retry"   // the attempt failed; the job is retried
 	ResultDead    = "dead"    // the attempt failed for good
 	ResultFailed  = "failed"  // the attempt failed outside a worker: what follows is unknown
+	// ResultPaused: the scheduler skipped the tick because the schedule
+	// was paused ([Pause]).
+	ResultPaused = "paused"
 	// ResultRefused: the scheduler could not enqueue the tick's job (an
 	// expiry before the tick, a job the broker finds invalid) and skipped
 	// the tick; Error says why.
@@ -298,7 +405,7 @@ const (
 // ended, or why the scheduler could not enqueue its latest tick.
 type LastOutcome struct {
 	// Result is one of ResultSuccess, ResultRetry, ResultDead,
-	// ResultFailed and ResultRefused.
+	// ResultFailed, ResultRefused and ResultPaused.
 	Result  string
 	Tick    time.Time // the tick of the job
 	At      time.Time // when the attempt ended
@@ -314,15 +421,17 @@ type LastOutcome struct {
 func List(ctx context.Context, b *broker.Broker, now time.Time) ([]Status, error) {
 	rdb, keys := b.Client(), keyspace.Periodic(b.Namespace())
 	var (
-		defs  *redis.MapStringStringCmd
-		last  *redis.ZSliceCmd
-		outs  *redis.MapStringStringCmd
-		clock *redis.TimeCmd
+		defs   *redis.MapStringStringCmd
+		last   *redis.ZSliceCmd
+		outs   *redis.MapStringStringCmd
+		pauses *redis.MapStringStringCmd
+		clock  *redis.TimeCmd
 	)
 	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		defs = p.HGetAll(ctx, keys.Schedules)
 		last = p.ZRangeWithScores(ctx, keys.Last, 0, -1)
 		outs = p.HGetAll(ctx, keys.Outcomes)
+		pauses = p.HGetAll(ctx, keys.Paused)
 		if now.IsZero() {
 			clock = p.Time(ctx)
 		}
@@ -373,6 +482,18 @@ func List(ctx context.Context, b *broker.Broker, now time.Time) ([]Status, error
 				problems = append(problems, fmt.Sprintf("stored outcome does not decode: %v (%s)", err, quoteStart(raw, 40)))
 			} else {
 				st.Outcome = &LastOutcome{Result: o.Result, Tick: fromMS(o.Tick), At: fromMS(o.At), Attempt: o.Attempt, Error: o.Error}
+			}
+		}
+		if raw, ok := pauses.Val()[name]; ok {
+			var p pause
+			if err := json.Unmarshal([]byte(raw), &p); err != nil {
+				problems = append(problems, fmt.Sprintf("stored pause does not decode: %v (%s)", err, quoteStart(raw, 40)))
+			} else {
+				st.Paused = p.Resumed == 0
+				st.PausedAt = fromMS(p.Paused)
+				if !st.Paused {
+					st.PausedAt, st.ResumedAt = time.Time{}, fromMS(p.Resumed)
+				}
 			}
 		}
 		st.Problem = strings.Join(problems, "; ")

@@ -155,7 +155,8 @@ func do(t *testing.T, ctx context.Context, what string, steps ...chromedp.Action
 // that origin can neither read it nor purge its dead letters. Then a
 // running job's page goes stale and gone, the processes page lists the
 // live workers, and a rate limit and a cap set from a queue page hold jobs
-// back, which the page shows (screenshots of those too). CI sets
+// back, which the page shows (screenshots of those too), and a periodic
+// schedule is paused, run now and resumed from the periodic page. CI sets
 // DELAYQ_BROWSER=later for its parallel run of every package and runs this
 // test alone afterwards.
 func TestBrowser(t *testing.T) {
@@ -342,6 +343,7 @@ func TestBrowser(t *testing.T) {
 	finishedJob(t, ctx, b, web.URL, attacker, release)
 	heldBack(t, ctx, b, web.URL)
 	deadTrimmed(t, ctx, rdb)
+	periodicPauseAndRun(t, ctx, b, web.URL)
 }
 
 // deadTrimmed: a queue of another namespace, whose dead-letter store keeps

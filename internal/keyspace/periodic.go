@@ -15,6 +15,13 @@ type PeriodicKeys struct {
 	// Secret: STRING, the key with which schedulers sign their ticks' jobs
 	// (an HMAC in a header) so that only those record outcomes.
 	Secret string
+	// Paused: HASH schedule name -> its pause (JSON: when it was paused,
+	// and when resumed; a resumed schedule's record says from when its
+	// ticks run again).
+	Paused string
+	// Runs: HASH run-now job id (name@run:request) -> the request and
+	// what became of it (JSON), kept until it expires.
+	Runs string
 }
 
 // Periodic returns the periodic schedules' keys of namespace ns.
@@ -26,5 +33,7 @@ func Periodic(ns string) PeriodicKeys {
 		Outcomes:  p + "outcomes",
 		Ticks:     p + "ticks",
 		Secret:    p + "secret",
+		Paused:    p + "paused",
+		Runs:      p + "runs",
 	}
 }
