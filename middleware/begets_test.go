@@ -112,7 +112,7 @@ func TestTracesFollowJobsThatJobsEnqueue(t *testing.T) {
 	}
 	creator.End()
 	// The tick.
-	s, err := periodic.New(tb.b, periodic.Config{Enqueue: mws, Logger: tb.Config(t).Logger})
+	s, err := periodic.New(tb.b, periodic.Options{Enqueue: mws, Logger: tb.Config(t).Logger})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,7 +53,7 @@ type pause struct {
 }
 
 // Pause pauses the schedule name in the namespace of b, for every
-// scheduler: from its next step (at most Config.Poll later), no scheduler
+// scheduler: from its next step (at most Options.Poll later), no scheduler
 // enqueues the schedule's ticks; each skipped tick is recorded as its last
 // outcome, ResultPaused. The pause is stored in Redis and lasts until
 // [Resume], whatever scheduler restarts. Pausing a paused schedule changes
@@ -188,9 +188,9 @@ func validateRequest(request string) error {
 
 // RunNow requests one run of the schedule name now, outside its timing,
 // and returns the request. The schedulers that declare the schedule pick
-// the request up at their next step (at most Config.Poll later) and
+// the request up at their next step (at most Options.Poll later) and
 // enqueue its job as they build a tick's (the same type, arguments,
-// options and queue, signed, through Config.Enqueue) with the id
+// options and queue, signed, through Options.Enqueue) with the id
 // RunID(name, request), ready at once; the schedule's ticks go on as
 // before, paused or not. Only a scheduler holds a schedule's arguments,
 // which is why the request goes through them.

@@ -44,7 +44,7 @@ func TestPauseStopsTicksAcrossSchedulers(t *testing.T) {
 		mustAdd(t, s, "every-second", "@every 1s", RunMissedAll(time.Hour))
 		mustAdd(t, s, "other", "@every 1s")
 	}
-	a, b := sim.scheduler(t, Config{}, add), sim.scheduler(t, Config{}, add)
+	a, b := sim.scheduler(t, Options{}, add), sim.scheduler(t, Options{}, add)
 	handled := map[string]int{}
 	second := func(i int) string { return TickID("every-second", start.Add(time.Duration(i)*time.Second)) }
 	for range 3 {
@@ -94,7 +94,7 @@ func TestPauseStopsTicksAcrossSchedulers(t *testing.T) {
 		sim.set(start.Add(time.Duration(i) * time.Second))
 		switch {
 		case i == 20:
-			c = sim.scheduler(t, Config{}, add) // started during the pause
+			c = sim.scheduler(t, Options{}, add) // started during the pause
 			sim.step(t, a, c)
 		case i > 20:
 			sim.step(t, a, c) // b is held up from here until after the resume
@@ -156,14 +156,14 @@ func TestPauseSurvivesRestarts(t *testing.T) {
 	start := time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC)
 	sim := newSimulated(t, start)
 	add := func(s *Scheduler) { mustAdd(t, s, "minutely", "* * * * *", RunMissedAll(time.Hour)) }
-	s := sim.scheduler(t, Config{}, add)
+	s := sim.scheduler(t, Options{}, add)
 	sim.clk.Advance(time.Minute)
 	sim.step(t, s) // 03:05 runs
 	if err := setPaused(sim.tb.Ctx, sim.tb.B, "minutely", true, sim.clk.Now()); err != nil {
 		t.Fatal(err)
 	}
 	sim.clk.Advance(10 * time.Minute) // all down until 03:15
-	s = sim.scheduler(t, Config{}, add)
+	s = sim.scheduler(t, Options{}, add)
 	sim.step(t, s)
 	if st := sim.status(t, "minutely"); !st.Paused || st.Outcome == nil || st.Outcome.Result != ResultPaused || !st.Outcome.Tick.Equal(start.Add(11*time.Minute)) {
 		t.Fatalf("after a restart during the pause: %+v, outcome %+v", st, st.Outcome)
@@ -173,7 +173,7 @@ func TestPauseSurvivesRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	sim.clk.Advance(3 * time.Minute) // all down again until 03:18:30
-	s = sim.scheduler(t, Config{}, add)
+	s = sim.scheduler(t, Options{}, add)
 	sim.step(t, s)
 	got := sim.pending(t)
 	want := []string{TickID("minutely", start.Add(time.Minute)), TickID("minutely", start.Add(12*time.Minute)),
@@ -195,7 +195,7 @@ func TestRunNowEnqueuesOnce(t *testing.T) {
 	add := func(s *Scheduler) {
 		mustAdd(t, s, "minutely", "* * * * *", JobOptions(job.MaxRetries(7), job.Header("team", "ops")))
 	}
-	a, b := sim.scheduler(t, Config{}, add), sim.scheduler(t, Config{}, add)
+	a, b := sim.scheduler(t, Options{}, add), sim.scheduler(t, Options{}, add)
 	sim.clk.Advance(20 * time.Second)
 	ctx := sim.tb.Ctx
 
@@ -300,7 +300,7 @@ func TestRunNowWhilePaused(t *testing.T) {
 	t.Parallel()
 	start := time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC)
 	sim := newSimulated(t, start)
-	s := sim.scheduler(t, Config{}, func(s *Scheduler) { mustAdd(t, s, "minutely", "* * * * *") })
+	s := sim.scheduler(t, Options{}, func(s *Scheduler) { mustAdd(t, s, "minutely", "* * * * *") })
 	if err := setPaused(sim.tb.Ctx, sim.tb.B, "minutely", true, sim.clk.Now()); err != nil {
 		t.Fatal(err)
 	}
@@ -325,7 +325,7 @@ func TestRunNowRecordsAnOutcome(t *testing.T) {
 	t.Parallel()
 	start := time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC)
 	sim := newSimulated(t, start)
-	s := sim.scheduler(t, Config{}, func(s *Scheduler) { mustAdd(t, s, "nightly", "0 2 * * *") })
+	s := sim.scheduler(t, Options{}, func(s *Scheduler) { mustAdd(t, s, "nightly", "0 2 * * *") })
 	sim.clk.Advance(1500 * time.Millisecond)
 	r, err := runNow(sim.tb.Ctx, sim.tb.B, "nightly", "op", sim.clk.Now())
 	if err != nil {

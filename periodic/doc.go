@@ -3,7 +3,7 @@
 //
 //	var Report = job.New[ReportArgs]("report.nightly", job.Queue("reports"))
 //
-//	s, err := periodic.New(b, periodic.Config{})
+//	s, err := periodic.New(b, periodic.Options{})
 //	err = periodic.Add(s, "nightly-report", "30 2 * * *", Report, ReportArgs{Kind: "sales"},
 //		periodic.Zone("Europe/Berlin"), periodic.RunMissedOnce(6*time.Hour))
 //	go s.Run(ctx)
@@ -31,7 +31,7 @@
 // # Missed ticks
 //
 // A scheduler enqueues each tick when it is due, and every tick it reached
-// within Config.Tolerance (5 s) of its time when it woke late. A tick
+// within Options.Tolerance (5 s) of its time when it woke late. A tick
 // reached later than that, or due before the scheduler started, was
 // missed, and follows the schedule's policy: [RunOnce] (the default,
 // within [DefaultMissedWithin]) enqueues one job for the latest of them,
@@ -51,7 +51,7 @@
 // # Pause, resume and run now
 //
 // [Pause] stops a schedule's ticks in every scheduler, from its next step
-// (within Config.Poll), until [Resume]; the pause is stored in Redis, and
+// (within Options.Poll), until [Resume]; the pause is stored in Redis, and
 // each tick passed over is the schedule's last outcome, ResultPaused.
 // The ticks due while it was paused never run: a resumed schedule goes on
 // from the moment of the resume, its missed-tick policy counted from
@@ -71,8 +71,8 @@
 // # Schedules in Redis
 //
 // Run writes the schedules it declares to Redis and refreshes them every
-// Config.Heartbeat; [List] reads them. A schedule that no running scheduler
-// declares any more (an old deploy's) turns stale after Config.StaleAfter,
+// Options.Heartbeat; [List] reads them. A schedule that no running scheduler
+// declares any more (an old deploy's) turns stale after Options.StaleAfter,
 // is shown as such, is removed by the next scheduler's heartbeat, and is
 // never run. See docs/periodic.md.
 //

@@ -48,7 +48,7 @@ func Example() {
 
 	running := make(chan error, 3)
 	for range 2 {
-		s, err := periodic.New(b, periodic.Config{})
+		s, err := periodic.New(b, periodic.Options{})
 		if err != nil {
 			panic(err)
 		}
@@ -84,7 +84,7 @@ func Example() {
 	fmt.Println("last outcome:", st.Outcome.Result, "stale:", st.Stale)
 
 	// Bad input fails at declaration, naming what is wrong.
-	s, _ := periodic.New(b, periodic.Config{})
+	s, _ := periodic.New(b, periodic.Options{})
 	err = periodic.Add(s, "nightly", "30 25 * * *", pingType, Ping{})
 	fmt.Println(errors.Is(err, job.ErrInvalid), err)
 	err = periodic.Add(s, "nightly", "30 2 * * *", pingType, Ping{}, periodic.Zone("Mars/Olympus_Mons"))

@@ -31,7 +31,7 @@ const (
 // MaxNameLen is the longest schedule name, in bytes.
 const MaxNameLen = 128
 
-// Defaults of Config.
+// Defaults of Options.
 const (
 	DefaultTolerance  = 5 * time.Second
 	DefaultHeartbeat  = 30 * time.Second
@@ -48,9 +48,9 @@ const DefaultMissedWithin = time.Hour
 // RunMissedAll catch-up of more goes on at once in further steps.
 const MaxCatchUp = 1000
 
-// Config configures a Scheduler. The zero value is usable: every field has
+// Options configures a Scheduler. The zero value is usable: every field has
 // a documented default.
-type Config struct {
+type Options struct {
 	// Tolerance is how late a running scheduler may reach a tick and still
 	// count as on time: a scheduler that wakes a little late (a pause, a
 	// slow reply, Redis unreachable for a moment) enqueues every tick it
@@ -119,8 +119,8 @@ type Config struct {
 // scheduler enqueues every tick, and all but one are refused.
 type Scheduler struct {
 	b    *broker.Broker
-	enq  job.Enqueuer // b in Config.Enqueue
-	cfg  Config
+	enq  job.Enqueuer // b in Options.Enqueue
+	cfg  Options
 	keys keyspace.PeriodicKeys
 	log  zerolog.Logger
 
@@ -145,7 +145,7 @@ var ErrStarted = errors.New("periodic: scheduler already running")
 
 // New returns a Scheduler that enqueues through b. It checks cfg but does
 // not contact Redis.
-func New(b *broker.Broker, cfg Config) (*Scheduler, error) {
+func New(b *broker.Broker, cfg Options) (*Scheduler, error) {
 	if b == nil {
 		return nil, fmt.Errorf("periodic: %w: nil broker", job.ErrInvalid)
 	}
@@ -172,7 +172,7 @@ func New(b *broker.Broker, cfg Config) (*Scheduler, error) {
 	}
 	for i, mw := range cfg.Enqueue {
 		if mw == nil {
-			return nil, fmt.Errorf("periodic: %w: Config.Enqueue[%d] is nil", job.ErrInvalid, i)
+			return nil, fmt.Errorf("periodic: %w: Options.Enqueue[%d] is nil", job.ErrInvalid, i)
 		}
 	}
 	log := zerolog.Nop()
@@ -186,7 +186,7 @@ func New(b *broker.Broker, cfg Config) (*Scheduler, error) {
 
 // Missed is a schedule's policy for the ticks it missed: those due while
 // no scheduler was there to enqueue them on time (every scheduler was
-// down, stalled or cut off from Redis for longer than Config.Tolerance,
+// down, stalled or cut off from Redis for longer than Options.Tolerance,
 // or had not started yet). Whatever the policy, a scheduler that comes
 // back enqueues at most one job for its absence, unless the policy is
 // RunAll.
@@ -194,7 +194,7 @@ type Missed uint8
 
 const (
 	// Skip drops missed ticks: the schedule goes on with its next tick
-	// (a tick reached within Config.Tolerance of its time is not missed,
+	// (a tick reached within Options.Tolerance of its time is not missed,
 	// and runs).
 	Skip Missed = iota
 	// RunOnce enqueues one job for all the missed ticks: the latest of
@@ -463,7 +463,7 @@ func (s *Scheduler) now() time.Time {
 // Run syncs the schedules to Redis, then enqueues their ticks until ctx is
 // cancelled, and returns nil. Redis errors are logged and retried, never
 // returned: a scheduler cut off from Redis catches up when it is back
-// (within Config.Tolerance, else by each schedule's missed-tick policy).
+// (within Options.Tolerance, else by each schedule's missed-tick policy).
 // Run without schedules returns at once. A second call returns ErrStarted.
 func (s *Scheduler) Run(ctx context.Context) error {
 	s.mu.Lock()
@@ -527,7 +527,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 
 // register keeps the scheduler in the process registry (package fleet)
 // until ctx is done; the returned func waits for its deregistration. It is
-// nil when Config.ProcessTTL is negative.
+// nil when Options.ProcessTTL is negative.
 func (s *Scheduler) register(ctx context.Context, entries []*entry) func() {
 	if s.cfg.ProcessTTL < 0 {
 		return nil

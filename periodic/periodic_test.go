@@ -22,10 +22,10 @@ import (
 func TestBadDeclarations(t *testing.T) {
 	t.Parallel()
 	tb := testkit.Setup(t)
-	if _, err := periodic.New(tb.B, periodic.Config{Enqueue: []job.EnqueueMiddleware{nil}}); !errors.Is(err, job.ErrInvalid) || !strings.Contains(err.Error(), "Config.Enqueue[0] is nil") {
+	if _, err := periodic.New(tb.B, periodic.Options{Enqueue: []job.EnqueueMiddleware{nil}}); !errors.Is(err, job.ErrInvalid) || !strings.Contains(err.Error(), "Options.Enqueue[0] is nil") {
 		t.Errorf("nil enqueue middleware: %v", err)
 	}
-	s, err := periodic.New(tb.B, periodic.Config{})
+	s, err := periodic.New(tb.B, periodic.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestBadDeclarations(t *testing.T) {
 	if n, err := tb.RDB.Exists(tb.Ctx, keyspace.Periodic(tb.NS).Schedules, keyspace.Periodic(tb.NS).Last).Result(); err != nil || n != 0 {
 		t.Errorf("declarations wrote %d keys (%v); want none before Run", n, err)
 	}
-	for _, cfg := range []periodic.Config{{Tolerance: -1}, {Poll: -time.Second}, {Heartbeat: time.Minute, StaleAfter: time.Minute}} {
+	for _, cfg := range []periodic.Options{{Tolerance: -1}, {Poll: -time.Second}, {Heartbeat: time.Minute, StaleAfter: time.Minute}} {
 		if _, err := periodic.New(tb.B, cfg); !errors.Is(err, job.ErrInvalid) {
 			t.Errorf("New(%+v): %v, want job.ErrInvalid", cfg, err)
 		}
@@ -86,7 +86,7 @@ func TestRunRecordsOutcomes(t *testing.T) {
 	cfg.Queues = []worker.Queue{{Name: "health"}}
 	testkit.StartWorker(t, cfg, periodic.Outcomes(tb.B))
 
-	s, err := periodic.New(tb.B, periodic.Config{Logger: testkit.Logger(t)})
+	s, err := periodic.New(tb.B, periodic.Options{Logger: testkit.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +206,7 @@ func TestForgedJobDoesNotChangeTheOutcome(t *testing.T) {
 	cfg := tb.Config(t)
 	cfg.Queues = []worker.Queue{{Name: "health"}}
 	testkit.StartWorker(t, cfg, periodic.Outcomes(tb.B))
-	s, err := periodic.New(tb.B, periodic.Config{Logger: testkit.Logger(t)})
+	s, err := periodic.New(tb.B, periodic.Options{Logger: testkit.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,7 @@ func newSimulated(t *testing.T, start time.Time) *simulated {
 
 // scheduler returns a started scheduler on the simulated clock whose
 // heartbeat never comes by itself; add declares its schedules.
-func (sim *simulated) scheduler(t *testing.T, cfg Config, add func(s *Scheduler)) *Scheduler {
+func (sim *simulated) scheduler(t *testing.T, cfg Options, add func(s *Scheduler)) *Scheduler {
 	t.Helper()
 	cfg.Clock = sim.clk.Now
 	if cfg.Heartbeat == 0 {
@@ -168,14 +168,14 @@ func TestSchedulersEnqueueEachTickOnce(t *testing.T) {
 	start := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	sim := newSimulated(t, start)
 	add := func(s *Scheduler) { mustAdd(t, s, "every-second", "@every 1s") }
-	a, b, c := sim.scheduler(t, Config{}, add), sim.scheduler(t, Config{}, add), sim.scheduler(t, Config{}, add)
+	a, b, c := sim.scheduler(t, Options{}, add), sim.scheduler(t, Options{}, add), sim.scheduler(t, Options{}, add)
 	handled := map[string]int{}
 	const seconds = 120
 	for i := range seconds {
 		sim.clk.Advance(time.Second)
 		switch {
 		case i == seconds/2:
-			c = sim.scheduler(t, Config{}, add) // restarted
+			c = sim.scheduler(t, Options{}, add) // restarted
 			sim.step(t, a, b, c)
 		case i > 20 && i < 40:
 			sim.step(t, a, c) // b is held up for 20 s, then catches up
@@ -229,14 +229,14 @@ func TestMissedTicks(t *testing.T) {
 				opts = append(opts, tc.opt)
 			}
 			add := func(s *Scheduler) { mustAdd(t, s, "s", tc.spec, opts...) }
-			s := sim.scheduler(t, Config{}, add)
+			s := sim.scheduler(t, Options{}, add)
 			// The first run records a last tick (forcing one at 12:00 for the daily spec).
 			sim.clk.Advance(time.Second)
 			if _, err := sim.tb.RDB.ZAdd(sim.tb.Ctx, s.keys.Last, redisZ("s", start)).Result(); err != nil {
 				t.Fatal(err)
 			}
 			sim.clk.Advance(tc.down)
-			s = sim.scheduler(t, Config{}, add) // every scheduler was down; a new one starts
+			s = sim.scheduler(t, Options{}, add) // every scheduler was down; a new one starts
 			if _, err := s.step(sim.tb.Ctx, sim.clk.Now()); err != nil {
 				t.Fatal(err)
 			}
@@ -286,7 +286,7 @@ func TestCatchUpAfterAScheduleChange(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			sim := newSimulated(t, start)
-			old := sim.scheduler(t, Config{}, func(s *Scheduler) { mustAdd(t, s, "report", "*/20 * * * * *", tc.opts...) })
+			old := sim.scheduler(t, Options{}, func(s *Scheduler) { mustAdd(t, s, "report", "*/20 * * * * *", tc.opts...) })
 			for range 60 {
 				sim.clk.Advance(time.Second)
 				sim.step(t, old)
@@ -297,7 +297,7 @@ func TestCatchUpAfterAScheduleChange(t *testing.T) {
 			}
 			// The old deploy stops at 03:05:00; the new one starts 15 s later.
 			sim.clk.Advance(15 * time.Second)
-			cur := sim.scheduler(t, Config{}, func(s *Scheduler) { mustAdd(t, s, "report", "* * * * * *", tc.opts...) })
+			cur := sim.scheduler(t, Options{}, func(s *Scheduler) { mustAdd(t, s, "report", "* * * * * *", tc.opts...) })
 			sim.step(t, cur)
 			got := sim.tickTimes(t, "report", "15:04:05")[len(want):]
 			if len(got) != tc.catchUp || got[len(got)-1] != "03:05:15" {
@@ -341,7 +341,7 @@ func TestCatchUpAfterAnOutage(t *testing.T) {
 				spec = "@every 1s"
 			}
 			add := func(s *Scheduler) { mustAdd(t, s, "s", spec) }
-			s := sim.scheduler(t, Config{}, add)
+			s := sim.scheduler(t, Options{}, add)
 			for range 30 {
 				sim.clk.Advance(time.Second)
 				sim.step(t, s)
@@ -363,7 +363,7 @@ func TestCatchUpAfterAnOutage(t *testing.T) {
 			}
 			sim.clk.Advance(tc.away)
 			if tc.restart {
-				s = sim.scheduler(t, Config{}, add)
+				s = sim.scheduler(t, Options{}, add)
 			}
 			sim.step(t, s)
 			if got := sim.tickTimes(t, "s", "15:04:05")[before:]; !slices.Equal(got, tc.want) {
@@ -393,7 +393,7 @@ func TestDaylightSavingDays(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			sim := newSimulated(t, tc.from)
-			s := sim.scheduler(t, Config{}, func(s *Scheduler) { mustAdd(t, s, "s", tc.spec, Zone("America/New_York")) })
+			s := sim.scheduler(t, Options{}, func(s *Scheduler) { mustAdd(t, s, "s", tc.spec, Zone("America/New_York")) })
 			if got := sim.run(t, s, tc.to); !slices.Equal(got, tc.want) {
 				t.Errorf("jobs %v, want %v", got, tc.want)
 			}
@@ -408,7 +408,7 @@ func TestStaleScheduleIsRemovedNotRun(t *testing.T) {
 	t.Parallel()
 	start := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	sim := newSimulated(t, start)
-	cfg := Config{Heartbeat: time.Minute, StaleAfter: 5 * time.Minute}
+	cfg := Options{Heartbeat: time.Minute, StaleAfter: 5 * time.Minute}
 	old := sim.scheduler(t, cfg, func(s *Scheduler) {
 		mustAdd(t, s, "kept", "* * * * *")
 		mustAdd(t, s, "dropped", "* * * * *")
@@ -473,7 +473,7 @@ func TestTickUniqueAfterItsJobEnded(t *testing.T) {
 	start := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	sim := newSimulated(t, start)
 	add := func(s *Scheduler) { mustAdd(t, s, "s", "@every 1s") }
-	a := sim.scheduler(t, Config{}, add)
+	a := sim.scheduler(t, Options{}, add)
 	handled := map[string]int{}
 	for range 10 {
 		sim.clk.Advance(time.Second)
@@ -488,7 +488,7 @@ func TestTickUniqueAfterItsJobEnded(t *testing.T) {
 	}
 	// Held up since the start (running, not restarted, with a Tolerance
 	// that makes its 11 ticks on time), and knows of no tick.
-	late := sim.scheduler(t, Config{Tolerance: time.Minute}, add)
+	late := sim.scheduler(t, Options{Tolerance: time.Minute}, add)
 	late.entries[0].cur, late.entries[0].away = start, false
 	sim.clk.Advance(time.Second)
 	sim.step(t, late)
@@ -524,7 +524,7 @@ func TestPoisonedScheduleIsSkipped(t *testing.T) {
 	sim := &simulated{tb: tb, clk: clk}
 	var logs syncBuffer
 	logger := zerolog.New(&logs)
-	s := sim.scheduler(t, Config{Logger: &logger}, func(s *Scheduler) {
+	s := sim.scheduler(t, Options{Logger: &logger}, func(s *Scheduler) {
 		mustAdd(t, s, "healthy-a", "@every 1s")
 		mustAdd(t, s, "expiring", "@every 1s", JobOptions(job.ExpireAt(start.Add(2500*time.Millisecond))))
 		if err := Add(s, "too-big", "@every 1s", reportType, reportArgs{Kind: strings.Repeat("x", 2000)}); err != nil {
@@ -631,7 +631,7 @@ func TestQueueMoveRunsEachTickOnce(t *testing.T) {
 	declare := func(queue string) func(s *Scheduler) {
 		return func(s *Scheduler) { mustAdd(t, s, "mv", "@every 1s", JobOptions(job.Queue(queue))) }
 	}
-	old := sim.scheduler(t, Config{}, declare("qa"))
+	old := sim.scheduler(t, Options{}, declare("qa"))
 	handled := map[string]int{}
 	drain := func() {
 		sim.drainQueue(t, "qa", handled)
@@ -647,7 +647,7 @@ func TestQueueMoveRunsEachTickOnce(t *testing.T) {
 	for range 5 {
 		second(old)
 	}
-	cur := sim.scheduler(t, Config{}, declare("qb"))
+	cur := sim.scheduler(t, Options{}, declare("qb"))
 	for range 30 {
 		second(old, cur)
 	}
@@ -706,7 +706,7 @@ func TestOnlyTheSchedulersJobRecordsAnOutcome(t *testing.T) {
 	t.Parallel()
 	start := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	sim := newSimulated(t, start)
-	s := sim.scheduler(t, Config{}, func(s *Scheduler) { mustAdd(t, s, "nightly", "@every 1s") })
+	s := sim.scheduler(t, Options{}, func(s *Scheduler) { mustAdd(t, s, "nightly", "@every 1s") })
 	for range 2 {
 		sim.clk.Advance(time.Second)
 		sim.step(t, s)
@@ -793,7 +793,7 @@ func TestUnknownNamesExpire(t *testing.T) {
 	t.Parallel()
 	start := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	sim := newSimulated(t, start)
-	s := sim.scheduler(t, Config{}, func(s *Scheduler) { mustAdd(t, s, "nightly", "@every 1s") })
+	s := sim.scheduler(t, Options{}, func(s *Scheduler) { mustAdd(t, s, "nightly", "@every 1s") })
 	sim.clk.Advance(time.Second)
 	sim.step(t, s)
 	rdb, ctx := sim.tb.RDB, sim.tb.Ctx

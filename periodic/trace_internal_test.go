@@ -16,7 +16,7 @@ import (
 )
 
 // TestTickDuplicatesAreNotErrors: two schedulers with producer middleware
-// (Config.Enqueue) enqueue every tick together, so the broker refuses one
+// (Options.Enqueue) enqueue every tick together, so the broker refuses one
 // of each pair as a duplicate. Each tick's job is counted once by
 // delayq.jobs.enqueued (the counter equals the jobs handled), every
 // producer span has status Unset, and the refused ones say so with
@@ -29,7 +29,7 @@ func TestTickDuplicatesAreNotErrors(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
-	cfg := Config{Enqueue: []job.EnqueueMiddleware{
+	cfg := Options{Enqueue: []job.EnqueueMiddleware{
 		middleware.EnqueueTracing(middleware.WithTracerProvider(tp)),
 		middleware.EnqueueMetrics(middleware.WithMeterProvider(mp)),
 	}}

@@ -20,7 +20,7 @@ import (
 // schedule, and Resume brings the ticks back.
 func periodicPauseAndRun(t *testing.T, ctx context.Context, b *broker.Broker, base string) {
 	t.Helper()
-	s, err := periodic.New(b, periodic.Config{Poll: 100 * time.Millisecond, ProcessTTL: -1})
+	s, err := periodic.New(b, periodic.Options{Poll: 100 * time.Millisecond, ProcessTTL: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -82,7 +82,7 @@ func run() error {
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for _, replica := range []string{"replica-a", "replica-b"} {
-		s, err := periodic.New(b, periodic.Config{})
+		s, err := periodic.New(b, periodic.Options{})
 		if err != nil {
 			stop()
 			return err
@@ -145,7 +145,7 @@ func run() error {
 	}
 
 	// Bad input fails at declaration, naming what is wrong; nothing is written.
-	s, _ := periodic.New(b, periodic.Config{})
+	s, _ := periodic.New(b, periodic.Options{})
 	err = periodic.Add(s, "nightly-sales", "30 2 * * *", BuildReport, Report{}, periodic.Zone("Europe/Berlinn"))
 	clock.Printf("declaring a schedule in a zone that does not exist: %v", err)
 	err = periodic.Add(s, "every-minute", "61 * * * *", BuildReport, Report{})

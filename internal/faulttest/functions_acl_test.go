@@ -234,7 +234,7 @@ func functionsFeatures(t *testing.T, b *broker.Broker) {
 		must("enqueue to a sharded queue", err)
 	}
 	// A periodic schedule.
-	s, err := periodic.New(b, periodic.Config{})
+	s, err := periodic.New(b, periodic.Options{})
 	must("periodic.New", err)
 	must("periodic.Add", periodic.Add(s, "fn-tick", "@every 1s", types["fn.tick"], fnArgs{N: 50}))
 	pctx, pstop := context.WithCancel(ctx)

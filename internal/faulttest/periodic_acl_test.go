@@ -54,7 +54,7 @@ func TestPeriodicUnderNamespaceACL(t *testing.T) {
 	run := func(at time.Time, name string, cond func([]periodic.Status) bool) {
 		t.Helper()
 		began := time.Now()
-		s, err := periodic.New(b, periodic.Config{Logger: &logger, Clock: func() time.Time { return at.Add(time.Since(began)) }})
+		s, err := periodic.New(b, periodic.Options{Logger: &logger, Clock: func() time.Time { return at.Add(time.Since(began)) }})
 		if err != nil {
 			t.Fatal(err)
 		}

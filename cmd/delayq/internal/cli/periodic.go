@@ -43,7 +43,7 @@ stored schedule (see delayq periodic ls) is refused, and nothing changes.`
 	if pause {
 		use, short, long = "pause NAME", "Pause a periodic schedule in every scheduler process",
 			`Pause a schedule, for every scheduler process: from their next step (within
-a second, Config.Poll), none enqueues its ticks, and each tick skipped is its
+a second, periodic.Options.Poll), none enqueues its ticks, and each tick skipped is its
 last outcome, "paused" (delayq periodic ls). The pause is stored in Redis and
 lasts, across scheduler restarts, until delayq periodic resume. Jobs of ticks
 enqueued before go on; "delayq periodic run" still runs it. Pausing a paused
@@ -96,7 +96,7 @@ func (a *app) periodicRunCommand() *cobra.Command {
 		Use:   "run NAME",
 		Short: "Run a periodic schedule's job once, now, outside its timing",
 		Long: `Request one run of a schedule now. The scheduler processes that declare the
-schedule pick the request up within a second (Config.Poll) and enqueue its job
+schedule pick the request up within a second (periodic.Options.Poll) and enqueue its job
 as they build a tick's (same type, arguments, options and queue), with the id
 NAME@run:REQUEST, ready at once; the schedule's next tick is not disturbed, and
 a paused schedule runs too. The request id (--request, else a random one) makes

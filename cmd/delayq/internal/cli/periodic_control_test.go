@@ -84,7 +84,7 @@ func TestPeriodicRun(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
 	seedPeriodic(t, tb) // hourly-digest: its scheduler stopped, its record is not stale yet
-	s, err := periodic.New(tb.b, periodic.Config{Poll: 20 * time.Millisecond})
+	s, err := periodic.New(tb.b, periodic.Options{Poll: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

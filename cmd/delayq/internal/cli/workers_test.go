@@ -53,7 +53,7 @@ func runChild() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	s, err := periodic.New(b, periodic.Config{ProcessTTL: childTTL})
+	s, err := periodic.New(b, periodic.Options{ProcessTTL: childTTL})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

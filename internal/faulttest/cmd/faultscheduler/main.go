@@ -71,7 +71,7 @@ func run() error {
 		return err
 	}
 	logger := zerolog.New(os.Stderr).Level(zerolog.WarnLevel).With().Timestamp().Str("scheduler", name).Logger()
-	s, err := periodic.New(b, periodic.Config{Logger: &logger})
+	s, err := periodic.New(b, periodic.Options{Logger: &logger})
 	if err != nil {
 		return err
 	}
