@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"fmt"
 	"strings"
 
 	"github.com/delayq/delayq/internal/keyspace"
@@ -59,26 +58,12 @@ func (b *Broker) SetKeyConcurrency(ctx context.Context, queue, key string, n int
 	if err := job.ValidateQueue(queue); err != nil {
 		return err
 	}
-	if n < 0 {
-		return fmt.Errorf("broker: %w: key concurrency cap %d is negative", job.ErrInvalid, n)
-	}
-	q, err := b.route.Place(ctx, queue)
+	shards, values, err := b.capShares(ctx, queue, "key concurrency cap", n)
 	if err != nil {
-		return queueErr(queue, err)
-	}
-	shards := q.Shards()
-	if n > 0 && n < len(shards) {
-		return fmt.Errorf("broker: %w: key concurrency cap %d of queue %q is below its %d shards (each shard needs a slot)", job.ErrInvalid, n, queue, len(shards))
+		return err
 	}
 	for i, s := range shards {
-		value := ""
-		if n > 0 {
-			share := n / len(shards)
-			if i < n%len(shards) {
-				share++
-			}
-			value = fmt.Sprintf("%d/%d", share, n)
-		}
+		value := values[i]
 		k := s.Keys()
 		kk := keyCapKeysOf(k)
 		if _, err := b.run(ctx, keyCapScript, []string{k.Controls, kk.Caps, kk.HeldKeys, k.Scheduled, k.Held}, key, value, k.Wake); err != nil {

@@ -178,30 +178,45 @@ func (b *Broker) SetConcurrency(ctx context.Context, queue, typ string, n int) e
 	if err := job.ValidateQueue(queue); err != nil {
 		return err
 	}
-	if n < 0 {
-		return fmt.Errorf("broker: %w: concurrency cap %d is negative", job.ErrInvalid, n)
-	}
-	q, err := b.route.Place(ctx, queue)
+	shards, values, err := b.capShares(ctx, queue, "concurrency cap", n)
 	if err != nil {
-		return queueErr(queue, err)
-	}
-	shards := q.Shards()
-	if n > 0 && n < len(shards) {
-		return fmt.Errorf("broker: %w: concurrency cap %d of queue %q is below its %d shards (each shard needs a slot)", job.ErrInvalid, n, queue, len(shards))
+		return err
 	}
 	for i, s := range shards {
-		value := ""
-		if n > 0 {
-			share := n / len(shards)
-			if i < n%len(shards) {
-				share++
-			}
-			value = fmt.Sprintf("%d/%d", share, n)
-		}
+		value := values[i]
 		k := s.Keys()
 		if _, err := b.run(ctx, capScript, []string{k.Controls, k.Scheduled, k.Held}, what, value, k.Wake); err != nil {
 			return queueErr(queue, err)
 		}
 	}
 	return nil
+}
+
+// capShares places queue and splits a cap of n (what it is, for the
+// errors) between its shards: each shard's stored value, "share/n", the
+// first n mod S shards one more; "" for each when n is 0 (cleared). n must
+// not be negative, nor below the shard count.
+func (b *Broker) capShares(ctx context.Context, queue, what string, n int) ([]keyspace.Shard, []string, error) {
+	if n < 0 {
+		return nil, nil, fmt.Errorf("broker: %w: %s %d is negative", job.ErrInvalid, what, n)
+	}
+	q, err := b.route.Place(ctx, queue)
+	if err != nil {
+		return nil, nil, queueErr(queue, err)
+	}
+	shards := q.Shards()
+	if n > 0 && n < len(shards) {
+		return nil, nil, fmt.Errorf("broker: %w: %s %d of queue %q is below its %d shards (each shard needs a slot)", job.ErrInvalid, what, n, queue, len(shards))
+	}
+	values := make([]string, len(shards))
+	for i := range shards {
+		if n > 0 {
+			share := n / len(shards)
+			if i < n%len(shards) {
+				share++
+			}
+			values[i] = fmt.Sprintf("%d/%d", share, n)
+		}
+	}
+	return shards, values, nil
 }
