@@ -91,10 +91,14 @@ func (c *claims) failed(name string, now time.Time, refused bool) time.Duration 
 // whose reply was lost are taken: their jobs are on their way.
 type room struct{ run, free, depth int }
 
-// room returns the room of the worker now.
+// room returns the room of the worker now: with no prefetch while the
+// runners are starved (see slots.starved).
 func (w *Worker) room() room {
 	held := w.slots.count() + w.claims.reserved()
-	d := w.pace.depth(w.cfg)
+	d := 0
+	if w.slots.prefetching() {
+		d = w.pace.depth(w.cfg)
+	}
 	return room{run: w.cfg.Concurrency - held, free: w.cfg.Concurrency + d - held, depth: d}
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/deadletter"
+	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
@@ -112,7 +113,8 @@ func TestStalePrefetchedJobNeverStarts(t *testing.T) {
 	if _, err := typ.Enqueue(tb.ctx, tb.b, nil, job.ID("blocker")); err != nil {
 		t.Fatal(err)
 	}
-	stuck := tb.config(t)
+	claimed := &claimTally{n: map[string]int{}}
+	stuck := tb.wrapped(t, tb.config(t), func(p protocol.Broker) protocol.Broker { claimed.Broker = p; return claimed })
 	stuck.Concurrency, stuck.Prefetch = 1, 3
 	stuck.Lease, stuck.HeartbeatInterval, stuck.ReapInterval = 400*time.Millisecond, -1, -1
 	start(t, stuck)
@@ -130,6 +132,14 @@ func TestStalePrefetchedJobNeverStarts(t *testing.T) {
 		defer mu.Unlock()
 		return runs["p0"] > 0 && runs["p1"] > 0 && runs["p2"] > 0
 	})
+	for i := range 3 {
+		// Handed back once, the jobs are not claimed ahead again while
+		// the only goroutine is still busy: they would wait out their
+		// lease once more, keeping them from the healthy worker.
+		if id := fmt.Sprintf("p%d", i); claimed.count(id) > 1 {
+			t.Errorf("the stuck worker claimed %s %d times while its goroutine was busy", id, claimed.count(id))
+		}
+	}
 	close(release) // the stuck worker's goroutine is free again
 	redistest.WaitFor(t, 10*time.Second, "the queue drained", func() bool {
 		st, err := tb.b.Stats(tb.ctx, job.DefaultQueue)
@@ -142,6 +152,29 @@ func TestStalePrefetchedJobNeverStarts(t *testing.T) {
 			t.Errorf("prefetched job %s ran %d times", id, runs[id])
 		}
 	}
+}
+
+// claimTally counts the jobs a worker's claims took, by id.
+type claimTally struct {
+	protocol.Broker
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *claimTally) Claim(ctx context.Context, s keyspace.Shard, w protocol.Caller, id string, n int, lease time.Duration) (protocol.ClaimResult, error) {
+	res, err := c.Broker.Claim(ctx, s, w, id, n, lease)
+	c.mu.Lock()
+	for _, j := range res.Jobs {
+		c.n[j.ID]++
+	}
+	c.mu.Unlock()
+	return res, err
+}
+
+func (c *claimTally) count(id string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[id]
 }
 
 // failingExtends fails every Extend, as a worker cut off from Redis sees

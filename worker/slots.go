@@ -34,6 +34,12 @@ type slots struct {
 	freed         chan struct{} // a slot freed (buffered 1)
 	idle          chan struct{} // closed when inflight empties during shutdown
 	closing       bool
+	// starved: a prefetched job went stale waiting in line for a runner
+	// (every runner held its job for about a lease). Nothing more is
+	// prefetched until a runner is done with its job: jobs claimed ahead
+	// would only wait out their lease and be handed back again, over and
+	// over, while a worker with free runners could run them.
+	starved bool
 }
 
 // leaseKey identifies a held lease in slots.inflight: its shard's name, the
@@ -151,6 +157,7 @@ func (s *slots) serve(t *task, run func(*task)) {
 func (s *slots) next(r *runner) (t *task, park bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.starved = false
 	if len(s.line) > 0 {
 		t = s.line[0]
 		s.line[0] = nil
@@ -195,8 +202,12 @@ func (s *slots) startable(t *task, now time.Time) (ok, back bool) {
 	switch {
 	case t.released:
 		return false, false
-	case s.closing || s.isStale(t, now):
+	case s.closing:
 		s.handBack(t)
+		return false, true
+	case s.isStale(t, now):
+		s.handBack(t)
+		s.starved = true
 		return false, true
 	}
 	t.started = true
@@ -266,6 +277,7 @@ func (s *slots) stale(now time.Time) (back []*task, cancelled int) {
 	}
 	if len(back) > 0 {
 		s.line = slices.DeleteFunc(s.line, func(t *task) bool { return t.released })
+		s.starved = true
 	}
 	return back, cancelled
 }
@@ -290,9 +302,19 @@ func (s *slots) settle(t *task) bool {
 		t.settled = true
 		s.settling++
 	}
+	s.starved = false // its runner is done with it
 	s.mu.Unlock()
 	signal(s.freed)
 	return true
+}
+
+// prefetching reports whether jobs may be claimed ahead of the runners:
+// not since a prefetched job went stale in line, until a runner is done
+// with its job (see starved).
+func (s *slots) prefetching() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.starved
 }
 
 // held returns the leases of the jobs held and not handed back, settling

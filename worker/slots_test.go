@@ -153,3 +153,45 @@ func TestRunnersParkBetweenJobsAndStopAtShutdown(t *testing.T) {
 		t.Fatalf("after the shutdown: %d runners counted, %d started; want 0 and %d", p.s.runners, p.started, max)
 	}
 }
+
+// A prefetched job that goes stale in line (its one runner held its job
+// for about a lease) stops the prefetch until a runner is done with its
+// job: jobs claimed ahead again would only wait out their lease in line
+// and be handed back, over and over.
+func TestStaleLineStopsThePrefetchUntilARunnerFrees(t *testing.T) {
+	lease := 400 * time.Millisecond
+	s := newSlots(lease, lease/10)
+	release := make(chan struct{})
+	running := make(chan struct{})
+	p := &runnerPool{s: s, max: 1, run: func(tk *task) {
+		if ok, _ := s.startable(tk, tk.confirmed); ok && tk.c.Lease.ID == "job-0" {
+			close(running)
+			<-release
+		}
+		s.settle(tk)
+	}}
+	now := time.Now()
+	for i := range 4 {
+		tk := newTask(i)
+		tk.confirmed = now
+		p.take(tk)
+	}
+	<-running
+	if !s.prefetching() {
+		t.Fatal("prefetch stopped before anything went stale")
+	}
+	back, _ := s.stale(now.Add(lease))
+	if len(back) != 3 {
+		t.Fatalf("%d prefetched jobs handed back, want 3", len(back))
+	}
+	if s.prefetching() {
+		t.Fatal("the prefetch goes on while the only runner is still busy")
+	}
+	close(release)
+	waitParked(t, s, 1)
+	if !s.prefetching() {
+		t.Fatal("the prefetch stayed stopped after the runner was done with its job")
+	}
+	s.close()
+	p.wg.Wait()
+}
