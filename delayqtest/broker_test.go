@@ -87,7 +87,7 @@ func TestRunnerAgreesWithWorker(t *testing.T) {
 	}
 	reg := job.NewRegistry()
 	typ.Handle(reg, handler)
-	mws := append(worker.DefaultMiddleware(), capture)
+	mws := []job.Middleware{capture}
 	delayqtest.StartWorker(t, worker.Options{Broker: b, Registry: reg, Middleware: mws, MaxIdle: 100 * time.Millisecond})
 	for _, opts := range cases {
 		if _, err := typ.Enqueue(ctx, b, SMS{To: "+1"}, opts...); err != nil {

@@ -13,7 +13,6 @@ import (
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/middleware"
 	"github.com/delayq/delayq/retry"
-	"github.com/delayq/delayq/worker"
 )
 
 // Runner runs jobs in-process, one attempt at a time, the way a worker
@@ -27,9 +26,8 @@ import (
 type Runner struct {
 	// Registry holds the handlers, as worker.Options.Registry.
 	Registry *job.Registry
-	// Middleware wraps every handler, the first outermost. nil means
-	// worker.DefaultMiddleware() (Recover, Timeout); an empty non-nil
-	// slice means none, as in worker.Options.
+	// Middleware wraps every handler, the first outermost, around the
+	// worker's own deadline and panic recovery, as worker.Options's.
 	Middleware []job.Middleware
 	// Retry is the policy of jobs and types that set none. nil means
 	// retry.Default().
@@ -155,7 +153,7 @@ func RunAll[T any](ctx context.Context, r *Runner, typ *job.Type[T], args T, opt
 // failure (dead), as on a worker, which enqueues them before its ack.
 //
 // It returns an error wrapping job.ErrInvalid for a nil env, a Runner
-// without a Registry or an attempt below 1.
+// without a Registry, a nil Middleware entry or an attempt below 1.
 func (r *Runner) Attempt(ctx context.Context, env *job.Envelope, attempt int) (*Result, error) {
 	switch {
 	case r == nil || r.Registry == nil:
@@ -164,6 +162,11 @@ func (r *Runner) Attempt(ctx context.Context, env *job.Envelope, attempt int) (*
 		return nil, fmt.Errorf("delayqtest: %w: nil envelope", job.ErrInvalid)
 	case attempt < 1:
 		return nil, fmt.Errorf("delayqtest: %w: attempt %d; the first attempt is 1", job.ErrInvalid, attempt)
+	}
+	for i, mw := range r.Middleware {
+		if mw == nil {
+			return nil, fmt.Errorf("delayqtest: %w: Runner.Middleware[%d] is nil", job.ErrInvalid, i)
+		}
 	}
 	now := time.Now
 	if r.Now != nil {
@@ -207,10 +210,7 @@ func (r *Runner) Attempt(ctx context.Context, env *job.Envelope, attempt int) (*
 			return fmt.Errorf("no handler registered for type %q", m.Type)
 		})
 	}
-	mws := r.Middleware
-	if mws == nil {
-		mws = worker.DefaultMiddleware()
-	}
+	mws := slices.Concat(r.Middleware, []job.Middleware{middleware.Timeout(0), middleware.Recover()})
 	ctx, settle := job.WithResults(ctx)
 	ctx, a := job.WithAttempt(ctx, nil)
 	err := call(ctx, job.Chain(h, mws...), m)

@@ -212,10 +212,10 @@ func TestRunMiddlewareAndTimeout(t *testing.T) {
 		})
 	}
 	rn := runner(t, sms, func(ctx context.Context, j *job.Job[SMS]) error {
-		<-ctx.Done() // the Timeout middleware applies the deadline
+		<-ctx.Done() // the runner's own deadline, as a worker's
 		return ctx.Err()
 	})
-	rn.Middleware = []job.Middleware{record, middleware.Timeout(0)}
+	rn.Middleware = []job.Middleware{record}
 	res := run(t, rn, sms, SMS{To: "+1slow"})
 	if !errors.Is(res.Err, context.DeadlineExceeded) || res.Outcome != job.OutcomeRetry {
 		t.Errorf("slow handler: %s, want a retried deadline error", res)
@@ -244,6 +244,10 @@ func TestRunRefusesBadInput(t *testing.T) {
 		{"no registry", func() error { _, err := delayqtest.Run(ctx, &delayqtest.Runner{}, sms, SMS{}); return err }, "Runner.Registry is required"},
 		{"nil runner", func() error { _, err := (*delayqtest.Runner)(nil).Attempt(ctx, &job.Envelope{}, 1); return err }, "Runner.Registry is required"},
 		{"nil envelope", func() error { _, err := rn.Attempt(ctx, nil, 1); return err }, "nil envelope"},
+		{"nil middleware", func() error {
+			_, err := (&delayqtest.Runner{Registry: rn.Registry, Middleware: []job.Middleware{nil}}).Attempt(ctx, &job.Envelope{Type: "sms.send"}, 1)
+			return err
+		}, "Runner.Middleware[0] is nil"},
 		{"attempt 0", func() error { _, err := rn.Attempt(ctx, &job.Envelope{Type: "sms.send"}, 0); return err }, "attempt 0"},
 		{"bad option", func() error { _, err := delayqtest.Run(ctx, rn, sms, SMS{}, job.In(-time.Second)); return err }, "negative"},
 		{"bad option in RunAll", func() error { _, err := delayqtest.RunAll(ctx, rn, sms, SMS{}, job.ID("a{b}")); return err }, "id"},

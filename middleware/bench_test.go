@@ -131,11 +131,11 @@ func benchDrain(b *testing.B, c drainCase) {
 				b.Fatal(err)
 			}
 		}
+		cfg.Middleware = mws
 		w, err := worker.New(cfg)
 		if err != nil {
 			b.Fatal(err)
 		}
-		w.Use(mws...)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		want := handled.Load() + drainJobs

@@ -12,10 +12,10 @@
 //     lateness with the OpenTelemetry metric API.
 //   - [Logging] writes one zerolog line per attempt's outcome.
 //
-// The worker runs Recover and Timeout by default; add the others with
-// worker.Worker.Use, which runs them inside the default chain:
+// The worker runs every handler inside its own Timeout and Recover; give
+// it the others in worker.Options.Middleware, which wraps those two:
 //
-//	w.Use(middleware.Tracing(), middleware.Metrics(), middleware.Logging(logger))
+//	worker.Options{..., Middleware: []job.Middleware{middleware.Tracing(), middleware.Metrics(), middleware.Logging(logger)}}
 //
 // Tracing, Metrics and Logging report what the worker decided after the
 // handler returned (acknowledged, retried, dead-lettered, lease lost or
@@ -50,5 +50,5 @@
 //		})
 //	}
 //
-//	worker.Options{..., Middleware: append(worker.DefaultMiddleware(), Audit)}
+//	worker.Options{..., Middleware: []job.Middleware{Audit}}
 package middleware

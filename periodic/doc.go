@@ -11,7 +11,7 @@
 // and, in the worker, record each tick's outcome for `delayq periodic ls`
 // and the dashboard:
 //
-//	w.Use(periodic.Outcomes(b))
+//	worker.Options{..., Middleware: []job.Middleware{periodic.Outcomes(b)}}
 //
 // Only the job a scheduler enqueued for a tick records an outcome: its id
 // is the tick's and it carries the scheduler's signature ([HeaderSignature]).

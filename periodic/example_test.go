@@ -40,11 +40,11 @@ func Example() {
 		}
 		return nil
 	})
-	w, err := worker.New(worker.Options{Broker: b, Registry: reg, Queues: []worker.Queue{{Name: "health"}}})
+	w, err := worker.New(worker.Options{Broker: b, Registry: reg, Queues: []worker.Queue{{Name: "health"}},
+		Middleware: []job.Middleware{periodic.Outcomes(b)}})
 	if err != nil {
 		panic(err)
 	}
-	w.Use(periodic.Outcomes(b))
 
 	running := make(chan error, 3)
 	for range 2 {

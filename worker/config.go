@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -110,11 +111,15 @@ type Options struct {
 	// Timeout is the handler deadline for types and jobs that set none.
 	// 0 means none.
 	Timeout time.Duration
-	// Middleware wraps every handler, the first outermost. nil means
-	// [DefaultMiddleware]; an empty non-nil slice means none. The worker
-	// recovers panics beyond the chain in any case. [Worker.Use] appends to
-	// this chain (inside it). Middleware learns each attempt's outcome
-	// through job.OnResult.
+	// Middleware wraps every handler, the first outermost. Inside it,
+	// right around the handler, every attempt has the worker's own two:
+	// its deadline (the job's, its type's or Options.Timeout, cause
+	// middleware.ErrTimeout) and panic recovery (a panic fails the attempt
+	// with a *middleware.PanicError), so middleware sees a timeout or a
+	// panic as the attempt's error. nil and empty both add nothing to
+	// those; the worker also recovers panics of the middleware itself.
+	// Middleware learns each attempt's outcome through job.OnResult. A nil
+	// entry is refused by New.
 	Middleware []job.Middleware
 
 	// Enqueue is producer middleware (job.EnqueueMiddleware, e.g.
@@ -194,13 +199,6 @@ type ServiceFunc func(ctx context.Context) error
 // Run calls f(ctx).
 func (f ServiceFunc) Run(ctx context.Context) error { return f(ctx) }
 
-// DefaultMiddleware is the chain used when Options.Middleware is nil:
-// Recover, then Timeout (which applies the job's, type's or worker's
-// timeout).
-func DefaultMiddleware() []job.Middleware {
-	return []job.Middleware{middleware.Recover(), middleware.Timeout(0)}
-}
-
 // Defaults of Options.
 const (
 	DefaultConcurrency     = 10
@@ -242,6 +240,13 @@ func (c Options) withDefaults() (Options, error) {
 		}
 	}
 	c.Enqueue = append([]job.EnqueueMiddleware(nil), c.Enqueue...)
+	for i, mw := range c.Middleware {
+		if mw == nil {
+			return c, fmt.Errorf("worker: Options.Middleware[%d] is nil", i)
+		}
+	}
+	// The worker's own two, innermost (see Options.Middleware).
+	c.Middleware = slices.Concat(c.Middleware, []job.Middleware{middleware.Timeout(0), middleware.Recover()})
 	seen := make(map[string]bool, len(c.Queues))
 	c.Queues = append([]Queue(nil), c.Queues...)
 	for i, q := range c.Queues {
@@ -312,9 +317,6 @@ func (c Options) withDefaults() (Options, error) {
 	}
 	if c.Retry == nil {
 		c.Retry = retry.Default()
-	}
-	if c.Middleware == nil {
-		c.Middleware = DefaultMiddleware()
 	}
 	if c.Logger == nil {
 		l := zerolog.New(os.Stderr).Level(zerolog.WarnLevel).With().Timestamp().Str("component", "delayq.worker").Logger()

@@ -12,6 +12,7 @@ import (
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/job"
+	"github.com/delayq/delayq/middleware"
 	"github.com/delayq/delayq/retry"
 	"github.com/delayq/delayq/worker"
 )
@@ -82,11 +83,11 @@ func TestOutcomesReachMiddleware(t *testing.T) {
 		return nil
 	})
 	cfg := tb.config(t)
+	cfg.Middleware = []job.Middleware{rec.middleware(t)}
 	w, err := worker.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.Use(rec.middleware(t))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = w.Run(ctx) }()
@@ -163,70 +164,66 @@ func TestOutcomeReleasedAtShutdown(t *testing.T) {
 	}
 }
 
-func TestUseRunsInsideDefaultChain(t *testing.T) {
+// TestMiddlewareWrapsTheWorkersOwn: Options.Middleware runs in order,
+// the first outermost, around the worker's own deadline and panic
+// recovery: the handler has the deadline, and a panic reaches the
+// middleware as the attempt's *middleware.PanicError. A nil entry is
+// refused, naming it.
+func TestMiddlewareWrapsTheWorkersOwn(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
-	typ := job.New[payload]("used")
+	typ := job.New[payload]("used", job.MaxRetries(0))
 	var mu sync.Mutex
 	var trail []string
-	typ.Handle(tb.reg, func(ctx context.Context, j *job.Job[payload]) error {
+	note := func(s string) {
 		mu.Lock()
-		trail = append(trail, "handler")
+		trail = append(trail, s)
 		mu.Unlock()
-		return nil
+	}
+	typ.Handle(tb.reg, func(ctx context.Context, j *job.Job[payload]) error {
+		if _, ok := ctx.Deadline(); ok {
+			note("handler with a deadline")
+		} else {
+			note("handler without a deadline")
+		}
+		panic("boom")
 	})
 	named := func(name string) job.Middleware {
 		return func(next job.Handler) job.Handler {
 			return job.HandlerFunc(func(ctx context.Context, m *job.Message) error {
-				_, deadline := ctx.Deadline()
-				mu.Lock()
-				trail = append(trail, name)
-				if !deadline {
-					trail = append(trail, "no deadline")
+				note(name)
+				err := next.Handle(ctx, m)
+				var pe *middleware.PanicError
+				if errors.As(err, &pe) {
+					note(name + " saw the panic")
 				}
-				mu.Unlock()
-				return next.Handle(ctx, m)
+				return err
 			})
 		}
 	}
 	cfg := tb.config(t)
-	cfg.Timeout = time.Minute // the default chain's Timeout gives a deadline
-	w, err := worker.New(cfg)
-	if err != nil {
-		t.Fatal(err)
+	cfg.Timeout = time.Minute // the worker's deadline
+	cfg.Middleware = []job.Middleware{named("a"), named("b")}
+	bad := cfg
+	bad.Middleware = []job.Middleware{named("a"), nil}
+	if _, err := worker.New(bad); err == nil || !strings.Contains(err.Error(), "Options.Middleware[1] is nil") {
+		t.Fatalf("New with a nil middleware: %v, want it refused naming Options.Middleware[1]", err)
 	}
-	w.Use(named("a"))
-	w.Use(named("b"))
-	mustPanic(t, "Use(nil)", func() { w.Use(nil) })
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = w.Run(ctx) }()
+	start(t, cfg)
 	if _, err := typ.Enqueue(tb.ctx, tb.b, payload{}); err != nil {
 		t.Fatal(err)
 	}
+	want := []string{"a", "b", "handler with a deadline", "b saw the panic", "a saw the panic"}
 	redistest.WaitFor(t, 5*time.Second, "job handled", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return len(trail) >= 3
+		return len(trail) >= len(want)
 	})
-	mustPanic(t, "Use after Run", func() { w.Use(named("c")) })
-	cancel()
-	<-done
 	mu.Lock()
 	defer mu.Unlock()
-	if !slices.Equal(trail, []string{"a", "b", "handler"}) {
-		t.Fatalf("trail %v, want [a b handler] with Timeout's deadline already set", trail)
+	if !slices.Equal(trail, want) {
+		t.Fatalf("trail %q, want %q", trail, want)
 	}
-}
-
-func mustPanic(t *testing.T, what string, f func()) {
-	t.Helper()
-	defer func() {
-		if recover() == nil {
-			t.Errorf("%s did not panic", what)
-		}
-	}()
-	f()
 }
 
 // TestMiddlewareWrapsEachTypeOnce: the worker builds a type's chain once
@@ -250,11 +247,12 @@ func TestMiddlewareWrapsEachTypeOnce(t *testing.T) {
 	}
 	early := job.New[payload]("wrap.early")
 	early.Handle(tb.reg, func(context.Context, *job.Job[payload]) error { return nil })
-	w, err := worker.New(tb.config(t))
+	cfg := tb.config(t)
+	cfg.Middleware = []job.Middleware{count}
+	w, err := worker.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.Use(count)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = w.Run(ctx) }()

@@ -89,34 +89,6 @@ func New(cfg Options) (*Worker, error) {
 	return w, nil
 }
 
-// Use appends middleware to the worker's handler chain, inside
-// Options.Middleware: with the default chain a job runs through Recover, then
-// Timeout, then the middleware given to Use in order, then its handler. To
-// order Recover and Timeout yourself, set Options.Middleware to an empty
-// slice and pass them to Use as well:
-//
-//	w.Use(middleware.Recover(), middleware.Tracing(), middleware.Metrics(),
-//		middleware.Logging(logger), middleware.Timeout(0))
-//
-// The chain wraps each registered type's handler once, when the worker
-// first runs a job of that type, and every attempt of the type runs through
-// it: a middleware keeps per-attempt state in its handler's call, not in the
-// closure it returns.
-//
-// Use must be called before Run; it panics when called after, or with a nil
-// middleware.
-func (w *Worker) Use(mws ...job.Middleware) {
-	if w.running.Load() {
-		panic("worker: Use called after Run")
-	}
-	for i, mw := range mws {
-		if mw == nil {
-			panic(fmt.Sprintf("worker: Use: middleware %d of %d is nil", i+1, len(mws)))
-		}
-	}
-	w.cfg.Middleware = append(w.cfg.Middleware[:len(w.cfg.Middleware):len(w.cfg.Middleware)], mws...)
-}
-
 // Run handles jobs until ctx is cancelled, then shuts down gracefully (see
 // the package doc) and returns nil. It returns an error at once if the
 // worker is already running.

@@ -72,11 +72,10 @@ func run() error {
 		clock.Printf("report.build %s: job %s", j.Args.Kind, j.ID)
 		return nil
 	})
-	w, err := worker.New(worker.Options{Broker: b, Registry: reg})
+	w, err := worker.New(worker.Options{Broker: b, Registry: reg, Middleware: []job.Middleware{periodic.Outcomes(b)}})
 	if err != nil {
 		return err
 	}
-	w.Use(periodic.Outcomes(b))
 
 	// Two replicas of the service declare the same schedules.
 	runCtx, stop := context.WithCancel(ctx)

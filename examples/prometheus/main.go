@@ -115,11 +115,10 @@ func run() error {
 		settled.Add(1)
 		return nil
 	})
-	w, err := worker.New(worker.Options{Broker: b, Registry: reg})
+	w, err := worker.New(worker.Options{Broker: b, Registry: reg, Middleware: []job.Middleware{middleware.Metrics(withMP)}})
 	if err != nil {
 		return err
 	}
-	w.Use(middleware.Metrics(withMP))
 	wctx, stop := context.WithCancel(ctx)
 	stopped := make(chan error, 1)
 	go func() { stopped <- w.Run(wctx) }()

@@ -111,11 +111,10 @@ func run() error {
 		done.Add(1)
 		return nil
 	})
-	w, err := worker.New(worker.Options{Broker: b, Registry: reg})
+	w, err := worker.New(worker.Options{Broker: b, Registry: reg, Middleware: []job.Middleware{middleware.Tracing()}})
 	if err != nil {
 		return err
 	}
-	w.Use(middleware.Tracing())
 	wctx, stop := context.WithCancel(ctx)
 	stopped := make(chan error, 1)
 	go func() { stopped <- w.Run(wctx) }()

@@ -117,7 +117,7 @@ func TestPeriodicSchedulers(t *testing.T) {
 	})
 	stopWorker := runWorker(t, worker.Options{
 		Broker: s.b, Registry: reg, Queues: []worker.Queue{{Name: queue}}, MaxIdle: 500 * time.Millisecond,
-		Middleware: append(worker.DefaultMiddleware(), periodic.Outcomes(s.b)),
+		Middleware: []job.Middleware{periodic.Outcomes(s.b)},
 	})
 
 	start := time.Now()
@@ -232,7 +232,7 @@ func countTicks(t *testing.T, s *suite, queues ...string) (*tickCounter, func())
 	}
 	stop := runWorker(t, worker.Options{
 		Broker: s.b, Registry: reg, Queues: qs, MaxIdle: 500 * time.Millisecond,
-		Middleware: append(worker.DefaultMiddleware(), periodic.Outcomes(s.b)),
+		Middleware: []job.Middleware{periodic.Outcomes(s.b)},
 	})
 	return c, stop
 }

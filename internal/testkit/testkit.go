@@ -77,16 +77,14 @@ func (bd *Bundle) Keys(queue string) keyspace.Keys { return Keys(bd.t, bd.B, que
 // Key returns one key of a physical queue; see the function Key.
 func (bd *Bundle) Key(name, field string) string { return Key(bd.t, bd.B, name, field) }
 
-// StartWorker runs a worker of cfg, with mws added by Use, until the test
+// StartWorker runs a worker of cfg, with mws appended to its Middleware, until the test
 // ends or the returned stop is called; stop waits for Run to return.
 func StartWorker(t testing.TB, cfg worker.Options, mws ...job.Middleware) (stop func()) {
 	t.Helper()
+	cfg.Middleware = append(cfg.Middleware[:len(cfg.Middleware):len(cfg.Middleware)], mws...)
 	w, err := worker.New(cfg)
 	if err != nil {
 		t.Fatal(err)
-	}
-	if len(mws) > 0 {
-		w.Use(mws...)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
