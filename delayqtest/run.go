@@ -211,7 +211,6 @@ func (r *Runner) Attempt(ctx context.Context, env *job.Envelope, attempt int) (*
 		})
 	}
 	mws := slices.Concat(r.Middleware, []job.Middleware{middleware.Timeout(0), middleware.Recover()})
-	ctx, settle := job.WithResults(ctx)
 	ctx, a := job.WithAttempt(ctx, nil)
 	err := call(ctx, job.Chain(h, mws...), m)
 	var next []*job.Envelope
@@ -240,7 +239,7 @@ func (r *Runner) Attempt(ctx context.Context, env *job.Envelope, attempt int) (*
 			res.Delay, res.Outcome = 0, job.OutcomeDead
 		}
 	}
-	settle(job.Result{Outcome: res.Outcome, Err: err, Delay: res.Delay})
+	a.Settle(job.Result{Outcome: res.Outcome, Err: err, Delay: res.Delay})
 	return res, nil
 }
 

@@ -32,8 +32,10 @@ type Progress struct {
 	At       time.Time // when it was reported (the server's clock)
 }
 
-// Attempt is what a handler said during one attempt. The worker makes one
-// per attempt with [WithAttempt]; tests of handlers may too.
+// Attempt is one handling attempt: what its handler said during it, and
+// the [OnResult] callbacks that learn what became of it. The worker makes
+// one per attempt with [WithAttempt] and settles it ([Attempt.Settle]) once
+// the outcome is recorded; tests of handlers and middleware may too.
 type Attempt struct {
 	report func(context.Context, Progress) (time.Time, error)
 
@@ -42,13 +44,17 @@ type Attempt struct {
 	hasResult bool
 	progress  *Progress
 	next      []*Envelope
+	fns       []func(Result) // OnResult callbacks, the first registered first
+	settled   bool
+	res       Result
 }
 
 type attemptKey struct{}
 
 // WithAttempt returns ctx carrying a new Attempt. report stores a progress
 // report (nil: progress is only kept in the Attempt) and returns the time
-// it was stored at.
+// it was stored at. The worker calls it once per attempt before it calls
+// the handler chain, and settles the Attempt once the outcome is recorded.
 func WithAttempt(ctx context.Context, report func(context.Context, Progress) (time.Time, error)) (context.Context, *Attempt) {
 	a := &Attempt{report: report}
 	return context.WithValue(ctx, attemptKey{}, a), a

@@ -3,7 +3,6 @@ package job
 import (
 	"context"
 	"slices"
-	"sync"
 	"time"
 )
 
@@ -49,36 +48,20 @@ type Result struct {
 	Lost error
 }
 
-// results collects the callbacks of one attempt.
-type results struct {
-	mu      sync.Mutex
-	fns     []func(Result)
-	settled bool
-	res     Result
-}
-
-type resultsKey struct{}
-
-// WithResults returns a context that collects [OnResult] callbacks for one
-// attempt, and settle, which runs them with the attempt's result. The worker
-// calls it once per attempt before it calls the handler chain, and calls
-// settle exactly once after the chain returned and the outcome was recorded
-// (or given up). Later calls of settle do nothing.
-func WithResults(ctx context.Context) (_ context.Context, settle func(Result)) {
-	r := &results{}
-	return context.WithValue(ctx, resultsKey{}, r), r.settle
-}
-
-func (r *results) settle(res Result) {
-	r.mu.Lock()
-	if r.settled {
-		r.mu.Unlock()
+// Settle runs the attempt's [OnResult] callbacks with its result, in
+// reverse order of registration; a callback registered later runs at once.
+// The worker calls it exactly once, after the handler chain returned and
+// the outcome was recorded (or given up); later calls do nothing.
+func (a *Attempt) Settle(res Result) {
+	a.mu.Lock()
+	if a.settled {
+		a.mu.Unlock()
 		return
 	}
-	r.settled, r.res = true, res
-	fns := r.fns
-	r.fns = nil
-	r.mu.Unlock()
+	a.settled, a.res = true, res
+	fns := a.fns
+	a.fns = nil
+	a.mu.Unlock()
 	for _, f := range slices.Backward(fns) {
 		f(res)
 	}
@@ -94,22 +77,22 @@ func (r *results) settle(res Result) {
 // the handler chain has returned, on a worker goroutine; they must not block.
 // A callback registered after the attempt settled runs at once.
 //
-// OnResult reports false, and never calls f, when ctx carries no collector:
-// the handler was called by something other than a worker (see
-// [WithResults]). Middleware then judges from the handler's error alone.
+// OnResult reports false, and never calls f, when ctx carries no
+// [Attempt]: the handler was called by something other than a worker (see
+// [WithAttempt]). Middleware then judges from the handler's error alone.
 func OnResult(ctx context.Context, f func(Result)) bool {
-	r, ok := ctx.Value(resultsKey{}).(*results)
-	if !ok {
+	a := AttemptOf(ctx)
+	if a == nil {
 		return false
 	}
-	r.mu.Lock()
-	if r.settled {
-		res := r.res
-		r.mu.Unlock()
+	a.mu.Lock()
+	if a.settled {
+		res := a.res
+		a.mu.Unlock()
 		f(res)
 		return true
 	}
-	r.fns = append(r.fns, f)
-	r.mu.Unlock()
+	a.fns = append(a.fns, f)
+	a.mu.Unlock()
 	return true
 }

@@ -23,7 +23,8 @@ func TestOnResultWithoutCollector(t *testing.T) {
 
 func TestOnResultRunsInReverseOnce(t *testing.T) {
 	t.Parallel()
-	ctx, settle := job.WithResults(context.Background())
+	ctx, a := job.WithAttempt(context.Background(), nil)
+	settle := a.Settle
 	var order []int
 	var got []job.Result
 	for i := range 3 {
@@ -52,7 +53,8 @@ func TestOnResultRunsInReverseOnce(t *testing.T) {
 
 func TestOnResultConcurrentSettle(t *testing.T) {
 	t.Parallel()
-	ctx, settle := job.WithResults(context.Background())
+	ctx, a := job.WithAttempt(context.Background(), nil)
+	settle := a.Settle
 	var mu sync.Mutex
 	n := 0
 	var wg sync.WaitGroup

@@ -54,7 +54,8 @@ func startAttempts(t *testing.T, h job.Handler, n int) []settledAttempt {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ctx, settle := job.WithResults(context.Background())
+			ctx, a := job.WithAttempt(context.Background(), nil)
+			settle := a.Settle
 			out[i].settle = settle
 			_ = h.Handle(ctx, m)
 		}()
@@ -150,7 +151,8 @@ func TestMetricsAttemptsKeepTheirOwnLabels(t *testing.T) {
 		}
 	}
 	// An outcome the cache holds no options for is labelled all the same.
-	ctx, settle := job.WithResults(context.Background())
+	ctx, a := job.WithAttempt(context.Background(), nil)
+	settle := a.Settle
 	_ = h.Handle(ctx, &job.Message{Envelope: job.Envelope{ID: "x", Queue: "q0", Type: "t0"}, Attempt: 1})
 	settle(job.Result{Outcome: job.Outcome(200)})
 	want[[3]string{"q0", "t0", "unknown"}]++

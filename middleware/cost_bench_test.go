@@ -32,7 +32,7 @@ func (nopProcessor) ForceFlush(context.Context) error                { return ni
 // nothing, what one handling attempt costs on the real OpenTelemetry SDKs
 // (every span sampled, handed to a processor that drops it; measurements
 // aggregated by a reader never collected) without Redis. Every variant runs
-// the worker's part of an attempt (job.WithResults, the chain, settle):
+// the worker's part of an attempt (job.WithAttempt, the chain, Attempt.Settle):
 //
 //   - none: no middleware;
 //   - span: a middleware that does only tracer.Start and span.End, the
@@ -136,7 +136,8 @@ func BenchmarkAttemptCost(b *testing.B) {
 			b.ReportAllocs()
 			cpu0 := cpuTime(b)
 			for b.Loop() {
-				ctx, settle := job.WithResults(context.Background())
+				ctx, a := job.WithAttempt(context.Background(), nil)
+				settle := a.Settle
 				_ = h.Handle(ctx, m)
 				settle(job.Result{Outcome: job.OutcomeSuccess})
 			}

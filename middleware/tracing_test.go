@@ -304,7 +304,8 @@ func TestTracingUnsampledPassesContextOn(t *testing.T) {
 		seen = trace.SpanContextFromContext(ctx)
 		return nil
 	}))
-	ctx, settle := job.WithResults(context.Background())
+	ctx, a := job.WithAttempt(context.Background(), nil)
+	settle := a.Settle
 	if err := h.Handle(ctx, &job.Message{Envelope: *env, Attempt: 1}); err != nil {
 		t.Fatal(err)
 	}

@@ -54,14 +54,13 @@ func (w *Worker) process(t *task) {
 			return fmt.Errorf("no handler registered for type %q", m.Type)
 		}), w.cfg.Middleware...)
 	}
-	// settle tells middleware what became of the attempt (job.OnResult);
-	// the attempt keeps what the handler says of it (job.SetResult,
-	// job.ReportProgress).
-	ctx, settle := job.WithResults(ctx)
-	t.settle = settle
+	// The attempt keeps what the handler says of it (job.SetResult,
+	// job.ReportProgress); settling it tells middleware what became of it
+	// (job.OnResult).
 	ctx, attempt := job.WithAttempt(ctx, func(ctx context.Context, p job.Progress) (time.Time, error) {
 		return w.b.Progress(ctx, c.Lease, p)
 	})
+	t.attempt = attempt
 	var inner *handlerCtx // the context the handler ran with, for Options.Enqueue
 	if len(w.cfg.Enqueue) > 0 {
 		inner = &handlerCtx{ctx: ctx}
@@ -71,7 +70,7 @@ func (w *Worker) process(t *task) {
 	if w.slots.released(t) {
 		// Handed back at shutdown (the release forgets it); another worker
 		// takes it.
-		settle(job.Result{Outcome: job.OutcomeReleased, Err: err})
+		attempt.Settle(job.Result{Outcome: job.OutcomeReleased, Err: err})
 		return
 	}
 	if err != nil && errors.Is(context.Cause(ctx), ErrLeaseStale) && !errors.Is(err, ErrLeaseStale) {
@@ -306,8 +305,8 @@ func (w *Worker) ended(op *protocol.Op, e settling, r protocol.Settled) {
 	if errors.Is(r.Err, broker.ErrLeaseLost) {
 		w.log.Warn().Str("job_id", op.Lease.ID).Str("queue", op.Lease.Queue()).Msg("outcome refused: lease lost; the job was or will be handled again")
 	}
-	if t.settle != nil {
-		t.settle(settled(t.result, r.Err))
+	if t.attempt != nil {
+		t.attempt.Settle(settled(t.result, r.Err))
 	}
 	if e.then != nil {
 		e.then(r)

@@ -73,13 +73,13 @@ type task struct {
 	released  bool      // handed back (at shutdown, its lease stale before it started, or lost): its outcome is not recorded
 	settled   bool      // its outcome (or its release) is queued for the settler
 	stale     bool      // its handler was cancelled with ErrLeaseStale
-	// msg is the delivery its handler sees (made when it starts); settle
-	// runs the attempt's OnResult callbacks (nil for a job that ran no
-	// handler) with result, the outcome queued for the settler, once the
-	// settler has recorded it (see Worker.ended).
-	msg    job.Message
-	settle func(job.Result)
-	result job.Result
+	// msg is the delivery its handler sees (made when it starts); attempt
+	// (nil for a job that ran no handler) is settled with result, the
+	// outcome queued for the settler, once the settler has recorded it:
+	// that runs the attempt's OnResult callbacks (see Worker.ended).
+	msg     job.Message
+	attempt *job.Attempt
+	result  job.Result
 }
 
 // lease returns t's lease.
