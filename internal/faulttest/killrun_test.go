@@ -14,10 +14,11 @@ import (
 	"github.com/delayq/delayq/broker"
 )
 
-// killRun describes a run of the capped suites (TestConcurrencyCapAcrossWorkers,
-// TestKeyCapAcrossWorkers): jobs already enqueued in
-// queue, run by three faultworker processes of 8 slots that record their
-// handlers' spans, the oldest SIGKILLed twice.
+// killRun describes a run of the capped suites
+// (TestConcurrencyCapAcrossWorkers, TestKeyCapAcrossWorkers,
+// TestKeyFlowControlOnCluster): jobs already enqueued in queue, run by
+// three faultworker processes of 8 slots that record their handlers'
+// spans, the oldest SIGKILLed twice.
 type killRun struct {
 	bin   string                // the faultworker binary
 	url   string                // FAULTWORKER_URL
