@@ -325,7 +325,8 @@ func TestPipeline(t *testing.T) {
 	out := runExample(t, "pipeline", 20*time.Second)
 	expectLines(t, out,
 		"using embedded redis",
-		"batch catalogue: 6 fetches added in one call, sealed; each step hands its record on with job.Next",
+		"per-customer caps in each step: 1 record at a time, acme 3 (its 60-record import answers in 50ms a record)",
+		"batch catalogue: 66 fetches added in one call, sealed; each step hands its record on with job.Next",
 		// A transient failure is retried.
 		"fetch     rec-3 attempt 1 failed: source answered 503 Service Unavailable; retrying with backoff",
 		"fetch     rec-3 attempt 2 failed: source answered 503 Service Unavailable; retrying with backoff",
@@ -334,7 +335,7 @@ func TestPipeline(t *testing.T) {
 		// The poison record parks in the dead letters with its error:
 		// the batch ends, but does not succeed.
 		`transform rec-4 attempt 1: poison input, permanent: price "4,5O" is not a number`,
-		"batch catalogue ended (complete callback): 16 steps succeeded, 1 dead",
+		"batch catalogue ended (complete callback): 196 steps succeeded, 1 dead",
 		"batch catalogue does not succeed while a step is dead: its record waits for a person",
 		`parked for a person: transform-rec-4 in queue transform after 1 attempt(s): transform rec-4: price "4,5O" is not a number`,
 		// The redrive after the correction goes on with the chain and
@@ -342,15 +343,20 @@ func TestPipeline(t *testing.T) {
 		"a person corrects rec-4's price to 4.50 and redrives transform-rec-4",
 		`transform rec-4 attempt 1: "4,5O" corrected to "4.50" -> 450 cents`,
 		"store     rec-4: upserted",
-		"batch catalogue succeeded (success callback): 18 of 18 steps",
-		"stored 6 of 6 records:",
-		"rec-1 kettle     24.90",
-		"rec-2 toaster    39.00",
-		"rec-3 teapot     18.50",
-		"rec-4 mug         4.50",
-		"rec-5 spoon       1.20",
-		"rec-6 tray       12.00",
-		"batch catalogue: 18 steps, 18 succeeded, 0 dead; success callback fired true, complete callback fired true",
+		"batch catalogue succeeded (success callback): 198 of 198 steps",
+		"stored 66 of 66 records:",
+		"bakery rec-1 kettle     24.90",
+		"bakery rec-2 toaster    39.00",
+		"bakery rec-3 teapot     18.50",
+		"cafe   rec-4 mug         4.50",
+		"cafe   rec-5 spoon       1.20",
+		"cafe   rec-6 tray       12.00",
+		"acme   60 records of its import",
+		// One customer's import does not hold up another's records, and
+		// no customer runs above its cap.
+		"store     acme: 60 of 60 records of its import stored",
+		"most records of one customer at once in fetch:    acme 3 (cap 3), bakery 1 (cap 1), cafe 1 (cap 1)",
+		"batch catalogue: 198 steps, 198 succeeded, 0 dead; success callback fired true, complete callback fired true",
 		"all checks passed",
 	)
 	// The order the callbacks promise: the batch succeeds only after the
@@ -361,6 +367,7 @@ func TestPipeline(t *testing.T) {
 			t.Errorf("%q came after %q:\n%s", a, b, out)
 		}
 	}
+	before("store     bakery: all 3 records stored; acme has ", "store     acme: 60 of 60 records of its import stored")
 	before("batch catalogue ended (complete callback)", "a person corrects rec-4's price")
 	before("a person corrects rec-4's price", "store     rec-4: upserted")
 	before("store     rec-4: upserted", "batch catalogue succeeded (success callback)")

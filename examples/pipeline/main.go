@@ -18,8 +18,24 @@
 //     dead. The success callback then waits: the record is parked in the
 //     dead letters for a person.
 //
+// The records come from three customers, and one customer's big import
+// must not hold up another customer's three records. Each step's type
+// takes its flow-control key from its arguments, the record's customer
+// (job.KeyFrom, declared once on the type), and each step's queue caps
+// how many records of one customer run at once (Broker.SetKeyConcurrency,
+// docs/flow-control.md "Per-key caps"): one for every customer, three for
+// acme, whose 60-record catalogue import comes from a slow bulk export.
+// The worker has 8 slots, so acme's backlog never takes them all: bakery's
+// records go through the three steps beside it, and all of bakery's are
+// stored while acme's import is still being worked through. Every handler
+// counts the handlers of its step and customer running with it, and the
+// run checks that no customer ever ran more than its cap.
+//
 // The run shows:
 //
+//   - bakery's three records are all stored while acme still has records
+//     to store, and no customer ran more records of a step at once than
+//     its cap (one; acme three, which it reaches in fetch);
 //   - a fetch that fails transiently (the source answers 503 twice) is
 //     retried with backoff and goes on;
 //   - a poison record (a price that does not parse) fails permanently in
@@ -43,6 +59,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -62,33 +79,60 @@ import (
 
 // Payloads of the three steps.
 type (
-	// FetchArgs names a record at the source.
+	// FetchArgs names a record at the source, and its customer.
 	FetchArgs struct {
-		Record string `json:"record"`
+		Customer string `json:"customer"`
+		Record   string `json:"record"`
 	}
-	// Raw is a record as the source serves it.
+	// Raw is a record as the source serves it, with its customer.
 	Raw struct {
-		Record string `json:"record"`
-		Name   string `json:"name"`
-		Price  string `json:"price"` // "12.50"
+		Customer string `json:"customer"`
+		Record   string `json:"record"`
+		Name     string `json:"name"`
+		Price    string `json:"price"` // "12.50"
 	}
 	// Product is a record ready to store.
 	Product struct {
-		Record string `json:"record"`
-		Name   string `json:"name"`
-		Cents  int64  `json:"cents"`
+		Customer string `json:"customer"`
+		Record   string `json:"record"`
+		Name     string `json:"name"`
+		Cents    int64  `json:"cents"`
 	}
 )
 
 // fast is the backoff of every step: 100ms, 200ms, 400ms, … ±20 %.
 var fast = job.Retry(retry.Exponential{Initial: 100 * time.Millisecond, Multiplier: 2, Max: time.Second, Jitter: 0.2})
 
-// The three steps, one queue each.
+// The three steps, one queue each. A step's job carries its record's
+// customer as its flow-control key, which the per-customer caps count.
 var (
-	Fetch     = job.New[FetchArgs]("pipeline.fetch", job.Queue("fetch"), job.MaxRetries(5), fast)
-	Transform = job.New[Raw]("pipeline.transform", job.Queue("transform"), job.MaxRetries(5), fast)
-	Store     = job.New[Product]("pipeline.store", job.Queue("store"), job.MaxRetries(5), fast)
+	Fetch = job.New[FetchArgs]("pipeline.fetch", job.Queue("fetch"), job.MaxRetries(5), fast,
+		job.KeyFrom(func(a FetchArgs) string { return a.Customer }))
+	Transform = job.New[Raw]("pipeline.transform", job.Queue("transform"), job.MaxRetries(5), fast,
+		job.KeyFrom(func(a Raw) string { return a.Customer }))
+	Store = job.New[Product]("pipeline.store", job.Queue("store"), job.MaxRetries(5), fast,
+		job.KeyFrom(func(a Product) string { return a.Customer }))
 )
+
+// steps are the three steps' queues, each capped per customer.
+var steps = []string{"fetch", "transform", "store"}
+
+// The customers and their caps.
+const (
+	bulk        = "acme" // the customer with the big import
+	bulkRecords = 60     // its records
+	customerCap = 1      // records of one customer per step at once: every customer's default
+	bulkCap     = 3      // acme's own cap, per step
+	bulkLatency = 50 * time.Millisecond
+)
+
+// capOf is a customer's cap in every step.
+func capOf(customer string) int {
+	if customer == bulk {
+		return bulkCap
+	}
+	return customerCap
+}
 
 // BatchArgs names the batch of the run's records.
 type BatchArgs struct {
@@ -125,31 +169,74 @@ func run() error {
 	}
 	clock := demo.NewClock()
 	clock.Printf("using %s", where)
+	_, err = runPipeline(ctx, b, clock)
+	return err
+}
 
-	// The source: rec-3 answers 503 twice before it serves the record;
-	// rec-4's price is garbage.
-	source := &Source{records: map[string]Raw{
-		"rec-1": {Name: "kettle", Price: "24.90"},
-		"rec-2": {Name: "toaster", Price: "39.00"},
-		"rec-3": {Name: "teapot", Price: "18.50"},
-		"rec-4": {Name: "mug", Price: "4,5O"},
-		"rec-5": {Name: "spoon", Price: "1.20"},
-		"rec-6": {Name: "tray", Price: "12.00"},
-	}, failures: map[string]int{"rec-3": 2}}
+// catalogueRecords are the run's records, by customer: bakery's and
+// cafe's three, acme's import.
+func catalogueRecords() (records []FetchArgs, source map[string]Raw) {
+	source = map[string]Raw{
+		// rec-3 answers 503 twice before it serves the record; rec-4's
+		// price is garbage.
+		"rec-1": {Customer: "bakery", Name: "kettle", Price: "24.90"},
+		"rec-2": {Customer: "bakery", Name: "toaster", Price: "39.00"},
+		"rec-3": {Customer: "bakery", Name: "teapot", Price: "18.50"},
+		"rec-4": {Customer: "cafe", Name: "mug", Price: "4,5O"},
+		"rec-5": {Customer: "cafe", Name: "spoon", Price: "1.20"},
+		"rec-6": {Customer: "cafe", Name: "tray", Price: "12.00"},
+	}
+	for i := 1; i <= bulkRecords; i++ {
+		source[fmt.Sprintf("%s-%02d", bulk, i)] = Raw{Customer: bulk, Name: fmt.Sprintf("item-%02d", i), Price: fmt.Sprintf("%d.50", i)}
+	}
+	for id, r := range source {
+		records = append(records, FetchArgs{Customer: r.Customer, Record: id})
+	}
+	// acme's import first: it is in the queue before the others' records.
+	sort.Slice(records, func(i, j int) bool {
+		a, b := records[i], records[j]
+		if (a.Customer == bulk) != (b.Customer == bulk) {
+			return a.Customer == bulk
+		}
+		return a.Record < b.Record
+	})
+	return records, source
+}
+
+// runPipeline runs the records through the steps on b, with a worker of
+// its own, until the batch succeeded after the redrive, and checks the
+// outcome (report). It returns the pipeline, with what its handlers saw.
+func runPipeline(ctx context.Context, b *broker.Broker, clock *demo.Clock) (*Pipeline, error) {
+	records, raws := catalogueRecords()
+	source := &Source{records: raws, failures: map[string]int{"rec-3": 2}, slow: bulk + "-", latency: bulkLatency}
 	srv := httptest.NewServer(source)
 	defer srv.Close()
 
+	// Every customer runs one record per step at a time; acme three.
+	for _, q := range steps {
+		if err := b.SetKeyConcurrency(ctx, q, "", customerCap); err != nil {
+			return nil, err
+		}
+		if err := b.SetKeyConcurrency(ctx, q, bulk, bulkCap); err != nil {
+			return nil, err
+		}
+	}
+	clock.Printf("per-customer caps in each step: %d record at a time, %s %d (its %d-record import answers in %v a record)",
+		customerCap, bulk, bulkCap, bulkRecords, bulkLatency)
+
 	p := newPipeline(b, srv.URL, srv.Client(), clock)
+	p.expect(records)
 	reg := job.NewRegistry()
 	p.register(reg)
 	w, err := worker.New(worker.Options{
-		Broker:   b,
-		Registry: reg,
+		Broker:      b,
+		Registry:    reg,
+		Concurrency: 8,
 		Queues: []worker.Queue{{Name: "fetch", Weight: 1}, {Name: "transform", Weight: 2}, {Name: "store", Weight: 3},
 			{Name: "callbacks", Weight: 3}},
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	workerCtx, stopWorker := context.WithCancel(ctx)
 	defer stopWorker()
@@ -160,28 +247,27 @@ func run() error {
 	// later steps join it as the records go on.
 	stored, err := CatalogueStored.Envelope(BatchArgs{catalogue})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ended, err := CatalogueEnded.Envelope(BatchArgs{catalogue})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// The demo's records need not outlive it by the default week.
 	if _, err := b.CreateBatch(ctx, broker.BatchSpec{ID: catalogue, OnSuccess: stored, OnComplete: ended, Keep: time.Hour}); err != nil {
-		return err
+		return nil, err
 	}
-	records := []string{"rec-1", "rec-2", "rec-3", "rec-4", "rec-5", "rec-6"}
 	fetches := make([]*job.Envelope, len(records))
 	for i, r := range records {
-		if fetches[i], err = Fetch.Envelope(FetchArgs{r}, job.ID("fetch-"+r)); err != nil {
-			return err
+		if fetches[i], err = Fetch.Envelope(r, job.ID("fetch-"+r.Record)); err != nil {
+			return nil, err
 		}
 	}
 	if err := b.AddToBatch(ctx, catalogue, fetches...); err != nil {
-		return err
+		return nil, err
 	}
 	if err := b.SealBatch(ctx, catalogue); err != nil {
-		return err
+		return nil, err
 	}
 	clock.Printf("batch %s: %d fetches added in one call, sealed; each step hands its record on with job.Next", catalogue, len(fetches))
 
@@ -189,17 +275,17 @@ func run() error {
 	select {
 	case <-p.parked:
 	case <-p.done:
-		return errors.New("the pipeline succeeded with the poison record in it")
+		return nil, errors.New("the pipeline succeeded with the poison record in it")
 	case <-ctx.Done():
-		return fmt.Errorf("timed out before the batch ended with a dead step: %s", p.status(context.Background()))
+		return nil, fmt.Errorf("timed out before the batch ended with a dead step: %s", p.status(context.Background()))
 	}
 	dead := deadletter.New(b)
 	page, err := dead.List(ctx, Transform.Queue(), deadletter.ListOptions{})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(page.Records) != 1 || page.Records[0].ID != "transform-rec-4" {
-		return fmt.Errorf("%d steps parked in transform, want transform-rec-4 alone", len(page.Records))
+		return nil, fmt.Errorf("%d steps parked in transform, want transform-rec-4 alone", len(page.Records))
 	}
 	r := page.Records[0]
 	clock.Printf("parked for a person: %s in queue %s after %d attempt(s): %s", r.ID, r.Queue, r.Attempts, r.Error)
@@ -208,46 +294,80 @@ func run() error {
 	p.correct("rec-4", "4.50")
 	clock.Printf("a person corrects rec-4's price to 4.50 and redrives %s", r.ID)
 	if err := dead.Redrive(ctx, r.Queue, 0, r.ID); err != nil {
-		return err
+		return nil, err
 	}
 
 	select {
 	case <-p.done:
 	case <-ctx.Done():
-		return fmt.Errorf("timed out after the redrive: %s", p.status(context.Background()))
+		return nil, fmt.Errorf("timed out after the redrive: %s", p.status(context.Background()))
 	}
 	stopWorker()
 	if err := <-workerDone; err != nil {
-		return err
+		return nil, err
 	}
-	return p.report(context.Background(), records)
+	return p, p.report(context.Background(), raws)
 }
 
-// report prints the warehouse and the batch, and checks them: every record
-// stored with its price, every step of every record succeeded, each
+// report prints the warehouse, the customers' caps and the batch, and
+// checks them: every record stored with its price, no customer above its
+// cap in any step and acme's override used, bakery's records all stored
+// before acme's import was, every step of every record succeeded, each
 // callback run once, the batch ended once with the poison record dead.
-func (p *Pipeline) report(ctx context.Context, records []string) error {
+func (p *Pipeline) report(ctx context.Context, source map[string]Raw) error {
 	rows := p.rows()
-	p.clock.Printf("stored %d of %d records:", len(rows), len(records))
-	want := map[string]int64{"rec-1": 2490, "rec-2": 3900, "rec-3": 1850, "rec-4": 450, "rec-5": 120, "rec-6": 1200}
+	p.clock.Printf("stored %d of %d records:", len(rows), len(source))
 	var problems []string
+	bulkRows := 0
 	for _, r := range rows {
-		p.clock.Printf("  %s %-8s %4d.%02d", r.Record, r.Name, r.Cents/100, r.Cents%100)
-		if want[r.Record] != r.Cents {
-			problems = append(problems, fmt.Sprintf("%s stored at %d cents, want %d", r.Record, r.Cents, want[r.Record]))
+		want := wantCents(r.Record, source[r.Record])
+		if want != r.Cents || source[r.Record].Customer != r.Customer {
+			problems = append(problems, fmt.Sprintf("%s stored for %q at %d cents, want %q at %d", r.Record, r.Customer, r.Cents, source[r.Record].Customer, want))
+		}
+		if r.Customer == bulk {
+			bulkRows++
+			continue
+		}
+		p.clock.Printf("  %-6s %s %-8s %4d.%02d", r.Customer, r.Record, r.Name, r.Cents/100, r.Cents%100)
+	}
+	p.clock.Printf("  %-6s %d records of its import", bulk, bulkRows)
+	if len(rows) != len(source) {
+		problems = append(problems, fmt.Sprintf("%d records stored, want %d", len(rows), len(source)))
+	}
+
+	p.mu.Lock()
+	peaks := maps.Clone(p.peak)
+	backlog, bakeryDone := p.backlog["bakery"]
+	p.mu.Unlock()
+	for _, q := range steps {
+		var line []string
+		for _, c := range []string{bulk, "bakery", "cafe"} {
+			n, limit := peaks[q+" "+c], capOf(c)
+			line = append(line, fmt.Sprintf("%s %d (cap %d)", c, n, limit))
+		}
+		p.clock.Printf("most records of one customer at once in %-9s %s", q+":", strings.Join(line, ", "))
+	}
+	for sc, n := range peaks {
+		_, c, _ := strings.Cut(sc, " ")
+		if n > capOf(c) {
+			problems = append(problems, fmt.Sprintf("%s: %d handlers at once, above the cap of %d", sc, n, capOf(c)))
 		}
 	}
-	if len(rows) != len(records) {
-		problems = append(problems, fmt.Sprintf("%d records stored, want %d", len(rows), len(records)))
+	if peaks["fetch "+bulk] <= customerCap {
+		problems = append(problems, fmt.Sprintf("%s never fetched more than %d record at once: its own cap of %d was not used", bulk, customerCap, bulkCap))
 	}
+	if !bakeryDone || backlog == 0 {
+		problems = append(problems, fmt.Sprintf("bakery's records were not all stored while %s's import was under way (its records left then: %d)", bulk, backlog))
+	}
+
 	st, err := p.broker.Batch(ctx, catalogue)
 	if err != nil {
 		return err
 	}
 	p.clock.Printf("batch %s: %d steps, %d succeeded, %d dead; success callback fired %t, complete callback fired %t",
 		catalogue, st.Total, st.Succeeded, st.Dead, st.SuccessFired, st.CompleteFired)
-	if st.Total != 3*len(records) || st.Succeeded != st.Total || !st.SuccessFired || !st.CompleteFired {
-		problems = append(problems, fmt.Sprintf("batch %s: %+v, want %d steps all succeeded", catalogue, *st, 3*len(records)))
+	if st.Total != 3*len(source) || st.Succeeded != st.Total || !st.SuccessFired || !st.CompleteFired {
+		problems = append(problems, fmt.Sprintf("batch %s: %+v, want %d steps all succeeded", catalogue, *st, 3*len(source)))
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -264,6 +384,19 @@ func (p *Pipeline) report(ctx context.Context, records []string) error {
 	}
 	p.clock.Printf("all checks passed")
 	return nil
+}
+
+// wantCents is what a record must be stored at: its source price, or for
+// rec-4 the person's correction.
+func wantCents(record string, r Raw) int64 {
+	if record == "rec-4" {
+		return 450
+	}
+	cents, err := parsePrice(r.Price)
+	if err != nil {
+		return -1
+	}
+	return cents
 }
 
 // Pipeline holds the handlers of the three steps and of the batch's
@@ -283,13 +416,52 @@ type Pipeline struct {
 	corrections map[string]string // record -> price, entered by a person
 	callbacks   map[string]int    // callback job id -> runs
 	deadAtEnd   int               // dead steps when the batch ended
+	orders      map[string]int    // customer -> records in the run
+	stored      map[string]int    // customer -> records stored
+	backlog     map[string]int    // customer -> acme's records not yet stored when the customer's last one was
+	running     map[string]int    // "step customer" -> handlers running now
+	peak        map[string]int    // "step customer" -> most handlers running at once
 }
 
 func newPipeline(b *broker.Broker, source string, client *http.Client, clock *demo.Clock) *Pipeline {
 	return &Pipeline{broker: b, source: source, client: client, clock: clock,
 		parked: make(chan struct{}, 1), done: make(chan struct{}),
 		warehouse: map[string]Product{}, corrections: map[string]string{},
-		callbacks: map[string]int{}}
+		callbacks: map[string]int{}, orders: map[string]int{}, stored: map[string]int{}, backlog: map[string]int{},
+		running: map[string]int{}, peak: map[string]int{}}
+}
+
+// expect records how many records each customer has in the run, so that
+// store can tell when a customer's last one is stored.
+func (p *Pipeline) expect(records []FetchArgs) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, r := range records {
+		p.orders[r.Customer]++
+	}
+}
+
+// begin counts a handler of step for customer as running, and the most of
+// them at once; the returned end counts it out.
+func (p *Pipeline) begin(step, customer string) (end func()) {
+	sc := step + " " + customer
+	p.mu.Lock()
+	p.running[sc]++
+	p.peak[sc] = max(p.peak[sc], p.running[sc])
+	p.mu.Unlock()
+	return func() {
+		p.mu.Lock()
+		p.running[sc]--
+		p.mu.Unlock()
+	}
+}
+
+// say prints a step's line about a record, but not the routine lines of
+// acme's import: store tells how far it got.
+func (p *Pipeline) say(customer, format string, args ...any) {
+	if customer != bulk {
+		p.clock.Printf(format, args...)
+	}
 }
 
 func (p *Pipeline) register(reg *job.Registry) {
@@ -302,6 +474,7 @@ func (p *Pipeline) register(reg *job.Registry) {
 
 // fetch downloads a record and hands it to transform.
 func (p *Pipeline) fetch(ctx context.Context, j *job.Job[FetchArgs]) error {
+	defer p.begin("fetch", j.Args.Customer)()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.source+"/records/"+j.Args.Record, nil)
 	if err != nil {
 		return retry.Permanent(err)
@@ -315,14 +488,15 @@ func (p *Pipeline) fetch(ctx context.Context, j *job.Job[FetchArgs]) error {
 	case resp.StatusCode == http.StatusNotFound:
 		return retry.Permanent(fmt.Errorf("fetch %s: source has no such record", j.Args.Record))
 	case resp.StatusCode != http.StatusOK:
-		p.clock.Printf("fetch     %s attempt %d failed: source answered %s; retrying with backoff", j.Args.Record, j.Attempt, resp.Status)
+		p.say(j.Args.Customer, "fetch     %s attempt %d failed: source answered %s; retrying with backoff", j.Args.Record, j.Attempt, resp.Status)
 		return fmt.Errorf("fetch %s: source answered %s", j.Args.Record, resp.Status)
 	}
 	var raw Raw
 	if err := json.NewDecoder(resp.Body).Decode(&raw); err != nil {
 		return fmt.Errorf("fetch %s: %w", j.Args.Record, err)
 	}
-	p.clock.Printf("fetch     %s attempt %d: ok", raw.Record, j.Attempt)
+	raw.Customer = j.Args.Customer
+	p.say(raw.Customer, "fetch     %s attempt %d: ok", raw.Record, j.Attempt)
 	return handOn(ctx, Transform, raw, "transform-"+raw.Record)
 }
 
@@ -330,6 +504,7 @@ func (p *Pipeline) fetch(ctx context.Context, j *job.Job[FetchArgs]) error {
 // A price that does not parse cannot be fixed by retrying: the record is
 // dead-lettered at once, to wait for a person.
 func (p *Pipeline) transform(ctx context.Context, j *job.Job[Raw]) error {
+	defer p.begin("transform", j.Args.Customer)()
 	price := j.Args.Price
 	p.mu.Lock()
 	fixed, ok := p.corrections[j.Args.Record]
@@ -339,23 +514,42 @@ func (p *Pipeline) transform(ctx context.Context, j *job.Job[Raw]) error {
 	}
 	cents, err := parsePrice(price)
 	if err != nil {
-		p.clock.Printf("transform %s attempt %d: poison input, permanent: %v", j.Args.Record, j.Attempt, err)
+		p.say(j.Args.Customer, "transform %s attempt %d: poison input, permanent: %v", j.Args.Record, j.Attempt, err)
 		return retry.Permanent(fmt.Errorf("transform %s: %w", j.Args.Record, err))
 	}
 	if ok {
-		p.clock.Printf("transform %s attempt %d: %q corrected to %q -> %d cents", j.Args.Record, j.Attempt, j.Args.Price, price, cents)
+		p.say(j.Args.Customer, "transform %s attempt %d: %q corrected to %q -> %d cents", j.Args.Record, j.Attempt, j.Args.Price, price, cents)
 	} else {
-		p.clock.Printf("transform %s: %q -> %d cents", j.Args.Record, price, cents)
+		p.say(j.Args.Customer, "transform %s: %q -> %d cents", j.Args.Record, price, cents)
 	}
-	return handOn(ctx, Store, Product{Record: j.Args.Record, Name: j.Args.Name, Cents: cents}, "store-"+j.Args.Record)
+	return handOn(ctx, Store, Product{Customer: j.Args.Customer, Record: j.Args.Record, Name: j.Args.Name, Cents: cents}, "store-"+j.Args.Record)
 }
 
-// store upserts the product by record id, so storing it twice leaves one row.
+// store upserts the product by record id, so storing it twice leaves one
+// row. It tells when a customer's last record is stored, and how far
+// acme's import got.
 func (p *Pipeline) store(ctx context.Context, j *job.Job[Product]) error {
+	c := j.Args.Customer
+	defer p.begin("store", c)()
 	p.mu.Lock()
+	_, again := p.warehouse[j.Args.Record]
 	p.warehouse[j.Args.Record] = j.Args
+	if !again {
+		p.stored[c]++
+	}
+	n, of, left := p.stored[c], p.orders[c], p.orders[bulk]-p.stored[bulk]
+	last := !again && of > 0 && n == of
+	if last && c != bulk {
+		p.backlog[c] = left
+	}
 	p.mu.Unlock()
-	p.clock.Printf("store     %s: upserted", j.Args.Record)
+	p.say(c, "store     %s: upserted", j.Args.Record)
+	switch {
+	case c == bulk && !again && (n%20 == 0 || last):
+		p.clock.Printf("store     %s: %d of %d records of its import stored", c, n, of)
+	case last:
+		p.clock.Printf("store     %s: all %d records stored; %s has %d of %d still to store", c, of, bulk, left, p.orders[bulk])
+	}
 	return nil
 }
 
@@ -471,15 +665,25 @@ func parsePrice(s string) (int64, error) {
 	return int64(w)*100 + int64(f), nil
 }
 
-// Source serves records; some fail a number of times first.
+// Source serves records; some fail a number of times first, and those of
+// a bulk export (ids starting with slow) take latency to answer.
 type Source struct {
 	mu       sync.Mutex
 	records  map[string]Raw
 	failures map[string]int // record -> 503s still to give
+	slow     string
+	latency  time.Duration
 }
 
 func (s *Source) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := strings.TrimPrefix(r.URL.Path, "/records/")
+	if s.slow != "" && strings.HasPrefix(id, s.slow) {
+		select {
+		case <-time.After(s.latency):
+		case <-r.Context().Done():
+			return
+		}
+	}
 	s.mu.Lock()
 	rec, ok := s.records[id]
 	fail := s.failures[id] > 0

@@ -30,16 +30,16 @@ func setup(t *testing.T, src *Source) (*Pipeline, *broker.Broker, *delayqtest.Ru
 }
 
 // handedOn returns the arguments of the one next step res declares,
-// checking its type and id.
-func handedOn[T any](t *testing.T, res *delayqtest.Result, step *job.Type[T], id string) T {
+// checking its type, id and flow-control key (the record's customer).
+func handedOn[T any](t *testing.T, res *delayqtest.Result, step *job.Type[T], id, customer string) T {
 	t.Helper()
 	res.RequireSuccess(t)
 	if len(res.Next) != 1 {
 		t.Fatalf("%d next steps, want one", len(res.Next))
 	}
 	next := res.Next[0]
-	if next.Type != step.Name() || next.ID != id || next.Queue != step.Queue() {
-		t.Fatalf("next step %s %q in queue %q, want %s %q in %q", next.Type, next.ID, next.Queue, step.Name(), id, step.Queue())
+	if next.Type != step.Name() || next.ID != id || next.Queue != step.Queue() || next.Key != customer {
+		t.Fatalf("next step %s %q in queue %q with key %q, want %s %q in %q with key %q", next.Type, next.ID, next.Queue, next.Key, step.Name(), id, step.Queue(), customer)
 	}
 	args, err := delayqtest.Decode(step, next)
 	if err != nil {
@@ -62,12 +62,12 @@ func step[T any](t *testing.T, rn *delayqtest.Runner, typ *job.Type[T], args T) 
 func TestStepsHandOn(t *testing.T) {
 	t.Parallel()
 	p, _, rn := setup(t, &Source{records: map[string]Raw{"rec-1": {Name: "kettle", Price: "24.90"}}})
-	raw := handedOn(t, step(t, rn, Fetch, FetchArgs{Record: "rec-1"}), Transform, "transform-rec-1")
-	if want := (Raw{Record: "rec-1", Name: "kettle", Price: "24.90"}); raw != want {
+	raw := handedOn(t, step(t, rn, Fetch, FetchArgs{Customer: "bakery", Record: "rec-1"}), Transform, "transform-rec-1", "bakery")
+	if want := (Raw{Customer: "bakery", Record: "rec-1", Name: "kettle", Price: "24.90"}); raw != want {
 		t.Fatalf("handed %+v to transform, want %+v", raw, want)
 	}
-	product := handedOn(t, step(t, rn, Transform, raw), Store, "store-rec-1")
-	if want := (Product{Record: "rec-1", Name: "kettle", Cents: 2490}); product != want {
+	product := handedOn(t, step(t, rn, Transform, raw), Store, "store-rec-1", "bakery")
+	if want := (Product{Customer: "bakery", Record: "rec-1", Name: "kettle", Cents: 2490}); product != want {
 		t.Fatalf("handed %+v to store, want %+v", product, want)
 	}
 	// Storing twice (a redelivery) leaves one row, and hands nothing on.
@@ -88,7 +88,7 @@ func TestStepsHandOn(t *testing.T) {
 func TestFetchRetriesThenHandsOn(t *testing.T) {
 	t.Parallel()
 	_, _, rn := setup(t, &Source{records: map[string]Raw{"rec-3": {Name: "teapot", Price: "18.50"}}, failures: map[string]int{"rec-3": 1}})
-	results, err := delayqtest.RunAll(t.Context(), rn, Fetch, FetchArgs{Record: "rec-3"})
+	results, err := delayqtest.RunAll(t.Context(), rn, Fetch, FetchArgs{Customer: "bakery", Record: "rec-3"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestFetchRetriesThenHandsOn(t *testing.T) {
 	if len(results[0].Next) != 0 {
 		t.Fatalf("a failed fetch hands on %v", results[0].Next)
 	}
-	handedOn(t, results[1], Transform, "transform-rec-3")
+	handedOn(t, results[1], Transform, "transform-rec-3", "bakery")
 }
 
 // A poison record is dead at once and hands nothing on, until a person
@@ -107,7 +107,7 @@ func TestFetchRetriesThenHandsOn(t *testing.T) {
 func TestPoisonIsDeadUntilCorrected(t *testing.T) {
 	t.Parallel()
 	p, _, rn := setup(t, &Source{records: map[string]Raw{}})
-	poison := Raw{Record: "rec-4", Name: "mug", Price: "4,5O"}
+	poison := Raw{Customer: "cafe", Record: "rec-4", Name: "mug", Price: "4,5O"}
 	dead := step(t, rn, Transform, poison)
 	dead.RequireDead(t, `price "4,5O" is not a number`)
 	if len(dead.Next) != 0 {
@@ -115,11 +115,54 @@ func TestPoisonIsDeadUntilCorrected(t *testing.T) {
 	}
 
 	p.correct("rec-4", "4.50")
-	if got := handedOn(t, step(t, rn, Transform, poison), Store, "store-rec-4"); got.Cents != 450 {
+	if got := handedOn(t, step(t, rn, Transform, poison), Store, "store-rec-4", "cafe"); got.Cents != 450 {
 		t.Errorf("handed %+v to store, want 450 cents", got)
 	}
 
-	step(t, rn, Fetch, FetchArgs{Record: "rec-9"}).RequireDead(t, "source has no such record")
+	step(t, rn, Fetch, FetchArgs{Customer: "cafe", Record: "rec-9"}).RequireDead(t, "source has no such record")
+}
+
+// The whole run on a worker, under the per-customer caps: bakery's three
+// records are all stored while acme's import still has records to store,
+// no customer ever has more handlers of a step running at once than its
+// cap (every handler counts those of its step and customer running with
+// it), acme's own cap is used, and the run's other checks pass (report).
+func TestCustomerCaps(t *testing.T) {
+	t.Parallel()
+	b := delayqtest.NewBroker(t, broker.Options{})
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+	defer cancel()
+	p, err := runPipeline(ctx, b, demo.NewClock())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if left, ok := p.backlog["bakery"]; !ok || left == 0 {
+		t.Errorf("bakery's records were all stored with %d of acme's %d left (recorded %t): acme's import held them up", left, bulkRecords, ok)
+	}
+	if got := p.stored; got[bulk] != bulkRecords || got["bakery"] != 3 || got["cafe"] != 3 {
+		t.Errorf("records stored by customer %v", got)
+	}
+	for _, q := range steps {
+		for _, c := range []string{bulk, "bakery", "cafe"} {
+			n := p.peak[q+" "+c]
+			if n < 1 || n > capOf(c) {
+				t.Errorf("%s of %s: %d handlers at once, want 1 to its cap %d", q, c, n, capOf(c))
+			}
+		}
+	}
+	if len(p.peak) != 3*len(steps) {
+		t.Errorf("handlers counted for %v, want three customers in each step", p.peak)
+	}
+	if n := p.peak["fetch "+bulk]; n <= customerCap {
+		t.Errorf("acme fetched at most %d at once: its own cap of %d was not used", n, bulkCap)
+	}
+	for sc, n := range p.running {
+		if n != 0 {
+			t.Errorf("%s: %d handlers still counted as running", sc, n)
+		}
+	}
 }
 
 // The batch's success and complete callbacks end the pipeline together;

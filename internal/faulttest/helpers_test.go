@@ -290,8 +290,15 @@ func runWorker(t *testing.T, cfg worker.Options) (stop func()) {
 // or held.
 func (s *suite) waitDrained(t *testing.T, queue string, timeout time.Duration) {
 	t.Helper()
+	waitDrained(t, s.b, queue, timeout)
+}
+
+// waitDrained waits until b's queue has nothing scheduled, processing,
+// parked or held.
+func waitDrained(t *testing.T, b *broker.Broker, queue string, timeout time.Duration) {
+	t.Helper()
 	redistest.WaitFor(t, timeout, "queue "+queue+" drained", func() bool {
-		st, err := s.b.Stats(s.ctx, queue)
+		st, err := b.Stats(context.Background(), queue)
 		return err == nil && st.Scheduled == 0 && st.Processing == 0 && st.Parked == 0 && st.Held == 0
 	})
 }

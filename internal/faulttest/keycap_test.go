@@ -2,10 +2,7 @@ package faulttest_test
 
 import (
 	"fmt"
-	"slices"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -44,85 +41,14 @@ func TestKeyCapAcrossWorkers(t *testing.T) {
 	}
 	total := len(envs)
 
-	url := "redis://" + srv.Addr() + "/0"
-	env := []string{"FAULTWORKER_FAIL=0", "FAULTWORKER_DELAY=30ms", "FAULTWORKER_CONCURRENCY=8", "FAULTWORKER_SPANS=1"}
-	started := 0
-	spawn := func() *workerProc {
-		started++
-		return startWorkerProc(t, bin, url, ns, "w"+strconv.Itoa(started), env...)
-	}
-	procs := []*workerProc{spawn(), spawn(), spawn()}
-	deaths := map[string]int64{} // worker -> unix ns after its death
-	for range 2 {
-		time.Sleep(1500 * time.Millisecond)
-		victim := procs[0]
-		victim.signal(syscall.SIGKILL, 0)
-		deaths[victim.name] = time.Now().UnixNano()
-		procs = append(procs[1:], spawn())
-	}
-	s.waitDrained(t, queue, 120*time.Second)
-	for _, p := range procs {
-		p.signal(syscall.SIGTERM, 10*time.Second)
-	}
+	keyOf := func(id string) string { k, _, _ := strings.Cut(id, "-"); return k }
+	k := killRun{bin: bin, url: "redis://" + srv.Addr() + "/0", rdb: s.rdb, b: s.b, ns: ns, queue: queue,
+		delay: "30ms", drain: 120 * time.Second, group: keyOf}.run(t)
 
 	// What ran when, per key.
-	lines, err := s.rdb.LRange(s.ctx, ns+":spans", 0, -1).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	type event struct {
-		at    int64
-		delta int
-	}
-	events := map[string][]event{} // key -> its handlers' starts and ends
-	open := map[string]string{}    // worker id attempt -> worker, for handlers that never ended
-	keyOf := func(id string) string { k, _, _ := strings.Cut(id, "-"); return k }
-	for _, l := range lines {
-		f := strings.Fields(l)
-		if len(f) != 5 {
-			t.Fatalf("bad span record %q", l)
-		}
-		at, err := strconv.ParseInt(f[4], 10, 64)
-		if err != nil {
-			t.Fatalf("bad span record %q", l)
-		}
-		span := f[1] + " " + f[2] + " " + f[3]
-		switch f[0] {
-		case "start":
-			events[keyOf(f[2])] = append(events[keyOf(f[2])], event{at, +1})
-			open[span] = f[1]
-		case "end":
-			events[keyOf(f[2])] = append(events[keyOf(f[2])], event{at, -1})
-			delete(open, span)
-		default:
-			t.Fatalf("bad span record %q", l)
-		}
-	}
-	cut := 0
-	for span, w := range open {
-		died, ok := deaths[w]
-		if !ok {
-			t.Fatalf("handler %q never ended, and its worker was not killed", span)
-		}
-		id := strings.Fields(span)[1]
-		events[keyOf(id)] = append(events[keyOf(id)], event{died, -1})
-		cut++
-	}
 	over, atCap, most := 0, 0, 0
-	for key, evs := range events {
-		// Ends before starts at the same instant: a slot is freed before
-		// it is taken again.
-		slices.SortFunc(evs, func(a, b event) int {
-			if a.at != b.at {
-				return int(a.at - b.at)
-			}
-			return a.delta - b.delta
-		})
-		running, top := 0, 0
-		for _, e := range evs {
-			running += e.delta
-			top = max(top, running)
-		}
+	for key, evs := range k.events {
+		top := peak(evs)
 		most = max(most, top)
 		if top > cap {
 			over++
@@ -140,24 +66,9 @@ func TestKeyCapAcrossWorkers(t *testing.T) {
 	if atCap == 0 {
 		t.Errorf("no key reached its cap of %d: this run shows nothing", cap)
 	}
-	if len(deaths) != 2 || cut == 0 {
-		t.Errorf("%d workers killed, %d handlers cut short: the kills did not hit running jobs", len(deaths), cut)
-	}
-
-	// Every job succeeded; no slot is left taken and no job held.
-	log, err := s.rdb.LRange(s.ctx, ns+":log", 0, -1).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ok := map[string]bool{}
-	for _, l := range log {
-		if f := strings.Fields(l); len(f) == 4 && f[3] == "ok" {
-			ok[f[0]] = true
-		}
-	}
-	if len(ok) != total {
-		t.Errorf("%d of %d jobs succeeded", len(ok), total)
-	}
+	// Both kills hit running handlers, and every job succeeded; no slot
+	// is left taken and no job held.
+	k.check(t, total)
 	prefix := ns + ":{" + queue + "}:"
 	for _, k := range []string{"keyrun", "keyheld"} {
 		if n, err := s.rdb.Exists(s.ctx, prefix+k).Result(); err != nil || n != 0 {
@@ -172,6 +83,6 @@ func TestKeyCapAcrossWorkers(t *testing.T) {
 	if dead != 0 {
 		t.Errorf("%d dead records", dead)
 	}
-	summary(t, "jobs", total, "keys", keys, "workers", 3, "kills", len(deaths), "handlers cut by a kill", cut,
+	summary(t, "jobs", total, "keys", keys, "workers", 3, "kills", k.kills, "handlers cut by a kill", k.cut,
 		"cap per key", cap, "most of one key at once", most, "keys that reached the cap", atCap, "keys above it", over)
 }

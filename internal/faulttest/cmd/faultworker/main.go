@@ -5,7 +5,8 @@
 //
 // It is configured by environment variables:
 //
-//	FAULTWORKER_URL      Redis URL (required)
+//	FAULTWORKER_URL      Redis URL (required); redis+cluster://host:port,host:port,...
+//	                     for a Redis Cluster, every node a seed
 //	FAULTWORKER_NS       broker namespace (required)
 //	FAULTWORKER_NAME     this worker's name in the records (required)
 //	FAULTWORKER_FAIL     probability that a handling fails and is retried (default 0.1)
@@ -29,7 +30,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -90,11 +93,10 @@ func run() error {
 		}
 	}
 	spans := os.Getenv("FAULTWORKER_SPANS") == "1"
-	opts, err := redis.ParseURL(url)
+	rdb, err := client(url)
 	if err != nil {
 		return err
 	}
-	rdb := redis.NewClient(opts)
 	defer rdb.Close()
 	b, err := broker.New(rdb, broker.Options{Namespace: ns})
 	if err != nil {
@@ -155,6 +157,23 @@ func run() error {
 		return err
 	}
 	return w.Run(ctx)
+}
+
+// client connects to url: a Redis Cluster for redis+cluster://, whose
+// comma-separated hosts are its seeds, else one server.
+func client(url string) (redis.UniversalClient, error) {
+	if seeds, ok := strings.CutPrefix(url, "redis+cluster://"); ok {
+		addrs := strings.Split(seeds, ",")
+		if slices.Contains(addrs, "") {
+			return nil, fmt.Errorf("FAULTWORKER_URL=%q: want redis+cluster://host:port,host:port,...", url)
+		}
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs}), nil
+	}
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, err
+	}
+	return redis.NewClient(opts), nil
 }
 
 func floatEnv(key string, def float64) (float64, error) {

@@ -1,0 +1,257 @@
+package faulttest_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/clock"
+	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/testkit"
+	"github.com/delayq/delayq/job"
+)
+
+// TestKeyFlowControlOnCluster runs the per-key controls on a queue of 3
+// shards on a local Redis Cluster of 3 masters (redistest.StartCluster),
+// the shards served by different masters.
+//
+//   - caps: 2,400 jobs of 600 keys capped at 3 each (1 per shard) and 200
+//     jobs of 5 keys with an override of 6 (2 per shard), run by three
+//     faultworker processes of 8 slots connected through
+//     redis+cluster://, one SIGKILLed twice: from every handler's start and
+//     end records no key ever ran above its own cap, keys reached it, the
+//     overridden keys ran above the default, every job succeeded, and at
+//     the end no master holds a key's slot count, a held job or any job
+//     key of the queue.
+//   - debounce: 50 debounced enqueues of each of 20 keys, 10 ms apart by
+//     the broker's simulated clock, leave one job per key in the shard its
+//     key routes to, with the 50th arguments, due one window after the 50th
+//     enqueue and not before; each runs once.
+func TestKeyFlowControlOnCluster(t *testing.T) {
+	skipSlow(t)
+	c := redistest.StartCluster(t)
+	t.Run("caps", func(t *testing.T) { keyCapsOnCluster(t, c) })
+	t.Run("debounce", func(t *testing.T) { debounceOnCluster(t, c) })
+}
+
+// spreadShards declares queue with 3 shards and fails the test unless
+// they are served by 3 different masters of c.
+func spreadShards(t *testing.T, c *redistest.Cluster, b *broker.Broker, queue string) {
+	t.Helper()
+	if err := b.DeclareQueue(context.Background(), queue, 3); err != nil {
+		t.Fatal(err)
+	}
+	var masters []string
+	for _, sh := range testkit.Shards(t, b, queue) {
+		if m := c.MasterOf(t, sh.Keys().Scheduled).Addr(); !slices.Contains(masters, m) {
+			masters = append(masters, m)
+		}
+	}
+	if len(masters) != 3 {
+		t.Fatalf("the 3 shards of %q are on %d masters (%v), want one each", queue, len(masters), masters)
+	}
+}
+
+func keyCapsOnCluster(t *testing.T, c *redistest.Cluster) {
+	ctx := context.Background()
+	bin := buildFaultWorker(t)
+	rdb := c.Client(t)
+	const ns, queue, keys, perKey, defaultCap = "keycapcluster", job.DefaultQueue, 600, 4, 3
+	const bigKeys, perBig, bigCap = 5, 40, 6
+	b, err := broker.New(rdb, broker.Options{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spreadShards(t, c, b, queue)
+	if err := b.SetKeyConcurrency(ctx, queue, "", defaultCap); err != nil {
+		t.Fatal(err)
+	}
+	caps := map[string]int{}
+	typ := job.New[crashArgs]("fault.crash", job.MaxRetries(6))
+	var envs []*job.Envelope
+	add := func(key string, n, cap int) {
+		caps[key] = cap
+		for i := range n {
+			e, err := typ.Envelope(crashArgs{N: len(envs)}, job.ID(fmt.Sprintf("%s-%d", key, i)), job.Key(key))
+			if err != nil {
+				t.Fatal(err)
+			}
+			envs = append(envs, e)
+		}
+	}
+	// The big keys' ids sort first, so their jobs are claimed first among
+	// jobs due at once: they run beside the others all along.
+	for k := range bigKeys {
+		key := fmt.Sprintf("big%d", k)
+		if err := b.SetKeyConcurrency(ctx, queue, key, bigCap); err != nil {
+			t.Fatal(err)
+		}
+		add(key, perBig, bigCap)
+	}
+	for k := range keys {
+		add(fmt.Sprintf("k%04d", k), perKey, defaultCap)
+	}
+	for chunk := range slices.Chunk(envs, 500) {
+		if err := b.Enqueue(ctx, chunk...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	total := len(envs)
+
+	keyOf := func(id string) string { k, _, _ := strings.Cut(id, "-"); return k }
+	k := killRun{bin: bin, url: "redis+cluster://" + strings.Join(c.Addrs(), ","), rdb: rdb, b: b, ns: ns, queue: queue,
+		delay: "60ms", drain: 120 * time.Second, group: keyOf}.run(t)
+
+	over, atCap, bigAboveDefault, most := 0, 0, 0, 0
+	for key, evs := range k.events {
+		cap, ok := caps[key]
+		if !ok {
+			t.Fatalf("handlers of key %q, which no job has", key)
+		}
+		top := peak(evs)
+		most = max(most, top)
+		if top > cap {
+			over++
+			if over <= 5 {
+				t.Errorf("key %s: %d handlers at once under a cap of %d", key, top, cap)
+			}
+		}
+		if top == cap {
+			atCap++
+		}
+		if cap == bigCap && top > defaultCap {
+			bigAboveDefault++
+		}
+	}
+	if over > 0 {
+		t.Errorf("%d keys ran above their cap", over)
+	}
+	if atCap == 0 {
+		t.Errorf("no key reached its cap: this run shows nothing")
+	}
+	if bigAboveDefault == 0 {
+		t.Errorf("no key with its own cap of %d ran more than the default %d at once: the override showed nothing", bigCap, defaultCap)
+	}
+	k.check(t, total)
+
+	// No slot, held job or job is left on any master.
+	for _, sh := range testkit.Shards(t, b, queue) {
+		kk := sh.Keys()
+		p := strings.TrimSuffix(kk.Controls, "controls")
+		for _, key := range []string{p + "keyrun", p + "keyheld", kk.Running, kk.Scheduled, kk.Processing, kk.Jobs, kk.Leases} {
+			if n, err := rdb.Exists(ctx, key).Result(); err != nil || n != 0 {
+				t.Errorf("%s left after the drain (%v): a slot or job leaked", key, err)
+			}
+		}
+	}
+	for _, m := range c.Masters(t) {
+		node := m.Client(t)
+		held := redistest.Keys(t, node, ns+":{*}:held:*")
+		if len(held) > 0 {
+			t.Errorf("master %s holds %v after the drain", m.Addr(), held)
+		}
+	}
+	for k := range bigKeys {
+		if err := b.SetKeyConcurrency(ctx, queue, fmt.Sprintf("big%d", k), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.SetKeyConcurrency(ctx, queue, "", 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{ns + ":log", ns + ":spans"} { // in two slots
+		if err := rdb.Del(ctx, key).Err(); err != nil {
+			t.Error(err)
+		}
+	}
+	summary(t, "jobs", total, "keys", keys+bigKeys, "shards", 3, "masters", 3, "workers", 3, "kills", k.kills,
+		"handlers cut by a kill", k.cut, "default cap", defaultCap, "big keys' cap", bigCap, "most of one key at once", most,
+		"keys that reached their cap", atCap, "big keys above the default", bigAboveDefault, "keys above their cap", over)
+}
+
+func debounceOnCluster(t *testing.T, c *redistest.Cluster) {
+	ctx := context.Background()
+	rdb := c.Client(t)
+	clk := clock.NewSimulated(time.Date(2026, 1, 5, 9, 0, 0, 0, time.UTC))
+	const ns, queue, keys, enqueues, window = "debouncecluster", "digests", 20, 50, time.Second
+	b, err := broker.New(rdb, broker.Options{Namespace: ns, Clock: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spreadShards(t, c, b, queue)
+	type digest struct {
+		N int `json:"n"`
+	}
+	typ := job.New[digest]("fault.digest", job.Queue(queue))
+	last := map[string]time.Time{} // key -> ready time of its last enqueue
+	for i := 1; i <= enqueues; i++ {
+		for k := range keys {
+			key := fmt.Sprintf("user-%02d", k)
+			e, err := typ.Enqueue(ctx, b, digest{N: i}, job.Debounce(key, window))
+			if err != nil {
+				t.Fatalf("enqueue %d of %s: %v", i, key, err)
+			}
+			if want := clk.Now().Add(window); e.ID != key || !e.ReadyAt.Equal(want) {
+				t.Fatalf("enqueue %d of %s: id %q, ready %v; want %s, ready %v", i, key, e.ID, e.ReadyAt, key, want)
+			}
+			last[key] = e.ReadyAt
+		}
+		clk.Advance(10 * time.Millisecond)
+	}
+	// One job per key, in its key's shard, with the last arguments.
+	perShard := 0
+	for _, sh := range testkit.Shards(t, b, queue) {
+		n, err := rdb.ZCard(ctx, sh.Keys().Scheduled).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			perShard++
+		}
+	}
+	if st, err := b.Stats(ctx, queue); err != nil || st.Scheduled != keys {
+		t.Fatalf("stats %+v, %v; want %d jobs scheduled", st, err, keys)
+	}
+	if perShard < 2 {
+		t.Errorf("the %d keys' jobs are in %d shard(s): the run does not cross slots", keys, perShard)
+	}
+	// The last round's enqueues were all at one instant of the clock.
+	end := clk.Now().Add(-10 * time.Millisecond).Add(window)
+	for key, ready := range last {
+		info, err := b.Job(ctx, queue, key)
+		if err != nil || info.State != job.StateScheduled || !ready.Equal(end) || !info.ReadyAt.Equal(end) || string(info.Envelope.Payload) != fmt.Sprintf(`{"n":%d}`, enqueues) {
+			t.Fatalf("job %s: %+v, %v (last enqueue ready %v); want scheduled at %v with n %d", key, info, err, ready, end, enqueues)
+		}
+	}
+	// Due one window after the last enqueue, not before.
+	clk.Advance(end.Add(-time.Millisecond).Sub(clk.Now()))
+	if res, err := testkit.Drive(b).Claim(ctx, queue, 100, time.Minute); err != nil || len(res.Jobs) != 0 {
+		t.Fatalf("claimed %d jobs before the window closed (%v)", len(res.Jobs), err)
+	}
+	clk.Advance(end.Sub(clk.Now()))
+	res, err := testkit.Drive(b).Claim(ctx, queue, 100, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, j := range res.Jobs {
+		if _, ok := last[j.ID]; !ok || seen[j.ID] || string(j.Envelope.Payload) != fmt.Sprintf(`{"n":%d}`, enqueues) {
+			t.Errorf("claimed %s with %s: want each key once with n %d", j.ID, j.Envelope.Payload, enqueues)
+		}
+		seen[j.ID] = true
+		if err := testkit.Drive(b).Ack(ctx, j.Lease); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(seen) != keys {
+		t.Errorf("claimed %d keys' jobs once the window closed, want %d", len(seen), keys)
+	}
+	if res, err := testkit.Drive(b).Claim(ctx, queue, 100, time.Minute); err != nil || len(res.Jobs) != 0 {
+		t.Errorf("claimed %d jobs again (%v)", len(res.Jobs), err)
+	}
+	summary(t, "keys", keys, "enqueues per key", enqueues, "shards", 3, "shards holding jobs", perShard, "jobs run", len(seen))
+}
