@@ -65,8 +65,12 @@ func exported(t *testing.T) []*dto.MetricFamily {
 		t.Fatal(err)
 	}
 
-	// A rate-limited type with no job: its held-by-rate series is 0.
+	// A rate-limited type and a capped type with no job: their held-by
+	// series are 0.
 	if err := bd.B.SetRateLimit(bd.Ctx, job.DefaultQueue, "deploy.limited", job.RateLimit{Count: 1, Per: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if err := bd.B.SetConcurrency(bd.Ctx, job.DefaultQueue, "deploy.capped", 2); err != nil {
 		t.Fatal(err)
 	}
 	enq := job.ChainEnqueuer(bd.B, middleware.EnqueueMetrics(withMP))
@@ -135,6 +139,7 @@ func TestDeployMetricsExist(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"delayq_queue_processes", "delayq_queue_held", "delayq_queue_parked", "delayq_queue_paused", "delayq_queue_held_by_rate",
+		"delayq_queue_held_by_cap", "delayq_queue_held_by_key",
 		"delayq_queue_dead_trimmed_total", "delayq_queue_dead_trimmed_unarchived_total"} {
 		if !have[want] {
 			t.Errorf("the exporter does not print %s", want)

@@ -35,8 +35,19 @@ const (
 	// held for its next tokens (QueueStats.HeldByRate); labels queue,
 	// type, one series per type with a rate limit (0 when none is held).
 	MetricHeldByRate = "delayq.queue.held_by_rate"
-	MetricPaused     = "delayq.queue.paused"    // gauge: 1 when the whole queue is paused, else 0; label queue
-	MetricProcesses  = "delayq.queue.processes" // gauge {process}: live processes serving the queue (WithServingProcesses); label queue
+	// MetricHeldByCap is a gauge {job}: the part of MetricHeld that each
+	// type's concurrency cap holds (QueueStats.HeldByCap); labels queue,
+	// type, one series per type with a cap of its own (0 when none is
+	// held).
+	MetricHeldByCap = "delayq.queue.held_by_cap"
+	// MetricHeldByKey is a gauge {job}: the part of MetricHeld that per-key
+	// controls hold, over all keys (QueueStats.HeldByKey); label queue.
+	// There is no series per key: keys are unbounded (a customer, a
+	// recipient), and a label per key would be too; the keys holding the
+	// most are listed by the broker, the CLI and the dashboard instead.
+	MetricHeldByKey = "delayq.queue.held_by_key"
+	MetricPaused    = "delayq.queue.paused"    // gauge: 1 when the whole queue is paused, else 0; label queue
+	MetricProcesses = "delayq.queue.processes" // gauge {process}: live processes serving the queue (WithServingProcesses); label queue
 	// MetricDeadTrimmed counts the dead records a queue's dead-letter store
 	// dropped, since the queue began (job.QueueStats.DeadTrimmedCap,
 	// DeadTrimmedAge): counter {job}; labels queue, reason ("cap": the
@@ -299,8 +310,10 @@ type QueueStatsReader interface {
 
 // ObserveQueues registers observable gauges of queue depths, read from r with
 // one Stats call per queue at each collection: delayq.queue.scheduled, .due,
-// .processing, .dead, .held, .parked (in jobs), .paused (0 or 1) and .lag
-// (seconds the oldest due job has waited), each labelled with the queue,
+// .processing, .dead, .held, .held_by_key, .parked (in jobs), .paused (0
+// or 1) and .lag (seconds the oldest due job has waited), each labelled
+// with the queue, .held_by_rate and .held_by_cap labelled with the type
+// too (one series per type with a rate limit or a cap of its own),
 // and the counters delayq.queue.dead_trimmed (labelled with the reason too)
 // and .dead_trimmed_unarchived, which Redis keeps for the whole fleet;
 // with WithServingProcesses, also .processes (live processes serving it). With no queues given it observes
@@ -336,6 +349,8 @@ func ObserveQueues(r QueueStatsReader, queues []string, opts ...MetricsOption) (
 	held := gauge(MetricHeld, "Due jobs of a queue's capped types held aside until a slot frees.")
 	parked := gauge(MetricParked, "Due jobs of a queue's paused types set aside until the type resumes.")
 	heldByRate := gauge(MetricHeldByRate, "Due jobs of a rate-limited type held until its next tokens.")
+	heldByCap := gauge(MetricHeldByCap, "Due jobs of a capped type held aside until a job of the type ends.")
+	heldByKey := gauge(MetricHeldByKey, "Due jobs held aside by per-key controls, over all keys.")
 	// No unit: a "1" would become a _ratio suffix in Prometheus.
 	paused := gaugeOf(MetricPaused, "", "1 when the whole queue is paused, else 0.")
 	lag, err := meter.Float64ObservableGauge(MetricLag, metric.WithUnit("s"),
@@ -348,7 +363,7 @@ func ObserveQueues(r QueueStatsReader, queues []string, opts ...MetricsOption) (
 	}
 	trimmed := counter(MetricDeadTrimmed, "Dead records a queue's dead-letter store dropped, by its cap or by age.")
 	unarchived := counter(MetricDeadUnarchived, "Dead records trimmed that the workers' OnDeadTrimmed hook could not be handed for want of room.")
-	instruments := []metric.Observable{scheduled, due, processing, dead, held, parked, heldByRate, paused, lag, trimmed, unarchived}
+	instruments := []metric.Observable{scheduled, due, processing, dead, held, parked, heldByRate, heldByCap, heldByKey, paused, lag, trimmed, unarchived}
 	var procs metric.Int64ObservableGauge
 	if cfg.serving != nil {
 		procs = gaugeOf(MetricProcesses, "{process}", "Live processes serving a queue, from the process registry.")
@@ -388,6 +403,12 @@ func ObserveQueues(r QueueStatsReader, queues []string, opts ...MetricsOption) (
 					o.ObserveInt64(heldByRate, s.HeldByRate[t], metric.WithAttributeSet(attribute.NewSet(LabelQueue.String(q), LabelType.String(t))))
 				}
 			}
+			for t := range s.Caps {
+				if t != "" {
+					o.ObserveInt64(heldByCap, s.HeldByCap[t], metric.WithAttributeSet(attribute.NewSet(LabelQueue.String(q), LabelType.String(t))))
+				}
+			}
+			o.ObserveInt64(heldByKey, s.HeldByKey, labels)
 			p := int64(0)
 			if s.Paused {
 				p = 1

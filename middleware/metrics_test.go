@@ -3,6 +3,7 @@ package middleware_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strconv"
@@ -379,5 +380,56 @@ func TestHeldByRateGauge(t *testing.T) {
 	}
 	if want := map[string]int64{"sms/sms.send": 3, "sms/sms.idle": 0}; !maps.Equal(got, want) {
 		t.Errorf("%s = %v, want %v", middleware.MetricHeldByRate, got, want)
+	}
+}
+
+// TestHeldByCapAndKeyGauges: delayq.queue.held_by_cap has one series per
+// capped type (0 when it holds none), and delayq.queue.held_by_key the
+// queue's jobs held by per-key caps, over all keys, with no series per
+// key.
+func TestHeldByCapAndKeyGauges(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	m := newMeter(t)
+	for typ, n := range map[string]int{"mail.send": 1, "mail.idle": 1} {
+		if err := tb.b.SetConcurrency(tb.ctx, "mail", typ, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tb.b.SetKeyConcurrency(tb.ctx, "mail", "", 1); err != nil {
+		t.Fatal(err)
+	}
+	send := job.New[payload]("mail.send", job.Queue("mail"))
+	digest := job.New[payload]("mail.digest", job.Queue("mail"))
+	if _, err := send.EnqueueMany(tb.ctx, tb.b, make([]payload, 3)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 { // two keys, two jobs each: one of each key is held
+		if _, err := digest.Enqueue(tb.ctx, tb.b, payload{}, job.Key(fmt.Sprintf("user-%d", i%2))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One claim takes one send (its cap) and one digest of each key, and
+	// holds the other two sends and one digest of each key.
+	if res, err := testkit.Drive(tb.b).Claim(tb.ctx, "mail", 10, time.Minute); err != nil || len(res.Jobs) != 3 {
+		t.Fatalf("claim: %v, %d jobs, want 3", err, len(res.Jobs))
+	}
+	if _, err := middleware.ObserveQueues(tb.b, []string{"mail"}, middleware.WithMeterProvider(m.mp)); err != nil {
+		t.Fatal(err)
+	}
+	got := m.collect()
+	byCap := map[string]int64{}
+	g, _ := got[middleware.MetricHeldByCap].(metricdata.Gauge[int64])
+	for _, p := range g.DataPoints {
+		q, _ := p.Attributes.Value(middleware.LabelQueue)
+		typ, _ := p.Attributes.Value(middleware.LabelType)
+		byCap[q.AsString()+"/"+typ.AsString()] = p.Value
+	}
+	if want := map[string]int64{"mail/mail.send": 2, "mail/mail.idle": 0}; !maps.Equal(byCap, want) {
+		t.Errorf("%s = %v, want %v", middleware.MetricHeldByCap, byCap, want)
+	}
+	k, _ := got[middleware.MetricHeldByKey].(metricdata.Gauge[int64])
+	if len(k.DataPoints) != 1 || k.DataPoints[0].Value != 2 || k.DataPoints[0].Attributes.Len() != 1 {
+		t.Errorf("%s = %+v, want one series of 2, labelled with the queue only", middleware.MetricHeldByKey, k.DataPoints)
 	}
 }
