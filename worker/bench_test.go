@@ -18,6 +18,7 @@ import (
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/job"
+	"github.com/delayq/delayq/middleware"
 	"github.com/delayq/delayq/worker"
 )
 
@@ -154,4 +155,100 @@ func serverCPU(b *testing.B, rdb redis.UniversalClient) float64 {
 		}
 	}
 	return total
+}
+
+// BenchmarkNextJobs drains parents that each declare one next job
+// (job.Next), so every parent's ack enqueues a child: the cost of
+// worker.Options.Enqueue. "nil" takes the plain path (the next jobs go
+// with the ack); "passthrough" sets one middleware that only calls on, so
+// the difference is the path Enqueue takes (each success enqueues through
+// the chain and waits for its ack to be recorded); "tracing+metrics" sets
+// middleware.EnqueueTracing and EnqueueMetrics with OpenTelemetry's
+// no-op providers (what a program that never installs an SDK pays).
+func BenchmarkNextJobs(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		mws  []job.EnqueueMiddleware
+	}{
+		{"enqueue=nil", nil},
+		{"enqueue=passthrough", []job.EnqueueMiddleware{func(next job.Enqueuer) job.Enqueuer { return next }}},
+		{"enqueue=tracing+metrics", []job.EnqueueMiddleware{middleware.EnqueueTracing(), middleware.EnqueueMetrics()}},
+	} {
+		b.Run(c.name, func(b *testing.B) { benchNextJobs(b, c.mws) })
+	}
+}
+
+func benchNextJobs(b *testing.B, mws []job.EnqueueMiddleware) {
+	const parents = 2_000
+	rdb, ns := redistest.New(b)
+	br, err := broker.New(rdb, broker.Options{Namespace: ns})
+	if err != nil {
+		b.Fatal(err)
+	}
+	parent := job.New[json.RawMessage]("bench.parent")
+	child := job.New[json.RawMessage]("bench.child")
+	var handled atomic.Int64
+	done := make(chan struct{}, 1)
+	count := func() {
+		if handled.Add(1) == 2*parents {
+			done <- struct{}{}
+		}
+	}
+	reg := job.NewRegistry()
+	body := json.RawMessage(`{"order_id":"ord-000123","amount_cents":4599}`)
+	parent.Handle(reg, func(ctx context.Context, j *job.Job[json.RawMessage]) error {
+		env, err := child.Envelope(body, job.ID("c-"+j.ID))
+		if err != nil {
+			return err
+		}
+		if err := job.Next(ctx, env); err != nil {
+			return err
+		}
+		count()
+		return nil
+	})
+	child.Handle(reg, func(context.Context, *job.Job[json.RawMessage]) error { count(); return nil })
+	args := make([]json.RawMessage, 500)
+	for i := range args {
+		args[i] = body
+	}
+	ctx := context.Background()
+	var total time.Duration
+	var run runCounts
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		for i := 0; i < parents; i += len(args) {
+			if _, err := parent.EnqueueMany(ctx, br, args); err != nil {
+				b.Fatal(err)
+			}
+		}
+		handled.Store(0)
+		w, err := worker.New(worker.Options{Broker: br, Registry: reg, Concurrency: 100, Enqueue: mws})
+		if err != nil {
+			b.Fatal(err)
+		}
+		wctx, stop := context.WithCancel(ctx)
+		ran := make(chan error, 1)
+		counts0 := readRunCounts()
+		b.StartTimer()
+		start := time.Now()
+		go func() { ran <- w.Run(wctx) }()
+		select {
+		case <-done:
+		case <-time.After(2 * time.Minute):
+			b.Fatalf("handled %d of %d jobs in 2 minutes", handled.Load(), 2*parents)
+		}
+		total += time.Since(start)
+		b.StopTimer()
+		stop()
+		if err := <-ran; err != nil {
+			b.Fatal(err)
+		}
+		run = run.add(readRunCounts().sub(counts0))
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(2*parents)*float64(b.N)/total.Seconds(), "jobs/s")
+	b.ReportMetric(float64(run.bytes)/float64(parents*b.N), "B/parent")
+	b.ReportMetric(float64(run.objects)/float64(parents*b.N), "allocs/parent")
 }
