@@ -24,7 +24,7 @@ import (
 // has a producer span for its parent, whose parent is the span that
 // enqueued it (the previous step's consumer span; the span that created
 // the batch; none for a tick, whose trace starts at the scheduler's
-// producer span). delayq.jobs.enqueued equals the jobs stored, counted as
+// producer span). messaging.client.sent.messages equals the jobs stored, counted as
 // the distinct jobs that ran once every queue is empty.
 func TestTracesFollowJobsThatJobsEnqueue(t *testing.T) {
 	t.Parallel()

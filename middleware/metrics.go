@@ -16,14 +16,20 @@ import (
 	"github.com/delayq/delayq/job"
 )
 
-// Metric names. Units follow the OpenTelemetry conventions: "s" for
-// durations, "{job}" for counts. See docs/observability.md for labels and
-// samples.
+// Metric names. Where OpenTelemetry's messaging conventions (semconv
+// v1.40.0) name a metric, delayq uses that name (messaging.*); the others
+// are delayq's own. Units follow the conventions: "s" for durations,
+// "{message}" and "{job}" for counts. Labels are the attributes the spans
+// carry: the queue is messaging.destination.name (LabelQueue), the type
+// delayq.job.type (LabelType), the outcome delayq.job.outcome
+// (LabelOutcome); the job metrics carry messaging.system ("delayq") and
+// messaging.operation.name ("send" or "process") too. See
+// docs/observability.md for samples.
 const (
-	MetricEnqueued   = "delayq.jobs.enqueued"    // counter {job}: envelopes stored; labels queue, type
-	MetricHandled    = "delayq.jobs.handled"     // counter {job}: settled attempts; labels queue, type, outcome
-	MetricDuration   = "delayq.job.duration"     // histogram s: handler time per attempt; labels queue, type, outcome
-	MetricLateness   = "delayq.job.lateness"     // histogram s: claim time − ready time per attempt; labels queue, type
+	MetricEnqueued   = "messaging.client.sent.messages" // counter {message}: envelopes stored by producers; labels queue, type
+	MetricHandled    = "delayq.jobs.handled"            // counter {job}: settled attempts; labels queue, type, outcome
+	MetricDuration   = "messaging.process.duration"     // histogram s: handler time per attempt; labels queue, type, outcome
+	MetricLateness   = "delayq.job.lateness"            // histogram s: claim time − ready time per attempt; labels queue, type
 	MetricScheduled  = "delayq.queue.scheduled"  // gauge {job}: jobs waiting, due or not; label queue
 	MetricDue        = "delayq.queue.due"        // gauge {job}: of those, due now; label queue
 	MetricProcessing = "delayq.queue.processing" // gauge {job}: jobs leased to workers; label queue
@@ -60,12 +66,22 @@ const (
 	MetricDeadUnarchived = "delayq.queue.dead_trimmed_unarchived"
 )
 
-// Metric label keys.
+// Metric label keys: the span attribute keys of the same values (in
+// Prometheus, with dots as underscores: messaging_destination_name,
+// delayq_job_type, delayq_job_outcome, delayq_trim_reason).
 const (
-	LabelQueue   = attribute.Key("queue")
-	LabelType    = attribute.Key("type")
-	LabelOutcome = attribute.Key("outcome")
-	LabelReason  = attribute.Key("reason") // of MetricDeadTrimmed: "cap" or "age"
+	LabelQueue   = attribute.Key("messaging.destination.name")
+	LabelType    = AttrJobType
+	LabelOutcome = AttrOutcome
+	LabelReason  = attribute.Key("delayq.trim.reason") // of MetricDeadTrimmed: "cap" or "age"
+)
+
+// Attributes of every job metric (the counters and histograms of Metrics
+// and EnqueueMetrics), as their spans carry them.
+var (
+	attrSystem  = attribute.Key("messaging.system").String(System)
+	attrSend    = attribute.Key("messaging.operation.name").String("send")
+	attrProcess = attribute.Key("messaging.operation.name").String("process")
 )
 
 // Bucket boundaries, in seconds, of the duration and lateness histograms:
@@ -137,6 +153,7 @@ func handle(err error) {
 // boxing a key for a sync.Map. Reads are a plain map lookup on a map that is
 // copied on write, since new pairs are rare after the first minutes.
 type labelSets struct {
+	op attribute.KeyValue                     // messaging.operation.name
 	mu sync.Mutex                             // serialises writers
 	m  atomic.Pointer[map[labelKey]*labelSet] // never written after it is stored
 }
@@ -150,6 +167,7 @@ const knownOutcomes = int(job.OutcomeReleased) + 1
 // (lateness, enqueued) and with each outcome (handled, duration), as the
 // variadic slices the instruments take, so that no call allocates one.
 type labelSet struct {
+	op         attribute.KeyValue
 	queue, typ string
 	add        []metric.AddOption
 	record     []metric.RecordOption
@@ -172,8 +190,8 @@ func (l *labelSets) get(queue, typ string) *labelSet {
 			return s
 		}
 	}
-	s := &labelSet{queue: queue, typ: typ}
-	opt := metric.WithAttributeSet(attribute.NewSet(LabelQueue.String(queue), LabelType.String(typ)))
+	s := &labelSet{op: l.op, queue: queue, typ: typ}
+	opt := metric.WithAttributeSet(attribute.NewSet(attrSystem, l.op, LabelQueue.String(queue), LabelType.String(typ)))
 	s.add, s.record = []metric.AddOption{opt}, []metric.RecordOption{opt}
 	for o := range knownOutcomes {
 		s.addOut[o], s.recordOut[o] = s.withOutcome(job.Outcome(o))
@@ -187,7 +205,7 @@ func (l *labelSets) get(queue, typ string) *labelSet {
 
 // withOutcome builds the options of s's labels plus outcome.
 func (s *labelSet) withOutcome(outcome job.Outcome) ([]metric.AddOption, []metric.RecordOption) {
-	opt := metric.WithAttributeSet(attribute.NewSet(LabelQueue.String(s.queue), LabelType.String(s.typ), LabelOutcome.String(outcome.String())))
+	opt := metric.WithAttributeSet(attribute.NewSet(attrSystem, s.op, LabelQueue.String(s.queue), LabelType.String(s.typ), LabelOutcome.String(outcome.String())))
 	return []metric.AddOption{opt}, []metric.RecordOption{opt}
 }
 
@@ -200,7 +218,7 @@ func (s *labelSet) outcome(outcome job.Outcome) ([]metric.AddOption, []metric.Re
 }
 
 // Metrics is handler middleware that counts settled attempts by outcome
-// (delayq.jobs.handled) and records handler durations (delayq.job.duration)
+// (delayq.jobs.handled) and records handler durations (messaging.process.duration)
 // and lateness (delayq.job.lateness, the claim time minus the ready time,
 // both by the Redis server's clock). Outcomes come from the worker
 // (job.OnResult): success, retry, dead, lease_lost, released.
@@ -217,7 +235,7 @@ func Metrics(opts ...MetricsOption) job.Middleware {
 		metric.WithDescription("Time from a job's ready time to its claim by a worker, per attempt."),
 		metric.WithExplicitBucketBoundaries(latenessBuckets...))
 	handle(err)
-	mi := &metricsInstruments{handled: handled, duration: duration}
+	mi := &metricsInstruments{handled: handled, duration: duration, sets: labelSets{op: attrProcess}}
 	return func(next job.Handler) job.Handler {
 		return job.HandlerFunc(func(ctx context.Context, m *job.Message) error {
 			if !handled.Enabled(ctx) && !duration.Enabled(ctx) && !lateness.Enabled(ctx) {
@@ -280,14 +298,15 @@ func (a *metricsAttempt) done(res job.Result, end time.Time) {
 }
 
 // EnqueueMetrics is producer middleware that counts the envelopes stored
-// (delayq.jobs.enqueued, by queue and type). Envelopes the broker refused
-// are not counted.
+// (messaging.client.sent.messages, by queue and type). Envelopes the
+// broker refused are not counted: a send that failed is on its span (with
+// error.type), and the counter's sum is the jobs stored.
 func EnqueueMetrics(opts ...MetricsOption) job.EnqueueMiddleware {
 	meter := newMeter(opts)
-	enqueued, err := meter.Int64Counter(MetricEnqueued, metric.WithUnit("{job}"),
+	enqueued, err := meter.Int64Counter(MetricEnqueued, metric.WithUnit("{message}"),
 		metric.WithDescription("Jobs stored by producers."))
 	handle(err)
-	sets := &labelSets{}
+	sets := &labelSets{op: attrSend}
 	return func(next job.Enqueuer) job.Enqueuer {
 		return job.EnqueuerFunc(func(ctx context.Context, envs ...*job.Envelope) error {
 			err := next.Enqueue(ctx, envs...)

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/redistest"
@@ -52,10 +53,18 @@ func (m *meter) collect() map[string]metricdata.Aggregation {
 	return out
 }
 
-// matches reports whether set has every key=value of want.
+// shortLabels are the short names the tests give the label keys.
+var shortLabels = map[string]attribute.Key{"queue": middleware.LabelQueue, "type": middleware.LabelType, "outcome": middleware.LabelOutcome, "reason": middleware.LabelReason}
+
+// matches reports whether set has every key=value of want (a key by its
+// short name, or in full).
 func matches(set attribute.Set, want map[string]string) bool {
 	for k, v := range want {
-		got, ok := set.Value(attribute.Key(k))
+		key, ok := shortLabels[k]
+		if !ok {
+			key = attribute.Key(k)
+		}
+		got, ok := set.Value(key)
 		if !ok || got.Emit() != v {
 			return false
 		}
@@ -431,5 +440,79 @@ func TestHeldByCapAndKeyGauges(t *testing.T) {
 	k, _ := got[middleware.MetricHeldByKey].(metricdata.Gauge[int64])
 	if len(k.DataPoints) != 1 || k.DataPoints[0].Value != 2 || k.DataPoints[0].Attributes.Len() != 1 {
 		t.Errorf("%s = %+v, want one series of 2, labelled with the queue only", middleware.MetricHeldByKey, k.DataPoints)
+	}
+}
+
+// TestMetricLabelsAreSpanAttributes: every label of the job metrics is an
+// attribute of the span of the same operation, with the same value (the
+// sent counter's of the send span, the handled counter's and the
+// histograms' of the process span), and the two names that
+// OpenTelemetry's messaging conventions define are theirs.
+func TestMetricLabelsAreSpanAttributes(t *testing.T) {
+	t.Parallel()
+	if middleware.MetricEnqueued != "messaging.client.sent.messages" || middleware.MetricDuration != "messaging.process.duration" {
+		t.Fatalf("metric names %q, %q: want the messaging conventions'", middleware.MetricEnqueued, middleware.MetricDuration)
+	}
+	sr, tp := newTracing(t)
+	m := newMeter(t)
+	typ := job.New[payload]("labels.match", job.Queue("mail"))
+	var env *job.Envelope
+	enq := job.ChainEnqueuer(job.EnqueuerFunc(func(_ context.Context, envs ...*job.Envelope) error {
+		env = envs[0]
+		return nil
+	}), middleware.EnqueueTracing(middleware.WithTracerProvider(tp)), middleware.EnqueueMetrics(middleware.WithMeterProvider(m.mp)))
+	if _, err := typ.Enqueue(context.Background(), enq, payload{}); err != nil {
+		t.Fatal(err)
+	}
+	h := job.Chain(job.HandlerFunc(func(context.Context, *job.Message) error { return nil }),
+		middleware.Tracing(middleware.WithTracerProvider(tp)), middleware.Metrics(middleware.WithMeterProvider(m.mp)))
+	ctx, a := job.WithAttempt(context.Background(), nil)
+	if err := h.Handle(ctx, &job.Message{Envelope: *env, Attempt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	a.Settle(job.Result{Outcome: job.OutcomeSuccess})
+
+	spanOf := func(kind trace.SpanKind) map[attribute.Key]attribute.Value {
+		for _, s := range sr.Ended() {
+			if s.SpanKind() == kind {
+				return attrs(s)
+			}
+		}
+		t.Fatalf("no %v span", kind)
+		return nil
+	}
+	send, process := spanOf(trace.SpanKindProducer), spanOf(trace.SpanKindConsumer)
+	check := func(name string, set attribute.Set, span map[attribute.Key]attribute.Value) {
+		t.Helper()
+		for _, k := range []attribute.Key{"messaging.system", "messaging.operation.name", middleware.LabelQueue, middleware.LabelType} {
+			if !set.HasValue(k) {
+				t.Errorf("%s: labels %v, no %s", name, set.ToSlice(), k)
+			}
+		}
+		for _, kv := range set.ToSlice() {
+			if v, ok := span[kv.Key]; !ok || v.Emit() != kv.Value.Emit() {
+				t.Errorf("%s: label %s=%s, span attribute %s", name, kv.Key, kv.Value.Emit(), v.Emit())
+			}
+		}
+	}
+	data := m.collect()
+	for name, span := range map[string]map[attribute.Key]attribute.Value{
+		middleware.MetricEnqueued: send, middleware.MetricHandled: process,
+		middleware.MetricDuration: process, middleware.MetricLateness: process,
+	} {
+		switch d := data[name].(type) {
+		case metricdata.Sum[int64]:
+			if len(d.DataPoints) != 1 {
+				t.Fatalf("%s: %d series, want 1", name, len(d.DataPoints))
+			}
+			check(name, d.DataPoints[0].Attributes, span)
+		case metricdata.Histogram[float64]:
+			if len(d.DataPoints) != 1 {
+				t.Fatalf("%s: %d series, want 1", name, len(d.DataPoints))
+			}
+			check(name, d.DataPoints[0].Attributes, span)
+		default:
+			t.Fatalf("%s: not recorded (%T)", name, d)
+		}
 	}
 }

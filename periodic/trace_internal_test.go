@@ -18,7 +18,7 @@ import (
 // TestTickDuplicatesAreNotErrors: two schedulers with producer middleware
 // (Options.Enqueue) enqueue every tick together, so the broker refuses one
 // of each pair as a duplicate. Each tick's job is counted once by
-// delayq.jobs.enqueued (the counter equals the jobs handled), every
+// messaging.client.sent.messages (the counter equals the jobs handled), every
 // producer span has status Unset, and the refused ones say so with
 // delayq.enqueue.refused.
 func TestTickDuplicatesAreNotErrors(t *testing.T) {
