@@ -30,13 +30,13 @@ const (
 	MetricHandled    = "delayq.jobs.handled"            // counter {job}: settled attempts; labels queue, type, outcome
 	MetricDuration   = "messaging.process.duration"     // histogram s: handler time per attempt; labels queue, type, outcome
 	MetricLateness   = "delayq.job.lateness"            // histogram s: claim time − ready time per attempt; labels queue, type
-	MetricScheduled  = "delayq.queue.scheduled"  // gauge {job}: jobs waiting, due or not; label queue
-	MetricDue        = "delayq.queue.due"        // gauge {job}: of those, due now; label queue
-	MetricProcessing = "delayq.queue.processing" // gauge {job}: jobs leased to workers; label queue
-	MetricDead       = "delayq.queue.dead"       // gauge {job}: dead records; label queue
-	MetricLag        = "delayq.queue.lag"        // gauge s: how long the oldest due job has waited; label queue
-	MetricHeld       = "delayq.queue.held"       // gauge {job}: due jobs of capped types held aside for a slot; label queue
-	MetricParked     = "delayq.queue.parked"     // gauge {job}: due jobs of paused types set aside; label queue
+	MetricScheduled  = "delayq.queue.scheduled"         // gauge {job}: jobs waiting, due or not; label queue
+	MetricDue        = "delayq.queue.due"               // gauge {job}: of those, due now; label queue
+	MetricProcessing = "delayq.queue.processing"        // gauge {job}: jobs leased to workers; label queue
+	MetricDead       = "delayq.queue.dead"              // gauge {job}: dead records; label queue
+	MetricLag        = "delayq.queue.lag"               // gauge s: how long the oldest due job has waited; label queue
+	MetricHeld       = "delayq.queue.held"              // gauge {job}: due jobs of capped types held aside for a slot; label queue
+	MetricParked     = "delayq.queue.parked"            // gauge {job}: due jobs of paused types set aside; label queue
 	// MetricHeldByRate is a gauge {job}: due jobs of a rate-limited type
 	// held for its next tokens (QueueStats.HeldByRate); labels queue,
 	// type, one series per type with a rate limit (0 when none is held).
