@@ -166,6 +166,9 @@ func New(rdb redis.UniversalClient, opts Options) (*Broker, error) {
 	}
 	b := &Broker{rdb: rdb, ns: opts.Namespace, opts: opts}
 	b.route = keyspace.NewRouter(b.ns, shardCounts{b})
+	if opts.Clock != nil {
+		b.route.SetClock(opts.Clock)
+	}
 	if err := b.checkServers(); err != nil {
 		return nil, err
 	}

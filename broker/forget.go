@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -59,13 +62,20 @@ func (b *Broker) MustKnow(ctx context.Context, queue string) error {
 // Each shard is checked and cleared in one WATCH/MULTI, so a job enqueued
 // meanwhile either makes the call fail or arrives after it (a new use of
 // the queue, which lists it again). A producer or worker that used the
-// queue before keeps its shard count in memory and does not add the name
-// again: forget queues nobody uses any more. The fencing counter of each
+// queue before lists it again, with the shard count it holds, within
+// keyspace.RelistEvery of its next use (see ForgetIdle). The fencing counter of each
 // shard stays (it never goes back), as does the per-minute history, which
 // expires by itself.
 func (b *Broker) Forget(ctx context.Context, queue string) error {
 	if err := b.MustKnow(ctx, queue); err != nil {
-		return err
+		// A sharded queue that ForgetIdle unlisted keeps its shard count:
+		// it can still be forgotten for good.
+		if !errors.Is(err, ErrUnknownQueue) {
+			return err
+		}
+		if ok, herr := b.rdb.HExists(ctx, keyspace.ShardsKey(b.ns), queue).Result(); herr != nil || !ok {
+			return err
+		}
 	}
 	q, err := b.queue(ctx, queue)
 	if err != nil {
@@ -92,7 +102,11 @@ func (b *Broker) Forget(ctx context.Context, queue string) error {
 		}
 		return fmt.Errorf("%w: queue %q received a job while it was being forgotten; it is kept", ErrQueueNotEmpty, queue)
 	}
-	if err := b.rdb.HDel(ctx, keyspace.ShardsKey(b.ns), queue).Err(); err != nil {
+	if _, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.HDel(ctx, keyspace.ShardsKey(b.ns), queue)
+		p.HDel(ctx, keyspace.QueuesSeenKey(b.ns), queue)
+		return nil
+	}); err != nil {
 		return queueErr(queue, err)
 	}
 	return nil
@@ -143,4 +157,159 @@ func (b *Broker) forgetShard(ctx context.Context, queue string, s keyspace.Shard
 		}
 		return nil
 	}, watched...)
+}
+
+// MinForgetIdle is the shortest idle time ForgetIdle takes: many times
+// keyspace.RelistEvery, how often a process that uses a queue lists it
+// again.
+const MinForgetIdle = time.Hour
+
+// ForgetIdle unlists the queues nobody has used for idle (at least
+// MinForgetIdle) and that hold nothing, and returns their names: stats, the
+// CLI, the dashboard and the metrics stop listing them, as after Forget.
+// Workers call it for their namespace (worker.Options.ForgetIdleQueues,
+// hourly); operators may too.
+//
+// Used means listed by a producer that placed jobs in it or a worker that
+// served it: each lists the queues it uses again every
+// keyspace.RelistEvery (a minute), recorded in ns:queues:seen. So a queue
+// a live worker serves is never idle, and one forgotten while a producer
+// still held it is listed again, with its jobs, within a minute of its next
+// enqueue. Holds nothing means what Forget requires (no scheduled,
+// processing, parked or held jobs, dead records, remembered unique ids or
+// trimmed records waiting for a hook), and also no pause, cap, rate limit
+// or key cap set: those are an operator's, and are kept with the queue. A
+// queue with one shard loses its shard count too (it would get one shard
+// again); a sharded queue keeps its count, so that every process agrees on
+// it when the queue is used again (Forget removes it).
+//
+// Each queue's shards are checked, then it is unlisted and looked at
+// again: a listing or a job that came meanwhile lists it again (a producer
+// lists a queue before it stores jobs in it, so its next jobs are never
+// left unlisted). Nothing is deleted but the name, its time and a single
+// shard's count.
+// Retained succeeded jobs (job.Retain) do not keep a queue listed: they
+// stay readable by id (Broker.Job) until their retention ends. A queue
+// listed before ns:queues:seen existed starts its idle time at
+// this call. An idle below MinForgetIdle is refused with an error wrapping
+// job.ErrInvalid.
+func (b *Broker) ForgetIdle(ctx context.Context, idle time.Duration) ([]string, error) {
+	if idle < MinForgetIdle {
+		return nil, fmt.Errorf("broker: %w: forget idle queues: idle time %s is below %s", job.ErrInvalid, idle, MinForgetIdle)
+	}
+	var names *redis.StringSliceCmd
+	var seen *redis.MapStringStringCmd
+	if _, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		names = p.SMembers(ctx, keyspace.QueuesKey(b.ns))
+		seen = p.HGetAll(ctx, keyspace.QueuesSeenKey(b.ns))
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("broker: forget idle queues: %w", err)
+	}
+	now := b.createdNow()
+	cutoff := now.Add(-idle).UnixMilli()
+	listed := make(map[string]bool, len(names.Val()))
+	var forgotten, unseen []string
+	var errs []error
+	for _, q := range names.Val() {
+		listed[q] = true
+		at, err := strconv.ParseInt(seen.Val()[q], 10, 64)
+		if err != nil {
+			unseen = append(unseen, q)
+			continue
+		}
+		if at > cutoff {
+			continue
+		}
+		ok, err := b.forgetIdle(ctx, q, cutoff)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if ok {
+			forgotten = append(forgotten, q)
+		}
+	}
+	var stale []string
+	for q := range seen.Val() {
+		if !listed[q] {
+			stale = append(stale, q)
+		}
+	}
+	if len(unseen) > 0 || len(stale) > 0 {
+		if _, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, q := range unseen {
+				p.HSetNX(ctx, keyspace.QueuesSeenKey(b.ns), q, now.UnixMilli())
+			}
+			for _, q := range stale {
+				// Unlisted: its time is recorded again when it is used.
+				p.HDel(ctx, keyspace.QueuesSeenKey(b.ns), q)
+			}
+			return nil
+		}); err != nil {
+			errs = append(errs, fmt.Errorf("broker: forget idle queues: %w", err))
+		}
+	}
+	slices.Sort(forgotten)
+	return forgotten, errors.Join(errs...)
+}
+
+// forgetIdle unlists queue if it holds nothing and was not listed after
+// cutoff (ms), and reports whether it did.
+func (b *Broker) forgetIdle(ctx context.Context, queue string, cutoff int64) (bool, error) {
+	q, err := b.queue(ctx, queue)
+	if err != nil {
+		return false, err
+	}
+	for _, s := range q.Shards() {
+		empty, err := b.idleShard(ctx, s)
+		if err != nil {
+			return false, queueErr(queue, err)
+		}
+		if !empty {
+			return false, nil
+		}
+	}
+	if err := b.rdb.SRem(ctx, keyspace.QueuesKey(b.ns), queue).Err(); err != nil {
+		return false, queueErr(queue, err)
+	}
+	// Used meanwhile (a listing after the cutoff, or a job stored by a
+	// producer that held the queue): list it again.
+	at, err := b.rdb.HGet(ctx, keyspace.QueuesSeenKey(b.ns), queue).Int64()
+	used := err != nil || at > cutoff
+	for _, s := range q.Shards() {
+		if used {
+			break
+		}
+		n, err := b.rdb.Exists(ctx, s.Keys().Jobs, s.Keys().Scheduled).Result()
+		used = err != nil || n > 0
+	}
+	if used {
+		if err := b.rdb.SAdd(ctx, keyspace.QueuesKey(b.ns), queue).Err(); err != nil {
+			return false, queueErr(queue, err)
+		}
+		return false, nil
+	}
+	if _, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.HDel(ctx, keyspace.QueuesSeenKey(b.ns), queue)
+		if len(q.Shards()) == 1 {
+			p.HDel(ctx, keyspace.ShardsKey(b.ns), queue)
+		}
+		return nil
+	}); err != nil {
+		return true, queueErr(queue, err)
+	}
+	return true, nil
+}
+
+// idleShard reports whether shard s holds nothing and has no control set,
+// reading every key it checks in one round trip.
+func (b *Broker) idleShard(ctx context.Context, s keyspace.Shard) (bool, error) {
+	k := s.Keys()
+	kk := keyCapKeysOf(k)
+	n, err := b.rdb.Exists(ctx, k.Jobs, k.Dead, k.Unique, k.Processing, k.Scheduled, k.Trimmed, k.Controls, kk.Caps, kk.Run, kk.HeldKeys).Result()
+	if err != nil {
+		return false, err
+	}
+	return n == 0, nil
 }

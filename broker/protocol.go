@@ -51,7 +51,12 @@ func (w workerSide) Shards(ctx context.Context, queue string) ([]keyspace.Shard,
 	if err != nil {
 		return nil, err
 	}
+	w.b.route.Touch(ctx, queue) // a queue a worker serves is in use: listed
 	return q.Shards(), nil
+}
+
+func (w workerSide) ForgetIdle(ctx context.Context, idle time.Duration) ([]string, error) {
+	return w.b.ForgetIdle(ctx, idle)
 }
 
 func tokenArg(token int64) string { return strconv.FormatInt(token, 10) }

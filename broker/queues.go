@@ -96,12 +96,18 @@ func (c shardCounts) Count(ctx context.Context, queue string) (int, bool, error)
 	return n, true, nil
 }
 
-// Store adds queue to ns:queues and sets its shard count to n unless it has
-// one, and returns the count it has. A durable broker waits for replicas;
-// when they fall short, the count read is returned with the error.
+// Store adds queue to ns:queues, records that it was used now (in
+// ns:queues:seen, for ForgetIdle) and sets its shard count to n unless it
+// has one, and returns the count it has. A durable broker waits for
+// replicas; when they fall short, the count read is returned with the
+// error.
 func (c shardCounts) Store(ctx context.Context, queue string, n int) (int, error) {
 	b := c.b
-	if err := b.rdb.SAdd(ctx, keyspace.QueuesKey(b.ns), queue).Err(); err != nil {
+	if _, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.SAdd(ctx, keyspace.QueuesKey(b.ns), queue)
+		p.HSet(ctx, keyspace.QueuesSeenKey(b.ns), queue, b.createdNow().UnixMilli())
+		return nil
+	}); err != nil {
 		return 0, err
 	}
 	key := keyspace.ShardsKey(b.ns)

@@ -97,6 +97,15 @@ type Options struct {
 	// ReapInterval is how often this worker looks for expired leases.
 	// Default Lease/3; negative disables reaping here.
 	ReapInterval time.Duration
+	// ForgetIdleQueues is how long a queue of the namespace may go unused
+	// (no producer placed jobs in it, no worker served it) while it holds
+	// nothing before this worker unlists it (broker.Broker.ForgetIdle):
+	// stats, the CLI, the dashboard and the metrics stop listing it, and
+	// its next use lists it again. The worker looks once it has made its
+	// first claims, then every hour. Default 7 days
+	// (DefaultForgetIdleQueues); at least broker.MinForgetIdle; negative:
+	// never.
+	ForgetIdleQueues time.Duration
 	// MaxIdle is the longest the worker sleeps without claiming when it
 	// knows of no due job: a safety net for lost wake-up notices. Default 5s.
 	MaxIdle time.Duration
@@ -205,6 +214,8 @@ const (
 	DefaultLease           = 30 * time.Second
 	DefaultMaxIdle         = 5 * time.Second
 	DefaultShutdownTimeout = 10 * time.Second
+	// DefaultForgetIdleQueues is Options.ForgetIdleQueues's default.
+	DefaultForgetIdleQueues = 7 * 24 * time.Hour
 	// DefaultDeadTrimmedBuffer is Options.DeadTrimmedBuffer's default.
 	DefaultDeadTrimmedBuffer = 1000
 	maxBatch                 = 100
@@ -305,6 +316,12 @@ func (c Options) withDefaults() (Options, error) {
 	}
 	if c.HeartbeatInterval >= c.Lease {
 		return c, fmt.Errorf("worker: HeartbeatInterval %s is not below Lease %s: every job that runs longer than the lease would lose it and run twice; leave it 0 for Lease/3", c.HeartbeatInterval, c.Lease)
+	}
+	switch {
+	case c.ForgetIdleQueues == 0:
+		c.ForgetIdleQueues = DefaultForgetIdleQueues
+	case c.ForgetIdleQueues > 0 && c.ForgetIdleQueues < broker.MinForgetIdle:
+		return c, fmt.Errorf("worker: %w: Options.ForgetIdleQueues %s is below %s (negative: never)", job.ErrInvalid, c.ForgetIdleQueues, broker.MinForgetIdle)
 	}
 	if c.ReapInterval == 0 {
 		c.ReapInterval = c.Lease / 3

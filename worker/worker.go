@@ -17,6 +17,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/fleet"
+	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/job"
 )
@@ -133,6 +134,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		loops.Go(func() { every(ctx, w.cfg.ReapInterval, func() { w.reap(ctx, bg) }) })
 	}
 	loops.Go(func() { w.checkEviction(ctx) })
+	if w.cfg.ForgetIdleQueues > 0 {
+		loops.Go(func() { w.forgetIdle(ctx) })
+	}
 	if w.cfg.OnDeadTrimmed != nil {
 		loops.Go(func() { w.handTrimmed(ctx) })
 	}
@@ -148,6 +152,42 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.settler.wait()
 	w.log.Info().Msg("worker stopped")
 	return nil
+}
+
+// forgetIdleEvery is how often a worker unlists idle queues.
+const forgetIdleEvery = time.Hour
+
+// forgetIdle unlists the namespace's idle queues (Options.ForgetIdleQueues)
+// at once and then every forgetIdleEvery, until ctx is done. Every
+// keyspace.RelistEvery, and before each pass, it lists this worker's own
+// queues again (protocol.Broker.Shards does when they are due), so that
+// a queue this worker serves is never idle, whether or not its fetcher
+// reached it lately.
+func (w *Worker) forgetIdle(ctx context.Context) {
+	touch := func() {
+		for _, q := range w.cfg.Queues {
+			_, _ = w.b.Shards(ctx, q.Name)
+		}
+	}
+	pass := func() {
+		names, err := w.b.ForgetIdle(ctx, w.cfg.ForgetIdleQueues)
+		if len(names) > 0 {
+			w.log.Info().Strs("queues", names).Dur("idle", w.cfg.ForgetIdleQueues).Msg("forgot idle queues that held nothing; their next use lists them again")
+		}
+		if err != nil && ctx.Err() == nil {
+			w.log.Warn().Err(err).Msg("forgetting idle queues failed; the next pass tries again")
+		}
+	}
+	touch()
+	pass()
+	last := time.Now()
+	every(ctx, keyspace.RelistEvery, func() {
+		touch()
+		if time.Since(last) >= forgetIdleEvery {
+			pass()
+			last = time.Now()
+		}
+	})
 }
 
 // listenCancels cancels the handlers of the running jobs that

@@ -129,6 +129,11 @@ func QueuesKey(ns string) string { return ns + ":queues" }
 // ShardsKey is the HASH queue -> shard count.
 func ShardsKey(ns string) string { return ns + ":shards" }
 
+// QueuesSeenKey is the HASH queue -> ms since the epoch: when a producer or
+// worker last listed the queue (Router.Place, Router.Touch), for
+// forgetting idle queues.
+func QueuesSeenKey(ns string) string { return ns + ":queues:seen" }
+
 // Shard is one physical queue of a user's queue. Its zero value is no
 // shard; real ones come from a Queue.
 type Shard struct {

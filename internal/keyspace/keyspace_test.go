@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/delayq/delayq/job"
 )
@@ -131,6 +132,7 @@ func TestShareAddsUp(t *testing.T) {
 type counts struct {
 	stored   map[string]int
 	occupied bool
+	stores   map[string]int // Store calls by queue
 }
 
 func (c *counts) Count(_ context.Context, q string) (int, bool, error) {
@@ -139,6 +141,9 @@ func (c *counts) Count(_ context.Context, q string) (int, bool, error) {
 }
 
 func (c *counts) Store(_ context.Context, q string, n int) (int, error) {
+	if c.stores != nil {
+		c.stores[q]++
+	}
 	if have, ok := c.stored[q]; ok {
 		return have, nil
 	}
@@ -174,5 +179,46 @@ func TestRouterDeclare(t *testing.T) {
 	}
 	if _, err := r.Declare(ctx, "e", 0); err == nil {
 		t.Fatal("0 shards accepted")
+	}
+}
+
+// A Router lists again (Counts.Store, with the count it holds) a queue it
+// places jobs in or works, at most once per RelistEvery, so that a queue
+// forgotten while this process held its count comes back with its next
+// use; a queue it holds no count of is never created by Touch.
+func TestRouterRelists(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := &counts{stored: map[string]int{}, stores: map[string]int{}}
+	r := NewRouter("ns", c)
+	now := time.Unix(1_700_000_000, 0)
+	r.now = func() time.Time { return now }
+	if _, err := r.Declare(ctx, "s", 3); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Place(ctx, "p"); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		r.Place(ctx, "p")
+		r.Place(ctx, "s")
+		r.Touch(ctx, "s")
+	}
+	if c.stores["p"] != 1 || c.stores["s"] != 1 {
+		t.Fatalf("stores within RelistEvery: %v, want one each", c.stores)
+	}
+	// Forgotten meanwhile (its count removed too).
+	delete(c.stored, "p")
+	delete(c.stored, "s")
+	now = now.Add(RelistEvery)
+	r.Place(ctx, "p")
+	r.Touch(ctx, "s")
+	r.Touch(ctx, "s")
+	if c.stores["p"] != 2 || c.stores["s"] != 2 || c.stored["p"] != 1 || c.stored["s"] != 3 {
+		t.Fatalf("after RelistEvery: stores %v, counts %v; want one more each, with the counts held", c.stores, c.stored)
+	}
+	r.Touch(ctx, "typo")
+	if _, ok := c.stored["typo"]; ok || c.stores["typo"] != 0 {
+		t.Fatal("Touch of a queue with no count stored one")
 	}
 }

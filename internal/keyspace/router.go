@@ -23,7 +23,7 @@ type Counts interface {
 	Count(ctx context.Context, queue string) (n int, ok bool, err error)
 	// Store sets the count of queue to n unless it has one, and returns the
 	// count it has (n, or the one stored before). It also adds queue to
-	// the set of known queues. An error with a count above 0 means the
+	// the set of known queues, and records that it was used now. An error with a count above 0 means the
 	// count was read but the write is not confirmed (durable mode): storing
 	// again is safe.
 	Store(ctx context.Context, queue string, n int) (int, error)
@@ -34,6 +34,13 @@ type Counts interface {
 // UndeclaredTTL is how long a Router trusts that a queue has no stored
 // shard count before it looks again.
 const UndeclaredTTL = 2 * time.Second
+
+// RelistEvery is how often a Router lists again a queue it places jobs in
+// (Place) or works (Touch): Counts.Store adds it to the set of known queues
+// and records when it was last used, so that a queue forgotten for being
+// idle (while this process held its count) is listed again within this
+// time of its next use.
+const RelistEvery = time.Minute
 
 // Router resolves queue names to Queues. A count, once read, never changes
 // (it is written once and never changed, see Declare), so a Router caches
@@ -46,11 +53,13 @@ type Router struct {
 	counts    Counts
 	known     sync.Map // queue -> Queue
 	undecided sync.Map // queue -> time.Time, when it last had no count
+	listed    sync.Map // queue -> time.Time, when this Router last stored it (Counts.Store)
+	now       func() time.Time
 }
 
 // NewRouter returns a Router for the keys of namespace ns.
 func NewRouter(ns string, counts Counts) *Router {
-	return &Router{ns: ns, counts: counts}
+	return &Router{ns: ns, counts: counts, now: time.Now}
 }
 
 // Queue resolves a queue for reading or for changing jobs it holds. It
@@ -77,12 +86,14 @@ func (r *Router) Queue(ctx context.Context, name string) (Queue, error) {
 // time gets one shard, for good.
 func (r *Router) Place(ctx context.Context, name string) (Queue, error) {
 	if q, ok := r.known.Load(name); ok {
+		r.relist(ctx, q.(Queue))
 		return q.(Queue), nil
 	}
 	n, err := r.counts.Store(ctx, name, 1)
 	if err != nil && n <= 0 {
 		return Queue{}, err
 	}
+	r.listed.Store(name, r.now())
 	// An unconfirmed count is fine here: the jobs that follow wait for
 	// replicas themselves, and a lost count is stored again, the same, by
 	// the next Place.
@@ -111,6 +122,7 @@ func (r *Router) Declare(ctx context.Context, name string, n int) (Queue, error)
 	if err != nil {
 		return Queue{}, err // stored or not, declaring again is safe
 	}
+	r.listed.Store(name, r.now())
 	q, err := r.cache(name, have)
 	if err != nil {
 		return Queue{}, err
@@ -119,6 +131,34 @@ func (r *Router) Declare(ctx context.Context, name string, n int) (Queue, error)
 		return Queue{}, fmt.Errorf("%w: queue %q has %d shard(s), not %d", ErrShardCount, name, have, n)
 	}
 	return q, nil
+}
+
+// SetClock makes the Router read the time from now (for RelistEvery)
+// instead of time.Now: a broker with a clock of its own (tests).
+func (r *Router) SetClock(now func() time.Time) { r.now = now }
+
+// Touch lists a queue again, as Place does, when this Router has its
+// count cached and has not stored it for RelistEvery: a worker calls it for
+// the queues it serves. A queue whose count it has not cached (one with no
+// stored count: unused, or a typo) is left alone.
+func (r *Router) Touch(ctx context.Context, name string) {
+	if q, ok := r.known.Load(name); ok {
+		r.relist(ctx, q.(Queue))
+	}
+}
+
+// relist stores q's count again (which lists it, see Counts.Store) when
+// this Router has not for RelistEvery. It is best effort: a failure leaves
+// the queue's use unharmed, and the next call tries again.
+func (r *Router) relist(ctx context.Context, q Queue) {
+	now := r.now()
+	if at, ok := r.listed.Load(q.Name()); ok && now.Sub(at.(time.Time)) < RelistEvery {
+		return
+	}
+	r.listed.Store(q.Name(), now)
+	if _, err := r.counts.Store(ctx, q.Name(), len(q.Shards())); err != nil {
+		r.listed.Delete(q.Name())
+	}
 }
 
 func (r *Router) cache(name string, n int) (Queue, error) {

@@ -249,8 +249,13 @@ type Trims struct {
 
 // Broker is the protocol.
 type Broker interface {
-	// Shards resolves the physical queues of a queue.
+	// Shards resolves the physical queues of a queue, and lists the queue
+	// again if this process has not for keyspace.RelistEvery: a queue a
+	// worker serves is in use.
 	Shards(ctx context.Context, queue string) ([]keyspace.Shard, error)
+	// ForgetIdle unlists the namespace's queues unused for idle that hold
+	// nothing (broker.Broker.ForgetIdle) and returns their names.
+	ForgetIdle(ctx context.Context, idle time.Duration) ([]string, error)
 	// Claim leases up to n due jobs of s for lease each, in ready-time
 	// order. A call with the id of w's last claim on s replays it: it
 	// returns the jobs of that claim still held under its tokens, and
