@@ -56,8 +56,13 @@ type BatchStatus struct {
 	Gone          int       // members that ended without success and without a dead record: cancelled before they ran (Cancel, CancelJob), or expired with job.DropExpired
 	OnSuccess     string    // "queue/id" of the success callback ("" when none); the id is "<batch>:success"
 	OnComplete    string    // "queue/id" of the complete callback ("" when none); the id is "<batch>:complete"
-	SuccessFired  bool      // the success callback was enqueued
-	CompleteFired bool      // the complete callback was enqueued
+	// SuccessFired and CompleteFired: the callback was enqueued. Each is
+	// marked right after its enqueue (the two are in different slots), so
+	// a callback may start to run a moment before its mark is set; a crash
+	// between the two is repaired by the next seal or sweep, whose enqueue
+	// of the same callback id changes nothing.
+	SuccessFired  bool
+	CompleteFired bool
 	ExpiresAt     time.Time // when the record goes; zero until the batch is complete and its callbacks fired
 	CompletedAt   time.Time // when the batch was first found complete (the server's clock); a callback's delay counts from then
 }

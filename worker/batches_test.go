@@ -110,14 +110,13 @@ func TestBatchCallbacksFireOnceAfterTheLastMember(t *testing.T) {
 		start(t, cfg)
 	}
 	complete := broker.CompleteID(r.id)
-	redistest.WaitFor(t, 30*time.Second, "both callbacks ran", func() bool {
-		return r.count(broker.SuccessID(r.id)) > 0 && r.count(complete) > 0
+	var st *broker.BatchStatus
+	redistest.WaitFor(t, 30*time.Second, "both callbacks ran and were marked fired", func() bool {
+		var err error
+		st, err = tb.b.Batch(tb.ctx, r.id)
+		return r.count(broker.SuccessID(r.id)) > 0 && r.count(complete) > 0 && err == nil && st.SuccessFired && st.CompleteFired
 	})
 	time.Sleep(200 * time.Millisecond) // a second enqueue would run by now
-	st, err := tb.b.Batch(tb.ctx, r.id)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if st.Total != n || st.Succeeded != n || st.Dead != 0 || st.Pending != 0 || !st.SuccessFired || !st.CompleteFired || !st.Complete() {
 		t.Fatalf("status %+v, want %d succeeded and both callbacks fired", st, n)
 	}
@@ -143,10 +142,14 @@ func TestBatchWithADeadMemberCompletesAndSucceedsAfterRedrive(t *testing.T) {
 	cfg.Queues = queues("a", "b", "cb")
 	start(t, cfg)
 	redistest.WaitFor(t, 20*time.Second, "the complete callback ran", func() bool { return r.count(broker.CompleteID(r.id)) > 0 })
-	st, err := tb.b.Batch(tb.ctx, r.id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The batch marks a callback fired once its enqueue is recorded, which
+	// may come just after the callback started to run.
+	var st *broker.BatchStatus
+	redistest.WaitFor(t, 20*time.Second, "the complete callback marked fired", func() bool {
+		var err error
+		st, err = tb.b.Batch(tb.ctx, r.id)
+		return err == nil && st.CompleteFired
+	})
 	if st.Succeeded != 19 || st.Dead != 1 || !st.CompleteFired || st.SuccessFired {
 		t.Fatalf("status %+v, want 19 succeeded, 1 dead, only the complete callback fired", st)
 	}
@@ -159,8 +162,10 @@ func TestBatchWithADeadMemberCompletesAndSucceedsAfterRedrive(t *testing.T) {
 	if err := deadletter.New(tb.b).Redrive(tb.ctx, "b", 0, "m0007"); err != nil {
 		t.Fatal(err)
 	}
-	redistest.WaitFor(t, 20*time.Second, "the success callback ran", func() bool { return r.count(broker.SuccessID(r.id)) > 0 })
-	st, _ = tb.b.Batch(tb.ctx, r.id)
+	redistest.WaitFor(t, 20*time.Second, "the success callback ran and was marked fired", func() bool {
+		st, _ = tb.b.Batch(tb.ctx, r.id)
+		return r.count(broker.SuccessID(r.id)) > 0 && st != nil && st.SuccessFired
+	})
 	if st.Succeeded != 20 || st.Dead != 0 || !st.SuccessFired || r.count(broker.CompleteID(r.id)) != 1 {
 		t.Fatalf("status %+v after the redrive; complete ran %d times", st, r.count(broker.CompleteID(r.id)))
 	}
