@@ -46,16 +46,16 @@ type BatchSpec struct {
 
 // BatchStatus is a batch read at one instant.
 type BatchStatus struct {
-	ID            string
-	CreatedAt     time.Time
-	Sealed        bool // no more members; complete once every member ended
-	Total         int  // members added
-	Pending       int  // Total - Succeeded - Dead - Gone
-	Succeeded     int
-	Dead          int       // members that ended in the dead-letter store; one redriven that succeeds moves to Succeeded
-	Gone          int       // members that ended without success and without a dead record: cancelled before they ran (Cancel, CancelJob), or expired with job.DropExpired
-	OnSuccess     string    // "queue/id" of the success callback ("" when none); the id is "<batch>:success"
-	OnComplete    string    // "queue/id" of the complete callback ("" when none); the id is "<batch>:complete"
+	ID         string
+	CreatedAt  time.Time
+	Sealed     bool // no more members; complete once every member ended
+	Total      int  // members added
+	Pending    int  // Total - Succeeded - Dead - Gone
+	Succeeded  int
+	Dead       int    // members that ended in the dead-letter store; one redriven that succeeds moves to Succeeded
+	Gone       int    // members that ended without success and without a dead record: cancelled before they ran (Cancel, CancelJob), or expired with job.DropExpired
+	OnSuccess  string // "queue/id" of the success callback ("" when none); the id is "<batch>:success"
+	OnComplete string // "queue/id" of the complete callback ("" when none); the id is "<batch>:complete"
 	// SuccessFired and CompleteFired: the callback was enqueued. Each is
 	// marked right after its enqueue (the two are in different slots), so
 	// a callback may start to run a moment before its mark is set; a crash
