@@ -186,6 +186,7 @@ var (
 	limitScript       = load("limit")
 	capScript         = load("cap")
 	keyCapScript      = load("keycap")
+	keyPauseScript    = load("keypause")
 	claimScript       = load("claim")
 	settleScript      = load("settle")
 	extendScript      = load("extend")

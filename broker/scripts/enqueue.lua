@@ -284,7 +284,8 @@ local function keep(k, i, at)
 end
 -- A debounced enqueue (flag "d") of job k that found its id pending: in
 -- its window (scheduled, not yet due) the job gets the new envelope and
--- ready time; due (scheduled, or set aside by a pause or a cap) it gets
+-- ready time; due (scheduled, or set aside by a pause or a cap, its
+-- type's or its key's) it gets
 -- the envelope and keeps its ready time and place; held by a worker it is
 -- left alone (-3).
 local function debounce(k, i, id, body)
@@ -314,6 +315,17 @@ local function debounce(k, i, id, body)
         error(bad)
       end
       at = tonumber(redis.call('ZSCORE', KEYS[6] .. t, id))
+    end
+  end
+  if not at then
+    -- Held by its key's cap or pause (the key as set_aside reads it).
+    local key = body and string.match(body, '^{"t":"[%w%._:/%-]+",[^p]-"k":"([%w%._:/@%+=%-]+)"')
+    if key then
+      local bad = expect({KEYS[6] .. '#' .. key, 'zset'})
+      if bad then
+        error(bad)
+      end
+      at = tonumber(redis.call('ZSCORE', KEYS[6] .. '#' .. key, id))
     end
   end
   if at then

@@ -67,8 +67,9 @@ for i = 1, #controls, 2 do
     if f ~= 'r' then
       limited[string.sub(f, 3)] = true
     end
-  elseif f == 'k' then
-    -- A per-key cap: its held jobs are counted below, from KEYS[8].
+  elseif f == 'k' or f == 'kp' then
+    -- A per-key cap, or paused keys: their held jobs are counted below,
+    -- from KEYS[8].
   elseif f == 'c' or string.sub(f, 1, 2) == 'c:' then
     local t = string.sub(f, 3)
     caps[#caps + 1] = t
