@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/job"
@@ -16,14 +18,35 @@ import (
 type keyCapKeys struct {
 	Run      string // HASH key -> jobs of the key leased under its cap
 	Caps     string // HASH key -> "share/total": the keys' own caps
-	HeldKeys string // SET of the keys with jobs held by their cap or pause
+	HeldKeys string // ZSET key -> how many of its jobs its cap or pause holds
 	Paused   string // HASH key -> paused at ms: the paused keys
 }
 
+// keyCapKeysOf names them for shard k. Every claim and settle needs
+// them: they are built once per shard (the first maxKeyCapCache shards a
+// process meets; beyond that, per call), so that a claim of jobs without
+// keys allocates nothing for them.
 func keyCapKeysOf(k keyspace.Keys) keyCapKeys {
+	if v, ok := keyCapCache.Load(k.Held); ok {
+		return v.(keyCapKeys)
+	}
 	p := strings.TrimSuffix(k.Held, "held:")
-	return keyCapKeys{Run: p + "keyrun", Caps: p + "keycaps", HeldKeys: p + "keyheld", Paused: p + "keypaused"}
+	kk := keyCapKeys{Run: p + "keyrun", Caps: p + "keycaps", HeldKeys: p + "keyheld", Paused: p + "keypaused"}
+	if keyCapCached.Add(1) <= maxKeyCapCache {
+		keyCapCache.Store(k.Held, kk)
+	}
+	return kk
 }
+
+// maxKeyCapCache bounds keyCapCache: a process that meets more shards
+// (queues of every namespace it serves) builds the names of the others
+// per call.
+const maxKeyCapCache = 10_000
+
+var (
+	keyCapCache  sync.Map // held prefix of a shard -> keyCapKeys
+	keyCapCached atomic.Int64
+)
 
 // SetKeyConcurrency caps how many jobs of each key (job.Key, job.KeyFrom)
 // run at once in queue across all workers: with key "" the default of

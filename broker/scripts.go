@@ -187,6 +187,7 @@ var (
 	capScript         = load("cap")
 	keyCapScript      = load("keycap")
 	keyPauseScript    = load("keypause")
+	keysScript        = load("keys")
 	claimScript       = load("claim")
 	settleScript      = load("settle")
 	extendScript      = load("extend")

@@ -56,8 +56,9 @@
 -- KEYS[21] -> ns:{q}:keyrun     HASH key -> jobs of the key leased under
 --                               its cap (touched only when key caps are set)
 -- KEYS[22] -> ns:{q}:keycaps    HASH key -> "share/total": the keys' own caps
--- KEYS[23] -> ns:{q}:keyheld    SET of the keys with jobs held by their cap
---                               or pause in KEYS[17] .. '#' .. key
+-- KEYS[23] -> ns:{q}:keyheld    ZSET key -> how many jobs its cap or pause
+--                               holds in KEYS[17] .. '#' .. key, and '#' ->
+--                               their total
 -- KEYS[24] -> ns:{q}:keypaused  HASH key -> paused at ms: the paused keys
 --                               (touched only while field "kp" of KEYS[13]
 --                               says some key is paused)
@@ -126,7 +127,8 @@
 -- string match); for the distinct keys of the due jobs one HMGET of
 -- KEYS[22] and one of KEYS[21] read their caps and running counts. A job
 -- whose key is at its cap is moved to KEYS[17] .. '#' .. key with its
--- ready time (no attempt spent; its key is added to KEYS[23]); one that
+-- ready time (no attempt spent; counted in KEYS[23], held_add in the
+-- prelude: two ZINCRBY per key holding); one that
 -- starts is recorded in KEYS[16] as "<type or *>\n<key>" and counted in
 -- KEYS[21] (one HSET of the new counts). The key's check comes after the
 -- type's: a job held by its type takes no slot of its key, and a job held
@@ -433,7 +435,7 @@ if any_tcap then
   end
 end
 if #stale_keys > 0 then
-  bad = expect({KEYS[21], 'hash', KEYS[23], 'set'})
+  bad = expect({KEYS[21], 'hash', KEYS[23], 'zset'})
   if bad then
     return bad
   end
@@ -623,7 +625,7 @@ if n > 0 then
         end
       end
       if #klist > 0 then
-        local spec = {KEYS[21], 'hash', KEYS[22], 'hash', KEYS[23], 'set'}
+        local spec = {KEYS[21], 'hash', KEYS[22], 'hash', KEYS[23], 'zset'}
         if any_kpause then
           spec[#spec + 1] = KEYS[24]
           spec[#spec + 1] = 'hash'
@@ -735,10 +737,13 @@ if n > 0 then
         members[#members + 1] = ids[k]
         ended[k] = true
       end
-      for key, members in pairs(by_key) do
-        call_chunked('ZADD', KEYS[17] .. '#' .. key, members)
+      for _, key in ipairs(hkeys) do
+        local members, added = by_key[key], 0
+        for i = 1, #members, CHUNK do
+          added = added + redis.call('ZADD', KEYS[17] .. '#' .. key, unpack(members, i, math.min(i + CHUNK - 1, #members)))
+        end
+        held_add(KEYS[23], key, added)
       end
-      call_chunked('SADD', KEYS[23], hkeys)
     end
     local live, live_ready, live_body, live_unread, live_rated, running = {}, {}, {}, {}, {}, {}
     for k = 1, #ids do

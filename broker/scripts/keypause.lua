@@ -4,7 +4,7 @@
 --                               (the claim checks keys only then, or while
 --                               a key cap is set)
 -- KEYS[2] -> ns:{q}:keypaused   HASH key -> paused at ms
--- KEYS[3] -> ns:{q}:keyheld     the keys with held jobs (see keycap.lua)
+-- KEYS[3] -> ns:{q}:keyheld     ZSET key -> its jobs held by its cap or pause
 -- KEYS[4] -> ns:{q}:scheduled   ZSET id -> ready ms
 -- KEYS[5] -> ns:{q}:held:       prefix of the held sets: a key's is
 --                               KEYS[5] .. '#' .. key
@@ -20,7 +20,7 @@
 -- again those its cap leaves no room for), and wakes the queue's workers.
 -- Returns how many went back (0 for a pause, or a key that was not
 -- paused: nothing moves then).
-local bad = expect({KEYS[1], 'hash', KEYS[2], 'hash', KEYS[3], 'set', KEYS[4], 'zset', KEYS[5] .. '#' .. ARGV[2], 'zset'})
+local bad = expect({KEYS[1], 'hash', KEYS[2], 'hash', KEYS[3], 'zset', KEYS[4], 'zset', KEYS[5] .. '#' .. ARGV[2], 'zset'})
 if bad then
   return bad
 end
@@ -38,6 +38,6 @@ if redis.call('HLEN', KEYS[2]) == 0 then
   redis.call('HDEL', KEYS[1], 'kp')
 end
 local back = release_held(KEYS[5] .. '#' .. key, KEYS[4])
-redis.call('SREM', KEYS[3], key)
+held_add(KEYS[3], key, -back)
 redis.call('PUBLISH', ARGV[4], now)
 return back

@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -91,5 +92,83 @@ func TestKeysPauseResume(t *testing.T) {
 	}
 	if out := tb.ok(t, "keys", "pause", "nosuch", "acme", "--create"); out != "paused key acme in queue nosuch\n" {
 		t.Errorf("pause --create: %q", out)
+	}
+}
+
+// TestKeysList: delayq keys ls lists the keys holding the most jobs back,
+// with their held and running jobs, cap (own or default), pause and
+// reason, as a table and as JSON; --top bounds it; bad input exits 2, a
+// queue never used 1.
+func TestKeysList(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	var all []*job.Envelope
+	for i := range 6 {
+		all = append(all, keyedEnv(fmt.Sprintf("a%d", i), "imports", "acme"))
+		if i < 3 {
+			all = append(all, keyedEnv(fmt.Sprintf("b%d", i), "imports", "beta"))
+		}
+		if i < 2 {
+			all = append(all, keyedEnv(fmt.Sprintf("g%d", i), "imports", "gamma"))
+		}
+	}
+	if err := tb.b.Enqueue(tb.ctx, all...); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.b.SetKeyConcurrency(tb.ctx, "imports", "", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.b.SetKeyConcurrency(tb.ctx, "imports", "beta", 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.b.PauseKey(tb.ctx, "imports", "gamma"); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		tb.claimIDs(t, "imports")
+	}
+	out := tb.ok(t, "keys", "ls", "imports")
+	want := "KEY    HELD  RUNNING  CAP      PAUSED  REASON\n" +
+		"acme   5     1        1        no      cap\n" +
+		"gamma  2     0        1        yes     paused\n" +
+		"beta   1     2        2 (own)  no      cap\n" +
+		"3 keys hold jobs back, 1 paused; default key cap 1\n"
+	if out != want {
+		t.Errorf("keys ls:\n%s\nwant\n%s", out, want)
+	}
+	var ls struct {
+		Queue      string `json:"queue"`
+		Holding    int64  `json:"holding"`
+		PausedKeys int64  `json:"paused_keys"`
+		DefaultCap int    `json:"default_cap"`
+		Keys       []struct {
+			Key     string `json:"key"`
+			Held    int64  `json:"held"`
+			Running int64  `json:"running"`
+			Cap     int    `json:"cap"`
+			OwnCap  bool   `json:"own_cap"`
+			Paused  bool   `json:"paused"`
+			Reason  string `json:"reason"`
+		} `json:"keys"`
+	}
+	tb.okJSON(t, &ls, "keys", "ls", "imports", "--top", "1")
+	if ls.Queue != "imports" || ls.Holding != 3 || ls.PausedKeys != 1 || ls.DefaultCap != 1 || len(ls.Keys) != 1 ||
+		ls.Keys[0].Key != "acme" || ls.Keys[0].Held != 5 || ls.Keys[0].Running != 1 || ls.Keys[0].Cap != 1 || ls.Keys[0].OwnCap || ls.Keys[0].Paused || ls.Keys[0].Reason != "cap" {
+		t.Errorf("keys ls --top 1 --json: %+v", ls)
+	}
+	for _, args := range [][]string{{"keys", "ls"}, {"keys", "ls", "no spaces"}, {"keys", "ls", "imports", "--top", "0"}, {"keys", "ls", "imports", "--top", "1001"}, {"keys", "ls", "imports", "--top", "x"}} {
+		if r := tb.run(t, args...); r.code != 2 {
+			t.Errorf("delayq %v: exit %d (%q), want 2", args, r.code, r.stderr)
+		}
+	}
+	if r := tb.run(t, "keys", "ls", "nosuch"); r.code != 1 || !strings.Contains(r.stderr, `queue "nosuch" was never used`) {
+		t.Errorf("keys ls of an unused queue: exit %d (%q), want 1", r.code, r.stderr)
+	}
+	// Nothing held: said so.
+	if err := tb.b.Enqueue(tb.ctx, keyedEnv("x", "quiet", "k")); err != nil {
+		t.Fatal(err)
+	}
+	if out := tb.ok(t, "keys", "ls", "quiet"); out != "no key holds jobs back in queue quiet, and none is paused\n" {
+		t.Errorf("keys ls of a queue holding nothing: %q", out)
 	}
 }
