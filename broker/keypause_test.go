@@ -1,15 +1,18 @@
 package broker_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/delayq/delayq/internal/protocol"
+	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
@@ -368,5 +371,67 @@ func TestPauseKeyBadInput(t *testing.T) {
 	}
 	if n, err := tb.b.ResumeKey(tb.ctx, "fresh", "a"); err != nil || n != 1 {
 		t.Fatalf("resume in the fresh queue: %d, %v", n, err)
+	}
+}
+
+// TestResumeKeyWakesWorkers: a worker whose claims hold a paused key's
+// due jobs sleeps (its MaxIdle is a minute) while the other key's job
+// runs; ResumeKey's wake-up notice has it run the held jobs within a
+// second.
+func TestResumeKeyWakesWorkers(t *testing.T) {
+	t.Parallel()
+	bd := testkit.Setup(t)
+	typ := job.New[notice]("import.row", job.Queue("imports"))
+	var mu sync.Mutex
+	ran := map[string]time.Time{}
+	typ.Handle(bd.Reg, func(_ context.Context, j *job.Job[notice]) error {
+		mu.Lock()
+		defer mu.Unlock()
+		ran[j.ID] = time.Now()
+		return nil
+	})
+	runAt := func(id string) (time.Time, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		at, ok := ran[id]
+		return at, ok
+	}
+	if err := bd.B.PauseKey(bd.Ctx, "imports", "acme"); err != nil {
+		t.Fatal(err)
+	}
+	for i, key := range []string{"acme", "acme", "acme", "beta"} {
+		if _, err := typ.Enqueue(bd.Ctx, bd.B, notice{N: i}, job.ID(fmt.Sprintf("%s.%d", key, i)), job.Key(key)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := bd.Config(t)
+	cfg.MaxIdle = time.Minute
+	testkit.StartWorker(t, cfg)
+	redistest.WaitFor(t, 10*time.Second, "beta's job, and acme's held", func() bool {
+		_, ok := runAt("beta.3")
+		st, err := bd.B.Stats(bd.Ctx, "imports")
+		return ok && err == nil && st.HeldByKey == 3
+	})
+	for i := range 3 {
+		if _, ok := runAt(fmt.Sprintf("acme.%d", i)); ok {
+			t.Fatalf("acme.%d ran while acme was paused", i)
+		}
+	}
+	resumed := time.Now()
+	if n, err := bd.B.ResumeKey(bd.Ctx, "imports", "acme"); err != nil || n != 3 {
+		t.Fatalf("resume: %d, %v", n, err)
+	}
+	redistest.WaitFor(t, 10*time.Second, "acme's jobs after the resume", func() bool {
+		for i := range 3 {
+			if _, ok := runAt(fmt.Sprintf("acme.%d", i)); !ok {
+				return false
+			}
+		}
+		return true
+	})
+	for i := range 3 {
+		if at, _ := runAt(fmt.Sprintf("acme.%d", i)); at.Sub(resumed) > time.Second {
+			t.Errorf("acme.%d ran %v after the resume, want within a second", i, at.Sub(resumed))
+		}
 	}
 }
