@@ -3,11 +3,13 @@ package broker_test
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
@@ -195,4 +197,139 @@ func TestHeldKeysBadInput(t *testing.T) {
 	if hk, err := tb.b.HeldKeys(tb.ctx, "q", 10); err != nil || len(hk.Keys) != 0 || hk.Holding != 0 {
 		t.Errorf("nothing held: %+v, %v", hk, err)
 	}
+}
+
+// TestHeldCountsFollowEveryPath drives a queue through 400 random steps
+// (a fixed seed): enqueues, replaces, claims, acks, expired leases
+// reaped and retried, cancels, reschedules, key pauses and resumes, and
+// cap changes, and checks after each one that every key's count in
+// keyheld is the size of its held set, that the '#' total is their sum,
+// and that Stats.HeldByKey and HeldKeys agree with them.
+func TestHeldCountsFollowEveryPath(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	rng := rand.New(rand.NewPCG(37, 5))
+	keys := []string{"k0", "k1", "k2", "k3", "k4"}
+	var leases []protocol.Claimed
+	next := 0
+	id := func() string { return fmt.Sprintf("j%d", rng.IntN(max(next, 1))) }
+	heldPrefix := strings.TrimSuffix(keyKey(tb, "keyheld"), "keyheld") + "held:#"
+	var maxHeld int64
+	check := func(step int, what string) {
+		t.Helper()
+		counts, err := tb.rdb.ZRangeWithScores(tb.ctx, keyKey(tb, "keyheld"), 0, -1).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		listed, total, sum := map[string]int64{}, int64(-1), int64(0)
+		for _, z := range counts {
+			if z.Member == "#" {
+				total = int64(z.Score)
+			} else {
+				listed[z.Member.(string)] = int64(z.Score)
+			}
+		}
+		for _, k := range keys {
+			n := tb.rdb.ZCard(tb.ctx, heldPrefix+k).Val()
+			sum += n
+			if listed[k] != n {
+				t.Fatalf("step %d (%s): key %s counted %d, holds %d", step, what, k, listed[k], n)
+			}
+		}
+		maxHeld = max(maxHeld, sum)
+		if (sum == 0 && total != -1) || (sum > 0 && total != sum) {
+			t.Fatalf("step %d (%s): total %d, held sets hold %d", step, what, total, sum)
+		}
+		st, err := tb.b.Stats(tb.ctx, "q")
+		if err != nil || st.HeldByKey != sum {
+			t.Fatalf("step %d (%s): stats %d held by keys, %v; want %d", step, what, st.HeldByKey, err, sum)
+		}
+		hk, err := tb.b.HeldKeys(tb.ctx, "q", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range hk.Keys {
+			if k.Held != listed[k.Key] {
+				t.Fatalf("step %d (%s): HeldKeys says %s holds %d, want %d", step, what, k.Key, k.Held, listed[k.Key])
+			}
+		}
+	}
+	for step := range 400 {
+		var what string
+		switch r := rng.IntN(100); {
+		case r < 30:
+			what = "enqueue"
+			e := keyed(fmt.Sprintf("j%d", next), keys[rng.IntN(len(keys))])
+			next++
+			tb.enqueue(t, e)
+		case r < 35:
+			what = "replace"
+			e := keyed(id(), keys[rng.IntN(len(keys))])
+			e.Replace, e.Payload = true, []byte(`{"n":2}`)
+			if err := tb.b.Enqueue(tb.ctx, e); err != nil && !errors.Is(err, broker.ErrInProgress) {
+				t.Fatal(err)
+			}
+		case r < 55:
+			what = "claim"
+			leases = append(leases, tb.claim(t, 1+rng.IntN(4)).Jobs...)
+		case r < 70:
+			what = "ack"
+			if len(leases) > 0 {
+				i := rng.IntN(len(leases))
+				if err := testkit.Drive(tb.b).Ack(tb.ctx, leases[i].Lease); err != nil {
+					t.Fatal(err)
+				}
+				leases = append(leases[:i], leases[i+1:]...)
+			}
+		case r < 73:
+			what = "reap"
+			tb.clock.Advance(11 * time.Second)
+			drv := testkit.Drive(tb.b)
+			reaped, err := drv.Reap(tb.ctx, "q", 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range reaped.Jobs {
+				if _, err := drv.RetryExpired(tb.ctx, c.Lease, 0, c.Envelope); err != nil {
+					t.Fatal(err)
+				}
+			}
+			leases = nil
+		case r < 78:
+			what = "cancel"
+			if err := tb.b.Cancel(tb.ctx, "q", id()); err != nil && !errors.Is(err, broker.ErrNotFound) && !errors.Is(err, broker.ErrInProgress) {
+				t.Fatal(err)
+			}
+		case r < 83:
+			what = "reschedule"
+			if _, err := tb.b.Reschedule(tb.ctx, "q", id(), tb.clock.Now().Add(time.Duration(rng.IntN(3))*time.Second)); err != nil && !errors.Is(err, broker.ErrNotFound) && !errors.Is(err, broker.ErrInProgress) {
+				t.Fatal(err)
+			}
+		case r < 88:
+			what = "pause"
+			if err := tb.b.PauseKey(tb.ctx, "q", keys[rng.IntN(len(keys))]); err != nil {
+				t.Fatal(err)
+			}
+		case r < 93:
+			what = "resume"
+			if _, err := tb.b.ResumeKey(tb.ctx, "q", keys[rng.IntN(len(keys))]); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			what = "cap"
+			key := ""
+			if rng.IntN(2) == 0 {
+				key = keys[rng.IntN(len(keys))]
+			}
+			if err := tb.b.SetKeyConcurrency(tb.ctx, "q", key, rng.IntN(3)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tb.clock.Advance(time.Duration(rng.IntN(500)) * time.Millisecond)
+		check(step, what)
+	}
+	if maxHeld < 10 {
+		t.Fatalf("at most %d jobs were held at once: the steps did not exercise the held sets", maxHeld)
+	}
+	t.Logf("up to %d jobs held at once", maxHeld)
 }
