@@ -16,14 +16,14 @@ var aclCommands = []string{
 	"hlen", "unlink", "multi", "exec", // purging dead records
 	"subscribe", "unsubscribe", "ping", // wake-up notices (PING is the Pub/Sub health check)
 	"cluster|slots",      // a cluster client reads the slot map with it; others never send it
-	"hscan", "zrevrange", // the reaper's sweep of batch endings; listing batches
+	"hscan", "zrevrange", // the reaper's sweep of batch endings; listing batches; keys.lua (HeldKeys)
 	"memory|usage", // QueueMemory: what a queue's keys take (the dashboard's queue page)
 	// called by scripts
 	"time", "type", "exists", "pexpire", "pttl",
 	"get", "set", "incr", "incrby",
 	"hset", "hsetnx", "hdel", "hexists", "hincrby", "hgetall", "hkeys", "expire",
 	"zadd", "zrem", "zrange", "zrangebyscore", "zremrangebyrank", "zremrangebyscore", "zmscore", "zcard", "zcount", "zrank",
-	"zpopmin", "publish",
+	"zpopmin", "zincrby", "publish",
 	"llen", "rpush", "lrange", "ltrim", // the trimmed dead records kept for a worker's hook
 }
 

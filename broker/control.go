@@ -59,7 +59,7 @@ func (b *Broker) cancel(ctx context.Context, queue, id string, running bool) (in
 // cancelCall is one send of a cancel call with id cid.
 func (b *Broker) cancelCall(ctx context.Context, s keyspace.Shard, queue, id string, running bool, cid string) (int64, error) {
 	k := s.Keys()
-	res, err := b.run(ctx, cancelScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Parked, k.Leases, k.Cancels, k.Held, k.Calls, k.Batched, k.Unique},
+	res, err := b.run(ctx, cancelScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Parked, k.Leases, k.Cancels, k.Held, k.Calls, k.Batched, k.Unique, keyCapKeysOf(k).HeldKeys},
 		id, flag(running), k.Cancel, cid, b.windowArg())
 	if unsure(err) {
 		ce := unsureErr("cancel", queue, id, cid, err)
@@ -116,7 +116,7 @@ func (b *Broker) reschedule(ctx context.Context, queue, id string, atMS, delayUS
 // rescheduleCall is one send of a reschedule call with id cid.
 func (b *Broker) rescheduleCall(ctx context.Context, s keyspace.Shard, queue, id string, atMS, delayUS int64, cid string) (time.Time, error) {
 	k := s.Keys()
-	res, err := b.run(ctx, rescheduleScript, []string{k.Scheduled, k.Processing, k.Parked, k.Held, k.Jobs, k.Calls}, id, atMS, delayUS, k.Wake, cid, b.windowArg())
+	res, err := b.run(ctx, rescheduleScript, []string{k.Scheduled, k.Processing, k.Parked, k.Held, k.Jobs, k.Calls, keyCapKeysOf(k).HeldKeys}, id, atMS, delayUS, k.Wake, cid, b.windowArg())
 	if unsure(err) {
 		ce := unsureErr("reschedule", queue, id, cid, err)
 		ce.resend = func(ctx context.Context) error {

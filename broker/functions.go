@@ -54,7 +54,7 @@ var ErrFunctionsNotLoaded = errors.New("broker: the function library of this ver
 // are refused while Redis is over maxmemory (see above).
 var addsData = map[string]bool{
 	"enqueue": true, "batch_create": true, "batch_add": true, "progress": true,
-	"pause": true, "limit": true, "cap": true, "keycap": true,
+	"pause": true, "limit": true, "cap": true, "keycap": true, "keypause": true,
 }
 
 // functionLibrary is the library built from allScripts.

@@ -55,10 +55,10 @@ func TestFunctionLibrary(t *testing.T) {
 	}
 	// Every script is in one of the lists: a new one must be placed.
 	want := map[string]string{}
-	for _, s := range []string{"job", "page", "stats"} {
+	for _, s := range []string{"job", "page", "stats", "keys"} {
 		want[s] = "'no-writes'"
 	}
-	for _, s := range []string{"enqueue", "batch_create", "batch_add", "progress", "pause", "limit", "cap", "keycap"} {
+	for _, s := range []string{"enqueue", "batch_create", "batch_add", "progress", "pause", "limit", "cap", "keycap", "keypause"} {
 		want[s] = "" // refused over maxmemory
 	}
 	for _, s := range []string{"claim", "settle", "extend", "reap", "cancel", "reschedule", "redrive", "dead_delete", "trim", "batch_end", "batch_fired", "batch_clear", "dead_add", "take_trimmed"} {

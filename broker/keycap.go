@@ -2,7 +2,10 @@ package broker
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/job"
@@ -15,13 +18,35 @@ import (
 type keyCapKeys struct {
 	Run      string // HASH key -> jobs of the key leased under its cap
 	Caps     string // HASH key -> "share/total": the keys' own caps
-	HeldKeys string // SET of the keys with jobs held by their cap
+	HeldKeys string // ZSET key -> how many of its jobs its cap or pause holds
+	Paused   string // HASH key -> paused at ms: the paused keys
 }
 
+// keyCapKeysOf names them for shard k. Every claim and settle needs
+// them: they are built once per shard (the first maxKeyCapCache shards a
+// process meets; beyond that, per call), so that a claim of jobs without
+// keys allocates nothing for them.
 func keyCapKeysOf(k keyspace.Keys) keyCapKeys {
+	if v, ok := keyCapCache.Load(k.Held); ok {
+		return v.(keyCapKeys)
+	}
 	p := strings.TrimSuffix(k.Held, "held:")
-	return keyCapKeys{Run: p + "keyrun", Caps: p + "keycaps", HeldKeys: p + "keyheld"}
+	kk := keyCapKeys{Run: p + "keyrun", Caps: p + "keycaps", HeldKeys: p + "keyheld", Paused: p + "keypaused"}
+	if keyCapCached.Add(1) <= maxKeyCapCache {
+		keyCapCache.Store(k.Held, kk)
+	}
+	return kk
 }
+
+// maxKeyCapCache bounds keyCapCache: a process that meets more shards
+// (queues of every namespace it serves) builds the names of the others
+// per call.
+const maxKeyCapCache = 10_000
+
+var (
+	keyCapCache  sync.Map // held prefix of a shard -> keyCapKeys
+	keyCapCached atomic.Int64
+)
 
 // SetKeyConcurrency caps how many jobs of each key (job.Key, job.KeyFrom)
 // run at once in queue across all workers: with key "" the default of
@@ -71,4 +96,74 @@ func (b *Broker) SetKeyConcurrency(ctx context.Context, queue, key string, n int
 		}
 	}
 	return nil
+}
+
+// PauseKey pauses the jobs of one key (job.Key, job.KeyFrom) in queue, as
+// Pause pauses a type: from the moment it returns no worker claims a job
+// of key (checked inside the claim script). A due job of a paused key is
+// held aside exactly as one of a key at its concurrency cap: still
+// pending (cancellable, replaceable, counted in job.QueueStats.HeldByKey),
+// no attempt spent, no slot of its key or type taken, and the other keys'
+// jobs are claimed as usual. Jobs of key already claimed run to their
+// end. Pausing a paused key changes nothing. It applies on every shard of
+// a sharded queue.
+//
+// The names follow the controls beside it: Pause and Resume take a type,
+// where "" is the whole queue, and SetKeyConcurrency a key, where "" is
+// the default of every key; a key's pause is its own method so that
+// neither argument means two things. There is no "" here (pausing every
+// key is pausing the queue, Pause(ctx, queue, "")): a key that is empty
+// or not a valid key (job.ValidateKey), or a bad queue name, is refused
+// with an error wrapping job.ErrInvalid, and nothing changes. As with
+// Pause, a queue not used yet is placed (given its shard count) so that
+// the pause covers the shards its jobs will use.
+//
+// While a key is paused, a claim reads the key of each due job (a string
+// match in its header) and one HMGET of the paused keys per claim call;
+// jobs without a key are claimed as before. See
+// docs/flow-control.md#pausing-a-key.
+func (b *Broker) PauseKey(ctx context.Context, queue, key string) error {
+	_, err := b.pauseKey(ctx, queue, key, true)
+	return err
+}
+
+// ResumeKey ends a pause of key in queue: its held jobs go back to the
+// schedule at their ready times (due at once, in order) and the queue's
+// workers are woken, so they are claimed within the claim that follows
+// the wake-up. ResumeKey returns how many came back (summed over the
+// shards; 0 when key was not paused, and nothing moves then). A key that
+// has a concurrency cap (its own or the default) is held again by the
+// next claims once at its cap: a resume lifts the pause, not the cap.
+// Errors as for PauseKey.
+func (b *Broker) ResumeKey(ctx context.Context, queue, key string) (int64, error) {
+	return b.pauseKey(ctx, queue, key, false)
+}
+
+// pauseKey runs keypause.lua on every shard of queue.
+func (b *Broker) pauseKey(ctx context.Context, queue, key string, on bool) (int64, error) {
+	if key == "" {
+		return 0, fmt.Errorf("broker: %w: key is empty (to pause every key, pause the queue)", job.ErrInvalid)
+	}
+	if err := job.ValidateKey(key); err != nil {
+		return 0, err
+	}
+	if err := job.ValidateQueue(queue); err != nil {
+		return 0, err
+	}
+	if _, err := b.route.Place(ctx, queue); err != nil {
+		return 0, queueErr(queue, err)
+	}
+	return b.sumShards(ctx, queue, func(_ keyspace.Queue, s keyspace.Shard) (int64, error) {
+		k := s.Keys()
+		kk := keyCapKeysOf(k)
+		res, err := b.run(ctx, keyPauseScript, []string{k.Controls, kk.Paused, kk.HeldKeys, k.Scheduled, k.Held}, key, flag(on), k.Wake)
+		if err != nil {
+			return 0, err
+		}
+		n, ok := res.(int64)
+		if !ok {
+			return 0, fmt.Errorf("broker: pause key: unexpected reply %v", res)
+		}
+		return n, nil
+	})
 }

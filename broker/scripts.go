@@ -186,6 +186,8 @@ var (
 	limitScript       = load("limit")
 	capScript         = load("cap")
 	keyCapScript      = load("keycap")
+	keyPauseScript    = load("keypause")
+	keysScript        = load("keys")
 	claimScript       = load("claim")
 	settleScript      = load("settle")
 	extendScript      = load("extend")

@@ -18,7 +18,7 @@ var singleKey = map[string]bool{
 	"INCR": true, "INCRBY": true, "GET": true, "SET": true, "ZRANK": true, "HMGET": true,
 	"TYPE": true, "EXISTS": true, "PEXPIRE": true, "PTTL": true, "ZMSCORE": true, "ZREMRANGEBYSCORE": true, "HGETALL": true, "HKEYS": true,
 	"LLEN": true, "RPUSH": true, "LRANGE": true, "LTRIM": true,
-	"SADD": true, "SREM": true, "SMEMBERS": true, "HLEN": true,
+	"SADD": true, "SREM": true, "SMEMBERS": true, "HLEN": true, "ZREVRANGE": true, "HSCAN": true, "ZINCRBY": true,
 }
 
 // keyless lists commands that touch no key: PUBLISH's channel is not a key
@@ -42,7 +42,7 @@ var (
 var helperKeys = map[string][]int{
 	"holds": {0}, "lease_state": {0, 1}, "held": {0}, "wake_if_earliest": {0}, "trim_dead": {0, 1}, "tidy_unique": {0}, "call_chunked": {1},
 	"hmget": {0}, "earliest": {0}, "next_ready": {0}, "history": {0}, "recorded": {0}, "record": {0}, "endings": {0, 1}, "release_held": {0, 1},
-	"key_release": {0, 1, 2, 3},
+	"key_release": {0, 1, 2, 3}, "held_add": {0},
 }
 
 // TestScriptsTouchOnlyDeclaredKeys checks statically that every key a

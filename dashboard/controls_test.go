@@ -241,6 +241,6 @@ func TestHeldByKeysShown(t *testing.T) {
 	r := tb.get(t, "/queues/imports")
 	mustContain(t, "queue page", r.body,
 		`<span class="count warn" id="held-count">3 held back now</span>`,
-		"<li>3 held by the concurrency caps of their keys, until a job of the same key ends</li>")
+		"<li>3 held by the concurrency caps or pauses of their keys, until a job of the same key ends or the key is resumed (see the keys holding jobs back)</li>")
 	mustNotContain(t, "queue page", r.body, "held by the concurrency cap of their type")
 }

@@ -212,6 +212,8 @@ func (d *Dashboard) routes() http.Handler {
 	post("/queues/{queue}/reschedule", d.reschedule)
 	post("/queues/{queue}/pause", d.pause)
 	post("/queues/{queue}/resume", d.resume)
+	post("/queues/{queue}/keys/pause", d.pauseKey)
+	post("/queues/{queue}/keys/resume", d.resumeKey)
 	post("/queues/{queue}/cap", d.setCap)
 	post("/queues/{queue}/limit", d.setLimit)
 	get("/processes", d.processes)

@@ -197,7 +197,13 @@ type queueData struct {
 	// Span: the charts' window ("1h" or "24h", ?span=), among Spans.
 	Span  string
 	Spans []chartSpan
+	// Keys: the keys holding the most jobs back (HeldKeys), and paused
+	// keys.
+	Keys broker.HeldKeys
 }
+
+// heldKeysShown is how many keys the queue page lists.
+const heldKeysShown = 20
 
 func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
@@ -246,6 +252,10 @@ func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
 	}
 	v.Now = data.Stats.Now
 	data.Flow = flowOf(data.Stats)
+	if data.Keys, err = d.b.HeldKeys(ctx, q, heldKeysShown); err != nil {
+		d.redisError(w, r, err)
+		return
+	}
 	data.Memory = d.readQueueMemory(ctx, data.Stats)
 	data.Server = d.readServerMemory(ctx)
 	procs, err := fleet.List(ctx, d.b.Client(), d.b.Namespace())

@@ -50,3 +50,40 @@ func (d *Dashboard) setPause(w http.ResponseWriter, r *http.Request, pause bool)
 	}
 	d.redirect(w, r, queuePath(q), url.Values{"done": {done}, "nid": {nid}, "n": {strconv.FormatInt(back, 10)}})
 }
+
+// pauseKey pauses the jobs of the key in the "key" field (PauseKey).
+func (d *Dashboard) pauseKey(w http.ResponseWriter, r *http.Request) { d.setKeyPause(w, r, true) }
+
+// resumeKey resumes the jobs of the key in the "key" field (ResumeKey).
+func (d *Dashboard) resumeKey(w http.ResponseWriter, r *http.Request) { d.setKeyPause(w, r, false) }
+
+func (d *Dashboard) setKeyPause(w http.ResponseWriter, r *http.Request, pause bool) {
+	q, key := r.PathValue("queue"), strings.TrimSpace(r.PostForm.Get("key"))
+	if key == "" {
+		d.fail(w, r, http.StatusBadRequest, "Give the key whose jobs to pause or resume.")
+		return
+	}
+	if err := job.ValidateKey(key); err != nil {
+		d.fail(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	if !d.mustKnow(w, r, q) {
+		return
+	}
+	var (
+		back int64
+		err  error
+		done = "key-paused"
+	)
+	if pause {
+		err = d.b.PauseKey(r.Context(), q, key)
+	} else {
+		back, err = d.b.ResumeKey(r.Context(), q, key)
+		done = "key-resumed"
+	}
+	if err != nil {
+		d.actionError(w, r, err)
+		return
+	}
+	d.redirect(w, r, queuePath(q), url.Values{"done": {done}, "nid": {key}, "n": {strconv.FormatInt(back, 10)}})
+}

@@ -118,6 +118,8 @@ var notices = map[string]string{
 	"resumed":           "Queue %[1]s resumed.",
 	"type-paused":       "Job type %[1]s paused in this queue: its due jobs are parked until it is resumed.",
 	"type-resumed":      "Job type %[1]s resumed: %[2]d parked jobs back on the schedule.",
+	"key-paused":        "Key %[1]s paused in this queue: its due jobs are held until it is resumed.",
+	"key-resumed":       "Key %[1]s resumed: %[2]d held jobs back on the schedule.",
 	"capped":            "Concurrency cap of %[1]s set to %[2]d running across all workers.",
 	"cap-cleared":       "Concurrency cap of %[1]s cleared.",
 	"limited":           "Rate limit of %[1]s set to %[2]d starts per period across all workers.",

@@ -85,14 +85,16 @@ func TestForeignHostRefused(t *testing.T) {
 		}
 	}
 	actions := map[string]url.Values{
-		"/queues/q1/cancel":     {"id": {"j1"}},
-		"/queues/q1/reschedule": {"id": {"j1"}, "in": {"0"}},
-		"/queues/q1/pause":      {},
-		"/queues/q1/resume":     {},
-		"/dead/q1/redrive":      {"id": {"d1"}},
-		"/dead/redrive-all":     {"queue": {"q1"}},
-		"/dead/q1/delete":       {"id": {"d1"}},
-		"/dead/q1/purge":        {},
+		"/queues/q1/cancel":      {"id": {"j1"}},
+		"/queues/q1/reschedule":  {"id": {"j1"}, "in": {"0"}},
+		"/queues/q1/pause":       {},
+		"/queues/q1/resume":      {},
+		"/queues/q1/keys/pause":  {"key": {"acme"}},
+		"/queues/q1/keys/resume": {"key": {"acme"}},
+		"/dead/q1/redrive":       {"id": {"d1"}},
+		"/dead/redrive-all":      {"queue": {"q1"}},
+		"/dead/q1/delete":        {"id": {"d1"}},
+		"/dead/q1/purge":         {},
 	}
 	for path, form := range actions {
 		form.Set("csrf", token)

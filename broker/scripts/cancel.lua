@@ -15,6 +15,8 @@
 -- KEYS[10] -> ns:{q}:batched   HASH id -> "<batch id>\n<ending>": a batch
 --                               member's ending, until its batch counted it
 -- KEYS[11] -> ns:{q}:unique     ZSET id -> remembered until ms (job.Unique)
+-- KEYS[12] -> ns:{q}:keyheld    ZSET key -> its jobs held by its cap or
+--                               pause (touched only for a job held there)
 -- ARGV[1] -> now ms ("" = server TIME)
 -- ARGV[2] -> id
 -- ARGV[3] -> "1": a running job is asked to stop; "0": it is left alone
@@ -81,12 +83,17 @@ if t then
   end
 end
 if key then
-  bad = expect({KEYS[8] .. '#' .. key, 'zset'})
+  bad = expect({KEYS[8] .. '#' .. key, 'zset', KEYS[12], 'zset'})
   if bad then
     return bad
   end
 end
-if (t and redis.call('ZREM', KEYS[8] .. t, id) == 1) or (key and redis.call('ZREM', KEYS[8] .. '#' .. key, id) == 1) then
+if t and redis.call('ZREM', KEYS[8] .. t, id) == 1 then
+  remove()
+  return answer(1)
+end
+if key and redis.call('ZREM', KEYS[8] .. '#' .. key, id) == 1 then
+  held_add(KEYS[12], key, -1)
   remove()
   return answer(1)
 end

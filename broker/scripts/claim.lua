@@ -56,8 +56,12 @@
 -- KEYS[21] -> ns:{q}:keyrun     HASH key -> jobs of the key leased under
 --                               its cap (touched only when key caps are set)
 -- KEYS[22] -> ns:{q}:keycaps    HASH key -> "share/total": the keys' own caps
--- KEYS[23] -> ns:{q}:keyheld    SET of the keys with jobs held by their cap
---                               in KEYS[17] .. '#' .. key
+-- KEYS[23] -> ns:{q}:keyheld    ZSET key -> how many jobs its cap or pause
+--                               holds in KEYS[17] .. '#' .. key, and '#' ->
+--                               their total
+-- KEYS[24] -> ns:{q}:keypaused  HASH key -> paused at ms: the paused keys
+--                               (touched only while field "kp" of KEYS[13]
+--                               says some key is paused)
 --
 -- Expiry (job.ExpireAt): a due job whose envelope ends in ,"x":"<ms>"} (or
 -- "<ms>d"}) with <ms> <= now is not leased: it goes to the dead letters with
@@ -123,7 +127,8 @@
 -- string match); for the distinct keys of the due jobs one HMGET of
 -- KEYS[22] and one of KEYS[21] read their caps and running counts. A job
 -- whose key is at its cap is moved to KEYS[17] .. '#' .. key with its
--- ready time (no attempt spent; its key is added to KEYS[23]); one that
+-- ready time (no attempt spent; counted in KEYS[23], held_add in the
+-- prelude: two ZINCRBY per key holding); one that
 -- starts is recorded in KEYS[16] as "<type or *>\n<key>" and counted in
 -- KEYS[21] (one HSET of the new counts). The key's check comes after the
 -- type's: a job held by its type takes no slot of its key, and a job held
@@ -132,6 +137,13 @@
 -- ends, the reaper's included) lowers the count and moves as many of the
 -- key's held jobs back to the schedule (key_release in the prelude). Jobs
 -- without a key, and every job while no key cap is set, cost nothing here.
+--
+-- Paused keys (Broker.PauseKey): field "kp" of KEYS[13] is there while
+-- some key is paused (KEYS[24]). Then keys are read as for key caps, and
+-- one HMGET of KEYS[24] for the distinct keys of the due jobs finds the
+-- paused ones: a due job of a paused key is held as one of a key at its
+-- cap (in KEYS[17] .. '#' .. key, no attempt spent, taking no slot of its
+-- type nor of its key) until ResumeKey sends the key's held jobs back.
 --
 -- Prefetch: a shard with a concurrency cap or a rate limit (of the queue
 -- or of any type) leases at most n - ahead, so that every lease it hands
@@ -287,7 +299,7 @@ end
 local paused_types, any_type = {}, false
 local qrate, trates, any_rate = nil, {}, false
 local qcap, tcaps, any_tcap = nil, {}, false
-local kdefault, any_kcap = nil, false
+local kdefault, any_kcap, any_kpause = nil, false, false
 local function parse_cap(v)
   local share = tonumber(string.match(v, '^(%d+)/%d+$'))
   if share and share >= 1 then
@@ -327,6 +339,8 @@ for i = 1, #pauses, 2 do
   elseif f == 'k' then
     any_kcap = true
     kdefault = parse_cap(pauses[i + 1])
+  elseif f == 'kp' then
+    any_kpause = true
   elseif string.sub(f, 1, 2) == 'c:' then
     local cap = parse_cap(pauses[i + 1])
     if cap then
@@ -421,7 +435,7 @@ if any_tcap then
   end
 end
 if #stale_keys > 0 then
-  bad = expect({KEYS[21], 'hash', KEYS[23], 'set'})
+  bad = expect({KEYS[21], 'hash', KEYS[23], 'zset'})
   if bad then
     return bad
   end
@@ -594,9 +608,9 @@ if n > 0 then
         end
       end
     end
-    -- Per-key caps (see above): after the types' checks.
+    -- Per-key caps and paused keys (see above): after the types' checks.
     local khold, kstart, kcount, kkeys = {}, {}, {}, {}
-    if any_kcap then
+    if any_kcap or any_kpause then
       local keyed, klist, kseen = {}, {}, {}
       for k = 1, #ids do
         if bodies[k] and not ended[k] and not aside[k] then
@@ -611,22 +625,34 @@ if n > 0 then
         end
       end
       if #klist > 0 then
-        local spec = {KEYS[21], 'hash', KEYS[22], 'hash', KEYS[23], 'set'}
+        local spec = {KEYS[21], 'hash', KEYS[22], 'hash', KEYS[23], 'zset'}
+        if any_kpause then
+          spec[#spec + 1] = KEYS[24]
+          spec[#spec + 1] = 'hash'
+        end
         bad = expect(spec)
         if bad then
           return bad
         end
-        local own, cur = hmget(KEYS[22], klist), hmget(KEYS[21], klist)
-        local kcap = {}
-        for j, key in ipairs(klist) do
-          kcap[key] = (own[j] and parse_cap(own[j])) or kdefault
-          kcount[key] = tonumber(cur[j]) or 0
+        local kcap, kpaused = {}, {}
+        if any_kcap then
+          local own, cur = hmget(KEYS[22], klist), hmget(KEYS[21], klist)
+          for j, key in ipairs(klist) do
+            kcap[key] = (own[j] and parse_cap(own[j])) or kdefault
+            kcount[key] = tonumber(cur[j]) or 0
+          end
+        end
+        if any_kpause then
+          local p = hmget(KEYS[24], klist)
+          for j, key in ipairs(klist) do
+            kpaused[key] = p[j] and true
+          end
         end
         local hspec = {}
         for k = 1, #ids do
           local key = keyed[k]
-          if key and kcap[key] then
-            if kcount[key] >= kcap[key] then
+          if key and (kcap[key] or kpaused[key]) then
+            if kpaused[key] or kcount[key] >= kcap[key] then
               khold[#khold + 1] = k
               hspec[#hspec + 1] = KEYS[17] .. '#' .. key
               hspec[#hspec + 1] = 'zset'
@@ -711,10 +737,13 @@ if n > 0 then
         members[#members + 1] = ids[k]
         ended[k] = true
       end
-      for key, members in pairs(by_key) do
-        call_chunked('ZADD', KEYS[17] .. '#' .. key, members)
+      for _, key in ipairs(hkeys) do
+        local members, added = by_key[key], 0
+        for i = 1, #members, CHUNK do
+          added = added + redis.call('ZADD', KEYS[17] .. '#' .. key, unpack(members, i, math.min(i + CHUNK - 1, #members)))
+        end
+        held_add(KEYS[23], key, added)
       end
-      call_chunked('SADD', KEYS[23], hkeys)
     end
     local live, live_ready, live_body, live_unread, live_rated, running = {}, {}, {}, {}, {}, {}
     for k = 1, #ids do

@@ -12,6 +12,9 @@
 -- KEYS[6] -> ns:{q}:held:      prefix of the per-type ZSETs of due jobs held
 --                               back by their type's concurrency cap
 --                               (touched only by jobs flagged "r")
+-- KEYS[7] -> ns:{q}:keyheld     ZSET key -> its jobs held by its cap or
+--                               pause (touched only when a replace takes a
+--                               job out of its key's held set)
 -- ARGV[1] -> now ms ("" = server TIME)
 -- ARGV[2] -> wake channel
 -- ARGV[3] -> resend window ms: how long an outcome is kept under its call
@@ -247,11 +250,14 @@ local function set_aside(id, body)
   -- type and the optional uniqueness fields in the header).
   local key = body and string.match(body, '^{"t":"[%w%._:/%-]+",[^p]-"k":"([%w%._:/@%+=%-]+)"')
   if key then
-    bad = expect({KEYS[6] .. '#' .. key, 'zset'})
+    bad = expect({KEYS[6] .. '#' .. key, 'zset', KEYS[7], 'zset'})
     if bad then
       error(bad)
     end
-    return redis.call('ZREM', KEYS[6] .. '#' .. key, id) == 1
+    if redis.call('ZREM', KEYS[6] .. '#' .. key, id) == 1 then
+      held_add(KEYS[7], key, -1)
+      return true
+    end
   end
   return false
 end
@@ -284,7 +290,8 @@ local function keep(k, i, at)
 end
 -- A debounced enqueue (flag "d") of job k that found its id pending: in
 -- its window (scheduled, not yet due) the job gets the new envelope and
--- ready time; due (scheduled, or set aside by a pause or a cap) it gets
+-- ready time; due (scheduled, or set aside by a pause or a cap, its
+-- type's or its key's) it gets
 -- the envelope and keeps its ready time and place; held by a worker it is
 -- left alone (-3).
 local function debounce(k, i, id, body)
@@ -314,6 +321,17 @@ local function debounce(k, i, id, body)
         error(bad)
       end
       at = tonumber(redis.call('ZSCORE', KEYS[6] .. t, id))
+    end
+  end
+  if not at then
+    -- Held by its key's cap or pause (the key as set_aside reads it).
+    local key = body and string.match(body, '^{"t":"[%w%._:/%-]+",[^p]-"k":"([%w%._:/@%+=%-]+)"')
+    if key then
+      local bad = expect({KEYS[6] .. '#' .. key, 'zset'})
+      if bad then
+        error(bad)
+      end
+      at = tonumber(redis.call('ZSCORE', KEYS[6] .. '#' .. key, id))
     end
   end
   if at then

@@ -4,7 +4,7 @@
 -- KEYS[1] -> ns:{q}:controls    HASH "k" -> the default "share/total", or
 --                               "-" when only some keys have their own
 -- KEYS[2] -> ns:{q}:keycaps     HASH key -> "share/total": the keys' own caps
--- KEYS[3] -> ns:{q}:keyheld     SET of the keys with jobs held by their cap
+-- KEYS[3] -> ns:{q}:keyheld     ZSET key -> its jobs held by its cap or pause
 -- KEYS[4] -> ns:{q}:scheduled   ZSET id -> ready ms
 -- KEYS[5] -> ns:{q}:held:       prefix of the held sets: a key's is
 --                               KEYS[5] .. '#' .. key
@@ -19,7 +19,7 @@
 -- room for): one key's held jobs for a key's cap, O(H) for its H held
 -- jobs; every key's for the default, O(K + H) for the K keys holding H
 -- jobs. The queue's workers are woken.
-local spec = {KEYS[1], 'hash', KEYS[2], 'hash', KEYS[3], 'set', KEYS[4], 'zset'}
+local spec = {KEYS[1], 'hash', KEYS[2], 'hash', KEYS[3], 'zset', KEYS[4], 'zset'}
 local key = ARGV[2]
 local keys = {}
 if key ~= '' then
@@ -29,7 +29,12 @@ else
   if bad then
     return bad
   end
-  keys = redis.call('SMEMBERS', KEYS[3])
+  keys = {}
+  for _, k in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+    if k ~= '#' then
+      keys[#keys + 1] = k
+    end
+  end
 end
 for _, k in ipairs(keys) do
   spec[#spec + 1] = KEYS[5] .. '#' .. k
@@ -64,8 +69,9 @@ if not default or default == '-' then
 end
 local back = 0
 for _, k in ipairs(keys) do
-  back = back + release_held(KEYS[5] .. '#' .. k, KEYS[4])
-  redis.call('SREM', KEYS[3], k)
+  local moved = release_held(KEYS[5] .. '#' .. k, KEYS[4])
+  held_add(KEYS[3], k, -moved)
+  back = back + moved
 end
 redis.call('PUBLISH', ARGV[4], 'cap')
 return back

@@ -485,14 +485,32 @@ local function ending_of(body)
   return batch, u, ud
 end
 
+-- held_add counts delta more jobs held by the cap or pause of key member
+-- in key (ns:{q}:keyheld: ZSET key -> its held jobs, and member '#',
+-- which no key can be, -> the shard's total), dropping a count that
+-- reaches 0. Every script that adds to or takes from a key's held set
+-- calls it with what it moved. Two ZINCRBY (and a ZREM for a count that
+-- ran out); nothing when delta is 0.
+local function held_add(key, member, delta)
+  if delta == 0 then
+    return
+  end
+  if tonumber(redis.call('ZINCRBY', key, delta, member)) <= 0 then
+    redis.call('ZREM', key, member)
+  end
+  if tonumber(redis.call('ZINCRBY', key, delta, '#')) <= 0 then
+    redis.call('ZREM', key, '#')
+  end
+end
+
 -- Per-key caps (Broker.SetKeyConcurrency): the running jobs of keys ended
 -- (keys lists one key per ended job). Their counts in run (HASH key -> n
 -- running) go down, and as many held jobs of each key (held .. '#' ..
 -- key, earliest ready time first) go back to scheduled with their ready
--- times, first in line for the next claim; a key with no held job left
--- leaves heldkeys (SET of the keys with held jobs). Returns how many went
--- back. One HMGET, then per distinct key one ZPOPMIN (and one ZADD, or
--- one SREM when its held set ran empty), and one HSET and HDEL.
+-- times, first in line for the next claim; heldkeys (ZSET key -> its
+-- held jobs, see held_add) counts them out. Returns how many went back.
+-- One HMGET, then per distinct key one ZPOPMIN, and when it moved jobs
+-- one ZADD and held_add's two ZINCRBY; and one HSET and HDEL.
 local function key_release(run, held, heldkeys, scheduled, keys)
   local by, list = {}, {}
   for _, k in ipairs(keys) do
@@ -526,10 +544,7 @@ local function key_release(run, held, heldkeys, scheduled, keys)
       call_chunked('ZADD', scheduled, members)
       back = back + #got / 2
     end
-    if #got / 2 < by[k] then
-      local key = heldkeys
-      redis.call('SREM', key, k)
-    end
+    held_add(heldkeys, k, -#got / 2)
   end
   if #set > 0 then
     call_chunked('HSET', run, set)

@@ -9,7 +9,7 @@
 -- KEYS[7] -> ns:{q}:running     HASH id -> "<type>[\n<key>]": jobs leased
 --                               under a concurrency cap
 -- KEYS[8] -> ns:{q}:keyrun      HASH key -> running jobs of the key under its cap
--- KEYS[9] -> ns:{q}:keyheld     SET of the keys with held jobs
+-- KEYS[9] -> ns:{q}:keyheld     ZSET key -> its held jobs
 -- KEYS[10] -> ns:{q}:held:      prefix of the held sets (a key's:
 --                               KEYS[10] .. '#' .. key)
 -- KEYS[11] -> ns:{q}:scheduled  ZSET id -> ready ms
@@ -87,7 +87,7 @@ if #orphans > 0 and redis.call('EXISTS', KEYS[7]) == 1 then
   -- slot taken rather than fail the reap.
   local ok, vals = pcall(hmget, KEYS[7], orphans)
   if ok then
-    local keys, spec = {}, {KEYS[8], 'hash', KEYS[9], 'set', KEYS[11], 'zset'}
+    local keys, spec = {}, {KEYS[8], 'hash', KEYS[9], 'zset', KEYS[11], 'zset'}
     for k = 1, #orphans do
       local key = vals[k] and string.match(vals[k], '\n(.+)$')
       if key then

@@ -11,6 +11,8 @@
 --                               type)
 -- KEYS[6] -> ns:{q}:c:          prefix of the call records: KEYS[6] .. call
 --                               id -> the call's first answer
+-- KEYS[7] -> ns:{q}:keyheld     ZSET key -> its jobs held by its cap or
+--                               pause (touched only for a job held there)
 -- ARGV[1] -> now ms ("" = server TIME)
 -- ARGV[2] -> id
 -- ARGV[3] -> at ms (0 = use the delay)
@@ -70,12 +72,19 @@ if t then
   end
 end
 if key then
-  bad = expect({KEYS[4] .. '#' .. key, 'zset'})
+  bad = expect({KEYS[4] .. '#' .. key, 'zset', KEYS[7], 'zset'})
   if bad then
     return bad
   end
 end
-if (t and redis.call('ZREM', KEYS[4] .. t, id) == 1) or (key and redis.call('ZREM', KEYS[4] .. '#' .. key, id) == 1) then
+local moved = false
+if t and redis.call('ZREM', KEYS[4] .. t, id) == 1 then
+  moved = true
+elseif key and redis.call('ZREM', KEYS[4] .. '#' .. key, id) == 1 then
+  moved = true
+  held_add(KEYS[7], key, -1)
+end
+if moved then
   do
     local ready = tonumber(ARGV[3])
     if ready <= 0 then

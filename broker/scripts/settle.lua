@@ -37,7 +37,7 @@
 --                               workers' hook (trim_dead)
 -- KEYS[18] -> ns:{q}:keyrun     HASH key -> running jobs of the key under
 --                               its cap (Broker.SetKeyConcurrency)
--- KEYS[19] -> ns:{q}:keyheld    SET of the keys with jobs held by their cap
+-- KEYS[19] -> ns:{q}:keyheld    ZSET key -> its jobs held by its cap or pause
 -- KEYS[20] -> ns:{q}:held:      prefix of the held sets: a key's is
 --                               KEYS[20] .. '#' .. key
 --                               (KEYS[18] to KEYS[20] are touched only when
@@ -153,7 +153,7 @@ if capped then
     return bad
   end
   local vals = hmget(KEYS[12], ids)
-  local spec = {KEYS[18], 'hash', KEYS[19], 'set'}
+  local spec = {KEYS[18], 'hash', KEYS[19], 'zset'}
   for k = 1, #ids do
     local key = vals[k] and string.match(vals[k], '\n(.+)$')
     if key then

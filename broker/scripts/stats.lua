@@ -12,8 +12,9 @@
 -- KEYS[7] -> ns:{q}:held:       prefix of the per-type ZSETs of jobs held
 --                               back by their type's concurrency cap or
 --                               rate limit
--- KEYS[8] -> ns:{q}:keyheld     SET of the keys with jobs held by their
---                               per-key cap, in KEYS[7] .. '#' .. key
+-- KEYS[8] -> ns:{q}:keyheld     ZSET key -> how many of its jobs its
+--                               per-key cap or pause holds (in KEYS[7] ..
+--                               '#' .. key), '#' -> their total
 -- ARGV[1] -> now ms ("" = server TIME)
 --
 -- Returns {now, scheduled, due, processing, dead, oldest due ready ms (-1 when
@@ -27,8 +28,8 @@
 -- Jobs held by a rate limit count in scheduled and due, and the oldest of
 -- them in the oldest due ready time. Every count is O(1) or O(log N) (one
 -- ZCARD per capped type, a ZCARD and a ZRANGE per rate-limited type), but
--- the jobs held by per-key caps, counted in held: one SMEMBERS of KEYS[8]
--- and one ZCARD per key holding jobs, O(keys holding).
+-- the jobs held by per-key caps and pauses, counted in held: their total,
+-- member '#' of KEYS[8] (one ZSCORE).
 local bad = expect({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'hash', KEYS[6], 'zset'})
 if bad then
   return bad
@@ -67,8 +68,9 @@ for i = 1, #controls, 2 do
     if f ~= 'r' then
       limited[string.sub(f, 3)] = true
     end
-  elseif f == 'k' then
-    -- A per-key cap: its held jobs are counted below, from KEYS[8].
+  elseif f == 'k' or f == 'kp' then
+    -- A per-key cap, or paused keys: their held jobs are counted below,
+    -- from KEYS[8].
   elseif f == 'c' or string.sub(f, 1, 2) == 'c:' then
     local t = string.sub(f, 3)
     caps[#caps + 1] = t
@@ -113,12 +115,8 @@ for _, t in ipairs(capped) do
   end
 end
 local by_key = 0
-if expect({KEYS[8], 'set'}) == nil then
-  for _, key in ipairs(redis.call('SMEMBERS', KEYS[8])) do
-    if expect({KEYS[7] .. '#' .. key, 'zset'}) == nil then
-      by_key = by_key + redis.call('ZCARD', KEYS[7] .. '#' .. key)
-    end
-  end
+if expect({KEYS[8], 'zset'}) == nil then
+  by_key = tonumber(redis.call('ZSCORE', KEYS[8], '#')) or 0
 end
 held = held + by_key
 return {now, scheduled, due, redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]), oldest, next, tonumber(dropped),

@@ -174,6 +174,7 @@ Output is a table for people, or JSON with --json. Exit status: 0 success,
 	root.AddCommand(
 		a.statsCommand(),
 		a.queuesCommand(),
+		a.keysCommand(),
 		a.workersCommand(),
 		a.jobsCommand(),
 		a.enqueueCommand(),

@@ -1,0 +1,81 @@
+-- keys: the keys of one shard holding the most jobs back, and why.
+-- read-only
+--
+-- KEYS[1] -> ns:{q}:controls    HASH "k" -> the default key cap
+--                               "share/total" ("-" when none)
+-- KEYS[2] -> ns:{q}:keyheld     ZSET key -> how many of its jobs its cap or
+--                               pause holds, '#' -> their total
+-- KEYS[3] -> ns:{q}:keyrun      HASH key -> its jobs leased under its cap
+-- KEYS[4] -> ns:{q}:keycaps     HASH key -> its own cap "share/total"
+-- KEYS[5] -> ns:{q}:keypaused   HASH key -> paused at ms
+-- ARGV[1] -> now ms (unused)
+-- ARGV[2] -> n: how many of the keys holding the most to list (0: none)
+-- ARGV[3..] -> keys to report as well (another shard's top keys)
+--
+-- Returns {default cap or "", keys holding jobs, paused keys, rows}: rows
+-- is a flat list of key, held, running, own cap ("" none), paused (1/0),
+-- for the n keys of KEYS[2] with the highest counts (ZREVRANGE, ties by
+-- key, last first), the keys of ARGV[3..], and, while fewer than n were
+-- listed, paused keys holding nothing (one HSCAN page of n). Cost:
+-- O(log K + n) for K keys holding, plus O(1) per key reported (three
+-- HMGET and one ZMSCORE): bounded by n, whatever K is.
+local bad = expect({KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[4], 'hash', KEYS[5], 'hash'})
+if bad then
+  return bad
+end
+local n = tonumber(ARGV[2]) or 0
+local list, seen = {}, {}
+local function add(key)
+  if not seen[key] then
+    seen[key] = true
+    list[#list + 1] = key
+  end
+end
+-- '#' is the total, the highest score: one more, skipped.
+if n > 0 then
+  for _, key in ipairs(redis.call('ZREVRANGE', KEYS[2], 0, n)) do
+    if key ~= '#' and #list < n then
+      add(key)
+    end
+  end
+end
+for i = 3, #ARGV do
+  add(ARGV[i])
+end
+local paused_n = redis.call('HLEN', KEYS[5])
+if n > 0 and #list < n and paused_n > 0 then
+  local page = redis.call('HSCAN', KEYS[5], 0, 'COUNT', n)
+  local fields = page[2]
+  for i = 1, #fields, 2 do
+    if #list < n then
+      add(fields[i])
+    end
+  end
+end
+local rows = {}
+if #list > 0 then
+  local held = {}
+  for i = 1, #list, CHUNK do
+    local part = redis.call('ZMSCORE', KEYS[2], unpack(list, i, math.min(i + CHUNK - 1, #list)))
+    for j = 1, #part do
+      held[#held + 1] = part[j]
+    end
+  end
+  local run, own, paused = hmget(KEYS[3], list), hmget(KEYS[4], list), hmget(KEYS[5], list)
+  for j, key in ipairs(list) do
+    rows[#rows + 1] = key
+    rows[#rows + 1] = tonumber(held[j]) or 0
+    rows[#rows + 1] = tonumber(run[j]) or 0
+    rows[#rows + 1] = own[j] or ''
+    rows[#rows + 1] = paused[j] and 1 or 0
+  end
+end
+local default = redis.call('HGET', KEYS[1], 'k')
+if not default or default == '-' then
+  default = ''
+end
+local holding = redis.call('ZCARD', KEYS[2])
+if holding > 0 then
+  holding = holding - 1 -- the total
+end
+return {default, holding, paused_n, rows}

@@ -1,0 +1,106 @@
+package integration_test
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/dashboard"
+	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/testkit"
+	"github.com/delayq/delayq/job"
+)
+
+// TestBrowserKeys drives the queue page's keys table in headless Chromium
+// against a real redis-server: a queue no worker serves, with a default
+// key cap of 1 and jobs of three keys claimed once, lists the keys holding
+// jobs back; the Pause button of a key pauses it (its row says so, with a
+// Resume button) and Resume sends its held jobs back, with the count in
+// the notice, and the key leaves the table.
+func TestBrowserKeys(t *testing.T) {
+	// Light (one page, no timing): it runs with every package, also under
+	// DELAYQ_BROWSER=later, which defers only TestBrowser.
+	chrome := chromiumPath(t)
+	if _, err := redistest.ServerBinary(); err != nil && os.Getenv("DELAYQ_REQUIRE_REDIS") != "1" {
+		t.Skipf("the browser test needs a real server: %v", err)
+	}
+	t.Parallel()
+	rdb := redistest.Start(t).Client(t)
+	b, err := broker.New(rdb, broker.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := dashboard.New(b, dashboard.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	web := httptest.NewServer(d)
+	t.Cleanup(web.Close)
+	ctx := browser(t, chrome)
+	base := web.URL
+	bg := context.Background()
+	for i, key := range []string{"acme", "acme", "acme", "beta", "beta", "gamma"} {
+		if err := b.Enqueue(bg, &job.Envelope{ID: fmt.Sprintf("row-%d", i), Queue: "imports", Type: "import.row", Payload: []byte(`{}`), Key: key}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.SetKeyConcurrency(bg, "imports", "", 1); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := testkit.Drive(b).Claim(bg, "imports", 10, time.Hour); err != nil || len(res.Jobs) != 3 {
+		t.Fatalf("claimed %d, want one of each key: %v", len(res.Jobs), err)
+	}
+	do(t, ctx, "open the queue page with keys holding jobs back",
+		chromedp.Navigate(base+"/queues/imports"),
+		chromedp.WaitVisible(chromedp.ID("held-keys")),
+	)
+	if got := text(t, ctx, "keys-holding"); got != "2 keys holding, 0 paused" {
+		t.Fatalf("#keys-holding says %q", got)
+	}
+	row := eval[string](t, ctx, `document.querySelector('#held-keys tr[data-key="acme"]').innerText`)
+	if !strings.Contains(row, "acme") || !strings.Contains(row, "2") || !strings.Contains(row, "at its cap") {
+		t.Fatalf("acme's row: %q", row)
+	}
+	do(t, ctx, "pause acme from its row",
+		chromedp.Click(chromedp.CSS(`#held-keys tr[data-key="acme"] button.pause-key`)),
+		chromedp.WaitVisible(chromedp.CSS(".flash")),
+		chromedp.WaitVisible(chromedp.CSS(`#held-keys tr[data-key="acme"] button.resume-key`)),
+	)
+	if f := eval[string](t, ctx, `document.querySelector('.flash').innerText`); !strings.Contains(f, "acme") || !strings.Contains(f, "paused") {
+		t.Fatalf("flash after the pause: %q", f)
+	}
+	if hk, err := b.HeldKeys(bg, "imports", 10); err != nil || hk.PausedKeys != 1 || hk.Keys[0].Key != "acme" || !hk.Keys[0].Paused {
+		t.Fatalf("after the pause: %+v, %v", hk, err)
+	}
+	do(t, ctx, "resume acme from its row",
+		chromedp.Click(chromedp.CSS(`#held-keys tr[data-key="acme"] button.resume-key`)),
+	)
+	// The new page's notice; acme, holding nothing any more, leaves the
+	// table.
+	flash := func() string {
+		return eval[string](t, ctx, `(document.querySelector('.flash') || {}).innerText || ''`)
+	}
+	var f string
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(f, "resumed:"); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no notice of the resume within 10s: %q", f)
+		}
+		f = flash()
+	}
+	if !strings.Contains(f, "acme") || !strings.Contains(f, "2 held jobs back") {
+		t.Fatalf("flash after the resume: %q", f)
+	}
+	if n := eval[int](t, ctx, `document.querySelectorAll('#held-keys tr[data-key="acme"]').length`); n != 0 {
+		t.Fatalf("acme still listed after its resume (%d rows)", n)
+	}
+	if hk, err := b.HeldKeys(bg, "imports", 10); err != nil || hk.PausedKeys != 0 {
+		t.Fatalf("after the resume: %+v, %v", hk, err)
+	}
+}
