@@ -177,8 +177,8 @@ const MinForgetIdle = time.Hour
 // still held it is listed again, with its jobs, within a minute of its next
 // enqueue. Holds nothing means what Forget requires (no scheduled,
 // processing, parked or held jobs, dead records, remembered unique ids or
-// trimmed records waiting for a hook), and also no pause, cap, rate limit
-// or key cap set: those are an operator's, and are kept with the queue. A
+// trimmed records waiting for a hook), and also no pause, cap, rate limit,
+// key cap or paused key set: those are an operator's, and are kept with the queue. A
 // queue with one shard loses its shard count too (it would get one shard
 // again); a sharded queue keeps its count, so that every process agrees on
 // it when the queue is used again (Forget removes it).
@@ -307,7 +307,7 @@ func (b *Broker) forgetIdle(ctx context.Context, queue string, cutoff int64) (bo
 func (b *Broker) idleShard(ctx context.Context, s keyspace.Shard) (bool, error) {
 	k := s.Keys()
 	kk := keyCapKeysOf(k)
-	n, err := b.rdb.Exists(ctx, k.Jobs, k.Dead, k.Unique, k.Processing, k.Scheduled, k.Trimmed, k.Controls, kk.Caps, kk.Run, kk.HeldKeys).Result()
+	n, err := b.rdb.Exists(ctx, k.Jobs, k.Dead, k.Unique, k.Processing, k.Scheduled, k.Trimmed, k.Controls, kk.Caps, kk.Run, kk.HeldKeys, kk.Paused).Result()
 	if err != nil {
 		return false, err
 	}

@@ -14,13 +14,13 @@ import (
 
 // TestForgetIdleQueues: ForgetIdle unlists the queues nobody listed for
 // the idle time that hold nothing and have no control set; a queue with
-// jobs, a pause, or a recent use stays. A single shard's count goes with
+// jobs, a pause, a paused key, or a recent use stays. A single shard's count goes with
 // it, a sharded queue's stays (and Forget still removes it). A producer
 // that held a forgotten queue lists it again with its next enqueue.
 func TestForgetIdleQueues(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
-	for _, q := range []string{"idle", "fresh", "busy", "paused"} {
+	for _, q := range []string{"idle", "fresh", "busy", "paused", "keypaused"} {
 		if err := tb.b.DeclareQueue(tb.ctx, q, 1); err != nil {
 			t.Fatal(err)
 		}
@@ -30,6 +30,9 @@ func TestForgetIdleQueues(t *testing.T) {
 	}
 	tb.enqueue(t, &job.Envelope{ID: "j", Queue: "busy", Type: "t", Delay: 48 * time.Hour})
 	if err := tb.b.Pause(tb.ctx, "paused", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.b.PauseKey(tb.ctx, "keypaused", "acme"); err != nil {
 		t.Fatal(err)
 	}
 	tb.clock.Advance(2 * time.Hour)
@@ -57,8 +60,8 @@ func TestForgetIdleQueues(t *testing.T) {
 		t.Fatal(err)
 	}
 	slices.Sort(listed)
-	if !slices.Equal(listed, []string{"busy", "fresh", "paused"}) {
-		t.Fatalf("queues listed %v, want [busy fresh paused]", listed)
+	if !slices.Equal(listed, []string{"busy", "fresh", "keypaused", "paused"}) {
+		t.Fatalf("queues listed %v, want [busy fresh keypaused paused]", listed)
 	}
 	counts := tb.rdb.HGetAll(tb.ctx, keyspace.ShardsKey(tb.ns)).Val()
 	if _, ok := counts["idle"]; ok || counts["sharded"] != "3" {
