@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/job"
 )
@@ -34,7 +35,7 @@ const BatchHeader = "delayq-batch"
 
 // BatchSpec describes a new batch.
 type BatchSpec struct {
-	ID         string        // generated (job.NewID) when empty; see job.ValidateBatchID
+	ID         string        // generated (job.NewID) when empty; 1 to 128 bytes of letters, digits and "._-:"
 	OnSuccess  *job.Envelope // optional: enqueued once, when every member succeeded
 	OnComplete *job.Envelope // optional: enqueued once, when every member ended (succeeded or dead)
 	// Keep is how long the batch's record is kept once it is complete
@@ -134,7 +135,7 @@ func (b *Broker) CreateBatch(ctx context.Context, spec BatchSpec) (string, error
 	if id == "" {
 		id = job.NewID()
 	}
-	if err := job.ValidateBatchID(id); err != nil {
+	if err := naming.BatchID(id); err != nil {
 		return "", fmt.Errorf("broker: create batch: %w", err)
 	}
 	if spec.Keep < 0 {
@@ -195,7 +196,7 @@ func (b *Broker) AddToBatch(ctx context.Context, id string, members ...*job.Enve
 // addToBatch is AddToBatch, or with mode "<" .. "<queue>\n<id>" of a
 // member (batch_add.lua) the adding of that member's next jobs.
 func (b *Broker) addToBatch(ctx context.Context, id, mode string, members []*job.Envelope) error {
-	if err := job.ValidateBatchID(id); err != nil {
+	if err := naming.BatchID(id); err != nil {
 		return fmt.Errorf("broker: add to batch: %w", err)
 	}
 	if len(members) == 0 {
@@ -303,7 +304,7 @@ func (b *Broker) addToBatch(ctx context.Context, id, mode string, members []*job
 // due callback that a crash left unenqueued. Errors wrap ErrBatchNotFound,
 // or job.ErrInvalid for a bad id.
 func (b *Broker) SealBatch(ctx context.Context, id string) error {
-	if err := job.ValidateBatchID(id); err != nil {
+	if err := naming.BatchID(id); err != nil {
 		return fmt.Errorf("broker: seal batch: %w", err)
 	}
 	return b.endBatch(ctx, id, true, nil)
@@ -425,7 +426,7 @@ func (b *Broker) deadCallback(ctx context.Context, queue, cid, body, why string)
 // ErrBatchNotFound when there is none (or its record has expired), or
 // job.ErrInvalid for a bad id.
 func (b *Broker) Batch(ctx context.Context, id string) (*BatchStatus, error) {
-	if err := job.ValidateBatchID(id); err != nil {
+	if err := naming.BatchID(id); err != nil {
 		return nil, fmt.Errorf("broker: batch: %w", err)
 	}
 	m, err := b.rdb.HGetAll(ctx, keyspace.Batch(b.ns, id).Meta).Result()
@@ -515,7 +516,7 @@ func (b *Broker) endBatches(ctx context.Context, s keyspace.Shard, ends []protoc
 	by := map[string][]any{}
 	var clear []any
 	for _, e := range ends {
-		if job.ValidateBatchID(e.Batch) != nil {
+		if naming.BatchID(e.Batch) != nil {
 			clear = append(clear, e.ID, e.Batch+"\n"+e.Ending())
 			continue
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/rules"
 	"github.com/delayq/delayq/job"
@@ -195,7 +196,7 @@ func (b *Broker) Queues(ctx context.Context) ([]string, error) {
 
 // queue resolves a user's queue for reading or changing the jobs it holds.
 func (b *Broker) queue(ctx context.Context, name string) (keyspace.Queue, error) {
-	if err := job.ValidateQueue(name); err != nil {
+	if err := naming.Queue(name); err != nil {
 		return keyspace.Queue{}, err
 	}
 	q, err := b.route.Queue(ctx, name)
@@ -207,10 +208,10 @@ func (b *Broker) queue(ctx context.Context, name string) (keyspace.Queue, error)
 
 // shardOf resolves the shard that holds job id of queue.
 func (b *Broker) shardOf(ctx context.Context, queue, id string) (keyspace.Shard, error) {
-	if err := job.ValidateQueue(queue); err != nil {
+	if err := naming.Queue(queue); err != nil {
 		return keyspace.Shard{}, err
 	}
-	if err := job.ValidateID(id); err != nil {
+	if err := naming.ID(id); err != nil {
 		return keyspace.Shard{}, err
 	}
 	q, err := b.queue(ctx, queue)

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/rawjson"
 	"github.com/delayq/delayq/job"
@@ -299,10 +300,10 @@ func (b *Broker) getDead(ctx context.Context, queue, id string) (*job.DeadRecord
 // first send was (nil for a job it redrove, even after the job ran again
 // and ended, not ErrNotFound), and redrives nothing twice.
 func (b *Broker) redriveDead(ctx context.Context, queue string, delay time.Duration, ids ...string) error {
-	if err := job.ValidateQueue(queue); err != nil {
+	if err := naming.Queue(queue); err != nil {
 		return err
 	}
-	if err := job.ValidateDelay(delay); err != nil {
+	if err := naming.Delay(delay); err != nil {
 		return err
 	}
 	return b.redriveCall(ctx, queue, delay, ids, callID())

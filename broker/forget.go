@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 )
 
@@ -28,7 +29,7 @@ var ErrQueueNotEmpty = errors.New("broker: queue not empty")
 // ns:queues, where the first enqueue (or DeclareQueue, Pause,
 // SetConcurrency, SetRateLimit) puts it, until Forget. One SISMEMBER.
 func (b *Broker) Known(ctx context.Context, queue string) (bool, error) {
-	if err := job.ValidateQueue(queue); err != nil {
+	if err := naming.Queue(queue); err != nil {
 		return false, err
 	}
 	ok, err := b.rdb.SIsMember(ctx, keyspace.QueuesKey(b.ns), queue).Result()

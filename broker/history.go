@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 )
 
@@ -67,7 +68,7 @@ const historyChunk = 5000
 // to before from, or a span over MaxHistoryMinutes.
 func (b *Broker) History(ctx context.Context, queues []string, from, to time.Time) ([][]Minute, error) {
 	for _, q := range queues {
-		if err := job.ValidateQueue(q); err != nil {
+		if err := naming.Queue(q); err != nil {
 			return nil, err
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 )
 
@@ -121,7 +122,7 @@ func (b *Broker) ProcessingPage(ctx context.Context, queue string, after JobCurs
 }
 
 func (b *Broker) jobPage(ctx context.Context, queue string, state job.JobState, after JobCursor, limit int) (JobPage, error) {
-	if err := job.ValidateQueue(queue); err != nil {
+	if err := naming.Queue(queue); err != nil {
 		return JobPage{}, err
 	}
 	if limit <= 0 || limit > MaxPageLimit {
@@ -224,7 +225,7 @@ func (b *Broker) AllStats(ctx context.Context) ([]job.QueueStats, error) {
 	slices.Sort(names)
 	valid := names[:0]
 	for _, q := range names {
-		if job.ValidateQueue(q) == nil { // others were not written by delayq
+		if naming.Queue(q) == nil { // others were not written by delayq
 			valid = append(valid, q)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 )
 
@@ -76,11 +77,11 @@ var (
 // See docs/flow-control.md#per-key-caps.
 func (b *Broker) SetKeyConcurrency(ctx context.Context, queue, key string, n int) error {
 	if key != "" {
-		if err := job.ValidateKey(key); err != nil {
+		if err := naming.Key(key); err != nil {
 			return err
 		}
 	}
-	if err := job.ValidateQueue(queue); err != nil {
+	if err := naming.Queue(queue); err != nil {
 		return err
 	}
 	shards, values, err := b.capShares(ctx, queue, "key concurrency cap", n)
@@ -113,7 +114,7 @@ func (b *Broker) SetKeyConcurrency(ctx context.Context, queue, key string, n int
 // the default of every key; a key's pause is its own method so that
 // neither argument means two things. There is no "" here (pausing every
 // key is pausing the queue, Pause(ctx, queue, "")): a key that is empty
-// or not a valid key (job.ValidateKey), or a bad queue name, is refused
+// or not a valid key (see job.Key), or a bad queue name, is refused
 // with an error wrapping job.ErrInvalid, and nothing changes. As with
 // Pause, a queue not used yet is placed (given its shard count) so that
 // the pause covers the shards its jobs will use.
@@ -144,10 +145,10 @@ func (b *Broker) pauseKey(ctx context.Context, queue, key string, on bool) (int6
 	if key == "" {
 		return 0, fmt.Errorf("broker: %w: key is empty (to pause every key, pause the queue)", job.ErrInvalid)
 	}
-	if err := job.ValidateKey(key); err != nil {
+	if err := naming.Key(key); err != nil {
 		return 0, err
 	}
-	if err := job.ValidateQueue(queue); err != nil {
+	if err := naming.Queue(queue); err != nil {
 		return 0, err
 	}
 	if _, err := b.route.Place(ctx, queue); err != nil {

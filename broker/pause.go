@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 )
 
@@ -22,7 +23,7 @@ import (
 // A paused type: a claim that finds one of its jobs due sets it aside
 // (parked: still pending, cancellable, counted in job.QueueStats.Parked)
 // instead of leasing it, and claims the other types' jobs as usual. The
-// type name is checked (job.ValidateType).
+// type name is checked (letters, digits and "._-:/").
 //
 // Pausing what is paused changes nothing. One script call per shard.
 func (b *Broker) Pause(ctx context.Context, queue, typ string) error {
@@ -54,7 +55,7 @@ func pauseTarget(typ string) (string, error) {
 	if typ == "" {
 		return "*", nil
 	}
-	if err := job.ValidateType(typ); err != nil {
+	if err := naming.Type(typ); err != nil {
 		return "", err
 	}
 	return typ, nil
@@ -62,7 +63,7 @@ func pauseTarget(typ string) (string, error) {
 
 // pause runs pause.lua on every shard of queue; what is "*" or a type.
 func (b *Broker) pause(ctx context.Context, queue, what string, on bool) (int64, error) {
-	if err := job.ValidateQueue(queue); err != nil {
+	if err := naming.Queue(queue); err != nil {
 		return 0, err
 	}
 	// A queue paused before its first job gets its shard count now, so
@@ -110,7 +111,7 @@ func (b *Broker) pause(ctx context.Context, queue, what string, on bool) (int64,
 func (b *Broker) SetRateLimit(ctx context.Context, queue, typ string, r job.RateLimit) error {
 	what := "*"
 	if typ != "" {
-		if err := job.ValidateType(typ); err != nil {
+		if err := naming.Type(typ); err != nil {
 			return err
 		}
 		what = typ
@@ -118,7 +119,7 @@ func (b *Broker) SetRateLimit(ctx context.Context, queue, typ string, r job.Rate
 	if err := r.Validate(); err != nil {
 		return err
 	}
-	if err := job.ValidateQueue(queue); err != nil {
+	if err := naming.Queue(queue); err != nil {
 		return err
 	}
 	q, err := b.route.Place(ctx, queue)
@@ -170,12 +171,12 @@ func ceilMS(d time.Duration) int64 {
 func (b *Broker) SetConcurrency(ctx context.Context, queue, typ string, n int) error {
 	what := "*"
 	if typ != "" {
-		if err := job.ValidateType(typ); err != nil {
+		if err := naming.Type(typ); err != nil {
 			return err
 		}
 		what = typ
 	}
-	if err := job.ValidateQueue(queue); err != nil {
+	if err := naming.Queue(queue); err != nil {
 		return err
 	}
 	shards, values, err := b.capShares(ctx, queue, "concurrency cap", n)

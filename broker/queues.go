@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 )
 
@@ -41,7 +42,7 @@ var ErrShardCount = keyspace.ErrShardCount
 // cannot be changed while the queue exists; to shard a busy queue, declare
 // a new queue and move producers to it while workers drain the old one.
 func (b *Broker) DeclareQueue(ctx context.Context, queue string, shards int) error {
-	if err := job.ValidateQueue(queue); err != nil {
+	if err := naming.Queue(queue); err != nil {
 		return err
 	}
 	if shards < 1 || shards > MaxShards {

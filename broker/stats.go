@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 )
 
@@ -47,7 +48,7 @@ func (b *Broker) StatsOf(ctx context.Context, queues ...string) ([]job.QueueStat
 // name).
 func (b *Broker) statsOf(ctx context.Context, queues []string) (out []job.QueueStats, errs []error, err error) {
 	for _, q := range queues {
-		if err := job.ValidateQueue(q); err != nil {
+		if err := naming.Queue(q); err != nil {
 			return nil, nil, err
 		}
 	}

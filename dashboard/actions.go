@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/deadletter"
-	"github.com/delayq/delayq/job"
+	"github.com/delayq/delayq/internal/naming"
 )
 
 // confirmField is set to "yes" by the confirmation dialog (or the
@@ -120,7 +120,7 @@ func (d *Dashboard) redrive(w http.ResponseWriter, r *http.Request) {
 func (d *Dashboard) redriveAll(w http.ResponseWriter, r *http.Request) {
 	q := r.PostForm.Get("queue") // "" means every queue
 	if q != "" {
-		if err := job.ValidateQueue(q); err != nil {
+		if err := naming.Queue(q); err != nil {
 			d.fail(w, r, http.StatusBadRequest, "Bad queue name: "+err.Error())
 			return
 		}

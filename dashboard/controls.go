@@ -10,6 +10,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/fleet"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 )
 
@@ -35,7 +36,7 @@ func typeField(r *http.Request) (string, error) {
 	if typ == "" {
 		return "", nil
 	}
-	return typ, job.ValidateType(typ)
+	return typ, naming.Type(typ)
 }
 
 // setCap sets (n > 0) or clears (n = 0) a concurrency cap of the queue or,

@@ -18,7 +18,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/deadletter"
-	"github.com/delayq/delayq/job"
+	"github.com/delayq/delayq/internal/naming"
 )
 
 //go:embed templates/*.html
@@ -316,7 +316,7 @@ func (d *Dashboard) guardPost(h http.HandlerFunc) http.Handler {
 			d.fail(w, r, http.StatusForbidden, "This cross-origin request was refused (CSRF protection).")
 			return
 		}
-		if q := r.PathValue("queue"); strings.Contains(r.Pattern, "{queue}") && job.ValidateQueue(q) != nil {
+		if q := r.PathValue("queue"); strings.Contains(r.Pattern, "{queue}") && naming.Queue(q) != nil {
 			d.fail(w, r, http.StatusBadRequest, fmt.Sprintf("Bad queue name %q.", q))
 			return
 		}

@@ -119,7 +119,7 @@ func TestNoticeExpires(t *testing.T) {
 }
 
 // Every link and form that holds a queue name escapes it as one path
-// segment, even a name that job.ValidateQueue would refuse.
+// segment, even a name that the queue-name check would refuse.
 func TestQueueNamesPathEscaped(t *testing.T) {
 	t.Parallel()
 	pages, err := parsePages()

@@ -15,6 +15,7 @@ import (
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/fleet"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/outbox"
 )
@@ -57,7 +58,7 @@ func (d *Dashboard) knownQueues(r *http.Request) ([]string, []job.QueueStats, er
 	if err != nil {
 		return nil, nil, err
 	}
-	names = slices.DeleteFunc(names, func(q string) bool { return job.ValidateQueue(q) != nil })
+	names = slices.DeleteFunc(names, func(q string) bool { return naming.Queue(q) != nil })
 	slices.Sort(names)
 	stats, err := d.b.StatsOf(r.Context(), names...)
 	if err != nil {
@@ -96,7 +97,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 		d.redisError(w, r, err)
 		return
 	}
-	names := slices.DeleteFunc(all, func(q string) bool { return job.ValidateQueue(q) != nil })
+	names := slices.DeleteFunc(all, func(q string) bool { return naming.Queue(q) != nil })
 	count := len(names)
 	if search != "" {
 		low := strings.ToLower(search)
@@ -208,7 +209,7 @@ const heldKeysShown = 20
 func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	q := r.PathValue("queue")
-	if err := job.ValidateQueue(q); err != nil {
+	if err := naming.Queue(q); err != nil {
 		d.fail(w, r, http.StatusBadRequest, "Bad queue name: "+err.Error())
 		return
 	}
@@ -305,7 +306,7 @@ func decodeJobCursor(s string) (broker.JobCursor, error) {
 	}
 	at, id, ok := strings.Cut(string(raw), ":")
 	v, err := strconv.ParseInt(at, 10, 64)
-	if !ok || err != nil || job.ValidateID(id) != nil {
+	if !ok || err != nil || naming.ID(id) != nil {
 		return broker.JobCursor{}, errBadCursor
 	}
 	return broker.JobCursor{At: time.UnixMilli(v), ID: id}, nil

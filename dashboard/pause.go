@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/delayq/delayq/job"
+	"github.com/delayq/delayq/internal/naming"
 )
 
 // pause pauses the queue, or with a "type" field one job type of it.
@@ -18,7 +18,7 @@ func (d *Dashboard) resume(w http.ResponseWriter, r *http.Request) { d.setPause(
 func (d *Dashboard) setPause(w http.ResponseWriter, r *http.Request, pause bool) {
 	q, typ := r.PathValue("queue"), strings.TrimSpace(r.PostForm.Get("type"))
 	if typ != "" {
-		if err := job.ValidateType(typ); err != nil {
+		if err := naming.Type(typ); err != nil {
 			d.fail(w, r, http.StatusBadRequest, err.Error())
 			return
 		}
@@ -63,7 +63,7 @@ func (d *Dashboard) setKeyPause(w http.ResponseWriter, r *http.Request, pause bo
 		d.fail(w, r, http.StatusBadRequest, "Give the key whose jobs to pause or resume.")
 		return
 	}
-	if err := job.ValidateKey(key); err != nil {
+	if err := naming.Key(key); err != nil {
 		d.fail(w, r, http.StatusBadRequest, err.Error())
 		return
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/job"
 )
@@ -199,7 +200,7 @@ func (in *Inspector) List(ctx context.Context, queue string, opts ListOptions) (
 // queue is "".
 func (in *Inspector) queues(ctx context.Context, queue string) ([]string, error) {
 	if queue != "" {
-		if err := job.ValidateQueue(queue); err != nil {
+		if err := naming.Queue(queue); err != nil {
 			return nil, err
 		}
 		return []string{queue}, nil
@@ -210,7 +211,7 @@ func (in *Inspector) queues(ctx context.Context, queue string) ([]string, error)
 	}
 	out := all[:0]
 	for _, q := range all {
-		if job.ValidateQueue(q) == nil {
+		if naming.Queue(q) == nil {
 			out = append(out, q)
 		}
 	}
@@ -323,7 +324,7 @@ func decodeCursor(s string) (cursor, error) {
 		return cursor{}, bad
 	}
 	v, err := strconv.ParseInt(parts[0], 10, 64)
-	if err != nil || job.ValidateQueue(parts[1]) != nil || job.ValidateID(parts[2]) != nil {
+	if err != nil || naming.Queue(parts[1]) != nil || naming.ID(parts[2]) != nil {
 		return cursor{}, bad
 	}
 	return cursor{diedAt: v, queue: parts[1], id: parts[2]}, nil
@@ -382,7 +383,7 @@ type BulkResult struct {
 // did); an error that stops the run (Redis unreachable, bad options) is
 // returned with the counts so far.
 func (in *Inspector) RedriveAll(ctx context.Context, queue string, f Filter, opts BulkOptions) (BulkResult, error) {
-	if err := job.ValidateDelay(opts.Delay); err != nil {
+	if err := naming.Delay(opts.Delay); err != nil {
 		return BulkResult{}, err
 	}
 	return in.bulk(ctx, queue, f, opts, func(q string, ids []string) error {

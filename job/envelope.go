@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/rawjson"
 	"github.com/delayq/delayq/retry"
 )
@@ -91,7 +92,7 @@ type Envelope struct {
 	// Key is the job's flow-control key ([Key], [KeyFrom]): a customer,
 	// a recipient, an account. A queue's per-key concurrency cap
 	// (broker.Broker.SetKeyConcurrency) counts the running jobs of each
-	// key. "" for none. See [ValidateKey].
+	// key. "" for none. See [Key].
 	Key string
 }
 
@@ -126,8 +127,8 @@ func (b *Backoff) Validate() error {
 // and never decodes the user's payload: a payload cjson cannot decode
 // (nested deeper than its limit, an invalid escape) must not hide the type
 // from those checks. The header is "t" (the type, whose characters
-// ValidateType limits to ones JSON needs no escape for), then "u" and "ud"
-// when set, then "k" (the key, whose characters ValidateKey limits the same
+// the type-name check limits to ones JSON needs no escape for), then "u" and "ud"
+// when set, then "k" (the key, whose characters the key check limits the same
 // way) when set; a field added for the scripts goes there too. A JSON payload
 // follows, spliced in byte for byte as "p", then the rest. Fields at their
 // defaults are left out; for "r" the default is DefaultMaxRetries (so
@@ -147,7 +148,7 @@ type wireHead struct {
 	Type       string `json:"t"`
 	UniqueMS   *int64 `json:"u,omitempty"`  // present when Unique: UniqueFor in ms
 	UniqueDead bool   `json:"ud,omitempty"` // with "u"
-	Key        string `json:"k,omitempty"`  // the flow-control key (ValidateKey: no escapes)
+	Key        string `json:"k,omitempty"`  // the flow-control key (the key check: no escapes)
 }
 
 // wireTail is the body after the header and the payload.
@@ -383,7 +384,7 @@ func Decode(data []byte) (*Envelope, error) {
 		}
 		w = *slow
 	}
-	if err := ValidateType(w.Type); err != nil {
+	if err := naming.Type(w.Type); err != nil {
 		return nil, fmt.Errorf("job: %w: type: %v", ErrCorrupt, err)
 	}
 	if t, ok := headerTypeBytes(data); ok && string(t) != w.Type {
@@ -412,12 +413,12 @@ func Decode(data []byte) (*Envelope, error) {
 		Retain:     time.Duration(w.RetainMS) * time.Millisecond,
 	}
 	if w.Key != "" {
-		if err := ValidateKey(w.Key); err != nil {
+		if err := naming.Key(w.Key); err != nil {
 			return nil, fmt.Errorf("job: %w: key: %v", ErrCorrupt, err)
 		}
 		e.Key = w.Key
 	}
-	if w.Batch != "" && ValidateBatchID(w.Batch) != nil {
+	if w.Batch != "" && naming.BatchID(w.Batch) != nil {
 		return nil, fmt.Errorf("job: %w: batch id %q is not valid", ErrCorrupt, w.Batch)
 	}
 	if w.CreatedMS != 0 {
@@ -465,7 +466,7 @@ func Decode(data []byte) (*Envelope, error) {
 
 // headerType returns the type named in the header of a stored body, as the
 // scripts read it (type_of in broker/scripts/prelude.lua): the body opens
-// with {"t":" and a type of the characters ValidateType allows, closed by
+// with {"t":" and a type of the characters the type-name check allows, closed by
 // a quote and followed by a comma or the closing brace. ok is false for a
 // body without such a header (stored before the header layout, with its
 // payload first, or written by another program); the scripts then decode
@@ -491,7 +492,7 @@ func headerTypeBytes(body []byte) ([]byte, bool) {
 	return body[len(open):i], true
 }
 
-// typeChar reports whether c may appear in a type name (ValidateType).
+// typeChar reports whether c may appear in a type name (the type-name check).
 func typeChar(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-' || c == ':' || c == '/'
 }

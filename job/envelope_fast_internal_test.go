@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/delayq/delayq/internal/naming"
 )
 
 // The encoder of common bodies writes what encoding/json writes, for every
@@ -65,7 +67,7 @@ func TestAppendCommonMatchesEncodingJSON(t *testing.T) {
 		if !bytes.Equal(got, want) {
 			t.Fatalf("envelope %d %+v:\nappendCommon %s\nencoding/json %s", i, e, got, want)
 		}
-		if ValidateType(e.Type) != nil {
+		if naming.Type(e.Type) != nil {
 			continue // Prepare refuses it before it is encoded
 		}
 		back, err := Decode(got)

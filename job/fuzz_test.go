@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
 )
@@ -72,7 +73,7 @@ func FuzzDecode(f *testing.F) {
 			}
 			return
 		}
-		if err := job.ValidateType(e.Type); err != nil {
+		if err := naming.Type(e.Type); err != nil {
 			t.Fatalf("decoded type %q is invalid: %v", e.Type, err)
 		}
 		if e.MaxRetries < 0 || e.Timeout < 0 {
@@ -194,11 +195,11 @@ func FuzzValidate(f *testing.F) {
 			err   error
 			valid bool
 		}{
-			{"ValidateID", job.ValidateID(s), s != "" && len(s) <= job.MaxIDLen && utf8.ValidString(s) &&
+			{"ValidateID", naming.ID(s), s != "" && len(s) <= job.MaxIDLen && utf8.ValidString(s) &&
 				!strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f || r == '{' || r == '}' })},
-			{"ValidateQueue", job.ValidateQueue(s), s != "" && len(s) <= job.MaxQueueLen && token("") && s != "." && s != ".." &&
+			{"ValidateQueue", naming.Queue(s), s != "" && len(s) <= job.MaxQueueLen && token("") && s != "." && s != ".." &&
 				url.PathEscape(s) == s},
-			{"ValidateType", job.ValidateType(s), s != "" && len(s) <= job.MaxTypeLen && token(":/")},
+			{"ValidateType", naming.Type(s), s != "" && len(s) <= job.MaxTypeLen && token(":/")},
 		} {
 			if (v.err == nil) != v.valid {
 				t.Fatalf("%s(%q) = %v, want valid = %v", v.name, s, v.err, v.valid)
@@ -231,7 +232,7 @@ func FuzzOptions(f *testing.F) {
 		if atMS != 0 {
 			opts = append(opts, job.At(at))
 		}
-		valid := job.ValidateID(id) == nil && job.ValidateQueue(queue) == nil && maxRetries >= 0 &&
+		valid := naming.ID(id) == nil && naming.Queue(queue) == nil && maxRetries >= 0 &&
 			timeout >= 0 && delay >= 0 && job.ValidateHeader(hk, hv) == nil && b.Validate() == nil && (atMS == 0 || !at.IsZero())
 		env, err := typ.Envelope(codecArgs{S: id}, opts...)
 		if (err == nil) != valid {

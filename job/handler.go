@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/retry"
 )
 
@@ -92,7 +93,7 @@ func NewRegistry() *Registry { return &Registry{entries: make(map[string]Entry)}
 // ErrInvalid for a bad name or a nil handler, and ErrAlreadyRegistered when
 // the name is taken.
 func (r *Registry) Register(typeName string, e Entry) error {
-	if err := ValidateType(typeName); err != nil {
+	if err := naming.Type(typeName); err != nil {
 		return err
 	}
 	if e.Handler == nil {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
 )
@@ -95,26 +96,26 @@ func TestValidation(t *testing.T) {
 		err  error
 		want string
 	}{
-		{job.ValidateID(""), "id must not be empty"},
-		{job.ValidateID(strings.Repeat("i", 257)), "id is 257 bytes long, the limit is 256"},
-		{job.ValidateID("a}b"), `id "a}b" contains '}'`},
-		{job.ValidateID("a\nb"), `contains '\n'`},
-		{job.ValidateID("\xff"), "not valid UTF-8"},
-		{job.ValidateQueue("a b"), `queue name "a b" contains ' '`},
-		{job.ValidateQueue("q:x"), `queue name "q:x" contains ':'`},
-		{job.ValidateQueue("q#1"), `queue name "q#1" contains '#'`},
-		{job.ValidateQueue("."), `queue name "." is a relative path segment`},
-		{job.ValidateQueue(".."), `queue name ".." is a relative path segment`},
-		{job.ValidateQueue("a/b"), `queue name "a/b" contains '/'`},
-		{job.ValidateQueue("a%2e"), `queue name "a%2e" contains '%'`},
-		{job.ValidateType("sms send"), `job type "sms send" contains ' '`},
-		{job.ValidateDelay(-time.Millisecond), "delay -1ms is negative"},
+		{naming.ID(""), "id must not be empty"},
+		{naming.ID(strings.Repeat("i", 257)), "id is 257 bytes long, the limit is 256"},
+		{naming.ID("a}b"), `id "a}b" contains '}'`},
+		{naming.ID("a\nb"), `contains '\n'`},
+		{naming.ID("\xff"), "not valid UTF-8"},
+		{naming.Queue("a b"), `queue name "a b" contains ' '`},
+		{naming.Queue("q:x"), `queue name "q:x" contains ':'`},
+		{naming.Queue("q#1"), `queue name "q#1" contains '#'`},
+		{naming.Queue("."), `queue name "." is a relative path segment`},
+		{naming.Queue(".."), `queue name ".." is a relative path segment`},
+		{naming.Queue("a/b"), `queue name "a/b" contains '/'`},
+		{naming.Queue("a%2e"), `queue name "a%2e" contains '%'`},
+		{naming.Type("sms send"), `job type "sms send" contains ' '`},
+		{naming.Delay(-time.Millisecond), "delay -1ms is negative"},
 	} {
 		if !errors.Is(tc.err, job.ErrInvalid) || !strings.Contains(tc.err.Error(), tc.want) {
 			t.Errorf("err = %v, want ErrInvalid mentioning %q", tc.err, tc.want)
 		}
 	}
-	for _, ok := range []error{job.ValidateID("order-42/ünïcode ok"), job.ValidateQueue("emails.high_prio-2"), job.ValidateQueue("..."), job.ValidateQueue(".q"), job.ValidateQueue("q.."), job.ValidateType("sms.send:v2/x")} {
+	for _, ok := range []error{naming.ID("order-42/ünïcode ok"), naming.Queue("emails.high_prio-2"), naming.Queue("..."), naming.Queue(".q"), naming.Queue("q.."), naming.Type("sms.send:v2/x")} {
 		if ok != nil {
 			t.Errorf("valid name refused: %v", ok)
 		}
@@ -244,7 +245,7 @@ func TestNewID(t *testing.T) {
 	seen := map[string]bool{}
 	for range 1000 {
 		id := job.NewID()
-		if len(id) != 12 || job.ValidateID(id) != nil || job.ValidateBatchID(id) != nil || job.ValidateQueue(id) != nil || seen[id] {
+		if len(id) != 12 || naming.ID(id) != nil || naming.BatchID(id) != nil || naming.Queue(id) != nil || seen[id] {
 			t.Fatalf("bad or repeated id %q", id)
 		}
 		seen[id] = true

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 )
 
@@ -91,8 +92,8 @@ func TestBadKeysAreRefused(t *testing.T) {
 		t.Errorf("nil KeyFrom: err = %v", err)
 	}
 	for _, k := range []string{"a", "A.b_c-d:e/f@g+h=i", strings.Repeat("z", job.MaxKeyLen)} {
-		if err := job.ValidateKey(k); err != nil {
-			t.Errorf("ValidateKey(%q) = %v", k, err)
+		if err := naming.Key(k); err != nil {
+			t.Errorf("naming.Key(%q) = %v", k, err)
 		}
 	}
 }

@@ -3,6 +3,8 @@ package job
 import (
 	"fmt"
 	"time"
+
+	"github.com/delayq/delayq/internal/naming"
 )
 
 // Prepare fills in what every enqueuer fills in when it is empty (Queue:
@@ -21,7 +23,7 @@ func Prepare(env *Envelope, now time.Time) error {
 	if env.Queue == "" {
 		env.Queue = DefaultQueue
 	}
-	if err := ValidateQueue(env.Queue); err != nil {
+	if err := naming.Queue(env.Queue); err != nil {
 		return err
 	}
 	if err := validateUnique(env); err != nil {
@@ -37,13 +39,13 @@ func Prepare(env *Envelope, now time.Time) error {
 			env.ID = NewID()
 		}
 	}
-	if err := ValidateID(env.ID); err != nil {
+	if err := naming.ID(env.ID); err != nil {
 		return err
 	}
-	if err := ValidateType(env.Type); err != nil {
+	if err := naming.Type(env.Type); err != nil {
 		return err
 	}
-	if err := ValidateDelay(env.Delay); err != nil {
+	if err := naming.Delay(env.Delay); err != nil {
 		return err
 	}
 	if err := ValidateExpiry(env, now); err != nil {
@@ -64,7 +66,7 @@ func Prepare(env *Envelope, now time.Time) error {
 		}
 	}
 	if env.Batch != "" {
-		if err := ValidateBatchID(env.Batch); err != nil {
+		if err := naming.BatchID(env.Batch); err != nil {
 			return err
 		}
 	}

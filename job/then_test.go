@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 )
 
@@ -153,7 +154,7 @@ func TestChainID(t *testing.T) {
 		t.Fatalf("id %q does not name its parent", a)
 	}
 	long := job.ChainID(strings.Repeat("x", job.MaxIDLen), created, 1)
-	if err := job.ValidateID(long); err != nil {
+	if err := naming.ID(long); err != nil {
 		t.Fatalf("id of a long parent: %v", err)
 	}
 }

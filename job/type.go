@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/retry"
 )
 
@@ -80,7 +81,7 @@ func New[T any](name string, opts ...TypeOption) *Type[T] {
 
 // NewType is [New] returning an error instead of panicking.
 func NewType[T any](name string, opts ...TypeOption) (*Type[T], error) {
-	if err := ValidateType(name); err != nil {
+	if err := naming.Type(name); err != nil {
 		return nil, err
 	}
 	s := settings{queue: DefaultQueue, maxRetries: DefaultMaxRetries, codec: JSON()}
@@ -131,7 +132,7 @@ func (t *Type[T]) Envelope(args T, opts ...Option) (*Envelope, error) {
 	if s.key == "" && t.keyFrom != nil {
 		k := t.keyFrom(args)
 		if k != "" {
-			if err := ValidateKey(k); err != nil {
+			if err := naming.Key(k); err != nil {
 				return nil, fmt.Errorf("key of a job of type %q from its KeyFrom: %w", t.name, err)
 			}
 		}
@@ -336,7 +337,7 @@ func (o sharedOption) applyType(s *settings) error { return o(s) }
 // In makes the job ready d after the server's now. Per job only.
 func In(d time.Duration) Option {
 	return jobOption(func(s *settings) error {
-		if err := ValidateDelay(d); err != nil {
+		if err := naming.Delay(d); err != nil {
 			return err
 		}
 		s.delay, s.at = d, time.Time{}
@@ -365,7 +366,7 @@ func pointInTime(name, what string, t time.Time, set func(*settings)) Option {
 // enqueueing another fails with broker.ErrDuplicate. Per job only.
 func ID(id string) Option {
 	return jobOption(func(s *settings) error {
-		if err := ValidateID(id); err != nil {
+		if err := naming.ID(id); err != nil {
 			return err
 		}
 		s.id = id
@@ -376,7 +377,7 @@ func ID(id string) Option {
 // Queue sets the queue ("default" when unset).
 func Queue(q string) SharedOption {
 	return sharedOption(func(s *settings) error {
-		if err := ValidateQueue(q); err != nil {
+		if err := naming.Queue(q); err != nil {
 			return err
 		}
 		s.queue = q
@@ -510,7 +511,7 @@ func Debounce(key string, window time.Duration) Option {
 		if key == "" {
 			return invalid("debounce key must not be empty")
 		}
-		if err := ValidateID(key); err != nil {
+		if err := naming.ID(key); err != nil {
 			return fmt.Errorf("debounce key: %w", err)
 		}
 		if window <= 0 {
@@ -528,11 +529,11 @@ func Debounce(key string, window time.Duration) Option {
 // account. The queue's per-key concurrency cap
 // (broker.Broker.SetKeyConcurrency) counts the running jobs of each key.
 // It overrides the key the type's [KeyFrom] derives. key is 1 to
-// [MaxKeyLen] bytes as [ValidateKey] takes. Per job only. See
+// [MaxKeyLen] bytes of letters, digits and "._-:/@+=". Per job only. See
 // docs/flow-control.md#per-key-caps.
 func Key(key string) Option {
 	return jobOption(func(s *settings) error {
-		if err := ValidateKey(key); err != nil {
+		if err := naming.Key(key); err != nil {
 			return err
 		}
 		s.key = key

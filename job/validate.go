@@ -2,97 +2,27 @@ package job
 
 import (
 	"crypto/sha256"
-	"errors"
-	"fmt"
-	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/delayq/delayq/internal/naming"
 )
 
 // ErrInvalid is wrapped by every error about input that delayq refuses before
 // anything is written: a bad id, queue name, type name, delay or option.
-var ErrInvalid = errors.New("invalid")
+var ErrInvalid = naming.ErrInvalid
 
 // Limits on names. They keep every key inside its namespace and hash tag.
 const (
-	MaxIDLen    = 256 // bytes
-	MaxQueueLen = 64  // bytes
-	MaxTypeLen  = 128 // bytes
+	MaxIDLen    = naming.MaxIDLen    // bytes
+	MaxQueueLen = naming.MaxQueueLen // bytes
+	MaxTypeLen  = naming.MaxTypeLen  // bytes
 )
 
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("job: %w: %s", ErrInvalid, fmt.Sprintf(format, args...))
-}
-
-// ValidateID checks a job id: 1 to MaxIDLen bytes of valid UTF-8 without
-// control characters or braces (braces would break the key's hash tag).
-func ValidateID(id string) error {
-	if err := checkName("id", id, MaxIDLen); err != nil {
-		return err
-	}
-	for _, r := range id {
-		if r < 0x20 || r == 0x7f || r == '{' || r == '}' {
-			return invalid("id %q contains %q; ids may not contain control characters, '{' or '}'", id, r)
-		}
-	}
-	return nil
-}
+func invalid(format string, args ...any) error { return naming.Invalid(format, args...) }
 
 // MaxKeyLen is the longest flow-control key ([Key]), in bytes.
-const MaxKeyLen = 128
-
-// ValidateKey checks a flow-control key ([Key], [KeyFrom]): 1 to
-// [MaxKeyLen] bytes of ASCII letters, digits and '.', '_', '-', ':', '/',
-// '@', '+', '=' (an e-mail address, a phone number, a customer id, a
-// base64 digest). The scripts read a key from the head of the stored body
-// and name Redis keys after it: these characters need no escape in either.
-func ValidateKey(key string) error {
-	return checkToken("key", key, MaxKeyLen, ":/@+=")
-}
-
-// ValidateQueue checks a queue name: 1 to MaxQueueLen bytes of ASCII letters,
-// digits, '.', '_' and '-', and not "." or "..". Every such name is a URL
-// path segment that stays itself (the dashboard puts queue names in its
-// paths, where "." and ".." would collapse into other routes).
-func ValidateQueue(q string) error {
-	if q == "." || q == ".." {
-		return invalid("queue name %q is a relative path segment; a queue name needs a letter, digit, '_' or '-'", q)
-	}
-	return checkToken("queue name", q, MaxQueueLen, "")
-}
-
-// ValidateType checks a job type name: 1 to MaxTypeLen bytes of ASCII
-// letters, digits and '.', '_', '-', ':', '/'.
-func ValidateType(name string) error {
-	return checkToken("job type", name, MaxTypeLen, ":/")
-}
-
-func checkName(what, s string, maxLen int) error {
-	switch {
-	case s == "":
-		return invalid("%s must not be empty", what)
-	case len(s) > maxLen:
-		return invalid("%s is %d bytes long, the limit is %d", what, len(s), maxLen)
-	case !utf8.ValidString(s):
-		return invalid("%s %q is not valid UTF-8", what, s)
-	}
-	return nil
-}
-
-func checkToken(what, s string, maxLen int, extra string) error {
-	if err := checkName(what, s, maxLen); err != nil {
-		return err
-	}
-	for _, r := range s {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == '-':
-		case strings.ContainsRune(extra, r):
-		default:
-			return invalid("%s %q contains %q; allowed are letters, digits and '._-%s'", what, s, r, extra)
-		}
-	}
-	return nil
-}
+const MaxKeyLen = naming.MaxKeyLen
 
 // validateHeader checks a header: a non-empty key, and key and value of
 // valid UTF-8, so that storage gives them back unchanged.
@@ -104,14 +34,6 @@ func validateHeader(key, value string) error {
 		return invalid("header key %q is not valid UTF-8", key)
 	case !utf8.ValidString(value):
 		return invalid("value of header %q is not valid UTF-8", key)
-	}
-	return nil
-}
-
-// ValidateDelay checks a delay given with [In]: it must not be negative.
-func ValidateDelay(d time.Duration) error {
-	if d < 0 {
-		return invalid("delay %s is negative", d)
 	}
 	return nil
 }
@@ -185,10 +107,4 @@ func UniqueID(typ string, payload []byte) string {
 }
 
 // MaxBatchIDLen is the longest batch id, in bytes.
-const MaxBatchIDLen = 128
-
-// ValidateBatchID checks a batch id: 1 to MaxBatchIDLen bytes of ASCII
-// letters, digits and '.', '_', '-', ':'. Errors wrap ErrInvalid.
-func ValidateBatchID(id string) error {
-	return checkToken("batch id", id, MaxBatchIDLen, ":")
-}
+const MaxBatchIDLen = naming.MaxBatchIDLen

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 )
 
@@ -344,7 +345,7 @@ func ObserveQueues(r QueueStatsReader, queues []string, opts ...MetricsOption) (
 		return nil, fmt.Errorf("middleware: ObserveQueues: %w: nil QueueStatsReader", job.ErrInvalid)
 	}
 	for _, q := range queues {
-		if err := job.ValidateQueue(q); err != nil {
+		if err := naming.Queue(q); err != nil {
 			return nil, fmt.Errorf("middleware: ObserveQueues: %w", err)
 		}
 	}

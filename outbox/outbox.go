@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 )
 
@@ -187,10 +188,10 @@ func (o *Outbox) Cancel(ctx context.Context, tx *sql.Tx, queue, id string) (remo
 	if tx == nil {
 		return false, invalid("nil transaction")
 	}
-	if err := job.ValidateQueue(queue); err != nil {
+	if err := naming.Queue(queue); err != nil {
 		return false, err
 	}
-	if err := job.ValidateID(id); err != nil {
+	if err := naming.ID(id); err != nil {
 		return false, err
 	}
 	res, err := tx.ExecContext(ctx, o.deleteJob, queue, id)

@@ -17,6 +17,7 @@ import (
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/fleet"
 	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/middleware"
 )
@@ -838,7 +839,7 @@ func (s *Scheduler) claim(ctx context.Context, now time.Time, ticks []*tick) err
 	for i, tk := range ticks {
 		_, q, ok := strings.Cut(owner[i].Val(), " ")
 		switch {
-		case !ok || job.ValidateQueue(q) != nil:
+		case !ok || naming.Queue(q) != nil:
 			// Not a claim a scheduler wrote: the tick goes to this
 			// scheduler's queue.
 			s.log.Warn().Str("schedule", tk.e.name).Str("tick", tk.at.UTC().Format(tickLayout)).Str("claim", truncate(owner[i].Val(), 100)).

@@ -12,6 +12,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/fleet"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/middleware"
 	"github.com/delayq/delayq/retry"
@@ -261,7 +262,7 @@ func (c Options) withDefaults() (Options, error) {
 	seen := make(map[string]bool, len(c.Queues))
 	c.Queues = append([]Queue(nil), c.Queues...)
 	for i, q := range c.Queues {
-		if err := job.ValidateQueue(q.Name); err != nil {
+		if err := naming.Queue(q.Name); err != nil {
 			return c, fmt.Errorf("worker: %w", err)
 		}
 		if seen[q.Name] {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delayq/delayq/job"
+	"github.com/delayq/delayq/internal/naming"
 )
 
 // hashTag returns the part of key Redis Cluster hashes: the text between the
@@ -51,7 +51,7 @@ func FuzzKeys(f *testing.F) {
 		f.Add(s[0], s[1], uint8(1))
 	}
 	f.Fuzz(func(t *testing.T, ns, queue string, n uint8) {
-		if !validNamespace(ns) || job.ValidateQueue(queue) != nil || n == 0 {
+		if !validNamespace(ns) || naming.Queue(queue) != nil || n == 0 {
 			return
 		}
 		for _, s := range newQueue(ns, queue, int(n)).Shards() {

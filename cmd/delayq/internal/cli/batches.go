@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/delayq/delayq/broker"
-	"github.com/delayq/delayq/job"
+	"github.com/delayq/delayq/internal/naming"
 )
 
 func (a *app) batchesCommand() *cobra.Command {
@@ -51,7 +51,7 @@ gone member (the success callback then never fires).`,
 		Short: "Show one batch: its counts, callbacks (queue/id) and whether they fired, expiry",
 		Args:  exactArgs(1, "one batch id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := job.ValidateBatchID(args[0]); err != nil {
+			if err := naming.BatchID(args[0]); err != nil {
 				return usagef("invalid batch id: %v", err)
 			}
 			b, err := a.broker(cmd.Context())

@@ -24,6 +24,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 )
 
@@ -400,7 +401,7 @@ func queueFlag(fs *pflag.FlagSet, p *string, def, usage string) {
 
 // checkQueue validates a queue name given on the command line.
 func checkQueue(q string) error {
-	if err := job.ValidateQueue(q); err != nil {
+	if err := naming.Queue(q); err != nil {
 		return usagef("invalid --queue: %v", err)
 	}
 	return nil
@@ -461,7 +462,7 @@ func (a *app) showCommand(short string, has finder, show func(ctx context.Contex
 // checkIDs validates job ids given on the command line.
 func checkIDs(ids []string) error {
 	for _, id := range ids {
-		if err := job.ValidateID(id); err != nil {
+		if err := naming.ID(id); err != nil {
 			return usagef("invalid job id: %v", err)
 		}
 	}

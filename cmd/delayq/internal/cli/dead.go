@@ -14,6 +14,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/deadletter"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 )
 
@@ -44,7 +45,7 @@ func (ff *filterFlags) check(now time.Time) (deadletter.Filter, error) {
 		}
 	}
 	if ff.typ != "" {
-		if err := job.ValidateType(ff.typ); err != nil {
+		if err := naming.Type(ff.typ); err != nil {
 			return deadletter.Filter{}, usagef("invalid --type: %v", err)
 		}
 	}

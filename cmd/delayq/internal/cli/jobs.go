@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 )
 
@@ -225,7 +226,7 @@ func decodeJobsCursor(s string) (jobsCursor, error) {
 		return jobsCursor{state: st}, nil // the start of that list
 	}
 	ms, err := strconv.ParseInt(parts[1], 10, 64)
-	if err != nil || job.ValidateID(parts[2]) != nil {
+	if err != nil || naming.ID(parts[2]) != nil {
 		return jobsCursor{}, bad
 	}
 	return jobsCursor{state: st, pos: broker.JobCursor{At: time.UnixMilli(ms), ID: parts[2]}}, nil
@@ -308,7 +309,7 @@ func (a *app) listAllJobs(ctx context.Context, b *broker.Broker, lists []job.Job
 	if cursor != "" {
 		raw, err := base64.RawURLEncoding.DecodeString(cursor)
 		q, rest, ok := strings.Cut(string(raw), "/")
-		if err != nil || !ok || job.ValidateQueue(q) != nil {
+		if err != nil || !ok || naming.Queue(q) != nil {
 			return bad
 		}
 		if cur, err = decodeJobsCursor(rest); err != nil {
@@ -323,7 +324,7 @@ func (a *app) listAllJobs(ctx context.Context, b *broker.Broker, lists []job.Job
 	if err != nil {
 		return err
 	}
-	names = slices.DeleteFunc(names, func(q string) bool { return job.ValidateQueue(q) != nil || q < from })
+	names = slices.DeleteFunc(names, func(q string) bool { return naming.Queue(q) != nil || q < from })
 	slices.Sort(names)
 	var (
 		jobs []*job.JobInfo
@@ -694,7 +695,7 @@ trace of its own.`,
 			if err := checkQueue(queue); err != nil {
 				return err
 			}
-			if err := job.ValidateType(typ); err != nil {
+			if err := naming.Type(typ); err != nil {
 				return usagef("invalid --type: %v", err)
 			}
 			if id != "" {
@@ -849,7 +850,7 @@ func (a *app) locateWith(ctx context.Context, b *broker.Broker, id string, has f
 	slices.Sort(names)
 	var found []string
 	for _, q := range names {
-		if job.ValidateQueue(q) != nil {
+		if naming.Queue(q) != nil {
 			continue
 		}
 		err := has(ctx, b, q, id)

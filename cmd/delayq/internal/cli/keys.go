@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/delayq/delayq/broker"
-	"github.com/delayq/delayq/job"
+	"github.com/delayq/delayq/internal/naming"
 )
 
 func (a *app) keysCommand() *cobra.Command {
@@ -31,7 +31,7 @@ whatever the number of keys.`,
 		Args: exactArgs(1, "one queue name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			q := args[0]
-			if err := job.ValidateQueue(q); err != nil {
+			if err := naming.Queue(q); err != nil {
 				return usagef("invalid queue: %v", err)
 			}
 			if top < 1 || top > broker.MaxHeldKeys {
@@ -111,10 +111,10 @@ func (a *app) printHeldKeys(q string, hk broker.HeldKeys) error {
 // checkQueueKey checks a queue and a key argument: a usage error naming
 // the bad one.
 func checkQueueKey(q, key string) error {
-	if err := job.ValidateQueue(q); err != nil {
+	if err := naming.Queue(q); err != nil {
 		return usagef("invalid queue: %v", err)
 	}
-	if err := job.ValidateKey(key); err != nil {
+	if err := naming.Key(key); err != nil {
 		return usagef("invalid key: %v", err)
 	}
 	return nil

@@ -14,6 +14,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/fleet"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 )
 
@@ -285,11 +286,11 @@ number of shards.`,
 // checkQueueType checks a queue argument and a --type flag ("" for none):
 // a usage error naming the bad one.
 func checkQueueType(q, typ string) error {
-	if err := job.ValidateQueue(q); err != nil {
+	if err := naming.Queue(q); err != nil {
 		return usagef("invalid queue: %v", err)
 	}
 	if typ != "" {
-		if err := job.ValidateType(typ); err != nil {
+		if err := naming.Type(typ); err != nil {
 			return usagef("invalid --type: %v", err)
 		}
 	}
