@@ -44,11 +44,6 @@ type Options struct {
 	// it drops are counted in job.QueueStats.DeadTrimmedAge.
 	DeadMaxAge time.Duration
 
-	// Clock, when set, replaces the Redis server's TIME in every script.
-	// Only tests with a simulated clock set it; production leaves it nil so
-	// that all workers share the server's clock.
-	Clock func() time.Time
-
 	// WaitReplicas, when positive, makes every change to jobs wait until
 	// that many replicas confirm it (Redis WAIT, on the connection that made
 	// it), so that a failover loses no job whose Enqueue returned nil; a
@@ -110,6 +105,7 @@ type Broker struct {
 	ns    string
 	opts  Options
 	route *keyspace.Router // shard counts of queues, see queues.go
+	clock func() time.Time // a test's clock (UseClock); nil: the server's TIME
 
 	servers []ServerCheck // what New learned of the servers' versions, see version.go
 
@@ -167,9 +163,6 @@ func New(rdb redis.UniversalClient, opts Options) (*Broker, error) {
 	}
 	b := &Broker{rdb: rdb, ns: opts.Namespace, opts: opts}
 	b.route = keyspace.NewRouter(b.ns, shardCounts{b})
-	if opts.Clock != nil {
-		b.route.SetClock(opts.Clock)
-	}
 	if err := b.checkServers(); err != nil {
 		return nil, err
 	}

@@ -35,7 +35,7 @@ func setup(t *testing.T, opts ...func(*broker.Options)) *testBundle {
 	t.Helper()
 	rdb, ns := redistest.New(t)
 	clk := clock.NewSimulated(epoch)
-	o := broker.Options{Namespace: ns, Clock: clk.Now}
+	o := broker.Options{Namespace: ns}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -43,6 +43,7 @@ func setup(t *testing.T, opts ...func(*broker.Options)) *testBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
+	protocol.UseClock(b, clk.Now)
 	return &testBundle{t: t, ctx: context.Background(), b: b, rdb: rdb, ns: ns, clock: clk}
 }
 

@@ -38,10 +38,11 @@ func FuzzClaimKeepsTypeControls(f *testing.F) {
 	}
 	rdb, ns := redistest.New(f)
 	clk := clock.NewSimulated(epoch)
-	b, err := broker.New(rdb, broker.Options{Namespace: ns, Clock: clk.Now})
+	b, err := broker.New(rdb, broker.Options{Namespace: ns})
 	if err != nil {
 		f.Fatal(err)
 	}
+	protocol.UseClock(b, clk.Now)
 	ctx := context.Background()
 	const q = "fz"
 	must := func(err error) {

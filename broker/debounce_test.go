@@ -89,7 +89,7 @@ func TestDebounceCoalesces(t *testing.T) {
 	}
 }
 
-// TestDebounceUsesServerClock: with no Clock option the window is counted
+// TestDebounceUsesServerClock: with no test clock (UseClock) the window is counted
 // from the Redis server's TIME at the enqueue, as every ready time is.
 func TestDebounceUsesServerClock(t *testing.T) {
 	t.Parallel()

@@ -210,12 +210,12 @@ func enqueueFlags(env *job.Envelope) string {
 	return ""
 }
 
-// createdNow is the CreatedAt of jobs made now (the options' Clock in
-// tests): a record of when a job was made, never compared with a ready
-// time, which comes from the server's clock.
+// createdNow is the CreatedAt of jobs made now (a test's clock, UseClock):
+// a record of when a job was made, never compared with a ready time, which
+// comes from the server's clock.
 func (b *Broker) createdNow() time.Time {
-	if b.opts.Clock != nil {
-		return b.opts.Clock()
+	if b.clock != nil {
+		return b.clock()
 	}
 	return time.Now()
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/job"
 )
 
@@ -37,10 +38,11 @@ func TestForgetIdleQueues(t *testing.T) {
 	}
 	tb.clock.Advance(2 * time.Hour)
 	// Another process lists "fresh" now: it is in use.
-	other, err := broker.New(tb.rdb, broker.Options{Namespace: tb.ns, Clock: tb.clock.Now})
+	other, err := broker.New(tb.rdb, broker.Options{Namespace: tb.ns})
 	if err != nil {
 		t.Fatal(err)
 	}
+	protocol.UseClock(other, tb.clock.Now)
 	if err := other.DeclareQueue(tb.ctx, "fresh", 1); err != nil {
 		t.Fatal(err)
 	}

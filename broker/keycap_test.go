@@ -419,10 +419,11 @@ func TestPlainClaimAndSettleCostUnchanged(t *testing.T) {
 	// A simulated clock that stands still: the claims' lateness, and so
 	// their history writes, are the same every run.
 	clk := clock.NewSimulated(epoch)
-	b, err := broker.New(rdb, broker.Options{Clock: clk.Now})
+	b, err := broker.New(rdb, broker.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	protocol.UseClock(b, clk.Now)
 	plain := job.New[notice]("plain", job.Queue("q"))
 	drv := testkit.Drive(b)
 	// Warm up: the queue is known, the scripts loaded.

@@ -41,6 +41,17 @@ func (b *Broker) InterceptProtocol(_ protocol.Key, wrap func(protocol.Broker) pr
 	return func() { b.intercepted.Store(nil) }, true
 }
 
+// UseClock is delayq's test seam for time: from now on the broker's
+// scripts read now (ms) instead of the Redis server's TIME, and the times
+// it records (a job's CreatedAt, a queue's last use) come from it too. Call
+// it right after New, before the broker is used. Its argument is internal
+// to delayq: tests and the CLI's hidden --now flag use it through
+// protocol.UseClock.
+func (b *Broker) UseClock(_ protocol.Key, now func() time.Time) {
+	b.clock = now
+	b.route.SetClock(now)
+}
+
 // workerSide implements protocol.Broker.
 type workerSide struct{ b *Broker }
 

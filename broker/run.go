@@ -18,7 +18,7 @@ import (
 // EVAL or SCRIPT LOAD when the server's script cache lacks the script
 // (after a restart or SCRIPT FLUSH), ask a cluster client to reload its
 // slot map after an error that suggests the map changed, and pass ARGV[1],
-// "now": empty for the server's TIME, a value only with Options.Clock.
+// "now": empty for the server's TIME, a value only with a test's clock (UseClock).
 // With Options.Functions they send FCALL (FCALL_RO for read-only scripts)
 // of the script's function in the loaded library instead (functions.go),
 // with the same keys and arguments; there is no fallback: a missing
@@ -65,10 +65,10 @@ var ErrNotReplicated = errors.New("broker: not confirmed by enough replicas")
 
 // nowArg is ARGV[1] of every script: "" for the server's clock.
 func (b *Broker) nowArg() string {
-	if b.opts.Clock == nil {
+	if b.clock == nil {
 		return ""
 	}
-	return strconv.FormatInt(b.opts.Clock().UnixMilli(), 10)
+	return strconv.FormatInt(b.clock().UnixMilli(), 10)
 }
 
 // run runs s with keys and ARGV[1] = now, ARGV[2...] = args, waiting for

@@ -361,10 +361,11 @@ func TestDeclareQueue(t *testing.T) {
 	}
 
 	// Another broker (another process) reads the count and agrees.
-	other, err := broker.New(tb.rdb, broker.Options{Namespace: tb.ns, Clock: tb.clock.Now})
+	other, err := broker.New(tb.rdb, broker.Options{Namespace: tb.ns})
 	if err != nil {
 		t.Fatal(err)
 	}
+	protocol.UseClock(other, tb.clock.Now)
 	if err := other.Enqueue(tb.ctx, env("x", 0)); err != nil {
 		t.Fatal(err)
 	}

@@ -108,10 +108,11 @@ func TestTrimsCountedKeptAndWarned(t *testing.T) {
 
 	// An operator's trim by age counts as age.
 	tb.clock.Advance(time.Hour)
-	aged, err := broker.New(tb.rdb, broker.Options{Namespace: tb.ns, Clock: tb.clock.Now, DeadMaxAge: time.Minute})
+	aged, err := broker.New(tb.rdb, broker.Options{Namespace: tb.ns, DeadMaxAge: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
+	protocol.UseClock(aged, tb.clock.Now)
 	if n, err := deadletter.New(aged).Trim(tb.ctx, "q"); err != nil || n != 2 {
 		t.Fatalf("trim by age: %d, %v; want 2", n, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/dashboard"
 	"github.com/delayq/delayq/internal/clock"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
@@ -50,10 +51,11 @@ func TestBatchPages(t *testing.T) {
 	// Created an hour ago, a minute apart: 50 old open ones, then the three
 	// the test looks at (members due at once for a worker on the real clock).
 	clk := clock.NewSimulated(time.Now().Add(-time.Hour))
-	b, err := broker.New(tb.rdb, broker.Options{Namespace: tb.ns, Clock: clk.Now})
+	b, err := broker.New(tb.rdb, broker.Options{Namespace: tb.ns})
 	if err != nil {
 		t.Fatal(err)
 	}
+	protocol.UseClock(b, clk.Now)
 	for i := range 50 {
 		clk.Advance(time.Second)
 		if _, err := b.CreateBatch(tb.ctx, broker.BatchSpec{ID: fmt.Sprintf("old-%02d", i)}); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/clock"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
@@ -35,7 +36,7 @@ func setup(t *testing.T, opts ...func(*broker.Options)) *testBundle {
 	t.Helper()
 	rdb, ns := redistest.New(t)
 	clk := clock.NewSimulated(epoch)
-	o := broker.Options{Namespace: ns, Clock: clk.Now}
+	o := broker.Options{Namespace: ns}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -43,6 +44,7 @@ func setup(t *testing.T, opts ...func(*broker.Options)) *testBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
+	protocol.UseClock(b, clk.Now)
 	return &testBundle{t: t, ctx: context.Background(), b: b, in: deadletter.New(b), rdb: rdb, ns: ns, clock: clk}
 }
 

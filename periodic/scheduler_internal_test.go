@@ -38,7 +38,8 @@ type simulated struct {
 
 func newSimulated(t *testing.T, start time.Time) *simulated {
 	clk := clock.NewSimulated(start)
-	tb := testkit.Setup(t, func(o *broker.Options) { o.Clock = clk.Now })
+	tb := testkit.Setup(t)
+	protocol.UseClock(tb.B, clk.Now)
 	return &simulated{tb: tb, clk: clk}
 }
 
@@ -520,7 +521,8 @@ func TestPoisonedScheduleIsSkipped(t *testing.T) {
 	t.Parallel()
 	start := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	clk := clock.NewSimulated(start)
-	tb := testkit.Setup(t, func(o *broker.Options) { o.Clock, o.MaxPayloadBytes = clk.Now, 1000 })
+	tb := testkit.Setup(t, func(o *broker.Options) { o.MaxPayloadBytes = 1000 })
+	protocol.UseClock(tb.B, clk.Now)
 	sim := &simulated{tb: tb, clk: clk}
 	var logs syncBuffer
 	logger := zerolog.New(&logs)

@@ -51,10 +51,11 @@ func seedDemo(t testing.TB, rdb redis.UniversalClient, ns string) demo {
 	ctx := context.Background()
 	now := time.Now()
 	clk := clock.NewSimulated(now.Truncate(time.Minute).Add(-60 * time.Minute))
-	past, err := broker.New(rdb, broker.Options{Namespace: ns, Clock: clk.Now})
+	past, err := broker.New(rdb, broker.Options{Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}
+	protocol.UseClock(past, clk.Now)
 	b, err := broker.New(rdb, broker.Options{Namespace: ns})
 	if err != nil {
 		t.Fatal(err)

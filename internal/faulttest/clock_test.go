@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
@@ -140,10 +141,11 @@ func TestDueTimeComesFromTheServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fast, err := broker.New(rdb, broker.Options{Namespace: ns, Clock: func() time.Time { return time.Now().Add(5 * time.Minute) }})
+	fast, err := broker.New(rdb, broker.Options{Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}
+	protocol.UseClock(fast, func() time.Time { return time.Now().Add(5 * time.Minute) })
 
 	before, err := rdb.Time(ctx).Result()
 	if err != nil {

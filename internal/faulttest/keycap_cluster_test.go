@@ -10,6 +10,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/clock"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
@@ -178,10 +179,11 @@ func debounceOnCluster(t *testing.T, c *redistest.Cluster) {
 	rdb := c.Client(t)
 	clk := clock.NewSimulated(time.Date(2026, 1, 5, 9, 0, 0, 0, time.UTC))
 	const ns, queue, keys, enqueues, window = "debouncecluster", "digests", 20, 50, time.Second
-	b, err := broker.New(rdb, broker.Options{Namespace: ns, Clock: clk.Now})
+	b, err := broker.New(rdb, broker.Options{Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}
+	protocol.UseClock(b, clk.Now)
 	spreadShards(t, c, b, queue)
 	type digest struct {
 		N int `json:"n"`

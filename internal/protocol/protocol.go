@@ -392,6 +392,18 @@ func For(b any) Broker {
 	panic(fmt.Sprintf("protocol: %T is not a *broker.Broker", b))
 }
 
+// UseClock makes broker b (a *broker.Broker) read the time from now
+// instead of the Redis server's TIME (its UseClock): for tests with a
+// simulated clock and the CLI's hidden --now flag. Call it before b is
+// used. It panics for another type.
+func UseClock(b any, now func() time.Time) {
+	c, ok := b.(interface{ UseClock(Key, func() time.Time) })
+	if !ok {
+		panic(fmt.Sprintf("protocol: %T is not a *broker.Broker", b))
+	}
+	c.UseClock(Key{}, now)
+}
+
 // TB is the part of testing.TB that Intercept uses (so that this package,
 // which workers link, does not import testing).
 type TB interface {

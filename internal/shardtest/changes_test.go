@@ -306,7 +306,8 @@ func TestBrokerChanges(t *testing.T) {
 		{name: "DeadTrim/max age", ask: func(t *testing.T, e *env) any {
 			// Records died from base-30m to base-16m30s; the clock is at
 			// base+30s: a max age of 20m drops those before base-19m30s.
-			b := testkit.NewBroker(t, e.rdb, broker.Options{Namespace: e.ns, Clock: e.pinnedNow, DeadCap: -1, DeadMaxAge: 20 * time.Minute})
+			b := testkit.NewBroker(t, e.rdb, broker.Options{Namespace: e.ns, DeadCap: -1, DeadMaxAge: 20 * time.Minute})
+			protocol.UseClock(b, e.pinnedNow)
 			n, err := deadletter.New(b).Trim(ctx, orders)
 			if want := int64(42); n != want {
 				t.Errorf("%s: DeadTrim = %d, %v; want %d", e.name, n, err, want)
@@ -315,7 +316,8 @@ func TestBrokerChanges(t *testing.T) {
 			return []any{n, errOut(err), again, errOut(errAgain)}
 		}},
 		{name: "DeadTrim/within the cap", noop: true, ask: func(t *testing.T, e *env) any {
-			b := testkit.NewBroker(t, e.rdb, broker.Options{Namespace: e.ns, Clock: e.pinnedNow})
+			b := testkit.NewBroker(t, e.rdb, broker.Options{Namespace: e.ns})
+			protocol.UseClock(b, e.pinnedNow)
 			n, err := deadletter.New(b).Trim(ctx, orders)
 			return []any{n, errOut(err)}
 		}},
@@ -389,7 +391,8 @@ func TestInspectorChanges(t *testing.T) {
 			return []any{n, errOut(err)}
 		}},
 		{name: "Trim/every queue", ask: func(t *testing.T, e *env) any {
-			b := testkit.NewBroker(t, e.rdb, broker.Options{Namespace: e.ns, Clock: e.pinnedNow, DeadCap: -1, DeadMaxAge: 25 * time.Minute})
+			b := testkit.NewBroker(t, e.rdb, broker.Options{Namespace: e.ns, DeadCap: -1, DeadMaxAge: 25 * time.Minute})
+			protocol.UseClock(b, e.pinnedNow)
 			n, err := deadletter.New(b).Trim(ctx, "")
 			return []any{n, errOut(err)}
 		}},

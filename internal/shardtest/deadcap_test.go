@@ -112,7 +112,8 @@ func TestDeadCapIsPerQueue(t *testing.T) {
 		return out
 	})
 	step("DeadTrim to a lower cap", 6, func(t *testing.T, e *env) any {
-		b := testkit.NewBroker(t, e.rdb, broker.Options{Namespace: e.ns, Clock: e.pinnedNow, DeadCap: 6})
+		b := testkit.NewBroker(t, e.rdb, broker.Options{Namespace: e.ns, DeadCap: 6})
+		protocol.UseClock(b, e.pinnedNow)
 		n, err := deadletter.New(b).Trim(ctx, orders)
 		return []any{n, errOut(err)}
 	})
@@ -129,7 +130,8 @@ func TestDeadCapSharesPerShard(t *testing.T) {
 	ctx := context.Background()
 	p := newPair(t, seedOptions{})
 	for _, s := range p.sides {
-		b := testkit.NewBroker(t, s.rdb, broker.Options{Namespace: s.ns, Clock: s.pinnedNow, DeadCap: nDead})
+		b := testkit.NewBroker(t, s.rdb, broker.Options{Namespace: s.ns, DeadCap: nDead})
+		protocol.UseClock(b, s.pinnedNow)
 		shards := testkit.Shards(t, b, orders)
 		per := make([]int, len(shards))
 		for i := range nDead {

@@ -13,7 +13,7 @@
 // legitimately differs: the namespace, CSRF tokens and, for reads on the
 // server's own clock, the instants that clock gives (the read's "now" and
 // what is derived from it). Reads also run with a pinned clock
-// (broker.Options.Clock, delayq --now), where nothing but the namespace
+// (protocol.UseClock, delayq --now), where nothing but the namespace
 // and tokens may differ; changes run pinned, on fresh namespaces, and are
 // compared again by reading everything back.
 //

@@ -112,12 +112,12 @@ func newPair(t *testing.T, o seedOptions) *pair {
 			p.base = now.Truncate(time.Second)
 		}
 		s.base = p.base
-		opts := func(clock func() time.Time) broker.Options {
-			return broker.Options{Namespace: ns, Clock: clock, DeadCap: o.deadCap}
-		}
-		s.seed = testkit.NewBroker(t, rdb, opts(func() time.Time { return time.UnixMilli(s.clock.Load()) }))
-		s.pinned = testkit.NewBroker(t, rdb, opts(s.pinnedNow))
-		s.server = testkit.NewBroker(t, rdb, opts(nil))
+		opts := broker.Options{Namespace: ns, DeadCap: o.deadCap}
+		s.seed = testkit.NewBroker(t, rdb, opts)
+		protocol.UseClock(s.seed, func() time.Time { return time.UnixMilli(s.clock.Load()) })
+		s.pinned = testkit.NewBroker(t, rdb, opts)
+		protocol.UseClock(s.pinned, s.pinnedNow)
+		s.server = testkit.NewBroker(t, rdb, opts)
 		seed(t, s)
 		p.sides[i] = s
 	}
@@ -345,7 +345,7 @@ type env struct {
 type mode string
 
 const (
-	pinnedClock mode = "pinned" // broker.Options.Clock, delayq --now
+	pinnedClock mode = "pinned" // protocol.UseClock, delayq --now
 	serverClock mode = "server" // the Redis server's TIME
 )
 

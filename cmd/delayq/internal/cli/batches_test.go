@@ -11,6 +11,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/clock"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
@@ -49,10 +50,11 @@ type batchArgs struct {
 func seedBatches(t *testing.T, tb *testBundle) map[string]bool {
 	t.Helper()
 	clk := clock.NewSimulated(bt0)
-	b, err := broker.New(tb.rdb, broker.Options{Namespace: tb.ns, Clock: clk.Now})
+	b, err := broker.New(tb.rdb, broker.Options{Namespace: tb.ns})
 	if err != nil {
 		t.Fatal(err)
 	}
+	protocol.UseClock(b, clk.Now)
 	member := job.New[batchArgs]("batch.member", job.MaxRetries(0), job.Queue("bq"))
 	create := func(id string, at time.Duration, spec broker.BatchSpec, seal bool, members ...batchArgs) {
 		t.Helper()

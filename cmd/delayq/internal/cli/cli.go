@@ -25,6 +25,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/naming"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/job"
 )
 
@@ -320,14 +321,15 @@ func (a *app) onBroker(fn func(context.Context, *broker.Broker) error) func(*cob
 	}
 }
 
-// brokerWith is broker with options; Namespace and Clock come from the flags.
+// brokerWith is broker with options; the namespace and the clock (the
+// hidden --now) come from the flags.
 func (a *app) brokerWith(ctx context.Context, bo broker.Options) (*broker.Broker, error) {
 	tgt, err := parseTarget(a.redisURL, a.getenv)
 	if err != nil {
 		return nil, usagef("invalid --redis-url: %v", err)
 	}
 	rdb := tgt.client()
-	bo.Namespace, bo.Clock = a.namespace, a.clock
+	bo.Namespace = a.namespace
 	bo.Functions = bo.Functions || a.functions
 	b, err := broker.New(rdb, bo)
 	if err != nil {
@@ -336,6 +338,9 @@ func (a *app) brokerWith(ctx context.Context, bo broker.Options) (*broker.Broker
 			return nil, &usageError{fmt.Errorf("invalid --namespace: %w", err)}
 		}
 		return nil, err // the server is too old (broker.ErrServerTooOld)
+	}
+	if a.clock != nil {
+		protocol.UseClock(b, a.clock)
 	}
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		_ = rdb.Close()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/clock"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
@@ -49,10 +50,11 @@ func TestGoldenTables(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
 	clk := clock.NewSimulated(t0.Add(-time.Hour))
-	b, err := broker.New(tb.rdb, broker.Options{Namespace: tb.ns, Clock: clk.Now})
+	b, err := broker.New(tb.rdb, broker.Options{Namespace: tb.ns})
 	if err != nil {
 		t.Fatal(err)
 	}
+	protocol.UseClock(b, clk.Now)
 
 	// Scheduled jobs, through the tool itself.
 	tb.ok(t, "enqueue", "--now", rfc(t0), "--queue", "mail", "--type", "email.send", "--id", "welcome-1",
