@@ -214,6 +214,9 @@ func (b *Broker) ForgetIdle(ctx context.Context, idle time.Duration) ([]string, 
 	var errs []error
 	for _, q := range names.Val() {
 		listed[q] = true
+		if naming.Queue(q) != nil {
+			continue // not written by delayq
+		}
 		at, err := strconv.ParseInt(seen.Val()[q], 10, 64)
 		if err != nil {
 			unseen = append(unseen, q)

@@ -101,12 +101,12 @@ func TestForgetIdleQueues(t *testing.T) {
 }
 
 // A queue listed before its use was recorded (ns:queues:seen) starts its
-// idle time at the first ForgetIdle; a worker's queue, listed by the
-// worker every keyspace.RelistEvery, is never idle.
+// idle time at the first ForgetIdle; a name delayq could not have written
+// is left alone, with no error.
 func TestForgetIdleStartsWithoutARecord(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
-	if err := tb.rdb.SAdd(tb.ctx, keyspace.QueuesKey(tb.ns), "old").Err(); err != nil {
+	if err := tb.rdb.SAdd(tb.ctx, keyspace.QueuesKey(tb.ns), "old", "not a queue {name}").Err(); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := tb.b.ForgetIdle(tb.ctx, time.Hour); err != nil || len(got) != 0 {
