@@ -6,6 +6,7 @@ import (
 	"encoding/xml"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -30,7 +31,7 @@ func TestBurstEndToEnd(t *testing.T) {
 	cfg := benchConfig{URL: srv.URL, N: 200, Producers: 8, BatchSize: 50, LostTimeout: 5 * time.Second, Settle: 100 * time.Millisecond}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	for i, sys := range []string{"zsetloop", "luabaseline", "delayq", "delayq-prefetch"} {
+	for i, sys := range []string{"zsetloop", "luabaseline", "bareloop", "delayq", "delayq-prefetch"} {
 		t.Run(sys, func(t *testing.T) {
 			res, err := runOne(ctx, admin, cfg, sys, workloadSpec{Kind: "burst"}, 10, 1, "t"+string(rune('a'+i))+"-", false)
 			if err != nil {
@@ -69,6 +70,69 @@ func TestBurstEndToEnd(t *testing.T) {
 			}
 			if d := f.WindowRedis; d == nil || d.CommandsPerJob <= 0 || d.RequestsPerJob <= 0 {
 				t.Errorf("drain requests/commands per job not measured: %+v", d)
+			}
+		})
+	}
+}
+
+// TestBareLoop runs the ten-claimer loop on a spread and on bursts at
+// concurrency 10 and 100 (more claimed ids in flight than handlers, and
+// fewer): every job handled once, none before its ready time, one enqueue
+// script (ZADD + HSET) per job, and claims that carry many jobs each.
+func TestBareLoop(t *testing.T) {
+	stderr = io.Discard
+	srv, err := startRedisServer("redis-server")
+	if err != nil {
+		t.Fatalf("this test needs redis-server in PATH: %v", err)
+	}
+	defer srv.Stop()
+	admin, err := newRedisAdmin(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+
+	cfg := benchConfig{URL: srv.URL, N: 1000, Producers: 8, BatchSize: 50, LostTimeout: 5 * time.Second, Settle: 100 * time.Millisecond}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for i, tc := range []struct {
+		kind string
+		conc int
+	}{{"burst", 10}, {"burst", 100}, {"spread", 10}} {
+		t.Run(tc.kind+"/"+strconv.Itoa(tc.conc), func(t *testing.T) {
+			res, err := runOne(ctx, admin, cfg, "bareloop", workloadSpec{Kind: tc.kind}, tc.conc, 1, "b"+strconv.Itoa(i)+"-", false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := res.Figures
+			if f.Enqueued != cfg.N || f.EnqueueErrors != 0 || f.Handled != cfg.N || f.Stray != 0 {
+				t.Errorf("enqueued %d (%d errors), handled %d (stray %d), want %d", f.Enqueued, f.EnqueueErrors, f.Handled, f.Stray, cfg.N)
+			}
+			if f.Lost != 0 || f.Duplicates != 0 || f.Early != 0 {
+				t.Errorf("lost %d, duplicates %d, early %d; want 0", f.Lost, f.Duplicates, f.Early)
+			}
+			if f.EnqueueBatchPerSec == nil {
+				t.Error("batch enqueue rate missing")
+			}
+			if tc.kind == "burst" {
+				e, d := f.EnqueueRedis, f.WindowRedis
+				if e == nil || d == nil {
+					t.Fatalf("Redis counters not measured: enqueue %+v, drain %+v", e, d)
+				}
+				n := float64(cfg.N)
+				// On a fresh server each producer's first EVALSHA may fail
+				// (NOSCRIPT) and be followed by an EVAL.
+				scripts := e.Commands["evalsha"].Calls + e.Commands["eval"].Calls
+				if e.Commands["zadd"].Calls != n || e.Commands["hset"].Calls != n ||
+					scripts < n || scripts > n+float64(cfg.Producers) {
+					t.Errorf("enqueue: %+v, want one script call (ZADD, HSET) per job", e)
+				}
+				// Per job: the ack's ZREM and HDEL (the window ends at the
+				// last handler start, so up to conc acks fall after it), and
+				// a share of claims of up to 100 jobs each.
+				if d.Commands["hdel"].Calls < n-float64(tc.conc) || d.Commands["hdel"].Calls > n || d.ScriptsPerJob > 0.5 {
+					t.Errorf("drain: %+v, want an ack per job and claims of many jobs", d)
+				}
 			}
 		})
 	}
