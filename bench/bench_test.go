@@ -231,3 +231,64 @@ func TestLatenessSVG(t *testing.T) {
 		t.Error("empty series accepted")
 	}
 }
+
+// TestMarkdownTable checks the -table output on made-up runs: medians and
+// ranges over rounds, ratios taken within each round against the row's
+// reference (the loop for drain, asynq for enqueue, the best other system
+// for lateness), n/a where a figure is missing, the correctness totals and
+// the backlog table.
+func TestMarkdownTable(t *testing.T) {
+	t.Parallel()
+	f64 := func(v float64) *float64 { return &v }
+	rep := &Report{Config: reportConfig{N: 100, Backlog: 1000, Concurrency: []int{10}, Rounds: 2, Producers: 8}}
+	add := func(sys, workload string, round int, f Figures) {
+		rep.Runs = append(rep.Runs, RunResult{System: sys, Workload: workload, Concurrency: 10, Round: round, Figures: f})
+	}
+	burst := func(drain, enq float64) Figures {
+		return Figures{Handled: 100, Enqueued: 100, DrainPerSec: drain, EnqueuePerSec: enq,
+			EnqueueRedisCPUUsPerJob: f64(5), RedisCPUSecPer100k: f64(1), // 5 + 10 µs
+			EnqueueRedis: &redisDelta{RequestsPerJob: 0.5}, WindowRedis: &redisDelta{RequestsPerJob: 0.25}}
+	}
+	// Round 1: delayq 0.5× the loop's drain; round 2: 1.0×.
+	add("delayq", "burst", 1, burst(50000, 30000))
+	add("bareloop", "burst", 1, burst(100000, 20000))
+	add("asynq", "burst", 1, burst(30000, 60000))
+	add("delayq", "burst", 2, burst(80000, 30000))
+	add("bareloop", "burst", 2, burst(80000, 20000))
+	add("asynq", "burst", 2, burst(30000, 30000))
+	spread := func(p99 float64, early int) Figures {
+		return Figures{Handled: 100, Enqueued: 100, EnqueuePerSec: 1, LatenessP99Ms: f64(p99), Early: early}
+	}
+	add("delayq", "spread", 1, spread(4, 0))
+	add("bareloop", "spread", 1, spread(8, 0))
+	add("asynq", "spread", 1, spread(5000, 3))
+	rep.Runs = append(rep.Runs, RunResult{System: "delayq", Workload: "spread", Concurrency: 10, Round: 2, Error: "boom"})
+	add("delayq", "backlog=1000", 1, Figures{Handled: 100, Enqueued: 100, EnqueuePerSec: 900, DrainPerSec: 800, BacklogBytesPerJob: f64(250)})
+	add("delayq", "backlog=0", 1, Figures{Handled: 100, Enqueued: 100, EnqueuePerSec: 1000, DrainPerSec: 1000})
+	rep.Memory = []MemoryResult{{Round: 1, System: "delayq", BytesPerJob: 300}, {Round: 1, System: "bareloop", BytesPerJob: 200}}
+
+	var b strings.Builder
+	writeMarkdownTable(&b, rep, []string{"asynq", "bareloop", "delayq"}, "delayq", []string{"-n", "100"}, "1 2 3", "4 5 6")
+	out := b.String()
+	for _, want := range []string{
+		"| | asynq | bareloop | delayq | delayq / ref |",
+		"| burst drain, concurrency 10 | 30.0 k/s | 90.0 k/s [80.0–100.0] | 65.0 k/s [50.0–80.0] | 0.75× bareloop [0.50–1.00] |",
+		"| single enqueue, burst, c=10 | 45.0 k/s [30.0–60.0] | 20.0 k/s | 30.0 k/s | 0.75× asynq [0.50–1.00] |",
+		"| single enqueue, spread, c=10 | 0.0 k/s | 0.0 k/s | 0.0 k/s | 1.00× asynq |",
+		"| Redis memory per queued job | n/a | 200 B | 300 B | 1.50× bareloop |",
+		"| Redis CPU per job, enqueue + drain, burst c=10 | 15.0 µs | 15.0 µs | 15.0 µs | 1.00× bareloop |",
+		"| Redis requests per job, enqueue + drain, burst c=10 | 0.75 | 0.75 | 0.75 | 1.00× bareloop |",
+		"| client allocations per drained job, burst c=10 | n/a | n/a | n/a | n/a |",
+		"| p99 lateness, spread, c=10 | 5000 ms | 8.00 ms | 4.00 ms | 0.50× bareloop |",
+		"| early / lost / duplicated jobs, all runs | 3 / 0 / 0 | 0 / 0 / 0 | 0 / 0 / 0 (1 runs failed) | |",
+		"| delayq | 10 | single enqueue | 0.9 k/s | 1.0 k/s | 0.90× |",
+		"| delayq | 10 | drain | 0.8 k/s | 1.0 k/s | 0.80× |",
+		"| delayq | 10 | used_memory per backlog job | 250 B | | |",
+		"load average (1, 5, 15 min) 1 2 3 at the start, 4 5 6 at the end",
+		"go run . -n 100",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q\n%s", want, out)
+		}
+	}
+}
