@@ -138,6 +138,37 @@ func TestBareLoop(t *testing.T) {
 	}
 }
 
+// TestAdminWaitsForSlowReplies: the harness's own connection waits for a
+// command that keeps Redis busy longer than go-redis's default read
+// timeout (5 s), as FLUSHALL of a 10 M backlog does, instead of failing
+// the next runs with an i/o timeout.
+func TestAdminWaitsForSlowReplies(t *testing.T) {
+	t.Parallel()
+	srv, err := startRedisServer("redis-server")
+	if err != nil {
+		t.Fatalf("this test needs redis-server in PATH: %v", err)
+	}
+	defer srv.Stop()
+	admin, err := newRedisAdmin(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	// A script that returns after 6 s of the server's own clock.
+	busy := `local t0 = redis.call('TIME')
+local s0 = tonumber(t0[1]) + tonumber(t0[2]) / 1e6
+while true do
+  local t = redis.call('TIME')
+  if tonumber(t[1]) + tonumber(t[2]) / 1e6 - s0 >= 6 then return 1 end
+end`
+	if err := admin.c.Eval(context.Background(), busy, nil).Err(); err != nil {
+		t.Fatalf("admin connection gave up on a 6 s reply: %v", err)
+	}
+	if err := admin.FlushAll(context.Background()); err != nil {
+		t.Fatalf("flushall after the slow reply: %v", err)
+	}
+}
+
 func TestLookupSystemsUnknown(t *testing.T) {
 	_, err := lookupSystems("zsetloop,nosuch")
 	if err == nil {
