@@ -294,7 +294,7 @@ func TestMarkdownTable(t *testing.T) {
 	add("bareloop", "spread", 1, spread(8, 0))
 	add("asynq", "spread", 1, spread(5000, 3))
 	rep.Runs = append(rep.Runs, RunResult{System: "delayq", Workload: "spread", Concurrency: 10, Round: 2, Error: "boom"})
-	add("delayq", "backlog=1000", 1, Figures{Handled: 100, Enqueued: 100, EnqueuePerSec: 900, DrainPerSec: 800, BacklogBytesPerJob: f64(250)})
+	add("delayq", "backlog=1000", 1, Figures{Handled: 100, Enqueued: 100, EnqueuePerSec: 900, DrainPerSec: 800, BacklogBytesPerJob: f64(250), Lost: 2})
 	add("delayq", "backlog=0", 1, Figures{Handled: 100, Enqueued: 100, EnqueuePerSec: 1000, DrainPerSec: 1000})
 	rep.Memory = []MemoryResult{{Round: 1, System: "delayq", BytesPerJob: 300}, {Round: 1, System: "bareloop", BytesPerJob: 200}}
 
@@ -311,12 +311,13 @@ func TestMarkdownTable(t *testing.T) {
 		"| Redis requests per job, enqueue + drain, burst c=10 | 0.75 | 0.75 | 0.75 | 1.00× bareloop |",
 		"| client allocations per drained job, burst c=10 | n/a | n/a | n/a | n/a |",
 		"| p99 lateness, spread, c=10 | 5000 ms | 8.00 ms | 4.00 ms | 0.50× bareloop |",
-		"| early / lost / duplicated jobs, all runs | 3 / 0 / 0 | 0 / 0 / 0 | 0 / 0 / 0 (1 runs failed) | |",
+		"| early / lost / duplicated jobs, all runs | 3 / 0 / 0 | 0 / 0 / 0 | 0 / 2 / 0 (1 runs failed) | |",
 		"| delayq | 10 | single enqueue | 0.9 k/s | 1.0 k/s | 0.90× |",
 		"| delayq | 10 | drain | 0.8 k/s | 1.0 k/s | 0.80× |",
 		"| delayq | 10 | used_memory per backlog job | 250 B | | |",
 		"load average (1, 5, 15 min) 1 2 3 at the start, 4 5 6 at the end",
 		"go run . -n 100",
+		"8 producers, 2 rounds (systems interleaved within each round), payloads",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q\n%s", want, out)
