@@ -299,7 +299,7 @@ func TestMarkdownTable(t *testing.T) {
 	rep.Memory = []MemoryResult{{Round: 1, System: "delayq", BytesPerJob: 300}, {Round: 1, System: "bareloop", BytesPerJob: 200}}
 
 	var b strings.Builder
-	writeMarkdownTable(&b, rep, []string{"asynq", "bareloop", "delayq"}, "delayq", []string{"-n", "100"}, "1 2 3", "4 5 6")
+	writeMarkdownTable(&b, rep, []string{"asynq", "bareloop", "delayq"}, "delayq", []string{"-n", "100"}, "commit abc", "1 2 3", "4 5 6")
 	out := b.String()
 	for _, want := range []string{
 		"| | asynq | bareloop | delayq | delayq / ref |",
@@ -317,6 +317,7 @@ func TestMarkdownTable(t *testing.T) {
 		"| delayq | 10 | used_memory per backlog job | 250 B | | |",
 		"load average (1, 5, 15 min) 1 2 3 at the start, 4 5 6 at the end",
 		"go run . -n 100",
+		"delayq at commit abc;",
 		"8 producers, 2 rounds (systems interleaved within each round), payloads",
 	} {
 		if !strings.Contains(out, want) {

@@ -302,7 +302,7 @@ func run() int {
 		rep.Config.Workloads = append(rep.Config.Workloads, w.Label())
 	}
 
-	loadStart := loadAverage()
+	loadStart, rev := loadAverage(), gitRevision()
 	runNo := 0
 	total := len(workloads) * len(concs) * len(systems) * *rounds
 rounds:
@@ -356,7 +356,7 @@ rounds:
 	}
 	if *tableOut != "" {
 		var b strings.Builder
-		writeMarkdownTable(&b, rep, systems, *tableSubject, os.Args[1:], loadStart, loadAverage())
+		writeMarkdownTable(&b, rep, systems, *tableSubject, os.Args[1:], rev, loadStart, loadAverage())
 		if err := os.WriteFile(*tableOut, []byte(b.String()), 0o644); err != nil {
 			fmt.Fprintf(stderr, "bench: %v\n", err)
 			code = 1

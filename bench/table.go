@@ -215,7 +215,9 @@ func chooseRef(rep *Report, r tableRow, systems []string, subject string) string
 // writeMarkdownTable writes the comparison of rep as markdown: a header
 // naming the run, the comparison table, the correctness counts and, if the
 // backlog workload ran, the backlog table.
-func writeMarkdownTable(w io.Writer, rep *Report, systems []string, subject string, args []string, loadStart, loadEnd string) {
+//
+// rev names the measured commit (gitRevision, read when the run started).
+func writeMarkdownTable(w io.Writer, rep *Report, systems []string, subject string, args []string, rev, loadStart, loadEnd string) {
 	c := rep.Config
 	pmin, pmax := math.MaxInt, 0
 	for i := 0; i < c.N; i++ {
@@ -229,7 +231,7 @@ func writeMarkdownTable(w io.Writer, rep *Report, systems []string, subject stri
 	fmt.Fprintf(w, "Run of %s–%s UTC: n = %d jobs, %d producers, %s, payloads of %d–%d B; %s, %d CPUs, GOMAXPROCS %d, Redis %s; delayq at %s; load average (1, 5, 15 min) %s at the start, %s at the end.\n\n",
 		rep.StartedAt.UTC().Format("2006-01-02 15:04"), rep.FinishedAt.UTC().Format("15:04"), c.N, c.Producers, rounds,
 		pmin, pmax, rep.Host.GoVersion, rep.Host.NumCPU, rep.Host.GOMAXPROCS, rep.Host.RedisVersion,
-		gitRevision(), loadStart, loadEnd)
+		rev, loadStart, loadEnd)
 	fmt.Fprintf(w, "```sh\ngo run . %s\n```\n\n", strings.Join(args, " "))
 	if rep.Interrupted {
 		fmt.Fprint(w, "**Interrupted**: only the runs that finished are counted.\n\n")
@@ -377,7 +379,7 @@ func hasAnyWorkload(rep *Report, workload string) bool {
 }
 
 // gitRevision names the commit of the working tree the harness measures,
-// with "+changes" if it has uncommitted changes.
+// with "+uncommitted changes" if it has any.
 func gitRevision() string {
 	out, err := exec.Command("git", "rev-parse", "--short=12", "HEAD").Output()
 	if err != nil {
