@@ -6,6 +6,7 @@ import (
 	"encoding/xml"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -30,7 +31,7 @@ func TestBurstEndToEnd(t *testing.T) {
 	cfg := benchConfig{URL: srv.URL, N: 200, Producers: 8, BatchSize: 50, LostTimeout: 5 * time.Second, Settle: 100 * time.Millisecond}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	for i, sys := range []string{"zsetloop", "luabaseline", "delayq", "delayq-prefetch"} {
+	for i, sys := range []string{"zsetloop", "luabaseline", "bareloop", "delayq", "delayq-prefetch"} {
 		t.Run(sys, func(t *testing.T) {
 			res, err := runOne(ctx, admin, cfg, sys, workloadSpec{Kind: "burst"}, 10, 1, "t"+string(rune('a'+i))+"-", false)
 			if err != nil {
@@ -71,6 +72,100 @@ func TestBurstEndToEnd(t *testing.T) {
 				t.Errorf("drain requests/commands per job not measured: %+v", d)
 			}
 		})
+	}
+}
+
+// TestBareLoop runs the ten-claimer loop on a spread and on bursts at
+// concurrency 10 and 100 (more claimed ids in flight than handlers, and
+// fewer): every job handled once, none before its ready time, one enqueue
+// script (ZADD + HSET) per job, and claims that carry many jobs each.
+func TestBareLoop(t *testing.T) {
+	stderr = io.Discard
+	srv, err := startRedisServer("redis-server")
+	if err != nil {
+		t.Fatalf("this test needs redis-server in PATH: %v", err)
+	}
+	defer srv.Stop()
+	admin, err := newRedisAdmin(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+
+	cfg := benchConfig{URL: srv.URL, N: 1000, Producers: 8, BatchSize: 50, LostTimeout: 5 * time.Second, Settle: 100 * time.Millisecond}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for i, tc := range []struct {
+		kind string
+		conc int
+	}{{"burst", 10}, {"burst", 100}, {"spread", 10}} {
+		t.Run(tc.kind+"/"+strconv.Itoa(tc.conc), func(t *testing.T) {
+			res, err := runOne(ctx, admin, cfg, "bareloop", workloadSpec{Kind: tc.kind}, tc.conc, 1, "b"+strconv.Itoa(i)+"-", false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := res.Figures
+			if f.Enqueued != cfg.N || f.EnqueueErrors != 0 || f.Handled != cfg.N || f.Stray != 0 {
+				t.Errorf("enqueued %d (%d errors), handled %d (stray %d), want %d", f.Enqueued, f.EnqueueErrors, f.Handled, f.Stray, cfg.N)
+			}
+			if f.Lost != 0 || f.Duplicates != 0 || f.Early != 0 {
+				t.Errorf("lost %d, duplicates %d, early %d; want 0", f.Lost, f.Duplicates, f.Early)
+			}
+			if f.EnqueueBatchPerSec == nil {
+				t.Error("batch enqueue rate missing")
+			}
+			if tc.kind == "burst" {
+				e, d := f.EnqueueRedis, f.WindowRedis
+				if e == nil || d == nil {
+					t.Fatalf("Redis counters not measured: enqueue %+v, drain %+v", e, d)
+				}
+				n := float64(cfg.N)
+				// On a fresh server each producer's first EVALSHA may fail
+				// (NOSCRIPT) and be followed by an EVAL.
+				scripts := e.Commands["evalsha"].Calls + e.Commands["eval"].Calls
+				if e.Commands["zadd"].Calls != n || e.Commands["hset"].Calls != n ||
+					scripts < n || scripts > n+float64(cfg.Producers) {
+					t.Errorf("enqueue: %+v, want one script call (ZADD, HSET) per job", e)
+				}
+				// Per job: the ack's ZREM and HDEL (the window ends at the
+				// last handler start, so up to conc acks fall after it), and
+				// a share of claims of up to 100 jobs each.
+				if d.Commands["hdel"].Calls < n-float64(tc.conc) || d.Commands["hdel"].Calls > n || d.ScriptsPerJob > 0.5 {
+					t.Errorf("drain: %+v, want an ack per job and claims of many jobs", d)
+				}
+			}
+		})
+	}
+}
+
+// TestAdminWaitsForSlowReplies: the harness's own connection waits for a
+// command that keeps Redis busy longer than go-redis's default read
+// timeout (5 s), as FLUSHALL of a 10 M backlog does, instead of failing
+// the next runs with an i/o timeout.
+func TestAdminWaitsForSlowReplies(t *testing.T) {
+	t.Parallel()
+	srv, err := startRedisServer("redis-server")
+	if err != nil {
+		t.Fatalf("this test needs redis-server in PATH: %v", err)
+	}
+	defer srv.Stop()
+	admin, err := newRedisAdmin(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	// A script that returns after 6 s of the server's own clock.
+	busy := `local t0 = redis.call('TIME')
+local s0 = tonumber(t0[1]) + tonumber(t0[2]) / 1e6
+while true do
+  local t = redis.call('TIME')
+  if tonumber(t[1]) + tonumber(t[2]) / 1e6 - s0 >= 6 then return 1 end
+end`
+	if err := admin.c.Eval(context.Background(), busy, nil).Err(); err != nil {
+		t.Fatalf("admin connection gave up on a 6 s reply: %v", err)
+	}
+	if err := admin.FlushAll(context.Background()); err != nil {
+		t.Fatalf("flushall after the slow reply: %v", err)
 	}
 }
 
@@ -165,5 +260,68 @@ func TestLatenessSVG(t *testing.T) {
 	}
 	if err := writeLatenessSVG(path, nil, 5, "x"); err == nil {
 		t.Error("empty series accepted")
+	}
+}
+
+// TestMarkdownTable checks the -table output on made-up runs: medians and
+// ranges over rounds, ratios taken within each round against the row's
+// reference (the loop for drain, asynq for enqueue, the best other system
+// for lateness), n/a where a figure is missing, the correctness totals and
+// the backlog table.
+func TestMarkdownTable(t *testing.T) {
+	t.Parallel()
+	f64 := func(v float64) *float64 { return &v }
+	rep := &Report{Config: reportConfig{N: 100, Backlog: 1000, Concurrency: []int{10}, Rounds: 2, Producers: 8}}
+	add := func(sys, workload string, round int, f Figures) {
+		rep.Runs = append(rep.Runs, RunResult{System: sys, Workload: workload, Concurrency: 10, Round: round, Figures: f})
+	}
+	burst := func(drain, enq float64) Figures {
+		return Figures{Handled: 100, Enqueued: 100, DrainPerSec: drain, EnqueuePerSec: enq,
+			EnqueueRedisCPUUsPerJob: f64(5), RedisCPUSecPer100k: f64(1), // 5 + 10 µs
+			EnqueueRedis: &redisDelta{RequestsPerJob: 0.5}, WindowRedis: &redisDelta{RequestsPerJob: 0.25}}
+	}
+	// Round 1: delayq 0.5× the loop's drain; round 2: 1.0×.
+	add("delayq", "burst", 1, burst(50000, 30000))
+	add("bareloop", "burst", 1, burst(100000, 20000))
+	add("asynq", "burst", 1, burst(30000, 60000))
+	add("delayq", "burst", 2, burst(80000, 30000))
+	add("bareloop", "burst", 2, burst(80000, 20000))
+	add("asynq", "burst", 2, burst(30000, 30000))
+	spread := func(p99 float64, early int) Figures {
+		return Figures{Handled: 100, Enqueued: 100, EnqueuePerSec: 1, LatenessP99Ms: f64(p99), Early: early}
+	}
+	add("delayq", "spread", 1, spread(4, 0))
+	add("bareloop", "spread", 1, spread(8, 0))
+	add("asynq", "spread", 1, spread(5000, 3))
+	rep.Runs = append(rep.Runs, RunResult{System: "delayq", Workload: "spread", Concurrency: 10, Round: 2, Error: "boom"})
+	add("delayq", "backlog=1000", 1, Figures{Handled: 100, Enqueued: 100, EnqueuePerSec: 900, DrainPerSec: 800, BacklogBytesPerJob: f64(250), Lost: 2})
+	add("delayq", "backlog=0", 1, Figures{Handled: 100, Enqueued: 100, EnqueuePerSec: 1000, DrainPerSec: 1000})
+	rep.Memory = []MemoryResult{{Round: 1, System: "delayq", BytesPerJob: 300}, {Round: 1, System: "bareloop", BytesPerJob: 200}}
+
+	var b strings.Builder
+	writeMarkdownTable(&b, rep, []string{"asynq", "bareloop", "delayq"}, "delayq", []string{"-n", "100"}, "commit abc", "1 2 3", "4 5 6")
+	out := b.String()
+	for _, want := range []string{
+		"| | asynq | bareloop | delayq | delayq / ref |",
+		"| burst drain, concurrency 10 | 30.0 k/s | 90.0 k/s [80.0–100.0] | 65.0 k/s [50.0–80.0] | 0.75× bareloop [0.50–1.00] |",
+		"| single enqueue, burst, c=10 | 45.0 k/s [30.0–60.0] | 20.0 k/s | 30.0 k/s | 0.75× asynq [0.50–1.00] |",
+		"| single enqueue, spread, c=10 | 0.0 k/s | 0.0 k/s | 0.0 k/s | 1.00× asynq |",
+		"| Redis memory per queued job | n/a | 200 B | 300 B | 1.50× bareloop |",
+		"| Redis CPU per job, enqueue + drain, burst c=10 | 15.0 µs | 15.0 µs | 15.0 µs | 1.00× bareloop |",
+		"| Redis requests per job, enqueue + drain, burst c=10 | 0.75 | 0.75 | 0.75 | 1.00× bareloop |",
+		"| client allocations per drained job, burst c=10 | n/a | n/a | n/a | n/a |",
+		"| p99 lateness, spread, c=10 | 5000 ms | 8.00 ms | 4.00 ms | 0.50× bareloop |",
+		"| early / lost / duplicated jobs, all runs | 3 / 0 / 0 | 0 / 0 / 0 | 0 / 2 / 0 (1 runs failed) | |",
+		"| delayq | 10 | single enqueue | 0.9 k/s | 1.0 k/s | 0.90× |",
+		"| delayq | 10 | drain | 0.8 k/s | 1.0 k/s | 0.80× |",
+		"| delayq | 10 | used_memory per backlog job | 250 B | | |",
+		"load average (1, 5, 15 min) 1 2 3 at the start, 4 5 6 at the end",
+		"go run . -n 100",
+		"delayq at commit abc;",
+		"8 producers, 2 rounds (systems interleaved within each round), payloads",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q\n%s", want, out)
+		}
 	}
 }

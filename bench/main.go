@@ -142,6 +142,12 @@ var metrics = []metric{
 	{"window_commands_per_job", "drain cmds/job", 3, fmtPerJob, func(f *Figures) (float64, bool) {
 		return redisFig(f.WindowRedis, func(d *redisDelta) float64 { return d.CommandsPerJob })
 	}},
+	{"enqueue_redis_cpu_us_per_job", "enq redis µs/job", 3, fmtCPU, func(f *Figures) (float64, bool) { return optional(f.EnqueueRedisCPUUsPerJob) }},
+	{"enqueue_allocs_per_job", "enq allocs/job", 4, fmtCPU, func(f *Figures) (float64, bool) { return optional(f.EnqueueAllocsPerJob) }},
+	{"enqueue_alloc_bytes_per_job", "enq B/job", 4, fmtInt, func(f *Figures) (float64, bool) { return optional(f.EnqueueBytesPerJob) }},
+	{"window_allocs_per_job", "drain allocs/job", 4, fmtCPU, func(f *Figures) (float64, bool) { return optional(f.WindowAllocsPerJob) }},
+	{"window_alloc_bytes_per_job", "drain B/job", 4, fmtInt, func(f *Figures) (float64, bool) { return optional(f.WindowBytesPerJob) }},
+	{"backlog_bytes_per_job", "backlog B/job", 1, fmtInt, func(f *Figures) (float64, bool) { return optional(f.BacklogBytesPerJob) }},
 	{"duplicates", "dup", 2, fmtInt, func(f *Figures) (float64, bool) { return always(float64(f.Duplicates)) }},
 	{"lost", "lost", 2, fmtInt, func(f *Figures) (float64, bool) { return always(float64(f.Lost)) }},
 }
@@ -179,6 +185,8 @@ func run() int {
 		svgOut        = fs.String("svg", "", "draw the spread lateness distribution of every system (all rounds pooled) as an SVG to this file")
 		redisBin      = fs.String("redis-server", "redis-server", "redis-server binary, when REDIS_URL is not set")
 		skipMemory    = fs.Bool("skip-memory", false, "skip the Redis memory-per-job measurement")
+		tableOut      = fs.String("table", "", "write the comparison of issue #38 as a markdown table to this file (see README.md)")
+		tableSubject  = fs.String("table-subject", "delayq", "-table: the system whose ratio to a reference system the last column gives")
 		cpuProfile    = fs.String("cpuprofile", "", "write a CPU profile of the harness process (all systems' clients and workers) to this file")
 		rateLimitN    = fs.Int("ratelimit", 0, "instead of the comparison: the rate-limit run with this many jobs due at once (see README.md)")
 		rate          = fs.Int("rate", 200, "rate-limit run: the limit, jobs per second across all workers")
@@ -294,6 +302,7 @@ func run() int {
 		rep.Config.Workloads = append(rep.Config.Workloads, w.Label())
 	}
 
+	loadStart, rev := loadAverage(), gitRevision()
 	runNo := 0
 	total := len(workloads) * len(concs) * len(systems) * *rounds
 rounds:
@@ -341,6 +350,14 @@ rounds:
 
 	if *jsonOut != "" {
 		if err := writeJSON(*jsonOut, rep); err != nil {
+			fmt.Fprintf(stderr, "bench: %v\n", err)
+			code = 1
+		}
+	}
+	if *tableOut != "" {
+		var b strings.Builder
+		writeMarkdownTable(&b, rep, systems, *tableSubject, os.Args[1:], rev, loadStart, loadAverage())
+		if err := os.WriteFile(*tableOut, []byte(b.String()), 0o644); err != nil {
 			fmt.Fprintf(stderr, "bench: %v\n", err)
 			code = 1
 		}
@@ -458,9 +475,10 @@ func printTables(out io.Writer, rep *Report, systems []string) {
 	titles := map[int]string{
 		1: "Throughput and cost",
 		2: "Timing and correctness (lateness = handler start − max(ready, enqueue returned))",
-		3: "Redis per job: requests (read events), script calls and commands (those run by scripts included); enq = burst enqueue, drain = drain window (spread: producers too)",
+		3: "Redis per job: requests (read events), script calls and commands (those run by scripts included), CPU; enq = burst enqueue, drain = drain window (spread: producers too)",
+		4: "Client heap allocations per job, whole harness process (runtime.MemStats); enq = burst enqueue, drain = drain window (spread: producers too)",
 	}
-	for table := 1; table <= 3; table++ {
+	for table := 1; table <= 4; table++ {
 		fmt.Fprintf(out, "\n%s\n", titles[table])
 		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 		hdr := []string{"system", "workload", "conc"}

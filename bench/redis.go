@@ -134,11 +134,19 @@ func newRedisClient(url string, poolSize int) (*redis.Client, error) {
 // redisAdmin is the harness's own connection: flushing and INFO.
 type redisAdmin struct{ c *redis.Client }
 
+// adminReadTimeout bounds one reply to the harness's own connection: a
+// synchronous FLUSHALL of a backlog of millions of jobs takes Redis
+// seconds to tens of seconds, past go-redis's default of 5 s.
+const adminReadTimeout = 10 * time.Minute
+
 func newRedisAdmin(url string) (*redisAdmin, error) {
-	c, err := newRedisClient(url, 2)
+	opt, err := redis.ParseURL(url)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("parse redis url: %w", err)
 	}
+	opt.PoolSize = 2
+	opt.ReadTimeout = adminReadTimeout
+	c := redis.NewClient(opt)
 	if err := c.Ping(context.Background()).Err(); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("redis at %s: %w", url, err)

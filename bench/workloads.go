@@ -92,6 +92,40 @@ type Figures struct {
 	// backlog: producers and consumers together).
 	EnqueueRedis *redisDelta `json:"enqueue_redis"`
 	WindowRedis  *redisDelta `json:"window_redis"`
+	// Redis CPU (INFO cpu) per job stored during the burst's enqueue, in
+	// µs; null elsewhere.
+	EnqueueRedisCPUUsPerJob *float64 `json:"enqueue_redis_cpu_us_per_job"`
+	// Heap allocations of the whole harness process (runtime.MemStats
+	// Mallocs and TotalAlloc deltas) per job: over the burst's enqueue (per
+	// job stored; null elsewhere) and over the drain window (per job
+	// handled). Systems run one at a time, so a phase counts the running
+	// system's clients and workers plus the harness's own producers and
+	// recorder, which are the same for every system.
+	EnqueueAllocsPerJob *float64 `json:"enqueue_allocs_per_job"`
+	EnqueueBytesPerJob  *float64 `json:"enqueue_alloc_bytes_per_job"`
+	WindowAllocsPerJob  *float64 `json:"window_allocs_per_job"`
+	WindowBytesPerJob   *float64 `json:"window_alloc_bytes_per_job"`
+	// Backlog only: used_memory growth per backlog job over the bulk load.
+	BacklogBytesPerJob *float64 `json:"backlog_bytes_per_job"`
+}
+
+// allocSnapshot is the process's cumulative heap allocations.
+type allocSnapshot struct{ mallocs, bytes uint64 }
+
+func readAllocs() allocSnapshot {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return allocSnapshot{mallocs: m.Mallocs, bytes: m.TotalAlloc}
+}
+
+// perJob returns the allocations and bytes from a to b per job.
+func (a allocSnapshot) perJob(b allocSnapshot, jobs int) (allocs, bytes *float64) {
+	if jobs <= 0 {
+		return nil, nil
+	}
+	x := float64(b.mallocs-a.mallocs) / float64(jobs)
+	y := float64(b.bytes-a.bytes) / float64(jobs)
+	return &x, &y
 }
 
 // RunResult is one system × workload × concurrency run of one round.
@@ -408,6 +442,7 @@ func runOne(ctx context.Context, admin *redisAdmin, cfg benchConfig, sysName str
 		windowStart time.Time // start of the drain window
 		cpu0        float64
 		rcpu0       float64
+		alloc0      allocSnapshot // at the start of the drain window
 		rcpuErr     error
 		enqC0       redisCounters // before the burst's enqueue
 		winC0       redisCounters // at the start of the drain window
@@ -429,6 +464,7 @@ func runOne(ctx context.Context, admin *redisAdmin, cfg benchConfig, sysName str
 		cpu0 = processCPU()
 		rcpu0, rcpuErr = admin.CPU(ctx)
 		winC0, winErr = admin.Counters(ctx)
+		alloc0 = readAllocs()
 		t0 = time.Now()
 		windowStart = t0
 		for i := range jobs {
@@ -436,7 +472,9 @@ func runOne(ctx context.Context, admin *redisAdmin, cfg benchConfig, sysName str
 		}
 		p = produce(ctx, sys, jobs, cfg.Producers, nil)
 	case "burst":
+		enqRCPU0, enqRCPUErr := admin.CPU(ctx)
 		enqC0, enqErr = admin.Counters(ctx)
+		enqAlloc0 := readAllocs()
 		t0 = time.Now()
 		for i := range jobs {
 			jobs[i].ReadyAt = t0
@@ -445,11 +483,17 @@ func runOne(ctx context.Context, admin *redisAdmin, cfg benchConfig, sysName str
 		if ctx.Err() != nil {
 			return res, ctx.Err()
 		}
+		alloc0 = readAllocs()
+		res.Figures.EnqueueAllocsPerJob, res.Figures.EnqueueBytesPerJob = enqAlloc0.perJob(alloc0, p.ok)
 		cpu0 = processCPU()
 		rcpu0, rcpuErr = admin.CPU(ctx)
 		winC0, winErr = admin.Counters(ctx)
 		if enqErr == nil && winErr == nil {
 			res.Figures.EnqueueRedis = deltaPerJob(enqC0, winC0, p.ok)
+		}
+		if enqRCPUErr == nil && rcpuErr == nil && p.ok > 0 {
+			v := (rcpu0 - enqRCPU0) * 1e6 / float64(p.ok)
+			res.Figures.EnqueueRedisCPUUsPerJob = &v
 		}
 		windowStart = time.Now()
 		if err := startConsumers(); err != nil {
@@ -458,6 +502,7 @@ func runOne(ctx context.Context, admin *redisAdmin, cfg benchConfig, sysName str
 	case "backlog":
 		base := time.Now().Add(time.Hour)
 		bp := prefix + "bl"
+		used0, usedErr := admin.UsedMemory(ctx)
 		err := bulkLoad(ctx, sys, w.Backlog, func(i int) Job {
 			// Spread over the following hour so the set is not one score.
 			off := time.Duration(uint64(i)*2654435761%3600000) * time.Millisecond
@@ -466,6 +511,10 @@ func runOne(ctx context.Context, admin *redisAdmin, cfg benchConfig, sysName str
 		if err != nil {
 			return res, err
 		}
+		if used1, err := admin.UsedMemory(ctx); err == nil && usedErr == nil && w.Backlog > 0 {
+			v := float64(used1-used0) / float64(w.Backlog)
+			res.Figures.BacklogBytesPerJob = &v
+		}
 		if err := startConsumers(); err != nil {
 			return res, err
 		}
@@ -473,6 +522,7 @@ func runOne(ctx context.Context, admin *redisAdmin, cfg benchConfig, sysName str
 		cpu0 = processCPU()
 		rcpu0, rcpuErr = admin.CPU(ctx)
 		winC0, winErr = admin.Counters(ctx)
+		alloc0 = readAllocs()
 		t0 = time.Now()
 		windowStart = t0
 		// A stream of jobs due at once: ready = the moment of the call.
@@ -501,6 +551,7 @@ func runOne(ctx context.Context, admin *redisAdmin, cfg benchConfig, sysName str
 	if err := r.wait(ctx, int64(p.ok), deadline, deadline.Add(10*cfg.LostTimeout)); err != nil {
 		return res, err
 	}
+	alloc1 := readAllocs()
 	cpu1 := processCPU()
 	rcpu1, rcpuErr1 := admin.CPU(ctx)
 	winC1, winErr1 := admin.Counters(ctx)
@@ -535,6 +586,7 @@ func runOne(ctx context.Context, admin *redisAdmin, cfg benchConfig, sysName str
 		if winErr == nil && winErr1 == nil {
 			f.WindowRedis = deltaPerJob(winC0, winC1, f.Handled)
 		}
+		f.WindowAllocsPerJob, f.WindowBytesPerJob = alloc0.perJob(alloc1, f.Handled)
 	}
 
 	lat := make([]float64, 0, n)
