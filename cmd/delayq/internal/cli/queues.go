@@ -301,6 +301,16 @@ func checkQueueType(q, typ string) error {
 // "report.build=2" for a type's, comma-separated; "-" for none.
 // heldText is the HELD column: the jobs held by caps, then those held by
 // each type's rate limit ("12 rate:sms.send=30").
+// parkedText is the PARKED column: the parked jobs, then "parked:TYPE=N"
+// for each type holding some, by name.
+func parkedText(parked int64, byType map[string]int64) string {
+	out := num(parked)
+	for _, t := range slices.Sorted(maps.Keys(byType)) {
+		out += " parked:" + t + "=" + num(byType[t])
+	}
+	return out
+}
+
 func heldText(held int64, byCap map[string]int64, byKey int64, byRate map[string]int64) string {
 	out := num(held)
 	for _, t := range slices.Sorted(maps.Keys(byCap)) {
@@ -423,6 +433,8 @@ type queueJSON struct {
 	Paused      bool     `json:"paused"`
 	PausedTypes []string `json:"paused_types"`
 	Parked      int64    `json:"parked"`
+	// ParkedByType: Parked by type, the types holding parked jobs only.
+	ParkedByType map[string]int64 `json:"parked_by_type"`
 	// Caps: the concurrency caps, "" for the queue's, else by type.
 	Caps map[string]int `json:"caps"`
 	// Limits: the rate limits, "*" for the queue's, else by type.
@@ -469,7 +481,7 @@ func (a *app) listQueues(ctx context.Context, b *broker.Broker) error {
 	if a.json {
 		out := make([]queueJSON, len(all))
 		for i, s := range all {
-			out[i] = queueJSON{Queue: s.Queue, Paused: s.Paused, PausedTypes: s.PausedTypes, Parked: s.Parked,
+			out[i] = queueJSON{Queue: s.Queue, Paused: s.Paused, PausedTypes: s.PausedTypes, Parked: s.Parked, ParkedByType: s.ParkedByType,
 				Caps: s.Caps, Held: s.Held, HeldByCap: s.HeldByCap, HeldByKey: s.HeldByKey, HeldByRate: s.HeldByRate, Scheduled: s.Scheduled, Due: s.Due, Processing: s.Processing,
 				Dead: s.Dead, deadTrimmedJSON: trimmedOf(s),
 				Limits: map[string]limitJSON{}, ServedBy: len(procs.Serving(s.Queue)), HeldUnserved: heldUnserved(s, procs)}
@@ -488,6 +500,9 @@ func (a *app) listQueues(ctx context.Context, b *broker.Broker) error {
 			}
 			if out[i].HeldByCap == nil {
 				out[i].HeldByCap = map[string]int64{}
+			}
+			if out[i].ParkedByType == nil {
+				out[i].ParkedByType = map[string]int64{}
 			}
 			if out[i].HeldByRate == nil {
 				out[i].HeldByRate = map[string]int64{}
@@ -520,7 +535,7 @@ func (a *app) listQueues(ctx context.Context, b *broker.Broker) error {
 		if heldUnserved(s, procs) {
 			workers += " (jobs held)"
 		}
-		t.row(s.Queue, state, types, num(s.Parked), capsText(s.Caps), heldText(s.Held, s.HeldByCap, s.HeldByKey, s.HeldByRate), limitsText(s.RateLimits), num(s.Scheduled), num(s.Due), num(s.Processing), num(s.Dead), trimmedText(s), workers)
+		t.row(s.Queue, state, types, parkedText(s.Parked, s.ParkedByType), capsText(s.Caps), heldText(s.Held, s.HeldByCap, s.HeldByKey, s.HeldByRate), limitsText(s.RateLimits), num(s.Scheduled), num(s.Due), num(s.Processing), num(s.Dead), trimmedText(s), workers)
 	}
 	return t.flush()
 }

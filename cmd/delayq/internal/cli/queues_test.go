@@ -1,6 +1,8 @@
 package cli_test
 
 import (
+	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -181,5 +183,54 @@ func TestQueuesShowRateHeld(t *testing.T) {
 	tb.okJSON(t, &ls, "queues", "ls")
 	if len(ls.Queues) != 1 || ls.Queues[0].HeldByRate["sms.send"] != 2 || ls.Queues[0].Scheduled != 2 || ls.Queues[0].Due != 2 {
 		t.Errorf("queues ls --json with jobs held by a rate limit: %+v", ls.Queues)
+	}
+}
+
+// TestQueuesParkedByType: with two types paused, queues ls shows how many
+// jobs each holds parked (the table's PARKED column and --json's
+// parked_by_type), and so does stats --json; a resume of one type leaves
+// the other's count.
+func TestQueuesParkedByType(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	for i, typ := range []string{"sms.send", "sms.send", "email.send", "email.digest"} {
+		e := &job.Envelope{ID: fmt.Sprintf("j%d", i), Queue: "mail", Type: typ, Payload: []byte(`{}`)}
+		if err := tb.b.Enqueue(tb.ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, typ := range []string{"sms.send", "email.send", "push.send"} {
+		tb.ok(t, "queues", "pause", "mail", "--type", typ)
+	}
+	if res, err := testkit.Drive(tb.b).Claim(tb.ctx, "mail", 10, time.Minute); err != nil || len(res.Jobs) != 1 {
+		t.Fatalf("claimed %+v, %v; want the one email.digest", res.Jobs, err)
+	}
+	out := tb.ok(t, "queues", "ls")
+	if !strings.Contains(out, "email.send,push.send,sms.send  3 parked:email.send=1 parked:sms.send=2  -") {
+		t.Errorf("queues ls with three types paused:\n%s", out)
+	}
+	type parked struct {
+		Queues []struct {
+			Parked       int64            `json:"parked"`
+			ParkedByType map[string]int64 `json:"parked_by_type"`
+		} `json:"queues"`
+	}
+	want := map[string]int64{"sms.send": 2, "email.send": 1}
+	for _, cmd := range [][]string{{"queues", "ls"}, {"stats"}} {
+		var got parked
+		tb.okJSON(t, &got, cmd...)
+		if len(got.Queues) != 1 || got.Queues[0].Parked != 3 || !maps.Equal(got.Queues[0].ParkedByType, want) {
+			t.Errorf("%v --json: %+v, want 3 parked, %v", cmd, got.Queues, want)
+		}
+	}
+	tb.ok(t, "queues", "resume", "mail", "--type", "sms.send")
+	if out := tb.ok(t, "queues", "ls"); !strings.Contains(out, "email.send,push.send  1 parked:email.send=1  -") {
+		t.Errorf("queues ls after resuming sms.send:\n%s", out)
+	}
+	tb.ok(t, "queues", "resume", "mail", "--type", "email.send")
+	var none parked
+	tb.okJSON(t, &none, "queues", "ls")
+	if len(none.Queues) != 1 || none.Queues[0].Parked != 0 || none.Queues[0].ParkedByType == nil || len(none.Queues[0].ParkedByType) != 0 {
+		t.Errorf("queues ls --json with nothing parked: %+v, want parked_by_type {}", none.Queues)
 	}
 }
