@@ -78,8 +78,8 @@ func parkedCounts(t *testing.T, tb *testBundle) map[string]int64 {
 // reschedules, type and queue pauses and resumes, and checks after each
 // one that every type's count in parkedtypes is the number of its jobs in
 // the parked set, and that Stats.ParkedByType says the same and sums to
-// Stats.Parked. At the end the queue is emptied and forgotten: no count
-// is left.
+// Stats.Parked. At the end the queue is emptied (no count is left) and
+// forgotten (a stale count goes with it).
 func TestParkedCountsFollowEveryPath(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
@@ -236,6 +236,39 @@ func TestParkedCountsFollowEveryPath(t *testing.T) {
 	check(-1, "parked jobs cancelled")
 	if n, err := tb.rdb.Exists(tb.ctx, keyKey(tb, "parkedtypes")).Result(); err != nil || n != 0 {
 		t.Fatalf("parkedtypes left with no job parked: %d, %v", n, err)
+	}
+	// Forget deletes the counts with the queue's other keys, even a stale
+	// one (written here by hand).
+	for _, c := range leases {
+		if err := testkit.Drive(tb.b).Ack(tb.ctx, c.Lease); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, typ := range types {
+		if _, err := tb.b.Resume(tb.ctx, "q", typ); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 100 {
+		if st, err := tb.b.Stats(tb.ctx, "q"); err != nil || st.Scheduled+st.Processing+st.Parked+st.Held == 0 {
+			break
+		}
+		res := tb.claim(t, 100)
+		for _, c := range res.Jobs {
+			if err := testkit.Drive(tb.b).Ack(tb.ctx, c.Lease); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tb.clock.Advance(3 * time.Second)
+	}
+	if err := tb.rdb.HSet(tb.ctx, keyKey(tb, "parkedtypes"), "t0", 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.b.Forget(tb.ctx, "q"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := tb.rdb.Exists(tb.ctx, keyKey(tb, "parkedtypes")).Result(); err != nil || n != 0 {
+		t.Fatalf("parkedtypes left after Forget: %d, %v", n, err)
 	}
 }
 
