@@ -59,7 +59,8 @@ func (b *Broker) cancel(ctx context.Context, queue, id string, running bool) (in
 // cancelCall is one send of a cancel call with id cid.
 func (b *Broker) cancelCall(ctx context.Context, s keyspace.Shard, queue, id string, running bool, cid string) (int64, error) {
 	k := s.Keys()
-	res, err := b.run(ctx, cancelScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Parked, k.Leases, k.Cancels, k.Held, k.Calls, k.Batched, k.Unique, keyCapKeysOf(k).HeldKeys},
+	kk := keyCapKeysOf(k)
+	res, err := b.run(ctx, cancelScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Parked, k.Leases, k.Cancels, k.Held, k.Calls, k.Batched, k.Unique, kk.HeldKeys, kk.ParkedTypes},
 		id, flag(running), k.Cancel, cid, b.windowArg())
 	if unsure(err) {
 		ce := unsureErr("cancel", queue, id, cid, err)

@@ -21,6 +21,10 @@ type keyCapKeys struct {
 	Caps     string // HASH key -> "share/total": the keys' own caps
 	HeldKeys string // ZSET key -> how many of its jobs its cap or pause holds
 	Paused   string // HASH key -> paused at ms: the paused keys
+	// ParkedTypes is not a per-key key but lives here for the same
+	// reason: built once per shard. HASH type -> its jobs in the parked
+	// set (jobs of paused types set aside by the claim).
+	ParkedTypes string
 }
 
 // keyCapKeysOf names them for shard k. Every claim and settle needs
@@ -32,7 +36,7 @@ func keyCapKeysOf(k keyspace.Keys) keyCapKeys {
 		return v.(keyCapKeys)
 	}
 	p := strings.TrimSuffix(k.Held, "held:")
-	kk := keyCapKeys{Run: p + "keyrun", Caps: p + "keycaps", HeldKeys: p + "keyheld", Paused: p + "keypaused"}
+	kk := keyCapKeys{Run: p + "keyrun", Caps: p + "keycaps", HeldKeys: p + "keyheld", Paused: p + "keypaused", ParkedTypes: p + "parkedtypes"}
 	if keyCapCached.Add(1) <= maxKeyCapCache {
 		keyCapCache.Store(k.Held, kk)
 	}

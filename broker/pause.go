@@ -73,7 +73,7 @@ func (b *Broker) pause(ctx context.Context, queue, what string, on bool) (int64,
 	}
 	return b.sumShards(ctx, queue, func(_ keyspace.Queue, s keyspace.Shard) (int64, error) {
 		k := s.Keys()
-		res, err := b.run(ctx, pauseScript, []string{k.Controls, k.Parked, k.Scheduled, k.Jobs}, what, flag(on), k.Wake)
+		res, err := b.run(ctx, pauseScript, []string{k.Controls, k.Parked, k.Scheduled, k.Jobs, keyCapKeysOf(k).ParkedTypes}, what, flag(on), k.Wake)
 		if err != nil {
 			return 0, err
 		}

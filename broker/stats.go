@@ -67,7 +67,7 @@ func (b *Broker) statsOf(ctx context.Context, queues []string) (out []job.QueueS
 		resolved[i] = q
 		for _, s := range q.Shards() {
 			k := s.Keys()
-			calls = append(calls, read{s: statsScript, keys: []string{k.Scheduled, k.Processing, k.DeadIndex, k.Counts, k.Controls, k.Parked, k.Held, keyCapKeysOf(k).HeldKeys}})
+			calls = append(calls, read{s: statsScript, keys: []string{k.Scheduled, k.Processing, k.DeadIndex, k.Counts, k.Controls, k.Parked, k.Held, keyCapKeysOf(k).HeldKeys, keyCapKeysOf(k).ParkedTypes}})
 		}
 	}
 	res, rerrs := b.runReads(ctx, calls)
@@ -127,7 +127,7 @@ func (e *QueueErrors) Unwrap() []error {
 // parseStats decodes the reply of stats.lua.
 func parseStats(res any) (job.QueueStats, error) {
 	parts, ok := res.([]any)
-	if !ok || len(parts) != 18 {
+	if !ok || len(parts) != 19 {
 		return job.QueueStats{}, fmt.Errorf("broker: stats: unexpected reply %v", res)
 	}
 	v, err := int64s(parts[:10], 10)
@@ -173,12 +173,13 @@ func parseStats(res any) (job.QueueStats, error) {
 	heldByRate := typeCounts(parts[14])
 	heldByCap := typeCounts(parts[16])
 	heldByKey, _ := parts[17].(int64)
+	parkedByType := typeCounts(parts[18])
 	trims, err := int64s(parts[15], 3)
 	if err != nil {
 		return job.QueueStats{}, err
 	}
 	s := job.QueueStats{DeadTrimmedCap: trims[0], DeadTrimmedAge: trims[1], DeadTrimmedUnarchived: trims[2], Now: fromMS(v[0]), Scheduled: v[1], Due: v[2], Processing: v[3], Dead: v[4], ExpiredDropped: v[7],
-		Paused: v[8] == 1, Parked: v[9], PausedTypes: types, RateLimits: limits, Caps: caps, Held: held, HeldByRate: heldByRate, HeldByCap: heldByCap, HeldByKey: heldByKey}
+		Paused: v[8] == 1, Parked: v[9], PausedTypes: types, RateLimits: limits, Caps: caps, Held: held, HeldByRate: heldByRate, HeldByCap: heldByCap, HeldByKey: heldByKey, ParkedByType: parkedByType}
 	if v[5] >= 0 {
 		s.OldestDue = fromMS(v[5])
 	}
@@ -241,6 +242,12 @@ func merge(into *job.QueueStats, st job.QueueStats, first bool) {
 	into.DeadTrimmedAge += st.DeadTrimmedAge
 	into.DeadTrimmedUnarchived += st.DeadTrimmedUnarchived
 	into.Parked += st.Parked
+	for t, n := range st.ParkedByType {
+		if into.ParkedByType == nil {
+			into.ParkedByType = make(map[string]int64)
+		}
+		into.ParkedByType[t] += n
+	}
 	into.Held += st.Held
 	for t, n := range st.HeldByRate {
 		if into.HeldByRate == nil {

@@ -244,3 +244,53 @@ func TestHeldByKeysShown(t *testing.T) {
 		"<li>3 held by the concurrency caps or pauses of their keys, until a job of the same key ends or the key is resumed (see the keys holding jobs back)</li>")
 	mustNotContain(t, "queue page", r.body, "held by the concurrency cap of their type")
 }
+
+// TestParkedByEachPausedType: with several types paused, the queue page
+// says how many jobs each holds parked, in its own line and in its row (a
+// paused type holding none shows 0), and the overview's held-back count
+// adds them up.
+func TestParkedByEachPausedType(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, dashboard.Options{})
+	for i := range 3 {
+		tb.enqueue(t, "jobs", fmt.Sprintf("s%d", i), "sms.send", `{}`, 0)
+	}
+	tb.enqueue(t, "jobs", "m0", "mail.send", `{}`, 0)
+	tb.enqueue(t, "jobs", "r0", "report.build", `{}`, 0)
+	for _, typ := range []string{"sms.send", "mail.send", "push.send"} {
+		if err := tb.b.Pause(tb.ctx, "jobs", typ); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(tb.claim(t, "jobs", 20).Jobs); n != 1 {
+		t.Fatalf("claimed %d, want the one report", n)
+	}
+	row := func(typ, held string) string {
+		cls := "r"
+		if held != "0" {
+			cls = "r warn"
+		}
+		return `<tr data-type="` + typ + `">
+  <td>type <bdi>` + typ + `</bdi></td>
+  <td><span class="state s-paused">paused</span></td>
+  <td class="r">—</td>
+  <td>—</td>
+  <td class="` + cls + `">` + held + `</td>`
+	}
+	r := tb.get(t, "/queues/jobs")
+	mustContain(t, "queue page", r.body,
+		`<span class="count warn" id="held-count">4 held back now</span>`,
+		"<li>1 parked while type mail.send is paused</li>", "<li>3 parked while type sms.send is paused</li>",
+		row("sms.send", "3 parked"), row("mail.send", "1 parked"), row("push.send", "0"))
+	mustNotContain(t, "queue page", r.body, "parked while their type is paused")
+	mustContain(t, "overview", tb.get(t, "/").body, `data-held="4" title="1 parked while type mail.send is paused; 3 parked while type sms.send is paused">4 held back</span>`)
+
+	// Resuming one type leaves the other's count.
+	if _, err := tb.b.Resume(tb.ctx, "jobs", "sms.send"); err != nil {
+		t.Fatal(err)
+	}
+	r = tb.get(t, "/queues/jobs")
+	mustContain(t, "queue page after resuming sms.send", r.body, `<span class="count warn" id="held-count">1 held back now</span>`,
+		"<li>1 parked while type mail.send is paused</li>", row("mail.send", "1 parked"))
+	mustNotContain(t, "queue page after resuming sms.send", r.body, "parked while type sms.send", `<tr data-type="sms.send">`)
+}

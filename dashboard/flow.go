@@ -15,10 +15,9 @@ type flowRow struct {
 	Cap     int // 0: none
 	Limit   job.RateLimit
 	Limited bool // Limit is set
-	// HeldByRate: due jobs held by this row's rate limit now. HeldByCap and
-	// Parked: those held by its cap and parked by its pause, when the
-	// broker's counts (which are by queue) can be told apart by type: the
-	// queue has one capped type without a rate limit, or one paused type.
+	// HeldByRate: due jobs held by this row's rate limit now; HeldByCap
+	// and Parked: those held by its cap and parked by its pause
+	// (job.QueueStats.HeldByCap and ParkedByType).
 	HeldByRate, HeldByCap, Parked int64
 }
 
@@ -55,6 +54,11 @@ func flowOf(s job.QueueStats) flowData {
 			types[t] = true
 		}
 	}
+	for t, n := range s.ParkedByType {
+		if n > 0 {
+			types[t] = true
+		}
+	}
 	delete(types, "")
 	names := make([]string, 0, len(types))
 	for t := range types {
@@ -80,8 +84,8 @@ func flowOf(s job.QueueStats) flowData {
 		if t != "" {
 			r.HeldByCap = s.HeldByCap[t]
 		}
-		if t != "" && len(s.PausedTypes) == 1 && s.PausedTypes[0] == t {
-			r.Parked = s.Parked
+		if t != "" {
+			r.Parked = s.ParkedByType[t]
 		}
 		return r
 	}
@@ -118,14 +122,18 @@ func flowOf(s job.QueueStats) flowData {
 	if rest := s.Held - byType; rest > 0 {
 		f.Why = append(f.Why, formatCount(rest)+" held by the concurrency cap of their type, until one of their type ends")
 	}
-	if s.Parked > 0 {
-		line := formatCount(s.Parked) + " parked while "
-		if len(s.PausedTypes) == 1 {
-			line += "type " + s.PausedTypes[0] + " is paused"
-		} else {
-			line += "their type is paused"
+	// One line per type holding parked jobs (and, should the counts by
+	// type not add up to Parked, such as jobs parked by a version that did
+	// not count them, the rest as a whole).
+	var parked int64
+	for _, t := range names {
+		if n := s.ParkedByType[t]; n > 0 {
+			parked += n
+			f.Why = append(f.Why, formatCount(n)+" parked while type "+t+" is paused")
 		}
-		f.Why = append(f.Why, line)
+	}
+	if rest := s.Parked - parked; rest > 0 {
+		f.Why = append(f.Why, formatCount(rest)+" parked while their type is paused")
 	}
 	f.HeldBack = s.Held + s.Parked + f.ByRate
 	f.DueFree = max(s.Due-f.ByRate, 0)

@@ -48,6 +48,11 @@ type QueueStats struct {
 	// Parked counts due jobs of paused types, set aside until their type is
 	// resumed (not in Scheduled).
 	Parked int64
+	// ParkedByType is Parked by type, each paused type with the jobs it
+	// holds parked: the types holding none (paused or not) are left out
+	// (nil when none holds any). Counted as jobs are parked and leave, so
+	// reading it is O(paused types).
+	ParkedByType map[string]int64
 	// Held counts due jobs of capped types held aside until a job of their
 	// type ends (not in Scheduled). Those of a type that also has a rate
 	// limit count in HeldByRate instead.

@@ -17,6 +17,8 @@
 -- KEYS[11] -> ns:{q}:unique     ZSET id -> remembered until ms (job.Unique)
 -- KEYS[12] -> ns:{q}:keyheld    ZSET key -> its jobs held by its cap or
 --                               pause (touched only for a job held there)
+-- KEYS[13] -> ns:{q}:parkedtypes HASH type -> its jobs in KEYS[5] (touched
+--                               only for a parked job)
 -- ARGV[1] -> now ms ("" = server TIME)
 -- ARGV[2] -> id
 -- ARGV[3] -> "1": a running job is asked to stop; "0": it is left alone
@@ -51,17 +53,35 @@ local function answer(code)
   record(KEYS[9] .. cid, window, code)
   return code
 end
--- Removes the job's envelope and attempts, and records its ending.
-local function remove()
+-- Removes the job's envelope (body, when already read) and attempts, and
+-- records its ending.
+local function remove(body)
   local e = endings(KEYS[10], KEYS[11], now_ms())
-  local batch, u, ud = ending_of(redis.call('HGET', KEYS[3], id))
+  if body == nil then
+    body = redis.call('HGET', KEYS[3], id)
+  end
+  local batch, u, ud = ending_of(body)
   end_job(e, id, 'x', batch, u, ud)
   redis.call('HDEL', KEYS[3], id)
   redis.call('HDEL', KEYS[4], id)
   flush_endings(e)
 end
-if redis.call('ZREM', KEYS[1], id) == 1 or redis.call('ZREM', KEYS[5], id) == 1 then
+if redis.call('ZREM', KEYS[1], id) == 1 then
   remove()
+  return answer(1)
+end
+-- Parked: counted out of its type's parked jobs (a ZSCORE first, where a
+-- ZREM was before, so that KEYS[13]'s type is checked before any write
+-- and a job that is not parked costs no more command).
+if redis.call('ZSCORE', KEYS[5], id) then
+  bad = expect({KEYS[13], 'hash'})
+  if bad then
+    return bad
+  end
+  local body = redis.call('HGET', KEYS[3], id)
+  redis.call('ZREM', KEYS[5], id)
+  parked_add(KEYS[13], type_of(body), -1)
+  remove(body or false)
   return answer(1)
 end
 if redis.call('ZSCORE', KEYS[2], id) then

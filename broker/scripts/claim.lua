@@ -62,6 +62,9 @@
 -- KEYS[24] -> ns:{q}:keypaused  HASH key -> paused at ms: the paused keys
 --                               (touched only while field "kp" of KEYS[13]
 --                               says some key is paused)
+-- KEYS[25] -> ns:{q}:parkedtypes HASH type -> its jobs in KEYS[14]
+--                               (touched only when a job is parked: one
+--                               HINCRBY per type parking, parked_add)
 --
 -- Expiry (job.ExpireAt): a due job whose envelope ends in ,"x":"<ms>"} (or
 -- "<ms>d"}) with <ms> <= now is not leased: it goes to the dead letters with
@@ -602,7 +605,7 @@ if n > 0 then
         end
       end
       if #park > 0 then
-        bad = expect({KEYS[14], 'zset'})
+        bad = expect({KEYS[14], 'zset', KEYS[25], 'hash'})
         if bad then
           return bad
         end
@@ -702,13 +705,22 @@ if n > 0 then
       expire_jobs(ids, bodies, expired, now, ended)
     end
     if #park > 0 then
-      local members = {}
+      local members, by_type, tlist = {}, {}, {}
       for _, k in ipairs(park) do
         members[#members + 1] = readies[k]
         members[#members + 1] = ids[k]
         ended[k] = true
+        local t = types[k]
+        if not by_type[t] then
+          by_type[t] = 0
+          tlist[#tlist + 1] = t
+        end
+        by_type[t] = by_type[t] + 1
       end
       call_chunked('ZADD', KEYS[14], members)
+      for _, t in ipairs(tlist) do
+        parked_add(KEYS[25], t, by_type[t])
+      end
     end
     if #hold > 0 then
       local by_type = {}

@@ -15,6 +15,10 @@
 -- KEYS[7] -> ns:{q}:keyheld     ZSET key -> its jobs held by its cap or
 --                               pause (touched only when a replace takes a
 --                               job out of its key's held set)
+-- KEYS[8] -> ns:{q}:parkedtypes HASH type -> its jobs in KEYS[5] (touched
+--                               only when a replace takes a job out of
+--                               KEYS[5], or a debounce gives a parked job
+--                               an envelope of another type)
 -- ARGV[1] -> now ms ("" = server TIME)
 -- ARGV[2] -> wake channel
 -- ARGV[3] -> resend window ms: how long an outcome is kept under its call
@@ -217,19 +221,10 @@ if #uniq > 0 then
     end
   end
 end
--- Takes a job parked by its type's pause, or held by its type's cap, out
--- of there (for a replace, which schedules it anew); false when it is in
--- neither (a worker holds it).
-local function set_aside(id, body)
-  local bad = expect({KEYS[5], 'zset'})
-  if bad then
-    error(bad)
-  end
-  if redis.call('ZREM', KEYS[5], id) == 1 then
-    return true
-  end
-  -- The type from the body's header (as type_of in the prelude reads it,
-  -- which this script does not load: its common path never needs it).
+-- The type from a body's header, nil when it has none (as type_of in the
+-- prelude reads it, which this script does not load: its common path never
+-- needs it).
+local function body_type(body)
   local t = body and string.match(body, '^{"t":"([%w%._:/%-]+)"[,}]')
   if not t and body then
     local ok, env = pcall(cjson.decode, body)
@@ -237,6 +232,30 @@ local function set_aside(id, body)
       t = env.t
     end
   end
+  return t
+end
+-- Takes a job parked by its type's pause, or held by its type's cap, out
+-- of there (for a replace, which schedules it anew); false when it is in
+-- neither (a worker holds it).
+local function set_aside(id, body)
+  -- A ZSCORE (its error names the key's wrong type) rather than a ZREM, so
+  -- that KEYS[8] is checked before the first write, at no extra command
+  -- for a job that is not parked.
+  local parked = redis.pcall('ZSCORE', KEYS[5], id)
+  if type(parked) == 'table' and parked.err then
+    error(expect({KEYS[5], 'zset'}) or parked)
+  end
+  local t = body_type(body)
+  if parked then
+    local bad = expect({KEYS[8], 'hash'})
+    if bad then
+      error(bad)
+    end
+    redis.call('ZREM', KEYS[5], id)
+    parked_add(KEYS[8], t, -1)
+    return true
+  end
+  local bad
   if t then
     bad = expect({KEYS[6] .. t, 'zset'})
     if bad then
@@ -266,7 +285,9 @@ end
 -- ready time it keeps (a debounced due job), so that a debounced job later
 -- in the call with the id acts on what the call leaves (the later field
 -- and member of HSET and ZADD win).
-local fields, members, seen, written = {}, {}, {}, {}
+-- parked_as: for a parked id a debounce kept, the type it is counted
+-- under in KEYS[8].
+local fields, members, seen, written, parked_as = {}, {}, {}, {}, {}
 local soonest = nil
 local function store(k, i)
   local ready = ready_of(i)
@@ -287,6 +308,23 @@ local function keep(k, i, at)
   fields[#fields + 1] = ARGV[i + 1]
   out[k] = at
   written[ids[k]] = at
+  local was = parked_as[ids[k]]
+  if was ~= nil then
+    -- A parked job given an envelope of another type: its count moves to
+    -- that type, the one whose resume sends it back (pause.lua).
+    local t = body_type(ARGV[i + 1])
+    if t ~= was then
+      local bad = expect({KEYS[8], 'hash'})
+      if bad then
+        error(bad)
+      end
+      if was then
+        parked_add(KEYS[8], was, -1)
+      end
+      parked_add(KEYS[8], t, 1)
+      parked_as[ids[k]] = t or false
+    end
+  end
 end
 -- A debounced enqueue (flag "d") of job k that found its id pending: in
 -- its window (scheduled, not yet due) the job gets the new envelope and
@@ -306,15 +344,13 @@ local function debounce(k, i, id, body)
       error(bad)
     end
     at = tonumber(redis.call('ZSCORE', KEYS[5], id))
+    if at then
+      -- Parked: counted under the type of the envelope it keeps.
+      parked_as[id] = body_type(body) or false
+    end
   end
   if not at then
-    local t = body and string.match(body, '^{"t":"([%w%._:/%-]+)"[,}]')
-    if not t and body then
-      local ok, env = pcall(cjson.decode, body)
-      if ok and type(env) == 'table' and type(env.t) == 'string' then
-        t = env.t
-      end
-    end
+    local t = body_type(body)
     if t then
       local bad = expect({KEYS[6] .. t, 'zset'})
       if bad then

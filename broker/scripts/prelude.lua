@@ -503,6 +503,22 @@ local function held_add(key, member, delta)
   end
 end
 
+-- parked_add counts delta more jobs of type t parked by its pause in key
+-- (ns:{q}:parkedtypes: HASH type -> its jobs in ns:{q}:parked), dropping
+-- a count that reaches 0. Every script that moves a job into or out of the
+-- parked set calls it with what it moved (pause.lua's resume of a type
+-- rewrites the hash whole instead, from the bodies it reads). One HINCRBY
+-- (and an HDEL for a count that ran out); nothing when delta is 0 or the
+-- type is unknown.
+local function parked_add(key, t, delta)
+  if delta == 0 or not t then
+    return
+  end
+  if tonumber(redis.call('HINCRBY', key, t, delta)) <= 0 then
+    redis.call('HDEL', key, t)
+  end
+end
+
 -- Per-key caps (Broker.SetKeyConcurrency): the running jobs of keys ended
 -- (keys lists one key per ended job). Their counts in run (HASH key -> n
 -- running) go down, and as many held jobs of each key (held .. '#' ..

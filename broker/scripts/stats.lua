@@ -15,6 +15,8 @@
 -- KEYS[8] -> ns:{q}:keyheld     ZSET key -> how many of its jobs its
 --                               per-key cap or pause holds (in KEYS[7] ..
 --                               '#' .. key), '#' -> their total
+-- KEYS[9] -> ns:{q}:parkedtypes HASH type -> its jobs in KEYS[6] (read only
+--                               when some job is parked)
 -- ARGV[1] -> now ms ("" = server TIME)
 --
 -- Returns {now, scheduled, due, processing, dead, oldest due ready ms (-1 when
@@ -24,12 +26,13 @@
 -- ...}, held jobs (by caps), {type, jobs held by its rate limit, ...},
 -- {dead records trimmed by the cap, by age, trimmed but not kept for the
 -- workers' hook}, {type, jobs held by its cap, ...}, jobs held by per-key
--- caps (counted in held too)}.
+-- caps (counted in held too), {type, its parked jobs, ...}}.
 -- Jobs held by a rate limit count in scheduled and due, and the oldest of
 -- them in the oldest due ready time. Every count is O(1) or O(log N) (one
 -- ZCARD per capped type, a ZCARD and a ZRANGE per rate-limited type), but
 -- the jobs held by per-key caps and pauses, counted in held: their total,
--- member '#' of KEYS[8] (one ZSCORE).
+-- member '#' of KEYS[8] (one ZSCORE); and the parked jobs by type, one
+-- HGETALL of KEYS[9], O(paused types), when some job is parked.
 local bad = expect({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'hash', KEYS[6], 'zset'})
 if bad then
   return bad
@@ -119,5 +122,15 @@ if expect({KEYS[8], 'zset'}) == nil then
   by_key = tonumber(redis.call('ZSCORE', KEYS[8], '#')) or 0
 end
 held = held + by_key
+local parked, by_type = redis.call('ZCARD', KEYS[6]), {}
+if parked > 0 and expect({KEYS[9], 'hash'}) == nil then
+  local all = redis.call('HGETALL', KEYS[9])
+  for i = 1, #all, 2 do
+    if is_int(all[i + 1]) and tonumber(all[i + 1]) > 0 then
+      by_type[#by_type + 1] = all[i]
+      by_type[#by_type + 1] = tonumber(all[i + 1])
+    end
+  end
+end
 return {now, scheduled, due, redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]), oldest, next, tonumber(dropped),
-  paused, redis.call('ZCARD', KEYS[6]), types, rates, caps, held, by_rate, {counters[2], counters[3], counters[4]}, by_cap, by_key}
+  paused, parked, types, rates, caps, held, by_rate, {counters[2], counters[3], counters[4]}, by_cap, by_key, by_type}

@@ -193,17 +193,34 @@ func limitsText(limits map[string]job.RateLimit) string {
 
 // forgetCommand is "queues forget".
 func (a *app) forgetCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "forget QUEUE",
+	var idle string
+	cmd := &cobra.Command{
+		Use:   "forget (QUEUE | --idle DURATION)",
 		Short: "Remove a queue that holds nothing from the namespace (a typo, a queue no longer used)",
 		Long: `Remove a queue with nothing in it from the namespace: stats, queues ls, the
 dashboard and the metrics no longer list it, and its pause, caps and limits
 are gone. A queue that holds jobs (scheduled, processing, parked, held), dead
 records or remembered unique job ids is refused, and the error names what is
 left. The next enqueue to the name, from a process started after, lists it
-again; forget queues that no running producer or worker uses.`,
-		Args: exactArgs(1, "one queue name"),
+again; forget queues that no running producer or worker uses.
+
+With --idle DURATION instead of a queue, every queue nobody used for that
+long (at least 1h; 168h is a week) that holds nothing and has no pause, cap,
+rate limit or key cap set is unlisted, as workers do by themselves
+(broker.Broker.ForgetIdle), and their names are printed.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if idle != "" {
+				if len(args) != 0 {
+					return usagef("give a queue or --idle, not both")
+				}
+				return nil
+			}
+			return exactArgs(1, "one queue name (or --idle DURATION)")(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if idle != "" {
+				return a.forgetIdle(cmd.Context(), idle)
+			}
 			q := args[0]
 			if err := checkQueueType(q, ""); err != nil {
 				return err
@@ -225,6 +242,41 @@ again; forget queues that no running producer or worker uses.`,
 			return err
 		},
 	}
+	cmd.Flags().StringVar(&idle, "idle", "", "forget every queue unused for this long that holds nothing (at least 1h), instead of one queue")
+	return cmd
+}
+
+// forgetIdle is "queues forget --idle": it prints the queues it forgot,
+// those forgotten before a failure too.
+func (a *app) forgetIdle(ctx context.Context, v string) error {
+	idle, err := time.ParseDuration(v)
+	if err != nil || idle < broker.MinForgetIdle {
+		return usagef("invalid --idle %q: want a duration of at least %s, such as 168h for a week", v, broker.MinForgetIdle)
+	}
+	b, err := a.broker(ctx)
+	if err != nil {
+		return err
+	}
+	forgotten, ferr := b.ForgetIdle(ctx, idle)
+	if a.json {
+		if forgotten == nil {
+			forgotten = []string{}
+		}
+		if err := a.printJSON(map[string]any{"idle_ms": idle.Milliseconds(), "forgotten": forgotten}); err != nil {
+			return err
+		}
+		return ferr
+	}
+	if len(forgotten) == 0 && ferr == nil {
+		_, err := fmt.Fprintf(a.stdout, "no queue that holds nothing was unused for %s: nothing forgotten\n", fmtDur(idle))
+		return err
+	}
+	for _, q := range forgotten {
+		if _, err := fmt.Fprintln(a.stdout, termSafe("forgot idle queue "+q, false)); err != nil {
+			return err
+		}
+	}
+	return ferr
 }
 
 // capCommand is "queues cap".
@@ -301,6 +353,16 @@ func checkQueueType(q, typ string) error {
 // "report.build=2" for a type's, comma-separated; "-" for none.
 // heldText is the HELD column: the jobs held by caps, then those held by
 // each type's rate limit ("12 rate:sms.send=30").
+// parkedText is the PARKED column: the parked jobs, then "parked:TYPE=N"
+// for each type holding some, by name.
+func parkedText(parked int64, byType map[string]int64) string {
+	out := num(parked)
+	for _, t := range slices.Sorted(maps.Keys(byType)) {
+		out += " parked:" + t + "=" + num(byType[t])
+	}
+	return out
+}
+
 func heldText(held int64, byCap map[string]int64, byKey int64, byRate map[string]int64) string {
 	out := num(held)
 	for _, t := range slices.Sorted(maps.Keys(byCap)) {
@@ -423,6 +485,8 @@ type queueJSON struct {
 	Paused      bool     `json:"paused"`
 	PausedTypes []string `json:"paused_types"`
 	Parked      int64    `json:"parked"`
+	// ParkedByType: Parked by type, the types holding parked jobs only.
+	ParkedByType map[string]int64 `json:"parked_by_type"`
 	// Caps: the concurrency caps, "" for the queue's, else by type.
 	Caps map[string]int `json:"caps"`
 	// Limits: the rate limits, "*" for the queue's, else by type.
@@ -469,7 +533,7 @@ func (a *app) listQueues(ctx context.Context, b *broker.Broker) error {
 	if a.json {
 		out := make([]queueJSON, len(all))
 		for i, s := range all {
-			out[i] = queueJSON{Queue: s.Queue, Paused: s.Paused, PausedTypes: s.PausedTypes, Parked: s.Parked,
+			out[i] = queueJSON{Queue: s.Queue, Paused: s.Paused, PausedTypes: s.PausedTypes, Parked: s.Parked, ParkedByType: s.ParkedByType,
 				Caps: s.Caps, Held: s.Held, HeldByCap: s.HeldByCap, HeldByKey: s.HeldByKey, HeldByRate: s.HeldByRate, Scheduled: s.Scheduled, Due: s.Due, Processing: s.Processing,
 				Dead: s.Dead, deadTrimmedJSON: trimmedOf(s),
 				Limits: map[string]limitJSON{}, ServedBy: len(procs.Serving(s.Queue)), HeldUnserved: heldUnserved(s, procs)}
@@ -488,6 +552,9 @@ func (a *app) listQueues(ctx context.Context, b *broker.Broker) error {
 			}
 			if out[i].HeldByCap == nil {
 				out[i].HeldByCap = map[string]int64{}
+			}
+			if out[i].ParkedByType == nil {
+				out[i].ParkedByType = map[string]int64{}
 			}
 			if out[i].HeldByRate == nil {
 				out[i].HeldByRate = map[string]int64{}
@@ -520,7 +587,7 @@ func (a *app) listQueues(ctx context.Context, b *broker.Broker) error {
 		if heldUnserved(s, procs) {
 			workers += " (jobs held)"
 		}
-		t.row(s.Queue, state, types, num(s.Parked), capsText(s.Caps), heldText(s.Held, s.HeldByCap, s.HeldByKey, s.HeldByRate), limitsText(s.RateLimits), num(s.Scheduled), num(s.Due), num(s.Processing), num(s.Dead), trimmedText(s), workers)
+		t.row(s.Queue, state, types, parkedText(s.Parked, s.ParkedByType), capsText(s.Caps), heldText(s.Held, s.HeldByCap, s.HeldByKey, s.HeldByRate), limitsText(s.RateLimits), num(s.Scheduled), num(s.Due), num(s.Processing), num(s.Dead), trimmedText(s), workers)
 	}
 	return t.flush()
 }

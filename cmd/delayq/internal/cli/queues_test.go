@@ -1,10 +1,14 @@
 package cli_test
 
 import (
+	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
@@ -181,5 +185,147 @@ func TestQueuesShowRateHeld(t *testing.T) {
 	tb.okJSON(t, &ls, "queues", "ls")
 	if len(ls.Queues) != 1 || ls.Queues[0].HeldByRate["sms.send"] != 2 || ls.Queues[0].Scheduled != 2 || ls.Queues[0].Due != 2 {
 		t.Errorf("queues ls --json with jobs held by a rate limit: %+v", ls.Queues)
+	}
+}
+
+// TestQueuesParkedByType: with two types paused, queues ls shows how many
+// jobs each holds parked (the table's PARKED column and --json's
+// parked_by_type), and so does stats --json; a resume of one type leaves
+// the other's count.
+func TestQueuesParkedByType(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	for i, typ := range []string{"sms.send", "sms.send", "email.send", "email.digest"} {
+		e := &job.Envelope{ID: fmt.Sprintf("j%d", i), Queue: "mail", Type: typ, Payload: []byte(`{}`)}
+		if err := tb.b.Enqueue(tb.ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, typ := range []string{"sms.send", "email.send", "push.send"} {
+		tb.ok(t, "queues", "pause", "mail", "--type", typ)
+	}
+	if res, err := testkit.Drive(tb.b).Claim(tb.ctx, "mail", 10, time.Minute); err != nil || len(res.Jobs) != 1 {
+		t.Fatalf("claimed %+v, %v; want the one email.digest", res.Jobs, err)
+	}
+	out := tb.ok(t, "queues", "ls")
+	if !strings.Contains(out, "email.send,push.send,sms.send  3 parked:email.send=1 parked:sms.send=2  -") {
+		t.Errorf("queues ls with three types paused:\n%s", out)
+	}
+	type parked struct {
+		Queues []struct {
+			Parked       int64            `json:"parked"`
+			ParkedByType map[string]int64 `json:"parked_by_type"`
+		} `json:"queues"`
+	}
+	want := map[string]int64{"sms.send": 2, "email.send": 1}
+	for _, cmd := range [][]string{{"queues", "ls"}, {"stats"}} {
+		var got parked
+		tb.okJSON(t, &got, cmd...)
+		if len(got.Queues) != 1 || got.Queues[0].Parked != 3 || !maps.Equal(got.Queues[0].ParkedByType, want) {
+			t.Errorf("%v --json: %+v, want 3 parked, %v", cmd, got.Queues, want)
+		}
+	}
+	tb.ok(t, "queues", "resume", "mail", "--type", "sms.send")
+	if out := tb.ok(t, "queues", "ls"); !strings.Contains(out, "email.send,push.send  1 parked:email.send=1  -") {
+		t.Errorf("queues ls after resuming sms.send:\n%s", out)
+	}
+	tb.ok(t, "queues", "resume", "mail", "--type", "email.send")
+	var none parked
+	tb.okJSON(t, &none, "queues", "ls")
+	if len(none.Queues) != 1 || none.Queues[0].Parked != 0 || none.Queues[0].ParkedByType == nil || len(none.Queues[0].ParkedByType) != 0 {
+		t.Errorf("queues ls --json with nothing parked: %+v, want parked_by_type {}", none.Queues)
+	}
+}
+
+// TestQueuesForgetIdle: queues forget --idle DURATION unlists the queues
+// unused for that long that hold nothing and have no control set, prints
+// them (--json too), keeps the others; a duration below
+// broker.MinForgetIdle or not a duration is refused with exit 2 and
+// nothing forgotten, a failure exits 1.
+func TestQueuesForgetIdle(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	for _, q := range []string{"idle1", "idle2", "busy", "paused", "idle3"} {
+		if err := tb.b.Enqueue(tb.ctx, &job.Envelope{ID: "j", Queue: q, Type: "t", Payload: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+		if q != "busy" {
+			if err := tb.b.Cancel(tb.ctx, q, "j"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := tb.b.Pause(tb.ctx, "paused", ""); err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().Add(3 * time.Hour).UTC().Format(time.RFC3339)
+	listed := func() []string {
+		t.Helper()
+		qs, err := tb.rdb.SMembers(tb.ctx, keyspace.QueuesKey(tb.ns)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(qs)
+		return qs
+	}
+	all := []string{"busy", "idle1", "idle2", "idle3", "paused"}
+
+	for _, args := range [][]string{
+		{"queues", "forget", "--idle", "30m"},
+		{"queues", "forget", "--idle", "a week"},
+		{"queues", "forget", "--idle", "-2h"},
+		{"queues", "forget", "idle1", "--idle", "2h"},
+		{"queues", "forget"},
+	} {
+		r := tb.run(t, append(args, "--now", later)...)
+		if r.code != 2 || !strings.Contains(r.stderr, "delayq: ") {
+			t.Errorf("delayq %v: exit %d (%q), want 2", args, r.code, r.stderr)
+		}
+		if got := listed(); !slices.Equal(got, all) {
+			t.Fatalf("delayq %v changed the queues listed: %v", args, got)
+		}
+	}
+	if r := tb.run(t, "queues", "forget", "--idle", "30m"); !strings.Contains(r.stderr, `invalid --idle "30m": want a duration of at least 1h0m0s`) {
+		t.Errorf("a short idle: %q, want the minimum named", r.stderr)
+	}
+	// Not idle for long enough yet: nothing goes.
+	if out := tb.ok(t, "queues", "forget", "--idle", "4h", "--now", later); !strings.Contains(out, "nothing forgotten") {
+		t.Errorf("nothing idle for 4h: %q", out)
+	}
+	if got := listed(); !slices.Equal(got, all) {
+		t.Fatalf("queues listed %v after forgetting none", got)
+	}
+	var res struct {
+		IdleMS    int64    `json:"idle_ms"`
+		Forgotten []string `json:"forgotten"`
+	}
+	tb.okJSON(t, &res, "queues", "forget", "--idle", "2h", "--now", later)
+	if want := []string{"idle1", "idle2", "idle3"}; res.IdleMS != (2*time.Hour).Milliseconds() || !slices.Equal(res.Forgotten, want) {
+		t.Errorf("forget --idle 2h --json: %+v, want %v", res, want)
+	}
+	if got, want := listed(), []string{"busy", "paused"}; !slices.Equal(got, want) {
+		t.Fatalf("queues listed %v, want %v", got, want)
+	}
+	// Another queue used and left empty: the table names it.
+	if err := tb.b.Enqueue(tb.ctx, &job.Envelope{ID: "k", Queue: "idle4", Type: "t", Payload: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.b.Cancel(tb.ctx, "idle4", "k"); err != nil {
+		t.Fatal(err)
+	}
+	if out := tb.ok(t, "queues", "forget", "--idle", "2h", "--now", later); out != "forgot idle queue idle4\n" {
+		t.Errorf("forget --idle 2h: %q", out)
+	}
+	tb.okJSON(t, &res, "queues", "forget", "--idle", "2h", "--now", later)
+	if res.Forgotten == nil || len(res.Forgotten) != 0 {
+		t.Errorf("forget --idle --json with nothing idle: %+v, want forgotten []", res)
+	}
+
+	// A failure (the namespace's record of use is not a hash): exit 1.
+	if err := tb.rdb.Set(tb.ctx, keyspace.QueuesSeenKey(tb.ns), "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r := tb.run(t, "queues", "forget", "--idle", "2h", "--now", later); r.code != 1 || !strings.Contains(r.stderr, "forget idle queues") {
+		t.Errorf("forget --idle with a broken record: exit %d (%q), want 1", r.code, r.stderr)
 	}
 }

@@ -121,6 +121,8 @@ type queueStatsJSON struct {
 	NextReady  *string `json:"next_ready,omitempty"`
 	Paused     bool    `json:"paused"`
 	Parked     int64   `json:"parked"`
+	// ParkedByType: Parked by type, the types holding parked jobs only.
+	ParkedByType map[string]int64 `json:"parked_by_type"`
 	deadTrimmedJSON
 	// Served: how many live processes (workers) serve the queue, by the
 	// process registry; HeldUnserved: jobs are processing and none does.
@@ -179,8 +181,11 @@ func (a *app) showStats(ctx context.Context, b *broker.Broker, queues []string, 
 			out.Queues[i] = queueStatsJSON{
 				Queue: s.Queue, Scheduled: s.Scheduled, Due: s.Due, Processing: s.Processing, Dead: s.Dead,
 				OldestDue: jsonTime(s.OldestDue), LatenessMS: s.Lateness().Milliseconds(), NextReady: jsonTime(s.NextReady),
-				Paused: s.Paused, Parked: s.Parked, deadTrimmedJSON: trimmedOf(s),
+				Paused: s.Paused, Parked: s.Parked, ParkedByType: s.ParkedByType, deadTrimmedJSON: trimmedOf(s),
 				Served: len(procs.Serving(s.Queue)), HeldUnserved: heldUnserved(s, procs),
+			}
+			if out.Queues[i].ParkedByType == nil {
+				out.Queues[i].ParkedByType = map[string]int64{}
 			}
 		}
 		for i, r := range relays {
