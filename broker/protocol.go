@@ -447,9 +447,36 @@ func (b *Broker) settleArgs(q keyspace.Queue, s keyspace.Shard, c protocol.Calle
 		if op.Kind == protocol.OpAck || op.Kind == protocol.OpKill {
 			batch = op.Batch
 		}
-		args = append(args, string(op.Kind), op.Lease.ID, tokenArg(op.Lease.Token), a, body, flag(op.Expired), batch, retain, next)
+		args = append(args, kindArg(op.Kind), op.Lease.ID, op.Lease.Token, a, body, flagArg(op.Expired), batch, retain, next)
 	}
 	return args, nil
+}
+
+// The settle arguments that repeat, boxed once: a string or an int64 put
+// in an interface costs an allocation each time (go-redis writes an int64
+// argument as its decimal digits, as tokenArg does).
+var (
+	argOne, argZero any = "1", "0"
+	kindArgs            = func() (m [256]any) {
+		for _, k := range []protocol.OpKind{protocol.OpAck, protocol.OpRetry, protocol.OpKill, protocol.OpRelease, protocol.OpSnooze} {
+			m[k] = string(rune(k))
+		}
+		return m
+	}()
+)
+
+func kindArg(k protocol.OpKind) any {
+	if a := kindArgs[k]; a != nil {
+		return a
+	}
+	return string(rune(k))
+}
+
+func flagArg(v bool) any {
+	if v {
+		return argOne
+	}
+	return argZero
 }
 
 // settleKeys are the keys of settle.lua for worker c on shard s.
