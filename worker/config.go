@@ -102,8 +102,8 @@ type Options struct {
 	// (no producer placed jobs in it, no worker served it) while it holds
 	// nothing before this worker unlists it (broker.Broker.ForgetIdle):
 	// stats, the CLI, the dashboard and the metrics stop listing it, and
-	// its next use lists it again. The worker looks once it has made its
-	// first claims, then every hour. Default 7 days
+	// its next use lists it again. The worker looks when it starts (after
+	// listing its own queues again), then every hour. Default 7 days
 	// (DefaultForgetIdleQueues); at least broker.MinForgetIdle; negative:
 	// never.
 	ForgetIdleQueues time.Duration
@@ -128,8 +128,11 @@ type Options struct {
 	// with a *middleware.PanicError), so middleware sees a timeout or a
 	// panic as the attempt's error. nil and empty both add nothing to
 	// those; the worker also recovers panics of the middleware itself.
-	// Middleware learns each attempt's outcome through job.OnResult. A nil
-	// entry is refused by New.
+	// Middleware learns each attempt's outcome through job.OnResult. The
+	// chain wraps each type's handler once, when the worker first runs a
+	// job of the type, and every attempt runs through it: a middleware
+	// keeps per-attempt state in its handler's call, not in the closure it
+	// returns. A nil entry is refused by New.
 	Middleware []job.Middleware
 
 	// Enqueue is producer middleware (job.EnqueueMiddleware, e.g.
