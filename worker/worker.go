@@ -180,12 +180,12 @@ func (w *Worker) forgetIdle(ctx context.Context) {
 	}
 	touch()
 	pass()
-	last := time.Now()
+	ticks := 0
 	every(ctx, keyspace.RelistEvery, func() {
 		touch()
-		if time.Since(last) >= forgetIdleEvery {
+		if ticks++; ticks >= int(forgetIdleEvery/keyspace.RelistEvery) {
 			pass()
-			last = time.Now()
+			ticks = 0
 		}
 	})
 }
