@@ -178,7 +178,8 @@ func (s *suite) finish(t *testing.T, queues []string, extra ...string) (dead int
 			t.Fatal(err)
 		}
 	}
-	// ns:queues and ns:shards name the queues and their shard counts; seq
+	// ns:queues and ns:shards name the queues and their shard counts, and
+	// ns:queues:seen when each was last used (for forgetting idle ones); seq
 	// is a queue's fencing counter; hist:<minute> keys are the dashboard's
 	// per-minute counts, which expire by themselves after a day; w:<worker>
 	// keys are workers' last calls, which expire a lease after their last
@@ -186,7 +187,7 @@ func (s *suite) finish(t *testing.T, queues []string, extra ...string) (dead int
 	// producers' and operators' calls, which expire after the broker's
 	// resend window (checked, then deleted, so that the memory compared
 	// below is what stays).
-	allowed := []string{s.ns + ":queues", s.ns + ":shards"}
+	allowed := []string{s.ns + ":queues", s.ns + ":shards", keyspace.QueuesSeenKey(s.ns)}
 	var allowedPrefixes []string
 	for _, q := range queues {
 		for _, sh := range testkit.Shards(t, s.b, q) {
