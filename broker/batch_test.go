@@ -64,17 +64,13 @@ func TestLargeBatchesEnqueueClaimAndAck(t *testing.T) {
 		}
 		leases[i] = c.Lease
 	}
-	if got, _ := tb.rdb.HLen(tb.ctx, tb.key("q", "leases")).Result(); got != n {
+	if got := len(tb.jobFields(t, tb.key("q", "leases"))); got != n {
 		t.Fatalf("%d leases stored, want %d", got, n)
 	}
 	if err := testkit.Drive(tb.b).Ack(tb.ctx, leases...); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"scheduled", "processing", "jobs", "attempts", "leases"} {
-		if got, _ := tb.rdb.Exists(tb.ctx, tb.key("q", k)).Result(); got != 0 {
-			t.Errorf("key %s left after acking every job", k)
-		}
-	}
+	tb.noJobLeft(t, "q")
 }
 
 func TestAttemptsCountAcrossClaimsOfABatch(t *testing.T) {

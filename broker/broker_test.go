@@ -107,11 +107,7 @@ func TestEnqueueClaimAck(t *testing.T) {
 	if err := testkit.Drive(tb.b).Ack(tb.ctx, res.Jobs[0].Lease, res.Jobs[1].Lease); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"scheduled", "processing", "jobs", "attempts", "leases"} {
-		if n, _ := tb.rdb.Exists(tb.ctx, tb.key("q", k)).Result(); n != 0 {
-			t.Errorf("key %s still exists after ack", k)
-		}
-	}
+	tb.noJobLeft(t, "q")
 }
 
 func TestEnqueueAt(t *testing.T) {

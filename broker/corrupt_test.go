@@ -3,12 +3,14 @@ package broker_test
 import (
 	"errors"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
@@ -170,13 +172,37 @@ func TestInfiniteScores(t *testing.T) {
 // records of ids (and the fencing counter, which stays by design).
 func (tb *testBundle) onlyDeadLeft(t *testing.T, ids ...string) {
 	t.Helper()
-	for _, k := range []string{"scheduled", "processing", "jobs", "attempts", "leases"} {
-		if n, _ := tb.rdb.Exists(tb.ctx, tb.key("q", k)).Result(); n != 0 {
-			t.Errorf("key %s left behind", k)
-		}
-	}
+	tb.noJobLeft(t, "q")
 	dead, _ := tb.rdb.HKeys(tb.ctx, tb.key("q", "dead")).Result()
 	if len(dead) != len(ids) {
 		t.Errorf("dead records %v, want %v", dead, ids)
 	}
+}
+
+// noJobLeft fails the test if queue's scheduled, processing and jobs keys
+// exist or its attempts and leases hashes hold any field but
+// keyspace.EncodingField.
+func (tb *testBundle) noJobLeft(t *testing.T, queue string) {
+	t.Helper()
+	for _, k := range []string{"scheduled", "processing", "jobs"} {
+		if n, _ := tb.rdb.Exists(tb.ctx, tb.key(queue, k)).Result(); n != 0 {
+			t.Errorf("key %s left behind", k)
+		}
+	}
+	for _, k := range []string{"attempts", "leases"} {
+		if ids := tb.jobFields(t, tb.key(queue, k)); len(ids) > 0 {
+			t.Errorf("%s left behind: %v", k, ids)
+		}
+	}
+}
+
+// jobFields returns the fields of the hash key but keyspace.EncodingField:
+// the job ids of an attempts or leases hash.
+func (tb *testBundle) jobFields(t *testing.T, key string) []string {
+	t.Helper()
+	fields, err := tb.rdb.HKeys(tb.ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.DeleteFunc(fields, func(f string) bool { return f == keyspace.EncodingField })
 }

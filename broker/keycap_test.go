@@ -467,9 +467,11 @@ func TestPlainClaimAndSettleCostUnchanged(t *testing.T) {
 		return claim, ack
 	}
 	// The commands of a claim and an ack of one job without a key in a
-	// queue without controls, as counted before keys existed.
+	// queue without controls, as counted before keys existed (and the two
+	// HSETNX of the claim that keep the lease hashes in their hashtable
+	// encoding, keyspace.EncodingField).
 	wantClaim := map[string]int{"evalsha": 1, "hget": 2, "hgetall": 1, "get": 1, "zrangebyscore": 1, "zrem": 1, "hmget": 2,
-		"incrby": 1, "zadd": 1, "hset": 3, "pexpire": 1, "hincrby": 2, "expire": 1, "zrange": 1, "type": 7}
+		"incrby": 1, "zadd": 1, "hset": 3, "hsetnx": 2, "pexpire": 1, "hincrby": 2, "expire": 1, "zrange": 1, "type": 7}
 	wantAck := map[string]int{"evalsha": 1, "hget": 1, "exists": 1, "hmget": 1, "zrem": 1, "hdel": 3, "hincrby": 1, "expire": 1,
 		"hset": 1, "pexpire": 1, "type": 8}
 	claim, ack := claimAck(plain)

@@ -102,7 +102,7 @@ func TestUnparkedPathsCostUnchanged(t *testing.T) {
 				t.Fatalf("claimed %d", len(res.Jobs))
 			}
 			return err
-		}, map[string]int{"evalsha": 1, "expire": 1, "get": 1, "hget": 2, "hgetall": 1, "hincrby": 2, "hmget": 2, "incrby": 1, "pexpire": 1, "time": 1, "type": 7, "zadd": 1, "zrange": 1, "zrangebyscore": 1, "zrem": 1}},
+		}, map[string]int{"evalsha": 1, "expire": 1, "get": 1, "hget": 2, "hgetall": 1, "hincrby": 2, "hmget": 2, "hsetnx": 2, "incrby": 1, "pexpire": 1, "time": 1, "type": 7, "zadd": 1, "zrange": 1, "zrangebyscore": 1, "zrem": 1}},
 		{"pause type", func() error { return b.Pause(ctx, "q", "t2") }, map[string]int{"evalsha": 1, "hsetnx": 1, "time": 1, "type": 4}},
 		{"resume type holding none", func() error { _, err := b.Resume(ctx, "q", "t2"); return err }, map[string]int{"evalsha": 1, "hdel": 1, "publish": 1, "time": 1, "type": 4, "zrange": 1}},
 	} {

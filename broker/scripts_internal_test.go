@@ -6,6 +6,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/naming"
 )
 
 // singleKey lists the commands scripts may call on a key: each takes one
@@ -300,5 +303,18 @@ func TestPreludeForAsByRegexp(t *testing.T) {
 		if strings.Join(got, " ") != want {
 			t.Errorf("words(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestEncodingFieldNamedAlike: the field the claim keeps in the attempts
+// and leases hashes is the one keyspace.EncodingField names, which tests
+// and tools leave out of a hash's job ids; and it can be no job id.
+func TestEncodingFieldNamedAlike(t *testing.T) {
+	want := "local HASHTABLE_FIELD = '" + keyspace.EncodingField + "'\n"
+	if body, _ := scriptFS.ReadFile("scripts/prelude.lua"); !strings.Contains(string(body), want) {
+		t.Errorf("prelude.lua does not define %q", strings.TrimSpace(want))
+	}
+	if err := naming.ID(keyspace.EncodingField); err == nil {
+		t.Errorf("%q is a valid job id; the encoding field must be none", keyspace.EncodingField)
 	}
 }

@@ -827,6 +827,8 @@ if n > 0 then
         late_max = math.max(late_max, late)
       end
       call_chunked('ZADD', KEYS[2], deadlines)
+      keep_hashtable(KEYS[5])
+      keep_hashtable(KEYS[4])
       call_chunked('HSET', KEYS[5], tokens)
       call_chunked('HSET', KEYS[4], attempts)
       if #running > 0 then

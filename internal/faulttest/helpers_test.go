@@ -193,6 +193,14 @@ func (s *suite) finish(t *testing.T, queues []string, extra ...string) (dead int
 		for _, sh := range testkit.Shards(t, s.b, q) {
 			k := sh.Keys()
 			allowed = append(allowed, k.Seq, k.Dead, k.DeadIndex)
+			// The lease hashes stay, with their encoding field only.
+			for _, h := range []string{k.Attempts, k.Leases} {
+				fields := s.rdb.HKeys(s.ctx, h).Val()
+				if len(fields) > 1 || (len(fields) == 1 && fields[0] != keyspace.EncodingField) {
+					t.Errorf("%s holds %v, want no job", h, fields)
+				}
+				allowed = append(allowed, h)
+			}
 			allowedPrefixes = append(allowedPrefixes, k.Hist)
 			for _, w := range redistest.Keys(t, s.rdb, k.Workers+"*") {
 				if ttl := s.rdb.PTTL(s.ctx, w).Val(); ttl <= 0 {

@@ -27,13 +27,20 @@ import (
 	"strings"
 )
 
+// EncodingField is the one field of Keys.Attempts and Keys.Leases that is
+// no job id ('{' is refused in ids): the claim keeps it there, with a long
+// value, so that Redis keeps both hashes in their hashtable encoding (O(1)
+// per field) instead of a listpack (O(n)), and the hashes stay once their
+// jobs are gone. Scripts name it HASHTABLE_FIELD (prelude.lua).
+const EncodingField = "{encoding}"
+
 // Keys are the Redis keys of one physical queue.
 type Keys struct {
 	Scheduled  string // ZSET id -> ready time (ms)
 	Processing string // ZSET id -> lease deadline (ms)
 	Jobs       string // HASH id -> envelope
-	Attempts   string // HASH id -> attempts spent
-	Leases     string // HASH id -> fencing token of the live lease
+	Attempts   string // HASH id -> attempts spent, and EncodingField
+	Leases     string // HASH id -> fencing token of the live lease, and EncodingField
 	Seq        string // STRING: the last fencing token handed out
 	Dead       string // HASH id -> dead record
 	DeadIndex  string // ZSET id -> died-at (ms)
