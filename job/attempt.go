@@ -56,8 +56,27 @@ type attemptKey struct{}
 // it was stored at. The worker calls it once per attempt before it calls
 // the handler chain, and settles the Attempt once the outcome is recorded.
 func WithAttempt(ctx context.Context, report func(context.Context, Progress) (time.Time, error)) (context.Context, *Attempt) {
-	a := &Attempt{report: report}
-	return context.WithValue(ctx, attemptKey{}, a), a
+	c := &attemptContext{Context: ctx, a: Attempt{report: report}} // one allocation for both
+	return c, &c.a
+}
+
+// attemptContext is a context carrying an Attempt: context.WithValue's,
+// with the Attempt in the same allocation.
+type attemptContext struct {
+	context.Context
+	a Attempt
+}
+
+func (c *attemptContext) Value(key any) any {
+	if key == (attemptKey{}) {
+		return &c.a
+	}
+	return c.Context.Value(key)
+}
+
+// String names the context as context.WithValue's do.
+func (c *attemptContext) String() string {
+	return fmt.Sprintf("%v.WithValue(job.attemptKey, *job.Attempt)", c.Context)
 }
 
 // AttemptOf returns the Attempt of a handler's context, or nil.

@@ -374,7 +374,9 @@ var ErrCorrupt = errors.New("corrupt envelope")
 
 // Decode parses a stored body into an envelope. ID and Queue are left empty
 // for the caller to fill in. It never panics; bad input gives an error
-// wrapping ErrCorrupt.
+// wrapping ErrCorrupt. The envelope's Payload may share data's memory (its
+// capacity ends with the payload, so an append copies): data must not be
+// changed afterwards.
 func Decode(data []byte) (*Envelope, error) {
 	var w wire
 	if !w.decodeCommon(data) {
@@ -569,7 +571,7 @@ func (w *wire) decodeCommon(data []byte) bool {
 			if !ok || isJSONSpace(data[i]) || isJSONSpace(data[j-1]) || !json.Valid(data[i:j]) {
 				return false
 			}
-			w.Payload = append(json.RawMessage(nil), data[i:j]...)
+			w.Payload = json.RawMessage(data[i:j:j]) // shares data (see Decode)
 			i = j
 		case 1:
 			if i >= n || data[i] != '"' {
@@ -585,7 +587,7 @@ func (w *wire) decodeCommon(data []byte) bool {
 			if j >= n {
 				return false
 			}
-			w.Type = string(data[i+1 : j])
+			w.Type = typeName(data[i+1 : j])
 			i = j + 1
 		default:
 			v, j, ok := parseJSONInt(data, i)

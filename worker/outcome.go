@@ -17,11 +17,23 @@ import (
 	"github.com/delayq/delayq/retry"
 )
 
+// reportProgress stores a progress report of the job whose handler's
+// context is ctx (job.ReportProgress), fenced by its lease. One func for
+// every job: the job's task is found in ctx, which derives from it.
+func (w *Worker) reportProgress(ctx context.Context, p job.Progress) (time.Time, error) {
+	t, ok := ctx.Value(taskKey{}).(*task)
+	if !ok {
+		return time.Time{}, errors.New("worker: progress reported from a context that is no job's")
+	}
+	return w.b.Progress(ctx, t.c.Lease, p)
+}
+
 // process runs one claimed job through the middleware chain and its handler
 // and queues its outcome for the settler; t is forgotten once the outcome
 // is recorded (record).
 func (w *Worker) process(t *task) {
-	ctx, claimedAt, c := t.ctx, t.claimedAt, t.c
+	var ctx context.Context = t
+	claimedAt, c := t.claimedAt, t.c
 	if c.Err != nil {
 		// No handler or middleware sees it: there is no message to give,
 		// or (its type unread by the claim) none that may run.
@@ -57,9 +69,7 @@ func (w *Worker) process(t *task) {
 	// The attempt keeps what the handler says of it (job.SetResult,
 	// job.ReportProgress); settling it tells middleware what became of it
 	// (job.OnResult).
-	ctx, attempt := job.WithAttempt(ctx, func(ctx context.Context, p job.Progress) (time.Time, error) {
-		return w.b.Progress(ctx, c.Lease, p)
-	})
+	ctx, attempt := job.WithAttempt(t, w.report) // t is ctx, and tells reportProgress the lease
 	t.attempt = attempt
 	var inner *handlerCtx // the context the handler ran with, for Options.Enqueue
 	if len(w.cfg.Enqueue) > 0 {

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -81,6 +82,23 @@ type task struct {
 	attempt *job.Attempt
 	result  job.Result
 }
+
+// A task is its handler's parent context: ctx's, carrying the task
+// itself (taskKey), with no allocation of its own.
+type taskKey struct{}
+
+func (t *task) Deadline() (time.Time, bool) { return t.ctx.Deadline() }
+func (t *task) Done() <-chan struct{}       { return t.ctx.Done() }
+func (t *task) Err() error                  { return t.ctx.Err() }
+func (t *task) Value(key any) any {
+	if key == (taskKey{}) {
+		return t
+	}
+	return t.ctx.Value(key)
+}
+
+// String names the context as the context package's own do.
+func (t *task) String() string { return fmt.Sprintf("%v.WithValue(worker.taskKey)", t.ctx) }
 
 // lease returns t's lease.
 func (t *task) lease() *protocol.Lease { return &t.c.Lease }

@@ -59,10 +59,13 @@ type Worker struct {
 	pace     pace // what the adaptive prefetch is made of
 	settler  *settler
 	extender *extender
-	claims   claims     // the fetcher's
-	reapSeq  uint64     // call ids of the reaper
-	chains   sync.Map   // job type → its handler in the middleware (chained)
-	chainMu  sync.Mutex // builds a chain missing from chains
+	claims   claims   // the fetcher's
+	reapSeq  uint64   // call ids of the reaper
+	chains   sync.Map // job type → its handler in the middleware (chained)
+	// report is reportProgress, made once: a method value made per job
+	// would be an allocation per job.
+	report  func(context.Context, job.Progress) (time.Time, error)
+	chainMu sync.Mutex // builds a chain missing from chains
 	// trimSig wakes the goroutine of Options.OnDeadTrimmed (nil without
 	// it): a settle kept trimmed records for it.
 	trimSig chan struct{}
@@ -81,6 +84,7 @@ func New(cfg Options) (*Worker, error) {
 		log:    *cfg.Logger,
 		slots:  newSlots(cfg.Lease, cfg.Lease/10),
 	}
+	w.report = w.reportProgress
 	if cfg.OnDeadTrimmed != nil {
 		w.caller.KeepTrimmed = cfg.DeadTrimmedBuffer
 		w.trimSig = make(chan struct{}, 1)
