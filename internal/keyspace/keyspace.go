@@ -147,7 +147,11 @@ type Shard struct {
 	queue string // the user's queue
 	name  string // the physical queue: the queue itself, or "q#k[.s]"
 	index int
-	keys  Keys
+	// keys are shared by the copies of the shard (a Shard is copied into
+	// every lease): a pointer keeps a Shard at 48 bytes, where the keys
+	// are some 400. Two Shards of the same physical queue made apart
+	// hold different pointers: compare Names, never Shards.
+	keys *Keys
 }
 
 // Queue returns the name of the user's queue the shard belongs to.
@@ -160,7 +164,12 @@ func (s Shard) Name() string { return s.name }
 func (s Shard) Index() int { return s.index }
 
 // Keys returns the shard's keys.
-func (s Shard) Keys() Keys { return s.keys }
+func (s Shard) Keys() Keys {
+	if s.keys == nil {
+		return Keys{}
+	}
+	return *s.keys
+}
 
 // Slot returns the Redis Cluster hash slot of the shard's keys.
 func (s Shard) Slot() int { return Slot(s.name) }
@@ -181,7 +190,8 @@ func newQueue(ns, name string, n int) Queue {
 		if n > 1 {
 			physical = ShardName(name, k, n)
 		}
-		q.shards[k] = Shard{queue: name, name: physical, index: k, keys: newKeys(ns, physical, name)}
+		keys := newKeys(ns, physical, name)
+		q.shards[k] = Shard{queue: name, name: physical, index: k, keys: &keys}
 	}
 	return q
 }
