@@ -29,8 +29,22 @@ import (
 // until the last handler has run, so ns/op is per drain of 10,000 jobs and
 // jobs/s is the drain rate; redis-us/job is the server's CPU per job over
 // the same span; jobs/claim and jobs/ack are the mean batch sizes. Compare runs with benchstat.
-func BenchmarkBurstDrain(b *testing.B) {
-	const jobs = 10_000
+func BenchmarkBurstDrain(b *testing.B) { benchDrain(b, 10_000, 0) }
+
+// BenchmarkDrainKeys is the cost of per-key flow control at 100,000 active
+// keys: 200,000 due jobs drained as BenchmarkBurstDrain drains, "unkeyed"
+// without keys or key caps, "100k-keys" two jobs for each of 100,000 keys
+// (job.Key) under a default key cap of 1 (SetKeyConcurrency), so that each
+// key's second job is held while its first runs and released by its ack.
+// With -count, the two run alternately; compare their jobs/s.
+func BenchmarkDrainKeys(b *testing.B) {
+	b.Run("unkeyed", func(b *testing.B) { benchDrain(b, 200_000, 0) })
+	b.Run("100k-keys", func(b *testing.B) { benchDrain(b, 200_000, 100_000) })
+}
+
+// benchDrain drains jobs due jobs with one worker at concurrency 100; with
+// keys > 0, job i has key i mod keys and every key a cap of 1.
+func benchDrain(b *testing.B, jobs, keys int) {
 	rdb, ns := redistest.New(b)
 	br, err := broker.New(rdb, broker.Options{Namespace: ns})
 	if err != nil {
@@ -41,16 +55,21 @@ func BenchmarkBurstDrain(b *testing.B) {
 	done := make(chan struct{}, 1)
 	reg := job.NewRegistry()
 	typ.Handle(reg, func(context.Context, *job.Job[json.RawMessage]) error {
-		if handled.Add(1) == jobs {
+		if handled.Add(1) == int64(jobs) {
 			done <- struct{}{}
 		}
 		return nil
 	})
-	args := make([]json.RawMessage, 1000)
-	for i := range args {
-		args[i] = json.RawMessage(`{"order_id":"ord-000123","amount_cents":4599}`)
+	items := make([]job.Item[json.RawMessage], 1000)
+	for i := range items {
+		items[i].Args = json.RawMessage(`{"order_id":"ord-000123","amount_cents":4599}`)
 	}
 	ctx := context.Background()
+	if keys > 0 {
+		if err := br.SetKeyConcurrency(ctx, job.DefaultQueue, "", 1); err != nil {
+			b.Fatal(err)
+		}
+	}
 	counted := &callCounter{}
 	protocol.Intercept(b, br, func(p protocol.Broker) protocol.Broker { counted.Broker = p; return counted })
 	var total time.Duration
@@ -59,8 +78,13 @@ func BenchmarkBurstDrain(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		b.StopTimer()
-		for i := 0; i < jobs; i += len(args) {
-			if _, err := typ.EnqueueMany(ctx, br, args); err != nil {
+		for i := 0; i < jobs; i += len(items) {
+			for j := range items {
+				if keys > 0 {
+					items[j].Opts = []job.Option{job.Key("customer-" + strconv.Itoa((i+j)%keys))}
+				}
+			}
+			if _, err := typ.EnqueueItems(ctx, br, items); err != nil {
 				b.Fatal(err)
 			}
 		}
