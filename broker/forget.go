@@ -311,9 +311,21 @@ func (b *Broker) forgetIdle(ctx context.Context, queue string, cutoff int64) (bo
 func (b *Broker) idleShard(ctx context.Context, s keyspace.Shard) (bool, error) {
 	k := s.Keys()
 	kk := keyCapKeysOf(k)
-	n, err := b.rdb.Exists(ctx, k.Jobs, k.Dead, k.Unique, k.Processing, k.Scheduled, k.Trimmed, k.Controls, kk.Caps, kk.Run, kk.HeldKeys, kk.Paused).Result()
-	if err != nil {
+	// keyrun stays with its encoding field (keyspace.EncodingField) once
+	// key caps were used: it counts only with another field.
+	var exist, run *redis.IntCmd
+	var enc *redis.BoolCmd
+	if _, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		exist = p.Exists(ctx, k.Jobs, k.Dead, k.Unique, k.Processing, k.Scheduled, k.Trimmed, k.Controls, kk.Caps, kk.HeldKeys, kk.Paused)
+		run = p.HLen(ctx, kk.Run)
+		enc = p.HExists(ctx, kk.Run, keyspace.EncodingField)
+		return nil
+	}); err != nil {
 		return false, err
 	}
-	return n == 0, nil
+	fields := run.Val()
+	if enc.Val() {
+		fields--
+	}
+	return exist.Val() == 0 && fields == 0, nil
 }

@@ -261,8 +261,11 @@ func TestPauseKeyReapedLeaseFreesSlot(t *testing.T) {
 	if err := drv.Ack(tb.ctx, last[0].Lease); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := tb.rdb.Exists(tb.ctx, keyKey(tb, "keyrun"), keyKey(tb, "keyheld")).Result(); err != nil || n != 0 {
-		t.Fatalf("after every job ended %d of keyrun, keyheld left, %v", n, err)
+	if n, err := tb.rdb.Exists(tb.ctx, keyKey(tb, "keyheld")).Result(); err != nil || n != 0 {
+		t.Fatalf("after every job ended keyheld left (%d, %v)", n, err)
+	}
+	if run := tb.jobFields(t, keyKey(tb, "keyrun")); len(run) != 0 {
+		t.Fatalf("after every job ended keyrun holds %v", run)
 	}
 }
 

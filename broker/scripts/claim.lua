@@ -407,10 +407,14 @@ end
 -- lease any more are dropped.
 local trun, t_full, cap_deadline, stale, stale_keys = {}, false, nil, {}, {}
 if any_tcap then
-  local run = redis.call('HGETALL', KEYS[16])
-  local rids = {}
-  for i = 1, #run, 2 do
-    rids[#rids + 1] = run[i]
+  local all = redis.call('HGETALL', KEYS[16])
+  local run, rids = {}, {}
+  for i = 1, #all, 2 do
+    if all[i] ~= HASHTABLE_FIELD then
+      rids[#rids + 1] = all[i]
+      run[#run + 1] = all[i]
+      run[#run + 1] = all[i + 1]
+    end
   end
   for i = 1, #rids, CHUNK do
     local part = redis.call('ZMSCORE', KEYS[2], unpack(rids, i, math.min(i + CHUNK - 1, #rids)))
@@ -832,6 +836,7 @@ if n > 0 then
       call_chunked('HSET', KEYS[5], tokens)
       call_chunked('HSET', KEYS[4], attempts)
       if #running > 0 then
+        keep_hashtable(KEYS[16])
         call_chunked('HSET', KEYS[16], running)
       end
       if #kkeys > 0 then
@@ -840,6 +845,7 @@ if n > 0 then
           counts[#counts + 1] = key
           counts[#counts + 1] = string.format('%d', kcount[key])
         end
+        keep_hashtable(KEYS[21])
         call_chunked('HSET', KEYS[21], counts)
       end
     end

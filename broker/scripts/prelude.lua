@@ -179,7 +179,8 @@ local function release_held(key, scheduled)
   return #members / 2
 end
 
--- Keeps a hash of live leases or spent attempts in Redis's hashtable
+-- Keeps a hash of live leases, spent attempts or running capped jobs and
+-- keys in Redis's hashtable
 -- encoding: one field that can be no job id ('{' is refused in ids) with a
 -- value longer than hash-max-listpack-value (64 bytes by default). A small
 -- hash is otherwise a listpack, where every HSET, HGET and HDEL scans the
@@ -192,6 +193,13 @@ local HASHTABLE_FIELD = '{encoding}'
 local HASHTABLE_VALUE = 'keeps this hash in its hashtable encoding (O(1) per job); see docs/architecture.md'
 local function keep_hashtable(key)
   redis.call('HSETNX', key, HASHTABLE_FIELD, HASHTABLE_VALUE)
+end
+
+-- Whether a hash that keep_hashtable may keep holds any other field: what
+-- an EXISTS of it said before the field was there. O(1).
+local function holds_fields(key)
+  local n = redis.call('HLEN', key)
+  return n > 1 or (n == 1 and redis.call('HEXISTS', key, HASHTABLE_FIELD) == 0)
 end
 
 -- HMGET of many fields, in chunks; missing fields are false.

@@ -152,6 +152,9 @@ if capped then
   if bad then
     return bad
   end
+  capped = holds_fields(KEYS[12]) -- it may hold its encoding field only
+end
+if capped then
   local vals = hmget(KEYS[12], ids)
   local spec = {KEYS[18], 'hash', KEYS[19], 'zset'}
   for k = 1, #ids do

@@ -193,8 +193,10 @@ func (s *suite) finish(t *testing.T, queues []string, extra ...string) (dead int
 		for _, sh := range testkit.Shards(t, s.b, q) {
 			k := sh.Keys()
 			allowed = append(allowed, k.Seq, k.Dead, k.DeadIndex)
-			// The lease hashes stay, with their encoding field only.
-			for _, h := range []string{k.Attempts, k.Leases} {
+			// The lease hashes, and those of capped jobs and keys, stay
+			// with their encoding field only.
+			keyrun := strings.TrimSuffix(k.Held, "held:") + "keyrun"
+			for _, h := range []string{k.Attempts, k.Leases, k.Running, keyrun} {
 				fields := s.rdb.HKeys(s.ctx, h).Val()
 				if len(fields) > 1 || (len(fields) == 1 && fields[0] != keyspace.EncodingField) {
 					t.Errorf("%s holds %v, want no job", h, fields)

@@ -27,9 +27,10 @@ import (
 	"strings"
 )
 
-// EncodingField is the one field of Keys.Attempts and Keys.Leases that is
-// no job id ('{' is refused in ids): the claim keeps it there, with a long
-// value, so that Redis keeps both hashes in their hashtable encoding (O(1)
+// EncodingField is the one field of Keys.Attempts, Keys.Leases,
+// Keys.Running and a queue's keyrun hash that is no job id nor flow-control
+// key ('{' is refused in both): the claim keeps it there, with a long
+// value, so that Redis keeps these hashes in their hashtable encoding (O(1)
 // per field) instead of a listpack (O(n)), and the hashes stay once their
 // jobs are gone. Scripts name it HASHTABLE_FIELD (prelude.lua).
 const EncodingField = "{encoding}"
