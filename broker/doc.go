@@ -112,9 +112,9 @@
 // # Inspection
 //
 // Operators' tools read the queues without changing them: [Broker.Queues],
-// [Broker.Stats] and [Broker.AllStats] give counts (scheduled, due,
-// processing, dead), the oldest due job's lateness and the next ready time
-// in O(log N) per queue; [Broker.ScheduledPage] and [Broker.ProcessingPage]
+// [Broker.Stats] and [Broker.StatsOf] (several queues, or every one) give
+// counts (scheduled, due, processing, dead), the oldest due job's lateness
+// and the next ready time in O(log N) per queue; [Broker.ScheduledPage] and [Broker.ProcessingPage]
 // page through jobs by ready time or lease deadline with a cursor;
 // [Broker.Job] finds one job in any state. [Broker.EvictionPolicy] reads the
 // server's maxmemory-policy, which must not evict jobs.

@@ -173,8 +173,10 @@ func TestStatsOf(t *testing.T) {
 	if _, err := tb.b.StatsOf(tb.ctx, "q", "no good"); !errors.Is(err, job.ErrInvalid) {
 		t.Fatalf("bad queue: %v", err)
 	}
-	if s, err := tb.b.StatsOf(tb.ctx); err != nil || len(s) != 0 {
-		t.Fatalf("no queues: %v, %v", s, err)
+	// No queue named: every known queue, sorted by name.
+	all, err := tb.b.StatsOf(tb.ctx)
+	if err != nil || len(all) != 2 || all[0].Queue != "q" || all[1].Queue != "r" {
+		t.Fatalf("every queue: %+v, %v; want q and r", all, err)
 	}
 }
 

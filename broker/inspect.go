@@ -211,52 +211,6 @@ func at(j *job.JobInfo) int64 {
 	return ms(j.ReadyAt)
 }
 
-// AllStats returns the stats of every known queue (see Queues), sorted by
-// queue name: one pipelined round trip, one O(log N) script call per shard.
-// A queue that cannot be read (its shard count in ns:shards is not a
-// number, one of its keys holds the wrong type, ...) does not hide the
-// others: they are returned with a *QueueErrors that names each queue left
-// out and why. Any other error comes with no stats.
-func (b *Broker) AllStats(ctx context.Context) ([]job.QueueStats, error) {
-	names, err := b.Queues(ctx)
-	if err != nil {
-		return nil, err
-	}
-	slices.Sort(names)
-	valid := names[:0]
-	for _, q := range names {
-		if naming.Queue(q) == nil { // others were not written by delayq
-			valid = append(valid, q)
-		}
-	}
-	if len(valid) == 0 {
-		return []job.QueueStats{}, nil
-	}
-	all, errs, err := b.statsOf(ctx, valid)
-	if err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	out := make([]job.QueueStats, 0, len(all))
-	var bad *QueueErrors
-	for i, st := range all {
-		if errs[i] == nil {
-			out = append(out, st)
-			continue
-		}
-		if bad == nil {
-			bad = &QueueErrors{Errs: map[string]error{}}
-		}
-		bad.Errs[valid[i]] = errs[i]
-	}
-	if bad == nil {
-		return out, nil
-	}
-	return out, bad
-}
-
 // ErrConfigUnavailable is wrapped by EvictionPolicy when the server does not
 // let this client read its configuration (CONFIG is renamed, disabled or
 // not permitted by an ACL, as on many managed services).

@@ -221,19 +221,24 @@ func TestProcessingPage(t *testing.T) {
 	}
 }
 
-func TestAllStats(t *testing.T) {
+// TestStatsOfEveryQueue: StatsOf with no queue named reads every known
+// queue, sorted by name.
+func TestStatsOfEveryQueue(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
+	if all, err := tb.b.StatsOf(tb.ctx); err != nil || all == nil || len(all) != 0 {
+		t.Fatalf("no queue yet: %+v, %v; want an empty list", all, err)
+	}
 	a, b := env("1", 0), env("2", time.Minute)
 	a.Queue, b.Queue = "zeta", "alpha"
 	tb.enqueue(t, a, b)
-	all, err := tb.b.AllStats(tb.ctx)
+	all, err := tb.b.StatsOf(tb.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(all) != 2 || all[0].Queue != "alpha" || all[0].Scheduled != 1 || all[0].Due != 0 ||
 		all[1].Queue != "zeta" || all[1].Due != 1 {
-		t.Fatalf("AllStats = %+v", all)
+		t.Fatalf("StatsOf() = %+v", all)
 	}
 }
 
@@ -274,12 +279,13 @@ func TestEvictionPolicy(t *testing.T) {
 	}
 }
 
-// TestAllStatsLeavesOutUnreadableQueues: a queue whose dead-letter index
+// TestStatsOfLeavesOutUnreadableQueues: a queue whose dead-letter index
 // another program overwrote with a string, and one whose shard count in
-// ns:shards is not a number, do not hide the other queues' stats: they are
-// returned with a *broker.QueueErrors naming each queue left out and the
-// key or record to repair.
-func TestAllStatsLeavesOutUnreadableQueues(t *testing.T) {
+// ns:shards is not a number, do not hide the other queues' stats, whether
+// every queue is read or some are named: they are returned with a
+// *broker.QueueErrors naming each queue left out and the key or record to
+// repair. Stats of the broken queue alone is that error.
+func TestStatsOfLeavesOutUnreadableQueues(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
 	for _, q := range []string{"good", "bad"} {
@@ -294,16 +300,20 @@ func TestAllStatsLeavesOutUnreadableQueues(t *testing.T) {
 	shards := keyspace.ShardsKey(tb.ns)
 	tb.rdb.HSet(tb.ctx, shards, "badcount", "many")
 	tb.rdb.SAdd(tb.ctx, keyspace.QueuesKey(tb.ns), "badcount")
-	all, err := tb.b.AllStats(tb.ctx)
+	all, err := tb.b.StatsOf(tb.ctx)
 	var qe *broker.QueueErrors
 	if !errors.As(err, &qe) || len(all) != 1 || all[0].Queue != "good" || all[0].Scheduled != 1 {
-		t.Fatalf("AllStats: %+v, %v; want good's stats and a *QueueErrors", all, err)
+		t.Fatalf("StatsOf(): %+v, %v; want good's stats and a *QueueErrors", all, err)
 	}
 	if len(qe.Errs) != 2 || !strings.Contains(qe.Errs["bad"].Error(), index) ||
 		!strings.Contains(qe.Errs["badcount"].Error(), `"many", not a number (field "badcount" of `+shards) {
 		t.Fatalf("left out %v", qe.Errs)
 	}
-	if _, err := tb.b.StatsOf(tb.ctx, "good", "bad"); err == nil || !strings.Contains(err.Error(), index) {
-		t.Fatalf("StatsOf of a broken queue: %v; want an error naming %s", err, index)
+	named, err := tb.b.StatsOf(tb.ctx, "bad", "good")
+	if !errors.As(err, &qe) || len(named) != 1 || named[0].Queue != "good" || len(qe.Errs) != 1 || !strings.Contains(qe.Errs["bad"].Error(), index) {
+		t.Fatalf("StatsOf(bad, good): %+v, %v; want good's stats and a *QueueErrors naming %s", named, err, index)
+	}
+	if _, err := tb.b.Stats(tb.ctx, "bad"); err == nil || !strings.Contains(err.Error(), index) {
+		t.Fatalf("Stats of a broken queue: %v; want an error naming %s", err, index)
 	}
 }

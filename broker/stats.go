@@ -16,30 +16,64 @@ import (
 )
 
 // Stats reads the counts of one queue in one script call (one per shard of
-// a sharded queue, pipelined, summed).
+// a sharded queue, pipelined, summed). StatsOf reads several.
 func (b *Broker) Stats(ctx context.Context, queue string) (job.QueueStats, error) {
-	out, err := b.StatsOf(ctx, queue)
+	out, errs, err := b.statsOf(ctx, []string{queue})
 	if err != nil {
 		return job.QueueStats{}, err
+	}
+	if errs[0] != nil {
+		return job.QueueStats{}, errs[0]
 	}
 	return out[0], nil
 }
 
 // StatsOf reads the stats of several queues in one pipelined round trip (two
-// when the server has not cached the script yet), in the order given. Each
-// shard costs the one O(log N) script call of stats.lua. It returns an error
-// wrapping job.ErrInvalid for a bad queue name, before contacting Redis.
+// when the server has not cached the script yet), in the order given; with
+// no queue named, of every known queue (see Queues) that delayq could have
+// written, sorted by name. Each shard costs the one O(log N) script call of
+// stats.lua. A queue that cannot be read (its shard count in ns:shards is
+// not a number, one of its keys holds the wrong type, ...) does not hide the
+// others: it is left out, and a *QueueErrors naming it and why comes with
+// the others' stats. It returns an error wrapping job.ErrInvalid for a bad
+// queue name, before contacting Redis; any other error comes with no stats.
+// An empty list names no queue: a caller that pages through names skips
+// the call for an empty page.
 func (b *Broker) StatsOf(ctx context.Context, queues ...string) ([]job.QueueStats, error) {
-	out, errs, err := b.statsOf(ctx, queues)
-	if err != nil {
-		return nil, err
-	}
-	for _, err := range errs {
+	if len(queues) == 0 {
+		names, err := b.Queues(ctx)
 		if err != nil {
 			return nil, err
 		}
+		slices.Sort(names)
+		queues = slices.DeleteFunc(names, func(q string) bool { return naming.Queue(q) != nil }) // others were not written by delayq
+		if len(queues) == 0 {
+			return []job.QueueStats{}, nil
+		}
 	}
-	return out, nil
+	all, errs, err := b.statsOf(ctx, queues)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]job.QueueStats, 0, len(all))
+	var bad *QueueErrors
+	for i, st := range all {
+		if errs[i] == nil {
+			out = append(out, st)
+			continue
+		}
+		if bad == nil {
+			bad = &QueueErrors{Errs: map[string]error{}}
+		}
+		bad.Errs[queues[i]] = errs[i]
+	}
+	if bad == nil {
+		return out, nil
+	}
+	return out, bad
 }
 
 // statsOf reads the stats of queues: out and errs are aligned with them,
@@ -96,7 +130,7 @@ func (b *Broker) statsOf(ctx context.Context, queues []string) (out []job.QueueS
 	return out, errs, nil
 }
 
-// QueueErrors is the error of a reader of every queue (AllStats) that
+// QueueErrors is the error of a reader of several queues (StatsOf) that
 // could not read some of them: the others were read and are returned with
 // it. Errs maps each unreadable queue to why (a shard count that is not a
 // number, a key of the wrong type, ...), with the key or record named.

@@ -54,15 +54,13 @@ type overviewData struct {
 // knownQueues returns the names in ns:queues that delayq could have
 // written, sorted, and the stats of each, in the same order.
 func (d *Dashboard) knownQueues(r *http.Request) ([]string, []job.QueueStats, error) {
-	names, err := d.b.Queues(r.Context())
+	stats, err := d.b.StatsOf(r.Context())
 	if err != nil {
 		return nil, nil, err
 	}
-	names = slices.DeleteFunc(names, func(q string) bool { return naming.Queue(q) != nil })
-	slices.Sort(names)
-	stats, err := d.b.StatsOf(r.Context(), names...)
-	if err != nil {
-		return nil, nil, err
+	names := make([]string, len(stats))
+	for i := range stats {
+		names[i] = stats[i].Queue
 	}
 	return names, stats, nil
 }
@@ -115,10 +113,13 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 	}
 	lo := min((page-1)*QueuesPerPage, len(names))
 	names = names[lo:min(lo+QueuesPerPage, len(names))]
-	stats, err := d.b.StatsOf(ctx, names...)
-	if err != nil {
-		d.redisError(w, r, err)
-		return
+	var stats []job.QueueStats
+	if len(names) > 0 { // StatsOf of no queue named reads every one
+		var err error
+		if stats, err = d.b.StatsOf(ctx, names...); err != nil {
+			d.redisError(w, r, err)
+			return
+		}
 	}
 	relays, err := outbox.Relays(ctx, d.b.Client(), d.b.Namespace())
 	if err != nil {

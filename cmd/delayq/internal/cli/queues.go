@@ -521,7 +521,7 @@ type limitJSON struct {
 }
 
 func (a *app) listQueues(ctx context.Context, b *broker.Broker) error {
-	all, err := b.AllStats(ctx)
+	all, err := b.StatsOf(ctx)
 	bad, err := leftOut(err)
 	if err != nil {
 		return err

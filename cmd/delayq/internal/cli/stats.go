@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"runtime/debug"
@@ -132,29 +133,15 @@ type queueStatsJSON struct {
 
 // readStats reads the stats of queues (every queue when none is given).
 // Queues that cannot be read are left out and named in a
-// *broker.QueueErrors, unless none could be read.
+// *broker.QueueErrors, unless none of the queues named could be read: then
+// the error is why the first could not.
 func (a *app) readStats(ctx context.Context, b *broker.Broker, queues []string) ([]job.QueueStats, error) {
-	if len(queues) == 0 {
-		return b.AllStats(ctx)
+	out, err := b.StatsOf(ctx, queues...)
+	var bad *broker.QueueErrors
+	if len(queues) > 0 && len(out) == 0 && errors.As(err, &bad) {
+		return nil, bad.Errs[queues[0]]
 	}
-	out := make([]job.QueueStats, 0, len(queues))
-	bad := &broker.QueueErrors{Errs: map[string]error{}}
-	var last error
-	for _, q := range queues {
-		s, err := b.Stats(ctx, q)
-		if err != nil {
-			bad.Errs[q], last = err, err
-			continue
-		}
-		out = append(out, s)
-	}
-	switch {
-	case len(bad.Errs) == 0:
-		return out, nil
-	case len(out) == 0:
-		return nil, last
-	}
-	return out, bad
+	return out, err
 }
 
 func (a *app) showStats(ctx context.Context, b *broker.Broker, queues []string, watching bool) error {
