@@ -3,6 +3,7 @@ package broker
 import (
 	"cmp"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"slices"
@@ -85,44 +86,74 @@ func (b *Broker) Job(ctx context.Context, queue, id string) (*job.JobInfo, error
 	return nil, fmt.Errorf("%w: no job %q in queue %q", ErrNotFound, id, queue)
 }
 
-// JobCursor marks a position in a queue's scheduled or processing jobs,
-// which are ordered by (time, id). The zero value starts at the first job.
-type JobCursor struct {
-	At time.Time // ready time or lease deadline of the last job returned
-	ID string
-}
-
-// IsZero reports whether c is the start of the list.
-func (c JobCursor) IsZero() bool { return c.ID == "" }
-
 // JobPage is one page of scheduled or processing jobs.
 type JobPage struct {
 	Now  time.Time      // the server's clock at the read
 	Jobs []*job.JobInfo // in (time, id) order
-	Next JobCursor      // cursor of the next page; zero when this is the last
+	// Next is the cursor of the next page, "" when this is the last: an
+	// opaque token of URL-safe characters, which the same page call takes
+	// back as its cursor.
+	Next string
+}
+
+// ErrBadCursor is wrapped by the page calls when a cursor is not one they
+// returned. It wraps job.ErrInvalid.
+var ErrBadCursor = fmt.Errorf("%w: malformed page cursor: start again from the first page", job.ErrInvalid)
+
+// jobCursor is a position in a queue's scheduled or processing jobs, which
+// are ordered by (time, id): the last job returned. Its text is
+// base64url("<ms>:<id>").
+type jobCursor struct {
+	at int64
+	id string
+}
+
+func (c jobCursor) String() string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.at, 10) + ":" + c.id))
+}
+
+func parseJobCursor(s string) (jobCursor, error) {
+	if s == "" {
+		return jobCursor{}, nil
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return jobCursor{}, fmt.Errorf("broker: %w", ErrBadCursor)
+	}
+	at, id, ok := strings.Cut(string(raw), ":")
+	v, err := strconv.ParseInt(at, 10, 64)
+	if !ok || err != nil || naming.ID(id) != nil {
+		return jobCursor{}, fmt.Errorf("broker: %w", ErrBadCursor)
+	}
+	return jobCursor{at: v, id: id}, nil
 }
 
 // MaxPageLimit is the most jobs one page call returns.
 const MaxPageLimit = 1000
 
 // ScheduledPage returns up to limit scheduled jobs of queue after the
-// cursor, earliest ready time first, with their envelopes. Jobs that are
-// claimed, rescheduled or enqueued meanwhile cause no gaps or repeats among
-// the others. One script call per shard, pipelined; a sharded queue's pages
-// are merged.
-func (b *Broker) ScheduledPage(ctx context.Context, queue string, after JobCursor, limit int) (JobPage, error) {
-	return b.jobPage(ctx, queue, job.StateScheduled, after, limit)
+// cursor ("" for the first page, else a page's Next), earliest ready time
+// first, with their envelopes. Jobs that are claimed, rescheduled or
+// enqueued meanwhile cause no gaps or repeats among the others. One script
+// call per shard, pipelined; a sharded queue's pages are merged. A cursor
+// no page returned gives an error wrapping ErrBadCursor.
+func (b *Broker) ScheduledPage(ctx context.Context, queue, cursor string, limit int) (JobPage, error) {
+	return b.jobPage(ctx, queue, job.StateScheduled, cursor, limit)
 }
 
 // ProcessingPage returns up to limit jobs of queue that are leased to
 // workers, after the cursor, earliest lease deadline first. See
 // ScheduledPage.
-func (b *Broker) ProcessingPage(ctx context.Context, queue string, after JobCursor, limit int) (JobPage, error) {
-	return b.jobPage(ctx, queue, job.StateProcessing, after, limit)
+func (b *Broker) ProcessingPage(ctx context.Context, queue, cursor string, limit int) (JobPage, error) {
+	return b.jobPage(ctx, queue, job.StateProcessing, cursor, limit)
 }
 
-func (b *Broker) jobPage(ctx context.Context, queue string, state job.JobState, after JobCursor, limit int) (JobPage, error) {
+func (b *Broker) jobPage(ctx context.Context, queue string, state job.JobState, cursor string, limit int) (JobPage, error) {
 	if err := naming.Queue(queue); err != nil {
+		return JobPage{}, err
+	}
+	after, err := parseJobCursor(cursor)
+	if err != nil {
 		return JobPage{}, err
 	}
 	if limit <= 0 || limit > MaxPageLimit {
@@ -133,8 +164,8 @@ func (b *Broker) jobPage(ctx context.Context, queue string, state job.JobState, 
 		return JobPage{}, err
 	}
 	score := ""
-	if !after.IsZero() {
-		score = strconv.FormatInt(ms(after.At), 10)
+	if after.id != "" {
+		score = strconv.FormatInt(after.at, 10)
 	}
 	calls := make([]read, len(q.Shards()))
 	for i, s := range q.Shards() {
@@ -143,7 +174,7 @@ func (b *Broker) jobPage(ctx context.Context, queue string, state job.JobState, 
 		if state == job.StateProcessing {
 			set = k.Processing
 		}
-		calls[i] = read{s: pageScript, keys: []string{set, k.Jobs, k.Attempts}, args: []any{score, after.ID, limit}}
+		calls[i] = read{s: pageScript, keys: []string{set, k.Jobs, k.Attempts}, args: []any{score, after.id, limit}}
 	}
 	res, errs := b.runReads(ctx, calls)
 	var page JobPage
@@ -175,7 +206,7 @@ func (b *Broker) jobPage(ctx context.Context, queue string, state job.JobState, 
 	}
 	if more && len(page.Jobs) > 0 {
 		last := page.Jobs[len(page.Jobs)-1]
-		page.Next = JobCursor{At: fromMS(at(last)), ID: last.ID}
+		page.Next = jobCursor{at: at(last), id: last.ID}.String()
 	}
 	return page, nil
 }

@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"slices"
@@ -92,7 +93,7 @@ func TestJobCorruptEnvelope(t *testing.T) {
 func pageAll(t *testing.T, tb *testBundle, limit int, between func(page int)) []string {
 	t.Helper()
 	var seen []string
-	var cur broker.JobCursor
+	var cur string
 	for page := 0; ; page++ {
 		p, err := tb.b.ScheduledPage(tb.ctx, "q", cur, limit)
 		if err != nil {
@@ -104,7 +105,7 @@ func pageAll(t *testing.T, tb *testBundle, limit int, between func(page int)) []
 		for _, j := range p.Jobs {
 			seen = append(seen, j.ID)
 		}
-		if p.Next.IsZero() {
+		if p.Next == "" {
 			return seen
 		}
 		cur = p.Next
@@ -132,7 +133,7 @@ func TestScheduledPageOrderAndCursor(t *testing.T) {
 		}
 	}
 
-	p, err := tb.b.ScheduledPage(tb.ctx, "q", broker.JobCursor{}, 2)
+	p, err := tb.b.ScheduledPage(tb.ctx, "q", "", 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +141,7 @@ func TestScheduledPageOrderAndCursor(t *testing.T) {
 		t.Fatalf("page entry %+v now %v", j, p.Now)
 	}
 	for _, limit := range []int{0, -1, broker.MaxPageLimit + 1} {
-		if _, err := tb.b.ScheduledPage(tb.ctx, "q", broker.JobCursor{}, limit); !errors.Is(err, job.ErrInvalid) {
+		if _, err := tb.b.ScheduledPage(tb.ctx, "q", "", limit); !errors.Is(err, job.ErrInvalid) {
 			t.Fatalf("limit %d: %v", limit, err)
 		}
 	}
@@ -199,11 +200,11 @@ func TestProcessingPage(t *testing.T) {
 	tb.enqueue(t, env("a", 0), env("b", 0), env("c", 0))
 	tb.claim(t, 2)
 	tb.clock.Advance(4 * time.Second)
-	p, err := tb.b.ProcessingPage(tb.ctx, "q", broker.JobCursor{}, 1)
+	p, err := tb.b.ProcessingPage(tb.ctx, "q", "", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(p.Jobs) != 1 || p.Next.IsZero() {
+	if len(p.Jobs) != 1 || p.Next == "" {
 		t.Fatalf("first page %+v", p)
 	}
 	a := p.Jobs[0]
@@ -211,11 +212,11 @@ func TestProcessingPage(t *testing.T) {
 		t.Fatalf("processing job %+v, lease remaining %v", a, a.LeaseRemaining())
 	}
 	p, err = tb.b.ProcessingPage(tb.ctx, "q", p.Next, 1)
-	if err != nil || len(p.Jobs) != 1 || p.Jobs[0].ID != "b" || !p.Next.IsZero() {
+	if err != nil || len(p.Jobs) != 1 || p.Jobs[0].ID != "b" || p.Next != "" {
 		t.Fatalf("second page %+v, %v", p, err)
 	}
 	tb.clock.Advance(time.Minute)
-	p, _ = tb.b.ProcessingPage(tb.ctx, "q", broker.JobCursor{}, 10)
+	p, _ = tb.b.ProcessingPage(tb.ctx, "q", "", 10)
 	if p.Jobs[0].LeaseRemaining() != 0 {
 		t.Fatalf("expired lease reports %v remaining", p.Jobs[0].LeaseRemaining())
 	}
@@ -315,5 +316,35 @@ func TestStatsOfLeavesOutUnreadableQueues(t *testing.T) {
 	}
 	if _, err := tb.b.Stats(tb.ctx, "bad"); err == nil || !strings.Contains(err.Error(), index) {
 		t.Fatalf("Stats of a broken queue: %v; want an error naming %s", err, index)
+	}
+}
+
+// TestPageCursorFormat: a page's Next is base64url("<ms>:<id>") of its last
+// job (the form the dashboard's links have always carried, and
+// internal/shardtest's cursorAt builds); a cursor that is not one is
+// refused with ErrBadCursor, which wraps job.ErrInvalid, before Redis is
+// read, and changes nothing.
+func TestPageCursorFormat(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	tb.enqueue(t, env("a", time.Minute), env("b", 2*time.Minute), env("c", 3*time.Minute))
+	p, err := tb.b.ScheduledPage(tb.ctx, "q", "", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(p.Next)
+	if want := fmt.Sprintf("%d:b", p.Jobs[1].ReadyAt.UnixMilli()); err != nil || string(raw) != want {
+		t.Fatalf("Next %q decodes to %q, %v; want %q", p.Next, raw, err, want)
+	}
+	for _, bad := range []string{"!!", base64.RawURLEncoding.EncodeToString([]byte("no colon")),
+		base64.RawURLEncoding.EncodeToString([]byte("12:{bad id}")), base64.RawURLEncoding.EncodeToString([]byte("x:b"))} {
+		for name, page := range map[string]func(context.Context, string, string, int) (broker.JobPage, error){"ScheduledPage": tb.b.ScheduledPage, "ProcessingPage": tb.b.ProcessingPage} {
+			if _, err := page(tb.ctx, "q", bad, 2); !errors.Is(err, broker.ErrBadCursor) || !errors.Is(err, job.ErrInvalid) {
+				t.Errorf("%s(cursor %q): %v; want ErrBadCursor", name, bad, err)
+			}
+		}
+	}
+	if st, err := tb.b.Stats(tb.ctx, "q"); err != nil || st.Scheduled != 3 {
+		t.Fatalf("stats %+v, %v; want the 3 jobs unchanged", st, err)
 	}
 }

@@ -539,7 +539,7 @@ func TestShardedQueueReaders(t *testing.T) {
 			}
 			// ScheduledPage lists all 7 in ready-time order, over pages.
 			var listed []string
-			cur := broker.JobCursor{}
+			cur := ""
 			for {
 				page, err := tb.b.ScheduledPage(tb.ctx, "q", cur, 3)
 				if err != nil {
@@ -548,7 +548,7 @@ func TestShardedQueueReaders(t *testing.T) {
 				for _, j := range page.Jobs {
 					listed = append(listed, j.ID)
 				}
-				if page.Next.IsZero() {
+				if page.Next == "" {
 					break
 				}
 				cur = page.Next
@@ -569,7 +569,7 @@ func TestShardedQueueReaders(t *testing.T) {
 			if len(claimed.Jobs) != 2 {
 				t.Fatalf("claimed %v, want j0 and j6", ids(claimed.Jobs))
 			}
-			page, err := tb.b.ProcessingPage(tb.ctx, "q", broker.JobCursor{}, 10)
+			page, err := tb.b.ProcessingPage(tb.ctx, "q", "", 10)
 			if err != nil || len(page.Jobs) != 2 {
 				t.Fatalf("ProcessingPage = %d jobs, %v; want 2", len(page.Jobs), err)
 			}

@@ -176,7 +176,7 @@ func (d *Dashboard) batchDead(w http.ResponseWriter, r *http.Request) {
 			Cursor: data.Cursor, Limit: BatchDeadScan, MaxScan: BatchDeadScan,
 		})
 		switch {
-		case errors.Is(err, deadletter.ErrBadCursor):
+		case errors.Is(err, broker.ErrBadCursor):
 			d.fail(w, r, http.StatusBadRequest, errBadCursor.Error())
 			return
 		case err != nil:

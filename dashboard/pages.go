@@ -2,7 +2,6 @@ package dashboard
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
@@ -239,14 +238,9 @@ func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, http.StatusBadRequest, fmt.Sprintf("Bad chart span %q: it is 1h or 24h", qv.Get("span")))
 		return
 	}
-	sc, err1 := decodeJobCursor(qv.Get("s"))
-	pc, err2 := decodeJobCursor(qv.Get("p"))
-	if err := errors.Join(err1, err2); err != nil {
-		d.fail(w, r, http.StatusBadRequest, err.Error())
-		return
-	}
-	data.SchedCursor, data.ProcCursor = qv.Get("s"), qv.Get("p")
-	data.Paged = !sc.IsZero() || !pc.IsZero()
+	sc, pc := qv.Get("s"), qv.Get("p")
+	data.SchedCursor, data.ProcCursor = sc, pc
+	data.Paged = sc != "" || pc != ""
 	var err error
 	if data.Stats, err = d.b.Stats(ctx, q); err != nil {
 		d.redisError(w, r, err)
@@ -274,44 +268,24 @@ func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
 	}
 	data.Charts = span.charts(hist[0], 560, 150)
 	data.Span, data.Spans = span.Name, chartSpans
-	if data.Scheduled, err = d.b.ScheduledPage(ctx, q, sc, pageSize); err != nil {
+	if data.Scheduled, err = d.b.ScheduledPage(ctx, q, sc, pageSize); err == nil {
+		data.Processing, err = d.b.ProcessingPage(ctx, q, pc, pageSize)
+	}
+	switch {
+	case errors.Is(err, broker.ErrBadCursor):
+		d.fail(w, r, http.StatusBadRequest, errBadCursor.Error())
+		return
+	case err != nil:
 		d.redisError(w, r, err)
 		return
 	}
-	if data.Processing, err = d.b.ProcessingPage(ctx, q, pc, pageSize); err != nil {
-		d.redisError(w, r, err)
-		return
-	}
-	data.NextSched = encodeJobCursor(data.Scheduled.Next)
-	data.NextProc = encodeJobCursor(data.Processing.Next)
+	data.NextSched, data.NextProc = data.Scheduled.Next, data.Processing.Next
 	d.render(w, r, status, "queue", v)
 }
 
-// encodeJobCursor writes a page cursor for a URL; "" for the zero cursor.
-func encodeJobCursor(c broker.JobCursor) string {
-	if c.IsZero() {
-		return ""
-	}
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.At.UnixMilli(), 10) + ":" + c.ID))
-}
-
+// errBadCursor is what a page says of a page cursor it did not make (a
+// link edited or cut short): the page calls' broker.ErrBadCursor.
 var errBadCursor = errors.New("malformed page cursor: start again from the first page")
-
-func decodeJobCursor(s string) (broker.JobCursor, error) {
-	if s == "" {
-		return broker.JobCursor{}, nil
-	}
-	raw, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil {
-		return broker.JobCursor{}, errBadCursor
-	}
-	at, id, ok := strings.Cut(string(raw), ":")
-	v, err := strconv.ParseInt(at, 10, 64)
-	if !ok || err != nil || naming.ID(id) != nil {
-		return broker.JobCursor{}, errBadCursor
-	}
-	return broker.JobCursor{At: time.UnixMilli(v), ID: id}, nil
-}
 
 // detail reads what a detail page shows: get of the page's queue and id.
 // On an error it has answered with the error page, and ok is false.
@@ -389,7 +363,7 @@ func (d *Dashboard) dead(w http.ResponseWriter, r *http.Request) {
 	data.Page, err = d.dl.List(ctx, data.Queue, deadletter.ListOptions{Filter: data.Filter, Cursor: data.Cursor, Limit: pageSize, MaxScan: maxScan})
 	data.Scanned = int64(data.Page.Scanned)
 	switch {
-	case errors.Is(err, deadletter.ErrBadCursor):
+	case errors.Is(err, broker.ErrBadCursor):
 		d.fail(w, r, http.StatusBadRequest, errBadCursor.Error())
 		return
 	case errors.Is(err, job.ErrInvalid):

@@ -89,9 +89,6 @@ type Page struct {
 	Skipped map[string]error
 }
 
-// ErrBadCursor is wrapped when a cursor was not made by List.
-var ErrBadCursor = errors.New("deadletter: malformed cursor")
-
 // DefaultLimit and MaxLimit bound ListOptions.Limit.
 const (
 	DefaultLimit = 50
@@ -111,8 +108,8 @@ const scanChunk = 200
 // descending. Paging by cursor has no gaps or repeats, even while jobs die
 // or are redriven meanwhile. A call reads at most opts.MaxScan records (see
 // ListOptions); a page cut short by that budget is Partial, and its Next
-// continues the scan. Bad options give an error wrapping job.ErrInvalid or
-// ErrBadCursor.
+// continues the scan. Bad options give an error wrapping job.ErrInvalid
+// (broker.ErrBadCursor for a cursor List did not return).
 func (in *Inspector) List(ctx context.Context, queue string, opts ListOptions) (Page, error) {
 	limit := opts.Limit
 	switch {
@@ -314,7 +311,7 @@ func decodeCursor(s string) (cursor, error) {
 	if s == "" {
 		return cursor{}, nil
 	}
-	bad := fmt.Errorf("%w: %q", ErrBadCursor, s)
+	bad := fmt.Errorf("deadletter: %w: %q", broker.ErrBadCursor, s)
 	raw, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil {
 		return cursor{}, bad

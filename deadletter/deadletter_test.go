@@ -333,8 +333,8 @@ func TestListBadOptions(t *testing.T) {
 	}{
 		{"q", deadletter.ListOptions{Limit: -1}, job.ErrInvalid},
 		{"q", deadletter.ListOptions{Limit: deadletter.MaxLimit + 1}, job.ErrInvalid},
-		{"q", deadletter.ListOptions{Cursor: "!!"}, deadletter.ErrBadCursor},
-		{"q", deadletter.ListOptions{Cursor: "bm90LWEtY3Vyc29y"}, deadletter.ErrBadCursor}, // "not-a-cursor"
+		{"q", deadletter.ListOptions{Cursor: "!!"}, broker.ErrBadCursor},
+		{"q", deadletter.ListOptions{Cursor: "bm90LWEtY3Vyc29y"}, broker.ErrBadCursor}, // "not-a-cursor"
 		{"q{", deadletter.ListOptions{}, job.ErrInvalid},
 	} {
 		if _, err := tb.in.List(tb.ctx, tc.queue, tc.opts); !errors.Is(err, tc.want) {

@@ -2,8 +2,10 @@ package shardtest
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -200,7 +202,7 @@ func brokerReads() []readCase {
 	}
 	for _, state := range []job.JobState{job.StateScheduled, job.StateProcessing} {
 		method := map[job.JobState]string{job.StateScheduled: "ScheduledPage", job.StateProcessing: "ProcessingPage"}[state]
-		page := func(e *env) func(context.Context, string, broker.JobCursor, int) (broker.JobPage, error) {
+		page := func(e *env) func(context.Context, string, string, int) (broker.JobPage, error) {
 			if state == job.StateProcessing {
 				return e.b.ProcessingPage
 			}
@@ -208,7 +210,7 @@ func brokerReads() []readCase {
 		}
 		for _, limit := range []int{1, 7, broker.MaxPageLimit} {
 			cases = append(cases, readCase{fmt.Sprintf("%s/limit %d", method, limit), func(t *testing.T, e *env) any {
-				pages, ids := walkJobs(t, page(e), orders, broker.JobCursor{}, limit)
+				pages, ids := walkJobs(t, page(e), orders, "", limit)
 				sch, proc, _ := seededIDs()
 				want := sch
 				if state == job.StateProcessing {
@@ -230,16 +232,16 @@ func brokerReads() []readCase {
 				pages, _ := walkJobs(t, page(e), orders, c, 5)
 				out = append(out, []any{c, pages})
 			}
-			pages, _ := walkJobs(t, page(e), mail, broker.JobCursor{}, 2)
+			pages, _ := walkJobs(t, page(e), mail, "", 2)
 			return append(out, pages)
 		}})
 		cases = append(cases, readCase{method + "/bad input", func(t *testing.T, e *env) any {
 			var out []any
 			for _, limit := range []int{0, -1, broker.MaxPageLimit + 1} {
-				_, err := page(e)(ctx, orders, broker.JobCursor{}, limit)
+				_, err := page(e)(ctx, orders, "", limit)
 				out = append(out, errOut(err))
 			}
-			_, err := page(e)(ctx, "bad queue!", broker.JobCursor{}, 5)
+			_, err := page(e)(ctx, "bad queue!", "", 5)
 			return append(out, errOut(err))
 		}})
 	}
@@ -292,36 +294,43 @@ func checkStats(t *testing.T, e *env, st job.QueueStats, err error) {
 	}
 }
 
-// cursorsFor are cursors into the scheduled or processing jobs of orders.
-func cursorsFor(e *env, state job.JobState) []broker.JobCursor {
+// cursorsFor are cursors into the scheduled or processing jobs of orders,
+// at positions no page returned (cursorAt).
+func cursorsFor(e *env, state job.JobState) []string {
 	if state == job.StateProcessing {
 		// deadlines: base - 7s + lease + k min for p-(2k) and p-(2k+1)
 		at := func(k int) time.Time { return e.base.Add(-7*time.Second + lease + time.Duration(k)*time.Minute) }
-		return []broker.JobCursor{
-			{At: at(3), ID: processingID(6)},
-			{At: at(3), ID: processingID(7)},
-			{At: at(3), ID: "p-06x"},
-			{At: at(3).Add(time.Second), ID: "a"},
-			{At: at(0).Add(-time.Hour), ID: "z"},
-			{At: at(100), ID: "a"},
+		return []string{
+			cursorAt(at(3), processingID(6)),
+			cursorAt(at(3), processingID(7)),
+			cursorAt(at(3), "p-06x"),
+			cursorAt(at(3).Add(time.Second), "a"),
+			cursorAt(at(0).Add(-time.Hour), "z"),
+			cursorAt(at(100), "a"),
 		}
 	}
 	// future ready times: base + 1h + k min for s-(4k) ... s-(4k+3)
 	at := func(k int) time.Time { return e.base.Add(time.Hour + time.Duration(k)*time.Minute) }
-	return []broker.JobCursor{
-		{At: at(2), ID: futureID(9)},
-		{At: at(2), ID: "s-09x"},
-		{At: at(2), ID: "s-"},
-		{At: at(2).Add(30 * time.Second), ID: "a"},
-		{At: e.base.Add(-15 * time.Minute), ID: dueID(6)},
-		{At: e.base.Add(-time.Hour), ID: "a"},
-		{At: e.base.Add(5 * time.Hour), ID: "a"},
+	return []string{
+		cursorAt(at(2), futureID(9)),
+		cursorAt(at(2), "s-09x"),
+		cursorAt(at(2), "s-"),
+		cursorAt(at(2).Add(30*time.Second), "a"),
+		cursorAt(e.base.Add(-15*time.Minute), dueID(6)),
+		cursorAt(e.base.Add(-time.Hour), "a"),
+		cursorAt(e.base.Add(5*time.Hour), "a"),
 	}
+}
+
+// cursorAt is the page cursor of the position (at, id) in the broker's
+// format, base64url("<ms>:<id>"), which TestPageCursorFormat (broker) pins.
+func cursorAt(at time.Time, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(at.UnixMilli(), 10) + ":" + id))
 }
 
 // walkJobs reads pages of limit jobs from the cursor to the end: the pages,
 // and the ids they list.
-func walkJobs(t *testing.T, page func(context.Context, string, broker.JobCursor, int) (broker.JobPage, error), queue string, cur broker.JobCursor, limit int) ([]any, []string) {
+func walkJobs(t *testing.T, page func(context.Context, string, string, int) (broker.JobPage, error), queue string, cur string, limit int) ([]any, []string) {
 	t.Helper()
 	var (
 		pages []any
@@ -339,7 +348,7 @@ func walkJobs(t *testing.T, page func(context.Context, string, broker.JobCursor,
 		if len(p.Jobs) > limit {
 			t.Errorf("a page of limit %d holds %d jobs", limit, len(p.Jobs))
 		}
-		if p.Next.IsZero() {
+		if p.Next == "" {
 			return pages, ids
 		}
 		cur = p.Next

@@ -147,17 +147,17 @@ func ms(t time.Time) string {
 }
 
 // walkAll returns every job of a page reader, a large page at a time.
-func walkAll(t *testing.T, page func(context.Context, string, broker.JobCursor, int) (broker.JobPage, error), queue string) []*job.JobInfo {
+func walkAll(t *testing.T, page func(context.Context, string, string, int) (broker.JobPage, error), queue string) []*job.JobInfo {
 	t.Helper()
 	var out []*job.JobInfo
-	var cur broker.JobCursor
+	var cur string
 	for range 100 {
 		p, err := page(context.Background(), queue, cur, broker.MaxPageLimit)
 		if err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, p.Jobs...)
-		if p.Next.IsZero() {
+		if p.Next == "" {
 			return out
 		}
 		cur = p.Next

@@ -150,7 +150,7 @@ whole store, at worst: about 7 µs a record).`,
 			}
 			page, err := a.listDead(cmd.Context(), deadletter.New(b), ff.queue, deadletter.ListOptions{Filter: f, Cursor: cursor, Limit: limit, MaxScan: maxScan})
 			if err != nil {
-				if errors.Is(err, deadletter.ErrBadCursor) {
+				if errors.Is(err, broker.ErrBadCursor) {
 					return usagef("invalid --cursor %q: use the value a previous page printed", cursor)
 				}
 				return err

@@ -197,39 +197,30 @@ func jobTime(j *job.JobInfo) time.Time {
 }
 
 // jobsCursor is the position of "jobs ls": processing jobs come first, then
-// scheduled ones; the cursor says which list it is in.
+// scheduled ones; the cursor says which list it is in, and where in it (a
+// page cursor of the broker's, "" for the list's start).
 type jobsCursor struct {
 	state job.JobState
-	pos   broker.JobCursor
+	pos   string
 }
 
 func (c jobsCursor) encode() string {
-	if c.pos.IsZero() {
-		return base64.RawURLEncoding.EncodeToString([]byte(string(c.state) + ":0:"))
-	}
-	raw := string(c.state) + ":" + strconv.FormatInt(c.pos.At.UnixMilli(), 10) + ":" + c.pos.ID
-	return base64.RawURLEncoding.EncodeToString([]byte(raw))
+	return base64.RawURLEncoding.EncodeToString([]byte(string(c.state) + ":" + c.pos))
 }
 
+// decodeJobsCursor reads a cursor encode made; the broker checks its
+// position when the page is read (fillJobs).
 func decodeJobsCursor(s string) (jobsCursor, error) {
 	bad := usagef("invalid --cursor %q: use the value a previous page printed", s)
 	raw, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil {
 		return jobsCursor{}, bad
 	}
-	parts := strings.SplitN(string(raw), ":", 3)
-	if len(parts) != 3 || (parts[0] != string(job.StateScheduled) && parts[0] != string(job.StateProcessing)) {
+	st, pos, ok := strings.Cut(string(raw), ":")
+	if !ok || (st != string(job.StateScheduled) && st != string(job.StateProcessing)) {
 		return jobsCursor{}, bad
 	}
-	st := job.JobState(parts[0])
-	if parts[2] == "" {
-		return jobsCursor{state: st}, nil // the start of that list
-	}
-	ms, err := strconv.ParseInt(parts[1], 10, 64)
-	if err != nil || naming.ID(parts[2]) != nil {
-		return jobsCursor{}, bad
-	}
-	return jobsCursor{state: st, pos: broker.JobCursor{At: time.UnixMilli(ms), ID: parts[2]}}, nil
+	return jobsCursor{state: job.JobState(st), pos: pos}, nil
 }
 
 func (a *app) jobsLsCommand() *cobra.Command {
@@ -367,7 +358,7 @@ func (a *app) listAllJobs(ctx context.Context, b *broker.Broker, lists []job.Job
 // is the cursor of what follows, "" at the end of the lists.
 func fillJobs(ctx context.Context, b *broker.Broker, queue string, lists []job.JobState, cur jobsCursor, limit int) (jobs []*job.JobInfo, now time.Time, next string, err error) {
 	for i, st := range lists {
-		pos := broker.JobCursor{}
+		pos := ""
 		if cur.state == st {
 			pos = cur.pos
 		}
@@ -376,12 +367,15 @@ func fillJobs(ctx context.Context, b *broker.Broker, queue string, lists []job.J
 			page = b.ProcessingPage
 		}
 		p, err := page(ctx, queue, pos, limit-len(jobs))
+		if errors.Is(err, broker.ErrBadCursor) {
+			return nil, time.Time{}, "", usagef("invalid --cursor: use the value a previous page printed")
+		}
 		if err != nil {
 			return nil, time.Time{}, "", err
 		}
 		now = p.Now
 		jobs = append(jobs, p.Jobs...)
-		if !p.Next.IsZero() {
+		if p.Next != "" {
 			next = jobsCursor{state: st, pos: p.Next}.encode()
 			break
 		}
