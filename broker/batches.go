@@ -471,36 +471,87 @@ func batchStatus(id string, m map[string]string) *BatchStatus {
 // MaxBatchesPage is the most batches one Batches call returns.
 const MaxBatchesPage = 1000
 
+// BatchPage is one page of batches, newest first.
+type BatchPage struct {
+	Batches []*BatchStatus
+	// Next is the cursor of the next page, "" when this is the last: an
+	// opaque token of URL-safe characters, as JobPage.Next.
+	Next string
+}
+
 // Batches lists batches, newest first: up to limit (1 to MaxBatchesPage)
-// from offset. Batches whose record expired are dropped from the list as
-// they are met. Errors wrap job.ErrInvalid for a bad offset or limit.
-func (b *Broker) Batches(ctx context.Context, offset, limit int) ([]*BatchStatus, error) {
-	if offset < 0 || limit < 1 || limit > MaxBatchesPage {
-		return nil, fmt.Errorf("broker: batches: %w: offset %d must not be negative and limit %d must be 1 to %d", job.ErrInvalid, offset, limit, MaxBatchesPage)
+// after the cursor ("" for the first page, else a page's Next). Batches
+// whose record expired are dropped from the list as they are met, and
+// batches created meanwhile cause no gaps or repeats among the others.
+// Errors wrap job.ErrInvalid for a bad limit, ErrBadCursor for a cursor no
+// page returned.
+func (b *Broker) Batches(ctx context.Context, cursor string, limit int) (BatchPage, error) {
+	if limit < 1 || limit > MaxBatchesPage {
+		return BatchPage{}, fmt.Errorf("broker: batches: %w: limit %d must be 1 to %d", job.ErrInvalid, limit, MaxBatchesPage)
 	}
-	ids, err := b.rdb.ZRevRange(ctx, keyspace.BatchesKey(b.ns), int64(offset), int64(offset+limit-1)).Result()
+	after, err := parseBatchCursor(cursor)
 	if err != nil {
-		return nil, fmt.Errorf("broker: batches: %w", err)
+		return BatchPage{}, err
 	}
-	out := make([]*BatchStatus, 0, len(ids))
+	key := keyspace.BatchesKey(b.ns)
+	// Newest first: by created time, then by id, both descending. After
+	// the cursor: created before it, or at its time with a smaller id (the
+	// batches created in its millisecond with an id at or above it are
+	// skipped: one read of that millisecond's batches).
+	by := &redis.ZRangeBy{Max: "+inf", Min: "-inf", Count: int64(limit) + 1}
+	if after.id != "" {
+		at := strconv.FormatInt(after.at, 10)
+		same, err := b.rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: at, Max: at}).Result()
+		if err != nil {
+			return BatchPage{}, fmt.Errorf("broker: batches: %w", err)
+		}
+		for _, id := range same {
+			if id >= after.id {
+				by.Offset++
+			}
+		}
+		by.Max = at
+	}
+	ids, err := b.rdb.ZRevRangeByScoreWithScores(ctx, key, by).Result()
+	if err != nil {
+		return BatchPage{}, fmt.Errorf("broker: batches: %w", err)
+	}
+	var page BatchPage
+	if len(ids) > limit {
+		last := ids[limit-1]
+		page.Next = jobCursor{at: int64(last.Score), id: last.Member.(string)}.String()
+		ids = ids[:limit]
+	}
+	page.Batches = make([]*BatchStatus, 0, len(ids))
 	var gone []any
-	for _, id := range ids {
+	for _, z := range ids {
+		id := z.Member.(string)
 		s, err := b.Batch(ctx, id)
 		if errors.Is(err, ErrBatchNotFound) || errors.Is(err, job.ErrInvalid) {
 			gone = append(gone, id)
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return BatchPage{}, err
 		}
-		out = append(out, s)
+		page.Batches = append(page.Batches, s)
 	}
 	if len(gone) > 0 {
-		if err := b.rdb.ZRem(ctx, keyspace.BatchesKey(b.ns), gone...).Err(); err != nil {
-			return nil, fmt.Errorf("broker: batches: %w", err)
+		if err := b.rdb.ZRem(ctx, key, gone...).Err(); err != nil {
+			return BatchPage{}, fmt.Errorf("broker: batches: %w", err)
 		}
 	}
-	return out, nil
+	return page, nil
+}
+
+// parseBatchCursor reads a BatchPage.Next: a position (created ms, id) in
+// the batches, in the form of a job page's cursor.
+func parseBatchCursor(s string) (jobCursor, error) {
+	c, err := parseJobCursor(s)
+	if err == nil && c.id != "" && naming.BatchID(c.id) != nil {
+		return jobCursor{}, fmt.Errorf("broker: %w", ErrBadCursor)
+	}
+	return c, err
 }
 
 // EndBatch counts the endings of batch members of shard s, recorded by

@@ -67,8 +67,8 @@ func TestBatchBadInput(t *testing.T) {
 		{"seal a bad id", func() error { return tb.b.SealBatch(tb.ctx, "a/b") }, job.ErrInvalid, "batch id"},
 		{"seal no batch", func() error { return tb.b.SealBatch(tb.ctx, "nope") }, broker.ErrBatchNotFound, `"nope"`},
 		{"read no batch", func() error { _, err := tb.b.Batch(tb.ctx, "nope"); return err }, broker.ErrBatchNotFound, `"nope"`},
-		{"list with a bad limit", func() error { _, err := tb.b.Batches(tb.ctx, 0, 0); return err }, job.ErrInvalid, "limit 0"},
-		{"list with a negative offset", func() error { _, err := tb.b.Batches(tb.ctx, -1, 10); return err }, job.ErrInvalid, "offset -1"},
+		{"list with a bad limit", func() error { _, err := tb.b.Batches(tb.ctx, "", 0); return err }, job.ErrInvalid, "limit 0"},
+		{"list with a bad cursor", func() error { _, err := tb.b.Batches(tb.ctx, "nope", 10); return err }, broker.ErrBadCursor, "malformed page cursor"},
 	} {
 		err := c.call()
 		if !errors.Is(err, c.is) || !strings.Contains(err.Error(), c.says) {
@@ -163,9 +163,10 @@ func TestBatchStatusCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	list, err := tb.b.Batches(tb.ctx, 0, 10)
-	if err != nil || len(list) != 2 {
-		t.Fatalf("list: %v, %v", list, err)
+	page, err := tb.b.Batches(tb.ctx, "", 10)
+	list := page.Batches
+	if err != nil || len(list) != 2 || page.Next != "" {
+		t.Fatalf("list: %+v, %v", page, err)
 	}
 	if list[0].ID != other || list[1].ID != id || list[0].Total != 0 || list[1].Succeeded != 2 {
 		t.Fatalf("list %+v %+v; want newest first (%s, then %s)", list[0], list[1], other, id)
@@ -221,5 +222,52 @@ func TestCallbackMiddleware(t *testing.T) {
 		if got.Headers["seen"] != want || got.Headers[broker.BatchHeader] != id {
 			t.Errorf("callback of %s stored with headers %v, want seen=%q and the batch header", id, got.Headers, want)
 		}
+	}
+}
+
+// TestBatchesPagesByCursor: Batches pages newest first with a cursor: each
+// batch once, in (created, id) descending order, also when several were
+// created in one millisecond and when a batch is created between two
+// pages (it is on no later page, and shifts nothing).
+func TestBatchesPagesByCursor(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	create := func(id string) {
+		t.Helper()
+		if _, err := tb.b.CreateBatch(tb.ctx, broker.BatchSpec{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create("a-old")
+	tb.clock.Advance(time.Millisecond)
+	for _, id := range []string{"m-1", "m-3", "m-2", "m-4"} { // one millisecond
+		create(id)
+	}
+	tb.clock.Advance(time.Millisecond)
+	create("z-new")
+	var seen []string
+	cursor := ""
+	for pages := 0; ; pages++ {
+		if pages > 10 {
+			t.Fatalf("no end after 10 pages: %v", seen)
+		}
+		page, err := tb.b.Batches(tb.ctx, cursor, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range page.Batches {
+			seen = append(seen, s.ID)
+		}
+		if pages == 0 {
+			tb.clock.Advance(time.Millisecond)
+			create("later") // newer than every page: not listed after this one
+		}
+		if page.Next == "" {
+			break
+		}
+		cursor = page.Next
+	}
+	if got := strings.Join(seen, ","); got != "z-new,m-4,m-3,m-2,m-1,a-old" {
+		t.Fatalf("listed %s; want z-new,m-4,m-3,m-2,m-1,a-old", got)
 	}
 }

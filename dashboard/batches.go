@@ -60,46 +60,27 @@ func (b batchRow) Callbacks() []batchCallback {
 }
 
 type batchesData struct {
-	Batches    []batchRow
-	Offset     int
-	Prev, Next int // offsets of the neighbouring pages; -1 for none
+	Batches []batchRow
+	Paged   bool   // a page after the first
+	Next    string // the cursor of the next page; "" for none
 }
 
 // batches lists the batches, newest first, read-only.
 func (d *Dashboard) batches(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	offset := 0
-	if s := r.URL.Query().Get("offset"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 0 {
-			d.fail(w, r, http.StatusBadRequest, "Bad offset "+strconv.Quote(s)+": want a whole number, 0 or more.")
-			return
-		}
-		offset = n
-	}
-	list, err := d.b.Batches(ctx, offset, pageSize)
-	if err != nil {
+	cursor := r.URL.Query().Get("cursor")
+	page, err := d.b.Batches(ctx, cursor, pageSize)
+	switch {
+	case errors.Is(err, broker.ErrBadCursor):
+		d.fail(w, r, http.StatusBadRequest, errBadCursor.Error())
+		return
+	case err != nil:
 		d.redisError(w, r, err)
 		return
 	}
-	data := &batchesData{Batches: make([]batchRow, len(list)), Offset: offset, Prev: -1, Next: -1}
-	for i, s := range list {
+	data := &batchesData{Batches: make([]batchRow, len(page.Batches)), Paged: cursor != "", Next: page.Next}
+	for i, s := range page.Batches {
 		data.Batches[i] = batchRow{s}
-	}
-	if offset > 0 {
-		data.Prev = max(offset-pageSize, 0)
-	}
-	if len(list) > 0 {
-		// Records found expired were dropped from the index: the rest moved
-		// up, so the next page starts after those listed.
-		more, err := d.b.Batches(ctx, offset+len(list), 1)
-		if err != nil {
-			d.redisError(w, r, err)
-			return
-		}
-		if len(more) > 0 {
-			data.Next = offset + len(list)
-		}
 	}
 	now, err := d.b.Client().Time(ctx).Result()
 	if err != nil {

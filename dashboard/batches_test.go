@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -124,8 +125,8 @@ func TestBatchPages(t *testing.T) {
 		`<a href="/batches/b-ok"><bdi>b-ok</bdi></a>`, `<span class="state s-complete">complete</span>`,
 		`success <span class="cb cb-fired">fired</span>, complete <span class="cb cb-fired">fired</span>`,
 		`<td class="r"><span class="bad">1</span></td>`,
-		`href="/batches?offset=50" rel="next">older →</a>`, "old-49")
-	mustNotContain(t, "batches page", r.body, "old-02", `rel="prev"`)
+		`rel="next">older →</a>`, "old-49")
+	mustNotContain(t, "batches page", r.body, "old-02", "← newest")
 	// Newest first: b-open, b-dead, b-ok, then the old ones.
 	order := []string{"/batches/b-open", "/batches/b-dead", "/batches/b-ok", "/batches/old-49", "/batches/old-03"}
 	for i := 1; i < len(order); i++ {
@@ -133,13 +134,14 @@ func TestBatchPages(t *testing.T) {
 			t.Errorf("batches page: %s (at %d) is not listed before %s (at %d)", order[i-1], a, order[i], b)
 		}
 	}
-	r = tb.get(t, "/batches?offset=50")
+	next := regexp.MustCompile(`href="/batches\?cursor=([A-Za-z0-9_-]+)" rel="next"`).FindStringSubmatch(r.body)
+	if next == nil {
+		t.Fatalf("batches page: no link to the next page")
+	}
+	r = tb.get(t, "/batches?cursor="+next[1])
 	wantStatus(t, "second page", r, http.StatusOK)
-	mustContain(t, "second page", r.body, "/batches/old-02", "/batches/old-01", "/batches/old-00", `href="/batches?offset=0" rel="prev">← newer</a>`)
-	mustNotContain(t, "second page", r.body, "b-ok", `rel="next"`)
-	r = tb.get(t, "/batches?offset=53")
-	wantStatus(t, "past the end", r, http.StatusOK)
-	mustContain(t, "past the end", r.body, "No batches past the newest 53.")
+	mustContain(t, "second page", r.body, "/batches/old-02", "/batches/old-01", "/batches/old-00", `<a href="/batches">← newest</a>`)
+	mustNotContain(t, "second page", r.body, "b-ok", "old-03", `rel="next"`)
 
 	r = tb.get(t, "/batches/b-dead")
 	wantStatus(t, "batch page", r, http.StatusOK)
@@ -162,8 +164,8 @@ func TestBatchPages(t *testing.T) {
 	for path, status := range map[string]int{
 		"/batches/no%20such":  http.StatusBadRequest,
 		"/batches/nope-1":     http.StatusNotFound,
-		"/batches?offset=-1":  http.StatusBadRequest,
-		"/batches?offset=two": http.StatusBadRequest,
+		"/batches?cursor=two": http.StatusBadRequest,
+		"/batches?cursor=!!":  http.StatusBadRequest,
 	} {
 		r := tb.get(t, path)
 		wantStatus(t, path, r, status)

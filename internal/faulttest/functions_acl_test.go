@@ -266,7 +266,7 @@ func functionsFeatures(t *testing.T, b *broker.Broker) {
 	if err != nil || len(list) != 1 || list[0].Last.IsZero() {
 		t.Fatalf("periodic.List: %+v, %v", list, err)
 	}
-	if _, err := b.Batches(ctx, 0, 10); err != nil {
+	if _, err := b.Batches(ctx, "", 10); err != nil {
 		t.Fatalf("list batches: %v", err)
 	}
 

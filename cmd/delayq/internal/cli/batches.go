@@ -14,9 +14,12 @@ import (
 )
 
 func (a *app) batchesCommand() *cobra.Command {
-	var offset, limit int
+	var (
+		limit  int
+		cursor string
+	)
 	ls := &cobra.Command{
-		Use:   "ls [--limit N] [--offset N]",
+		Use:   "ls [--limit N] [--cursor C]",
 		Short: "List batches, newest first: state, members pending, succeeded and dead, callbacks fired",
 		Long: `List batches, newest first. STATE is open (members can still be added),
 sealed (no more members; some still pending) or complete (sealed and every
@@ -33,19 +36,16 @@ gone member (the success callback then never fires).`,
 			if limit < 1 || limit > broker.MaxBatchesPage {
 				return usagef("invalid --limit %d: want 1..%d", limit, broker.MaxBatchesPage)
 			}
-			if offset < 0 {
-				return usagef("invalid --offset %d: must not be negative", offset)
-			}
 			b, err := a.broker(cmd.Context())
 			if err != nil {
 				return err
 			}
-			return a.listBatches(cmd.Context(), b, offset, limit)
+			return a.listBatches(cmd.Context(), b, cursor, limit)
 		},
 	}
 	f := ls.Flags()
 	f.IntVar(&limit, "limit", 50, "batches per page (1.."+strconv.Itoa(broker.MaxBatchesPage)+")")
-	f.IntVar(&offset, "offset", 0, "skip this many of the newest batches")
+	f.StringVar(&cursor, "cursor", "", "continue after a previous page")
 	show := &cobra.Command{
 		Use:   "show ID",
 		Short: "Show one batch: its counts, callbacks (queue/id) and whether they fired, expiry",
@@ -134,58 +134,50 @@ func callbacksText(s *broker.BatchStatus) string {
 	return strings.Join(parts, ",")
 }
 
-func (a *app) listBatches(ctx context.Context, b *broker.Broker, offset, limit int) error {
-	all, err := b.Batches(ctx, offset, limit)
+func (a *app) listBatches(ctx context.Context, b *broker.Broker, cursor string, limit int) error {
+	page, err := b.Batches(ctx, cursor, limit)
+	if errors.Is(err, broker.ErrBadCursor) {
+		return usagef("invalid --cursor %q: use the value a previous page printed", cursor)
+	}
 	if err != nil {
 		return err
 	}
-	// The next page starts after those listed: the records found expired
-	// were dropped from the index, so the rest moved up.
-	next := -1
-	if len(all) > 0 {
-		more, err := b.Batches(ctx, offset+len(all), 1)
-		if err != nil {
-			return err
-		}
-		if len(more) > 0 {
-			next = offset + len(all)
-		}
-	}
+	all := page.Batches
 	now, err := a.serverNow(ctx, b)
 	if err != nil {
 		return err
 	}
 	if a.json {
 		out := struct {
-			Batches    []batchJSON `json:"batches"`
-			NextOffset *int        `json:"next_offset,omitempty"`
-		}{Batches: make([]batchJSON, len(all))}
+			Batches []batchJSON `json:"batches"`
+			Next    string      `json:"next,omitempty"`
+		}{Batches: make([]batchJSON, len(all)), Next: page.Next}
 		for i, s := range all {
 			out.Batches[i] = toBatchJSON(s)
 		}
-		if next >= 0 {
-			out.NextOffset = &next
-		}
 		return a.printJSON(out)
 	}
-	if len(all) == 0 {
-		what := "no batches in namespace " + orDash(b.Namespace())
-		if offset > 0 {
-			what += fmt.Sprintf(" after the newest %d", offset)
+	if len(all) > 0 {
+		t := newTable(a.stdout, "ID", "CREATED", "STATE", "TOTAL", "PENDING", "SUCCEEDED", "DEAD", "GONE", "CALLBACKS")
+		for _, s := range all {
+			t.row(s.ID, whenAt(s.CreatedAt, now), batchState(s), strconv.Itoa(s.Total), strconv.Itoa(s.Pending),
+				strconv.Itoa(s.Succeeded), strconv.Itoa(s.Dead), strconv.Itoa(s.Gone), callbacksText(s))
 		}
-		_, err := fmt.Fprintln(a.stdout, termSafe(what, false))
-		return err
+		if err := t.flush(); err != nil {
+			return err
+		}
+	} else {
+		// A page whose batches all expired may still have a next one.
+		what := "no batches in namespace " + orDash(b.Namespace())
+		if cursor != "" {
+			what += " after the cursor"
+		}
+		if _, err := fmt.Fprintln(a.stdout, termSafe(what, false)); err != nil {
+			return err
+		}
 	}
-	t := newTable(a.stdout, "ID", "CREATED", "STATE", "TOTAL", "PENDING", "SUCCEEDED", "DEAD", "GONE", "CALLBACKS")
-	for _, s := range all {
-		t.row(s.ID, whenAt(s.CreatedAt, now), batchState(s), strconv.Itoa(s.Total), strconv.Itoa(s.Pending),
-			strconv.Itoa(s.Succeeded), strconv.Itoa(s.Dead), strconv.Itoa(s.Gone), callbacksText(s))
-	}
-	if err := t.flush(); err != nil {
-		return err
-	}
-	if next >= 0 {
-		fmt.Fprintf(a.stdout, "more: --offset %d\n", next)
+	if page.Next != "" {
+		fmt.Fprintf(a.stdout, "more: --cursor %s\n", page.Next)
 	}
 	return nil
 }

@@ -144,17 +144,15 @@ func TestBatchesLsShow(t *testing.T) {
 
 	// Pages of two: the first says where the next starts, the last does not.
 	first := tb.ok(t, "batches", "ls", "--limit", "2", now)
+	_, cursor, more := strings.Cut(strings.TrimSuffix(first, "\n"), "\nmore: --cursor ")
 	if !strings.Contains(first, "open-3") || !strings.Contains(first, "import-2") || strings.Contains(first, "all-ok-4") ||
-		!strings.HasSuffix(first, "more: --offset 2\n") {
+		!more || cursor == "" || strings.Contains(cursor, "\n") {
 		t.Errorf("batches ls --limit 2:\n%s", first)
 	}
-	second := tb.ok(t, "batches", "ls", "--limit", "2", "--offset", "2", now)
+	second := tb.ok(t, "batches", "ls", "--limit", "2", "--cursor", cursor, now)
 	if !strings.Contains(second, "all-ok-4") || !strings.Contains(second, "orders-1") || strings.Contains(second, "open-3") ||
 		strings.Contains(second, "more:") {
-		t.Errorf("batches ls --limit 2 --offset 2:\n%s", second)
-	}
-	if out := tb.ok(t, "batches", "ls", "--offset", "4"); out != "no batches in namespace "+tb.ns+" after the newest 4\n" {
-		t.Errorf("batches ls past the end: %q", out)
+		t.Errorf("batches ls --limit 2 --cursor %s:\n%s", cursor, second)
 	}
 
 	type batchOut struct {
@@ -173,16 +171,24 @@ func TestBatchesLsShow(t *testing.T) {
 		ExpiresAt     string `json:"expires_at"`
 	}
 	var ls struct {
-		Batches    []batchOut `json:"batches"`
-		NextOffset *int       `json:"next_offset"`
+		Batches []batchOut `json:"batches"`
+		Next    string     `json:"next"`
 	}
 	tb.okJSON(t, &ls, "batches", "ls", "--limit", "3")
 	var ids []string
 	for _, b := range ls.Batches {
 		ids = append(ids, b.ID)
 	}
-	if strings.Join(ids, ",") != "open-3,import-2,all-ok-4" || ls.NextOffset == nil || *ls.NextOffset != 3 {
-		t.Errorf("batches ls --limit 3 --json: ids %v, next %v", ids, ls.NextOffset)
+	if strings.Join(ids, ",") != "open-3,import-2,all-ok-4" || ls.Next == "" {
+		t.Errorf("batches ls --limit 3 --json: ids %v, next %q", ids, ls.Next)
+	}
+	var last struct {
+		Batches []batchOut `json:"batches"`
+		Next    string     `json:"next"`
+	}
+	tb.okJSON(t, &last, "batches", "ls", "--limit", "3", "--cursor", ls.Next)
+	if len(last.Batches) != 1 || last.Batches[0].ID != "orders-1" || last.Next != "" {
+		t.Errorf("batches ls --limit 3 --cursor --json: %+v; want orders-1 alone and no next", last)
 	}
 
 	var show batchOut
@@ -215,7 +221,7 @@ func TestBatchesLsShow(t *testing.T) {
 		{[]string{"batches", "show"}, 2, "expected one batch id"},
 		{[]string{"batches", "ls", "--limit", "0"}, 2, "invalid --limit 0: want 1..1000"},
 		{[]string{"batches", "ls", "--limit", "1001"}, 2, "invalid --limit 1001"},
-		{[]string{"batches", "ls", "--offset", "-1"}, 2, "invalid --offset -1"},
+		{[]string{"batches", "ls", "--cursor", "nope"}, 2, `invalid --cursor "nope"`},
 		{[]string{"batches", "ls", "--limit", "x"}, 2, "invalid argument"},
 		{[]string{"batches"}, 2, "needs a subcommand: ls, show"},
 		{[]string{"batches", "rm"}, 2, `unknown command "rm"`},
