@@ -37,8 +37,8 @@ func (b *Broker) Stats(ctx context.Context, queue string) (job.QueueStats, error
 // others: it is left out, and a *QueueErrors naming it and why comes with
 // the others' stats. It returns an error wrapping job.ErrInvalid for a bad
 // queue name, before contacting Redis; any other error comes with no stats.
-// An empty list names no queue: a caller that pages through names skips
-// the call for an empty page.
+// An empty list reads every queue, as no argument does: a caller that
+// pages through names skips the call for an empty page.
 func (b *Broker) StatsOf(ctx context.Context, queues ...string) ([]job.QueueStats, error) {
 	if len(queues) == 0 {
 		names, err := b.Queues(ctx)

@@ -179,16 +179,17 @@ local function release_held(key, scheduled)
   return #members / 2
 end
 
--- Keeps a hash of live leases, spent attempts or running capped jobs and
--- keys in Redis's hashtable
--- encoding: one field that can be no job id ('{' is refused in ids) with a
--- value longer than hash-max-listpack-value (64 bytes by default). A small
--- hash is otherwise a listpack, where every HSET, HGET and HDEL scans the
--- list (O(n)), and a claim or settle of a batch costs O(n^2); an emptied
--- hash is deleted and would start as a listpack again. One HSETNX per
--- claim call, O(1) once converted. Readers look fields up by job id only,
--- so the field is never met. Redis configured with a larger
--- hash-max-listpack-value keeps its listpacks: correct, only slower.
+-- Keeps a hash of live leases, spent attempts, running capped jobs or
+-- keys' running counts in Redis's hashtable encoding: one field that can
+-- be no job id nor key ('{' is refused in both) with a value longer than
+-- hash-max-listpack-value (64 bytes by default). A small hash is otherwise
+-- a listpack, where every HSET, HGET and HDEL scans the list (O(n)), and a
+-- claim or settle of a batch costs O(n^2); an emptied hash is deleted and
+-- would start as a listpack again. One HSETNX per claim call, O(1) once
+-- converted. Readers look fields up by job id or key; the few that read a
+-- whole hash, or test whether one holds anything (holds_fields), pass over
+-- the field. Redis configured with a larger hash-max-listpack-value keeps
+-- its listpacks: correct, only slower.
 local HASHTABLE_FIELD = '{encoding}'
 local HASHTABLE_VALUE = 'keeps this hash in its hashtable encoding (O(1) per job); see docs/architecture.md'
 local function keep_hashtable(key)
