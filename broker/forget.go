@@ -147,7 +147,7 @@ func (b *Broker) forgetShard(ctx context.Context, queue string, s keyspace.Shard
 		}
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			kk := keyCapKeysOf(k)
-			p.Del(ctx, append(k.JobKeys(), kk.Run, kk.Caps, kk.HeldKeys, kk.Paused, kk.ParkedTypes)...)
+			p.Del(ctx, append(k.JobKeys(), kk.Run, kk.Caps, kk.HeldKeys, kk.Paused, kk.ParkedTypes, kk.Rates, kk.Wait)...)
 			return nil
 		})
 		if errors.Is(err, redis.TxFailedErr) {
@@ -316,7 +316,7 @@ func (b *Broker) idleShard(ctx context.Context, s keyspace.Shard) (bool, error) 
 	var exist, run *redis.IntCmd
 	var enc *redis.BoolCmd
 	if _, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		exist = p.Exists(ctx, k.Jobs, k.Dead, k.Unique, k.Processing, k.Scheduled, k.Trimmed, k.Controls, kk.Caps, kk.HeldKeys, kk.Paused)
+		exist = p.Exists(ctx, k.Jobs, k.Dead, k.Unique, k.Processing, k.Scheduled, k.Trimmed, k.Controls, kk.Caps, kk.HeldKeys, kk.Paused, kk.Rates)
 		run = p.HLen(ctx, kk.Run)
 		enc = p.HExists(ctx, kk.Run, keyspace.EncodingField)
 		return nil

@@ -18,8 +18,8 @@ const MaxHeldKeys = 1000
 // HeldKey is one key of a queue holding jobs back (HeldKeys).
 type HeldKey struct {
 	Key string
-	// Held: its due jobs held by its concurrency cap or its pause, over
-	// every shard.
+	// Held: its due jobs held by its concurrency cap, its pause or its
+	// rate limit, over every shard.
 	Held int64
 	// Running: its jobs leased under a key cap (counted from the claim to
 	// the end of the lease, as the cap counts them; jobs of a key no cap
@@ -31,9 +31,17 @@ type HeldKey struct {
 	OwnCap bool
 	// Paused: PauseKey paused it.
 	Paused bool
-	// Reason says why its jobs wait: "paused" (which wins when both
-	// apply: a resume still leaves the cap; a paused key listed with
-	// nothing held says it too), else "cap".
+	// Rate is its rate limit (SetKeyRateLimit): its own when OwnRate,
+	// else the queue's default; zero for none.
+	Rate    job.RateLimit
+	OwnRate bool
+	// WaitsForToken: some of its held jobs wait for its next token (on a
+	// sharded queue, on some shard).
+	WaitsForToken bool
+	// Reason says why its jobs wait: "paused" (which wins: a resume
+	// still leaves the cap and the rate; a paused key listed with nothing
+	// held says it too), else "cap" while its running jobs fill its cap,
+	// else "rate" while it waits for a token, else "cap".
 	Reason string
 }
 
@@ -49,12 +57,14 @@ type HeldKeys struct {
 	PausedKeys int64
 	// DefaultCap is the queue's default key cap (0 for none).
 	DefaultCap int
+	// DefaultRate is the queue's default key rate limit (zero for none).
+	DefaultRate job.RateLimit
 }
 
 // HeldKeys lists the n keys of queue holding the most jobs back (held by
-// their key's concurrency cap or by PauseKey), with, per key, its held and
-// running jobs, its cap (its own or the default), whether it is paused,
-// and why its jobs wait. While fewer than n keys hold jobs, paused keys
+// their key's concurrency cap, its rate limit or PauseKey), with, per key,
+// its held and running jobs, its cap and rate limit (its own or the
+// default), whether it is paused, and why its jobs wait. While fewer than n keys hold jobs, paused keys
 // holding nothing fill the list.
 //
 // Its cost is bounded by n, whatever the number of keys: each shard keeps
@@ -91,12 +101,12 @@ func (b *Broker) HeldKeys(ctx context.Context, queue string, n int) (HeldKeys, e
 		for _, e := range extra {
 			args = append(args, e)
 		}
-		res, err := b.run(ctx, keysScript, []string{k.Controls, kk.HeldKeys, kk.Run, kk.Caps, kk.Paused}, args...)
+		res, err := b.run(ctx, keysScript, []string{k.Controls, kk.HeldKeys, kk.Run, kk.Caps, kk.Paused, kk.Rates, kk.Wait}, args...)
 		if err != nil {
 			return nil, queueErr(queue, err)
 		}
 		v, ok := res.([]any)
-		if !ok || len(v) != 4 {
+		if !ok || len(v) != 5 {
 			return nil, fmt.Errorf("broker: held keys of queue %q: unexpected reply %v", queue, res)
 		}
 		def, _ := v[0].(string)
@@ -104,15 +114,20 @@ func (b *Broker) HeldKeys(ctx context.Context, queue string, n int) (HeldKeys, e
 		paused, _ := v[2].(int64)
 		rows, _ := v[3].([]any)
 		out.DefaultCap = max(out.DefaultCap, capTotal(def))
+		if rd, _ := v[4].(string); rd != "" {
+			out.DefaultRate, _ = parseRate(rd)
+		}
 		out.Holding = max(out.Holding, holding)
 		out.PausedKeys = max(out.PausedKeys, paused)
 		var got []string
-		for i := 0; i+4 < len(rows); i += 5 {
+		for i := 0; i+6 < len(rows); i += 7 {
 			key, _ := rows[i].(string)
 			held, _ := rows[i+1].(int64)
 			running, _ := rows[i+2].(int64)
 			own, _ := rows[i+3].(string)
 			p, _ := rows[i+4].(int64)
+			ownRate, _ := rows[i+5].(string)
+			wait, _ := rows[i+6].(int64)
 			h := byKey[key]
 			if h == nil {
 				h = &HeldKey{Key: key}
@@ -125,6 +140,10 @@ func (b *Broker) HeldKeys(ctx context.Context, queue string, n int) (HeldKeys, e
 				h.Cap, h.OwnCap = c, true
 			}
 			h.Paused = h.Paused || p == 1
+			if r, ok := parseRate(ownRate); ok {
+				h.Rate, h.OwnRate = r, true
+			}
+			h.WaitsForToken = h.WaitsForToken || wait >= 0
 			got = append(got, key)
 		}
 		return got, nil
@@ -155,9 +174,16 @@ func (b *Broker) HeldKeys(ctx context.Context, queue string, n int) (HeldKeys, e
 		if !h.OwnCap {
 			h.Cap = out.DefaultCap
 		}
+		if !h.OwnRate {
+			h.Rate = out.DefaultRate
+		}
 		switch {
 		case h.Paused:
 			h.Reason = "paused"
+		case h.Held > 0 && h.Cap > 0 && h.Running >= int64(h.Cap):
+			h.Reason = "cap"
+		case h.Held > 0 && h.WaitsForToken:
+			h.Reason = "rate"
 		case h.Held > 0:
 			h.Reason = "cap"
 		}

@@ -21,6 +21,9 @@ type keyCapKeys struct {
 	Caps     string // HASH key -> "share/total": the keys' own caps
 	HeldKeys string // ZSET key -> how many of its jobs its cap or pause holds
 	Paused   string // HASH key -> paused at ms: the paused keys
+	Rates    string // HASH key -> its own rate limit, as the "r" fields of Controls
+	Wait     string // ZSET key -> ms of its next token: keys holding jobs for want of one
+	Tat      string // prefix of the STRINGs key -> GCRA state of its rate limit
 	// ParkedTypes is not a per-key key but lives here for the same
 	// reason: built once per shard. HASH type -> its jobs in the parked
 	// set (jobs of paused types set aside by the claim).
@@ -36,7 +39,8 @@ func keyCapKeysOf(k keyspace.Keys) keyCapKeys {
 		return v.(keyCapKeys)
 	}
 	p := strings.TrimSuffix(k.Held, "held:")
-	kk := keyCapKeys{Run: p + "keyrun", Caps: p + "keycaps", HeldKeys: p + "keyheld", Paused: p + "keypaused", ParkedTypes: p + "parkedtypes"}
+	kk := keyCapKeys{Run: p + "keyrun", Caps: p + "keycaps", HeldKeys: p + "keyheld", Paused: p + "keypaused",
+		Rates: p + "keyrates", Wait: p + "keywait", Tat: p + "keytat:", ParkedTypes: p + "parkedtypes"}
 	if keyCapCached.Add(1) <= maxKeyCapCache {
 		keyCapCache.Store(k.Held, kk)
 	}
@@ -97,6 +101,68 @@ func (b *Broker) SetKeyConcurrency(ctx context.Context, queue, key string, n int
 		k := s.Keys()
 		kk := keyCapKeysOf(k)
 		if _, err := b.run(ctx, keyCapScript, []string{k.Controls, kk.Caps, kk.HeldKeys, k.Scheduled, k.Held}, key, value, k.Wake); err != nil {
+			return queueErr(queue, err)
+		}
+	}
+	return nil
+}
+
+// SetKeyRateLimit limits how many jobs of each key (job.Key, job.KeyFrom)
+// start per period in queue across all workers, as SetRateLimit limits a
+// type: with key "" the default of every key of the queue, else key's own
+// limit, which wins over the default (a premium customer's 10/s where the
+// rest get 2/s). A zero r (Count 0) clears it: a cleared default leaves
+// keys without a limit of their own unlimited, a cleared key's limit
+// leaves the key to the default. Jobs without a key are not limited.
+//
+// Each key has its own bucket: GCRA with r.Burst, or with r.Strict a
+// sliding window of r.Per + r.Slack that never admits more than r.Count
+// claims. It is enforced in the claim script, after the key's pause and
+// its concurrency cap (a job they hold spends no token): a due job of a
+// key without a token is held aside with its ready time, as one at its
+// key's cap (no attempt spent, other keys' jobs still claimed, counted in
+// job.QueueStats.HeldByKey and listed by HeldKeys with reason "rate"),
+// and its key waits in a sorted set for its next token; the claims take
+// the keys whose token has come and start their held jobs first,
+// earliest ready first. Workers sleep until the earliest of those tokens.
+//
+// A change takes effect for the jobs already waiting at the next claim,
+// and the queue's workers are woken: a set or changed limit makes every
+// key it applies to read its bucket again under the new limit, and a
+// cleared one sends the held jobs of its keys back to the schedule (the
+// next claims hold again what a cap or pause still holds). A sharded
+// queue's limit is split among its shards as SetRateLimit's is (a
+// key's jobs are spread over them). Bad input (as for SetRateLimit, or a
+// bad queue name or key) is refused with an error wrapping
+// job.ErrInvalid, and nothing changes. Redis keeps, per key that started
+// a job within its period, one small string (GCRA) or one sorted set of
+// at most Count entries (strict), each expiring by itself; see
+// docs/flow-control.md#per-key-rate-limits.
+func (b *Broker) SetKeyRateLimit(ctx context.Context, queue, key string, r job.RateLimit) error {
+	if key != "" {
+		if err := naming.Key(key); err != nil {
+			return err
+		}
+	}
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	if err := naming.Queue(queue); err != nil {
+		return err
+	}
+	q, err := b.route.Place(ctx, queue)
+	if err != nil {
+		return queueErr(queue, err)
+	}
+	shards := q.Shards()
+	values, err := rateShares(queue, r, len(shards))
+	if err != nil {
+		return err
+	}
+	for i, s := range shards {
+		k := s.Keys()
+		kk := keyCapKeysOf(k)
+		if _, err := b.run(ctx, keyRateScript, []string{k.Controls, kk.Rates, kk.HeldKeys, k.Scheduled, k.Held, kk.Wait, kk.Tat, k.Window}, key, values[i], k.Wake); err != nil {
 			return queueErr(queue, err)
 		}
 	}

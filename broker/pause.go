@@ -127,27 +127,43 @@ func (b *Broker) SetRateLimit(ctx context.Context, queue, typ string, r job.Rate
 		return queueErr(queue, err)
 	}
 	shards := q.Shards()
-	if r.Count > 0 && r.Strict && r.Count < len(shards) {
-		return fmt.Errorf("broker: %w: strict rate limit %d of queue %q is below its %d shards (each shard needs a share)", job.ErrInvalid, r.Count, queue, len(shards))
+	values, err := rateShares(queue, r, len(shards))
+	if err != nil {
+		return err
 	}
 	for i, s := range shards {
-		value := ""
-		if r.Count > 0 {
-			value = fmt.Sprintf("%d/%d/%d/%d", r.Count, ceilMS(r.Per), max(r.Burst, 1), len(shards))
-			if r.Strict {
-				share := r.Count / len(shards)
-				if i < r.Count%len(shards) {
-					share++
-				}
-				value += fmt.Sprintf("/s/%d/%d", share, ceilMS(r.Slack))
-			}
-		}
 		k := s.Keys()
-		if _, err := b.run(ctx, limitScript, []string{k.Controls, k.Rate, k.Scheduled, k.Held, k.Window}, what, value, k.Wake); err != nil {
+		if _, err := b.run(ctx, limitScript, []string{k.Controls, k.Rate, k.Scheduled, k.Held, k.Window}, what, values[i], k.Wake); err != nil {
 			return queueErr(queue, err)
 		}
 	}
 	return nil
+}
+
+// rateShares is what each of a queue's shards stores of rate limit r
+// ("" each when r.Count is 0: cleared): "count/per ms/burst/shards", each
+// shard taking count per (per x shards); a strict window adds
+// "/s/<share>/<slack ms>", shard i's share being Count/S, the first
+// Count mod S one more, so a strict Count must be at least S.
+func rateShares(queue string, r job.RateLimit, shards int) ([]string, error) {
+	if r.Count > 0 && r.Strict && r.Count < shards {
+		return nil, fmt.Errorf("broker: %w: strict rate limit %d of queue %q is below its %d shards (each shard needs a share)", job.ErrInvalid, r.Count, queue, shards)
+	}
+	values := make([]string, shards)
+	for i := range values {
+		if r.Count == 0 {
+			continue
+		}
+		values[i] = fmt.Sprintf("%d/%d/%d/%d", r.Count, ceilMS(r.Per), max(r.Burst, 1), shards)
+		if r.Strict {
+			share := r.Count / shards
+			if i < r.Count%shards {
+				share++
+			}
+			values[i] += fmt.Sprintf("/s/%d/%d", share, ceilMS(r.Slack))
+		}
+	}
+	return values, nil
 }
 
 func ceilMS(d time.Duration) int64 {

@@ -187,6 +187,7 @@ var (
 	capScript         = load("cap")
 	keyCapScript      = load("keycap")
 	keyPauseScript    = load("keypause")
+	keyRateScript     = load("keyrate")
 	keysScript        = load("keys")
 	claimScript       = load("claim")
 	settleScript      = load("settle")

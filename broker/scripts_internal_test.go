@@ -22,6 +22,7 @@ var singleKey = map[string]bool{
 	"TYPE": true, "EXISTS": true, "PEXPIRE": true, "PTTL": true, "ZMSCORE": true, "ZREMRANGEBYSCORE": true, "HGETALL": true, "HKEYS": true,
 	"LLEN": true, "RPUSH": true, "LRANGE": true, "LTRIM": true,
 	"SADD": true, "SREM": true, "SMEMBERS": true, "HLEN": true, "ZREVRANGE": true, "HSCAN": true, "ZINCRBY": true,
+	"DEL": true, // called with one key
 }
 
 // keyless lists commands that touch no key: PUBLISH's channel is not a key

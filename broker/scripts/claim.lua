@@ -65,6 +65,15 @@
 -- KEYS[25] -> ns:{q}:parkedtypes HASH type -> its jobs in KEYS[14]
 --                               (touched only when a job is parked: one
 --                               HINCRBY per type parking, parked_add)
+-- KEYS[26] -> ns:{q}:keyrates   HASH key -> a key's own rate limit, as
+--                               the "r" fields of KEYS[13]
+-- KEYS[27] -> ns:{q}:keywait    ZSET key -> ms of its next token: the keys
+--                               holding jobs for want of one
+-- KEYS[28] -> ns:{q}:keytat:    prefix of the STRINGs key -> GCRA
+--                               theoretical arrival time of a key's rate,
+--                               each expiring when it is reached
+--             (KEYS[26] to KEYS[28] are touched only while field "kr" of
+--             KEYS[13] says some key has a rate limit)
 --
 -- Expiry (job.ExpireAt): a due job whose envelope ends in ,"x":"<ms>"} (or
 -- "<ms>d"}) with <ms> <= now is not leased: it goes to the dead letters with
@@ -141,6 +150,25 @@
 -- key's held jobs back to the schedule (key_release in the prelude). Jobs
 -- without a key, and every job while no key cap is set, cost nothing here.
 --
+-- Per-key rate limits (Broker.SetKeyRateLimit): field "kr" of KEYS[13]
+-- holds the default of every key, as a type's "r:<type>", or "-" when
+-- only some keys have their own (KEYS[26]). Keys are read as for key
+-- caps; for the distinct keys of the due jobs one HMGET of KEYS[26] reads
+-- their limits, and each limited key's bucket is read (GCRA: one GET of
+-- KEYS[28] .. key; strict: its log KEYS[19] .. '#' .. key, trimmed and
+-- counted). A job of a key without a token is held as one at its cap
+-- (KEYS[17] .. '#' .. key, with its ready time, counted in KEYS[23]) and
+-- the key is put in KEYS[27] with the time of its next token. Each claim
+-- first takes up to KEY_WAKES keys whose time has come from KEYS[27] and
+-- moves as many of each key's held jobs back to the schedule as the key
+-- has tokens (and the claim room), earliest ready first, so they are
+-- claimed in this call ahead of later jobs; a key still holding jobs goes
+-- back into KEYS[27] at its next token. next is at most the earliest time
+-- in KEYS[27], so a worker sleeps until a key has a token. The key's rate
+-- is checked after its pause and cap: a job held by either spends no
+-- token. Jobs without a key, and every job while no key rate is set,
+-- cost nothing here.
+--
 -- Paused keys (Broker.PauseKey): field "kp" of KEYS[13] is there while
 -- some key is paused (KEYS[24]). Then keys are read as for key caps, and
 -- one HMGET of KEYS[24] for the distinct keys of the due jobs finds the
@@ -148,8 +176,8 @@
 -- cap (in KEYS[17] .. '#' .. key, no attempt spent, taking no slot of its
 -- type nor of its key) until ResumeKey sends the key's held jobs back.
 --
--- Prefetch: a shard with a concurrency cap or a rate limit (of the queue
--- or of any type) leases at most n - ahead, so that every lease it hands
+-- Prefetch: a shard with a concurrency cap or a rate limit (of the queue,
+-- of any type or of keys) leases at most n - ahead, so that every lease it hands
 -- out is a job that starts at once: a lease counted against a cap is a
 -- running job, and a token is spent by a start. The reply's controlled
 -- flag tells the worker so.
@@ -303,8 +331,9 @@ local paused_types, any_type = {}, false
 local qrate, trates, any_rate = nil, {}, false
 local qcap, tcaps, any_tcap = nil, {}, false
 local kdefault, any_kcap, any_kpause = nil, false, false
+local krdefault, any_krate = '', false
 local function parse_cap(v)
-  local share = tonumber(string.match(v, '^(%d+)/%d+$'))
+  local share = tonumber((string.match(v, '^(%d+)/%d+$')))
   if share and share >= 1 then
     return share
   end
@@ -344,6 +373,9 @@ for i = 1, #pauses, 2 do
     kdefault = parse_cap(pauses[i + 1])
   elseif f == 'kp' then
     any_kpause = true
+  elseif f == 'kr' then
+    any_krate = true
+    krdefault = pauses[i + 1]
   elseif string.sub(f, 1, 2) == 'c:' then
     local cap = parse_cap(pauses[i + 1])
     if cap then
@@ -356,7 +388,7 @@ for i = 1, #pauses, 2 do
   end
 end
 local controlled = 0
-if qrate or any_rate or qcap or any_tcap or any_kcap then
+if qrate or any_rate or qcap or any_tcap or any_kcap or any_krate then
   controlled = 1
   n = math.max(n - (tonumber(ARGV[8]) or 0), 0)
 end
@@ -458,7 +490,19 @@ local function bucket_load(r)
     r.used = redis.call('ZCARD', KEYS[19] .. log)
     r.room = math.max(r.share - r.used, 0)
   else
-    r.tat = math.max(tonumber(redis.call('HGET', KEYS[15], r.name)) or now, now)
+    local tat
+    if r.tatkey then
+      local key = r.key
+      tat = redis.call('GET', KEYS[28] .. key)
+    else
+      tat = redis.call('HGET', KEYS[15], r.name)
+    end
+    r.tat = math.max(tonumber(tat) or now, now)
+    if r.tatkey then
+      -- Under one limit a bucket is never further ahead; a key's limit
+      -- may have changed since (keyrate.lua cannot reach every bucket).
+      r.tat = math.min(r.tat, now + r.tau + r.T)
+    end
     r.room = math.max(math.floor((now + r.tau - r.tat) / r.T) + 1, 0)
   end
   r.taken, r.members = 0, {}
@@ -479,6 +523,10 @@ local function bucket_save(r)
     end
     call_chunked('ZADD', KEYS[19] .. log, z)
     redis.call('PEXPIRE', KEYS[19] .. log, r.window)
+  elseif r.tatkey then
+    -- Once reached, a theoretical arrival time says no more than none.
+    local tat, key = r.tat + r.taken * r.T, r.key
+    redis.call('SET', KEYS[28] .. key, string.format('%.3f', tat), 'PX', math.max(math.ceil(tat - now), 1))
   else
     redis.call('HSET', KEYS[15], r.name, string.format('%.3f', r.tat + r.taken * r.T))
   end
@@ -523,6 +571,115 @@ if any_rate then
         pops[#pops + 1] = got[i]
       end
       r.drained = #got / 2 < room
+    end
+  end
+end
+
+-- Keys' rate limits (see Per-key rate limits above): key_rate reads the
+-- limit of key (its own spec, else the default) and its bucket, nil when
+-- it has none; key_rate_spec lists the keys it reads for expect.
+local function key_rate_of(key, own)
+  local r = parse_rate(own or krdefault, '#' .. key)
+  if r then
+    r.key = key
+    if not r.strict then
+      r.tatkey = KEYS[28] .. key
+    end
+  end
+  return r
+end
+local function key_rate_spec(spec, r)
+  if r.strict then
+    spec[#spec + 1] = KEYS[19] .. r.log
+    spec[#spec + 1] = 'zset'
+  else
+    spec[#spec + 1] = r.tatkey
+    spec[#spec + 1] = 'string'
+  end
+end
+-- key_wait_at is when key r, after taken more starts than its bucket
+-- shows now, has its next token.
+local function key_wait_at(r, taken)
+  if r.strict then
+    local i = r.used + taken - r.share
+    if i >= r.used then
+      return now + r.window
+    end
+    local log = r.log
+    local e = redis.call('ZRANGE', KEYS[19] .. log, i, i, 'WITHSCORES')
+    return math.max(math.ceil(finite(e[2], now) + r.window), now + 1)
+  end
+  return math.max(math.ceil(r.tat + taken * r.T - r.tau), now + 1)
+end
+-- How many keys whose next token has come one claim takes from KEYS[27]
+-- (the rest: the next claim, at once).
+local KEY_WAKES = 100
+-- Keys whose next token has come: their held jobs go back to the
+-- schedule, as many as they have tokens, within the claim's room.
+if any_krate and n > 0 then
+  bad = expect({KEYS[26], 'hash', KEYS[27], 'zset', KEYS[23], 'zset', KEYS[24], 'hash'})
+  if bad then
+    return bad
+  end
+  local woke = redis.call('ZRANGEBYSCORE', KEYS[27], '-inf', now, 'LIMIT', 0, KEY_WAKES)
+  if #woke > 0 then
+    local own, paused = hmget(KEYS[26], woke), {}
+    if any_kpause then
+      paused = hmget(KEYS[24], woke)
+    end
+    local spec, rs = {}, {}
+    for j, key in ipairs(woke) do
+      spec[#spec + 1] = KEYS[17] .. '#' .. key
+      spec[#spec + 1] = 'zset'
+      if not paused[j] then
+        rs[j] = key_rate_of(key, own[j])
+        if rs[j] then
+          key_rate_spec(spec, rs[j])
+        end
+      end
+    end
+    bad = expect(spec)
+    if bad then
+      return bad
+    end
+    local budget, again, gone = n, {}, {}
+    for j, key in ipairs(woke) do
+      local r = rs[j]
+      if r then
+        bucket_load(r)
+        local room = math.min(r.room, budget)
+        local back = 0
+        if room > 0 then
+          local got = redis.call('ZPOPMIN', KEYS[17] .. '#' .. key, room)
+          if #got > 0 then
+            local members = {}
+            for i = 1, #got, 2 do
+              members[#members + 1] = got[i + 1]
+              members[#members + 1] = got[i]
+            end
+            call_chunked('ZADD', KEYS[1], members)
+            back = #got / 2
+            held_add(KEYS[23], key, -back)
+            budget = budget - back
+          end
+        end
+        if back == room and redis.call('EXISTS', KEYS[17] .. '#' .. key) == 1 then
+          again[#again + 1] = key_wait_at(r, room)
+          again[#again + 1] = key
+        else
+          gone[#gone + 1] = key
+        end
+      else
+        -- Paused (its resume sends its jobs back) or no longer limited
+        -- (the change sent them back).
+        gone[#gone + 1] = key
+      end
+    end
+    if #again > 0 then
+      call_chunked('ZADD', KEYS[27], again)
+    end
+    if #gone > 0 then
+      call_chunked('ZREM', KEYS[27], gone)
     end
   end
 end
@@ -616,8 +773,8 @@ if n > 0 then
       end
     end
     -- Per-key caps and paused keys (see above): after the types' checks.
-    local khold, kstart, kcount, kkeys = {}, {}, {}, {}
-    if any_kcap or any_kpause then
+    local khold, kstart, kcount, kkeys, krated, krate = {}, {}, {}, {}, {}, {}
+    if any_kcap or any_kpause or any_krate then
       local keyed, klist, kseen = {}, {}, {}
       for k = 1, #ids do
         if bodies[k] and not ended[k] and not aside[k] then
@@ -637,9 +794,25 @@ if n > 0 then
           spec[#spec + 1] = KEYS[24]
           spec[#spec + 1] = 'hash'
         end
+        if any_krate then
+          spec[#spec + 1] = KEYS[26]
+          spec[#spec + 1] = 'hash'
+          spec[#spec + 1] = KEYS[27]
+          spec[#spec + 1] = 'zset'
+          local own = hmget(KEYS[26], klist)
+          for j, key in ipairs(klist) do
+            krate[key] = key_rate_of(key, own[j])
+            if krate[key] then
+              key_rate_spec(spec, krate[key])
+            end
+          end
+        end
         bad = expect(spec)
         if bad then
           return bad
+        end
+        for _, r in pairs(krate) do
+          bucket_load(r)
         end
         local kcap, kpaused = {}, {}
         if any_kcap then
@@ -658,8 +831,13 @@ if n > 0 then
         local hspec = {}
         for k = 1, #ids do
           local key = keyed[k]
-          if key and (kcap[key] or kpaused[key]) then
-            if kpaused[key] or kcount[key] >= kcap[key] then
+          local r = key and krate[key]
+          if key and (kcap[key] or kpaused[key] or r) then
+            local full = kcap[key] and kcount[key] >= kcap[key]
+            if kpaused[key] or full or (r and r.room < 1) then
+              if r and not kpaused[key] and not full then
+                r.held = true -- waits for its key's next token
+              end
               khold[#khold + 1] = k
               hspec[#hspec + 1] = KEYS[17] .. '#' .. key
               hspec[#hspec + 1] = 'zset'
@@ -673,11 +851,17 @@ if n > 0 then
                 rated[k] = nil
               end
             else
-              kcount[key] = kcount[key] + 1
-              kstart[k] = key
-              if not kkeys[key] then
-                kkeys[key] = true
-                kkeys[#kkeys + 1] = key
+              if r then
+                r.room = r.room - 1
+                krated[k] = r
+              end
+              if kcap[key] then
+                kcount[key] = kcount[key] + 1
+                kstart[k] = key
+                if not kkeys[key] then
+                  kkeys[key] = true
+                  kkeys[#kkeys + 1] = key
+                end
               end
             end
           end
@@ -761,7 +945,7 @@ if n > 0 then
         held_add(KEYS[23], key, added)
       end
     end
-    local live, live_ready, live_body, live_unread, live_rated, running = {}, {}, {}, {}, {}, {}
+    local live, live_ready, live_body, live_unread, live_rated, live_krated, running = {}, {}, {}, {}, {}, {}, {}
     for k = 1, #ids do
       if ended[k] then
         -- expired, parked or held: ended above
@@ -778,6 +962,7 @@ if n > 0 then
         live_body[#live_body + 1] = bodies[k]
         live_unread[#live] = unread[k]
         live_rated[#live] = rated[k]
+        live_krated[#live] = krated[k]
       else
         orphans[#orphans + 1] = ids[k]
       end
@@ -826,6 +1011,10 @@ if n > 0 then
           local m = live_rated[k].members
           m[#m + 1] = token
         end
+        if live_krated[k] then
+          local m = live_krated[k].members
+          m[#m + 1] = token
+        end
         local late = math.min(now - live_ready[k], HISTORY_MAX_LATE)
         late_sum = late_sum + late
         late_max = math.max(late_max, late)
@@ -848,6 +1037,18 @@ if n > 0 then
         keep_hashtable(KEYS[21])
         call_chunked('HSET', KEYS[21], counts)
       end
+    end
+    -- The keys' starts, and the keys that hold jobs until a token.
+    local waits = {}
+    for _, r in pairs(krate) do
+      bucket_save(r)
+      if r.held then
+        waits[#waits + 1] = key_wait_at(r, r.taken)
+        waits[#waits + 1] = r.key
+      end
+    end
+    if #waits > 0 then
+      call_chunked('ZADD', KEYS[27], waits)
     end
   end
 end
@@ -915,6 +1116,14 @@ for t, r in pairs(trates) do
     if (next < 0 or at < next) and (r.held or (not r.drained and redis.call('EXISTS', KEYS[17] .. t) == 1)) then
       next = at
     end
+  end
+end
+-- Keys holding jobs wait for their next token.
+if any_krate then
+  local first = redis.call('ZRANGE', KEYS[27], 0, 0, 'WITHSCORES')
+  local at = tonumber(first[2])
+  if at and (next < 0 or at < next) then
+    next = math.max(math.ceil(at), now)
   end
 end
 if q_capped and next >= 0 and next <= now then

@@ -83,7 +83,7 @@ local record = redis.call('HGET', KEYS[5], id)
 local died = tonumber(redis.call('ZSCORE', KEYS[6], id) or '0')
 local done = redis.call('GET', KEYS[10] .. id)
 if done then
-  local finished = tonumber(string.match(done, '^(%d+)\n')) or 0
+  local finished = tonumber((string.match(done, '^(%d+)\n'))) or 0
   if not record or finished >= died then
     return {now, 4, finished, 0, done, '', redis.call('PTTL', KEYS[10] .. id)}
   end

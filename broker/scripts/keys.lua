@@ -8,18 +8,23 @@
 -- KEYS[3] -> ns:{q}:keyrun      HASH key -> its jobs leased under its cap
 -- KEYS[4] -> ns:{q}:keycaps     HASH key -> its own cap "share/total"
 -- KEYS[5] -> ns:{q}:keypaused   HASH key -> paused at ms
+-- KEYS[6] -> ns:{q}:keyrates    HASH key -> its own rate limit
+-- KEYS[7] -> ns:{q}:keywait     ZSET key -> ms of its next token (keys
+--                               holding jobs for want of one)
 -- ARGV[1] -> now ms (unused)
 -- ARGV[2] -> n: how many of the keys holding the most to list (0: none)
 -- ARGV[3..] -> keys to report as well (another shard's top keys)
 --
--- Returns {default cap or "", keys holding jobs, paused keys, rows}: rows
--- is a flat list of key, held, running, own cap ("" none), paused (1/0),
+-- Returns {default cap or "", keys holding jobs, paused keys, rows,
+-- default rate limit or ""}: rows is a flat list of key, held, running,
+-- own cap ("" none), paused (1/0), own rate limit ("" none), next token
+-- ms (-1 when it waits for none),
 -- for the n keys of KEYS[2] with the highest counts (ZREVRANGE, ties by
 -- key, last first), the keys of ARGV[3..], and, while fewer than n were
 -- listed, paused keys holding nothing (one HSCAN page of n). Cost:
 -- O(log K + n) for K keys holding, plus O(1) per key reported (three
--- HMGET and one ZMSCORE): bounded by n, whatever K is.
-local bad = expect({KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[4], 'hash', KEYS[5], 'hash'})
+-- HMGET and two ZMSCORE): bounded by n, whatever K is.
+local bad = expect({KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[4], 'hash', KEYS[5], 'hash', KEYS[6], 'hash', KEYS[7], 'zset'})
 if bad then
   return bad
 end
@@ -54,20 +59,25 @@ if n > 0 and #list < n and paused_n > 0 then
 end
 local rows = {}
 if #list > 0 then
-  local held = {}
+  local held, wait = {}, {}
   for i = 1, #list, CHUNK do
-    local part = redis.call('ZMSCORE', KEYS[2], unpack(list, i, math.min(i + CHUNK - 1, #list)))
-    for j = 1, #part do
-      held[#held + 1] = part[j]
+    local last = math.min(i + CHUNK - 1, #list)
+    local h = redis.call('ZMSCORE', KEYS[2], unpack(list, i, last))
+    local w = redis.call('ZMSCORE', KEYS[7], unpack(list, i, last))
+    for j = 1, #h do
+      held[i + j - 1] = h[j]
+      wait[i + j - 1] = w[j]
     end
   end
-  local run, own, paused = hmget(KEYS[3], list), hmget(KEYS[4], list), hmget(KEYS[5], list)
+  local run, own, paused, rate = hmget(KEYS[3], list), hmget(KEYS[4], list), hmget(KEYS[5], list), hmget(KEYS[6], list)
   for j, key in ipairs(list) do
     rows[#rows + 1] = key
     rows[#rows + 1] = tonumber(held[j]) or 0
     rows[#rows + 1] = tonumber(run[j]) or 0
     rows[#rows + 1] = own[j] or ''
     rows[#rows + 1] = paused[j] and 1 or 0
+    rows[#rows + 1] = rate[j] or ''
+    rows[#rows + 1] = tonumber(wait[j]) or -1
   end
 end
 local default = redis.call('HGET', KEYS[1], 'k')
@@ -78,4 +88,8 @@ local holding = redis.call('ZCARD', KEYS[2])
 if holding > 0 then
   holding = holding - 1 -- the total
 end
-return {default, holding, paused_n, rows}
+local rate_default = redis.call('HGET', KEYS[1], 'kr')
+if not rate_default or rate_default == '-' then
+  rate_default = ''
+end
+return {default, holding, paused_n, rows, rate_default}
