@@ -1,6 +1,7 @@
 package faulttest_test
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"strconv"
@@ -18,7 +19,8 @@ import (
 // (TestConcurrencyCapAcrossWorkers, TestKeyCapAcrossWorkers,
 // TestKeyFlowControlOnCluster): jobs already enqueued in queue, run by
 // three faultworker processes of 8 slots that record their handlers'
-// spans, the oldest SIGKILLed twice.
+// spans, the oldest SIGKILLed twice (or kills times), every 1.5 s (or
+// every).
 type killRun struct {
 	bin   string                // the faultworker binary
 	url   string                // FAULTWORKER_URL
@@ -30,6 +32,8 @@ type killRun struct {
 	drain time.Duration // how long the queue may take to drain
 	// group names the group a job's handlers are counted in, from its id.
 	group func(id string) string
+	kills int           // how many workers to SIGKILL (0: 2)
+	every time.Duration // the time before each kill (0: 1.5 s)
 }
 
 // spanEvent is a handler's start (+1) or end (-1) at a unix ns.
@@ -46,12 +50,14 @@ type killed struct {
 	// ended end at its death.
 	events map[string][]spanEvent
 	kills  int             // workers SIGKILLed
+	want   int             // workers the run meant to SIGKILL
 	cut    int             // handlers ended by their worker's death
 	ok     map[string]bool // ids of the jobs a handler succeeded
 }
 
-// run starts three workers, SIGKILLs the oldest 1.5 s after the start and
-// again 1.5 s later, each time starting a new one, waits for the queue to
+// run starts three workers, SIGKILLs the oldest 1.5 s (r.every) after the
+// start and again 1.5 s later (r.kills times in all), each time starting a
+// new one, waits for the queue to
 // drain, stops the rest with SIGTERM and reads their records. A handler
 // that never ended in a worker that was not killed fails the test.
 func (r killRun) run(t *testing.T) killed {
@@ -65,8 +71,9 @@ func (r killRun) run(t *testing.T) killed {
 	}
 	procs := []*workerProc{spawn(), spawn(), spawn()}
 	deaths := map[string]int64{} // worker -> unix ns after its death
-	for range 2 {
-		time.Sleep(1500 * time.Millisecond)
+	kills, every := cmp.Or(r.kills, 2), cmp.Or(r.every, 1500*time.Millisecond)
+	for range kills {
+		time.Sleep(every)
 		victim := procs[0]
 		victim.signal(syscall.SIGKILL, 0)
 		deaths[victim.name] = time.Now().UnixNano()
@@ -82,7 +89,7 @@ func (r killRun) run(t *testing.T) killed {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := killed{events: map[string][]spanEvent{}, kills: len(deaths), ok: map[string]bool{}}
+	out := killed{events: map[string][]spanEvent{}, kills: len(deaths), want: kills, ok: map[string]bool{}}
 	open := map[string]string{} // "worker id attempt" -> worker, for handlers that never ended
 	for _, l := range lines {
 		f := strings.Fields(l)
@@ -139,7 +146,7 @@ func (r killRun) run(t *testing.T) killed {
 // total distinct jobs succeeded.
 func (k killed) check(t *testing.T, total int) {
 	t.Helper()
-	if k.kills != 2 || k.cut == 0 {
+	if k.kills != k.want || k.cut == 0 {
 		t.Errorf("%d workers killed, %d handlers cut short: the kills did not hit running jobs", k.kills, k.cut)
 	}
 	if len(k.ok) != total {
