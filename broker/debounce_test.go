@@ -406,6 +406,20 @@ func TestDebounceRefusals(t *testing.T) {
 	}
 }
 
+// commandsOf runs f, which must succeed, on a server whose command
+// counts were reset first, and returns what commandCalls then reads: the
+// commands f sent, with those its scripts ran.
+func commandsOf(t *testing.T, ctx context.Context, rdb *redis.Client, f func() error) map[string]int {
+	t.Helper()
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f(); err != nil {
+		t.Fatal(err)
+	}
+	return commandCalls(t, ctx, rdb)
+}
+
 // commandCalls is the calls of each command the server counted since its
 // statistics were reset, but those of the connection and of this reading.
 func commandCalls(t *testing.T, ctx context.Context, rdb *redis.Client) map[string]int {
@@ -451,16 +465,7 @@ func TestPlainEnqueueCostUnchanged(t *testing.T) {
 	if _, err := plain.Enqueue(ctx, b, notice{N: 0}); err != nil { // the queue is known, the script loaded
 		t.Fatal(err)
 	}
-	count := func(enqueue func() error) map[string]int {
-		t.Helper()
-		if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if err := enqueue(); err != nil {
-			t.Fatal(err)
-		}
-		return commandCalls(t, ctx, rdb)
-	}
+	count := func(enqueue func() error) map[string]int { t.Helper(); return commandsOf(t, ctx, rdb, enqueue) }
 	got := count(func() error { _, err := plain.Enqueue(ctx, b, notice{N: 1}); return err })
 	want := map[string]int{"evalsha": 1, "zrange": 1, "hsetnx": 1, "set": 1, "zadd": 1, "time": 1}
 	if !maps.Equal(got, want) {

@@ -440,16 +440,7 @@ func TestPlainClaimAndSettleCostUnchanged(t *testing.T) {
 	if err := drv.Ack(ctx, res.Jobs[0].Lease); err != nil {
 		t.Fatal(err)
 	}
-	count := func(f func() error) map[string]int {
-		t.Helper()
-		if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if err := f(); err != nil {
-			t.Fatal(err)
-		}
-		return commandCalls(t, ctx, rdb)
-	}
+	count := func(f func() error) map[string]int { t.Helper(); return commandsOf(t, ctx, rdb, f) }
 	claimAck := func(typ *job.Type[notice], opts ...job.Option) (claim, ack map[string]int) {
 		t.Helper()
 		if _, err := typ.Enqueue(ctx, b, notice{N: 1}, opts...); err != nil {

@@ -1,15 +1,20 @@
 package broker_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/clock"
 	"github.com/delayq/delayq/internal/protocol"
+	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
@@ -333,5 +338,82 @@ func TestKeyRateShards(t *testing.T) {
 	all = tb.claim(t, 100).Jobs
 	if len(all) != 8 || slices.ContainsFunc(all, func(c protocol.Claimed) bool { return !strings.HasPrefix(c.ID, "k00.") }) {
 		t.Fatalf("a second on claimed %v", ids(all))
+	}
+}
+
+// TestKeyRateClaimCost: under a per-key rate limit a claim's Redis work
+// grows with the distinct keys of its due jobs, not with its jobs: a
+// claim of 100 jobs of one key runs the same commands as one of 10 jobs
+// of that key, and each more key costs a fixed few (GCRA: its state's
+// TYPE check, GET and SET; strict: the log's TYPE check, trim, count,
+// ZADD and PEXPIRE). A key that holds jobs adds its held set's entries
+// and one member of keywait.
+func TestKeyRateClaimCost(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	clk := clock.NewSimulated(epoch)
+	b, err := broker.New(rdb, broker.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	protocol.UseClock(b, clk.Now)
+	drv := testkit.Drive(b)
+	claim := func(queue string, jobs, keys int, r job.RateLimit) map[string]int {
+		t.Helper()
+		var envs []*job.Envelope
+		for i := range jobs {
+			e := env(fmt.Sprintf("%s-%d", queue, i), 0)
+			e.Queue, e.Key = queue, fmt.Sprintf("key%03d", i%keys)
+			envs = append(envs, e)
+		}
+		if err := b.Enqueue(ctx, envs...); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.SetKeyRateLimit(ctx, queue, "", r); err != nil {
+			t.Fatal(err)
+		}
+		// Warm up: the queue known, the scripts loaded.
+		if _, err := drv.Claim(ctx, queue, 0, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		return commandsOf(t, ctx, rdb, func() error {
+			res, err := drv.Claim(ctx, queue, 100, time.Minute)
+			if err == nil && len(res.Jobs) != jobs {
+				err = fmt.Errorf("claimed %d of %d", len(res.Jobs), jobs)
+			}
+			return err
+		})
+	}
+	total := func(m map[string]int) (n int) {
+		for _, c := range m {
+			n += c
+		}
+		return n
+	}
+	for _, c := range []struct {
+		name   string
+		r      job.RateLimit
+		perKey map[string]int
+	}{
+		{"gcra", job.RateLimit{Count: 1000, Per: time.Second, Burst: 1000}, map[string]int{"type": 1, "get": 1, "set": 1}},
+		{"strict", job.RateLimit{Count: 1000, Per: time.Second, Strict: true}, map[string]int{"type": 1, "zremrangebyscore": 1, "zcard": 1, "zadd": 1, "pexpire": 1}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			few, many := claim(c.name+"-few", 10, 1, c.r), claim(c.name+"-many", 100, 1, c.r)
+			if !maps.Equal(few, many) {
+				t.Errorf("10 jobs of one key: %v\n100 jobs of one key: %v; want the same commands", few, many)
+			}
+			keyed := claim(c.name+"-keys", 100, 100, c.r)
+			for cmd, n := range c.perKey {
+				if d := keyed[cmd] - many[cmd]; d != 99*n {
+					t.Errorf("%s: %d more for 99 more keys, want %d", cmd, d, 99*n)
+				}
+			}
+			if d, want := total(keyed)-total(many), 99*total(c.perKey); d != want {
+				t.Errorf("%d more commands for 99 more keys, want %d (%v against %v)", d, want, keyed, many)
+			}
+		})
 	}
 }

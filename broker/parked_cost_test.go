@@ -59,16 +59,7 @@ func TestUnparkedPathsCostUnchanged(t *testing.T) {
 	if err := b.Enqueue(ctx, mk("later", time.Hour), mk("later2", time.Hour), mk("due", 0), mk("due2", 0)); err != nil {
 		t.Fatal(err)
 	}
-	count := func(f func() error) map[string]int {
-		t.Helper()
-		if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if err := f(); err != nil {
-			t.Fatal(err)
-		}
-		return commandCalls(t, ctx, rdb)
-	}
+	count := func(f func() error) map[string]int { t.Helper(); return commandsOf(t, ctx, rdb, f) }
 	want := func(err, target error) error {
 		if errors.Is(err, target) {
 			return nil

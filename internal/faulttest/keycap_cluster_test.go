@@ -28,6 +28,11 @@ import (
 //     overridden keys ran above the default, every job succeeded, and at
 //     the end no master holds a key's slot count, a held job or any job
 //     key of the queue.
+//   - rates: 900 jobs of 30 keys limited to 6 starts a second each (a
+//     strict window with 200 ms of slack: 2 per shard), run as the caps
+//     are: no key's busiest second of handler starts holds more than 6,
+//     keys reach 6, every job succeeds, and no held job or waiting key
+//     is left on any master.
 //   - debounce: 50 debounced enqueues of each of 20 keys, 10 ms apart by
 //     the broker's simulated clock, leave one job per key in the shard its
 //     key routes to, with the 50th arguments, due one window after the 50th
@@ -36,6 +41,7 @@ func TestKeyFlowControlOnCluster(t *testing.T) {
 	skipSlow(t)
 	c := redistest.StartCluster(t)
 	t.Run("caps", func(t *testing.T) { keyCapsOnCluster(t, c) })
+	t.Run("rates", func(t *testing.T) { keyRatesOnCluster(t, c) })
 	t.Run("debounce", func(t *testing.T) { debounceOnCluster(t, c) })
 }
 
@@ -177,6 +183,70 @@ func keyCapsOnCluster(t *testing.T, c *redistest.Cluster) {
 	summary(t, "jobs", total, "keys", keys+bigKeys, "shards", 3, "masters", 3, "workers", 3, "kills", k.kills,
 		"handlers cut by a kill", k.cut, "default cap", defaultCap, "big keys' cap", bigCap, "most of one key at once", most,
 		"keys that reached their cap", atCap, "big keys above the default", bigAboveDefault, "keys above their cap", over)
+}
+
+func keyRatesOnCluster(t *testing.T, c *redistest.Cluster) {
+	ctx := context.Background()
+	bin := buildFaultWorker(t)
+	rdb := c.Client(t)
+	const ns, queue, keys, perKey, rate = "keyratecluster", job.DefaultQueue, 30, 30, 6
+	b, err := broker.New(rdb, broker.Options{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spreadShards(t, c, b, queue)
+	if err := b.SetKeyRateLimit(ctx, queue, "", job.RateLimit{Count: rate, Per: time.Second, Strict: true, Slack: 200 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	typ := job.New[crashArgs]("fault.crash", job.MaxRetries(6))
+	var envs []*job.Envelope
+	for k := range keys {
+		for i := range perKey {
+			e, err := typ.Envelope(crashArgs{N: len(envs)}, job.ID(fmt.Sprintf("r%02d-%d", k, i)), job.Key(fmt.Sprintf("r%02d", k)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			envs = append(envs, e)
+		}
+	}
+	if err := b.Enqueue(ctx, envs...); err != nil {
+		t.Fatal(err)
+	}
+	keyOf := func(id string) string { k, _, _ := strings.Cut(id, "-"); return k }
+	k := killRun{bin: bin, url: "redis+cluster://" + strings.Join(c.Addrs(), ","), rdb: rdb, b: b, ns: ns, queue: queue,
+		delay: "20ms", drain: 120 * time.Second, group: keyOf}.run(t)
+	over, atRate, busiest := 0, 0, 0
+	for key, evs := range k.events {
+		top := checkKeyRate(t, key, evs, rate, &over)
+		busiest = max(busiest, top)
+		if top == rate {
+			atRate++
+		}
+	}
+	if atRate == 0 {
+		t.Errorf("no key reached its rate of %d/s: this run shows nothing", rate)
+	}
+	k.check(t, len(envs))
+	for _, sh := range testkit.Shards(t, b, queue) {
+		kk := sh.Keys()
+		p := strings.TrimSuffix(kk.Controls, "controls")
+		for _, key := range []string{p + "keyheld", p + "keywait", kk.Scheduled, kk.Processing, kk.Jobs} {
+			if n, err := rdb.Exists(ctx, key).Result(); err != nil || n != 0 {
+				t.Errorf("%s left after the drain (%v): a held job or waiting key leaked", key, err)
+			}
+		}
+	}
+	if err := b.SetKeyRateLimit(ctx, queue, "", job.RateLimit{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{ns + ":log", ns + ":spans"} { // in two slots
+		if err := rdb.Del(ctx, key).Err(); err != nil {
+			t.Error(err)
+		}
+	}
+	summary(t, "jobs", len(envs), "keys", keys, "shards", 3, "masters", 3, "workers", 3, "kills", k.kills,
+		"handlers cut by a kill", k.cut, "rate per key", rate, "busiest second of one key", busiest,
+		"keys that reached the rate", atRate, "keys above it", over)
 }
 
 func debounceOnCluster(t *testing.T, c *redistest.Cluster) {
