@@ -201,10 +201,13 @@ func TestHeldKeysBadInput(t *testing.T) {
 
 // TestHeldCountsFollowEveryPath drives a queue through 400 random steps
 // (a fixed seed): enqueues, replaces, claims, acks, expired leases
-// reaped and retried, cancels, reschedules, key pauses and resumes, and
-// cap changes, and checks after each one that every key's count in
-// keyheld is the size of its held set, that the '#' total is their sum,
-// and that Stats.HeldByKey and HeldKeys agree with them.
+// reaped and retried, cancels, reschedules, key pauses and resumes, cap
+// changes and rate-limit changes, and checks after each one that every
+// key's count in keyheld is the size of its held set, that the '#' total
+// is their sum, and that Stats.HeldByKey and HeldKeys agree with them.
+// Then, the keys resumed and every lease acknowledged, claims and acks
+// with the clock moving on must drain the queue under the caps and rate
+// limits left: no held job is left behind by a key that nothing wakes.
 func TestHeldCountsFollowEveryPath(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
@@ -215,6 +218,7 @@ func TestHeldCountsFollowEveryPath(t *testing.T) {
 	id := func() string { return fmt.Sprintf("j%d", rng.IntN(max(next, 1))) }
 	heldPrefix := strings.TrimSuffix(keyKey(tb, "keyheld"), "keyheld") + "held:#"
 	var maxHeld int64
+	rateHeld := 0 // checks that found a key held by its rate limit
 	check := func(step int, what string) {
 		t.Helper()
 		counts, err := tb.rdb.ZRangeWithScores(tb.ctx, keyKey(tb, "keyheld"), 0, -1).Result()
@@ -251,6 +255,9 @@ func TestHeldCountsFollowEveryPath(t *testing.T) {
 		for _, k := range hk.Keys {
 			if k.Held != listed[k.Key] {
 				t.Fatalf("step %d (%s): HeldKeys says %s holds %d, want %d", step, what, k.Key, k.Held, listed[k.Key])
+			}
+			if k.Reason == "rate" {
+				rateHeld++
 			}
 		}
 	}
@@ -315,13 +322,30 @@ func TestHeldCountsFollowEveryPath(t *testing.T) {
 			if _, err := tb.b.ResumeKey(tb.ctx, "q", keys[rng.IntN(len(keys))]); err != nil {
 				t.Fatal(err)
 			}
-		default:
+		case r < 96:
 			what = "cap"
 			key := ""
 			if rng.IntN(2) == 0 {
 				key = keys[rng.IntN(len(keys))]
 			}
 			if err := tb.b.SetKeyConcurrency(tb.ctx, "q", key, rng.IntN(3)); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			what = "rate"
+			key := ""
+			if rng.IntN(2) == 0 {
+				key = keys[rng.IntN(len(keys))]
+			}
+			var lim job.RateLimit
+			switch rng.IntN(3) {
+			case 0: // cleared
+			case 1:
+				lim = job.RateLimit{Count: 1 + rng.IntN(2), Per: time.Second}
+			default:
+				lim = job.RateLimit{Count: 1 + rng.IntN(2), Per: time.Second, Strict: true}
+			}
+			if err := tb.b.SetKeyRateLimit(tb.ctx, "q", key, lim); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -331,5 +355,36 @@ func TestHeldCountsFollowEveryPath(t *testing.T) {
 	if maxHeld < 10 {
 		t.Fatalf("at most %d jobs were held at once: the steps did not exercise the held sets", maxHeld)
 	}
-	t.Logf("up to %d jobs held at once", maxHeld)
+	if rateHeld < 10 {
+		t.Fatalf("a key was held by its rate limit in %d checks: the steps did not exercise the rate limits", rateHeld)
+	}
+	t.Logf("up to %d jobs held at once; a key held by its rate in %d checks", maxHeld, rateHeld)
+
+	// Every held job comes out under the caps and limits left.
+	for _, k := range keys {
+		if _, err := tb.b.ResumeKey(tb.ctx, "q", k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; ; i++ {
+		for _, c := range leases {
+			if err := testkit.Drive(tb.b).Ack(tb.ctx, c.Lease); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st, err := tb.b.Stats(tb.ctx, "q")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Scheduled+st.Held+st.Processing == 0 {
+			break
+		}
+		if i == 100 {
+			hk, _ := tb.b.HeldKeys(tb.ctx, "q", 10)
+			t.Fatalf("after 100 s of claims and acks: %d scheduled, %d held, %d processing; held keys %+v", st.Scheduled, st.Held, st.Processing, hk)
+		}
+		tb.clock.Advance(time.Second)
+		leases = tb.claim(t, 100).Jobs
+		check(400+i, "drain")
+	}
 }
