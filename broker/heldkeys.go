@@ -38,10 +38,14 @@ type HeldKey struct {
 	// WaitsForToken: some of its held jobs wait for its next token (on a
 	// sharded queue, on some shard).
 	WaitsForToken bool
+	// WaitsForTurn: its held jobs wait for its turn (SetKeyFairness; on a
+	// sharded queue, on some shard).
+	WaitsForTurn bool
 	// Reason says why its jobs wait: "paused" (which wins: a resume
 	// still leaves the cap and the rate; a paused key listed with nothing
 	// held says it too), else "cap" while its running jobs fill its cap,
-	// else "rate" while it waits for a token, else "cap".
+	// else "rate" while it waits for a token, else "turn" while it waits
+	// for its turn, else "cap".
 	Reason string
 }
 
@@ -101,7 +105,7 @@ func (b *Broker) HeldKeys(ctx context.Context, queue string, n int) (HeldKeys, e
 		for _, e := range extra {
 			args = append(args, e)
 		}
-		res, err := b.run(ctx, keysScript, []string{k.Controls, kk.HeldKeys, kk.Run, kk.Caps, kk.Paused, kk.Rates, kk.Wait}, args...)
+		res, err := b.run(ctx, keysScript, []string{k.Controls, kk.HeldKeys, kk.Run, kk.Caps, kk.Paused, kk.Rates, kk.Wait, kk.Turn}, args...)
 		if err != nil {
 			return nil, queueErr(queue, err)
 		}
@@ -120,7 +124,7 @@ func (b *Broker) HeldKeys(ctx context.Context, queue string, n int) (HeldKeys, e
 		out.Holding = max(out.Holding, holding)
 		out.PausedKeys = max(out.PausedKeys, paused)
 		var got []string
-		for i := 0; i+6 < len(rows); i += 7 {
+		for i := 0; i+7 < len(rows); i += 8 {
 			key, _ := rows[i].(string)
 			held, _ := rows[i+1].(int64)
 			running, _ := rows[i+2].(int64)
@@ -128,6 +132,7 @@ func (b *Broker) HeldKeys(ctx context.Context, queue string, n int) (HeldKeys, e
 			p, _ := rows[i+4].(int64)
 			ownRate, _ := rows[i+5].(string)
 			wait, _ := rows[i+6].(int64)
+			turn, _ := rows[i+7].(int64)
 			h := byKey[key]
 			if h == nil {
 				h = &HeldKey{Key: key}
@@ -144,6 +149,7 @@ func (b *Broker) HeldKeys(ctx context.Context, queue string, n int) (HeldKeys, e
 				h.Rate, h.OwnRate = r, true
 			}
 			h.WaitsForToken = h.WaitsForToken || wait >= 0
+			h.WaitsForTurn = h.WaitsForTurn || turn == 1
 			got = append(got, key)
 		}
 		return got, nil
@@ -184,6 +190,8 @@ func (b *Broker) HeldKeys(ctx context.Context, queue string, n int) (HeldKeys, e
 			h.Reason = "cap"
 		case h.Held > 0 && h.WaitsForToken:
 			h.Reason = "rate"
+		case h.Held > 0 && h.WaitsForTurn:
+			h.Reason = "turn"
 		case h.Held > 0:
 			h.Reason = "cap"
 		}

@@ -202,7 +202,8 @@ func TestHeldKeysBadInput(t *testing.T) {
 // TestHeldCountsFollowEveryPath drives a queue through 400 random steps
 // (a fixed seed): enqueues, replaces, claims, acks, expired leases
 // reaped and retried, cancels, reschedules, key pauses and resumes, cap
-// changes and rate-limit changes, and checks after each one that every
+// changes, rate-limit changes and fair turns on and off, and checks after
+// each one that every
 // key's count in keyheld is the size of its held set, that the '#' total
 // is their sum, and that Stats.HeldByKey and HeldKeys agree with them.
 // Then, the keys resumed and every lease acknowledged, claims and acks
@@ -218,7 +219,8 @@ func TestHeldCountsFollowEveryPath(t *testing.T) {
 	id := func() string { return fmt.Sprintf("j%d", rng.IntN(max(next, 1))) }
 	heldPrefix := strings.TrimSuffix(keyKey(tb, "keyheld"), "keyheld") + "held:#"
 	var maxHeld int64
-	rateHeld := 0 // checks that found a key held by its rate limit
+	rateHeld := 0              // checks that found a key held by its rate limit
+	fair, turnHeld := false, 0 // fair turns on; checks that found a key waiting for its turn
 	check := func(step int, what string) {
 		t.Helper()
 		counts, err := tb.rdb.ZRangeWithScores(tb.ctx, keyKey(tb, "keyheld"), 0, -1).Result()
@@ -256,8 +258,11 @@ func TestHeldCountsFollowEveryPath(t *testing.T) {
 			if k.Held != listed[k.Key] {
 				t.Fatalf("step %d (%s): HeldKeys says %s holds %d, want %d", step, what, k.Key, k.Held, listed[k.Key])
 			}
-			if k.Reason == "rate" {
+			switch k.Reason {
+			case "rate":
 				rateHeld++
+			case "turn":
+				turnHeld++
 			}
 		}
 	}
@@ -322,7 +327,7 @@ func TestHeldCountsFollowEveryPath(t *testing.T) {
 			if _, err := tb.b.ResumeKey(tb.ctx, "q", keys[rng.IntN(len(keys))]); err != nil {
 				t.Fatal(err)
 			}
-		case r < 96:
+		case r < 95:
 			what = "cap"
 			key := ""
 			if rng.IntN(2) == 0 {
@@ -331,7 +336,7 @@ func TestHeldCountsFollowEveryPath(t *testing.T) {
 			if err := tb.b.SetKeyConcurrency(tb.ctx, "q", key, rng.IntN(3)); err != nil {
 				t.Fatal(err)
 			}
-		default:
+		case r < 98:
 			what = "rate"
 			key := ""
 			if rng.IntN(2) == 0 {
@@ -348,6 +353,12 @@ func TestHeldCountsFollowEveryPath(t *testing.T) {
 			if err := tb.b.SetKeyRateLimit(tb.ctx, "q", key, lim); err != nil {
 				t.Fatal(err)
 			}
+		default:
+			what = "fair"
+			fair = !fair
+			if err := tb.b.SetKeyFairness(tb.ctx, "q", fair); err != nil {
+				t.Fatal(err)
+			}
 		}
 		tb.clock.Advance(time.Duration(rng.IntN(500)) * time.Millisecond)
 		check(step, what)
@@ -355,10 +366,10 @@ func TestHeldCountsFollowEveryPath(t *testing.T) {
 	if maxHeld < 10 {
 		t.Fatalf("at most %d jobs were held at once: the steps did not exercise the held sets", maxHeld)
 	}
-	if rateHeld < 10 {
-		t.Fatalf("a key was held by its rate limit in %d checks: the steps did not exercise the rate limits", rateHeld)
+	if rateHeld < 10 || turnHeld < 10 {
+		t.Fatalf("a key was held by its rate limit in %d checks, waiting for its turn in %d: the steps did not exercise them", rateHeld, turnHeld)
 	}
-	t.Logf("up to %d jobs held at once; a key held by its rate in %d checks", maxHeld, rateHeld)
+	t.Logf("up to %d jobs held at once; a key held by its rate in %d checks, waiting for its turn in %d", maxHeld, rateHeld, turnHeld)
 
 	// Every held job comes out under the caps and limits left.
 	for _, k := range keys {

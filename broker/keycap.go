@@ -24,6 +24,7 @@ type keyCapKeys struct {
 	Rates    string // HASH key -> its own rate limit, as the "r" fields of Controls
 	Wait     string // ZSET key -> ms of its next token: keys holding jobs for want of one
 	Tat      string // prefix of the STRINGs key -> GCRA state of its rate limit
+	Turn     string // ZSET key -> its place in the fair turns ('#': the jobs without a key)
 	// ParkedTypes is not a per-key key but lives here for the same
 	// reason: built once per shard. HASH type -> its jobs in the parked
 	// set (jobs of paused types set aside by the claim).
@@ -40,7 +41,7 @@ func keyCapKeysOf(k keyspace.Keys) keyCapKeys {
 	}
 	p := strings.TrimSuffix(k.Held, "held:")
 	kk := keyCapKeys{Run: p + "keyrun", Caps: p + "keycaps", HeldKeys: p + "keyheld", Paused: p + "keypaused",
-		Rates: p + "keyrates", Wait: p + "keywait", Tat: p + "keytat:", ParkedTypes: p + "parkedtypes"}
+		Rates: p + "keyrates", Wait: p + "keywait", Tat: p + "keytat:", Turn: p + "keyturn", ParkedTypes: p + "parkedtypes"}
 	if keyCapCached.Add(1) <= maxKeyCapCache {
 		keyCapCache.Store(k.Held, kk)
 	}
@@ -167,6 +168,44 @@ func (b *Broker) SetKeyRateLimit(ctx context.Context, queue, key string, r job.R
 		}
 	}
 	return nil
+}
+
+// SetKeyFairness turns fair turns between keys (job.Key, job.KeyFrom) on
+// or off in queue. While on, a claim deals its room out among the keys
+// with due jobs in turns, an equal share each (the jobs without a key
+// taking their turns as one key), instead of taking due jobs in ready
+// order: one key's backlog of due jobs delays another key's due job by
+// at most one turn of the keys ahead of it, across all workers and
+// shards, where in ready order it would wait behind the whole backlog.
+// Within a key, jobs start in ready order.
+//
+// A claim moves the due jobs with a key from the schedule to their key's
+// held set (as a key's cap holds them: pending, found, cancelled,
+// rescheduled and replaced as scheduled, counted in
+// job.QueueStats.HeldByKey; HeldKeys lists the keys waiting for a turn
+// with reason "turn"), up to 1,000 due jobs a claim, and the key joins
+// the turns at the back. The jobs a turn chooses go through every other
+// control as before: the key's pause, cap and rate limit, the type's and
+// the queue's. A key whose job its own controls hold leaves the turns
+// until they send its jobs back. Turned off, the keys waiting for a turn
+// send their held jobs back to the schedule. Either way the queue's
+// workers are woken. It applies on every shard of a sharded queue; bad
+// queue names are refused with an error wrapping job.ErrInvalid. See
+// docs/flow-control.md#fair-turns-between-keys.
+func (b *Broker) SetKeyFairness(ctx context.Context, queue string, on bool) error {
+	if err := naming.Queue(queue); err != nil {
+		return err
+	}
+	if _, err := b.route.Place(ctx, queue); err != nil {
+		return queueErr(queue, err)
+	}
+	_, err := b.sumShards(ctx, queue, func(_ keyspace.Queue, s keyspace.Shard) (int64, error) {
+		k := s.Keys()
+		kk := keyCapKeysOf(k)
+		_, err := b.run(ctx, keyFairScript, []string{k.Controls, kk.Turn, kk.HeldKeys, k.Scheduled, k.Held}, flag(on), k.Wake)
+		return 0, err
+	})
+	return err
 }
 
 // PauseKey pauses the jobs of one key (job.Key, job.KeyFrom) in queue, as

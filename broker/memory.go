@@ -52,7 +52,7 @@ func (b *Broker) QueueMemory(ctx context.Context, st job.QueueStats) (QueueMemor
 		k := sh.Keys()
 		kk := keyCapKeysOf(k)
 		keys = append(keys, k.JobKeys()...)
-		keys = append(keys, kk.Run, kk.Caps, kk.HeldKeys, kk.Paused, kk.ParkedTypes, kk.Rates, kk.Wait)
+		keys = append(keys, kk.Run, kk.Caps, kk.HeldKeys, kk.Paused, kk.ParkedTypes, kk.Rates, kk.Wait, kk.Turn)
 		for t := range st.Caps {
 			if t != "" {
 				keys = append(keys, k.Held+t)

@@ -188,6 +188,7 @@ var (
 	keyCapScript      = load("keycap")
 	keyPauseScript    = load("keypause")
 	keyRateScript     = load("keyrate")
+	keyFairScript     = load("keyfair")
 	keysScript        = load("keys")
 	claimScript       = load("claim")
 	settleScript      = load("settle")

@@ -74,6 +74,11 @@
 --                               each expiring when it is reached
 --             (KEYS[26] to KEYS[28] are touched only while field "kr" of
 --             KEYS[13] says some key has a rate limit)
+-- KEYS[29] -> ns:{q}:keyturn    ZSET key -> its place in the turns: the
+--                               keys whose due jobs wait in their held set
+--                               for a turn, and '#' for the jobs without a
+--                               key (touched only while field "kf" of
+--                               KEYS[13] is set)
 --
 -- Expiry (job.ExpireAt): a due job whose envelope ends in ,"x":"<ms>"} (or
 -- "<ms>d"}) with <ms> <= now is not leased: it goes to the dead letters with
@@ -168,6 +173,26 @@
 -- is checked after its pause and cap: a job held by either spends no
 -- token. Jobs without a key, and every job while no key rate is set,
 -- cost nothing here.
+--
+-- Fair turns between keys (Broker.SetKeyFairness): while field "kf" of
+-- KEYS[13] is set, a claim first reads up to FAIR_SCAN due jobs of the
+-- schedule in ready order and moves those with a key to their key's held
+-- set (KEYS[17] .. '#' .. key, with their ready times, counted in
+-- KEYS[23]), the key joining the turns (KEYS[29]) at the back; the jobs
+-- without a key stay in the schedule and take their turns as one key,
+-- '#'. Then the claim's room is dealt out in turns, front first: each key
+-- gets an equal share (at least one job), popped earliest first from its
+-- held set, a key with fewer jobs giving its rest to the others in
+-- further rounds; the keys served go to the back, those left empty leave.
+-- The jobs so chosen go through every check below as scanned ones would
+-- (type pause, caps and limits, the key's pause, cap and rate, expiry); a
+-- key whose job is held by its own controls leaves the turns (the slot,
+-- token or resume that sends its jobs back to the schedule brings it
+-- back). So one key's backlog delays another key's due job by at most
+-- one turn of the keys ahead of it. Cost: one ZRANGEBYSCORE, one HMGET
+-- of the scanned bodies and, per key moved, one ZADD and two ZINCRBY;
+-- per key served one ZPOPMIN per round; one ZADD and one ZREM of the
+-- turns.
 --
 -- Paused keys (Broker.PauseKey): field "kp" of KEYS[13] is there while
 -- some key is paused (KEYS[24]). Then keys are read as for key caps, and
@@ -332,6 +357,7 @@ local qrate, trates, any_rate = nil, {}, false
 local qcap, tcaps, any_tcap = nil, {}, false
 local kdefault, any_kcap, any_kpause = nil, false, false
 local krdefault, any_krate = '', false
+local any_fair = false
 local function parse_cap(v)
   local share = tonumber((string.match(v, '^(%d+)/%d+$')))
   if share and share >= 1 then
@@ -376,6 +402,8 @@ for i = 1, #pauses, 2 do
   elseif f == 'kr' then
     any_krate = true
     krdefault = pauses[i + 1]
+  elseif f == 'kf' then
+    any_fair = true
   elseif string.sub(f, 1, 2) == 'c:' then
     local cap = parse_cap(pauses[i + 1])
     if cap then
@@ -684,6 +712,138 @@ if any_krate and n > 0 then
   end
 end
 
+-- Fair turns between keys (see above): the due jobs with a key move to
+-- their held sets and the room is dealt out among the keys in turn.
+-- fair_plain is the due jobs without a key chosen for this claim, in
+-- place of the scan of the schedule below.
+local FAIR_SCAN = 1000
+local fair_plain = {}
+if any_fair and n > #pops / 2 then
+  bad = expect({KEYS[29], 'zset', KEYS[23], 'zset'})
+  if bad then
+    return bad
+  end
+  local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, FAIR_SCAN)
+  local plain = {}
+  local top = tonumber(redis.call('ZRANGE', KEYS[29], -1, -1, 'WITHSCORES')[2]) or 0
+  local joins = {}
+  if #due > 0 then
+    local ids = {}
+    for i = 1, #due, 2 do
+      ids[#ids + 1] = due[i]
+    end
+    local bodies = hmget(KEYS[3], ids)
+    local by_key, klist, moved = {}, {}, {}
+    for j, id in ipairs(ids) do
+      local key = key_of(bodies[j])
+      if key then
+        local m = by_key[key]
+        if not m then
+          m = {}
+          by_key[key] = m
+          klist[#klist + 1] = key
+        end
+        m[#m + 1] = due[2 * j]
+        m[#m + 1] = id
+        moved[#moved + 1] = id
+      else
+        plain[#plain + 1] = id
+        plain[#plain + 1] = due[2 * j]
+      end
+    end
+    if #klist > 0 then
+      local spec = {}
+      for _, key in ipairs(klist) do
+        spec[#spec + 1] = KEYS[17] .. '#' .. key
+        spec[#spec + 1] = 'zset'
+      end
+      bad = expect(spec)
+      if bad then
+        return bad
+      end
+      call_chunked('ZREM', KEYS[1], moved)
+      for _, key in ipairs(klist) do
+        local m, added = by_key[key], 0
+        for i = 1, #m, CHUNK do
+          added = added + redis.call('ZADD', KEYS[17] .. '#' .. key, unpack(m, i, math.min(i + CHUNK - 1, #m)))
+        end
+        held_add(KEYS[23], key, added)
+        top = top + 1
+        joins[#joins + 1] = top
+        joins[#joins + 1] = key
+      end
+    end
+  end
+  if #plain > 0 then
+    top = top + 1
+    joins[#joins + 1] = top
+    joins[#joins + 1] = '#'
+  end
+  if #joins > 0 then
+    call_chunked('ZADD', KEYS[29], joins, 'NX')
+  end
+  -- Deal the room out in turns.
+  local room = n - #pops / 2
+  local active = redis.call('ZRANGE', KEYS[29], 0, room - 1)
+  local served, gone, taken_by = {}, {}, {}
+  local plain_next = 1
+  while room > 0 and #active > 0 do
+    local share = math.max(math.floor(room / #active), 1)
+    local still = {}
+    for _, key in ipairs(active) do
+      if room < 1 then
+        break
+      end
+      local take, got = math.min(share, room), 0
+      if key == '#' then
+        while got < take and plain_next < #plain do
+          fair_plain[#fair_plain + 1] = plain[plain_next]
+          fair_plain[#fair_plain + 1] = plain[plain_next + 1]
+          plain_next = plain_next + 2
+          got = got + 1
+        end
+      else
+        local popped = redis.call('ZPOPMIN', KEYS[17] .. '#' .. key, take)
+        for i = 1, #popped do
+          pops[#pops + 1] = popped[i]
+        end
+        got = #popped / 2
+        taken_by[key] = (taken_by[key] or 0) + got
+      end
+      room = room - got
+      if not served[key] then
+        served[key] = true
+        served[#served + 1] = key
+      end
+      if got < take then
+        gone[key] = true
+      else
+        still[#still + 1] = key
+      end
+    end
+    active = still
+  end
+  local back, leave = {}, {}
+  for _, key in ipairs(served) do
+    if taken_by[key] then
+      held_add(KEYS[23], key, -taken_by[key])
+    end
+    if gone[key] then
+      leave[#leave + 1] = key
+    else
+      top = top + 1
+      back[#back + 1] = top
+      back[#back + 1] = key
+    end
+  end
+  if #back > 0 then
+    call_chunked('ZADD', KEYS[29], back)
+  end
+  if #leave > 0 then
+    call_chunked('ZREM', KEYS[29], leave)
+  end
+end
+
 -- A fencing counter that is not an integer restarts at the server time in
 -- microseconds: above every token handed out so far unless claims outran a
 -- thousand a millisecond, so no token is handed out twice.
@@ -695,8 +855,8 @@ local late_sum, late_max = 0, 0
 local record = {cid}
 local rate_held = 0
 if n > 0 then
-  local due = {}
-  if n > #pops / 2 then
+  local due = fair_plain
+  if n > #pops / 2 and not any_fair then
     due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, n - #pops / 2)
   end
   local scanned = {}
@@ -944,6 +1104,11 @@ if n > 0 then
         end
         held_add(KEYS[23], key, added)
       end
+      if any_fair then
+        -- Held by its own controls: out of the turns until they send its
+        -- jobs back.
+        call_chunked('ZREM', KEYS[29], hkeys)
+      end
     end
     local live, live_ready, live_body, live_unread, live_rated, live_krated, running = {}, {}, {}, {}, {}, {}, {}
     for k = 1, #ids do
@@ -1117,6 +1282,10 @@ for t, r in pairs(trates) do
       next = at
     end
   end
+end
+-- Keys waiting for their turn: now.
+if any_fair and (next < 0 or next > now) and redis.call('EXISTS', KEYS[29]) == 1 then
+  next = now
 end
 -- Keys holding jobs wait for their next token.
 if any_krate then

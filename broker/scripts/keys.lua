@@ -11,6 +11,7 @@
 -- KEYS[6] -> ns:{q}:keyrates    HASH key -> its own rate limit
 -- KEYS[7] -> ns:{q}:keywait     ZSET key -> ms of its next token (keys
 --                               holding jobs for want of one)
+-- KEYS[8] -> ns:{q}:keyturn     ZSET key -> its place in the fair turns
 -- ARGV[1] -> now ms (unused)
 -- ARGV[2] -> n: how many of the keys holding the most to list (0: none)
 -- ARGV[3..] -> keys to report as well (another shard's top keys)
@@ -18,13 +19,13 @@
 -- Returns {default cap or "", keys holding jobs, paused keys, rows,
 -- default rate limit or ""}: rows is a flat list of key, held, running,
 -- own cap ("" none), paused (1/0), own rate limit ("" none), next token
--- ms (-1 when it waits for none),
+-- ms (-1 when it waits for none), waiting for a turn (1/0),
 -- for the n keys of KEYS[2] with the highest counts (ZREVRANGE, ties by
 -- key, last first), the keys of ARGV[3..], and, while fewer than n were
 -- listed, paused keys holding nothing (one HSCAN page of n). Cost:
 -- O(log K + n) for K keys holding, plus O(1) per key reported (three
--- HMGET and two ZMSCORE): bounded by n, whatever K is.
-local bad = expect({KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[4], 'hash', KEYS[5], 'hash', KEYS[6], 'hash', KEYS[7], 'zset'})
+-- HMGET and three ZMSCORE): bounded by n, whatever K is.
+local bad = expect({KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[4], 'hash', KEYS[5], 'hash', KEYS[6], 'hash', KEYS[7], 'zset', KEYS[8], 'zset'})
 if bad then
   return bad
 end
@@ -59,14 +60,16 @@ if n > 0 and #list < n and paused_n > 0 then
 end
 local rows = {}
 if #list > 0 then
-  local held, wait = {}, {}
+  local held, wait, turn = {}, {}, {}
   for i = 1, #list, CHUNK do
     local last = math.min(i + CHUNK - 1, #list)
     local h = redis.call('ZMSCORE', KEYS[2], unpack(list, i, last))
     local w = redis.call('ZMSCORE', KEYS[7], unpack(list, i, last))
+    local u = redis.call('ZMSCORE', KEYS[8], unpack(list, i, last))
     for j = 1, #h do
       held[i + j - 1] = h[j]
       wait[i + j - 1] = w[j]
+      turn[i + j - 1] = u[j]
     end
   end
   local run, own, paused, rate = hmget(KEYS[3], list), hmget(KEYS[4], list), hmget(KEYS[5], list), hmget(KEYS[6], list)
@@ -78,6 +81,7 @@ if #list > 0 then
     rows[#rows + 1] = paused[j] and 1 or 0
     rows[#rows + 1] = rate[j] or ''
     rows[#rows + 1] = tonumber(wait[j]) or -1
+    rows[#rows + 1] = turn[j] and 1 or 0
   end
 end
 local default = redis.call('HGET', KEYS[1], 'k')
