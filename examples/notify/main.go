@@ -24,6 +24,14 @@
 // user's notification with job.Debounce, become one SMS per user, with the
 // last count, sent once no message came for 300ms.
 //
+// Then a per-recipient limit: every reminder carries its recipient as its
+// flow-control key (job.KeyFrom), and Broker.SetKeyRateLimit allows each
+// recipient 1 SMS in any 400ms, strict, its window widened by a slack as
+// the burst's below (1 in any 30 s in production). u-1 has 4 reminders due
+// at once and u-2 one: u-2's goes out at once, not behind u-1's, while
+// u-1's are held (pending, no attempt spent; Broker.HeldKeys lists u-1
+// with reason "rate") and reach u-1's phone at least 400ms apart.
+//
 // Then a burst: 1,000 alerts due at once, to a gateway that takes at most
 // 200 calls in any second and answers 429 above that. A fleet-wide strict
 // limit of 200 in any second on the alert type (Broker.SetRateLimit with
@@ -51,7 +59,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,8 +83,11 @@ type Reminder struct {
 }
 
 // SendReminder sends one SMS. Transient failures back off exponentially
-// (100ms, 200ms, 400ms, … each ±30 %), at most 10 retries.
-var SendReminder = job.New[Reminder]("sms.reminder", smsRetries...)
+// (100ms, 200ms, 400ms, … each ±30 %), at most 10 retries. Every reminder
+// carries its recipient as its flow-control key, for a per-recipient limit
+// (Broker.SetKeyRateLimit; see limitPerRecipient).
+var SendReminder = job.New[Reminder]("sms.reminder",
+	append([]job.TypeOption{job.KeyFrom(func(r Reminder) string { return r.UserID })}, smsRetries...)...)
 
 // smsRetries are the options of a message that is worth retrying for a
 // while: queue sms, at most 10 retries, each attempt 2s at most.
@@ -223,6 +236,9 @@ func run() error {
 		return err
 	}
 	if _, err := sendDigests(ctx, b, users, clock); err != nil {
+		return err
+	}
+	if _, err := limitPerRecipient(ctx, b, users, clock); err != nil {
 		return err
 	}
 	_, err = sendBurst(ctx, b, clock)
@@ -395,6 +411,124 @@ func sendDigests(ctx context.Context, b *broker.Broker, users *Directory, clock 
 	defer mu.Unlock()
 	for _, user := range []string{"u-3", "u-4"} {
 		clock.Printf("digest %s: %d SMS %q, %dms after their last message", user, len(res.Texts[user]), res.Texts[user], res.Quiet[user].Milliseconds())
+	}
+	return res, nil
+}
+
+// recipientLimit is the per-recipient limit: at most 1 SMS per recipient
+// in any 400ms (in production, e.g. 1 in any 30 s: a phone is not flooded,
+// nor a number pumped), strict. The limit bounds claims: its window is
+// widened, as the burst's, by a slack for the drift from claim to call
+// (a few ms on one machine, tens under load), so that the phone too
+// receives them at least 400ms apart.
+var recipientLimit = job.RateLimit{Count: 1, Per: 400 * time.Millisecond, Strict: true, Slack: 50 * time.Millisecond}
+
+// recipientReminders are the reminders of the limit step: 4 for u-1, due
+// at the same moment as u-2's one.
+var recipientReminders = []Reminder{
+	{UserID: "u-1", Text: "your appointment is tomorrow at 10:00"},
+	{UserID: "u-1", Text: "your prescription is ready for pickup"},
+	{UserID: "u-1", Text: "your lab results are in"},
+	{UserID: "u-1", Text: "your invoice is due on Friday"},
+	{UserID: "u-2", Text: "your appointment is tomorrow at 11:30"},
+}
+
+// LimitResult is what the per-recipient limit came to.
+type LimitResult struct {
+	Received map[string][]Delivery // user -> the SMS their phone received, in order (the provider's log)
+	Due      time.Time             // when the reminders were due
+	Held     []broker.HeldKey      // the keys HeldKeys listed once two SMS had gone out (u-1's first, u-2's)
+}
+
+// limitPerRecipient shows a per-recipient limit: with recipientLimit set
+// on the queue's keys (key "", the default of every recipient), u-1's 4
+// reminders due at once go out one per window, and u-2's, due with them,
+// goes out at once: a recipient without a token holds back only its own
+// jobs. A limit on the type (SetRateLimit) would have held u-2's behind
+// u-1's. The limit stays set, as one set at startup would; the alerts that
+// follow carry no key, so it does not apply to them.
+func limitPerRecipient(ctx context.Context, b *broker.Broker, users *Directory, clock *demo.Clock) (LimitResult, error) {
+	res := LimitResult{Received: map[string][]Delivery{}}
+	provider := NewProvider(seed, 10, time.Second)
+	provider.fails = 0 // this gateway does not fail: every SMS goes out on its first call
+	gateway := httptest.NewServer(provider)
+	defer gateway.Close()
+	if err := b.SetKeyRateLimit(ctx, SendReminder.Queue(), "", recipientLimit); err != nil {
+		return res, err
+	}
+	sender := &Sender{url: gateway.URL + "/messages", client: gateway.Client(), users: users, clock: clock,
+		sent: make(chan string, len(recipientReminders)), failedAt: make(map[string]time.Time)}
+	reg := job.NewRegistry()
+	SendReminder.Handle(reg, sender.Handle)
+	w, err := worker.New(worker.Options{Broker: b, Registry: reg, Queues: []worker.Queue{{Name: SendReminder.Queue()}}, Concurrency: 8})
+	if err != nil {
+		return res, err
+	}
+	workerCtx, stopWorker := context.WithCancel(ctx)
+	defer stopWorker()
+	workerDone := make(chan error, 1)
+	go func() { workerDone <- w.Run(workerCtx) }()
+
+	res.Due = time.Now().Add(100 * time.Millisecond)
+	for i, r := range recipientReminders {
+		if _, err := SendReminder.Enqueue(ctx, b, r, job.ID(fmt.Sprintf("reminder-%s-%d", r.UserID, i)), job.At(res.Due)); err != nil {
+			return res, err
+		}
+	}
+	clock.Printf("per-recipient limit: 4 reminders for u-1 and 1 for u-2, due at once in 100ms; each carries its recipient as its key (job.KeyFrom); limit per recipient: %v (Broker.SetKeyRateLimit)",
+		recipientLimit)
+
+	wait := func(n int) error {
+		for ; n > 0; n-- {
+			select {
+			case <-sender.sent:
+			case <-ctx.Done():
+				stopWorker()
+				<-workerDone
+				return fmt.Errorf("per-recipient limit: timed out with %d reminders unsent", n)
+			}
+		}
+		return nil
+	}
+	// u-1's first and u-2's go out at once; u-1's other three wait for
+	// u-1's tokens.
+	if err := wait(2); err != nil {
+		return res, err
+	}
+	held, err := b.HeldKeys(ctx, SendReminder.Queue(), 10)
+	if err != nil {
+		return res, err
+	}
+	res.Held = held.Keys
+	for _, k := range held.Keys {
+		clock.Printf("held (Broker.HeldKeys): %s holds %d reminder(s) back, reason %q, limit %v", k.Key, k.Held, k.Reason, k.Rate)
+	}
+	if err := wait(len(recipientReminders) - 2); err != nil {
+		return res, err
+	}
+	stopWorker()
+	if err := <-workerDone; err != nil {
+		return res, err
+	}
+	phones := map[string]string{}
+	for _, r := range recipientReminders {
+		phones[r.UserID], _ = users.Phone(r.UserID)
+	}
+	log := provider.Counts().Log
+	for _, user := range []string{"u-1", "u-2"} {
+		res.Received[user] = log[phones[user]]
+		var at, apart []string
+		for i, d := range res.Received[user] {
+			at = append(at, fmt.Sprintf("+%dms", d.At.Sub(res.Due).Milliseconds()))
+			if i > 0 {
+				apart = append(apart, fmt.Sprintf("%dms", d.At.Sub(res.Received[user][i-1].At).Milliseconds()))
+			}
+		}
+		line := fmt.Sprintf("per-recipient limit %s: %d SMS received, at %s from the due time", user, len(at), strings.Join(at, ", "))
+		if len(apart) > 0 {
+			line += fmt.Sprintf(" (%s apart)", strings.Join(apart, ", "))
+		}
+		clock.Printf("%s", line)
 	}
 	return res, nil
 }
@@ -670,7 +804,15 @@ type Provider struct {
 // Counts is what the provider saw.
 type Counts struct {
 	Calls, Sent, Duplicates, Unavailable, Lost, Limited, Rejected int
-	Inbox                                                         map[string]int // phone -> SMS received
+	Inbox                                                         map[string]int        // phone -> SMS received
+	Log                                                           map[string][]Delivery // phone -> the SMS received, in order
+}
+
+// Delivery is one SMS a phone received: when the provider sent it, and
+// its text.
+type Delivery struct {
+	At   time.Time
+	Text string
 }
 
 // NewProvider returns a provider whose failures are drawn from seed and
@@ -682,7 +824,7 @@ func NewProvider(seed uint64, limit int, per time.Duration) *Provider {
 		per:    per,
 		fails:  0.30,
 		keys:   make(map[string]bool),
-		counts: Counts{Inbox: make(map[string]int)},
+		counts: Counts{Inbox: make(map[string]int), Log: make(map[string][]Delivery)},
 	}
 }
 
@@ -726,19 +868,20 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		reply(w, http.StatusServiceUnavailable, "error", "service unavailable")
 	case x < p.fails:
 		// The SMS goes out, but the answer is lost on the way back.
-		p.deliver(key, msg.To)
+		p.deliver(key, msg.To, msg.Text, now)
 		p.counts.Lost++
 		reply(w, http.StatusGatewayTimeout, "error", "gateway timeout")
 	default:
-		p.deliver(key, msg.To)
+		p.deliver(key, msg.To, msg.Text, now)
 		reply(w, http.StatusOK, "status", "sent")
 	}
 }
 
-func (p *Provider) deliver(key, to string) {
+func (p *Provider) deliver(key, to, text string, at time.Time) {
 	p.keys[key] = true
 	p.counts.Sent++
 	p.counts.Inbox[to]++
+	p.counts.Log[to] = append(p.counts.Log[to], Delivery{At: at, Text: text})
 }
 
 // Counts returns a copy of the counters.
@@ -749,6 +892,10 @@ func (p *Provider) Counts() Counts {
 	c.Inbox = make(map[string]int, len(p.counts.Inbox))
 	for k, v := range p.counts.Inbox {
 		c.Inbox[k] = v
+	}
+	c.Log = make(map[string][]Delivery, len(p.counts.Log))
+	for k, v := range p.counts.Log {
+		c.Log[k] = slices.Clone(v)
 	}
 	return c
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -199,5 +200,53 @@ func TestDigestsCoalesce(t *testing.T) {
 		if res.Quiet[u] < digestWindow {
 			t.Errorf("%s's SMS went out %v after their last message, before the window of %v", u, res.Quiet[u], digestWindow)
 		}
+	}
+}
+
+// Under a per-recipient limit of 1 SMS in any 400ms, u-1's 4 reminders
+// due at once reach u-1's phone at least 400ms apart (by the provider's
+// clock), u-2's reminder, due with them, is not held behind them, every
+// reminder is received once, and while u-1's wait HeldKeys lists u-1, and
+// only u-1, as held by its rate limit. It measures time at the phone, so
+// it runs alone, not beside the parallel tests: beside the burst's 1,000
+// alerts a call can come tens of ms after its claim, as much as the
+// limit's slack.
+func TestPerRecipientLimit(t *testing.T) {
+	bd := testkit.Setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	users := &Directory{phones: map[string]string{"u-1": "+15550101", "u-2": "+15550102"}}
+	res, err := limitPerRecipient(ctx, bd.B, users, demo.NewClock())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{}
+	for _, r := range recipientReminders {
+		want[r.UserID] = append(want[r.UserID], r.Text)
+	}
+	for user, texts := range want {
+		var got []string
+		for _, d := range res.Received[user] {
+			got = append(got, d.Text)
+		}
+		slices.Sort(got)
+		slices.Sort(texts)
+		if !slices.Equal(got, texts) {
+			t.Errorf("%s received %q, want each of %q once", user, got, texts)
+		}
+	}
+	u1 := res.Received["u-1"]
+	for i := 1; i < len(u1); i++ {
+		if gap := u1[i].At.Sub(u1[i-1].At); gap < recipientLimit.Per {
+			t.Errorf("u-1's SMS %d came %v after the one before, under the limit's %v", i+1, gap, recipientLimit.Per)
+		}
+	}
+	if u2 := res.Received["u-2"]; len(u2) > 0 {
+		if wait := u2[0].At.Sub(res.Due); wait >= recipientLimit.Per {
+			t.Errorf("u-2's reminder went out %v after it was due: held behind u-1's", wait)
+		}
+	}
+	if len(res.Held) != 1 || res.Held[0].Key != "u-1" || res.Held[0].Held < 1 || res.Held[0].Reason != "rate" || res.Held[0].Rate != recipientLimit {
+		t.Errorf("HeldKeys listed %+v; want u-1 alone, holding reminders back for want of a token (reason \"rate\", limit %v)", res.Held, recipientLimit)
 	}
 }
