@@ -49,11 +49,8 @@ func knownQueue(ctx context.Context, b *broker.Broker, q string, create bool) er
 func (a *app) limitCommand() *cobra.Command {
 	var (
 		typ    string
-		burst  int
-		clear  bool
 		create bool
-		strict bool
-		slack  time.Duration
+		rf     rateFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "limit QUEUE [COUNT/PERIOD] [--type T] [--burst N | --strict [--slack D]] | --clear",
@@ -66,43 +63,15 @@ any PERIOD (+ --slack, how late a handler may start after its claim), with up
 to COUNT at once. The limit is enforced in the claim script: a job over it is
 held, not claimed, and spends no attempt. --clear removes the limit. A sharded
 queue's rate is split evenly among its shards.`,
-		Args: func(cmd *cobra.Command, args []string) error {
-			switch {
-			case len(args) == 0:
-				return usagef("expected a queue name and COUNT/PERIOD, or a queue name and --clear")
-			case clear && len(args) != 1:
-				return usagef("--clear takes only the queue name, got %d arguments", len(args))
-			case !clear && len(args) != 2:
-				return usagef("expected a queue name and COUNT/PERIOD (e.g. 10/1s), or --clear")
-			}
-			return nil
-		},
+		Args: rf.args,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			q := args[0]
 			if err := checkQueueType(q, typ); err != nil {
 				return err
 			}
-			var r job.RateLimit
-			if !clear {
-				var err error
-				if r, err = parseRate(args[1]); err != nil {
-					return err
-				}
-				if burst < 0 {
-					return usagef("invalid --burst %d: must not be negative", burst)
-				}
-				if strict && cmd.Flags().Changed("burst") {
-					return usagef("--burst goes with a token-bucket limit, not with --strict (a strict window allows COUNT at once)")
-				}
-				if slack < 0 {
-					return usagef("invalid --slack %s: must not be negative", slack)
-				}
-				if slack > 0 && !strict {
-					return usagef("--slack widens a --strict window only")
-				}
-				r.Burst, r.Strict, r.Slack = burst, strict, slack
-			} else if cmd.Flags().Changed("burst") || strict || cmd.Flags().Changed("slack") {
-				return usagef("--burst, --strict and --slack go with a limit, not with --clear")
+			r, err := rf.limit(cmd, args)
+			if err != nil {
+				return err
 			}
 			b, err := a.broker(cmd.Context())
 			if err != nil {
@@ -115,11 +84,8 @@ queue's rate is split evenly among its shards.`,
 				return err
 			}
 			if a.json {
-				out := map[string]any{"queue": q, "type": typ, "count": r.Count, "per_ms": r.Per.Milliseconds(), "burst": max(r.Burst, 1),
-					"strict": r.Strict, "slack_ms": r.Slack.Milliseconds(), "cleared": clear}
-				if r.Strict {
-					out["burst"] = r.Count
-				}
+				out := rf.json(r)
+				out["queue"], out["type"] = q, typ
 				return a.printJSON(out)
 			}
 			what := "queue " + q
@@ -127,7 +93,7 @@ queue's rate is split evenly among its shards.`,
 				what = "job type " + typ + " in queue " + q
 			}
 			msg := fmt.Sprintf("limited %s to %s", what, rateText(r))
-			if clear {
+			if rf.clear {
 				msg = "cleared the rate limit of " + what
 			}
 			_, err = fmt.Fprintln(a.stdout, termSafe(msg, false))
@@ -135,12 +101,79 @@ queue's rate is split evenly among its shards.`,
 		},
 	}
 	cmd.Flags().StringVar(&typ, "type", "", "only this job type of the queue")
-	cmd.Flags().IntVar(&burst, "burst", 0, "jobs that may start at once after a quiet spell (default 1)")
-	cmd.Flags().BoolVar(&strict, "strict", false, "a sliding window: never more than COUNT claims in any PERIOD")
-	cmd.Flags().DurationVar(&slack, "slack", 0, "with --strict, widen the window by how late a handler may start after its claim")
-	cmd.Flags().BoolVar(&clear, "clear", false, "remove the limit")
+	rf.add(cmd)
 	cmd.Flags().BoolVar(&create, "create", false, createUsage)
 	return cmd
+}
+
+// rateFlags are the flags of the commands that set a rate limit (queues
+// limit, keys limit): a limit is COUNT/PERIOD after the queue, with
+// --burst, or --strict with --slack; --clear takes no limit.
+type rateFlags struct {
+	burst  int
+	strict bool
+	slack  time.Duration
+	clear  bool
+}
+
+// add declares the flags on cmd.
+func (f *rateFlags) add(cmd *cobra.Command) {
+	cmd.Flags().IntVar(&f.burst, "burst", 0, "jobs that may start at once after a quiet spell (default 1)")
+	cmd.Flags().BoolVar(&f.strict, "strict", false, "a sliding window: never more than COUNT claims in any PERIOD")
+	cmd.Flags().DurationVar(&f.slack, "slack", 0, "with --strict, widen the window by how late a handler may start after its claim")
+	cmd.Flags().BoolVar(&f.clear, "clear", false, "remove the limit")
+}
+
+// args checks the positional arguments: a queue and COUNT/PERIOD, or a
+// queue alone with --clear.
+func (f *rateFlags) args(cmd *cobra.Command, args []string) error {
+	switch {
+	case len(args) == 0:
+		return usagef("expected a queue name and COUNT/PERIOD, or a queue name and --clear")
+	case f.clear && len(args) != 1:
+		return usagef("--clear takes only the queue name, got %d arguments", len(args))
+	case !f.clear && len(args) != 2:
+		return usagef("expected a queue name and COUNT/PERIOD (e.g. 10/1s), or --clear")
+	}
+	return nil
+}
+
+// limit is the limit that args (checked by args) and the flags give, the
+// zero limit with --clear, or a usage error naming what is wrong.
+func (f *rateFlags) limit(cmd *cobra.Command, args []string) (job.RateLimit, error) {
+	if f.clear {
+		if cmd.Flags().Changed("burst") || f.strict || cmd.Flags().Changed("slack") {
+			return job.RateLimit{}, usagef("--burst, --strict and --slack go with a limit, not with --clear")
+		}
+		return job.RateLimit{}, nil
+	}
+	r, err := parseRate(args[1])
+	if err != nil {
+		return job.RateLimit{}, err
+	}
+	switch {
+	case f.burst < 0:
+		return job.RateLimit{}, usagef("invalid --burst %d: must not be negative", f.burst)
+	case f.strict && cmd.Flags().Changed("burst"):
+		return job.RateLimit{}, usagef("--burst goes with a token-bucket limit, not with --strict (a strict window allows COUNT at once)")
+	case f.slack < 0:
+		return job.RateLimit{}, usagef("invalid --slack %s: must not be negative", f.slack)
+	case f.slack > 0 && !f.strict:
+		return job.RateLimit{}, usagef("--slack widens a --strict window only")
+	}
+	r.Burst, r.Strict, r.Slack = f.burst, f.strict, f.slack
+	return r, nil
+}
+
+// json is the --json output of a limit set or cleared, without the
+// queue and what it applies to.
+func (f *rateFlags) json(r job.RateLimit) map[string]any {
+	out := map[string]any{"count": r.Count, "per_ms": r.Per.Milliseconds(), "burst": max(r.Burst, 1),
+		"strict": r.Strict, "slack_ms": r.Slack.Milliseconds(), "cleared": f.clear}
+	if r.Strict {
+		out["burst"] = r.Count
+	}
+	return out
 }
 
 // parseRate reads COUNT/PERIOD: "10/1s", "600/1m", "5/250ms".
