@@ -10,10 +10,12 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/naming"
+	"github.com/delayq/delayq/job"
 )
 
 func (a *app) keysCommand() *cobra.Command {
-	return group("keys", "List the keys holding jobs back; pause and resume the jobs of one flow-control key", a.keysListCommand(), a.keyPauseCommand(true), a.keyPauseCommand(false))
+	return group("keys", "List the flow-control keys holding jobs back and why; cap, rate-limit, pause and resume the jobs of keys",
+		a.keysListCommand(), a.keyCapCommand(), a.keyLimitCommand(), a.keyPauseCommand(true), a.keyPauseCommand(false))
 }
 
 // keysListCommand is "keys ls".
@@ -21,13 +23,16 @@ func (a *app) keysListCommand() *cobra.Command {
 	var top int
 	cmd := &cobra.Command{
 		Use:   "ls QUEUE [--top N]",
-		Short: "List the keys of a queue holding the most jobs back, and why (cap or pause)",
+		Short: "List the keys of a queue holding the most jobs back, and why (pause, cap or rate limit)",
 		Long: `List the keys (job.Key, job.KeyFrom) of a queue holding the most jobs back,
 the most first: per key its held jobs, its running jobs (counted under a key
-cap), its concurrency cap (own, or the queue's default), whether it is
-paused, and why its jobs wait (paused, or cap). While fewer than N keys hold
-jobs, paused keys holding nothing are listed too. The read costs O(N),
-whatever the number of keys.`,
+cap), its concurrency cap and its rate limit (each its own, marked (own), or
+the queue's default), whether it is paused, and why its jobs wait: paused,
+cap (its running jobs fill its cap) or rate (they wait for its next token).
+While fewer than N keys hold jobs, paused keys holding nothing are listed
+too. The last line gives the queue's default key cap and key rate limit
+(delayq keys cap, delayq keys limit). The read costs O(N), whatever the
+number of keys.`,
 		Args: exactArgs(1, "one queue name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			q := args[0]
@@ -64,25 +69,54 @@ type heldKeyJSON struct {
 	Running int64  `json:"running"`
 	// Cap: the key's concurrency cap, its own when OwnCap, else the
 	// queue's default; 0 for none.
-	Cap    int    `json:"cap"`
-	OwnCap bool   `json:"own_cap"`
-	Paused bool   `json:"paused"`
-	Reason string `json:"reason"`
+	Cap    int  `json:"cap"`
+	OwnCap bool `json:"own_cap"`
+	// Rate: the key's rate limit as COUNT/PERIOD (see queues ls), its own
+	// when OwnRate, else the queue's default; "" for none.
+	Rate    string `json:"rate"`
+	OwnRate bool   `json:"own_rate"`
+	// WaitsForToken: some of its held jobs wait for its next token.
+	WaitsForToken bool   `json:"waits_for_token"`
+	Paused        bool   `json:"paused"`
+	Reason        string `json:"reason"`
+}
+
+// keyRateText is a key rate limit as in queues ls ("10/1s burst 5",
+// "1/1m strict"), "" for none.
+func keyRateText(r job.RateLimit) string {
+	if r.Count == 0 {
+		return ""
+	}
+	return rateText(r)
 }
 
 func (a *app) printHeldKeys(q string, hk broker.HeldKeys) error {
 	if a.json {
 		keys := make([]heldKeyJSON, len(hk.Keys))
 		for i, k := range hk.Keys {
-			keys[i] = heldKeyJSON{Key: k.Key, Held: k.Held, Running: k.Running, Cap: k.Cap, OwnCap: k.OwnCap, Paused: k.Paused, Reason: k.Reason}
+			keys[i] = heldKeyJSON{Key: k.Key, Held: k.Held, Running: k.Running, Cap: k.Cap, OwnCap: k.OwnCap, Rate: keyRateText(k.Rate), OwnRate: k.OwnRate,
+				WaitsForToken: k.WaitsForToken, Paused: k.Paused, Reason: k.Reason}
 		}
-		return a.printJSON(map[string]any{"queue": q, "holding": hk.Holding, "paused_keys": hk.PausedKeys, "default_cap": hk.DefaultCap, "keys": keys})
+		return a.printJSON(map[string]any{"queue": q, "holding": hk.Holding, "paused_keys": hk.PausedKeys, "default_cap": hk.DefaultCap,
+			"default_rate": keyRateText(hk.DefaultRate), "keys": keys})
 	}
+	defCap, defRate := "none", "none"
+	if hk.DefaultCap > 0 {
+		defCap = strconv.Itoa(hk.DefaultCap)
+	}
+	if hk.DefaultRate.Count > 0 {
+		defRate = rateText(hk.DefaultRate)
+	}
+	defaults := "default key cap " + defCap + ", default key rate " + defRate
 	if len(hk.Keys) == 0 {
-		_, err := fmt.Fprintln(a.stdout, termSafe("no key holds jobs back in queue "+q+", and none is paused", false))
+		msg := "no key holds jobs back in queue " + q + ", and none is paused"
+		if hk.DefaultCap > 0 || hk.DefaultRate.Count > 0 {
+			msg += "; " + defaults
+		}
+		_, err := fmt.Fprintln(a.stdout, termSafe(msg, false))
 		return err
 	}
-	t := newTable(a.stdout, "KEY", "HELD", "RUNNING", "CAP", "PAUSED", "REASON")
+	t := newTable(a.stdout, "KEY", "HELD", "RUNNING", "CAP", "RATE", "PAUSED", "REASON")
 	for _, k := range hk.Keys {
 		c := "-"
 		if k.Cap > 0 {
@@ -91,21 +125,179 @@ func (a *app) printHeldKeys(q string, hk broker.HeldKeys) error {
 				c += " (own)"
 			}
 		}
+		rate := "-"
+		if k.Rate.Count > 0 {
+			rate = rateText(k.Rate)
+			if k.OwnRate {
+				rate += " (own)"
+			}
+		}
 		paused := "no"
 		if k.Paused {
 			paused = "yes"
 		}
-		t.row(k.Key, num(k.Held), num(k.Running), c, paused, k.Reason)
+		t.row(k.Key, num(k.Held), num(k.Running), c, rate, paused, k.Reason)
 	}
 	if err := t.flush(); err != nil {
 		return err
 	}
-	def := "none"
-	if hk.DefaultCap > 0 {
-		def = strconv.Itoa(hk.DefaultCap)
-	}
-	_, err := fmt.Fprintln(a.stdout, termSafe(fmt.Sprintf("%d keys hold jobs back, %d paused; default key cap %s", hk.Holding, hk.PausedKeys, def), false))
+	_, err := fmt.Fprintln(a.stdout, termSafe(fmt.Sprintf("%d keys hold jobs back, %d paused; %s", hk.Holding, hk.PausedKeys, defaults), false))
 	return err
+}
+
+// keyFlag checks the --key flag of keys cap and keys limit: left out
+// ("") it means the default of every key; given, it must be a valid key.
+func keyFlag(cmd *cobra.Command, key string) error {
+	if key == "" {
+		if cmd.Flags().Changed("key") {
+			return usagef("invalid --key: it is empty (leave --key out to set the default of every key)")
+		}
+		return nil
+	}
+	if err := naming.Key(key); err != nil {
+		return usagef("invalid --key: %v", err)
+	}
+	return nil
+}
+
+// keyTarget names what a key control applies to in a message: "key K in
+// queue Q", or for the default "each key of queue Q".
+func keyTarget(q, key string) string {
+	if key == "" {
+		return "each key of queue " + q
+	}
+	return "key " + key + " in queue " + q
+}
+
+// keyCapCommand is "keys cap".
+func (a *app) keyCapCommand() *cobra.Command {
+	var (
+		key    string
+		create bool
+	)
+	cmd := &cobra.Command{
+		Use:   "cap QUEUE N [--key KEY]",
+		Short: "Cap how many jobs of each key (or of one key with --key) of a queue run at once across all workers",
+		Long: `Cap how many jobs of each key (job.Key, job.KeyFrom) of a queue run at once
+across all workers: without --key the default cap of every key, with --key
+KEY that key's own cap, which wins over the default. N = 0 clears it: a
+cleared default leaves the keys without a cap of their own uncapped, a
+cleared key's cap leaves the key to the default. A due job of a key at its
+cap is held aside (no attempt spent) until a job of its key ends; the other
+keys' jobs are claimed. A change takes effect at once for the jobs already
+held. Jobs without a key are not counted. A sharded queue's cap is split
+among its shards, so N must be at least the number of shards.`,
+		Args: exactArgs(2, "a queue name and a cap"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			q := args[0]
+			if err := naming.Queue(q); err != nil {
+				return usagef("invalid queue: %v", err)
+			}
+			if err := keyFlag(cmd, key); err != nil {
+				return err
+			}
+			n, err := strconv.Atoi(args[1])
+			if err != nil || n < 0 {
+				return usagef("invalid cap %q: want a whole number, 0 to clear", args[1])
+			}
+			b, err := a.broker(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if err := knownQueue(cmd.Context(), b, q, create); err != nil {
+				return err
+			}
+			if err := b.SetKeyConcurrency(cmd.Context(), q, key, n); err != nil {
+				return err
+			}
+			if a.json {
+				return a.printJSON(map[string]any{"queue": q, "key": key, "cap": n})
+			}
+			msg := fmt.Sprintf("capped %s at %d running", keyTarget(q, key), n)
+			switch {
+			case n > 0 && key == "":
+				msg += " (the default: a key's own cap wins)"
+			case n == 0 && key == "":
+				msg = "cleared the default key cap of queue " + q + " (keys with a cap of their own keep it)"
+			case n == 0:
+				msg = "cleared the own cap of key " + key + " in queue " + q + " (the default key cap applies to it)"
+			}
+			_, err = fmt.Fprintln(a.stdout, termSafe(msg, false))
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&key, "key", "", "only this key (default: the cap of every key without one of its own)")
+	cmd.Flags().BoolVar(&create, "create", false, createUsage)
+	return cmd
+}
+
+// keyLimitCommand is "keys limit".
+func (a *app) keyLimitCommand() *cobra.Command {
+	var (
+		key    string
+		create bool
+		rf     rateFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "limit QUEUE [COUNT/PERIOD] [--key KEY] [--burst N | --strict [--slack D]] | --clear",
+		Short: "Limit how many jobs of each key (or of one key with --key) of a queue start per period across all workers",
+		Long: `Limit how many jobs of each key (job.Key, job.KeyFrom) of a queue start per
+period across all workers: without --key the default limit of every key, with
+--key KEY that key's own limit, which wins over the default. COUNT/PERIOD,
+--burst, --strict and --slack are as for delayq queues limit: e.g. 10/1s,
+600/1m; --burst N lets N jobs of a key start at once after a quiet spell
+(default 1); --strict makes it a sliding window of PERIOD (+ --slack) that
+never admits more than COUNT claims of the key. A due job of a key without a
+token is held aside (no attempt spent; keys ls gives the reason "rate") until
+its key's next token; the other keys' jobs are claimed. --clear removes the
+limit: a cleared default leaves the keys without a limit of their own
+unlimited, a cleared key's limit leaves the key to the default. Jobs without
+a key are not limited. A sharded queue's rate is split among its shards.`,
+		Args: rf.args,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			q := args[0]
+			if err := naming.Queue(q); err != nil {
+				return usagef("invalid queue: %v", err)
+			}
+			if err := keyFlag(cmd, key); err != nil {
+				return err
+			}
+			r, err := rf.limit(cmd, args)
+			if err != nil {
+				return err
+			}
+			b, err := a.broker(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if err := knownQueue(cmd.Context(), b, q, create); err != nil {
+				return err
+			}
+			if err := b.SetKeyRateLimit(cmd.Context(), q, key, r); err != nil {
+				return err
+			}
+			if a.json {
+				out := rf.json(r)
+				out["queue"], out["key"] = q, key
+				return a.printJSON(out)
+			}
+			msg := fmt.Sprintf("limited %s to %s", keyTarget(q, key), rateText(r))
+			switch {
+			case !rf.clear && key == "":
+				msg += " (the default: a key's own limit wins)"
+			case rf.clear && key == "":
+				msg = "cleared the default key rate limit of queue " + q + " (keys with a limit of their own keep it)"
+			case rf.clear:
+				msg = "cleared the own rate limit of key " + key + " in queue " + q + " (the default key rate limit applies to it)"
+			}
+			_, err = fmt.Fprintln(a.stdout, termSafe(msg, false))
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&key, "key", "", "only this key (default: the limit of every key without one of its own)")
+	rf.add(cmd)
+	cmd.Flags().BoolVar(&create, "create", false, createUsage)
+	return cmd
 }
 
 // checkQueueKey checks a queue and a key argument: a usage error naming

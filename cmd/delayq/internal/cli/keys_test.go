@@ -2,11 +2,13 @@ package cli_test
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
@@ -128,32 +130,19 @@ func TestKeysList(t *testing.T) {
 		tb.claimIDs(t, "imports")
 	}
 	out := tb.ok(t, "keys", "ls", "imports")
-	want := "KEY    HELD  RUNNING  CAP      PAUSED  REASON\n" +
-		"acme   5     1        1        no      cap\n" +
-		"gamma  2     0        1        yes     paused\n" +
-		"beta   1     2        2 (own)  no      cap\n" +
-		"3 keys hold jobs back, 1 paused; default key cap 1\n"
+	want := "KEY    HELD  RUNNING  CAP      RATE  PAUSED  REASON\n" +
+		"acme   5     1        1        -     no      cap\n" +
+		"gamma  2     0        1        -     yes     paused\n" +
+		"beta   1     2        2 (own)  -     no      cap\n" +
+		"3 keys hold jobs back, 1 paused; default key cap 1, default key rate none\n"
 	if out != want {
 		t.Errorf("keys ls:\n%s\nwant\n%s", out, want)
 	}
-	var ls struct {
-		Queue      string `json:"queue"`
-		Holding    int64  `json:"holding"`
-		PausedKeys int64  `json:"paused_keys"`
-		DefaultCap int    `json:"default_cap"`
-		Keys       []struct {
-			Key     string `json:"key"`
-			Held    int64  `json:"held"`
-			Running int64  `json:"running"`
-			Cap     int    `json:"cap"`
-			OwnCap  bool   `json:"own_cap"`
-			Paused  bool   `json:"paused"`
-			Reason  string `json:"reason"`
-		} `json:"keys"`
-	}
+	var ls heldKeysOut
 	tb.okJSON(t, &ls, "keys", "ls", "imports", "--top", "1")
-	if ls.Queue != "imports" || ls.Holding != 3 || ls.PausedKeys != 1 || ls.DefaultCap != 1 || len(ls.Keys) != 1 ||
-		ls.Keys[0].Key != "acme" || ls.Keys[0].Held != 5 || ls.Keys[0].Running != 1 || ls.Keys[0].Cap != 1 || ls.Keys[0].OwnCap || ls.Keys[0].Paused || ls.Keys[0].Reason != "cap" {
+	if ls.Queue != "imports" || ls.Holding != 3 || ls.PausedKeys != 1 || ls.DefaultCap != 1 || ls.DefaultRate == nil || *ls.DefaultRate != "" || len(ls.Keys) != 1 ||
+		ls.Keys[0].Key != "acme" || ls.Keys[0].Held != 5 || ls.Keys[0].Running != 1 || ls.Keys[0].Cap != 1 || ls.Keys[0].OwnCap || ls.Keys[0].Paused || ls.Keys[0].Reason != "cap" ||
+		ls.Keys[0].Rate == nil || *ls.Keys[0].Rate != "" || ls.Keys[0].OwnRate == nil || *ls.Keys[0].OwnRate || ls.Keys[0].WaitsForToken == nil || *ls.Keys[0].WaitsForToken {
 		t.Errorf("keys ls --top 1 --json: %+v", ls)
 	}
 	for _, args := range [][]string{{"keys", "ls"}, {"keys", "ls", "no spaces"}, {"keys", "ls", "imports", "--top", "0"}, {"keys", "ls", "imports", "--top", "1001"}, {"keys", "ls", "imports", "--top", "x"}} {
@@ -170,5 +159,336 @@ func TestKeysList(t *testing.T) {
 	}
 	if out := tb.ok(t, "keys", "ls", "quiet"); out != "no key holds jobs back in queue quiet, and none is paused\n" {
 		t.Errorf("keys ls of a queue holding nothing: %q", out)
+	}
+}
+
+// heldKeysOut is the --json output of keys ls; the pointers tell a
+// missing field from a zero one.
+type heldKeysOut struct {
+	Queue       string  `json:"queue"`
+	Holding     int64   `json:"holding"`
+	PausedKeys  int64   `json:"paused_keys"`
+	DefaultCap  int     `json:"default_cap"`
+	DefaultRate *string `json:"default_rate"`
+	Keys        []struct {
+		Key           string  `json:"key"`
+		Held          int64   `json:"held"`
+		Running       int64   `json:"running"`
+		Cap           int     `json:"cap"`
+		OwnCap        bool    `json:"own_cap"`
+		Rate          *string `json:"rate"`
+		OwnRate       *bool   `json:"own_rate"`
+		WaitsForToken *bool   `json:"waits_for_token"`
+		Paused        bool    `json:"paused"`
+		Reason        string  `json:"reason"`
+	} `json:"keys"`
+}
+
+// keyControls is what the per-key controls of queue q hold in Redis (its
+// controls hash with the default key cap and rate, the keys' own caps
+// and rates, the held keys, the keys waiting for a token) and its
+// schedule, to tell that a refused command changed nothing.
+func (tb *testBundle) keyControls(t *testing.T, q string) string {
+	t.Helper()
+	controls := tb.key(q, "controls")
+	prefix := strings.TrimSuffix(controls, "controls")
+	var b strings.Builder
+	for _, h := range []string{controls, prefix + "keycaps", prefix + "keyrates"} {
+		m, err := tb.rdb.HGetAll(tb.ctx, h).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			fmt.Fprintf(&b, "%s %s=%s\n", h, k, m[k])
+		}
+	}
+	for _, z := range []string{prefix + "keyheld", prefix + "keywait", tb.key(q, "scheduled")} {
+		zs, err := tb.rdb.ZRangeWithScores(tb.ctx, z, 0, -1).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "%s %v\n", z, zs)
+	}
+	return b.String()
+}
+
+// heldKey is key's entry of HeldKeys of q (Key "" when it is not listed),
+// with the queue's.
+func (tb *testBundle) heldKey(t *testing.T, q, key string) (broker.HeldKey, broker.HeldKeys) {
+	t.Helper()
+	hk, err := tb.b.HeldKeys(tb.ctx, q, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range hk.Keys {
+		if k.Key == key {
+			return k, hk
+		}
+	}
+	return broker.HeldKey{}, hk
+}
+
+// TestKeysCap: delayq keys cap sets the default cap of every key, and
+// with --key a key's own, which wins; each takes effect for the claims
+// (held jobs listed by HeldKeys); 0 clears them; --json prints queue, key
+// and cap. Bad input exits 2 naming what was wrong, and a queue never used
+// exits 1 (unless --create); neither changes anything.
+func TestKeysCap(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	var all []*job.Envelope
+	for i := range 3 {
+		all = append(all, keyedEnv(fmt.Sprintf("a%d", i), "imports", "acme"), keyedEnv(fmt.Sprintf("b%d", i), "imports", "beta"))
+	}
+	if err := tb.b.Enqueue(tb.ctx, all...); err != nil {
+		t.Fatal(err)
+	}
+	if out := tb.ok(t, "keys", "cap", "imports", "1"); out != "capped each key of queue imports at 1 running (the default: a key's own cap wins)\n" {
+		t.Errorf("keys cap (default): %q", out)
+	}
+	if out := tb.ok(t, "keys", "cap", "imports", "2", "--key", "beta"); out != "capped key beta in queue imports at 2 running\n" {
+		t.Errorf("keys cap --key: %q", out)
+	}
+	if ids := tb.claimIDs(t, "imports"); !slices.Equal(ids, []string{"a0", "b0", "b1"}) {
+		t.Fatalf("claimed %v, want acme's first (default cap 1) and beta's first 2 (own cap 2)", ids)
+	}
+	acme, hk := tb.heldKey(t, "imports", "acme")
+	beta, _ := tb.heldKey(t, "imports", "beta")
+	if hk.DefaultCap != 1 || acme.Held != 2 || acme.Cap != 1 || acme.OwnCap || acme.Reason != "cap" ||
+		beta.Held != 1 || beta.Cap != 2 || !beta.OwnCap || beta.Reason != "cap" {
+		t.Fatalf("held keys: default cap %d, acme %+v, beta %+v", hk.DefaultCap, acme, beta)
+	}
+
+	var res map[string]any
+	tb.okJSON(t, &res, "keys", "cap", "imports", "3", "--key", "beta")
+	if len(res) != 3 || res["queue"] != "imports" || res["key"] != "beta" || res["cap"] != float64(3) {
+		t.Errorf("keys cap --json: %v, want exactly queue, key and cap", res)
+	}
+	tb.okJSON(t, &res, "keys", "cap", "imports", "1")
+	if len(res) != 3 || res["queue"] != "imports" || res["key"] != "" || res["cap"] != float64(1) {
+		t.Errorf("keys cap --json of the default: %v", res)
+	}
+	// beta's own 3 let its held job run.
+	if ids := tb.claimIDs(t, "imports"); !slices.Equal(ids, []string{"b2"}) {
+		t.Fatalf("claimed %v after beta's own cap of 3, want b2", ids)
+	}
+
+	// Bad input: exit 2, the error names it, nothing changes.
+	before := tb.keyControls(t, "imports")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"keys", "cap", "imports"}, "expected a queue name and a cap"},
+		{[]string{"keys", "cap", "imports", "1", "2"}, "expected a queue name and a cap"},
+		{[]string{"keys", "cap", "imports", "-1"}, "unknown shorthand flag: '1' in -1"},
+		{[]string{"keys", "cap", "imports", "x"}, `invalid cap "x"`},
+		{[]string{"keys", "cap", "imports", "1.5"}, `invalid cap "1.5"`},
+		{[]string{"keys", "cap", "no spaces", "1"}, "invalid queue"},
+		{[]string{"keys", "cap", "imports", "1", "--key", "a b"}, "invalid --key"},
+		{[]string{"keys", "cap", "imports", "1", "--key", "a#b"}, "invalid --key"},
+		{[]string{"keys", "cap", "imports", "1", "--key", ""}, "invalid --key: it is empty"},
+		{[]string{"keys", "cap", "imports", "1", "--key", strings.Repeat("k", 129)}, "invalid --key"},
+	} {
+		r := tb.run(t, c.args...)
+		if r.code != 2 || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("delayq %q: exit %d, stderr %q; want 2 and %q", c.args, r.code, r.stderr, c.want)
+		}
+	}
+	if r := tb.run(t, "keys", "cap", "nosuch", "1", "--key", "acme"); r.code != 1 || !strings.Contains(r.stderr, `queue "nosuch" was never used`) || !strings.Contains(r.stderr, "--create") {
+		t.Errorf("keys cap of an unused queue: exit %d (%q), want 1", r.code, r.stderr)
+	}
+	if after := tb.keyControls(t, "imports"); after != before {
+		t.Errorf("refused calls changed the key controls:\n%s\nto\n%s", before, after)
+	}
+	if ok, err := tb.b.Known(tb.ctx, "nosuch"); ok || err != nil {
+		t.Errorf("a refused cap made the unused queue known (%v)", err)
+	}
+
+	// Clearing: beta's own cap, then the default; the held jobs run.
+	if out := tb.ok(t, "keys", "cap", "imports", "0", "--key", "beta"); out != "cleared the own cap of key beta in queue imports (the default key cap applies to it)\n" {
+		t.Errorf("keys cap 0 --key: %q", out)
+	}
+	if beta, hk := tb.heldKey(t, "imports", "beta"); beta.OwnCap || hk.DefaultCap != 1 {
+		t.Errorf("beta's own cap after it was cleared: %+v (default %d)", beta, hk.DefaultCap)
+	}
+	if out := tb.ok(t, "keys", "cap", "imports", "0"); out != "cleared the default key cap of queue imports (keys with a cap of their own keep it)\n" {
+		t.Errorf("keys cap 0: %q", out)
+	}
+	if _, hk := tb.heldKey(t, "imports", "acme"); hk.DefaultCap != 0 || hk.Holding != 0 {
+		t.Errorf("after clearing the default: %+v", hk)
+	}
+	if ids := tb.claimIDs(t, "imports"); !slices.Equal(ids, []string{"a1", "a2"}) {
+		t.Fatalf("claimed %v after every cap was cleared, want acme's held a1 and a2", ids)
+	}
+	if out := tb.ok(t, "keys", "cap", "nosuch", "2", "--create"); out != "capped each key of queue nosuch at 2 running (the default: a key's own cap wins)\n" {
+		t.Errorf("keys cap --create: %q", out)
+	}
+	if _, hk := tb.heldKey(t, "nosuch", ""); hk.DefaultCap != 2 {
+		t.Errorf("keys cap --create stored default %d, want 2", hk.DefaultCap)
+	}
+}
+
+// TestKeysLimit: delayq keys limit sets the default rate limit of every
+// key, and with --key a key's own, which wins; each takes effect for the
+// claims (HeldKeys gives the keys' rates and reason "rate"); --clear
+// removes them; --json prints the limit as queues limit does, with the
+// key. Bad input (as for queues limit, or a bad --key) exits 2 naming what
+// was wrong, a queue never used exits 1 (unless --create); neither
+// changes anything.
+func TestKeysLimit(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	var all []*job.Envelope
+	for i := range 3 {
+		all = append(all, keyedEnv(fmt.Sprintf("a%d", i), "sms", "acme"), keyedEnv(fmt.Sprintf("b%d", i), "sms", "beta"))
+	}
+	if err := tb.b.Enqueue(tb.ctx, all...); err != nil {
+		t.Fatal(err)
+	}
+	if out := tb.ok(t, "keys", "limit", "sms", "1/1m", "--strict"); out != "limited each key of queue sms to 1/1m strict (the default: a key's own limit wins)\n" {
+		t.Errorf("keys limit (default): %q", out)
+	}
+	if out := tb.ok(t, "keys", "limit", "sms", "2/1m", "--key", "beta", "--burst", "2"); out != "limited key beta in queue sms to 2/1m burst 2\n" {
+		t.Errorf("keys limit --key: %q", out)
+	}
+	if ids := tb.claimIDs(t, "sms"); !slices.Equal(ids, []string{"a0", "b0", "b1"}) {
+		t.Fatalf("claimed %v, want acme's first (default 1/1m) and beta's first 2 (own 2/1m burst 2)", ids)
+	}
+	def := job.RateLimit{Count: 1, Per: time.Minute, Strict: true}
+	acme, hk := tb.heldKey(t, "sms", "acme")
+	beta, _ := tb.heldKey(t, "sms", "beta")
+	if hk.DefaultRate != def || acme.Held != 2 || acme.Rate != def || acme.OwnRate || !acme.WaitsForToken || acme.Reason != "rate" ||
+		beta.Held != 1 || beta.Rate.Count != 2 || beta.Rate.Per != time.Minute || beta.Rate.Burst != 2 || beta.Rate.Strict || !beta.OwnRate || beta.Reason != "rate" {
+		t.Fatalf("held keys: default %+v, acme %+v, beta %+v", hk.DefaultRate, acme, beta)
+	}
+
+	var res map[string]any
+	tb.okJSON(t, &res, "keys", "limit", "sms", "3/1s", "--key", "beta", "--strict", "--slack", "100ms")
+	want := map[string]any{"queue": "sms", "key": "beta", "count": float64(3), "per_ms": float64(1000), "burst": float64(3), "strict": true, "slack_ms": float64(100), "cleared": false}
+	if !maps.Equal(res, want) {
+		t.Errorf("keys limit --json: %v, want %v", res, want)
+	}
+	if beta, _ := tb.heldKey(t, "sms", "beta"); beta.Rate != (job.RateLimit{Count: 3, Per: time.Second, Strict: true, Slack: 100 * time.Millisecond}) || !beta.OwnRate {
+		t.Errorf("beta after its strict limit: %+v", beta)
+	}
+
+	// Bad input: exit 2, the error names it, nothing changes.
+	before := tb.keyControls(t, "sms")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"keys", "limit", "sms"}, "expected a queue name and COUNT/PERIOD"},
+		{[]string{"keys", "limit", "sms", "10"}, `invalid limit "10"`},
+		{[]string{"keys", "limit", "sms", "0/1s"}, `invalid limit "0/1s"`},
+		{[]string{"keys", "limit", "sms", "10/0s"}, "the period must be a duration of at least 1ms"},
+		{[]string{"keys", "limit", "sms", "ten/1s"}, `invalid limit "ten/1s"`},
+		{[]string{"keys", "limit", "sms", "10/1s", "--burst", "-1"}, "invalid --burst -1"},
+		{[]string{"keys", "limit", "sms", "10/1s", "--clear"}, "--clear takes only the queue name"},
+		{[]string{"keys", "limit", "sms", "--clear", "--burst", "2"}, "not with --clear"},
+		{[]string{"keys", "limit", "sms", "--clear", "--strict"}, "not with --clear"},
+		{[]string{"keys", "limit", "sms", "10/1s", "--strict", "--burst", "2"}, "not with --strict"},
+		{[]string{"keys", "limit", "sms", "10/1s", "--slack", "100ms"}, "--slack widens a --strict window only"},
+		{[]string{"keys", "limit", "sms", "10/1s", "--strict", "--slack", "-1s"}, "invalid --slack"},
+		{[]string{"keys", "limit", "bad queue", "10/1s"}, "invalid queue"},
+		{[]string{"keys", "limit", "sms", "10/1s", "--key", "a b"}, "invalid --key"},
+		{[]string{"keys", "limit", "sms", "--clear", "--key", "a#b"}, "invalid --key"},
+		{[]string{"keys", "limit", "sms", "10/1s", "--key", ""}, "invalid --key: it is empty"},
+	} {
+		r := tb.run(t, c.args...)
+		if r.code != 2 || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("delayq %q: exit %d, stderr %q; want 2 and %q", c.args, r.code, r.stderr, c.want)
+		}
+	}
+	for _, args := range [][]string{{"keys", "limit", "smss", "10/1s"}, {"keys", "limit", "smss", "--clear", "--key", "acme"}} {
+		if r := tb.run(t, args...); r.code != 1 || !strings.Contains(r.stderr, `queue "smss" was never used`) || !strings.Contains(r.stderr, "--create") {
+			t.Errorf("delayq %q: exit %d (%q), want 1", args, r.code, r.stderr)
+		}
+	}
+	if after := tb.keyControls(t, "sms"); after != before {
+		t.Errorf("refused calls changed the key controls:\n%s\nto\n%s", before, after)
+	}
+	if ok, err := tb.b.Known(tb.ctx, "smss"); ok || err != nil {
+		t.Errorf("a refused limit made the unused queue known (%v)", err)
+	}
+
+	// Clearing: beta's own limit (the default applies to it again), then
+	// the default; the held jobs run. A cleared limit sends its key's held
+	// jobs back to the schedule, so beta is paused meanwhile to stay
+	// listed by HeldKeys.
+	tb.ok(t, "keys", "pause", "sms", "beta")
+	if out := tb.ok(t, "keys", "limit", "sms", "--clear", "--key", "beta"); out != "cleared the own rate limit of key beta in queue sms (the default key rate limit applies to it)\n" {
+		t.Errorf("keys limit --clear --key: %q", out)
+	}
+	if beta, _ := tb.heldKey(t, "sms", "beta"); beta.Key != "beta" || beta.OwnRate || beta.Rate != def {
+		t.Errorf("beta after its own limit was cleared: %+v, want the default", beta)
+	}
+	tb.ok(t, "keys", "resume", "sms", "beta")
+	tb.okJSON(t, &res, "keys", "limit", "sms", "--clear")
+	want = map[string]any{"queue": "sms", "key": "", "count": float64(0), "per_ms": float64(0), "burst": float64(1), "strict": false, "slack_ms": float64(0), "cleared": true}
+	if !maps.Equal(res, want) {
+		t.Errorf("keys limit --clear --json: %v, want %v", res, want)
+	}
+	if _, hk := tb.heldKey(t, "sms", ""); hk.DefaultRate != (job.RateLimit{}) || hk.Holding != 0 {
+		t.Errorf("after clearing the default: %+v", hk)
+	}
+	if ids := tb.claimIDs(t, "sms"); !slices.Equal(ids, []string{"a1", "a2", "b2"}) {
+		t.Fatalf("claimed %v after every limit was cleared, want the 3 held", ids)
+	}
+	if out := tb.ok(t, "keys", "limit", "smss", "5/1s", "--key", "acme", "--create"); out != "limited key acme in queue smss to 5/1s\n" {
+		t.Errorf("keys limit --create: %q", out)
+	}
+}
+
+// TestKeysListRate: a key whose jobs wait for a token of its strict limit
+// of 1 per minute is listed by keys ls with its rate and the reason
+// "rate", in the table and in JSON, and the footer gives the default key
+// cap and rate.
+func TestKeysListRate(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	if err := tb.b.Enqueue(tb.ctx, keyedEnv("a0", "sms", "acme"), keyedEnv("a1", "sms", "acme"), keyedEnv("a2", "sms", "acme")); err != nil {
+		t.Fatal(err)
+	}
+	tb.ok(t, "keys", "limit", "sms", "1/1m", "--strict", "--key", "acme")
+	tb.ok(t, "keys", "limit", "sms", "10/1s", "--burst", "5")
+	tb.ok(t, "keys", "cap", "sms", "4")
+	if ids := tb.claimIDs(t, "sms"); !slices.Equal(ids, []string{"a0"}) {
+		t.Fatalf("claimed %v, want a0 alone (1 a minute)", ids)
+	}
+	out := tb.ok(t, "keys", "ls", "sms")
+	want := "KEY   HELD  RUNNING  CAP  RATE               PAUSED  REASON\n" +
+		"acme  2     1        4    1/1m strict (own)  no      rate\n" +
+		"1 keys hold jobs back, 0 paused; default key cap 4, default key rate 10/1s burst 5\n"
+	if out != want {
+		t.Errorf("keys ls:\n%s\nwant\n%s", out, want)
+	}
+	var ls heldKeysOut
+	tb.okJSON(t, &ls, "keys", "ls", "sms")
+	if ls.DefaultRate == nil || *ls.DefaultRate != "10/1s burst 5" || ls.DefaultCap != 4 || ls.Holding != 1 || len(ls.Keys) != 1 {
+		t.Fatalf("keys ls --json: %+v", ls)
+	}
+	k := ls.Keys[0]
+	if k.Key != "acme" || k.Held != 2 || k.Running != 1 || k.Cap != 4 || k.OwnCap || k.Rate == nil || *k.Rate != "1/1m strict" ||
+		k.OwnRate == nil || !*k.OwnRate || k.WaitsForToken == nil || !*k.WaitsForToken || k.Paused || k.Reason != "rate" {
+		t.Errorf("keys ls --json key: %+v", k)
+	}
+	// The default: a key without its own limit shows it, not "(own)".
+	if err := tb.b.Enqueue(tb.ctx, keyedEnv("b0", "sms", "beta")); err != nil {
+		t.Fatal(err)
+	}
+	tb.ok(t, "keys", "pause", "sms", "beta")
+	tb.claimIDs(t, "sms")
+	if out := tb.ok(t, "keys", "ls", "sms"); !strings.Contains(out, "beta  1     0        4    10/1s burst 5      yes     paused\n") {
+		t.Errorf("keys ls with beta paused under the default rate:\n%s", out)
+	}
+	// Nothing held, defaults set: said so, with the defaults.
+	if err := tb.b.Enqueue(tb.ctx, keyedEnv("x", "quiet", "k")); err != nil {
+		t.Fatal(err)
+	}
+	tb.ok(t, "keys", "limit", "quiet", "3/1s")
+	if out := tb.ok(t, "keys", "ls", "quiet"); out != "no key holds jobs back in queue quiet, and none is paused; default key cap none, default key rate 3/1s\n" {
+		t.Errorf("keys ls of a queue holding nothing with a default rate: %q", out)
 	}
 }
