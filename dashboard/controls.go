@@ -100,6 +100,98 @@ func (d *Dashboard) setLimit(w http.ResponseWriter, r *http.Request) {
 	d.redirect(w, r, queuePath(q), url.Values{"done": {done}, "nid": {controlTarget(q, typ)}, "n": {strconv.Itoa(lim.Count)}})
 }
 
+// keyField reads the optional "key" field of a key control form: "" for
+// the default of every key of the queue.
+func keyField(r *http.Request) (string, error) {
+	key := strings.TrimSpace(r.PostForm.Get("key"))
+	if key == "" {
+		return "", nil
+	}
+	if err := naming.Key(key); err != nil {
+		return "", errors.New("Bad key: " + err.Error())
+	}
+	return key, nil
+}
+
+// setKeyCap sets (n > 0) or clears (n = 0) the default concurrency cap of
+// every key of the queue or, with a "key" field, that key's own cap
+// (SetKeyConcurrency).
+func (d *Dashboard) setKeyCap(w http.ResponseWriter, r *http.Request) {
+	q := r.PathValue("queue")
+	key, err := keyField(r)
+	if err != nil {
+		d.fail(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(r.PostForm.Get("n")))
+	if err != nil || n < 0 {
+		d.fail(w, r, http.StatusBadRequest, "The key cap must be a whole number of running jobs per key, 0 to clear it, not "+strconv.Quote(strings.TrimSpace(r.PostForm.Get("n")))+".")
+		return
+	}
+	if !d.mustKnow(w, r, q) {
+		return
+	}
+	if err := d.b.SetKeyConcurrency(r.Context(), q, key, n); err != nil {
+		d.actionError(w, r, err)
+		return
+	}
+	done := "key-capped"
+	if n == 0 {
+		done = "key-cap-cleared"
+	}
+	d.redirect(w, r, queuePath(q), url.Values{"done": {keyDone(key, done)}, "nid": {keyTarget(q, key)}, "n": {strconv.Itoa(n)}})
+}
+
+// setKeyLimit sets the default rate limit of every key of the queue or,
+// with a "key" field, that key's own limit (SetKeyRateLimit), read as
+// setLimit reads a limit; a "clear" field clears it.
+func (d *Dashboard) setKeyLimit(w http.ResponseWriter, r *http.Request) {
+	q := r.PathValue("queue")
+	key, err := keyField(r)
+	if err != nil {
+		d.fail(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	var lim job.RateLimit
+	clear := r.PostForm.Get("clear") != ""
+	if !clear {
+		if lim, err = limitForm(r); err != nil {
+			d.fail(w, r, http.StatusBadRequest, err.Error())
+			return
+		}
+	}
+	if !d.mustKnow(w, r, q) {
+		return
+	}
+	if err := d.b.SetKeyRateLimit(r.Context(), q, key, lim); err != nil {
+		d.actionError(w, r, err)
+		return
+	}
+	done := "key-limited"
+	if clear {
+		done = "key-limit-cleared"
+	}
+	d.redirect(w, r, queuePath(q), url.Values{"done": {keyDone(key, done)}, "nid": {keyTarget(q, key)}, "n": {strconv.Itoa(lim.Count)}})
+}
+
+// keyDone is the notice of a key control: done, or for the default of
+// every key (key "") its "default-" form.
+func keyDone(key, done string) string {
+	if key == "" {
+		return "default-" + done
+	}
+	return done
+}
+
+// keyTarget names what a key control applies to in a notice: the key, or
+// the queue for the default of its keys.
+func keyTarget(q, key string) string {
+	if key == "" {
+		return q
+	}
+	return key
+}
+
 // limitForm reads the rate limit of a limit form, or says what is wrong
 // with it.
 func limitForm(r *http.Request) (job.RateLimit, error) {

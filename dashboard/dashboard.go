@@ -214,6 +214,8 @@ func (d *Dashboard) routes() http.Handler {
 	post("/queues/{queue}/resume", d.resume)
 	post("/queues/{queue}/keys/pause", d.pauseKey)
 	post("/queues/{queue}/keys/resume", d.resumeKey)
+	post("/queues/{queue}/keys/cap", d.setKeyCap)
+	post("/queues/{queue}/keys/limit", d.setKeyLimit)
 	post("/queues/{queue}/cap", d.setCap)
 	post("/queues/{queue}/limit", d.setLimit)
 	get("/processes", d.processes)

@@ -128,6 +128,17 @@ var notices = map[string]string{
 	"schedule-resumed":  "Schedule %[1]s resumed: its ticks from now on run; those due while it was paused do not.",
 	"run-requested":     "Run now requested as job %[1]s: a scheduler that declares the schedule enqueues it within a second.",
 	"run-enqueued":      "Job %[1]s of this run-now request was enqueued already; nothing more was requested.",
+
+	// The per-key caps and rate limits (setKeyCap, setKeyLimit): of one
+	// key, or "default-" for the default of every key of the queue.
+	"key-capped":                "Concurrency cap of key %[1]s set to %[2]d running across all workers; it wins over the queue's default key cap.",
+	"key-cap-cleared":           "Own concurrency cap of key %[1]s cleared: the queue's default key cap applies to it.",
+	"default-key-capped":        "Default key cap of queue %[1]s set to %[2]d running per key across all workers; a key's own cap wins over it.",
+	"default-key-cap-cleared":   "Default key cap of queue %[1]s cleared: keys without a cap of their own are uncapped.",
+	"key-limited":               "Rate limit of key %[1]s set to %[2]d starts per period across all workers; it wins over the queue's default key rate limit.",
+	"key-limit-cleared":         "Own rate limit of key %[1]s cleared: the queue's default key rate limit applies to it.",
+	"default-key-limited":       "Default key rate limit of queue %[1]s set to %[2]d starts per period per key across all workers; a key's own limit wins over it.",
+	"default-key-limit-cleared": "Default key rate limit of queue %[1]s cleared: keys without a limit of their own are unlimited.",
 }
 
 var funcs = template.FuncMap{

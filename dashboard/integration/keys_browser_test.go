@@ -20,10 +20,12 @@ import (
 
 // TestBrowserKeys drives the queue page's keys table in headless Chromium
 // against a real redis-server: a queue no worker serves, with a default
-// key cap of 1 and jobs of three keys claimed once, lists the keys holding
-// jobs back; the Pause button of a key pauses it (its row says so, with a
-// Resume button) and Resume sends its held jobs back, with the count in
-// the notice, and the key leaves the table.
+// key cap of 1, a rate limit of one key, and jobs of three keys claimed
+// once, lists the keys holding jobs back with their cap and rate limit;
+// the Pause button of a key pauses it (its row says so, with a Resume
+// button) and Resume sends its held jobs back, with the count in the
+// notice, and the key leaves the table. Then the key limit form sets the
+// default rate limit of every key, which the page shows.
 func TestBrowserKeys(t *testing.T) {
 	// Light (one page, no timing): it runs with every package, also under
 	// DELAYQ_BROWSER=later, which defers only TestBrowser.
@@ -54,6 +56,9 @@ func TestBrowserKeys(t *testing.T) {
 	if err := b.SetKeyConcurrency(bg, "imports", "", 1); err != nil {
 		t.Fatal(err)
 	}
+	if err := b.SetKeyRateLimit(bg, "imports", "acme", job.RateLimit{Count: 5, Per: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
 	if res, err := testkit.Drive(b).Claim(bg, "imports", 10, time.Hour); err != nil || len(res.Jobs) != 3 {
 		t.Fatalf("claimed %d, want one of each key: %v", len(res.Jobs), err)
 	}
@@ -67,6 +72,15 @@ func TestBrowserKeys(t *testing.T) {
 	row := eval[string](t, ctx, `document.querySelector('#held-keys tr[data-key="acme"]').innerText`)
 	if !strings.Contains(row, "acme") || !strings.Contains(row, "2") || !strings.Contains(row, "at its cap") {
 		t.Fatalf("acme's row: %q", row)
+	}
+	if rate := eval[string](t, ctx, `document.querySelector('#held-keys tr[data-key="acme"] td.rate').innerText`); strings.TrimSpace(rate) != "5 per 1m (own)" {
+		t.Fatalf("acme's rate limit cell: %q", rate)
+	}
+	if rate := eval[string](t, ctx, `document.querySelector('#held-keys tr[data-key="beta"] td.rate').innerText`); strings.TrimSpace(rate) != "—" {
+		t.Fatalf("beta's rate limit cell: %q, want — (none)", rate)
+	}
+	if got := text(t, ctx, "key-defaults"); !strings.Contains(got, "cap 1 running; rate limit none.") {
+		t.Fatalf("#key-defaults says %q", got)
 	}
 	do(t, ctx, "pause acme from its row",
 		chromedp.Click(chromedp.CSS(`#held-keys tr[data-key="acme"] button.pause-key`)),
@@ -102,5 +116,25 @@ func TestBrowserKeys(t *testing.T) {
 	}
 	if hk, err := b.HeldKeys(bg, "imports", 10); err != nil || hk.PausedKeys != 0 {
 		t.Fatalf("after the resume: %+v, %v", hk, err)
+	}
+
+	// The default key rate limit, from the key limit form (no key: the
+	// default of every key).
+	do(t, ctx, "set the default key rate limit",
+		chromedp.SendKeys(chromedp.CSS(`#key-limit-form input[name="count"]`), "2"),
+		chromedp.SendKeys(chromedp.CSS(`#key-limit-form input[name="per"]`), "1m"),
+		chromedp.Click(chromedp.ID("set-key-limit")),
+	)
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(f, "Default key rate limit"); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no notice of the default key limit within 10s: %q", f)
+		}
+		f = flash()
+	}
+	if got := text(t, ctx, "key-defaults"); !strings.Contains(got, "rate limit 2 per 1m.") {
+		t.Fatalf("#key-defaults after the default key limit says %q", got)
+	}
+	if hk, err := b.HeldKeys(bg, "imports", 10); err != nil || hk.DefaultRate.Count != 2 || hk.DefaultRate.Per != time.Minute || hk.DefaultRate.Strict {
+		t.Fatalf("after the default key limit: %+v, %v", hk, err)
 	}
 }
