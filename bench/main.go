@@ -196,6 +196,9 @@ func run() int {
 		rateOn        = fs.String("rate-on", "type", "rate-limit run: comma-separated placements of the limit, run interleaved each round: type, queue")
 		rateStrict    = fs.Bool("rate-strict", false, "rate-limit run: a strict window of -rate in any second (RateLimit.Strict) instead of GCRA; -rate-burst is ignored")
 		rateSlack     = fs.Duration("rate-slack", 0, "rate-limit run: the strict window's slack (RateLimit.Slack)")
+		fairN         = fs.Int("fairness", 0, "instead of the comparison: the fairness run, key A flooding this many jobs due at once (see README.md)")
+		fairEvery     = fs.Duration("fair-every", 100*time.Millisecond, "fairness run: how often key B enqueues a job")
+		fairDuration  = fs.Duration("fair-duration", 30*time.Second, "fairness run: how long key B enqueues")
 	)
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
@@ -259,6 +262,27 @@ func run() int {
 	}
 	defer admin.Close()
 	defer admin.FlushAll(context.Background())
+	if *fairN > 0 {
+		if *procs <= 0 || *procConc <= 0 || *fairEvery <= 0 || *fairDuration < *fairEvery {
+			return fail("-procs, -proc-concurrency and -fair-every must be positive, -fair-duration at least -fair-every")
+		}
+		c := fairConfig{N: *fairN, Procs: *procs, Concurrency: *procConc, Every: *fairEvery, Duration: *fairDuration,
+			Timeout: *fairDuration + *lostTimeout + time.Duration(*fairN/1000)*time.Second}
+		res := map[string][]fairResult{}
+		for round := 1; round <= *rounds; round++ {
+			fmt.Fprintf(os.Stdout, "round %d:\n", round)
+			for _, m := range fairModes {
+				r, err := runFairness(ctx, url, admin, c, m)
+				if err != nil {
+					return fail("%v", err)
+				}
+				printFairness(os.Stdout, r)
+				res[m] = append(res[m], r)
+			}
+		}
+		printFairnessMedians(os.Stdout, c, res)
+		return 0
+	}
 	if *rateLimitN > 0 {
 		if *rate <= 0 || *rateBurst <= 0 || *procs <= 0 || *procConc <= 0 {
 			return fail("-rate, -rate-burst, -procs and -proc-concurrency must be positive")

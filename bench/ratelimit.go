@@ -111,10 +111,6 @@ func runRateLimit(ctx context.Context, url string, admin *redisAdmin, c rateLimi
 			return rlResult{}, err
 		}
 	}
-	self, err := os.Executable()
-	if err != nil {
-		return rlResult{}, err
-	}
 	before, err := admin.Counters(ctx)
 	if err != nil {
 		return rlResult{}, err
@@ -124,51 +120,10 @@ func runRateLimit(ctx context.Context, url string, admin *redisAdmin, c rateLimi
 		return rlResult{}, err
 	}
 	done := make(chan rlCompletion, c.N)
-	var cmds []*exec.Cmd
-	var readers sync.WaitGroup
-	stopAll := func() {
-		for _, cmd := range cmds {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-		}
-		readers.Wait()
-		for _, cmd := range cmds {
-			_ = cmd.Wait()
-		}
-	}
 	start := time.Now()
-	for p := range c.Procs {
-		cmd := exec.Command(self)
-		cmd.Env = append(os.Environ(), rlWorkerEnv+"="+url, "DELAYQ_BENCH_RL_CONCURRENCY="+strconv.Itoa(c.Concurrency))
-		cmd.Stderr = os.Stderr
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			stopAll()
-			return rlResult{}, err
-		}
-		if err := cmd.Start(); err != nil {
-			stopAll()
-			return rlResult{}, err
-		}
-		cmds = append(cmds, cmd)
-		readers.Add(1)
-		go func() {
-			defer readers.Done()
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
-				f := strings.Fields(sc.Text())
-				if len(f) != 4 {
-					continue
-				}
-				ns, _ := strconv.ParseInt(f[0], 10, 64)
-				attempt, _ := strconv.Atoi(f[1])
-				claimed, _ := strconv.ParseInt(f[3], 10, 64)
-				select {
-				case done <- rlCompletion{at: time.Unix(0, ns), claimed: time.Unix(0, claimed), attempt: attempt, id: f[2], proc: p}:
-				default: // more than N: a duplicate, counted from the ids below
-				}
-			}
-		}()
+	stopAll, err := startWorkerProcs(url, c.Procs, c.Concurrency, done)
+	if err != nil {
+		return rlResult{}, err
 	}
 	var got []rlCompletion
 	deadline := time.After(c.Timeout)
@@ -205,6 +160,64 @@ wait:
 	r.CPUPerJob = time.Duration((cpuAfter - cpuBefore) / float64(c.N) * float64(time.Second))
 	printRateLimit(out, c, r, got)
 	return r, nil
+}
+
+// startWorkerProcs starts procs worker processes of this binary
+// (rateLimitWorker) of concurrency conc on the Redis at url, and sends
+// each job they report handled to done (dropping what done has no room
+// for: more than it was sized for are duplicates, counted from the ids).
+// stop ends them with SIGTERM and waits for them.
+func startWorkerProcs(url string, procs, conc int, done chan<- rlCompletion) (stop func(), err error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	var cmds []*exec.Cmd
+	var readers sync.WaitGroup
+	stop = func() {
+		for _, cmd := range cmds {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+		}
+		readers.Wait()
+		for _, cmd := range cmds {
+			_ = cmd.Wait()
+		}
+	}
+	for p := range procs {
+		cmd := exec.Command(self)
+		cmd.Env = append(os.Environ(), rlWorkerEnv+"="+url, "DELAYQ_BENCH_RL_CONCURRENCY="+strconv.Itoa(conc))
+		cmd.Stderr = os.Stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		if err := cmd.Start(); err != nil {
+			stop()
+			return nil, err
+		}
+		cmds = append(cmds, cmd)
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() {
+				f := strings.Fields(sc.Text())
+				if len(f) != 4 {
+					continue
+				}
+				ns, _ := strconv.ParseInt(f[0], 10, 64)
+				attempt, _ := strconv.Atoi(f[1])
+				claimed, _ := strconv.ParseInt(f[3], 10, 64)
+				select {
+				case done <- rlCompletion{at: time.Unix(0, ns), claimed: time.Unix(0, claimed), attempt: attempt, id: f[2], proc: p}:
+				default:
+				}
+			}
+		}()
+	}
+	return stop, nil
 }
 
 // rateLimitFigures computes the figures of a run from its starts.

@@ -137,7 +137,7 @@ func (b *Broker) enqueueShard(ctx context.Context, s keyspace.Shard, envs []*job
 			args = append(args, envs[i].ID, bodies[i], at, durUS(delay), enqueueFlags(envs[i]), cid)
 		}
 		kk := keyCapKeysOf(k)
-		res, err := b.run(ctx, enqueueScript, []string{k.Scheduled, k.Jobs, k.Unique, k.Calls, k.Parked, k.Held, kk.HeldKeys, kk.ParkedTypes}, args...)
+		res, err := b.run(ctx, enqueueScript, []string{k.Scheduled, k.Jobs, k.Unique, k.Calls, k.Parked, k.Held, kk.HeldKeys, kk.ParkedTypes, k.Controls, kk.Turn}, args...)
 		if res == nil && !unsure(err) {
 			return queueErr(s.Queue(), err)
 		}

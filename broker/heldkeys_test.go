@@ -238,6 +238,12 @@ func TestHeldCountsFollowEveryPath(t *testing.T) {
 		for _, k := range keys {
 			n := tb.rdb.ZCard(tb.ctx, heldPrefix+k).Val()
 			sum += n
+			// A held job is in no other set of the queue.
+			for _, id := range tb.rdb.ZRange(tb.ctx, heldPrefix+k, 0, -1).Val() {
+				if _, err := tb.rdb.ZScore(tb.ctx, tb.key("q", "scheduled"), id).Result(); err == nil {
+					t.Fatalf("step %d (%s): job %s is held by key %s and scheduled too", step, what, id, k)
+				}
+			}
 			if listed[k] != n {
 				t.Fatalf("step %d (%s): key %s counted %d, holds %d", step, what, k, listed[k], n)
 			}

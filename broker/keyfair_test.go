@@ -166,3 +166,63 @@ func TestKeyFairnessWithControls(t *testing.T) {
 		t.Fatalf("after k01's resume claimed %v by key, want 8 of k01", got)
 	}
 }
+
+// TestKeyFairnessEnqueue: with fair turns on, a job with a key enqueued
+// due goes straight to its key's held set and its key to the turns (no
+// claim has to move it past another key's backlog); one due later, and
+// jobs without a key, go to the schedule; a batch does the same per job,
+// a replace of a routed job leaves it in one place, and a debounce of a
+// job waiting for its turn takes the new arguments in place.
+func TestKeyFairnessEnqueue(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	if err := tb.b.SetKeyFairness(tb.ctx, "q", true); err != nil {
+		t.Fatal(err)
+	}
+	where := func(id, key string) string {
+		t.Helper()
+		_, inSched := tb.rdb.ZScore(tb.ctx, tb.key("q", "scheduled"), id).Result()
+		_, inHeld := tb.rdb.ZScore(tb.ctx, strings.TrimSuffix(keyKey(tb, "keyheld"), "keyheld")+"held:#"+key, id).Result()
+		switch {
+		case inSched == nil && inHeld == nil:
+			return "both"
+		case inSched == nil:
+			return "scheduled"
+		case inHeld == nil:
+			return "held"
+		}
+		return "nowhere"
+	}
+	tb.enqueue(t, keyed("A.1", "A"))
+	later := keyed("A.2", "A")
+	later.Delay = time.Minute
+	tb.enqueue(t, later)
+	tb.enqueue(t, env("plain", 0))
+	tb.enqueue(t, keyed("B.1", "B"), keyed("B.2", "B"), env("plain2", 0)) // a batch
+	for id, want := range map[string]string{"A.1": "held", "A.2": "scheduled", "B.1": "held", "B.2": "held"} {
+		if got := where(id, id[:1]); got != want {
+			t.Errorf("%s is %s, want %s", id, got, want)
+		}
+	}
+	if got := tb.rdb.ZRange(tb.ctx, keyKey(tb, "keyturn"), 0, -1).Val(); strings.Join(got, ",") != "A,B" {
+		t.Errorf("turns %v, want A then B", got)
+	}
+	repl := keyed("B.1", "B")
+	repl.Replace, repl.Payload = true, []byte(`{"n":2}`)
+	tb.enqueue(t, repl)
+	if got := where("B.1", "B"); got != "held" {
+		t.Errorf("replaced B.1 is %s, want held", got)
+	}
+	if st, err := tb.b.Stats(tb.ctx, "q"); err != nil || st.HeldByKey != 3 || st.Scheduled != 3 {
+		t.Fatalf("stats held by key %d, scheduled %d, %v; want 3 and 3", st.HeldByKey, st.Scheduled, err)
+	}
+	res := tb.claim(t, 10)
+	if got := byKey(res.Jobs); got["A"] != 1 || got["B"] != 2 || got[""] != 2 {
+		t.Fatalf("claimed %v, want A.1, B's two and the two unkeyed", ids(res.Jobs))
+	}
+	for _, c := range res.Jobs {
+		if c.ID == "B.1" && string(c.Envelope.Payload) != `{"n":2}` {
+			t.Errorf("B.1 ran with %s, want the replaced arguments", c.Envelope.Payload)
+		}
+	}
+}

@@ -19,6 +19,9 @@
 --                               only when a replace takes a job out of
 --                               KEYS[5], or a debounce gives a parked job
 --                               an envelope of another type)
+-- KEYS[9] -> ns:{q}:controls    HASH field "kf": fair turns between keys on
+--                               (read only when a job has a key)
+-- KEYS[10] -> ns:{q}:keyturn    ZSET key -> its place in the fair turns
 -- ARGV[1] -> now ms ("" = server TIME)
 -- ARGV[2] -> wake channel
 -- ARGV[3] -> resend window ms: how long an outcome is kept under its call
@@ -71,6 +74,16 @@
 -- compare with an earliest job that is not due. Jobs flagged "u" add one
 -- ZMSCORE and one trim of KEYS[3] per call.
 --
+-- Fair turns (Broker.SetKeyFairness): a job with a key stored due (its
+-- ready time not after now) while the turns are on goes straight to its
+-- key's held set (KEYS[6] .. '#' .. key, counted in KEYS[7]), its key
+-- joining the turns (KEYS[10]) at the back, instead of to the schedule,
+-- where a flood of another key's due jobs would stand before it until the
+-- claims had moved them all. Jobs with a key cost one HGET of KEYS[9] per
+-- call more (and TIME when the script did not read it), and those routed
+-- so a ZADD, two ZINCRBY and one ZADD of the turns per key; jobs without
+-- a key cost nothing more.
+--
 -- The reads come before any write and check the keys' types on the way (a
 -- read of a key of the wrong type fails, and expect then names it), so the
 -- script fails before it changes anything, as every script does, without a
@@ -95,6 +108,77 @@ local function now()
 end
 local W, FIRST = 6, 5
 local window = tonumber(ARGV[3])
+
+-- Fair turns: fair_on reads once whether they are on; fair_route stores
+-- the jobs (a flat list ready, id, body) that go to their keys' held sets
+-- and returns the rest (ready, id) for the schedule. A job routed that
+-- was in the schedule (a replace) leaves it.
+local fair_value
+local function fair_on()
+  if fair_value == nil then
+    fair_value = false
+    if KEYS[9] then
+      local v = redis.pcall('HGET', KEYS[9], 'kf')
+      if type(v) == 'table' and v.err then
+        error(expect({KEYS[9], 'hash'}) or v)
+      end
+      fair_value = v == '1'
+    end
+  end
+  return fair_value
+end
+local function fair_route(list)
+  local rest, by_key, klist, gone = {}, {}, {}, {}
+  local now_ms = nil
+  for j = 1, #list, 3 do
+    local ready, id, body = list[j], list[j + 1], list[j + 2]
+    local key = key_of(body)
+    if key and fair_on() then
+      now_ms = now_ms or ms_of(now())
+    end
+    if key and now_ms and ready <= now_ms then
+      local m = by_key[key]
+      if not m then
+        m = {}
+        by_key[key] = m
+        klist[#klist + 1] = key
+      end
+      m[#m + 1] = ready
+      m[#m + 1] = id
+      gone[#gone + 1] = id
+    else
+      rest[#rest + 1] = ready
+      rest[#rest + 1] = id
+    end
+  end
+  if #klist == 0 then
+    return rest
+  end
+  local spec = {KEYS[7], 'zset', KEYS[10], 'zset'}
+  for _, key in ipairs(klist) do
+    spec[#spec + 1] = KEYS[6] .. '#' .. key
+    spec[#spec + 1] = 'zset'
+  end
+  local bad = expect(spec)
+  if bad then
+    error(bad)
+  end
+  call_chunked('ZREM', KEYS[1], gone)
+  local top = tonumber(redis.call('ZRANGE', KEYS[10], -1, -1, 'WITHSCORES')[2]) or 0
+  local joins = {}
+  for _, key in ipairs(klist) do
+    local m, added = by_key[key], 0
+    for i = 1, #m, CHUNK do
+      added = added + redis.call('ZADD', KEYS[6] .. '#' .. key, unpack(m, i, math.min(i + CHUNK - 1, #m)))
+    end
+    held_add(KEYS[7], key, added)
+    top = top + 1
+    joins[#joins + 1] = top
+    joins[#joins + 1] = key
+  end
+  call_chunked('ZADD', KEYS[10], joins, 'NX')
+  return rest
+end
 
 -- Publish the wake-up notice for the earliest new ready time, as
 -- wake_if_earliest does, from the first member read above.
@@ -122,6 +206,9 @@ end
 -- stored is taken back.
 if #ARGV == FIRST - 1 + W and ARGV[FIRST + 4] == '' and ARGV[4] == '' then
   local id, cid = ARGV[FIRST], ARGV[FIRST + 5]
+  if key_of(ARGV[FIRST + 1]) then
+    fair_on() -- read before the first write: a controls key of the wrong type stops here
+  end
   local added = redis.pcall('HSETNX', KEYS[2], id, ARGV[FIRST + 1])
   if type(added) == 'table' and added.err then
     return expect({KEYS[2], 'hash'}) or added
@@ -146,7 +233,13 @@ if #ARGV == FIRST - 1 + W and ARGV[FIRST + 4] == '' and ARGV[4] == '' then
     return -1
   end
   wake(ready)
-  redis.call('ZADD', KEYS[1], ready, id)
+  if fair_value then
+    if #fair_route({ready, id, ARGV[FIRST + 1]}) > 0 then
+      redis.call('ZADD', KEYS[1], ready, id)
+    end
+  else
+    redis.call('ZADD', KEYS[1], ready, id)
+  end
   if now_value ~= nil then
     return {now_value, ready}
   end
@@ -288,6 +381,7 @@ end
 -- parked_as: for a parked id a debounce kept, the type it is counted
 -- under in KEYS[8].
 local fields, members, seen, written, parked_as = {}, {}, {}, {}, {}
+local member_body = {} -- the envelope of each member, for fair turns
 local soonest = nil
 local function store(k, i)
   local ready = ready_of(i)
@@ -298,6 +392,7 @@ local function store(k, i)
   fields[#fields + 1] = ARGV[i + 1]
   members[#members + 1] = ready
   members[#members + 1] = ids[k]
+  member_body[#members / 2] = ARGV[i + 1]
   out[k] = ready
   written[ids[k]] = true
 end
@@ -420,6 +515,26 @@ if soonest ~= nil then
 end
 if #fields > 0 then
   call_chunked('HSET', KEYS[2], fields)
+end
+if #members > 0 and KEYS[9] then
+  -- Fair turns: the last member of an id decides where it goes (a
+  -- debounce in this call may have moved it).
+  local last, keyed = {}, false
+  for j = 2, #members, 2 do
+    last[members[j]] = j
+    keyed = keyed or key_of(member_body[j / 2]) ~= nil
+  end
+  if keyed and fair_on() then
+    local list = {}
+    for j = 2, #members, 2 do
+      if last[members[j]] == j then
+        list[#list + 1] = members[j - 1]
+        list[#list + 1] = members[j]
+        list[#list + 1] = member_body[j / 2]
+      end
+    end
+    members = fair_route(list)
+  end
 end
 if #members > 0 then
   call_chunked('ZADD', KEYS[1], members)
