@@ -65,7 +65,7 @@ func TestKeyLimitsAcrossWorkers(t *testing.T) {
 
 	keyOf := func(id string) string { k, _, _ := strings.Cut(id, "-"); return k }
 	k := killRun{bin: bin, url: "redis://" + srv.Addr() + "/0", rdb: s.rdb, b: s.b, ns: ns, queue: queue,
-		delay: "10ms", drain: 180 * time.Second, group: keyOf, kills: 2, every: 5 * time.Second}.run(t)
+		delay: "20ms", drain: 180 * time.Second, group: keyOf, kills: 2, every: 5 * time.Second}.run(t)
 
 	overCap, atCap, mostRunning := 0, 0, 0
 	overRate, atRate, busiest := 0, 0, 0

@@ -57,9 +57,12 @@ type killed struct {
 
 // run starts three workers, SIGKILLs the oldest 1.5 s (r.every) after the
 // start and again 1.5 s later (r.kills times in all), each time starting a
-// new one, waits for the queue to
-// drain, stops the rest with SIGTERM and reads their records. A handler
-// that never ended in a worker that was not killed fails the test.
+// new one, waits for the queue to drain, stops the rest with SIGTERM and
+// reads their records. Each kill waits, after its time, until the victim
+// has a handler running by the span records (at most 10 s more): work
+// that comes in bursts (jobs under rate limits) leaves workers idle in
+// between, and a kill then would cut nothing. A handler that never ended
+// in a worker that was not killed fails the test.
 func (r killRun) run(t *testing.T) killed {
 	t.Helper()
 	ctx := context.Background()
@@ -72,9 +75,32 @@ func (r killRun) run(t *testing.T) killed {
 	procs := []*workerProc{spawn(), spawn(), spawn()}
 	deaths := map[string]int64{} // worker -> unix ns after its death
 	kills, every := cmp.Or(r.kills, 2), cmp.Or(r.every, 1500*time.Millisecond)
+	read := int64(0)                   // span records read so far
+	running := map[string]int{}        // worker -> its handlers running
+	busy := func(worker string) bool { // reads the new span records
+		lines, err := r.rdb.LRange(ctx, r.ns+":spans", read, -1).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		read += int64(len(lines))
+		for _, l := range lines {
+			if f := strings.Fields(l); len(f) == 5 {
+				switch f[0] {
+				case "start":
+					running[f[1]]++
+				case "end":
+					running[f[1]]--
+				}
+			}
+		}
+		return running[worker] > 0
+	}
 	for range kills {
 		time.Sleep(every)
 		victim := procs[0]
+		for deadline := time.Now().Add(10 * time.Second); !busy(victim.name) && time.Now().Before(deadline); {
+			time.Sleep(2 * time.Millisecond)
+		}
 		victim.signal(syscall.SIGKILL, 0)
 		deaths[victim.name] = time.Now().UnixNano()
 		procs = append(procs[1:], spawn())
