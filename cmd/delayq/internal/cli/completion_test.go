@@ -24,7 +24,7 @@ var (
 // the binary ("delayq __complete ...") each time, so the test checks that
 // each script is produced, registers itself for delayq and asks that hook,
 // and that the hook answers with the subcommands (and the values of
-// --state); then bash, with the bash script loaded, completes them.
+// --state and of the switch of keys fair); then bash, with the bash script loaded, completes them.
 func TestCompletion(t *testing.T) {
 	t.Parallel()
 	for shell, marker := range map[string]string{
@@ -50,6 +50,7 @@ func TestCompletion(t *testing.T) {
 		{[]string{"dead", ""}, deadCommands},
 		{[]string{"de"}, []string{"dead"}},
 		{[]string{"jobs", "ls", "--state", ""}, []string{"all", "scheduled", "processing"}},
+		{[]string{"keys", "fair", "imports", ""}, []string{"on", "off"}},
 	} {
 		r := runBinary(t, nil, "", append([]string{"__complete"}, c.args...)...)
 		var got []string

@@ -14,8 +14,8 @@ import (
 )
 
 func (a *app) keysCommand() *cobra.Command {
-	return group("keys", "List the flow-control keys holding jobs back and why; cap, rate-limit, pause and resume the jobs of keys",
-		a.keysListCommand(), a.keyCapCommand(), a.keyLimitCommand(), a.keyPauseCommand(true), a.keyPauseCommand(false))
+	return group("keys", "List the flow-control keys holding jobs back and why; cap, rate-limit, pause and resume the jobs of keys; fair turns between keys",
+		a.keysListCommand(), a.keyCapCommand(), a.keyLimitCommand(), a.keyPauseCommand(true), a.keyPauseCommand(false), a.keyFairCommand())
 }
 
 // keysListCommand is "keys ls".
@@ -23,12 +23,13 @@ func (a *app) keysListCommand() *cobra.Command {
 	var top int
 	cmd := &cobra.Command{
 		Use:   "ls QUEUE [--top N]",
-		Short: "List the keys of a queue holding the most jobs back, and why (pause, cap or rate limit)",
+		Short: "List the keys of a queue holding the most jobs back, and why (pause, cap, rate limit or fair turns)",
 		Long: `List the keys (job.Key, job.KeyFrom) of a queue holding the most jobs back,
 the most first: per key its held jobs, its running jobs (counted under a key
 cap), its concurrency cap and its rate limit (each its own, marked (own), or
 the queue's default), whether it is paused, and why its jobs wait: paused,
-cap (its running jobs fill its cap) or rate (they wait for its next token).
+cap (its running jobs fill its cap), rate (they wait for its next token) or
+turn (fair turns are on and they wait for its turn: delayq keys fair).
 While fewer than N keys hold jobs, paused keys holding nothing are listed
 too. The last line gives the queue's default key cap and key rate limit
 (delayq keys cap, delayq keys limit). The read costs O(N), whatever the
@@ -76,9 +77,11 @@ type heldKeyJSON struct {
 	Rate    string `json:"rate"`
 	OwnRate bool   `json:"own_rate"`
 	// WaitsForToken: some of its held jobs wait for its next token.
-	WaitsForToken bool   `json:"waits_for_token"`
-	Paused        bool   `json:"paused"`
-	Reason        string `json:"reason"`
+	WaitsForToken bool `json:"waits_for_token"`
+	// WaitsForTurn: its held jobs wait for its turn (keys fair).
+	WaitsForTurn bool   `json:"waits_for_turn"`
+	Paused       bool   `json:"paused"`
+	Reason       string `json:"reason"`
 }
 
 // keyRateText is a key rate limit as in queues ls ("10/1s burst 5",
@@ -95,7 +98,7 @@ func (a *app) printHeldKeys(q string, hk broker.HeldKeys) error {
 		keys := make([]heldKeyJSON, len(hk.Keys))
 		for i, k := range hk.Keys {
 			keys[i] = heldKeyJSON{Key: k.Key, Held: k.Held, Running: k.Running, Cap: k.Cap, OwnCap: k.OwnCap, Rate: keyRateText(k.Rate), OwnRate: k.OwnRate,
-				WaitsForToken: k.WaitsForToken, Paused: k.Paused, Reason: k.Reason}
+				WaitsForToken: k.WaitsForToken, WaitsForTurn: k.WaitsForTurn, Paused: k.Paused, Reason: k.Reason}
 		}
 		return a.printJSON(map[string]any{"queue": q, "holding": hk.Holding, "paused_keys": hk.PausedKeys, "default_cap": hk.DefaultCap,
 			"default_rate": keyRateText(hk.DefaultRate), "keys": keys})
@@ -378,4 +381,67 @@ func (a *app) setKeyPause(ctx context.Context, b *broker.Broker, q, key string, 
 	}
 	_, err = fmt.Fprintln(a.stdout, termSafe(msg, false))
 	return err
+}
+
+// keyFairCommand is "keys fair".
+func (a *app) keyFairCommand() *cobra.Command {
+	var create bool
+	cmd := &cobra.Command{
+		Use:   "fair QUEUE on|off",
+		Short: "Turn fair turns between the keys of a queue on or off",
+		Long: `Turn fair turns between the keys (job.Key, job.KeyFrom) of a queue on or off,
+on every shard. While on, a claim deals its room out among the keys with due
+jobs in turns, an equal share each (the jobs without a key taking their turns
+as one key), instead of taking due jobs in ready order: one key's backlog
+delays another key's due job by at most one turn of the keys ahead of it.
+Within a key, jobs start in ready order. A key's due jobs wait for its turn
+in its held set (pending, no attempt spent; keys ls gives the reason "turn"),
+and every other control (pauses, caps, rate limits) still applies to the jobs
+a turn chooses. Turned off, the jobs waiting for a turn go back to the
+schedule and are claimed in ready order again. Either way the queue's workers
+are woken. There is no read of the switch: keys ls shows the keys waiting
+for their turn.`,
+		Args: exactArgs(2, "a queue name and on or off"),
+		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+			if len(args) == 1 {
+				return []string{"on", "off"}, cobra.ShellCompDirectiveNoFileComp
+			}
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			q := args[0]
+			if err := naming.Queue(q); err != nil {
+				return usagef("invalid queue: %v", err)
+			}
+			var on bool
+			switch args[1] {
+			case "on":
+				on = true
+			case "off":
+			default:
+				return usagef("invalid switch %q: want on or off", args[1])
+			}
+			b, err := a.broker(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if err := knownQueue(cmd.Context(), b, q, create); err != nil {
+				return err
+			}
+			if err := b.SetKeyFairness(cmd.Context(), q, on); err != nil {
+				return err
+			}
+			if a.json {
+				return a.printJSON(map[string]any{"queue": q, "fair": on})
+			}
+			msg := "fair turns between keys on in queue " + q
+			if !on {
+				msg = "fair turns between keys off in queue " + q + " (the jobs waiting for a turn went back to the schedule)"
+			}
+			_, err = fmt.Fprintln(a.stdout, termSafe(msg, false))
+			return err
+		},
+	}
+	cmd.Flags().BoolVar(&create, "create", false, createUsage)
+	return cmd
 }

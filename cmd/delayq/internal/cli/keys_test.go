@@ -142,7 +142,8 @@ func TestKeysList(t *testing.T) {
 	tb.okJSON(t, &ls, "keys", "ls", "imports", "--top", "1")
 	if ls.Queue != "imports" || ls.Holding != 3 || ls.PausedKeys != 1 || ls.DefaultCap != 1 || ls.DefaultRate == nil || *ls.DefaultRate != "" || len(ls.Keys) != 1 ||
 		ls.Keys[0].Key != "acme" || ls.Keys[0].Held != 5 || ls.Keys[0].Running != 1 || ls.Keys[0].Cap != 1 || ls.Keys[0].OwnCap || ls.Keys[0].Paused || ls.Keys[0].Reason != "cap" ||
-		ls.Keys[0].Rate == nil || *ls.Keys[0].Rate != "" || ls.Keys[0].OwnRate == nil || *ls.Keys[0].OwnRate || ls.Keys[0].WaitsForToken == nil || *ls.Keys[0].WaitsForToken {
+		ls.Keys[0].Rate == nil || *ls.Keys[0].Rate != "" || ls.Keys[0].OwnRate == nil || *ls.Keys[0].OwnRate || ls.Keys[0].WaitsForToken == nil || *ls.Keys[0].WaitsForToken ||
+		ls.Keys[0].WaitsForTurn == nil || *ls.Keys[0].WaitsForTurn {
 		t.Errorf("keys ls --top 1 --json: %+v", ls)
 	}
 	for _, args := range [][]string{{"keys", "ls"}, {"keys", "ls", "no spaces"}, {"keys", "ls", "imports", "--top", "0"}, {"keys", "ls", "imports", "--top", "1001"}, {"keys", "ls", "imports", "--top", "x"}} {
@@ -179,6 +180,7 @@ type heldKeysOut struct {
 		Rate          *string `json:"rate"`
 		OwnRate       *bool   `json:"own_rate"`
 		WaitsForToken *bool   `json:"waits_for_token"`
+		WaitsForTurn  *bool   `json:"waits_for_turn"`
 		Paused        bool    `json:"paused"`
 		Reason        string  `json:"reason"`
 	} `json:"keys"`
@@ -490,5 +492,132 @@ func TestKeysListRate(t *testing.T) {
 	tb.ok(t, "keys", "limit", "quiet", "3/1s")
 	if out := tb.ok(t, "keys", "ls", "quiet"); out != "no key holds jobs back in queue quiet, and none is paused; default key cap none, default key rate 3/1s\n" {
 		t.Errorf("keys ls of a queue holding nothing with a default rate: %q", out)
+	}
+}
+
+// TestKeysFair: delayq keys fair turns fair turns between keys on: a claim
+// of 2 takes one job of each key, the rest wait for their turn (held by
+// their key, HeldKeys reason "turn", keys ls the reason turn and
+// waits_for_turn in JSON) and a due job with a key enqueued meanwhile
+// goes straight to its key's held set; off sends them back to the
+// schedule. --json prints queue and fair. Bad input exits 2 naming what
+// was wrong, a queue never used exits 1 (unless --create); neither changes
+// anything.
+func TestKeysFair(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	var all []*job.Envelope
+	for i := range 4 {
+		all = append(all, keyedEnv(fmt.Sprintf("a%d", i), "imports", "acme"))
+	}
+	all = append(all, keyedEnv("b0", "imports", "beta"), keyedEnv("b1", "imports", "beta"))
+	if err := tb.b.Enqueue(tb.ctx, all...); err != nil {
+		t.Fatal(err)
+	}
+
+	// Bad input: exit 2, the error names it, nothing changes.
+	before := tb.keyControls(t, "imports")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"keys", "fair", "imports"}, "expected a queue name and on or off"},
+		{[]string{"keys", "fair", "imports", "on", "off"}, "expected a queue name and on or off"},
+		{[]string{"keys", "fair", "imports", "yes"}, `invalid switch "yes": want on or off`},
+		{[]string{"keys", "fair", "imports", "ON"}, `invalid switch "ON"`},
+		{[]string{"keys", "fair", "imports", "1"}, `invalid switch "1"`},
+		{[]string{"keys", "fair", "imports", ""}, `invalid switch ""`},
+		{[]string{"keys", "fair", "no spaces", "on"}, "invalid queue"},
+	} {
+		r := tb.run(t, c.args...)
+		if r.code != 2 || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("delayq %q: exit %d, stderr %q; want 2 and %q", c.args, r.code, r.stderr, c.want)
+		}
+	}
+	if r := tb.run(t, "keys", "fair", "nosuch", "on"); r.code != 1 || !strings.Contains(r.stderr, `queue "nosuch" was never used`) || !strings.Contains(r.stderr, "--create") {
+		t.Errorf("keys fair of an unused queue: exit %d (%q), want 1", r.code, r.stderr)
+	}
+	if after := tb.keyControls(t, "imports"); after != before {
+		t.Errorf("refused calls changed the key controls:\n%s\nto\n%s", before, after)
+	}
+	if ok, err := tb.b.Known(tb.ctx, "nosuch"); ok || err != nil {
+		t.Errorf("a refused keys fair made the unused queue known (%v)", err)
+	}
+
+	// On: a claim of 2 deals one job to each key.
+	if out := tb.ok(t, "keys", "fair", "imports", "on"); out != "fair turns between keys on in queue imports\n" {
+		t.Errorf("keys fair on: %q", out)
+	}
+	res, err := testkit.Drive(tb.b).Claim(tb.ctx, "imports", 2, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, c := range res.Jobs {
+		ids = append(ids, c.ID)
+	}
+	slices.Sort(ids)
+	if !slices.Equal(ids, []string{"a0", "b0"}) {
+		t.Fatalf("a fair claim of 2 took %v, want a0 and b0 (one of each key)", ids)
+	}
+	if st, err := tb.b.Stats(tb.ctx, "imports"); err != nil || st.HeldByKey != 4 {
+		t.Fatalf("stats %+v, %v; want 4 held waiting for a turn", st, err)
+	}
+	// A due job with a key enqueued now waits for its turn at once.
+	if err := tb.b.Enqueue(tb.ctx, keyedEnv("g0", "imports", "gamma")); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := tb.b.Stats(tb.ctx, "imports"); err != nil || st.HeldByKey != 5 {
+		t.Fatalf("stats %+v, %v; want gamma's new job held beside the 4", st, err)
+	}
+	if acme, _ := tb.heldKey(t, "imports", "acme"); acme.Held != 3 || !acme.WaitsForTurn || acme.Reason != "turn" {
+		t.Fatalf("acme %+v, want 3 held waiting for its turn", acme)
+	}
+	out := tb.ok(t, "keys", "ls", "imports")
+	want := "KEY    HELD  RUNNING  CAP  RATE  PAUSED  REASON\n" +
+		"acme   3     0        -    -     no      turn\n" +
+		"beta   1     0        -    -     no      turn\n" +
+		"gamma  1     0        -    -     no      turn\n" +
+		"3 keys hold jobs back, 0 paused; default key cap none, default key rate none\n"
+	if out != want {
+		t.Errorf("keys ls:\n%s\nwant\n%s", out, want)
+	}
+	var ls heldKeysOut
+	tb.okJSON(t, &ls, "keys", "ls", "imports", "--top", "1")
+	if ls.Holding != 3 || len(ls.Keys) != 1 {
+		t.Fatalf("keys ls --top 1 --json: %+v", ls)
+	}
+	if k := ls.Keys[0]; k.Key != "acme" || k.Held != 3 || k.Reason != "turn" || k.WaitsForTurn == nil || !*k.WaitsForTurn || k.WaitsForToken == nil || *k.WaitsForToken || k.Paused {
+		t.Errorf("keys ls --json key: %+v", k)
+	}
+
+	// Off: the jobs waiting for a turn go back to the schedule.
+	var res2 map[string]any
+	tb.okJSON(t, &res2, "keys", "fair", "imports", "off")
+	if len(res2) != 2 || res2["queue"] != "imports" || res2["fair"] != false {
+		t.Errorf("keys fair off --json: %v, want exactly queue and fair", res2)
+	}
+	if st, err := tb.b.Stats(tb.ctx, "imports"); err != nil || st.HeldByKey != 0 || st.Held != 0 {
+		t.Fatalf("after keys fair off: %+v, %v; want nothing held", st, err)
+	}
+	tb.okJSON(t, &ls, "keys", "ls", "imports")
+	if ls.Holding != 0 || len(ls.Keys) != 0 {
+		t.Errorf("keys ls after keys fair off: %+v", ls)
+	}
+	if ids := tb.claimIDs(t, "imports"); !slices.Equal(ids, []string{"a1", "a2", "a3", "b1", "g0"}) {
+		t.Fatalf("claimed %v after keys fair off, want the 5 that waited", ids)
+	}
+	tb.okJSON(t, &res2, "keys", "fair", "imports", "on")
+	if len(res2) != 2 || res2["queue"] != "imports" || res2["fair"] != true {
+		t.Errorf("keys fair on --json: %v", res2)
+	}
+	if out := tb.ok(t, "keys", "fair", "imports", "off"); out != "fair turns between keys off in queue imports (the jobs waiting for a turn went back to the schedule)\n" {
+		t.Errorf("keys fair off: %q", out)
+	}
+	if out := tb.ok(t, "keys", "fair", "nosuch", "on", "--create"); out != "fair turns between keys on in queue nosuch\n" {
+		t.Errorf("keys fair --create: %q", out)
+	}
+	if v, err := tb.rdb.HGet(tb.ctx, tb.key("nosuch", "controls"), "kf").Result(); err != nil || v != "1" {
+		t.Errorf("keys fair --create stored kf %q, %v; want 1", v, err)
 	}
 }
