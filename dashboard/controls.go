@@ -174,6 +174,33 @@ func (d *Dashboard) setKeyLimit(w http.ResponseWriter, r *http.Request) {
 	d.redirect(w, r, queuePath(q), url.Values{"done": {keyDone(key, done)}, "nid": {keyTarget(q, key)}, "n": {strconv.Itoa(lim.Count)}})
 }
 
+// setKeyFair turns fair turns between the keys of the queue on (an "on"
+// field of "1") or off ("0") (SetKeyFairness).
+func (d *Dashboard) setKeyFair(w http.ResponseWriter, r *http.Request) {
+	q := r.PathValue("queue")
+	var on bool
+	switch v := strings.TrimSpace(r.PostForm.Get("on")); v {
+	case "1":
+		on = true
+	case "0":
+	default:
+		d.fail(w, r, http.StatusBadRequest, "Fair turns between keys are turned on with 1 or off with 0, not "+strconv.Quote(v)+".")
+		return
+	}
+	if !d.mustKnow(w, r, q) {
+		return
+	}
+	if err := d.b.SetKeyFairness(r.Context(), q, on); err != nil {
+		d.actionError(w, r, err)
+		return
+	}
+	done := "key-fair-on"
+	if !on {
+		done = "key-fair-off"
+	}
+	d.redirect(w, r, queuePath(q), url.Values{"done": {done}, "nid": {q}})
+}
+
 // keyDone is the notice of a key control: done, or for the default of
 // every key (key "") its "default-" form.
 func keyDone(key, done string) string {

@@ -241,7 +241,7 @@ func TestHeldByKeysShown(t *testing.T) {
 	r := tb.get(t, "/queues/imports")
 	mustContain(t, "queue page", r.body,
 		`<span class="count warn" id="held-count">3 held back now</span>`,
-		"<li>3 held by the concurrency caps or pauses of their keys, until a job of the same key ends or the key is resumed (see the keys holding jobs back)</li>")
+		"<li>3 held by their keys: a key&#39;s concurrency cap, pause or rate limit, or its wait for a fair turn (see the keys holding jobs back)</li>")
 	mustNotContain(t, "queue page", r.body, "held by the concurrency cap of their type")
 }
 

@@ -216,6 +216,7 @@ func (d *Dashboard) routes() http.Handler {
 	post("/queues/{queue}/keys/resume", d.resumeKey)
 	post("/queues/{queue}/keys/cap", d.setKeyCap)
 	post("/queues/{queue}/keys/limit", d.setKeyLimit)
+	post("/queues/{queue}/keys/fair", d.setKeyFair)
 	post("/queues/{queue}/cap", d.setCap)
 	post("/queues/{queue}/limit", d.setLimit)
 	get("/processes", d.processes)

@@ -540,8 +540,8 @@ func TestReadOnly(t *testing.T) {
 		mustNotContain(t, path, r.body, `method="post"`, "Redrive", "Purge", "Cancel job", "Run now", "Pause queue")
 	}
 	for _, path := range []string{"/queues/q/cancel", "/queues/q/reschedule", "/queues/q/pause", "/queues/q/resume", "/dead/q/redrive", "/dead/redrive-all", "/dead/q/delete", "/dead/q/purge",
-		"/periodic/pause", "/periodic/resume", "/periodic/run"} {
-		r := tb.post(t, path, url.Values{"id": {"a"}, "in": {"0"}, "confirmed": {"yes"}, "name": {"s"}})
+		"/periodic/pause", "/periodic/resume", "/periodic/run", "/queues/q/keys/fair"} {
+		r := tb.post(t, path, url.Values{"id": {"a"}, "in": {"0"}, "confirmed": {"yes"}, "name": {"s"}, "on": {"1"}})
 		wantStatus(t, path, r, http.StatusForbidden)
 		mustContain(t, path, r.body, "read-only")
 	}

@@ -117,7 +117,7 @@ func flowOf(s job.QueueStats) flowData {
 	}
 	if s.HeldByKey > 0 {
 		byType += s.HeldByKey
-		f.Why = append(f.Why, formatCount(s.HeldByKey)+" held by the concurrency caps or pauses of their keys, until a job of the same key ends or the key is resumed (see the keys holding jobs back)")
+		f.Why = append(f.Why, formatCount(s.HeldByKey)+" held by their keys: a key's concurrency cap, pause or rate limit, or its wait for a fair turn (see the keys holding jobs back)")
 	}
 	if rest := s.Held - byType; rest > 0 {
 		f.Why = append(f.Why, formatCount(rest)+" held by the concurrency cap of their type, until one of their type ends")

@@ -350,3 +350,109 @@ func TestKeyCapsAndLimits(t *testing.T) {
 		t.Fatalf("a refused read-only form changed the defaults: %+v", hk)
 	}
 }
+
+// TestKeyFairTurns: the queue page's fair-turns form turns fair turns
+// between keys on ("on" = 1): a claim of 2 then takes one job of each key,
+// the rest wait for their turn, and the keys table says so for each key
+// ("fair turns: waiting for its turn"), with a line that the turns are
+// on; off ("on" = 0) sends them back to the schedule. Each with a notice.
+// The form passes the CSRF and read-only rules of every action; a bad
+// "on" is refused with 400 saying what is wrong, a queue never used with
+// 404, and neither changes anything.
+func TestKeyFairTurns(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, dashboard.Options{})
+	typ := job.New[struct{}]("import.row", job.Queue("imports"))
+	for i, key := range []string{"acme", "acme", "acme", "acme", "beta", "beta"} {
+		if _, err := typ.Enqueue(tb.ctx, tb.b, struct{}{}, job.ID(fmt.Sprintf("%c%d", key[0], i)), job.Key(key)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := tb.get(t, "/queues/imports")
+	mustContain(t, "queue page", r.body, `action="/queues/imports/keys/fair" class="inline" id="key-fair-form"`,
+		`<button type="submit" name="on" value="1" class="small" id="key-fair-on">On</button>`,
+		`<button type="submit" name="on" value="0" class="small" id="key-fair-off">Off</button>`)
+	mustNotContain(t, "queue page with the turns off", r.body, `id="keys-fair"`, `id="held-keys"`)
+
+	// Refused: without a token, cross-site, a bad value, a queue never
+	// used; nothing changes.
+	before := tb.keyControls(t, "imports")
+	wantStatus(t, "fair turns without a token", tb.do(t, http.MethodPost, "/queues/imports/keys/fair", url.Values{"on": {"1"}}), http.StatusForbidden)
+	wantStatus(t, "cross-site fair turns", tb.post(t, "/queues/imports/keys/fair", url.Values{"on": {"1"}}, "Sec-Fetch-Site", "cross-site", "Origin", "https://evil.example"), http.StatusForbidden)
+	wantStatus(t, "GET of the fair-turns action", tb.get(t, "/queues/imports/keys/fair"), http.StatusMethodNotAllowed)
+	for _, on := range []string{"", "yes", "on", "2", "true", "-1"} {
+		r := tb.post(t, "/queues/imports/keys/fair", url.Values{"on": {on}})
+		wantStatus(t, fmt.Sprintf("on=%q", on), r, http.StatusBadRequest)
+		mustContain(t, fmt.Sprintf("on=%q", on), r.body, "Fair turns between keys are turned on with 1 or off with 0, not &#34;"+on+"&#34;.")
+	}
+	wantStatus(t, "no on field", tb.post(t, "/queues/imports/keys/fair", url.Values{}), http.StatusBadRequest)
+	r = tb.post(t, "/queues/importz/keys/fair", url.Values{"on": {"1"}})
+	wantStatus(t, "unused queue", r, http.StatusNotFound)
+	mustContain(t, "unused queue", r.body, "nothing was ever enqueued to it")
+	if ok, _ := tb.b.Known(tb.ctx, "importz"); ok {
+		t.Fatal("fair turns on an unknown queue created it")
+	}
+	if after := tb.keyControls(t, "imports"); after != before {
+		t.Fatalf("refused forms changed the key controls:\n%s\nto\n%s", before, after)
+	}
+
+	// On: a claim of 2 deals one job to each key; the rest wait for
+	// their turn.
+	r = tb.post(t, "/queues/imports/keys/fair", url.Values{"on": {"1"}})
+	wantStatus(t, "fair turns on", r, http.StatusSeeOther)
+	mustContain(t, "after turning the turns on", tb.get(t, r.header.Get("Location")).body,
+		"Fair turns between keys on in queue &#34;imports&#34;: claims deal their room out among the keys with due jobs in turns, and a key&#39;s due jobs wait for its turn.")
+	var ids []string
+	for _, c := range tb.claim(t, "imports", 2).Jobs {
+		ids = append(ids, c.ID)
+	}
+	slices.Sort(ids)
+	if !slices.Equal(ids, []string{"a0", "b4"}) {
+		t.Fatalf("a fair claim of 2 took %v, want a0 and b4 (one of each key)", ids)
+	}
+	if acme, _ := tb.heldKey(t, "imports", "acme"); acme.Held != 3 || !acme.WaitsForTurn || acme.Reason != "turn" {
+		t.Fatalf("acme %+v, want 3 held waiting for its turn", acme)
+	}
+	r = tb.get(t, "/queues/imports")
+	mustContain(t, "queue page with the turns on", r.body,
+		`<p class="sub" id="keys-fair">Fair turns between keys are on: claims deal their room out among the keys with due jobs, and 2 of the keys listed wait for their turn.</p>`,
+		`<tr data-key="acme">
+  <td class="id"><bdi>acme</bdi></td>
+  <td class="r warn">3</td>
+  <td class="r">0</td>
+  <td class="r">—</td>
+  <td class="rate">—</td>
+  <td>fair turns: waiting for its turn</td>`,
+		`<tr data-key="beta">
+  <td class="id"><bdi>beta</bdi></td>
+  <td class="r warn">1</td>
+  <td class="r">0</td>
+  <td class="r">—</td>
+  <td class="rate">—</td>
+  <td>fair turns: waiting for its turn</td>`,
+		"<li>4 held by their keys: a key&#39;s concurrency cap, pause or rate limit, or its wait for a fair turn (see the keys holding jobs back)</li>")
+
+	// Off: the jobs waiting for a turn go back to the schedule.
+	r = tb.post(t, "/queues/imports/keys/fair", url.Values{"on": {" 0 "}})
+	wantStatus(t, "fair turns off", r, http.StatusSeeOther)
+	mustContain(t, "after turning the turns off", tb.get(t, r.header.Get("Location")).body,
+		"Fair turns between keys off in queue &#34;imports&#34;: the jobs waiting for a turn went back to the schedule, claimed in ready order.")
+	if st, err := tb.b.Stats(tb.ctx, "imports"); err != nil || st.HeldByKey != 0 || st.Held != 0 {
+		t.Fatalf("after turning the turns off: %+v, %v; want nothing held", st, err)
+	}
+	mustNotContain(t, "queue page with the turns off again", tb.get(t, "/queues/imports").body, `id="keys-fair"`, `id="held-keys"`)
+	if ids := tb.claimedIDs(t, "imports"); !slices.Equal(ids, []string{"a1", "a2", "a3", "b5"}) {
+		t.Fatalf("claimed %v after the turns were turned off, want the 4 that waited", ids)
+	}
+
+	// Read-only: no form, and a POST is refused.
+	ro := setup(t, dashboard.Options{ReadOnly: true})
+	if _, err := typ.Enqueue(ro.ctx, ro.b, struct{}{}, job.ID("x1"), job.Key("acme")); err != nil {
+		t.Fatal(err)
+	}
+	mustNotContain(t, "read-only queue page", ro.get(t, "/queues/imports").body, `id="key-fair-form"`)
+	wantStatus(t, "read-only fair turns", ro.do(t, http.MethodPost, "/queues/imports/keys/fair", url.Values{"on": {"1"}}), http.StatusForbidden)
+	if v, err := ro.rdb.HGet(ro.ctx, testkit.Key(t, ro.b, "imports", "controls"), "kf").Result(); v != "" || err == nil {
+		t.Fatalf("a refused read-only form turned the turns on: %q, %v", v, err)
+	}
+}

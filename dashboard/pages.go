@@ -201,6 +201,10 @@ type queueData struct {
 	// Keys: the keys holding the most jobs back (HeldKeys), and paused
 	// keys.
 	Keys broker.HeldKeys
+	// KeysTurn: how many of the keys listed wait for their turn (fair
+	// turns between keys are on; the broker has no read of the switch, so
+	// this is what the page can say of it).
+	KeysTurn int
 }
 
 // heldKeysShown is how many keys the queue page lists.
@@ -251,6 +255,11 @@ func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
 	if data.Keys, err = d.b.HeldKeys(ctx, q, heldKeysShown); err != nil {
 		d.redisError(w, r, err)
 		return
+	}
+	for _, k := range data.Keys.Keys {
+		if k.WaitsForTurn {
+			data.KeysTurn++
+		}
 	}
 	data.Memory = d.readQueueMemory(ctx, data.Stats)
 	data.Server = d.readServerMemory(ctx)

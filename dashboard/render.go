@@ -139,6 +139,10 @@ var notices = map[string]string{
 	"key-limit-cleared":         "Own rate limit of key %[1]s cleared: the queue's default key rate limit applies to it.",
 	"default-key-limited":       "Default key rate limit of queue %[1]s set to %[2]d starts per period per key across all workers; a key's own limit wins over it.",
 	"default-key-limit-cleared": "Default key rate limit of queue %[1]s cleared: keys without a limit of their own are unlimited.",
+
+	// Fair turns between keys (setKeyFair).
+	"key-fair-on":  "Fair turns between keys on in queue %[1]s: claims deal their room out among the keys with due jobs in turns, and a key's due jobs wait for its turn.",
+	"key-fair-off": "Fair turns between keys off in queue %[1]s: the jobs waiting for a turn went back to the schedule, claimed in ready order.",
 }
 
 var funcs = template.FuncMap{

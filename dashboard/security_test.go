@@ -91,6 +91,7 @@ func TestForeignHostRefused(t *testing.T) {
 		"/queues/q1/resume":      {},
 		"/queues/q1/keys/pause":  {"key": {"acme"}},
 		"/queues/q1/keys/resume": {"key": {"acme"}},
+		"/queues/q1/keys/fair":   {"on": {"1"}},
 		"/dead/q1/redrive":       {"id": {"d1"}},
 		"/dead/redrive-all":      {"queue": {"q1"}},
 		"/dead/q1/delete":        {"id": {"d1"}},
