@@ -25,7 +25,10 @@ import (
 // the Pause button of a key pauses it (its row says so, with a Resume
 // button) and Resume sends its held jobs back, with the count in the
 // notice, and the key leaves the table. Then the key limit form sets the
-// default rate limit of every key, which the page shows.
+// default rate limit of every key, which the page shows. Last, the
+// fair-turns On button turns fair turns between keys on: a due job of a
+// new key then waits for its turn, which its row and the page say; Off
+// sends it back to the schedule and the key leaves the table.
 func TestBrowserKeys(t *testing.T) {
 	// Light (one page, no timing): it runs with every package, also under
 	// DELAYQ_BROWSER=later, which defers only TestBrowser.
@@ -137,4 +140,73 @@ func TestBrowserKeys(t *testing.T) {
 	if hk, err := b.HeldKeys(bg, "imports", 10); err != nil || hk.DefaultRate.Count != 2 || hk.DefaultRate.Per != time.Minute || hk.DefaultRate.Strict {
 		t.Fatalf("after the default key limit: %+v, %v", hk, err)
 	}
+
+	// Fair turns between keys: on, from the On button.
+	do(t, ctx, "turn fair turns between keys on",
+		chromedp.Click(chromedp.ID("key-fair-on")),
+	)
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(f, "Fair turns between keys on"); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no notice of fair turns on within 10s: %q", f)
+		}
+		f = flash()
+	}
+	if !strings.Contains(f, "imports") {
+		t.Fatalf("flash after fair turns on: %q", f)
+	}
+	// A due job of a new key goes straight to its key's held set, to wait
+	// for its turn.
+	if err := b.Enqueue(bg, &job.Envelope{ID: "row-delta", Queue: "imports", Type: "import.row", Payload: []byte(`{}`), Key: "delta"}); err != nil {
+		t.Fatal(err)
+	}
+	if delta := heldKey(t, b, "delta"); delta.Held != 1 || !delta.WaitsForTurn || delta.Reason != "turn" {
+		t.Fatalf("delta after fair turns on: %+v, want 1 held waiting for its turn", delta)
+	}
+	do(t, ctx, "open the queue page with delta waiting for its turn",
+		chromedp.Navigate(base+"/queues/imports"),
+		chromedp.WaitVisible(chromedp.CSS(`#held-keys tr[data-key="delta"]`)),
+		chromedp.WaitVisible(chromedp.ID("keys-fair")),
+	)
+	if row := eval[string](t, ctx, `document.querySelector('#held-keys tr[data-key="delta"]').innerText`); !strings.Contains(row, "fair turns: waiting for its turn") {
+		t.Fatalf("delta's row: %q", row)
+	}
+	if got := text(t, ctx, "keys-fair"); !strings.Contains(got, "Fair turns between keys are on") || !strings.Contains(got, "1 of the keys listed wait for their turn") {
+		t.Fatalf("#keys-fair says %q", got)
+	}
+	// Off, from the Off button: delta's job is back on the schedule and
+	// delta leaves the table.
+	do(t, ctx, "turn fair turns between keys off",
+		chromedp.Click(chromedp.ID("key-fair-off")),
+	)
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(f, "Fair turns between keys off"); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no notice of fair turns off within 10s: %q", f)
+		}
+		f = flash()
+	}
+	if n := eval[int](t, ctx, `document.querySelectorAll('#held-keys tr[data-key="delta"], #keys-fair').length`); n != 0 {
+		t.Fatalf("delta or the fair-turns line still shown after fair turns off (%d)", n)
+	}
+	if delta := heldKey(t, b, "delta"); delta.Key != "" {
+		t.Fatalf("delta after fair turns off: %+v, want not listed", delta)
+	}
+	if info, err := b.Job(bg, "imports", "row-delta"); err != nil || info.State != job.StateScheduled {
+		t.Fatalf("delta's job after fair turns off: %+v, %v", info, err)
+	}
+}
+
+// heldKey is key's entry of HeldKeys of queue imports (Key "" when it is
+// not listed).
+func heldKey(t *testing.T, b *broker.Broker, key string) broker.HeldKey {
+	t.Helper()
+	hk, err := b.HeldKeys(context.Background(), "imports", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range hk.Keys {
+		if k.Key == key {
+			return k
+		}
+	}
+	return broker.HeldKey{}
 }
