@@ -40,6 +40,14 @@ func TestKeyFairness(t *testing.T) {
 	if err := tb.b.SetKeyFairness(tb.ctx, "q", true); err != nil {
 		t.Fatal(err)
 	}
+	// Stats says the turns are on, and no key control reads as a paused
+	// type.
+	if err := tb.b.SetKeyRateLimit(tb.ctx, "q", "", job.RateLimit{Count: 1000, Per: time.Second, Burst: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := tb.b.Stats(tb.ctx, "q"); err != nil || !st.FairKeys || len(st.PausedTypes) != 0 {
+		t.Fatalf("stats fair %v, paused types %q, %v; want the turns on and no type paused", st.FairKeys, st.PausedTypes, err)
+	}
 	res := tb.claim(t, 10)
 	got := byKey(res.Jobs)
 	if got["B"] != 3 || got[""] != 3 || got["A"] != 4 {
@@ -82,8 +90,8 @@ func TestKeyFairness(t *testing.T) {
 	if err := tb.b.SetKeyFairness(tb.ctx, "q", false); err != nil {
 		t.Fatal(err)
 	}
-	if st, err := tb.b.Stats(tb.ctx, "q"); err != nil || st.HeldByKey != 0 || st.Held != 0 {
-		t.Fatalf("after turning the turns off: %+v, %v; want nothing held", st, err)
+	if st, err := tb.b.Stats(tb.ctx, "q"); err != nil || st.HeldByKey != 0 || st.Held != 0 || st.FairKeys {
+		t.Fatalf("after turning the turns off: %+v, %v; want nothing held and the turns off", st, err)
 	}
 	for {
 		res := tb.claim(t, 25)

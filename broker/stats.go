@@ -161,7 +161,7 @@ func (e *QueueErrors) Unwrap() []error {
 // parseStats decodes the reply of stats.lua.
 func parseStats(res any) (job.QueueStats, error) {
 	parts, ok := res.([]any)
-	if !ok || len(parts) != 19 {
+	if !ok || len(parts) != 20 {
 		return job.QueueStats{}, fmt.Errorf("broker: stats: unexpected reply %v", res)
 	}
 	v, err := int64s(parts[:10], 10)
@@ -208,12 +208,13 @@ func parseStats(res any) (job.QueueStats, error) {
 	heldByCap := typeCounts(parts[16])
 	heldByKey, _ := parts[17].(int64)
 	parkedByType := typeCounts(parts[18])
+	fair, _ := parts[19].(int64)
 	trims, err := int64s(parts[15], 3)
 	if err != nil {
 		return job.QueueStats{}, err
 	}
 	s := job.QueueStats{DeadTrimmedCap: trims[0], DeadTrimmedAge: trims[1], DeadTrimmedUnarchived: trims[2], Now: fromMS(v[0]), Scheduled: v[1], Due: v[2], Processing: v[3], Dead: v[4], ExpiredDropped: v[7],
-		Paused: v[8] == 1, Parked: v[9], PausedTypes: types, RateLimits: limits, Caps: caps, Held: held, HeldByRate: heldByRate, HeldByCap: heldByCap, HeldByKey: heldByKey, ParkedByType: parkedByType}
+		Paused: v[8] == 1, Parked: v[9], PausedTypes: types, RateLimits: limits, Caps: caps, Held: held, HeldByRate: heldByRate, HeldByCap: heldByCap, HeldByKey: heldByKey, ParkedByType: parkedByType, FairKeys: fair == 1}
 	if v[5] >= 0 {
 		s.OldestDue = fromMS(v[5])
 	}
@@ -309,6 +310,7 @@ func merge(into *job.QueueStats, st job.QueueStats, first bool) {
 		into.RateLimits[t] = r
 	}
 	into.Paused = into.Paused || st.Paused
+	into.FairKeys = into.FairKeys || st.FairKeys
 	for _, t := range st.PausedTypes {
 		if !slices.Contains(into.PausedTypes, t) {
 			into.PausedTypes = append(into.PausedTypes, t)

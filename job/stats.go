@@ -38,6 +38,9 @@ type QueueStats struct {
 	Paused bool
 	// PausedTypes are the job types paused in the queue, sorted.
 	PausedTypes []string
+	// FairKeys: fair turns between keys are on in the queue
+	// (broker.Broker.SetKeyFairness).
+	FairKeys bool
 	// RateLimits are the rate limits set on the queue
 	// (broker.Broker.SetRateLimit): "" for the whole queue, else by type.
 	RateLimits map[string]RateLimit

@@ -26,7 +26,8 @@
 -- ...}, held jobs (by caps), {type, jobs held by its rate limit, ...},
 -- {dead records trimmed by the cap, by age, trimmed but not kept for the
 -- workers' hook}, {type, jobs held by its cap, ...}, jobs held by per-key
--- caps (counted in held too), {type, its parked jobs, ...}}.
+-- caps (counted in held too), {type, its parked jobs, ...}, fair turns
+-- between keys on (1 or 0)}.
 -- Jobs held by a rate limit count in scheduled and due, and the oldest of
 -- them in the oldest due ready time. Every count is O(1) or O(log N) (one
 -- ZCARD per capped type, a ZCARD and a ZRANGE per rate-limited type), but
@@ -58,7 +59,7 @@ for i = 1, 4 do
   end
 end
 local dropped = counters[1]
-local paused, types, rates, caps, held = 0, {}, {}, {}, 0
+local paused, types, rates, caps, held, fair = 0, {}, {}, {}, 0, 0
 local controls = redis.call('HGETALL', KEYS[5])
 local capped, limited = {}, {}
 for i = 1, #controls, 2 do
@@ -71,9 +72,11 @@ for i = 1, #controls, 2 do
     if f ~= 'r' then
       limited[string.sub(f, 3)] = true
     end
-  elseif f == 'k' or f == 'kp' then
-    -- A per-key cap, or paused keys: their held jobs are counted below,
-    -- from KEYS[8].
+  elseif f == 'k' or f == 'kp' or f == 'kr' then
+    -- A per-key cap, paused keys or per-key rate limits: their held jobs
+    -- are counted below, from KEYS[8].
+  elseif f == 'kf' then
+    fair = 1
   elseif f == 'c' or string.sub(f, 1, 2) == 'c:' then
     local t = string.sub(f, 3)
     caps[#caps + 1] = t
@@ -133,4 +136,4 @@ if parked > 0 and expect({KEYS[9], 'hash'}) == nil then
   end
 end
 return {now, scheduled, due, redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]), oldest, next, tonumber(dropped),
-  paused, parked, types, rates, caps, held, by_rate, {counters[2], counters[3], counters[4]}, by_cap, by_key, by_type}
+  paused, parked, types, rates, caps, held, by_rate, {counters[2], counters[3], counters[4]}, by_cap, by_key, by_type, fair}
