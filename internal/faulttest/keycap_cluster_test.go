@@ -33,6 +33,10 @@ import (
 //     are: no key's busiest second of handler starts holds more than 6,
 //     keys reach 6, every job succeeds, and no held job or waiting key
 //     is left on any master.
+//   - turns: with fair turns on, 600 due jobs of key A enqueued before 6
+//     of key B on a queue of 3 shards: the first claim of 30 over the
+//     shards takes every one of B's jobs, each shard dealing its turns
+//     over its own jobs; turned off, nothing is left held on any master.
 //   - debounce: 50 debounced enqueues of each of 20 keys, 10 ms apart by
 //     the broker's simulated clock, leave one job per key in the shard its
 //     key routes to, with the 50th arguments, due one window after the 50th
@@ -42,6 +46,7 @@ func TestKeyFlowControlOnCluster(t *testing.T) {
 	c := redistest.StartCluster(t)
 	t.Run("caps", func(t *testing.T) { keyCapsOnCluster(t, c) })
 	t.Run("rates", func(t *testing.T) { keyRatesOnCluster(t, c) })
+	t.Run("turns", func(t *testing.T) { keyTurnsOnCluster(t, c) })
 	t.Run("debounce", func(t *testing.T) { debounceOnCluster(t, c) })
 }
 
@@ -247,6 +252,75 @@ func keyRatesOnCluster(t *testing.T, c *redistest.Cluster) {
 	summary(t, "jobs", len(envs), "keys", keys, "shards", 3, "masters", 3, "workers", 3, "kills", k.kills,
 		"handlers cut by a kill", k.cut, "rate per key", rate, "busiest second of one key", busiest,
 		"keys that reached the rate", atRate, "keys above it", over)
+}
+
+func keyTurnsOnCluster(t *testing.T, c *redistest.Cluster) {
+	ctx := context.Background()
+	rdb := c.Client(t)
+	const ns, queue = "keyturncluster", "turns"
+	b, err := broker.New(rdb, broker.Options{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spreadShards(t, c, b, queue)
+	if err := b.SetKeyFairness(ctx, queue, true); err != nil {
+		t.Fatal(err)
+	}
+	typ := job.New[crashArgs]("fault.turn", job.Queue(queue))
+	var envs []*job.Envelope
+	for i := range 600 {
+		e, err := typ.Envelope(crashArgs{N: i}, job.ID(fmt.Sprintf("A-%03d", i)), job.Key("A"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		envs = append(envs, e)
+	}
+	if err := b.Enqueue(ctx, envs...); err != nil {
+		t.Fatal(err)
+	}
+	envs = envs[:0]
+	for i := range 6 {
+		e, err := typ.Envelope(crashArgs{N: i}, job.ID(fmt.Sprintf("B-%d", i)), job.Key("B"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		envs = append(envs, e)
+	}
+	if err := b.Enqueue(ctx, envs...); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := b.Stats(ctx, queue); err != nil || !st.FairKeys || st.HeldByKey != 606 {
+		t.Fatalf("stats %+v, %v; want the turns on and 606 jobs waiting for them", st, err)
+	}
+	// 10 a shard: each shard's B jobs (about 2) and the rest of A's.
+	seen := map[string]bool{}
+	for _, sh := range testkit.Shards(t, b, queue) {
+		res, err := testkit.Drive(b).ClaimShard(ctx, sh, 10, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range res.Jobs {
+			seen[j.ID] = true
+		}
+	}
+	for i := range 6 {
+		if id := fmt.Sprintf("B-%d", i); !seen[id] {
+			t.Errorf("%s not claimed by the first claim of each shard (claimed %d jobs)", id, len(seen))
+		}
+	}
+	if err := b.SetKeyFairness(ctx, queue, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range c.Masters(t) {
+		node := m.Client(t)
+		if left := redistest.Keys(t, node, ns+":{*}:held:*"); len(left) > 0 {
+			t.Errorf("master %s holds %v after the turns were turned off", m.Addr(), left)
+		}
+		if left := redistest.Keys(t, node, ns+":{*}:keyturn"); len(left) > 0 {
+			t.Errorf("master %s holds %v after the turns were turned off", m.Addr(), left)
+		}
+	}
+	summary(t, "jobs", 606, "shards", 3, "masters", 3, "jobs of B claimed in the first claims", 6)
 }
 
 func debounceOnCluster(t *testing.T, c *redistest.Cluster) {
