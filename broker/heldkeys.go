@@ -66,10 +66,11 @@ type HeldKeys struct {
 }
 
 // HeldKeys lists the n keys of queue holding the most jobs back (held by
-// their key's concurrency cap, its rate limit or PauseKey), with, per key,
-// its held and running jobs, its cap and rate limit (its own or the
-// default), whether it is paused, and why its jobs wait. While fewer than n keys hold jobs, paused keys
-// holding nothing fill the list.
+// their key's concurrency cap, its rate limit or PauseKey, or waiting for
+// their turn under SetKeyFairness), with, per key, its held and running
+// jobs, its cap and rate limit (its own or the default), whether it is
+// paused, and why its jobs wait. While fewer than n keys hold jobs, paused
+// keys holding nothing fill the list.
 //
 // Its cost is bounded by n, whatever the number of keys: each shard keeps
 // the held count of every key holding jobs in a sorted set (ns:{q}:keyheld,

@@ -179,12 +179,13 @@ func (b *Broker) SetKeyRateLimit(ctx context.Context, queue, key string, r job.R
 // shards, where in ready order it would wait behind the whole backlog.
 // Within a key, jobs start in ready order.
 //
-// A claim moves the due jobs with a key from the schedule to their key's
-// held set (as a key's cap holds them: pending, found, cancelled,
-// rescheduled and replaced as scheduled, counted in
-// job.QueueStats.HeldByKey; HeldKeys lists the keys waiting for a turn
-// with reason "turn"), up to 1,000 due jobs a claim, and the key joins
-// the turns at the back. The jobs a turn chooses go through every other
+// A due job with a key waits for its turn in its key's held set (as a
+// key's cap holds it: pending, found, cancelled, rescheduled and replaced
+// as scheduled, counted in job.QueueStats.HeldByKey; HeldKeys lists the
+// keys waiting for a turn with reason "turn"), and its key joins the turns
+// at the back: an enqueue puts a job stored due there at once, and the
+// claims move there the jobs that become due later, up to 1,000 due jobs
+// a claim. The jobs a turn chooses go through every other
 // control as before: the key's pause, cap and rate limit, the type's and
 // the queue's. A key whose job its own controls hold leaves the turns
 // until they send its jobs back. Turned off, the keys waiting for a turn
