@@ -417,3 +417,38 @@ func TestKeyRateClaimCost(t *testing.T) {
 		})
 	}
 }
+
+// TestKeyRateTokensLeftAfterASmallClaim: a key woken with more tokens than
+// the claim has room for keeps them: the next claim, a millisecond later,
+// starts its next held job, not a window later.
+func TestKeyRateTokensLeftAfterASmallClaim(t *testing.T) {
+	t.Parallel()
+	for _, r := range []job.RateLimit{
+		{Count: 2, Per: time.Second, Strict: true},
+		{Count: 2, Per: time.Second, Burst: 2},
+	} {
+		t.Run(r.String(), func(t *testing.T) {
+			t.Parallel()
+			tb := setup(t)
+			keyedJobs(t, tb, 1, 10, 0)
+			if err := tb.b.SetKeyRateLimit(tb.ctx, "q", "", r); err != nil {
+				t.Fatal(err)
+			}
+			if res := tb.claim(t, 100); len(res.Jobs) != 2 {
+				t.Fatalf("first claim took %v, want the 2 of the burst", ids(res.Jobs))
+			}
+			tb.clock.Advance(1100 * time.Millisecond) // two tokens again
+			res := tb.claim(t, 1)
+			if strings.Join(ids(res.Jobs), ",") != "k00.02" {
+				t.Fatalf("a claim of 1 took %v, want k00.02", ids(res.Jobs))
+			}
+			if !res.Next.Before(tb.clock.Now().Add(10 * time.Millisecond)) {
+				t.Fatalf("next %v after a claim that left a token, want at once", res.Next.Sub(tb.clock.Now()))
+			}
+			tb.clock.Advance(2 * time.Millisecond)
+			if res := tb.claim(t, 1); strings.Join(ids(res.Jobs), ",") != "k00.03" {
+				t.Fatalf("the next claim took %v, want k00.03 on the token left", ids(res.Jobs))
+			}
+		})
+	}
+}

@@ -630,7 +630,9 @@ end
 local function key_wait_at(r, taken)
   if r.strict then
     local i = r.used + taken - r.share
-    if i >= r.used then
+    if i < 0 then
+      return now + 1 -- it has tokens left (a claim ran out of room)
+    elseif i >= r.used then
       return now + r.window
     end
     local log = r.log
