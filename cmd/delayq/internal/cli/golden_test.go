@@ -96,12 +96,18 @@ func TestGoldenTables(t *testing.T) {
 		t.Fatalf("claim digest-3: %+v, %v", res, err)
 	}
 
+	// Fair turns between keys on in sms: queues ls says so in its STATE.
+	if err := b.SetKeyFairness(tb.ctx, "sms", true); err != nil {
+		t.Fatal(err)
+	}
+
 	now := "--now=" + rfc(t0)
 	for _, tc := range []struct {
 		name string
 		args []string
 	}{
 		{"stats", []string{"stats"}},
+		{"queues_ls", []string{"queues", "ls"}},
 		{"jobs_ls", []string{"jobs", "ls", "--queue", "mail"}},
 		{"jobs_ls_paged", []string{"jobs", "ls", "--queue", "mail", "--limit", "2"}},
 		{"jobs_show_processing", []string{"jobs", "show", "digest-3", "--queue", "mail"}},

@@ -32,8 +32,9 @@ cap (its running jobs fill its cap), rate (they wait for its next token) or
 turn (fair turns are on and they wait for its turn: delayq keys fair).
 While fewer than N keys hold jobs, paused keys holding nothing are listed
 too. The last line gives the queue's default key cap and key rate limit
-(delayq keys cap, delayq keys limit). The read costs O(N), whatever the
-number of keys.`,
+(delayq keys cap, delayq keys limit) and whether fair turns between keys are
+on or off (delayq keys fair). The read costs O(N), whatever the number of
+keys, and one more round trip for the queue's stats.`,
 		Args: exactArgs(1, "one queue name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			q := args[0]
@@ -57,7 +58,11 @@ number of keys.`,
 			if err != nil {
 				return err
 			}
-			return a.printHeldKeys(q, hk)
+			st, err := b.Stats(cmd.Context(), q)
+			if err != nil {
+				return err
+			}
+			return a.printHeldKeys(q, hk, st.FairKeys)
 		},
 	}
 	cmd.Flags().IntVar(&top, "top", 20, "how many keys to list, the most held first (1 to 1000)")
@@ -93,7 +98,9 @@ func keyRateText(r job.RateLimit) string {
 	return rateText(r)
 }
 
-func (a *app) printHeldKeys(q string, hk broker.HeldKeys) error {
+// printHeldKeys prints keys ls: hk, and fair, whether fair turns between
+// keys are on in the queue (QueueStats.FairKeys).
+func (a *app) printHeldKeys(q string, hk broker.HeldKeys, fair bool) error {
 	if a.json {
 		keys := make([]heldKeyJSON, len(hk.Keys))
 		for i, k := range hk.Keys {
@@ -101,7 +108,7 @@ func (a *app) printHeldKeys(q string, hk broker.HeldKeys) error {
 				WaitsForToken: k.WaitsForToken, WaitsForTurn: k.WaitsForTurn, Paused: k.Paused, Reason: k.Reason}
 		}
 		return a.printJSON(map[string]any{"queue": q, "holding": hk.Holding, "paused_keys": hk.PausedKeys, "default_cap": hk.DefaultCap,
-			"default_rate": keyRateText(hk.DefaultRate), "keys": keys})
+			"default_rate": keyRateText(hk.DefaultRate), "fair_keys": fair, "keys": keys})
 	}
 	defCap, defRate := "none", "none"
 	if hk.DefaultCap > 0 {
@@ -110,10 +117,14 @@ func (a *app) printHeldKeys(q string, hk broker.HeldKeys) error {
 	if hk.DefaultRate.Count > 0 {
 		defRate = rateText(hk.DefaultRate)
 	}
-	defaults := "default key cap " + defCap + ", default key rate " + defRate
+	turns := "off"
+	if fair {
+		turns = "on"
+	}
+	defaults := "default key cap " + defCap + ", default key rate " + defRate + ", fair turns " + turns
 	if len(hk.Keys) == 0 {
 		msg := "no key holds jobs back in queue " + q + ", and none is paused"
-		if hk.DefaultCap > 0 || hk.DefaultRate.Count > 0 {
+		if hk.DefaultCap > 0 || hk.DefaultRate.Count > 0 || fair {
 			msg += "; " + defaults
 		}
 		_, err := fmt.Fprintln(a.stdout, termSafe(msg, false))
@@ -399,7 +410,8 @@ in its held set (pending, no attempt spent; keys ls gives the reason "turn"),
 and every other control (pauses, caps, rate limits) still applies to the jobs
 a turn chooses. Turned off, the jobs waiting for a turn go back to the
 schedule and are claimed in ready order again. Either way the queue's workers
-are woken. There is no read of the switch: keys ls shows the keys waiting
+are woken. Whether the turns are on shows in queues ls, in stats --json
+(fair_keys) and on the last line of keys ls, which lists the keys waiting
 for their turn.`,
 		Args: exactArgs(2, "a queue name and on or off"),
 		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {

@@ -134,13 +134,13 @@ func TestKeysList(t *testing.T) {
 		"acme   5     1        1        -     no      cap\n" +
 		"gamma  2     0        1        -     yes     paused\n" +
 		"beta   1     2        2 (own)  -     no      cap\n" +
-		"3 keys hold jobs back, 1 paused; default key cap 1, default key rate none\n"
+		"3 keys hold jobs back, 1 paused; default key cap 1, default key rate none, fair turns off\n"
 	if out != want {
 		t.Errorf("keys ls:\n%s\nwant\n%s", out, want)
 	}
 	var ls heldKeysOut
 	tb.okJSON(t, &ls, "keys", "ls", "imports", "--top", "1")
-	if ls.Queue != "imports" || ls.Holding != 3 || ls.PausedKeys != 1 || ls.DefaultCap != 1 || ls.DefaultRate == nil || *ls.DefaultRate != "" || len(ls.Keys) != 1 ||
+	if ls.Queue != "imports" || ls.Holding != 3 || ls.PausedKeys != 1 || ls.DefaultCap != 1 || ls.DefaultRate == nil || *ls.DefaultRate != "" || ls.FairKeys == nil || *ls.FairKeys || len(ls.Keys) != 1 ||
 		ls.Keys[0].Key != "acme" || ls.Keys[0].Held != 5 || ls.Keys[0].Running != 1 || ls.Keys[0].Cap != 1 || ls.Keys[0].OwnCap || ls.Keys[0].Paused || ls.Keys[0].Reason != "cap" ||
 		ls.Keys[0].Rate == nil || *ls.Keys[0].Rate != "" || ls.Keys[0].OwnRate == nil || *ls.Keys[0].OwnRate || ls.Keys[0].WaitsForToken == nil || *ls.Keys[0].WaitsForToken ||
 		ls.Keys[0].WaitsForTurn == nil || *ls.Keys[0].WaitsForTurn {
@@ -171,6 +171,7 @@ type heldKeysOut struct {
 	PausedKeys  int64   `json:"paused_keys"`
 	DefaultCap  int     `json:"default_cap"`
 	DefaultRate *string `json:"default_rate"`
+	FairKeys    *bool   `json:"fair_keys"`
 	Keys        []struct {
 		Key           string  `json:"key"`
 		Held          int64   `json:"held"`
@@ -462,7 +463,7 @@ func TestKeysListRate(t *testing.T) {
 	out := tb.ok(t, "keys", "ls", "sms")
 	want := "KEY   HELD  RUNNING  CAP  RATE               PAUSED  REASON\n" +
 		"acme  2     1        4    1/1m strict (own)  no      rate\n" +
-		"1 keys hold jobs back, 0 paused; default key cap 4, default key rate 10/1s burst 5\n"
+		"1 keys hold jobs back, 0 paused; default key cap 4, default key rate 10/1s burst 5, fair turns off\n"
 	if out != want {
 		t.Errorf("keys ls:\n%s\nwant\n%s", out, want)
 	}
@@ -490,7 +491,7 @@ func TestKeysListRate(t *testing.T) {
 		t.Fatal(err)
 	}
 	tb.ok(t, "keys", "limit", "quiet", "3/1s")
-	if out := tb.ok(t, "keys", "ls", "quiet"); out != "no key holds jobs back in queue quiet, and none is paused; default key cap none, default key rate 3/1s\n" {
+	if out := tb.ok(t, "keys", "ls", "quiet"); out != "no key holds jobs back in queue quiet, and none is paused; default key cap none, default key rate 3/1s, fair turns off\n" {
 		t.Errorf("keys ls of a queue holding nothing with a default rate: %q", out)
 	}
 }
@@ -578,7 +579,7 @@ func TestKeysFair(t *testing.T) {
 		"acme   3     0        -    -     no      turn\n" +
 		"beta   1     0        -    -     no      turn\n" +
 		"gamma  1     0        -    -     no      turn\n" +
-		"3 keys hold jobs back, 0 paused; default key cap none, default key rate none\n"
+		"3 keys hold jobs back, 0 paused; default key cap none, default key rate none, fair turns on\n"
 	if out != want {
 		t.Errorf("keys ls:\n%s\nwant\n%s", out, want)
 	}

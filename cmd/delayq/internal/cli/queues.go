@@ -21,7 +21,7 @@ import (
 func (a *app) queuesCommand() *cobra.Command {
 	ls := &cobra.Command{
 		Use:   "ls",
-		Short: "List the queues: paused or active, paused job types, parked jobs, concurrency caps, held jobs",
+		Short: "List the queues: paused or active, fair turns between keys, paused job types, parked jobs, concurrency caps, held jobs",
 		Args:  noArgs,
 		RunE:  a.onBroker(a.listQueues),
 	}
@@ -517,7 +517,9 @@ type queueJSON struct {
 	Queue       string   `json:"queue"`
 	Paused      bool     `json:"paused"`
 	PausedTypes []string `json:"paused_types"`
-	Parked      int64    `json:"parked"`
+	// FairKeys: fair turns between keys are on (keys fair).
+	FairKeys bool  `json:"fair_keys"`
+	Parked   int64 `json:"parked"`
 	// ParkedByType: Parked by type, the types holding parked jobs only.
 	ParkedByType map[string]int64 `json:"parked_by_type"`
 	// Caps: the concurrency caps, "" for the queue's, else by type.
@@ -566,7 +568,7 @@ func (a *app) listQueues(ctx context.Context, b *broker.Broker) error {
 	if a.json {
 		out := make([]queueJSON, len(all))
 		for i, s := range all {
-			out[i] = queueJSON{Queue: s.Queue, Paused: s.Paused, PausedTypes: s.PausedTypes, Parked: s.Parked, ParkedByType: s.ParkedByType,
+			out[i] = queueJSON{Queue: s.Queue, Paused: s.Paused, PausedTypes: s.PausedTypes, FairKeys: s.FairKeys, Parked: s.Parked, ParkedByType: s.ParkedByType,
 				Caps: s.Caps, Held: s.Held, HeldByCap: s.HeldByCap, HeldByKey: s.HeldByKey, HeldByRate: s.HeldByRate, Scheduled: s.Scheduled, Due: s.Due, Processing: s.Processing,
 				Dead: s.Dead, deadTrimmedJSON: trimmedOf(s),
 				Limits: map[string]limitJSON{}, ServedBy: len(procs.Serving(s.Queue)), HeldUnserved: heldUnserved(s, procs)}
@@ -611,6 +613,9 @@ func (a *app) listQueues(ctx context.Context, b *broker.Broker) error {
 		state := "active"
 		if s.Paused {
 			state = "paused"
+		}
+		if s.FairKeys {
+			state += ", fair turns"
 		}
 		types := "-"
 		if len(s.PausedTypes) > 0 {

@@ -329,3 +329,85 @@ func TestQueuesForgetIdle(t *testing.T) {
 		t.Errorf("forget --idle with a broken record: exit %d (%q), want 1", r.code, r.stderr)
 	}
 }
+
+// TestQueuesFairKeys: whether fair turns between keys are on in a queue
+// (QueueStats.FairKeys) shows in queues ls (", fair turns" in STATE,
+// fair_keys in --json), in stats --json (fair_keys) and in the last line
+// of keys ls (and its fair_keys): off before keys fair, on after keys fair
+// on, off again after keys fair off; another queue's switch stays off
+// throughout.
+func TestQueuesFairKeys(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	for _, e := range []*job.Envelope{
+		keyedEnv("a0", "imports", "acme"), keyedEnv("a1", "imports", "acme"), keyedEnv("b0", "imports", "beta"),
+		{ID: "m0", Queue: "mail", Type: "email.send", Payload: []byte(`{}`)},
+	} {
+		if err := tb.b.Enqueue(tb.ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type lsOut struct {
+		Queues []struct {
+			Queue    string `json:"queue"`
+			FairKeys *bool  `json:"fair_keys"`
+		} `json:"queues"`
+	}
+	check := func(step string, on bool) {
+		t.Helper()
+		state, turns := "active ", "off"
+		if on {
+			state, turns = "active, fair turns", "on"
+		}
+		out := tb.ok(t, "queues", "ls")
+		lines := strings.Split(out, "\n")
+		if len(lines) != 4 || !strings.HasPrefix(lines[0], "QUEUE    STATE") ||
+			!strings.HasPrefix(lines[1], "imports  "+state) || !strings.HasPrefix(lines[2], "mail     active ") || strings.Contains(lines[2], "fair") {
+			t.Errorf("%s: queues ls:\n%s", step, out)
+		}
+		for _, cmd := range [][]string{{"queues", "ls"}, {"stats"}} {
+			var ls lsOut
+			tb.okJSON(t, &ls, cmd...)
+			if len(ls.Queues) != 2 || ls.Queues[0].Queue != "imports" || ls.Queues[0].FairKeys == nil || *ls.Queues[0].FairKeys != on ||
+				ls.Queues[1].Queue != "mail" || ls.Queues[1].FairKeys == nil || *ls.Queues[1].FairKeys {
+				t.Errorf("%s: %v --json: %+v, want fair_keys %v for imports, false for mail", step, cmd, ls.Queues, on)
+			}
+		}
+		out = tb.ok(t, "keys", "ls", "imports")
+		if on {
+			if !strings.HasSuffix(out, "; default key cap none, default key rate none, fair turns on\n") {
+				t.Errorf("%s: keys ls:\n%s", step, out)
+			}
+		} else if out != "no key holds jobs back in queue imports, and none is paused\n" {
+			t.Errorf("%s: keys ls: %q", step, out)
+		}
+		var hk heldKeysOut
+		tb.okJSON(t, &hk, "keys", "ls", "imports")
+		if hk.FairKeys == nil || *hk.FairKeys != on {
+			t.Errorf("%s: keys ls --json: fair_keys %v, want %v", step, hk.FairKeys, on)
+		}
+		if st, err := tb.b.Stats(tb.ctx, "imports"); err != nil || st.FairKeys != on {
+			t.Fatalf("%s: Stats says FairKeys %v (%v), want %v (fair turns %s)", step, st.FairKeys, err, on, turns)
+		}
+	}
+
+	check("before keys fair", false)
+	tb.ok(t, "keys", "fair", "imports", "on")
+	check("after keys fair on", true)
+	// On with nothing waiting for a turn: keys ls still says so.
+	if ids := tb.claimIDs(t, "imports"); !slices.Equal(ids, []string{"a0", "a1", "b0"}) {
+		t.Fatalf("claimed %v, want all three", ids)
+	}
+	if out := tb.ok(t, "keys", "ls", "imports"); out != "no key holds jobs back in queue imports, and none is paused; default key cap none, default key rate none, fair turns on\n" {
+		t.Errorf("keys ls with fair turns on and nothing held: %q", out)
+	}
+	if err := tb.b.Enqueue(tb.ctx, keyedEnv("a2", "imports", "acme"), keyedEnv("b1", "imports", "beta")); err != nil {
+		t.Fatal(err)
+	}
+	check("on, with jobs waiting for their turn", true)
+	if out := tb.ok(t, "keys", "ls", "imports"); !strings.HasSuffix(out, "  turn\n2 keys hold jobs back, 0 paused; default key cap none, default key rate none, fair turns on\n") {
+		t.Errorf("keys ls with two keys waiting for their turn:\n%s", out)
+	}
+	tb.ok(t, "keys", "fair", "imports", "off")
+	check("after keys fair off", false)
+}

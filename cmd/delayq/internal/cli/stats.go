@@ -31,7 +31,9 @@ func (a *app) statsCommand() *cobra.Command {
 dead, the dead records trimmed (dropped by the dead-letter cap or by age, and
 of those, the ones a worker's OnDeadTrimmed hook could not be handed), how
 late the oldest due job is, and when the next job becomes ready.
-Counts are read in O(log N) per queue, never by scanning.
+Counts are read in O(log N) per queue, never by scanning. With --json each
+queue also says whether it is paused (paused, parked_by_type) and whether
+fair turns between keys are on (fair_keys; delayq keys fair).
 
 Then the outbox relays that recorded their status: the lag of the oldest row
 waiting in their table, rows pending and failed, rows relayed since the relay
@@ -121,7 +123,9 @@ type queueStatsJSON struct {
 	LatenessMS int64   `json:"lateness_ms"`
 	NextReady  *string `json:"next_ready,omitempty"`
 	Paused     bool    `json:"paused"`
-	Parked     int64   `json:"parked"`
+	// FairKeys: fair turns between keys are on (keys fair).
+	FairKeys bool  `json:"fair_keys"`
+	Parked   int64 `json:"parked"`
 	// ParkedByType: Parked by type, the types holding parked jobs only.
 	ParkedByType map[string]int64 `json:"parked_by_type"`
 	deadTrimmedJSON
@@ -168,7 +172,7 @@ func (a *app) showStats(ctx context.Context, b *broker.Broker, queues []string, 
 			out.Queues[i] = queueStatsJSON{
 				Queue: s.Queue, Scheduled: s.Scheduled, Due: s.Due, Processing: s.Processing, Dead: s.Dead,
 				OldestDue: jsonTime(s.OldestDue), LatenessMS: s.Lateness().Milliseconds(), NextReady: jsonTime(s.NextReady),
-				Paused: s.Paused, Parked: s.Parked, ParkedByType: s.ParkedByType, deadTrimmedJSON: trimmedOf(s),
+				Paused: s.Paused, FairKeys: s.FairKeys, Parked: s.Parked, ParkedByType: s.ParkedByType, deadTrimmedJSON: trimmedOf(s),
 				Served: len(procs.Serving(s.Queue)), HeldUnserved: heldUnserved(s, procs),
 			}
 			if out.Queues[i].ParkedByType == nil {
