@@ -351,11 +351,15 @@ func TestKeyCapsAndLimits(t *testing.T) {
 	}
 }
 
-// TestKeyFairTurns: the queue page's fair-turns form turns fair turns
-// between keys on ("on" = 1): a claim of 2 then takes one job of each key,
-// the rest wait for their turn, and the keys table says so for each key
-// ("fair turns: waiting for its turn"), with a line that the turns are
-// on; off ("on" = 0) sends them back to the schedule. Each with a notice.
+// TestKeyFairTurns: the queue page's fair-turns form says whether fair
+// turns between keys are on (QueueStats.FairKeys) and offers the other
+// state's button: off with On, on with Off. On ("on" = 1), the page says
+// the turns are on before any key waits; a claim of 2 then takes one job
+// of each key, the rest wait for their turn, and the keys table says so
+// for each key ("fair turns: waiting for its turn"), with a line that the
+// turns are on and how many keys wait; off ("on" = 0) sends them back to
+// the schedule and the form offers On again. Each with a notice. A
+// read-only page has no form but says the turns are on.
 // The form passes the CSRF and read-only rules of every action; a bad
 // "on" is refused with 400 saying what is wrong, a queue never used with
 // 404, and neither changes anything.
@@ -368,11 +372,22 @@ func TestKeyFairTurns(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The form says what the switch is (Stats.FairKeys) and offers the
+	// other state's button.
+	offForm := func(step, body string) {
+		t.Helper()
+		mustContain(t, step, body, `action="/queues/imports/keys/fair" class="inline" id="key-fair-form"`,
+			`<span id="key-fair-state">Fair turns between keys: off</span><button type="submit" name="on" value="1" class="small" id="key-fair-on">On</button></form>`)
+		mustNotContain(t, step, body, `id="key-fair-off"`, `Fair turns between keys: on`, `id="keys-fair"`, `id="held-keys"`)
+	}
+	onForm := func(step, body string) {
+		t.Helper()
+		mustContain(t, step, body, `action="/queues/imports/keys/fair" class="inline" id="key-fair-form"`,
+			`<span id="key-fair-state">Fair turns between keys: on</span><button type="submit" name="on" value="0" class="small" id="key-fair-off">Off</button></form>`)
+		mustNotContain(t, step, body, `id="key-fair-on"`, `Fair turns between keys: off`)
+	}
 	r := tb.get(t, "/queues/imports")
-	mustContain(t, "queue page", r.body, `action="/queues/imports/keys/fair" class="inline" id="key-fair-form"`,
-		`<button type="submit" name="on" value="1" class="small" id="key-fair-on">On</button>`,
-		`<button type="submit" name="on" value="0" class="small" id="key-fair-off">Off</button>`)
-	mustNotContain(t, "queue page with the turns off", r.body, `id="keys-fair"`, `id="held-keys"`)
+	offForm("queue page with the turns off", r.body)
 
 	// Refused: without a token, cross-site, a bad value, a queue never
 	// used; nothing changes.
@@ -400,8 +415,16 @@ func TestKeyFairTurns(t *testing.T) {
 	// their turn.
 	r = tb.post(t, "/queues/imports/keys/fair", url.Values{"on": {"1"}})
 	wantStatus(t, "fair turns on", r, http.StatusSeeOther)
-	mustContain(t, "after turning the turns on", tb.get(t, r.header.Get("Location")).body,
+	r = tb.get(t, r.header.Get("Location"))
+	mustContain(t, "after turning the turns on", r.body,
 		"Fair turns between keys on in queue &#34;imports&#34;: claims deal their room out among the keys with due jobs in turns, and a key&#39;s due jobs wait for its turn.")
+	// On, no key waiting for its turn yet (no claim since): the page
+	// says the turns are on all the same.
+	onForm("queue page with the turns on, before a claim", r.body)
+	mustContain(t, "queue page with the turns on, before a claim", r.body,
+		`<p class="sub" id="keys-fair">Fair turns between keys are on: claims deal their room out among the keys with due jobs.</p>`,
+		`id="keys-none">No key holds jobs back now, and none is paused.</p>`)
+	mustNotContain(t, "queue page with the turns on, before a claim", r.body, `id="held-keys"`)
 	var ids []string
 	for _, c := range tb.claim(t, "imports", 2).Jobs {
 		ids = append(ids, c.ID)
@@ -414,6 +437,7 @@ func TestKeyFairTurns(t *testing.T) {
 		t.Fatalf("acme %+v, want 3 held waiting for its turn", acme)
 	}
 	r = tb.get(t, "/queues/imports")
+	onForm("queue page with keys waiting for their turn", r.body)
 	mustContain(t, "queue page with the turns on", r.body,
 		`<p class="sub" id="keys-fair">Fair turns between keys are on: claims deal their room out among the keys with due jobs, and 2 of the keys listed wait for their turn.</p>`,
 		`<tr data-key="acme">
@@ -440,7 +464,7 @@ func TestKeyFairTurns(t *testing.T) {
 	if st, err := tb.b.Stats(tb.ctx, "imports"); err != nil || st.HeldByKey != 0 || st.Held != 0 {
 		t.Fatalf("after turning the turns off: %+v, %v; want nothing held", st, err)
 	}
-	mustNotContain(t, "queue page with the turns off again", tb.get(t, "/queues/imports").body, `id="keys-fair"`, `id="held-keys"`)
+	offForm("queue page with the turns off again", tb.get(t, "/queues/imports").body)
 	if ids := tb.claimedIDs(t, "imports"); !slices.Equal(ids, []string{"a1", "a2", "a3", "b5"}) {
 		t.Fatalf("claimed %v after the turns were turned off, want the 4 that waited", ids)
 	}
@@ -450,9 +474,17 @@ func TestKeyFairTurns(t *testing.T) {
 	if _, err := typ.Enqueue(ro.ctx, ro.b, struct{}{}, job.ID("x1"), job.Key("acme")); err != nil {
 		t.Fatal(err)
 	}
-	mustNotContain(t, "read-only queue page", ro.get(t, "/queues/imports").body, `id="key-fair-form"`)
+	mustNotContain(t, "read-only queue page", ro.get(t, "/queues/imports").body, `id="key-fair-form"`, `id="keys-fair"`)
 	wantStatus(t, "read-only fair turns", ro.do(t, http.MethodPost, "/queues/imports/keys/fair", url.Values{"on": {"1"}}), http.StatusForbidden)
 	if v, err := ro.rdb.HGet(ro.ctx, testkit.Key(t, ro.b, "imports", "controls"), "kf").Result(); v != "" || err == nil {
 		t.Fatalf("a refused read-only form turned the turns on: %q, %v", v, err)
 	}
+	// Turned on by other means, a read-only page says so, with no form.
+	if err := ro.b.SetKeyFairness(ro.ctx, "imports", true); err != nil {
+		t.Fatal(err)
+	}
+	r = ro.get(t, "/queues/imports")
+	mustContain(t, "read-only queue page with the turns on", r.body,
+		`<p class="sub" id="keys-fair">Fair turns between keys are on: claims deal their room out among the keys with due jobs.</p>`)
+	mustNotContain(t, "read-only queue page with the turns on", r.body, `id="key-fair-form"`, `id="key-fair-off"`)
 }

@@ -201,9 +201,8 @@ type queueData struct {
 	// Keys: the keys holding the most jobs back (HeldKeys), and paused
 	// keys.
 	Keys broker.HeldKeys
-	// KeysTurn: how many of the keys listed wait for their turn (fair
-	// turns between keys are on; the broker has no read of the switch, so
-	// this is what the page can say of it).
+	// KeysTurn: how many of the keys listed wait for their turn (while
+	// fair turns between keys are on, Stats.FairKeys).
 	KeysTurn int
 }
 
