@@ -26,9 +26,11 @@ import (
 // button) and Resume sends its held jobs back, with the count in the
 // notice, and the key leaves the table. Then the key limit form sets the
 // default rate limit of every key, which the page shows. Last, the
-// fair-turns On button turns fair turns between keys on: a due job of a
-// new key then waits for its turn, which its row and the page say; Off
-// sends it back to the schedule and the key leaves the table.
+// fair-turns form, saying the turns are off with an On button only, turns
+// fair turns between keys on: it then says on, with an Off button only,
+// and a due job of a new key waits for its turn, which its row and the
+// page say; Off sends it back to the schedule, the key leaves the table
+// and the form says off with its On button again.
 func TestBrowserKeys(t *testing.T) {
 	// Light (one page, no timing): it runs with every package, also under
 	// DELAYQ_BROWSER=later, which defers only TestBrowser.
@@ -141,6 +143,21 @@ func TestBrowserKeys(t *testing.T) {
 		t.Fatalf("after the default key limit: %+v, %v", hk, err)
 	}
 
+	// The fair-turns form says the turns are off, with an On button only.
+	fairForm := func(step, state, button, gone string) {
+		t.Helper()
+		if got := text(t, ctx, "key-fair-state"); got != "Fair turns between keys: "+state {
+			t.Fatalf("%s: #key-fair-state says %q, want %s", step, got, state)
+		}
+		if n := eval[int](t, ctx, `document.querySelectorAll('#key-fair-form #`+button+`').length`); n != 1 {
+			t.Fatalf("%s: %d #%s buttons, want 1", step, n, button)
+		}
+		if n := eval[int](t, ctx, `document.querySelectorAll('#`+gone+`').length`); n != 0 {
+			t.Fatalf("%s: a #%s button is shown", step, gone)
+		}
+	}
+	fairForm("before fair turns", "off", "key-fair-on", "key-fair-off")
+
 	// Fair turns between keys: on, from the On button.
 	do(t, ctx, "turn fair turns between keys on",
 		chromedp.Click(chromedp.ID("key-fair-on")),
@@ -154,6 +171,7 @@ func TestBrowserKeys(t *testing.T) {
 	if !strings.Contains(f, "imports") {
 		t.Fatalf("flash after fair turns on: %q", f)
 	}
+	fairForm("after fair turns on", "on", "key-fair-off", "key-fair-on")
 	// A due job of a new key goes straight to its key's held set, to wait
 	// for its turn.
 	if err := b.Enqueue(bg, &job.Envelope{ID: "row-delta", Queue: "imports", Type: "import.row", Payload: []byte(`{}`), Key: "delta"}); err != nil {
@@ -187,6 +205,7 @@ func TestBrowserKeys(t *testing.T) {
 	if n := eval[int](t, ctx, `document.querySelectorAll('#held-keys tr[data-key="delta"], #keys-fair').length`); n != 0 {
 		t.Fatalf("delta or the fair-turns line still shown after fair turns off (%d)", n)
 	}
+	fairForm("after fair turns off", "off", "key-fair-on", "key-fair-off")
 	if delta := heldKey(t, b, "delta"); delta.Key != "" {
 		t.Fatalf("delta after fair turns off: %+v, want not listed", delta)
 	}
