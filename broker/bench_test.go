@@ -193,8 +193,24 @@ func BenchmarkClaimAck100(b *testing.B) {
 // BenchmarkEnqueueParallel is single-job Enqueue calls from 8 goroutines at
 // once (4 per GOMAXPROCS on this 2-core machine), as producers of a busy
 // service would make them.
-func BenchmarkEnqueueParallel(b *testing.B) {
-	br := benchBroker(b)
+func BenchmarkEnqueueParallel(b *testing.B) { benchEnqueueParallel(b, broker.Options{}) }
+
+// BenchmarkEnqueueCallRecords is BenchmarkEnqueueParallel with the call
+// records of one answer per call kept (Options.ResendWindow, the default)
+// and not kept (negative): what the record, one SET … PX per single
+// enqueue, costs. With -count, the two run alternately.
+func BenchmarkEnqueueCallRecords(b *testing.B) {
+	b.Run("kept", func(b *testing.B) { benchEnqueueParallel(b, broker.Options{}) })
+	b.Run("none", func(b *testing.B) { benchEnqueueParallel(b, broker.Options{ResendWindow: -1}) })
+}
+
+func benchEnqueueParallel(b *testing.B, o broker.Options) {
+	rdb, ns := redistest.New(b)
+	o.Namespace = ns
+	br, err := broker.New(rdb, o)
+	if err != nil {
+		b.Fatal(err)
+	}
 	ctx := context.Background()
 	var next atomic.Int64
 	b.ReportAllocs()
