@@ -234,3 +234,33 @@ func TestKeyFairnessEnqueue(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyFairnessWrongTypedKeyChangesNothing: with fair turns on, an
+// enqueue whose key's held set is not a sorted set fails naming it, single
+// and in a batch, and stores nothing.
+func TestKeyFairnessWrongTypedKeyChangesNothing(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	if err := tb.b.SetKeyFairness(tb.ctx, "q", true); err != nil {
+		t.Fatal(err)
+	}
+	bad := strings.TrimSuffix(keyKey(tb, "keyheld"), "keyheld") + "held:#A"
+	if err := tb.rdb.Set(tb.ctx, bad, "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for name, envs := range map[string][]*job.Envelope{
+		"single": {keyed("A.1", "A")},
+		"batch":  {env("plain", 0), keyed("A.2", "A")},
+	} {
+		err := tb.b.Enqueue(tb.ctx, envs...)
+		if err == nil || !strings.Contains(err.Error(), bad) {
+			t.Errorf("%s: %v, want an error naming %s", name, err, bad)
+		}
+	}
+	if n, err := tb.rdb.HLen(tb.ctx, tb.key("q", "jobs")).Result(); err != nil || n != 0 {
+		t.Fatalf("%d jobs stored (%v), want none", n, err)
+	}
+	if n, _ := tb.rdb.Exists(tb.ctx, tb.key("q", "scheduled"), keyKey(tb, "keyturn")).Result(); n != 0 {
+		t.Fatalf("%d of scheduled and keyturn written, want none", n)
+	}
+}

@@ -127,6 +127,23 @@ local function fair_on()
   end
   return fair_value
 end
+-- fair_check fails the script, before any write, when a key the jobs of
+-- body would be routed to is of the wrong type.
+local function fair_check(bodies)
+  local spec, seen = {KEYS[7], 'zset', KEYS[10], 'zset'}, {}
+  for _, body in ipairs(bodies) do
+    local key = key_of(body)
+    if key and not seen[key] then
+      seen[key] = true
+      spec[#spec + 1] = KEYS[6] .. '#' .. key
+      spec[#spec + 1] = 'zset'
+    end
+  end
+  local bad = expect(spec)
+  if bad then
+    error(bad)
+  end
+end
 local function fair_route(list)
   local rest, by_key, klist, gone = {}, {}, {}, {}
   local now_ms = nil
@@ -153,15 +170,6 @@ local function fair_route(list)
   end
   if #klist == 0 then
     return rest
-  end
-  local spec = {KEYS[7], 'zset', KEYS[10], 'zset'}
-  for _, key in ipairs(klist) do
-    spec[#spec + 1] = KEYS[6] .. '#' .. key
-    spec[#spec + 1] = 'zset'
-  end
-  local bad = expect(spec)
-  if bad then
-    error(bad)
   end
   call_chunked('ZREM', KEYS[1], gone)
   local top = tonumber(redis.call('ZRANGE', KEYS[10], -1, -1, 'WITHSCORES')[2]) or 0
@@ -206,8 +214,8 @@ end
 -- stored is taken back.
 if #ARGV == FIRST - 1 + W and ARGV[FIRST + 4] == '' and ARGV[4] == '' then
   local id, cid = ARGV[FIRST], ARGV[FIRST + 5]
-  if key_of(ARGV[FIRST + 1]) then
-    fair_on() -- read before the first write: a controls key of the wrong type stops here
+  if key_of(ARGV[FIRST + 1]) and fair_on() then
+    fair_check({ARGV[FIRST + 1]}) -- before the first write, as every check
   end
   local added = redis.pcall('HSETNX', KEYS[2], id, ARGV[FIRST + 1])
   if type(added) == 'table' and added.err then
@@ -507,6 +515,29 @@ for k = 1, #ids do
     store(k, i)
   end
 end
+if #members > 0 and KEYS[9] then
+  -- Fair turns: the last member of an id decides where it goes (a
+  -- debounce in this call may have moved it); checked, then routed,
+  -- before the writes below.
+  local last, keyed = {}, false
+  for j = 2, #members, 2 do
+    last[members[j]] = j
+    keyed = keyed or key_of(member_body[j / 2]) ~= nil
+  end
+  if keyed and fair_on() then
+    local list, bodies = {}, {}
+    for j = 2, #members, 2 do
+      if last[members[j]] == j then
+        list[#list + 1] = members[j - 1]
+        list[#list + 1] = members[j]
+        list[#list + 1] = member_body[j / 2]
+        bodies[#bodies + 1] = member_body[j / 2]
+      end
+    end
+    fair_check(bodies)
+    members = fair_route(list)
+  end
+end
 if #uniq > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ms_of(now()))
 end
@@ -515,26 +546,6 @@ if soonest ~= nil then
 end
 if #fields > 0 then
   call_chunked('HSET', KEYS[2], fields)
-end
-if #members > 0 and KEYS[9] then
-  -- Fair turns: the last member of an id decides where it goes (a
-  -- debounce in this call may have moved it).
-  local last, keyed = {}, false
-  for j = 2, #members, 2 do
-    last[members[j]] = j
-    keyed = keyed or key_of(member_body[j / 2]) ~= nil
-  end
-  if keyed and fair_on() then
-    local list = {}
-    for j = 2, #members, 2 do
-      if last[members[j]] == j then
-        list[#list + 1] = members[j - 1]
-        list[#list + 1] = members[j]
-        list[#list + 1] = member_body[j / 2]
-      end
-    end
-    members = fair_route(list)
-  end
 end
 if #members > 0 then
   call_chunked('ZADD', KEYS[1], members)
