@@ -625,6 +625,21 @@ local function key_rate_spec(spec, r)
     spec[#spec + 1] = 'string'
   end
 end
+-- key_rates reads the limits of keys (all but those skip marks by
+-- position) with one HMGET of KEYS[26], adds their buckets to spec for
+-- expect and returns them by position.
+local function key_rates(keys, spec, skip)
+  local own, rs = hmget(KEYS[26], keys), {}
+  for j, key in ipairs(keys) do
+    if not skip[j] then
+      rs[j] = key_rate_of(key, own[j])
+      if rs[j] then
+        key_rate_spec(spec, rs[j])
+      end
+    end
+  end
+  return rs
+end
 -- key_wait_at is when key r, after taken more starts than its bucket
 -- shows now, has its next token.
 local function key_wait_at(r, taken)
@@ -653,21 +668,15 @@ if any_krate and n > 0 then
   end
   local woke = redis.call('ZRANGEBYSCORE', KEYS[27], '-inf', now, 'LIMIT', 0, KEY_WAKES)
   if #woke > 0 then
-    local own, paused = hmget(KEYS[26], woke), {}
+    local paused, spec = {}, {}
     if any_kpause then
       paused = hmget(KEYS[24], woke)
     end
-    local spec, rs = {}, {}
-    for j, key in ipairs(woke) do
+    for _, key in ipairs(woke) do
       spec[#spec + 1] = KEYS[17] .. '#' .. key
       spec[#spec + 1] = 'zset'
-      if not paused[j] then
-        rs[j] = key_rate_of(key, own[j])
-        if rs[j] then
-          key_rate_spec(spec, rs[j])
-        end
-      end
     end
+    local rs = key_rates(woke, spec, paused)
     bad = expect(spec)
     if bad then
       return bad
@@ -726,36 +735,27 @@ if any_fair and n > #pops / 2 then
     return bad
   end
   local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, FAIR_SCAN)
-  local plain = {}
-  local top = tonumber(redis.call('ZRANGE', KEYS[29], -1, -1, 'WITHSCORES')[2]) or 0
-  local joins = {}
+  local plain, joining = {}, {}
   if #due > 0 then
     local ids = {}
     for i = 1, #due, 2 do
       ids[#ids + 1] = due[i]
     end
     local bodies = hmget(KEYS[3], ids)
-    local by_key, klist, moved = {}, {}, {}
+    local groups, moved = {}, {}
     for j, id in ipairs(ids) do
       local key = key_of(bodies[j])
       if key then
-        local m = by_key[key]
-        if not m then
-          m = {}
-          by_key[key] = m
-          klist[#klist + 1] = key
-        end
-        m[#m + 1] = due[2 * j]
-        m[#m + 1] = id
+        key_group(groups, joining, key, due[2 * j], id)
         moved[#moved + 1] = id
       else
         plain[#plain + 1] = id
         plain[#plain + 1] = due[2 * j]
       end
     end
-    if #klist > 0 then
+    if #joining > 0 then
       local spec = {}
-      for _, key in ipairs(klist) do
+      for _, key in ipairs(joining) do
         spec[#spec + 1] = KEYS[17] .. '#' .. key
         spec[#spec + 1] = 'zset'
       end
@@ -764,26 +764,13 @@ if any_fair and n > #pops / 2 then
         return bad
       end
       call_chunked('ZREM', KEYS[1], moved)
-      for _, key in ipairs(klist) do
-        local m, added = by_key[key], 0
-        for i = 1, #m, CHUNK do
-          added = added + redis.call('ZADD', KEYS[17] .. '#' .. key, unpack(m, i, math.min(i + CHUNK - 1, #m)))
-        end
-        held_add(KEYS[23], key, added)
-        top = top + 1
-        joins[#joins + 1] = top
-        joins[#joins + 1] = key
-      end
+      key_hold(KEYS[17], KEYS[23], groups, joining)
     end
   end
   if #plain > 0 then
-    top = top + 1
-    joins[#joins + 1] = top
-    joins[#joins + 1] = '#'
+    joining[#joining + 1] = '#'
   end
-  if #joins > 0 then
-    call_chunked('ZADD', KEYS[29], joins, 'NX')
-  end
+  local top = turn_join(KEYS[29], joining)
   -- Deal the room out in turns.
   local room = n - #pops / 2
   local active = redis.call('ZRANGE', KEYS[29], 0, room - 1)
@@ -961,12 +948,8 @@ if n > 0 then
           spec[#spec + 1] = 'hash'
           spec[#spec + 1] = KEYS[27]
           spec[#spec + 1] = 'zset'
-          local own = hmget(KEYS[26], klist)
-          for j, key in ipairs(klist) do
-            krate[key] = key_rate_of(key, own[j])
-            if krate[key] then
-              key_rate_spec(spec, krate[key])
-            end
+          for j, r in pairs(key_rates(klist, spec, {})) do
+            krate[klist[j]] = r
           end
         end
         bad = expect(spec)
@@ -1086,26 +1069,12 @@ if n > 0 then
       end
     end
     if #khold > 0 then
-      local by_key, hkeys = {}, {}
+      local groups, hkeys = {}, {}
       for _, k in ipairs(khold) do
-        local key = key_of(bodies[k])
-        local members = by_key[key]
-        if not members then
-          members = {}
-          by_key[key] = members
-          hkeys[#hkeys + 1] = key
-        end
-        members[#members + 1] = readies[k]
-        members[#members + 1] = ids[k]
+        key_group(groups, hkeys, key_of(bodies[k]), readies[k], ids[k])
         ended[k] = true
       end
-      for _, key in ipairs(hkeys) do
-        local members, added = by_key[key], 0
-        for i = 1, #members, CHUNK do
-          added = added + redis.call('ZADD', KEYS[17] .. '#' .. key, unpack(members, i, math.min(i + CHUNK - 1, #members)))
-        end
-        held_add(KEYS[23], key, added)
-      end
+      key_hold(KEYS[17], KEYS[23], groups, hkeys)
       if any_fair then
         -- Held by its own controls: out of the turns until they send its
         -- jobs back.

@@ -145,7 +145,7 @@ local function fair_check(bodies)
   end
 end
 local function fair_route(list)
-  local rest, by_key, klist, gone = {}, {}, {}, {}
+  local rest, groups, order, gone = {}, {}, {}, {}
   local now_ms = nil
   for j = 1, #list, 3 do
     local ready, id, body = list[j], list[j + 1], list[j + 2]
@@ -154,37 +154,19 @@ local function fair_route(list)
       now_ms = now_ms or ms_of(now())
     end
     if key and now_ms and ready <= now_ms then
-      local m = by_key[key]
-      if not m then
-        m = {}
-        by_key[key] = m
-        klist[#klist + 1] = key
-      end
-      m[#m + 1] = ready
-      m[#m + 1] = id
+      key_group(groups, order, key, ready, id)
       gone[#gone + 1] = id
     else
       rest[#rest + 1] = ready
       rest[#rest + 1] = id
     end
   end
-  if #klist == 0 then
+  if #order == 0 then
     return rest
   end
   call_chunked('ZREM', KEYS[1], gone)
-  local top = tonumber(redis.call('ZRANGE', KEYS[10], -1, -1, 'WITHSCORES')[2]) or 0
-  local joins = {}
-  for _, key in ipairs(klist) do
-    local m, added = by_key[key], 0
-    for i = 1, #m, CHUNK do
-      added = added + redis.call('ZADD', KEYS[6] .. '#' .. key, unpack(m, i, math.min(i + CHUNK - 1, #m)))
-    end
-    held_add(KEYS[7], key, added)
-    top = top + 1
-    joins[#joins + 1] = top
-    joins[#joins + 1] = key
-  end
-  call_chunked('ZADD', KEYS[10], joins, 'NX')
+  key_hold(KEYS[6], KEYS[7], groups, order)
+  turn_join(KEYS[10], order)
   return rest
 end
 

@@ -527,6 +527,54 @@ local function held_add(key, member, delta)
   end
 end
 
+-- key_group adds the job id, ready at ready, to the jobs of its key in
+-- groups (key -> a flat list ready, id, as ZADD takes it), noting a key
+-- seen for the first time at the end of order.
+local function key_group(groups, order, key, ready, id)
+  local m = groups[key]
+  if not m then
+    m = {}
+    groups[key] = m
+    order[#order + 1] = key
+  end
+  m[#m + 1] = ready
+  m[#m + 1] = id
+end
+
+-- key_hold adds the jobs of each key of order (groups, as key_group
+-- builds it) to the key's held set (prefix .. '#' .. key) and counts what
+-- each set gained in heldkeys (held_add). Every path that holds keyed
+-- jobs goes through it: the enqueue and the claim under fair turns, and
+-- the claim whose key controls hold a job. Per key a ZADD per CHUNK jobs
+-- and held_add's two ZINCRBY.
+local function key_hold(prefix, heldkeys, groups, order)
+  for _, k in ipairs(order) do
+    local m, added, zset = groups[k], 0, prefix .. '#' .. k
+    for i = 1, #m, CHUNK do
+      added = added + redis.call('ZADD', zset, unpack(m, i, math.min(i + CHUNK - 1, #m)))
+    end
+    held_add(heldkeys, k, added)
+  end
+end
+
+-- turn_join puts the keys of order that are not in the fair turns (key,
+-- ns:{q}:keyturn: ZSET key -> its place) at the back, in that order; a
+-- key already there keeps its place. Returns the place after which keys
+-- go to the back from now on. One ZRANGE, and one ZADD NX per CHUNK keys.
+local function turn_join(key, order)
+  local top = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]) or 0
+  if #order == 0 then
+    return top
+  end
+  local joins = {}
+  for i, k in ipairs(order) do
+    joins[#joins + 1] = top + i
+    joins[#joins + 1] = k
+  end
+  call_chunked('ZADD', key, joins, 'NX')
+  return top + #order
+end
+
 -- parked_add counts delta more jobs of type t parked by its pause in key
 -- (ns:{q}:parkedtypes: HASH type -> its jobs in ns:{q}:parked), dropping
 -- a count that reaches 0. Every script that moves a job into or out of the
