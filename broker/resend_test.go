@@ -271,6 +271,39 @@ func TestResendAfterTheJobEnded(t *testing.T) {
 					}
 				}
 			})
+			t.Run("enqueue under fair turns", func(t *testing.T) {
+				t.Parallel()
+				r := newResendBundle(t, srv, retries)
+				if err := r.direct.SetKeyFairness(r.ctx, "q", true); err != nil {
+					t.Fatal(err)
+				}
+				jobs := testkit.Key(t, r.b, "q", "jobs")
+				heldA := strings.TrimSuffix(testkit.Key(t, r.b, "q", "controls"), "controls") + "held:#A"
+				keyheld := strings.TrimSuffix(testkit.Key(t, r.b, "q", "controls"), "controls") + "keyheld"
+				// Resent while the job waits for its turn: it waits once.
+				a := keyed("A.1", "A")
+				if err := r.lose(t, retries, jobs, func() error { return r.b.Enqueue(r.ctx, a) }, func() {}); err != nil {
+					t.Fatalf("resent enqueue of a job waiting for its turn: %v, want nil", err)
+				}
+				if n := r.rdb.ZCard(r.ctx, heldA).Val(); n != 1 {
+					t.Fatalf("A's held set holds %d jobs after the resend, want 1", n)
+				}
+				if n := r.rdb.ZScore(r.ctx, keyheld, "A").Val(); n != 1 {
+					t.Fatalf("A counted %v held after the resend, want 1", n)
+				}
+				// Resent after the job ran: it runs once.
+				b := keyed("A.2", "A")
+				if err := r.lose(t, retries, jobs, func() error { return r.b.Enqueue(r.ctx, b) }, func() { r.run(t) }); err != nil {
+					t.Fatalf("resent enqueue after the job ran: %v, want nil", err)
+				}
+				r.run(t)
+				if r.runs["A.1"] != 1 || r.runs["A.2"] != 1 {
+					t.Fatalf("runs %v, want A.1 and A.2 once each", r.runs)
+				}
+				if n := r.rdb.Exists(r.ctx, heldA, keyheld).Val(); n != 0 {
+					t.Fatalf("%d of A's held set and the held counts left after both ran", n)
+				}
+			})
 			t.Run("cancel", func(t *testing.T) {
 				t.Parallel()
 				r := newResendBundle(t, srv, retries)

@@ -2,11 +2,15 @@ package worker_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/job"
 )
@@ -86,5 +90,133 @@ func TestKeyFairnessLetsAKeyPastAFlood(t *testing.T) {
 				t.Errorf("in ready order only %d starts came before B's first job: the flood did not show", worst)
 			}
 		})
+	}
+}
+
+// TestKeyFairnessBatchMembersEndWhileWaiting: batch members of key A wait
+// for their turn behind 300 of A's jobs, in A's held set. One is
+// cancelled there, two expire there (one dead-lettered, one dropped with
+// job.DropExpired) and one runs: the batch counts 1 succeeded, 1 dead and
+// 2 gone, its complete callback runs once and its success callback never,
+// the expired members never run, and once the queue drains no held job
+// or count of A is left.
+func TestKeyFairnessBatchMembersEndWhileWaiting(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	const flood = 300
+	var mu sync.Mutex
+	ran := map[string]int{}
+	member := job.New[payload]("fair.member")
+	member.Handle(tb.reg, func(ctx context.Context, j *job.Job[payload]) error {
+		mu.Lock()
+		ran[j.ID]++
+		mu.Unlock()
+		return nil
+	})
+	cb := job.HandlerFunc(func(ctx context.Context, m *job.Message) error {
+		mu.Lock()
+		ran[m.ID]++
+		mu.Unlock()
+		return nil
+	})
+	for _, name := range []string{"fair.success", "fair.complete"} {
+		if err := tb.reg.Register(name, job.Entry{Handler: cb, Queue: "cb"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tb.b.SetKeyFairness(tb.ctx, "default", true); err != nil {
+		t.Fatal(err)
+	}
+	items := make([]job.Item[payload], flood)
+	for i := range items {
+		items[i] = job.Item[payload]{Args: payload{N: i}, Opts: []job.Option{job.Key("A"), job.ID(fmt.Sprintf("A.%03d", i))}}
+	}
+	if _, err := member.EnqueueItems(tb.ctx, tb.b, items); err != nil {
+		t.Fatal(err)
+	}
+	const id = "fair-batch"
+	if _, err := tb.b.CreateBatch(tb.ctx, broker.BatchSpec{ID: id,
+		OnSuccess:  &job.Envelope{Type: "fair.success", Queue: "cb"},
+		OnComplete: &job.Envelope{Type: "fair.complete", Queue: "cb"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	expired := []job.Option{job.At(now.Add(-2 * time.Second)), job.ExpireAt(now.Add(-time.Second))}
+	opts := map[string][]job.Option{
+		"m-ok":     nil,
+		"m-cancel": nil,
+		"m-exp":    expired,
+		"m-drop":   append(append([]job.Option{}, expired...), job.DropExpired()),
+	}
+	var envs []*job.Envelope
+	for _, name := range []string{"m-ok", "m-cancel", "m-exp", "m-drop"} {
+		e, err := member.Envelope(payload{}, append(opts[name], job.Key("A"), job.ID(name))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		envs = append(envs, e)
+	}
+	if err := tb.b.AddToBatch(tb.ctx, id, envs...); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.b.SealBatch(tb.ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	// Every job of A waits for its turn in A's held set.
+	hk, err := tb.b.HeldKeys(tb.ctx, "default", 10)
+	if err != nil || len(hk.Keys) != 1 || hk.Keys[0].Key != "A" || hk.Keys[0].Held != flood+4 || hk.Keys[0].Reason != "turn" {
+		t.Fatalf("held keys %+v, %v; want A holding %d, waiting for its turn", hk, err, flood+4)
+	}
+	if err := tb.b.Cancel(tb.ctx, "default", "m-cancel"); err != nil {
+		t.Fatalf("cancel of a member waiting for its turn: %v", err)
+	}
+	if hk, err := tb.b.HeldKeys(tb.ctx, "default", 10); err != nil || len(hk.Keys) != 1 || hk.Keys[0].Held != flood+3 {
+		t.Fatalf("after the cancel: %+v, %v; want A holding %d", hk, err, flood+3)
+	}
+	cfg := tb.config(t)
+	cfg.Queues = queues("default", "cb")
+	cfg.Concurrency = 4
+	start(t, cfg)
+	redistest.WaitFor(t, 30*time.Second, "the complete callback ran and the queues drained", func() bool {
+		mu.Lock()
+		done := ran[broker.CompleteID(id)] > 0
+		mu.Unlock()
+		st, err := tb.b.Stats(tb.ctx, "default")
+		cbst, cerr := tb.b.Stats(tb.ctx, "cb")
+		return done && err == nil && cerr == nil && st.Scheduled == 0 && st.Processing == 0 && st.HeldByKey == 0 &&
+			cbst.Scheduled == 0 && cbst.Processing == 0
+	})
+	st, err := tb.b.Batch(tb.ctx, id)
+	if err != nil || st.Total != 4 || st.Succeeded != 1 || st.Dead != 1 || st.Gone != 2 || !st.Complete() || !st.CompleteFired || st.SuccessFired {
+		t.Fatalf("batch %+v, %v; want 1 succeeded, 1 dead, 2 gone, the complete callback fired alone", st, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if ran[broker.CompleteID(id)] != 1 || ran[broker.SuccessID(id)] != 0 {
+		t.Errorf("complete callback ran %d times, success %d; want once and never", ran[broker.CompleteID(id)], ran[broker.SuccessID(id)])
+	}
+	for _, m := range []string{"m-cancel", "m-exp", "m-drop"} {
+		if ran[m] != 0 {
+			t.Errorf("%s ran %d times, want never", m, ran[m])
+		}
+	}
+	if ran["m-ok"] != 1 {
+		t.Errorf("m-ok ran %d times, want once", ran["m-ok"])
+	}
+	for i := range flood {
+		if n := ran[fmt.Sprintf("A.%03d", i)]; n != 1 {
+			t.Fatalf("A.%03d ran %d times, want once", i, n)
+		}
+	}
+	rec, err := deadletter.New(tb.b).Get(tb.ctx, "default", "m-exp")
+	if err != nil || rec.Reason != broker.ReasonExpired {
+		t.Errorf("dead record of m-exp: %+v, %v; want it expired", rec, err)
+	}
+	if _, err := deadletter.New(tb.b).Get(tb.ctx, "default", "m-drop"); !errors.Is(err, broker.ErrNotFound) {
+		t.Errorf("m-drop in the dead letters: %v; want it dropped", err)
+	}
+	if hk, err := tb.b.HeldKeys(tb.ctx, "default", 10); err != nil || len(hk.Keys) != 0 {
+		t.Errorf("held keys after the drain: %+v, %v; want none", hk, err)
 	}
 }
