@@ -363,9 +363,10 @@ func (s Snapshot) Served(queue string) bool {
 // DefaultNamespace): those whose registration has not run out by the Redis
 // server's clock. A killed process is listed until its TTL after its last
 // heartbeat, then never again. A record that cannot be read is named in
-// Snapshot.Unreadable and hides no other process. It changes nothing. Three round trips at
-// most (the clock, the index, the records), reading at most MaxList
-// records.
+// Snapshot.Unreadable and hides no other process. It changes nothing. Three round trips
+// (the clock, the index, the records), and a fourth, the clock again, when
+// a registration ran out between the first and the third (Snapshot.Now is
+// then that later time); it reads at most MaxList records.
 func List(ctx context.Context, rdb redis.UniversalClient, ns string) (Snapshot, error) {
 	if rdb == nil {
 		return Snapshot{}, fmt.Errorf("%w: nil Redis client", ErrInvalid)
@@ -411,10 +412,12 @@ func List(ctx context.Context, rdb redis.UniversalClient, ns string) (Snapshot, 
 	if err != nil && !errors.Is(err, redis.Nil) && !errors.As(err, &reply) {
 		return Snapshot{}, fmt.Errorf("fleet: list: read records: %w", err)
 	}
+	vanished := false
 	for i, g := range gets {
 		s, err := g.Result()
 		if errors.Is(err, redis.Nil) {
-			continue // expired between the two reads
+			vanished = true // expired between the two reads
+			continue
 		}
 		if err != nil {
 			snap.Unreadable = append(snap.Unreadable, fmt.Sprintf("%s: %v", recs[i], err))
@@ -429,6 +432,21 @@ func List(ctx context.Context, rdb redis.UniversalClient, ns string) (Snapshot, 
 			continue
 		}
 		snap.Processes = append(snap.Processes, p)
+	}
+	if vanished {
+		// A registration ran out after the clock was read: the snapshot
+		// is of a later time than now. The clock is read again, after the
+		// records, and what ran out by then is left out too, so that no
+		// process is missing from a snapshot whose time is before its
+		// registration ran out.
+		later, err := rdb.Time(ctx).Result()
+		if err != nil {
+			return Snapshot{}, fmt.Errorf("fleet: list: %w", err)
+		}
+		if later.After(now) {
+			snap.Now = later
+			snap.Processes = slices.DeleteFunc(snap.Processes, func(p Process) bool { return p.Expires().Before(later) })
+		}
 	}
 	slices.Sort(snap.Unreadable)
 	slices.SortFunc(snap.Processes, func(a, b Process) int {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/delayq/delayq/fleet"
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/redistest"
@@ -281,5 +283,88 @@ func TestUnreadableRecordHidesNoOther(t *testing.T) {
 		if !found {
 			t.Errorf("Unreadable = %q, want one starting %q", snap.Unreadable, want)
 		}
+	}
+}
+
+// goneBeforeGets holds back the first pipeline of GETs of rec until rec
+// has run out on the server (polled with check), as if the server had
+// been slow between List's read of the clock and its read of the records.
+type goneBeforeGets struct {
+	check *redis.Client
+	rec   string
+	fired chan struct{}
+}
+
+func (h *goneBeforeGets) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *goneBeforeGets) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h *goneBeforeGets) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if c.Name() == "get" && len(c.Args()) == 2 && c.Args()[1] == h.rec {
+				select {
+				case <-h.fired:
+				default:
+					close(h.fired)
+					for h.check.Exists(ctx, h.rec).Val() == 1 {
+						time.Sleep(5 * time.Millisecond)
+					}
+				}
+				break
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestListWhileARegistrationRunsOut: a registration that runs out between
+// List's read of the clock and its read of the records is left out, and
+// the snapshot's time is then no earlier than its expiry, so a process
+// never drops out of a snapshot whose time is within its TTL after its
+// last beat (what `delayq workers ls` relies on after a SIGKILL).
+func TestListWhileARegistrationRunsOut(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	const ns = "runout"
+	const ttl = time.Second
+	reg, err := fleet.New(rdb, ns, fleet.Process{Role: fleet.RoleScheduler}, fleet.Options{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for attempt := 1; ; attempt++ {
+		if err := reg.Beat(ctx); err != nil {
+			t.Fatal(err)
+		}
+		before, err := fleet.List(ctx, rdb, ns)
+		if err != nil || len(before.Processes) != 1 {
+			t.Fatalf("listed %+v, %v; want the process", before, err)
+		}
+		seen := before.Processes[0].Seen
+		h := &goneBeforeGets{check: rdb, rec: keyspace.Fleet(ns).Proc + reg.ID(), fired: make(chan struct{})}
+		slow := srv.Client(t)
+		slow.AddHook(h)
+		snap, err := fleet.List(ctx, slow, ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-h.fired:
+		default:
+			// The clock was read after the expiry: nothing to read.
+			if attempt == 5 {
+				t.Fatal("in 5 attempts List never read the record before it ran out")
+			}
+			continue
+		}
+		if len(snap.Processes) != 0 {
+			t.Fatalf("listed %+v after its registration ran out", snap.Processes)
+		}
+		if snap.Now.Before(seen.Add(ttl)) {
+			t.Fatalf("snapshot at %s leaves out a process seen at %s with a TTL of %s", snap.Now, seen, ttl)
+		}
+		return
 	}
 }
