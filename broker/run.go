@@ -76,7 +76,14 @@ func (b *Broker) nowArg() string {
 // replicas fall short, the script's result comes with an error wrapping
 // ErrNotReplicated.
 func (b *Broker) run(ctx context.Context, s *script, keys []string, args ...any) (any, error) {
-	argv := append([]any{b.nowArg()}, args...)
+	return b.runArgv(ctx, s, keys, append([]any{nil}, args...))
+}
+
+// runArgv is run with the whole ARGV, whose first value it sets to now:
+// the calls made per batch of jobs (enqueue, settle) build their ARGV with
+// that place free, so that it is not copied to put now in front.
+func (b *Broker) runArgv(ctx context.Context, s *script, keys []string, argv []any) (any, error) {
+	argv[0] = b.nowArg()
 	if b.opts.WaitReplicas <= 0 || s.readOnly {
 		if b.opts.Functions {
 			res, err := fcall(ctx, b.rdb, s, keys, argv).Result()
