@@ -32,12 +32,25 @@ import (
 // The test log says which one it got.
 func Redis(t testing.TB) (rdb redis.UniversalClient, ns string) {
 	t.Helper()
-	if os.Getenv("REDIS_URL") != "" {
-		rdb, ns = redistest.New(t)
-		t.Logf("delayqtest: Redis at REDIS_URL, namespace %s", ns)
-		return rdb, ns
-	}
 	ns = "dqt-" + randomID()
+	if u := os.Getenv("REDIS_URL"); u != "" {
+		// A client of the test's own, from REDIS_URL as it is now: a
+		// test that sets it gets that server, whatever an earlier test of
+		// the process used.
+		opts, err := redis.ParseURL(u)
+		if err != nil {
+			t.Fatalf("delayqtest: REDIS_URL: %v", err)
+		}
+		c := redis.NewClient(opts)
+		t.Cleanup(func() {
+			if err := deleteNamespace(c, ns); err != nil {
+				t.Errorf("delayqtest: delete the keys of namespace %s at REDIS_URL: %v", ns, err)
+			}
+			_ = c.Close()
+		})
+		t.Logf("delayqtest: Redis at REDIS_URL, namespace %s", ns)
+		return c, ns
+	}
 	if _, err := redistest.ServerBinary(); err == nil {
 		srv := redistest.Start(t)
 		t.Logf("delayqtest: redis-server of the test's own at %s", srv.Addr())
@@ -99,6 +112,31 @@ func StartWorker(t testing.TB, cfg worker.Options) (stop func()) {
 func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	redistest.WaitFor(t, timeout, what, cond)
+}
+
+// deleteNamespace deletes every key of namespace ns (its keys are under
+// ns+":"), SCANning a page at a time.
+func deleteNamespace(c *redis.Client, ns string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	iter := c.Scan(ctx, 0, ns+":*", 500).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+		if len(keys) == 500 {
+			if err := c.Unlink(ctx, keys...).Err(); err != nil {
+				return err
+			}
+			keys = keys[:0]
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return err
+	}
+	if len(keys) > 0 {
+		return c.Unlink(ctx, keys...).Err()
+	}
+	return nil
 }
 
 func randomID() string {
