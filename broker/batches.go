@@ -54,7 +54,7 @@ type BatchStatus struct {
 	Pending    int  // Total - Succeeded - Dead - Gone
 	Succeeded  int
 	Dead       int    // members that ended in the dead-letter store; one redriven that succeeds moves to Succeeded
-	Gone       int    // members that ended without success and without a dead record: cancelled before they ran (Cancel, CancelJob), or expired with job.DropExpired
+	Gone       int    // members that ended without success and without a dead record: cancelled before they ran (Cancel), or expired with job.DropExpired
 	OnSuccess  string // "queue/id" of the success callback ("" when none); the id is "<batch>:success"
 	OnComplete string // "queue/id" of the complete callback ("" when none); the id is "<batch>:complete"
 	// SuccessFired and CompleteFired: the callback was enqueued. Each is

@@ -364,18 +364,18 @@ func TestCancelAndReschedule(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
 	tb.enqueue(t, env("a", time.Minute), env("b", 0), env("c", time.Hour))
-	if err := tb.b.Cancel(tb.ctx, "q", "a"); err != nil {
+	if _, err := tb.b.Cancel(tb.ctx, "q", "a"); err != nil {
 		t.Fatal(err)
 	}
-	if err := tb.b.Cancel(tb.ctx, "q", "a"); !errors.Is(err, broker.ErrNotFound) {
+	if _, err := tb.b.Cancel(tb.ctx, "q", "a"); !errors.Is(err, broker.ErrNotFound) {
 		t.Fatalf("second cancel: %v", err)
 	}
 	if ok, _ := tb.rdb.HExists(tb.ctx, tb.key("q", "jobs"), "a").Result(); ok {
 		t.Fatal("cancelled job's envelope is still stored")
 	}
 	tb.claim(t, 1) // b is now in progress
-	if err := tb.b.Cancel(tb.ctx, "q", "b"); !errors.Is(err, broker.ErrInProgress) {
-		t.Fatalf("cancel in progress: %v", err)
+	if c, err := tb.b.Cancel(tb.ctx, "q", "b"); err != nil || !c.Running {
+		t.Fatalf("cancel in progress: %+v, %v; want it asked to stop", c, err)
 	}
 	if _, err := tb.b.Reschedule(tb.ctx, "q", "b", epoch); !errors.Is(err, broker.ErrInProgress) {
 		t.Fatalf("reschedule in progress: %v", err)
@@ -387,7 +387,7 @@ func TestCancelAndReschedule(t *testing.T) {
 	if _, err := tb.b.Reschedule(tb.ctx, "q", "zz", epoch); !errors.Is(err, broker.ErrNotFound) {
 		t.Fatalf("reschedule unknown: %v", err)
 	}
-	if err := tb.b.Cancel(tb.ctx, "q", ""); !errors.Is(err, job.ErrInvalid) {
+	if _, err := tb.b.Cancel(tb.ctx, "q", ""); !errors.Is(err, job.ErrInvalid) {
 		t.Fatalf("cancel with empty id: %v", err)
 	}
 	tb.clock.Advance(time.Second)

@@ -13,7 +13,7 @@ import (
 
 // One answer per call.
 //
-// Every public call that changes jobs (Enqueue, Cancel, CancelJob,
+// Every public call that changes jobs (Enqueue, Cancel,
 // Reschedule, RescheduleAfter, and deadletter's Redrive and Delete) gets a call id when it
 // is made. Its scripts keep the call's first outcome under that id, in a
 // key of the job's shard that expires after Options.ResendWindow

@@ -10,30 +10,29 @@ import (
 	"github.com/delayq/delayq/internal/testkit"
 )
 
-func TestCancelJob(t *testing.T) {
+// TestCancel: a waiting job is removed (Running false) and a running one
+// asked to stop (Running true), which its heartbeat learns; no such job
+// is ErrNotFound.
+func TestCancel(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
 	tb.enqueue(t, env("waiting", time.Hour), env("running", 0))
-	if res, err := tb.b.CancelJob(tb.ctx, "q", "waiting"); err != nil || res.Running {
-		t.Fatalf("CancelJob of a scheduled job: %+v, %v", res, err)
+	if res, err := tb.b.Cancel(tb.ctx, "q", "waiting"); err != nil || res.Running {
+		t.Fatalf("Cancel of a scheduled job: %+v, %v", res, err)
 	}
 	c := tb.claim(t, 1).Jobs[0]
-	// Cancel keeps its meaning: a running job is left alone.
-	if err := tb.b.Cancel(tb.ctx, "q", "running"); !errors.Is(err, broker.ErrInProgress) {
-		t.Fatalf("Cancel of a running job: %v", err)
-	}
 	if err := testkit.Drive(tb.b).Extend(tb.ctx, time.Minute, c.Lease); err != nil {
 		t.Fatalf("extend before the cancel: %v", err)
 	}
-	if res, err := tb.b.CancelJob(tb.ctx, "q", "running"); err != nil || !res.Running {
-		t.Fatalf("CancelJob of a running job: %+v, %v", res, err)
+	if res, err := tb.b.Cancel(tb.ctx, "q", "running"); err != nil || !res.Running {
+		t.Fatalf("Cancel of a running job: %+v, %v", res, err)
 	}
 	// The heartbeat learns of it: still extended, and told.
 	if err := testkit.Drive(tb.b).Extend(tb.ctx, time.Minute, c.Lease); !errors.Is(err, broker.ErrCancelled) {
 		t.Fatalf("extend after the cancel: %v, want ErrCancelled", err)
 	}
-	if _, err := tb.b.CancelJob(tb.ctx, "q", "nothing"); !errors.Is(err, broker.ErrNotFound) {
-		t.Fatalf("CancelJob of no job: %v", err)
+	if _, err := tb.b.Cancel(tb.ctx, "q", "nothing"); !errors.Is(err, broker.ErrNotFound) {
+		t.Fatalf("Cancel of no job: %v", err)
 	}
 }
 
@@ -50,8 +49,8 @@ func TestCancelMarkEndsWithTheLease(t *testing.T) {
 	}
 	leases := map[string]protocol.Lease{}
 	for _, c := range jobs {
-		if res, err := tb.b.CancelJob(tb.ctx, "q", c.ID); err != nil || !res.Running {
-			t.Fatalf("CancelJob(%s): %+v, %v", c.ID, res, err)
+		if res, err := tb.b.Cancel(tb.ctx, "q", c.ID); err != nil || !res.Running {
+			t.Fatalf("Cancel(%s): %+v, %v", c.ID, res, err)
 		}
 		leases[c.ID] = c.Lease
 	}

@@ -97,7 +97,7 @@ func TestTypeConcurrencyCap(t *testing.T) {
 		t.Fatalf("at the type's cap claimed %v, want only m3", ids(res.Jobs))
 	}
 	// A held job can be cancelled and rescheduled like a scheduled one.
-	if err := tb.b.Cancel(tb.ctx, "q", "r5"); err != nil {
+	if _, err := tb.b.Cancel(tb.ctx, "q", "r5"); err != nil {
 		t.Fatalf("cancel of a held job: %v", err)
 	}
 	if _, err := tb.b.Job(tb.ctx, "q", "r5"); !errors.Is(err, broker.ErrNotFound) {

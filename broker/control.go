@@ -14,58 +14,41 @@ import (
 // *Broker.
 var _ job.Controller = (*Broker)(nil)
 
-// Cancel removes a job that is still scheduled, so it never runs. It returns
-// an error wrapping ErrInProgress when a worker holds the job (nothing
-// changed) and ErrNotFound when the queue has no such pending job. A call
-// whose reply was lost fails with a *CallError (ErrOutcomeUnknown): Resend
-// answers it as the first send was (nil for a job it cancelled, not
-// ErrNotFound). To stop a running job too, use CancelJob.
-func (b *Broker) Cancel(ctx context.Context, queue, id string) error {
-	_, err := b.cancel(ctx, queue, id, false)
-	return err
-}
-
-// Cancelled is what CancelJob did.
-type Cancelled struct {
-	// Running: a worker was running the job; it was told to stop (its
-	// handler's context is cancelled with cause ErrCancelled) and the job
-	// ends in the dead letters with Reason ReasonCancelled once the handler
-	// returns an error (a handler that returns nil has done its work, and
-	// the job is acknowledged). False: the job was scheduled and is gone.
-	Running bool
-}
-
-// CancelJob cancels a job whether it is scheduled (removed, it never runs)
-// or running: the worker that holds it is told on the queue's cancel
-// channel, and its heartbeat finds the request too (within a third of its
-// lease) if the notice was missed; a job whose worker died meanwhile is
-// ended as cancelled by the reaper instead of retried. It returns an error
-// wrapping ErrNotFound when the queue has no such pending job. Lost replies
-// as for Cancel (the resend's nil does not say whether the job was
-// running).
-func (b *Broker) CancelJob(ctx context.Context, queue, id string) (Cancelled, error) {
-	code, err := b.cancel(ctx, queue, id, true)
-	return Cancelled{Running: code == 2}, err
-}
-
-func (b *Broker) cancel(ctx context.Context, queue, id string, running bool) (int64, error) {
+// Cancel cancels a job, whether it waits or runs. A job that waits
+// (scheduled, due, or held by a pause, cap, rate limit or its key's turn)
+// is removed and never runs: Running is false. A job a worker runs is asked
+// to stop: Running is true, the worker that holds it is told on the
+// queue's cancel channel, and its heartbeat finds the request too (within
+// a third of its lease) if the notice was missed; its handler's context is
+// cancelled with cause ErrCancelled, and the job ends in the dead letters
+// with Reason ReasonCancelled once the handler returns an error (a handler
+// that returns nil has done its work, and the job is acknowledged); a job
+// whose worker died meanwhile is ended as cancelled by the reaper instead
+// of retried. It returns an error wrapping ErrNotFound when the queue has
+// no such job, and job.ErrInvalid for a bad queue name or id (nothing
+// changed). A call whose reply was lost fails with a *CallError
+// (ErrOutcomeUnknown): Resend answers it as the first send was (nil for a
+// job it cancelled, not ErrNotFound; the resend's answer does not say
+// whether the job was running).
+func (b *Broker) Cancel(ctx context.Context, queue, id string) (job.Cancelled, error) {
 	s, err := b.shardOf(ctx, queue, id)
 	if err != nil {
-		return 0, err
+		return job.Cancelled{}, err
 	}
-	return b.cancelCall(ctx, s, queue, id, running, callID())
+	code, err := b.cancelCall(ctx, s, queue, id, callID())
+	return job.Cancelled{Running: code == 2}, err
 }
 
 // cancelCall is one send of a cancel call with id cid.
-func (b *Broker) cancelCall(ctx context.Context, s keyspace.Shard, queue, id string, running bool, cid string) (int64, error) {
+func (b *Broker) cancelCall(ctx context.Context, s keyspace.Shard, queue, id string, cid string) (int64, error) {
 	k := s.Keys()
 	kk := keyCapKeysOf(k)
 	res, err := b.run(ctx, cancelScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Parked, k.Leases, k.Cancels, k.Held, k.Calls, k.Batched, k.Unique, kk.HeldKeys, kk.ParkedTypes},
-		id, flag(running), k.Cancel, cid, b.windowArg())
+		id, k.Cancel, cid, b.windowArg())
 	if unsure(err) {
 		ce := unsureErr("cancel", queue, id, cid, err)
 		ce.resend = func(ctx context.Context) error {
-			_, err := b.cancelCall(ctx, s, queue, id, running, cid)
+			_, err := b.cancelCall(ctx, s, queue, id, cid)
 			return err
 		}
 		return 0, ce
@@ -84,8 +67,10 @@ func (b *Broker) cancelCall(ctx context.Context, s keyspace.Shard, queue, id str
 }
 
 // Reschedule moves a scheduled job to ready at at (the zero time means now).
-// Errors as for Cancel (a resend's nil does not return the ready time:
-// Job reads it).
+// It returns an error wrapping ErrNotFound when the queue has no such
+// pending job and ErrInProgress when a worker holds it (nothing changed);
+// lost replies as for Cancel (a resend's nil does not return the ready
+// time: Job reads it).
 func (b *Broker) Reschedule(ctx context.Context, queue, id string, at time.Time) (time.Time, error) {
 	var atMS int64
 	if !at.IsZero() {
@@ -95,7 +80,7 @@ func (b *Broker) Reschedule(ctx context.Context, queue, id string, at time.Time)
 }
 
 // RescheduleAfter moves a scheduled job to ready delay after the server's
-// now (0 means now). Errors as for Cancel; a negative delay gives an error
+// now (0 means now). Errors as for Reschedule; a negative delay gives an error
 // wrapping job.ErrInvalid, and nothing changes.
 func (b *Broker) RescheduleAfter(ctx context.Context, queue, id string, delay time.Duration) (time.Time, error) {
 	if delay < 0 {

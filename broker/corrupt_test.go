@@ -160,7 +160,7 @@ func TestInfiniteScores(t *testing.T) {
 	if !res.Next.Equal(epoch.Add(time.Hour)) {
 		t.Fatalf("Next = %v, want later's ready time", res.Next)
 	}
-	if err := tb.b.Cancel(tb.ctx, "q", "later"); err != nil {
+	if _, err := tb.b.Cancel(tb.ctx, "q", "later"); err != nil {
 		t.Fatal(err)
 	}
 	if res := tb.claim(t, 10); len(res.Jobs) != 0 || !res.Next.IsZero() {

@@ -37,7 +37,7 @@ type deadWire struct {
 const ReasonExpired = "expired"
 
 // ReasonCancelled is the job.DeadRecord.Reason of a job cancelled while it ran
-// (CancelJob).
+// (Cancel).
 const ReasonCancelled = "cancelled"
 
 // ReasonCallbackRefused is the job.DeadRecord.Reason of a batch callback that

@@ -13,7 +13,7 @@
 //	// Enqueue through a job type (package job): ready in 30 minutes.
 //	_, err = CancelUnpaid.Enqueue(ctx, b, Order{ID: "1001"}, job.ID("order-1001"), job.In(30*time.Minute))
 //
-//	err = b.Cancel(ctx, "default", "order-1001")            // before it starts
+//	c, err := b.Cancel(ctx, "default", "order-1001")        // removed, or asked to stop (c.Running)
 //	_, err = b.Reschedule(ctx, "default", "order-1001", at) // move it
 //	st, err := b.Stats(ctx, "default")                      // counts and lateness
 //
@@ -37,8 +37,8 @@
 //
 // Errors wrap sentinels, to test with errors.Is: [ErrDuplicate] (another
 // call stored a job with that id, still pending), [ErrNotFound],
-// [ErrInProgress] (a worker holds the job, so it can no longer be cancelled
-// or moved), [ErrPayloadTooLarge], and [ErrLeaseLost] and [ErrLeaseLive],
+// [ErrInProgress] (a worker holds the job, so it can no longer be moved
+// or replaced; a cancel asks it to stop instead), [ErrPayloadTooLarge], and [ErrLeaseLost] and [ErrLeaseLive],
 // which workers see when fencing refuses a change. Bad input (an id, queue
 // name, delay or option) gives an error wrapping job.ErrInvalid, and
 // nothing is written.

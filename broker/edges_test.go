@@ -327,7 +327,8 @@ func TestWrongTypedKeyChangesNothing(t *testing.T) {
 			return err
 		}},
 		{"cancel", map[string]string{"scheduled": "zset", "processing": "zset", "jobs": "hash", "attempts": "hash"}, func(tb *testBundle, _ []protocol.Claimed) error {
-			return tb.b.Cancel(tb.ctx, "q", "waiting")
+			_, err := tb.b.Cancel(tb.ctx, "q", "waiting")
+			return err
 		}},
 		{"reschedule", map[string]string{"scheduled": "zset", "processing": "zset"}, func(tb *testBundle, _ []protocol.Claimed) error {
 			_, err := tb.b.RescheduleAfter(tb.ctx, "q", "waiting", time.Second)

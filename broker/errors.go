@@ -39,7 +39,7 @@ var (
 	ErrOutcomeUnknown = errors.New("broker: outcome unknown")
 
 	// ErrCancelled is the cause of a running handler's context when its job
-	// was cancelled (Broker.CancelJob): context.Cause(ctx) wraps it. The job
+	// was cancelled (Broker.Cancel): context.Cause(ctx) wraps it. The job
 	// ends in the dead letters with Reason ReasonCancelled, not retried.
 	ErrCancelled = errors.New("broker: job cancelled")
 

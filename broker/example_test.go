@@ -44,14 +44,15 @@ func ExampleBroker_Cancel() {
 	fmt.Println("scheduled jobs:", st.Scheduled, "due now:", st.Due)
 
 	// The order is paid.
-	fmt.Println("cancel:", b.Cancel(ctx, job.DefaultQueue, "order-1001"))
-	err = b.Cancel(ctx, job.DefaultQueue, "order-1001")
+	c, err := b.Cancel(ctx, job.DefaultQueue, "order-1001")
+	fmt.Println("cancel:", err, "was running:", c.Running)
+	_, err = b.Cancel(ctx, job.DefaultQueue, "order-1001")
 	fmt.Println("cancel again:", errors.Is(err, broker.ErrNotFound))
 	// Output:
 	// scheduled order-1001 in queue default ready in 30m0s
 	// again: true
 	// scheduled jobs: 1 due now: 0
-	// cancel: <nil>
+	// cancel: <nil> was running: false
 	// cancel again: true
 }
 
@@ -180,9 +181,9 @@ func ExampleBroker_Enqueue_items() {
 
 	info, err := remind.Lookup(ctx, b, "remind-bob")
 	fmt.Println(info.Queue, info.State, time.Until(info.ReadyAt).Round(time.Hour), err)
-	err = remind.Cancel(ctx, b, "remind-ann")
+	_, err = remind.Cancel(ctx, b, "remind-ann")
 	fmt.Println("cancelled:", err)
-	err = remind.Cancel(ctx, b, "remind-ann")
+	_, err = remind.Cancel(ctx, b, "remind-ann")
 	fmt.Println("again:", errors.Is(err, broker.ErrNotFound))
 	// Output:
 	// 2 stored: <nil>

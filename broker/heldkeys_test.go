@@ -86,7 +86,7 @@ func TestHeldKeysTopAndWhy(t *testing.T) {
 		t.Fatalf("top 2: %s", got)
 	}
 	// Every way out of a held set keeps the counts.
-	if err := tb.b.Cancel(tb.ctx, "q", "big.9"); err != nil {
+	if _, err := tb.b.Cancel(tb.ctx, "q", "big.9"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tb.b.Reschedule(tb.ctx, "q", "mid.4", tb.clock.Now().Add(time.Hour)); err != nil {
@@ -315,7 +315,7 @@ func TestHeldCountsFollowEveryPath(t *testing.T) {
 			leases = nil
 		case r < 78:
 			what = "cancel"
-			if err := tb.b.Cancel(tb.ctx, "q", id()); err != nil && !errors.Is(err, broker.ErrNotFound) && !errors.Is(err, broker.ErrInProgress) {
+			if _, err := tb.b.Cancel(tb.ctx, "q", id()); err != nil && !errors.Is(err, broker.ErrNotFound) && !errors.Is(err, broker.ErrInProgress) {
 				t.Fatal(err)
 			}
 		case r < 83:

@@ -161,7 +161,7 @@ func TestScheduledPageWhileJobsMove(t *testing.T) {
 		switch page {
 		case 0:
 			// j008 is the cursor (the page's last job): cancel it.
-			if err := tb.b.Cancel(tb.ctx, "q", "j008"); err != nil {
+			if _, err := tb.b.Cancel(tb.ctx, "q", "j008"); err != nil {
 				t.Fatal(err)
 			}
 			moved["j008"] = true

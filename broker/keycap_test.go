@@ -89,7 +89,7 @@ func TestKeyConcurrencyCap(t *testing.T) {
 	if err != nil || info.State != job.StateScheduled || info.Attempts != 0 || info.Envelope.Key != "k03" {
 		t.Fatalf("held job: %+v, %v", info, err)
 	}
-	if err := tb.b.Cancel(tb.ctx, "q", "k03.4"); err != nil {
+	if _, err := tb.b.Cancel(tb.ctx, "q", "k03.4"); err != nil {
 		t.Fatalf("cancel of a held job: %v", err)
 	}
 	if _, err := tb.b.Reschedule(tb.ctx, "q", "k03.3", time.Time{}); err != nil {

@@ -57,7 +57,7 @@ func TestPauseKeyHoldsItsJobs(t *testing.T) {
 	if err != nil || info.State != job.StateScheduled || info.Attempts != 0 {
 		t.Fatalf("held a.2: %+v, %v", info, err)
 	}
-	if err := tb.b.Cancel(tb.ctx, "q", "a.2"); err != nil {
+	if _, err := tb.b.Cancel(tb.ctx, "q", "a.2"); err != nil {
 		t.Fatalf("cancel of a paused key's job: %v", err)
 	}
 	// A new job of a is held too; resuming b (not paused) moves nothing.

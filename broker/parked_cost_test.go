@@ -43,7 +43,7 @@ func TestUnparkedPathsCostUnchanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Every script loaded once.
-	if err := b.Cancel(ctx, "q", "nope"); !errors.Is(err, broker.ErrNotFound) {
+	if _, err := b.Cancel(ctx, "q", "nope"); !errors.Is(err, broker.ErrNotFound) {
 		t.Fatal(err)
 	}
 	if _, err := b.Reschedule(ctx, "q", "nope", time.Now()); !errors.Is(err, broker.ErrNotFound) {
@@ -80,9 +80,15 @@ func TestUnparkedPathsCostUnchanged(t *testing.T) {
 		want map[string]int
 	}{
 		{"reschedule scheduled", func() error { _, err := b.Reschedule(ctx, "q", "later", time.Now().Add(2*time.Hour)); return err }, map[string]int{"evalsha": 1, "get": 1, "set": 1, "time": 1, "type": 4, "zadd": 1, "zrange": 1, "zscore": 1}},
-		{"cancel scheduled", func() error { return b.Cancel(ctx, "q", "later") }, map[string]int{"evalsha": 1, "get": 1, "hdel": 2, "hget": 1, "hmget": 1, "set": 1, "time": 1, "type": 9, "zrem": 1}},
-		{"cancel running", func() error { return want(b.Cancel(ctx, "q", "warm"), broker.ErrInProgress) }, map[string]int{"evalsha": 1, "get": 1, "hget": 1, "set": 1, "type": 9, "zrem": 1, "zscore": 2}},
-		{"cancel missing", func() error { return want(b.Cancel(ctx, "q", "nope"), broker.ErrNotFound) }, map[string]int{"evalsha": 1, "get": 1, "hget": 1, "set": 1, "type": 9, "zrem": 1, "zscore": 2}},
+		{"cancel scheduled", func() error { _, err := b.Cancel(ctx, "q", "later"); return err }, map[string]int{"evalsha": 1, "get": 1, "hdel": 2, "hget": 1, "hmget": 1, "set": 1, "time": 1, "type": 9, "zrem": 1}},
+		{"cancel running", func() error {
+			c, err := b.Cancel(ctx, "q", "warm")
+			if err == nil && !c.Running {
+				t.Fatal("cancel of the running job: not running")
+			}
+			return err
+		}, map[string]int{"evalsha": 1, "get": 1, "hget": 1, "hset": 1, "publish": 1, "set": 1, "type": 9, "zrem": 1, "zscore": 2}},
+		{"cancel missing", func() error { _, err := b.Cancel(ctx, "q", "nope"); return want(err, broker.ErrNotFound) }, map[string]int{"evalsha": 1, "get": 1, "hget": 1, "set": 1, "type": 9, "zrem": 1, "zscore": 2}},
 		{"replace scheduled", func() error { return b.Enqueue(ctx, replace) }, map[string]int{"evalsha": 1, "get": 1, "hmget": 1, "hset": 1, "set": 1, "time": 1, "zadd": 1, "zrange": 1, "zscore": 1}},
 		{"replace running", func() error { return want(b.Enqueue(ctx, runningReplace), broker.ErrInProgress) }, map[string]int{"evalsha": 1, "get": 1, "hmget": 1, "set": 1, "type": 1, "zrange": 1, "zrem": 1, "zscore": 2}},
 		{"debounce due", func() error { return b.Enqueue(ctx, deb) }, map[string]int{"evalsha": 1, "get": 1, "hmget": 1, "hset": 1, "set": 1, "time": 1, "zrange": 1, "zscore": 1}},

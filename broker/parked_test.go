@@ -181,7 +181,8 @@ func TestParkedCountsFollowEveryPath(t *testing.T) {
 			leases = nil
 		case r < 75:
 			what = "cancel"
-			tolerate(tb.b.Cancel(tb.ctx, "q", id()))
+			_, err := tb.b.Cancel(tb.ctx, "q", id())
+			tolerate(err)
 		case r < 80:
 			what = "reschedule"
 			_, err := tb.b.Reschedule(tb.ctx, "q", id(), tb.clock.Now().Add(time.Duration(rng.IntN(3))*time.Second))
@@ -229,7 +230,7 @@ func TestParkedCountsFollowEveryPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range parked {
-		if err := tb.b.Cancel(tb.ctx, "q", id); err != nil {
+		if _, err := tb.b.Cancel(tb.ctx, "q", id); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -371,7 +372,7 @@ func TestParkedCountsWrongTypeChangesNothing(t *testing.T) {
 	replace := typed("a2", "sms")
 	replace.Replace = true
 	for name, call := range map[string]func() error{
-		"cancel":  func() error { return tb.b.Cancel(tb.ctx, "q", "a1") },
+		"cancel":  func() error { _, err := tb.b.Cancel(tb.ctx, "q", "a1"); return err },
 		"replace": func() error { return tb.b.Enqueue(tb.ctx, replace) },
 		"resume":  func() error { _, err := tb.b.Resume(tb.ctx, "q", "sms"); return err },
 	} {

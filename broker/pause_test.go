@@ -40,7 +40,7 @@ func TestPauseQueue(t *testing.T) {
 			}
 			// Enqueue and cancel go on while paused.
 			tb.enqueue(t, env("d", 0))
-			if err := tb.b.Cancel(tb.ctx, "q", "d"); err != nil {
+			if _, err := tb.b.Cancel(tb.ctx, "q", "d"); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := tb.b.Resume(tb.ctx, "q", ""); err != nil {
@@ -81,7 +81,7 @@ func TestPauseType(t *testing.T) {
 	if err := tb.b.Enqueue(tb.ctx, sms("s1")); !errors.Is(err, broker.ErrDuplicate) {
 		t.Fatalf("enqueue over a parked id: %v", err)
 	}
-	if err := tb.b.Cancel(tb.ctx, "q", "s2"); err != nil {
+	if _, err := tb.b.Cancel(tb.ctx, "q", "s2"); err != nil {
 		t.Fatal(err)
 	}
 	// Jobs of the type that come due while it is paused are parked too.

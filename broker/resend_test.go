@@ -112,11 +112,11 @@ func newResendBundle(t *testing.T, srv *redistest.Server, retries bool) *resendB
 	// answer to EVALSHA, nor of the queue's registration).
 	_ = r.direct.Enqueue(r.ctx, env("warm", time.Hour))
 	_ = r.direct.Enqueue(r.ctx, env("warm1", time.Hour), env("warm2", time.Hour))
-	_ = r.direct.Cancel(r.ctx, "q", "warm")
+	_, _ = r.direct.Cancel(r.ctx, "q", "warm")
 	_, _ = r.direct.RescheduleAfter(r.ctx, "q", "warm1", time.Hour)
 	_ = deadletter.New(r.direct).Redrive(r.ctx, "q", 0, "warm")
 	_ = deadletter.New(r.direct).Delete(r.ctx, "q", "warm")
-	if err := r.b.Cancel(r.ctx, "q", "warm2"); err != nil {
+	if _, err := r.b.Cancel(r.ctx, "q", "warm2"); err != nil {
 		t.Fatal(err)
 	}
 	return r
@@ -308,7 +308,7 @@ func TestResendAfterTheJobEnded(t *testing.T) {
 				t.Parallel()
 				r := newResendBundle(t, srv, retries)
 				r.enqueue(t, env("a", time.Hour))
-				err := r.lose(t, retries, testkit.Key(t, r.b, "q", "jobs"), func() error { return r.b.Cancel(r.ctx, "q", "a") }, func() {
+				err := r.lose(t, retries, testkit.Key(t, r.b, "q", "jobs"), func() error { _, err := r.b.Cancel(r.ctx, "q", "a"); return err }, func() {
 					r.enqueue(t, env("a", time.Hour)) // a new job with the id, after the cancel
 				})
 				if err != nil {

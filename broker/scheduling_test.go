@@ -68,7 +68,7 @@ func TestUniqueWindow(t *testing.T) {
 			// An enqueue without Unique is not checked against the memory.
 			other := env("u1", time.Hour)
 			tb.enqueue(t, other)
-			if err := tb.b.Cancel(tb.ctx, "q", "u1"); err != nil {
+			if _, err := tb.b.Cancel(tb.ctx, "q", "u1"); err != nil {
 				t.Fatal(err)
 			}
 

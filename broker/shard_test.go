@@ -138,10 +138,10 @@ func TestShardedJobOperationsFindTheirShard(t *testing.T) {
 	if !strings.Contains(be.Errs[0].Error(), `queue "q"`) {
 		t.Fatalf("duplicate error %q does not name the queue q", be.Errs[0])
 	}
-	if err := tb.b.Cancel(tb.ctx, "q", "j5"); err != nil {
+	if _, err := tb.b.Cancel(tb.ctx, "q", "j5"); err != nil {
 		t.Fatal(err)
 	}
-	if err := tb.b.Cancel(tb.ctx, "q", "j5"); !errors.Is(err, broker.ErrNotFound) {
+	if _, err := tb.b.Cancel(tb.ctx, "q", "j5"); !errors.Is(err, broker.ErrNotFound) {
 		t.Fatalf("second cancel: %v", err)
 	}
 	at, err := tb.b.Reschedule(tb.ctx, "q", "j9", epoch)
@@ -159,8 +159,8 @@ func TestShardedJobOperationsFindTheirShard(t *testing.T) {
 	if got := ids(res.Jobs); !slices.Equal(sorted(got), []string{"j9", "new"}) {
 		t.Fatalf("claimed %v, want the rescheduled j9 and new", got)
 	}
-	if err := tb.b.Cancel(tb.ctx, "q", "j9"); !errors.Is(err, broker.ErrInProgress) {
-		t.Fatalf("cancel in progress: %v", err)
+	if _, err := tb.b.Reschedule(tb.ctx, "q", "j9", time.Time{}); !errors.Is(err, broker.ErrInProgress) {
+		t.Fatalf("reschedule in progress: %v", err)
 	}
 	// Retry and Kill go to the job's shard by its lease.
 	c := res.Jobs[0]

@@ -44,10 +44,10 @@ func TestTypedHelpers(t *testing.T) {
 	if err != nil || !at.Equal(epoch.Add(time.Hour)) {
 		t.Fatalf("Reschedule: %v, %v", at, err)
 	}
-	if err := typ.Cancel(tb.ctx, tb.b, "o-1"); err != nil {
+	if _, err := typ.Cancel(tb.ctx, tb.b, "o-1"); err != nil {
 		t.Fatalf("Cancel: %v", err)
 	}
-	if err := typ.Cancel(tb.ctx, tb.b, "o-1"); !errors.Is(err, broker.ErrNotFound) {
+	if _, err := typ.Cancel(tb.ctx, tb.b, "o-1"); !errors.Is(err, broker.ErrNotFound) {
 		t.Fatalf("Cancel again: %v; want ErrNotFound", err)
 	}
 	if _, err := typ.Lookup(tb.ctx, tb.b, "o-1"); !errors.Is(err, broker.ErrNotFound) {

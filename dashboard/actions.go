@@ -54,7 +54,7 @@ func (d *Dashboard) cancel(w http.ResponseWriter, r *http.Request) {
 	if !d.confirmed(w, r, fmt.Sprintf("Cancel job %q of queue %q? If it waits it will never run; if a worker runs it, the worker is told to stop it.", id, q), "Cancel the job", back) {
 		return
 	}
-	res, err := d.b.CancelJob(r.Context(), q, id)
+	res, err := d.b.Cancel(r.Context(), q, id)
 	if err != nil {
 		d.actionError(w, r, err)
 		return

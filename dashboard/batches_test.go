@@ -294,7 +294,7 @@ func TestBatchPagesShowGone(t *testing.T) {
 	r := tb.get(t, "/batches/b-gone")
 	mustContain(t, "batch page before the cancels", r.body, `<dd id="gone">0</dd>`, `<dd id="completed">—</dd>`)
 	for _, id := range []string{"g-1", "g-2"} {
-		if err := tb.b.Cancel(tb.ctx, "later", id); err != nil {
+		if _, err := tb.b.Cancel(tb.ctx, "later", id); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -81,10 +81,12 @@ func TestEnqueuerAgreesWithBroker(t *testing.T) {
 			return "", err
 		}},
 		{"cancel", func(s store) (string, error) {
-			return "", typ.Cancel(ctx, s, "order-1")
+			c, err := typ.Cancel(ctx, s, "order-1")
+			return fmt.Sprintf("running %v", c.Running), err
 		}},
 		{"cancel again", func(s store) (string, error) {
-			return "", typ.Cancel(ctx, s, "order-1")
+			c, err := typ.Cancel(ctx, s, "order-1")
+			return fmt.Sprintf("running %v", c.Running), err
 		}},
 		{"lookup of the cancelled job", func(s store) (string, error) {
 			_, err := typ.Lookup(ctx, s, "order-1")
@@ -130,10 +132,10 @@ func TestTypedHelpersOnTheKit(t *testing.T) {
 	mustPass(t, func(tb testing.TB) {
 		delayqtest.RequireEnqueued(tb, e, cancelUnpaid, delayqtest.HasID("order-1"), delayqtest.ReadyAt(epoch.Add(time.Hour), 0))
 	})
-	if err := cancelUnpaid.Cancel(ctx, e, "order-1"); err != nil {
+	if _, err := cancelUnpaid.Cancel(ctx, e, "order-1"); err != nil {
 		t.Fatalf("Cancel: %v", err)
 	}
-	if err := cancelUnpaid.Cancel(ctx, e, "order-1"); !errors.Is(err, broker.ErrNotFound) {
+	if _, err := cancelUnpaid.Cancel(ctx, e, "order-1"); !errors.Is(err, broker.ErrNotFound) {
 		t.Fatalf("Cancel again: %v; want broker.ErrNotFound", err)
 	}
 	if _, err := cancelUnpaid.Lookup(ctx, e, "order-1"); !errors.Is(err, broker.ErrNotFound) {
@@ -276,7 +278,8 @@ func TestDebounceAgreesWithBroker(t *testing.T) {
 			return fmt.Sprintf("%s %s", j.State, j.Envelope.Payload), nil
 		}},
 		{"cancel of the running job", func(s store) (string, error) {
-			return "", live.Cancel(ctx, s, "r1")
+			c, err := live.Cancel(ctx, s, "r1")
+			return fmt.Sprintf("running %v", c.Running), err
 		}},
 	})
 	close(release)

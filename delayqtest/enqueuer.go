@@ -58,6 +58,7 @@ type Recorded struct {
 	Cancelled     bool // removed by Cancel since
 	Replaced      bool // replaced since by a job with its id and job.Replace or job.Debounce
 	Running       bool // claimed (Claim) and not ended: a worker holds it
+	StopAsked     bool // Cancel was called while it ran: its worker was asked to stop
 	Ended         bool // ended since (End): its id is free
 }
 
@@ -149,21 +150,27 @@ func (e *Enqueuer) Enqueue(ctx context.Context, envs ...*job.Envelope) error {
 	return &job.BatchError{Errs: errs}
 }
 
-// Cancel removes a pending job, as broker.Cancel: nil, or an error
-// wrapping broker.ErrNotFound when no job with that id is pending in queue,
-// broker.ErrInProgress when it is running (Claim).
-func (e *Enqueuer) Cancel(ctx context.Context, queue, id string) error {
+// Cancel cancels a job, as broker.Cancel: a pending job is removed
+// (Recorded.Cancelled); a running one (Claim) is asked to stop
+// (Recorded.StopAsked, Cancelled.Running) and runs on until End. An error
+// wraps broker.ErrNotFound when no job with that id is pending or running
+// in queue.
+func (e *Enqueuer) Cancel(ctx context.Context, queue, id string) (job.Cancelled, error) {
 	if err := ctx.Err(); err != nil {
-		return err
+		return job.Cancelled{}, err
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if r := e.pending(queue, id); r != nil && r.Running {
+		r.StopAsked = true
+		return job.Cancelled{Running: true}, nil
+	}
 	r, err := e.change(queue, id)
 	if err != nil {
-		return err
+		return job.Cancelled{}, err
 	}
 	r.Cancelled = true
-	return nil
+	return job.Cancelled{}, nil
 }
 
 // Reschedule moves a pending job to ready at at (the zero time means now,
@@ -191,9 +198,9 @@ func (e *Enqueuer) Reschedule(ctx context.Context, queue, id string, at time.Tim
 
 // Claim marks the pending job id of queue as claimed by a worker: it is
 // running until [Enqueuer.End]. While it runs, an enqueue of its id with
-// job.Replace or job.Debounce, Cancel and Reschedule fail with an error
-// wrapping broker.ErrInProgress, as on a broker, and Job reports it
-// processing. An error wraps broker.ErrNotFound when no job with the id is
+// job.Replace or job.Debounce and Reschedule fail with an error wrapping
+// broker.ErrInProgress, Cancel asks it to stop, as on a broker, and Job
+// reports it processing. An error wraps broker.ErrNotFound when no job with the id is
 // pending, broker.ErrInProgress when it runs already.
 func (e *Enqueuer) Claim(queue, id string) error {
 	e.mu.Lock()
@@ -302,7 +309,7 @@ func (e *Enqueuer) Jobs() []Recorded {
 	out := make([]Recorded, len(e.jobs))
 	for i, r := range e.jobs {
 		c := *r.Envelope
-		out[i] = Recorded{Envelope: &c, Cancelled: r.Cancelled, Replaced: r.Replaced, Running: r.Running, Ended: r.Ended}
+		out[i] = Recorded{Envelope: &c, Cancelled: r.Cancelled, Replaced: r.Replaced, Running: r.Running, StopAsked: r.StopAsked, Ended: r.Ended}
 	}
 	return out
 }

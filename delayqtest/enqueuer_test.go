@@ -141,10 +141,10 @@ func TestEnqueuerRefusesAsTheBrokerDoes(t *testing.T) {
 	mustPass(t, func(tb testing.TB) { delayqtest.RequireEnqueued(tb, e, cancelUnpaid, delayqtest.HasID("order-2")) })
 	mustPass(t, func(tb testing.TB) { delayqtest.RequireNotEnqueued(tb, e, cancelUnpaid, delayqtest.HasID("order-3")) })
 
-	if err := e.Cancel(ctx, "orders", "order-2"); err != nil {
+	if _, err := e.Cancel(ctx, "orders", "order-2"); err != nil {
 		t.Errorf("Cancel of a pending job: %v", err)
 	}
-	if err := e.Cancel(ctx, "orders", "order-2"); !errors.Is(err, broker.ErrNotFound) {
+	if _, err := e.Cancel(ctx, "orders", "order-2"); !errors.Is(err, broker.ErrNotFound) {
 		t.Errorf("second Cancel: %v, want broker.ErrNotFound", err)
 	}
 	mustPass(t, func(tb testing.TB) {
@@ -303,8 +303,15 @@ func TestEnqueuerDebounces(t *testing.T) {
 	mustPass(t, func(tb testing.TB) {
 		delayqtest.RequireNotEnqueued(tb, e, digest, delayqtest.HasArgs(Order{ID: "5"}))
 	})
-	if jobs := e.Jobs(); !jobs[len(jobs)-1].Running || jobs[len(jobs)-1].Replaced {
-		t.Fatalf("the claimed job: %+v, want it running and not replaced", jobs[len(jobs)-1])
+	if jobs := e.Jobs(); !jobs[len(jobs)-1].Running || jobs[len(jobs)-1].Replaced || jobs[len(jobs)-1].StopAsked {
+		t.Fatalf("the claimed job: %+v, want it running, not replaced, not asked to stop", jobs[len(jobs)-1])
+	}
+	// A cancel asks the running job to stop; it runs on until End.
+	if c, err := digest.Cancel(ctx, e, "u7"); err != nil || !c.Running {
+		t.Fatalf("Cancel of a running job: %+v, %v; want it asked to stop", c, err)
+	}
+	if jobs := e.Jobs(); !jobs[len(jobs)-1].Running || !jobs[len(jobs)-1].StopAsked || jobs[len(jobs)-1].Cancelled {
+		t.Fatalf("the job asked to stop: %+v, want it running and asked to stop", jobs[len(jobs)-1])
 	}
 
 	if err := e.End(job.DefaultQueue, "u7"); err != nil {

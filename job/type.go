@@ -646,10 +646,18 @@ func NewID() string {
 // DefaultQueue).
 func (t *Type[T]) Queue() string { return t.defaults.queue }
 
-// Canceller cancels a pending job: what [Type.Cancel] needs.
-// *broker.Broker and the test kit's delayqtest.Enqueuer implement it.
+// Cancelled is what a cancel did (broker.Broker.Cancel).
+type Cancelled struct {
+	// Running: a worker was running the job; it was asked to stop (its
+	// handler's context is cancelled with cause broker.ErrCancelled). False:
+	// the job was waiting, and is gone: it never runs.
+	Running bool
+}
+
+// Canceller cancels a job: what [Type.Cancel] needs. *broker.Broker and
+// the test kit's delayqtest.Enqueuer implement it.
 type Canceller interface {
-	Cancel(ctx context.Context, queue, id string) error
+	Cancel(ctx context.Context, queue, id string) (Cancelled, error)
 }
 
 // Rescheduler moves a scheduled job: what [Type.Reschedule] needs.
@@ -673,11 +681,10 @@ type Controller interface {
 }
 
 // Cancel cancels the type's job id in the type's queue, so the queue is
-// never spelled twice: nil when it was cancelled, else the error that says
-// why, as broker.Broker.Cancel's does (wrapping broker.ErrNotFound when the
-// queue has no such pending job, broker.ErrInProgress when a worker holds
-// it).
-func (t *Type[T]) Cancel(ctx context.Context, b Canceller, id string) error {
+// never spelled twice, as broker.Broker.Cancel does: a waiting job is
+// removed, a running one asked to stop (Cancelled.Running); an error
+// wraps broker.ErrNotFound when the queue has no such job.
+func (t *Type[T]) Cancel(ctx context.Context, b Canceller, id string) (Cancelled, error) {
 	return b.Cancel(ctx, t.Queue(), id)
 }
 

@@ -181,8 +181,10 @@ func EnqueueTyped[T any](ctx context.Context, o *Outbox, tx *sql.Tx, t *job.Type
 //     removed from Redis too. Its outcome (cancelled, not found, in
 //     progress) is counted and reported to RelayOptions.OnCancel.
 //
-// A job that a worker holds already cannot be cancelled (broker.Cancel
-// returns ErrInProgress); the handler's own state check decides then.
+// A job that a worker runs already is asked to stop, as broker.Cancel does
+// (its handler's context is cancelled; counted in progress); a handler
+// that finishes anyway has done its work, so its own state check decides
+// then.
 // Errors for a bad queue or id wrap job.ErrInvalid, and nothing is written.
 func (o *Outbox) Cancel(ctx context.Context, tx *sql.Tx, queue, id string) (removed bool, err error) {
 	if tx == nil {

@@ -28,8 +28,9 @@ type Broker interface {
 	// Enqueue stores envelopes, as broker.Broker.Enqueue: nil, the error of
 	// the one envelope, or a *job.BatchError aligned with envs.
 	Enqueue(ctx context.Context, envs ...*job.Envelope) error
-	// Cancel removes a scheduled job, as broker.Broker.Cancel.
-	Cancel(ctx context.Context, queue, id string) error
+	// Cancel cancels a job, as broker.Broker.Cancel: a waiting job is
+	// removed, a running one asked to stop.
+	Cancel(ctx context.Context, queue, id string) (job.Cancelled, error)
 }
 
 var _ Broker = (*broker.Broker)(nil)
@@ -68,9 +69,9 @@ type RelayOptions struct {
 
 	// OnCancel, when set, is called with the outcome of every cancel the
 	// relay applied to Redis: nil (the job was removed), an error wrapping
-	// broker.ErrNotFound (no such scheduled job: it finished, never reached
-	// Redis, or was cancelled already) or broker.ErrInProgress (a worker
-	// holds it). It is called after the cancel row is deleted, from Run's
+	// broker.ErrNotFound (no such job: it finished, never reached Redis, or
+	// was cancelled already) or broker.ErrInProgress (a worker runs it; it
+	// was asked to stop, as broker.Broker.Cancel does). It is called after the cancel row is deleted, from Run's
 	// goroutine; a relay that crashes in between applies the cancel again,
 	// so it may be called twice for one row.
 	OnCancel func(queue, id string, err error)
@@ -143,7 +144,7 @@ const (
 	OutcomeDuplicate  = "duplicate"   // its id was pending in Redis already (a replay)
 	OutcomeCancelled  = "cancelled"   // a cancel removed the job from Redis
 	OutcomeNotFound   = "not_found"   // a cancel found no scheduled job
-	OutcomeInProgress = "in_progress" // a cancel found the job held by a worker
+	OutcomeInProgress = "in_progress" // a cancel found the job running: its worker was asked to stop
 	OutcomeFailed     = "failed"      // the row was marked failed
 	OutcomeExpired    = "expired"     // the job's expiry passed while it waited in the outbox: deleted, never enqueued
 )
@@ -242,7 +243,7 @@ type RelayStats struct {
 	Duplicates int64 // jobs whose id was pending in Redis already: a replay, or one id enqueued twice
 	Cancelled  int64 // cancels that removed a job from Redis
 	NotFound   int64 // cancels that found no scheduled job
-	InProgress int64 // cancels that found the job held by a worker
+	InProgress int64 // cancels that found the job running: its worker was asked to stop
 	Failed     int64 // rows marked failed
 	Expired    int64 // jobs whose expiry (job.ExpireAt) passed while they waited in the outbox: deleted, never enqueued
 	Errors     int64 // failed batches and Redis probes, each followed by a backoff
@@ -358,7 +359,7 @@ const probeQueue = job.DefaultQueue
 func (r *Relay) probe(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, r.opts.BatchTimeout)
 	defer cancel()
-	err := r.b.Cancel(pctx, probeQueue, "outbox-probe-"+job.NewID())
+	_, err := r.b.Cancel(pctx, probeQueue, "outbox-probe-"+job.NewID())
 	if err == nil || errorsIsAny(err, broker.ErrNotFound, broker.ErrInProgress) {
 		return nil
 	}
@@ -517,8 +518,10 @@ func (r *Relay) apply(ctx context.Context, rows []row) (redisFailed bool) {
 			w.env = env
 			envs, idx = append(envs, env), append(idx, i)
 		case "cancel":
-			err := r.b.Cancel(ctx, w.queue, w.id)
+			c, err := r.b.Cancel(ctx, w.queue, w.id)
 			switch {
+			case err == nil && c.Running:
+				w.outcome, w.cause = OutcomeInProgress, fmt.Errorf("outbox: cancel job %q in queue %q: %w: a worker runs it; it was asked to stop", w.id, w.queue, broker.ErrInProgress)
 			case err == nil:
 				w.outcome = OutcomeCancelled
 			case errors.Is(err, broker.ErrNotFound):

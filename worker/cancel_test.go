@@ -42,9 +42,9 @@ func cancelRun(t *testing.T, tb *testBundle, cfg func() context.CancelFunc) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the job did not start")
 	}
-	res, err := tb.b.CancelJob(tb.ctx, "default", e.ID)
+	res, err := tb.b.Cancel(tb.ctx, "default", e.ID)
 	if err != nil || !res.Running {
-		t.Fatalf("CancelJob: %+v, %v; want running", res, err)
+		t.Fatalf("Cancel: %+v, %v; want running", res, err)
 	}
 	var rec *job.DeadRecord
 	redistest.WaitFor(t, 20*time.Second, "cancelled dead record", func() bool {
@@ -57,7 +57,7 @@ func cancelRun(t *testing.T, tb *testBundle, cfg func() context.CancelFunc) {
 	if rec.Reason != broker.ReasonCancelled || rec.Attempts != 1 || !strings.Contains(rec.Error, "cancelled") || runs.Load() != 1 {
 		t.Fatalf("dead record %+v after %d runs", rec, runs.Load())
 	}
-	if _, err := tb.b.CancelJob(tb.ctx, "default", e.ID); !errors.Is(err, broker.ErrNotFound) {
+	if _, err := tb.b.Cancel(tb.ctx, "default", e.ID); !errors.Is(err, broker.ErrNotFound) {
 		t.Fatalf("cancel of an ended job: %v", err)
 	}
 	if n, _ := tb.rdb.HLen(tb.ctx, tb.Keys("default").Cancels).Result(); n != 0 {
@@ -109,8 +109,8 @@ func TestCancelRunningWorkerGone(t *testing.T) {
 	if res, err := p.Claim(tb.ctx, shards[0], protocol.Caller{ID: "dead", Lease: time.Second}, "1", 1, 300*time.Millisecond); err != nil || len(res.Jobs) != 1 {
 		t.Fatalf("claim: %v %v", res, err)
 	}
-	if res, err := tb.b.CancelJob(tb.ctx, "default", e.ID); err != nil || !res.Running {
-		t.Fatalf("CancelJob: %+v, %v", res, err)
+	if res, err := tb.b.Cancel(tb.ctx, "default", e.ID); err != nil || !res.Running {
+		t.Fatalf("Cancel: %+v, %v", res, err)
 	}
 	var ran atomic.Bool
 	job.New[payload]("report.build").Handle(tb.reg, func(context.Context, *job.Job[payload]) error { ran.Store(true); return nil })

@@ -38,7 +38,7 @@ type endingCase struct {
 // TestBatchEndsWhateverEndsAMember ends a member of a sealed batch of two
 // (the other succeeds) in each way a job can end, on a plain queue and on a
 // 4-shard one (and on the local cluster under DELAYQ_TEST_TOPOLOGY=cluster):
-// succeeded, dead, cancelled while scheduled (Cancel and CancelJob),
+// succeeded, dead, cancelled while scheduled,
 // cancelled while running, expired (dead-lettered and dropped), a next
 // job whose enqueue failed, a next job that ran, and a member refused as a
 // duplicate. Each time the complete callback runs exactly once, the
@@ -55,18 +55,9 @@ func TestBatchEndsWhateverEndsAMember(t *testing.T) {
 					}
 				}
 			}
-			var err error
-			if running {
-				var c broker.Cancelled
-				c, err = tb.b.CancelJob(tb.ctx, queue, id)
-				if err == nil && !c.Running {
-					t.Errorf("CancelJob(%s): not running", id)
-				}
-			} else {
-				err = tb.b.Cancel(tb.ctx, queue, id)
-			}
-			if err != nil {
-				t.Errorf("cancel %s: %v", id, err)
+			c, err := tb.b.Cancel(tb.ctx, queue, id)
+			if err != nil || c.Running != running {
+				t.Errorf("Cancel(%s) = %+v, %v; want running %v", id, c, err, running)
 			}
 		}
 	}
@@ -75,12 +66,6 @@ func TestBatchEndsWhateverEndsAMember(t *testing.T) {
 		{name: "dead", mode: "fail", succeeded: 1, dead: 1},
 		{name: "cancelled scheduled", mode: "ok", opts: func(time.Time) []job.Option { return []job.Option{job.In(time.Hour)} },
 			act: cancel(false), succeeded: 1, gone: 1},
-		{name: "cancelled scheduled by CancelJob", mode: "ok", opts: func(time.Time) []job.Option { return []job.Option{job.In(time.Hour)} },
-			act: func(t *testing.T, tb *testBundle, queue, id string, _ <-chan string) {
-				if c, err := tb.b.CancelJob(tb.ctx, queue, id); err != nil || c.Running {
-					t.Errorf("CancelJob(%s) = %+v, %v", id, c, err)
-				}
-			}, succeeded: 1, gone: 1},
 		{name: "cancelled running", mode: "block", act: cancel(true), succeeded: 1, dead: 1},
 		{name: "expired", mode: "ok", opts: func(now time.Time) []job.Option {
 			return []job.Option{job.At(now.Add(-2 * time.Second)), job.ExpireAt(now.Add(-time.Second))}
@@ -267,7 +252,7 @@ func deadByBatch(t *testing.T, tb *testBundle, queue string) map[string]int {
 }
 
 // TestUniqueRemembersACancelledJob: a job of job.Unique with
-// job.UniqueIncludeDead that CancelJob ends, running or scheduled, is
+// job.UniqueIncludeDead that Cancel ends, running or scheduled, is
 // remembered like any other ending without success: enqueued again within
 // its window, it is refused with ErrDuplicate and does not run again.
 func TestUniqueRemembersACancelledJob(t *testing.T) {
@@ -295,8 +280,8 @@ func TestUniqueRemembersACancelledJob(t *testing.T) {
 	if got := <-started; got != "running" {
 		t.Fatalf("started %q", got)
 	}
-	if c, err := tb.b.CancelJob(tb.ctx, "q", "running"); err != nil || !c.Running {
-		t.Fatalf("CancelJob = %+v, %v", c, err)
+	if c, err := tb.b.Cancel(tb.ctx, "q", "running"); err != nil || !c.Running {
+		t.Fatalf("Cancel = %+v, %v", c, err)
 	}
 	redistest.WaitFor(t, 10*time.Second, "the cancelled job is dead-lettered", func() bool {
 		r, err := deadletter.New(tb.b).Get(tb.ctx, "q", "running")
@@ -309,8 +294,8 @@ func TestUniqueRemembersACancelledJob(t *testing.T) {
 	if _, err := typ.Enqueue(tb.ctx, tb.b, endArgs{Mode: "block"}, job.ID("scheduled"), job.In(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := tb.b.CancelJob(tb.ctx, "q", "scheduled"); err != nil || c.Running {
-		t.Fatalf("CancelJob = %+v, %v", c, err)
+	if c, err := tb.b.Cancel(tb.ctx, "q", "scheduled"); err != nil || c.Running {
+		t.Fatalf("Cancel = %+v, %v", c, err)
 	}
 	if _, err := typ.Enqueue(tb.ctx, tb.b, endArgs{Mode: "block"}, job.ID("scheduled")); !errors.Is(err, broker.ErrDuplicate) {
 		t.Errorf("enqueue again after a cancel while scheduled: %v, want ErrDuplicate", err)
@@ -321,7 +306,7 @@ func TestUniqueRemembersACancelledJob(t *testing.T) {
 	if _, err := plain.Enqueue(tb.ctx, tb.b, endArgs{}, job.ID("plain"), job.In(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	if err := tb.b.Cancel(tb.ctx, "q", "plain"); err != nil {
+	if _, err := tb.b.Cancel(tb.ctx, "q", "plain"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := plain.Enqueue(tb.ctx, tb.b, endArgs{}, job.ID("plain"), job.In(time.Hour)); err != nil {

@@ -168,7 +168,7 @@ func TestKeyFairnessBatchMembersEndWhileWaiting(t *testing.T) {
 	if err != nil || len(hk.Keys) != 1 || hk.Keys[0].Key != "A" || hk.Keys[0].Held != flood+4 || hk.Keys[0].Reason != "turn" {
 		t.Fatalf("held keys %+v, %v; want A holding %d, waiting for its turn", hk, err, flood+4)
 	}
-	if err := tb.b.Cancel(tb.ctx, "default", "m-cancel"); err != nil {
+	if _, err := tb.b.Cancel(tb.ctx, "default", "m-cancel"); err != nil {
 		t.Fatalf("cancel of a member waiting for its turn: %v", err)
 	}
 	if hk, err := tb.b.HeldKeys(tb.ctx, "default", 10); err != nil || len(hk.Keys) != 1 || hk.Keys[0].Held != flood+3 {

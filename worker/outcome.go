@@ -89,7 +89,7 @@ func (w *Worker) process(t *task) {
 		err = fmt.Errorf("%w: %w", ErrLeaseStale, err)
 	}
 	if err != nil && errors.Is(context.Cause(ctx), broker.ErrCancelled) {
-		// Cancelled while it ran (Broker.CancelJob): it ends here, in the
+		// Cancelled while it ran (Broker.Cancel): it ends here, in the
 		// dead letters with the reason, and is not retried.
 		d := death(c, m, fmt.Errorf("%w while running: %v", broker.ErrCancelled, err))
 		d.Reason = broker.ReasonCancelled

@@ -195,7 +195,7 @@ func (w *Worker) forgetIdle(ctx context.Context) {
 }
 
 // listenCancels cancels the handlers of the running jobs that
-// Broker.CancelJob asks to stop, until notices is closed.
+// Broker.Cancel asks to stop, until notices is closed.
 func (w *Worker) listenCancels(notices <-chan protocol.CancelNotice) {
 	for n := range notices {
 		if w.slots.cancelled(n.Queue, n.ID, n.Token, broker.ErrCancelled) {

@@ -21,10 +21,9 @@
 --                               only for a parked job)
 -- ARGV[1] -> now ms ("" = server TIME)
 -- ARGV[2] -> id
--- ARGV[3] -> "1": a running job is asked to stop; "0": it is left alone
--- ARGV[4] -> cancel channel
--- ARGV[5] -> call id, chosen by the caller for this call
--- ARGV[6] -> resend window ms: how long the answer is kept under the call
+-- ARGV[3] -> cancel channel
+-- ARGV[4] -> call id, chosen by the caller for this call
+-- ARGV[5] -> resend window ms: how long the answer is kept under the call
 --            id (0: not kept)
 --
 -- A job removed here ends (end_job in the prelude, ending 'x'): a batch
@@ -33,8 +32,8 @@
 --
 -- Returns 1 cancelled (it was scheduled, parked or held: removed), 2 running and
 -- asked to stop (KEYS[7][id] = its token, "<id>\n<token>" published; the
--- worker's heartbeat reads the mark when the notice is missed), -1 in
--- progress with ARGV[3] "0" (nothing changed), 0 not found. A call whose
+-- worker's heartbeat reads the mark when the notice is missed), -1
+-- processing without a lease to tell (nothing changed), 0 not found. A call whose
 -- id has a record (sent before: go-redis re-sent it after a lost reply, or
 -- the caller resent it) gets the recorded answer and changes nothing.
 local bad = expect({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[4], 'hash', KEYS[5], 'zset',
@@ -42,7 +41,7 @@ local bad = expect({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[4], 
 if bad then
   return bad
 end
-local id, cid, window = ARGV[2], ARGV[5], tonumber(ARGV[6])
+local id, cid, window = ARGV[2], ARGV[4], tonumber(ARGV[5])
 local before = recorded(KEYS[9] .. cid, window)
 if type(before) == 'table' then
   return before
@@ -86,11 +85,11 @@ if redis.call('ZSCORE', KEYS[5], id) then
 end
 if redis.call('ZSCORE', KEYS[2], id) then
   local token = redis.call('HGET', KEYS[6], id)
-  if ARGV[3] ~= '1' or not token then
+  if not token then
     return answer(-1)
   end
   redis.call('HSET', KEYS[7], id, token)
-  redis.call('PUBLISH', ARGV[4], id .. '\n' .. token)
+  redis.call('PUBLISH', ARGV[3], id .. '\n' .. token)
   return answer(2)
 end
 -- Held by its type's cap or rate limit, or by its key's cap.

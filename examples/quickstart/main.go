@@ -127,7 +127,7 @@ func run() error {
 	if !errors.Is(err, broker.ErrDuplicate) {
 		return fmt.Errorf("duplicate id was not refused: %v", err)
 	}
-	if err := b.Cancel(ctx, job.DefaultQueue, "order-42"); err != nil {
+	if _, err := b.Cancel(ctx, job.DefaultQueue, "order-42"); err != nil {
 		return err
 	}
 	clock.Printf("order-42 was paid: its timeout job is cancelled and will never run")

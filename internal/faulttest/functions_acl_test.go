@@ -275,7 +275,7 @@ func functionsFeatures(t *testing.T, b *broker.Broker) {
 	_, err = blocking.Enqueue(ctx, b, fnArgs{N: 60}, job.ID("running-60"))
 	must("enqueue a job to cancel while it runs", err)
 	<-started
-	_, err = b.CancelJob(ctx, "fa", "running-60")
+	_, err = b.Cancel(ctx, "fa", "running-60")
 	must("cancel a running job", err)
 	redistest.WaitFor(t, 30*time.Second, "the running job cancelled", func() bool {
 		rec, err := deadletter.New(b).Get(ctx, "fa", "running-60")

@@ -292,7 +292,7 @@ func TestOutboxRelayFaults(t *testing.T) {
 
 	// Clean up: cancel the jobs, so the leak checks see an empty queue.
 	for _, id := range ids {
-		if err := s.b.Cancel(s.ctx, queue, id); err != nil {
+		if _, err := s.b.Cancel(s.ctx, queue, id); err != nil {
 			t.Fatalf("cancel %s: %v", id, err)
 		}
 	}

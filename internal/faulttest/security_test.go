@@ -122,7 +122,7 @@ func coreFlow(t *testing.T, b *broker.Broker) {
 	if _, err := b.Reschedule(ctx, q, later.ID, time.Now().Add(2*time.Hour)); err != nil {
 		t.Fatalf("reschedule: %v", err)
 	}
-	if err := b.Cancel(ctx, q, later.ID); err != nil {
+	if _, err := b.Cancel(ctx, q, later.ID); err != nil {
 		t.Fatalf("cancel: %v", err)
 	}
 	in := deadletter.New(b)

@@ -51,7 +51,7 @@ type Keys struct {
 	Controls   string // HASH of the flow controls: "*" -> paused at (the queue), "t:<type>" -> paused at (a type), "r" / "r:<type>" -> rate limit "count/per_ms/burst/shards", "c" / "c:<type>" -> concurrency cap "share/total"
 	Rate       string // HASH "*" / "<type>" -> GCRA theoretical arrival time (ms) of a rate limit
 	Parked     string // ZSET id -> ready ms: due jobs of paused types, set aside by claim
-	Cancels    string // HASH id -> fencing token of a running job asked to stop (Broker.CancelJob)
+	Cancels    string // HASH id -> fencing token of a running job asked to stop (Broker.Cancel)
 	Running    string // HASH id -> type ("*" for the queue's cap only): jobs leased under a concurrency cap
 	Batched    string // HASH id -> "<batch id>\n<s|d>": endings of batch members not yet counted by their batch (see BatchKeys)
 	Progress   string // HASH id -> "<ms>\n<fraction>\n<message>": the last progress a running job reported (job.ReportProgress)

@@ -58,7 +58,7 @@ type Claimed struct {
 	// Envelope, when not nil, still gives the dead record its type and
 	// tells its batch.
 	Err error
-	// Cancelled (Reap): the job was asked to stop (broker.Broker.CancelJob)
+	// Cancelled (Reap): the job was asked to stop (broker.Broker.Cancel)
 	// under this lease: it ends as cancelled, not retried.
 	Cancelled bool
 }
@@ -309,7 +309,7 @@ type Broker interface {
 	// stop unsubscribes and closes the channel.
 	Wakeups(ctx context.Context, queues []string) (notices <-chan string, stop func())
 	// Cancels subscribes to the cancel notices of queues: a running job
-	// asked to stop (broker.Broker.CancelJob). Notices are hints; Extend
+	// asked to stop (broker.Broker.Cancel). Notices are hints; Extend
 	// reports the same request (an error wrapping broker.ErrCancelled).
 	// stop unsubscribes and closes the channel.
 	Cancels(ctx context.Context, queues []string) (notices <-chan CancelNotice, stop func())

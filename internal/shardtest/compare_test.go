@@ -232,6 +232,15 @@ func (e *env) html(s string) string {
 }
 
 // errOut is an error as an answer: its text and, for a batch, each entry's.
+// cancelOut is what a cancel answered: errOut of its error, or whether it
+// found the job running.
+func cancelOut(c job.Cancelled, err error) any {
+	if err != nil {
+		return errOut(err)
+	}
+	return map[string]any{"running": c.Running}
+}
+
 func errOut(err error) any {
 	if err == nil {
 		return nil

@@ -526,7 +526,7 @@ was running.`,
 				return err
 			}
 			return a.eachID(args, "cancelled", func(id string) (string, error) {
-				res, err := b.CancelJob(cmd.Context(), queue, id)
+				res, err := b.Cancel(cmd.Context(), queue, id)
 				if err != nil {
 					return "", notFound(err)
 				}

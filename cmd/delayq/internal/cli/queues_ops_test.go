@@ -80,7 +80,7 @@ func TestQueuesForget(t *testing.T) {
 	// Empty it, with a pause and a cap set: then it can be forgotten.
 	tb.ok(t, "queues", "pause", "mail")
 	tb.ok(t, "queues", "cap", "mail", "4")
-	if err := tb.b.Cancel(tb.ctx, "mail", "a"); err != nil {
+	if _, err := tb.b.Cancel(tb.ctx, "mail", "a"); err != nil {
 		t.Fatal(err)
 	}
 	if out := tb.ok(t, "queues", "forget", "mail"); out != "forgot queue mail\n" {

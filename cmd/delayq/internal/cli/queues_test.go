@@ -250,7 +250,7 @@ func TestQueuesForgetIdle(t *testing.T) {
 			t.Fatal(err)
 		}
 		if q != "busy" {
-			if err := tb.b.Cancel(tb.ctx, q, "j"); err != nil {
+			if _, err := tb.b.Cancel(tb.ctx, q, "j"); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -310,7 +310,7 @@ func TestQueuesForgetIdle(t *testing.T) {
 	if err := tb.b.Enqueue(tb.ctx, &job.Envelope{ID: "k", Queue: "idle4", Type: "t", Payload: []byte(`{}`)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := tb.b.Cancel(tb.ctx, "idle4", "k"); err != nil {
+	if _, err := tb.b.Cancel(tb.ctx, "idle4", "k"); err != nil {
 		t.Fatal(err)
 	}
 	if out := tb.ok(t, "queues", "forget", "--idle", "2h", "--now", later); out != "forgot idle queue idle4\n" {
