@@ -71,9 +71,10 @@ type RelayOptions struct {
 	// relay applied to Redis: nil (the job was removed), an error wrapping
 	// broker.ErrNotFound (no such job: it finished, never reached Redis, or
 	// was cancelled already) or broker.ErrInProgress (a worker runs it; it
-	// was asked to stop, as broker.Broker.Cancel does). It is called after the cancel row is deleted, from Run's
-	// goroutine; a relay that crashes in between applies the cancel again,
-	// so it may be called twice for one row.
+	// was asked to stop, as broker.Broker.Cancel does). It is called after
+	// the cancel row is deleted, from Run's goroutine; a relay that crashes
+	// in between applies the cancel again, so it may be called twice for
+	// one row.
 	OnCancel func(queue, id string, err error)
 
 	// ReplayWindow is how long the broker remembers the id of a relayed
@@ -143,7 +144,7 @@ const (
 	OutcomeEnqueued   = "enqueued"    // the job was stored in Redis
 	OutcomeDuplicate  = "duplicate"   // its id was pending in Redis already (a replay)
 	OutcomeCancelled  = "cancelled"   // a cancel removed the job from Redis
-	OutcomeNotFound   = "not_found"   // a cancel found no scheduled job
+	OutcomeNotFound   = "not_found"   // a cancel found no job
 	OutcomeInProgress = "in_progress" // a cancel found the job running: its worker was asked to stop
 	OutcomeFailed     = "failed"      // the row was marked failed
 	OutcomeExpired    = "expired"     // the job's expiry passed while it waited in the outbox: deleted, never enqueued
@@ -242,7 +243,7 @@ type RelayStats struct {
 	Enqueued   int64 // jobs stored in Redis
 	Duplicates int64 // jobs whose id was pending in Redis already: a replay, or one id enqueued twice
 	Cancelled  int64 // cancels that removed a job from Redis
-	NotFound   int64 // cancels that found no scheduled job
+	NotFound   int64 // cancels that found no job
 	InProgress int64 // cancels that found the job running: its worker was asked to stop
 	Failed     int64 // rows marked failed
 	Expired    int64 // jobs whose expiry (job.ExpireAt) passed while they waited in the outbox: deleted, never enqueued
