@@ -200,8 +200,8 @@ func (e *Enqueuer) Reschedule(ctx context.Context, queue, id string, at time.Tim
 // running until [Enqueuer.End]. While it runs, an enqueue of its id with
 // job.Replace or job.Debounce and Reschedule fail with an error wrapping
 // broker.ErrInProgress, Cancel asks it to stop, as on a broker, and Job
-// reports it processing. An error wraps broker.ErrNotFound when no job with the id is
-// pending, broker.ErrInProgress when it runs already.
+// reports it processing. An error wraps broker.ErrNotFound when no job
+// with the id is pending, broker.ErrInProgress when it runs already.
 func (e *Enqueuer) Claim(queue, id string) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
