@@ -21,66 +21,66 @@ import (
 // v1.40.0) name a metric, delayq uses that name (messaging.*); the others
 // are delayq's own. Units follow the conventions: "s" for durations,
 // "{message}" and "{job}" for counts. Labels are the attributes the spans
-// carry: the queue is messaging.destination.name (LabelQueue), the type
-// delayq.job.type (LabelType), the outcome delayq.job.outcome
-// (LabelOutcome); the job metrics carry messaging.system ("delayq") and
+// carry: the queue is messaging.destination.name (labelQueue), the type
+// delayq.job.type (labelType), the outcome delayq.job.outcome
+// (labelOutcome); the job metrics carry messaging.system ("delayq") and
 // messaging.operation.name ("send" or "process") too. See
 // docs/observability.md for samples.
 const (
-	MetricEnqueued   = "messaging.client.sent.messages" // counter {message}: envelopes stored by producers; labels queue, type
-	MetricHandled    = "delayq.jobs.handled"            // counter {job}: settled attempts; labels queue, type, outcome
-	MetricDuration   = "messaging.process.duration"     // histogram s: handler time per attempt; labels queue, type, outcome
-	MetricLateness   = "delayq.job.lateness"            // histogram s: claim time − ready time per attempt; labels queue, type
-	MetricScheduled  = "delayq.queue.scheduled"         // gauge {job}: jobs waiting, due or not; label queue
-	MetricDue        = "delayq.queue.due"               // gauge {job}: of those, due now; label queue
-	MetricProcessing = "delayq.queue.processing"        // gauge {job}: jobs leased to workers; label queue
-	MetricDead       = "delayq.queue.dead"              // gauge {job}: dead records; label queue
-	MetricLag        = "delayq.queue.lag"               // gauge s: how long the oldest due job has waited; label queue
-	MetricHeld       = "delayq.queue.held"              // gauge {job}: due jobs of capped types held aside for a slot; label queue
-	MetricParked     = "delayq.queue.parked"            // gauge {job}: due jobs of paused types set aside; label queue
-	// MetricHeldByRate is a gauge {job}: due jobs of a rate-limited type
+	metricEnqueued   = "messaging.client.sent.messages" // counter {message}: envelopes stored by producers; labels queue, type
+	metricHandled    = "delayq.jobs.handled"            // counter {job}: settled attempts; labels queue, type, outcome
+	metricDuration   = "messaging.process.duration"     // histogram s: handler time per attempt; labels queue, type, outcome
+	metricLateness   = "delayq.job.lateness"            // histogram s: claim time − ready time per attempt; labels queue, type
+	metricScheduled  = "delayq.queue.scheduled"         // gauge {job}: jobs waiting, due or not; label queue
+	metricDue        = "delayq.queue.due"               // gauge {job}: of those, due now; label queue
+	metricProcessing = "delayq.queue.processing"        // gauge {job}: jobs leased to workers; label queue
+	metricDead       = "delayq.queue.dead"              // gauge {job}: dead records; label queue
+	metricLag        = "delayq.queue.lag"               // gauge s: how long the oldest due job has waited; label queue
+	metricHeld       = "delayq.queue.held"              // gauge {job}: due jobs of capped types held aside for a slot; label queue
+	metricParked     = "delayq.queue.parked"            // gauge {job}: due jobs of paused types set aside; label queue
+	// metricHeldByRate is a gauge {job}: due jobs of a rate-limited type
 	// held for its next tokens (QueueStats.HeldByRate); labels queue,
 	// type, one series per type with a rate limit (0 when none is held).
-	MetricHeldByRate = "delayq.queue.held_by_rate"
-	// MetricHeldByCap is a gauge {job}: the part of MetricHeld that each
+	metricHeldByRate = "delayq.queue.held_by_rate"
+	// metricHeldByCap is a gauge {job}: the part of metricHeld that each
 	// type's concurrency cap holds (QueueStats.HeldByCap); labels queue,
 	// type, one series per type with a cap of its own (0 when none is
 	// held).
-	MetricHeldByCap = "delayq.queue.held_by_cap"
-	// MetricHeldByKey is a gauge {job}: the part of MetricHeld that per-key
+	metricHeldByCap = "delayq.queue.held_by_cap"
+	// metricHeldByKey is a gauge {job}: the part of metricHeld that per-key
 	// controls hold, over all keys (QueueStats.HeldByKey); label queue.
 	// There is no series per key: keys are unbounded (a customer, a
 	// recipient), and a label per key would be too; the keys holding the
 	// most are listed by the broker, the CLI and the dashboard instead.
-	MetricHeldByKey = "delayq.queue.held_by_key"
-	MetricPaused    = "delayq.queue.paused"    // gauge: 1 when the whole queue is paused, else 0; label queue
-	MetricProcesses = "delayq.queue.processes" // gauge {process}: live processes serving the queue (WithServingProcesses); label queue
-	// MetricDeadTrimmed counts the dead records a queue's dead-letter store
+	metricHeldByKey = "delayq.queue.held_by_key"
+	metricPaused    = "delayq.queue.paused"    // gauge: 1 when the whole queue is paused, else 0; label queue
+	metricProcesses = "delayq.queue.processes" // gauge {process}: live processes serving the queue (WithServingProcesses); label queue
+	// metricDeadTrimmed counts the dead records a queue's dead-letter store
 	// dropped, since the queue began (job.QueueStats.DeadTrimmedCap,
 	// DeadTrimmedAge): counter {job}; labels queue, reason ("cap": the
 	// store was full, broker.Options.DeadCap; "age": older than
 	// DeadMaxAge). In Prometheus: delayq_queue_dead_trimmed_total.
-	MetricDeadTrimmed = "delayq.queue.dead_trimmed"
-	// MetricDeadUnarchived counts, of those, the records a worker's
+	metricDeadTrimmed = "delayq.queue.dead_trimmed"
+	// metricDeadUnarchived counts, of those, the records a worker's
 	// OnDeadTrimmed hook could not be handed for want of room
 	// (job.QueueStats.DeadTrimmedUnarchived): counter {job}; label queue.
-	MetricDeadUnarchived = "delayq.queue.dead_trimmed_unarchived"
+	metricDeadUnarchived = "delayq.queue.dead_trimmed_unarchived"
 )
 
 // Metric label keys: the span attribute keys of the same values (in
 // Prometheus, with dots as underscores: messaging_destination_name,
 // delayq_job_type, delayq_job_outcome, delayq_trim_reason).
 const (
-	LabelQueue   = attribute.Key("messaging.destination.name")
-	LabelType    = AttrJobType
-	LabelOutcome = AttrOutcome
-	LabelReason  = attribute.Key("delayq.trim.reason") // of MetricDeadTrimmed: "cap" or "age"
+	labelQueue   = attribute.Key("messaging.destination.name")
+	labelType    = attrJobType
+	labelOutcome = attrOutcome
+	labelReason  = attribute.Key("delayq.trim.reason") // of metricDeadTrimmed: "cap" or "age"
 )
 
 // Attributes of every job metric (the counters and histograms of Metrics
 // and EnqueueMetrics), as their spans carry them.
 var (
-	attrSystem  = attribute.Key("messaging.system").String(System)
+	attrSystem  = attribute.Key("messaging.system").String(systemName)
 	attrSend    = attribute.Key("messaging.operation.name").String("send")
 	attrProcess = attribute.Key("messaging.operation.name").String("process")
 )
@@ -101,7 +101,7 @@ type metricsConfig struct {
 	serving func(ctx context.Context) (map[string]int64, error)
 }
 
-// WithServingProcesses makes ObserveQueues report MetricProcesses: at each
+// WithServingProcesses makes ObserveQueues report delayq.queue.processes: at each
 // collection, count returns how many live processes serve each queue (a
 // queue it leaves out has none), as fleet.ServingCounts reads them from
 // the process registry:
@@ -127,7 +127,7 @@ func WithMeterProvider(mp metric.MeterProvider) MetricsOption {
 }
 
 func newMeter(opts []MetricsOption) metric.Meter {
-	return newMetricsConfig(opts).mp.Meter(ScopeName)
+	return newMetricsConfig(opts).mp.Meter(scopeName)
 }
 
 func newMetricsConfig(opts []MetricsOption) metricsConfig {
@@ -192,7 +192,7 @@ func (l *labelSets) get(queue, typ string) *labelSet {
 		}
 	}
 	s := &labelSet{op: l.op, queue: queue, typ: typ}
-	opt := metric.WithAttributeSet(attribute.NewSet(attrSystem, l.op, LabelQueue.String(queue), LabelType.String(typ)))
+	opt := metric.WithAttributeSet(attribute.NewSet(attrSystem, l.op, labelQueue.String(queue), labelType.String(typ)))
 	s.add, s.record = []metric.AddOption{opt}, []metric.RecordOption{opt}
 	for o := range knownOutcomes {
 		s.addOut[o], s.recordOut[o] = s.withOutcome(job.Outcome(o))
@@ -206,7 +206,7 @@ func (l *labelSets) get(queue, typ string) *labelSet {
 
 // withOutcome builds the options of s's labels plus outcome.
 func (s *labelSet) withOutcome(outcome job.Outcome) ([]metric.AddOption, []metric.RecordOption) {
-	opt := metric.WithAttributeSet(attribute.NewSet(attrSystem, s.op, LabelQueue.String(s.queue), LabelType.String(s.typ), LabelOutcome.String(outcome.String())))
+	opt := metric.WithAttributeSet(attribute.NewSet(attrSystem, s.op, labelQueue.String(s.queue), labelType.String(s.typ), labelOutcome.String(outcome.String())))
 	return []metric.AddOption{opt}, []metric.RecordOption{opt}
 }
 
@@ -225,14 +225,14 @@ func (s *labelSet) outcome(outcome job.Outcome) ([]metric.AddOption, []metric.Re
 // (job.OnResult): success, retry, dead, lease_lost, released.
 func Metrics(opts ...MetricsOption) job.Middleware {
 	meter := newMeter(opts)
-	handled, err := meter.Int64Counter(MetricHandled, metric.WithUnit("{job}"),
+	handled, err := meter.Int64Counter(metricHandled, metric.WithUnit("{job}"),
 		metric.WithDescription("Handling attempts settled by a worker, by outcome."))
 	handle(err)
-	duration, err := meter.Float64Histogram(MetricDuration, metric.WithUnit("s"),
+	duration, err := meter.Float64Histogram(metricDuration, metric.WithUnit("s"),
 		metric.WithDescription("Time from a handler's start to its return, per attempt."),
 		metric.WithExplicitBucketBoundaries(durationBuckets...))
 	handle(err)
-	lateness, err := meter.Float64Histogram(MetricLateness, metric.WithUnit("s"),
+	lateness, err := meter.Float64Histogram(metricLateness, metric.WithUnit("s"),
 		metric.WithDescription("Time from a job's ready time to its claim by a worker, per attempt."),
 		metric.WithExplicitBucketBoundaries(latenessBuckets...))
 	handle(err)
@@ -304,7 +304,7 @@ func (a *metricsAttempt) done(res job.Result, end time.Time) {
 // error.type), and the counter's sum is the jobs stored.
 func EnqueueMetrics(opts ...MetricsOption) job.EnqueueMiddleware {
 	meter := newMeter(opts)
-	enqueued, err := meter.Int64Counter(MetricEnqueued, metric.WithUnit("{message}"),
+	enqueued, err := meter.Int64Counter(metricEnqueued, metric.WithUnit("{message}"),
 		metric.WithDescription("Jobs stored by producers."))
 	handle(err)
 	sets := &labelSets{op: attrSend}
@@ -351,7 +351,7 @@ func ObserveQueues(r QueueStatsReader, queues []string, opts ...MetricsOption) (
 	}
 	queues = append([]string(nil), queues...)
 	cfg := newMetricsConfig(opts)
-	meter := cfg.mp.Meter(ScopeName)
+	meter := cfg.mp.Meter(scopeName)
 	gaugeOf := func(name, unit, desc string) metric.Int64ObservableGauge {
 		o := []metric.Int64ObservableGaugeOption{metric.WithDescription(desc)}
 		if unit != "" {
@@ -362,18 +362,18 @@ func ObserveQueues(r QueueStatsReader, queues []string, opts ...MetricsOption) (
 		return g
 	}
 	gauge := func(name, desc string) metric.Int64ObservableGauge { return gaugeOf(name, "{job}", desc) }
-	scheduled := gauge(MetricScheduled, "Jobs waiting in a queue, due or not.")
-	due := gauge(MetricDue, "Jobs of a queue whose ready time has come.")
-	processing := gauge(MetricProcessing, "Jobs of a queue leased to workers.")
-	dead := gauge(MetricDead, "Dead records of a queue.")
-	held := gauge(MetricHeld, "Due jobs of a queue's capped types held aside until a slot frees.")
-	parked := gauge(MetricParked, "Due jobs of a queue's paused types set aside until the type resumes.")
-	heldByRate := gauge(MetricHeldByRate, "Due jobs of a rate-limited type held until its next tokens.")
-	heldByCap := gauge(MetricHeldByCap, "Due jobs of a capped type held aside until a job of the type ends.")
-	heldByKey := gauge(MetricHeldByKey, "Due jobs held aside by per-key controls, over all keys.")
+	scheduled := gauge(metricScheduled, "Jobs waiting in a queue, due or not.")
+	due := gauge(metricDue, "Jobs of a queue whose ready time has come.")
+	processing := gauge(metricProcessing, "Jobs of a queue leased to workers.")
+	dead := gauge(metricDead, "Dead records of a queue.")
+	held := gauge(metricHeld, "Due jobs of a queue's capped types held aside until a slot frees.")
+	parked := gauge(metricParked, "Due jobs of a queue's paused types set aside until the type resumes.")
+	heldByRate := gauge(metricHeldByRate, "Due jobs of a rate-limited type held until its next tokens.")
+	heldByCap := gauge(metricHeldByCap, "Due jobs of a capped type held aside until a job of the type ends.")
+	heldByKey := gauge(metricHeldByKey, "Due jobs held aside by per-key controls, over all keys.")
 	// No unit: a "1" would become a _ratio suffix in Prometheus.
-	paused := gaugeOf(MetricPaused, "", "1 when the whole queue is paused, else 0.")
-	lag, err := meter.Float64ObservableGauge(MetricLag, metric.WithUnit("s"),
+	paused := gaugeOf(metricPaused, "", "1 when the whole queue is paused, else 0.")
+	lag, err := meter.Float64ObservableGauge(metricLag, metric.WithUnit("s"),
 		metric.WithDescription("How long the oldest due job of a queue has waited."))
 	handle(err)
 	counter := func(name, desc string) metric.Int64ObservableCounter {
@@ -381,12 +381,12 @@ func ObserveQueues(r QueueStatsReader, queues []string, opts ...MetricsOption) (
 		handle(err)
 		return c
 	}
-	trimmed := counter(MetricDeadTrimmed, "Dead records a queue's dead-letter store dropped, by its cap or by age.")
-	unarchived := counter(MetricDeadUnarchived, "Dead records trimmed that the workers' OnDeadTrimmed hook could not be handed for want of room.")
+	trimmed := counter(metricDeadTrimmed, "Dead records a queue's dead-letter store dropped, by its cap or by age.")
+	unarchived := counter(metricDeadUnarchived, "Dead records trimmed that the workers' OnDeadTrimmed hook could not be handed for want of room.")
 	instruments := []metric.Observable{scheduled, due, processing, dead, held, parked, heldByRate, heldByCap, heldByKey, paused, lag, trimmed, unarchived}
 	var procs metric.Int64ObservableGauge
 	if cfg.serving != nil {
-		procs = gaugeOf(MetricProcesses, "{process}", "Live processes serving a queue, from the process registry.")
+		procs = gaugeOf(metricProcesses, "{process}", "Live processes serving a queue, from the process registry.")
 		instruments = append(instruments, procs)
 	}
 	reg, err := meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
@@ -411,7 +411,7 @@ func ObserveQueues(r QueueStatsReader, queues []string, opts ...MetricsOption) (
 				errs = append(errs, fmt.Errorf("delayq queue metrics: %w", err))
 				continue
 			}
-			labels := metric.WithAttributeSet(attribute.NewSet(LabelQueue.String(q)))
+			labels := metric.WithAttributeSet(attribute.NewSet(labelQueue.String(q)))
 			o.ObserveInt64(scheduled, s.Scheduled, labels)
 			o.ObserveInt64(due, s.Due, labels)
 			o.ObserveInt64(processing, s.Processing, labels)
@@ -420,12 +420,12 @@ func ObserveQueues(r QueueStatsReader, queues []string, opts ...MetricsOption) (
 			o.ObserveInt64(parked, s.Parked, labels)
 			for t := range s.RateLimits {
 				if t != "" {
-					o.ObserveInt64(heldByRate, s.HeldByRate[t], metric.WithAttributeSet(attribute.NewSet(LabelQueue.String(q), LabelType.String(t))))
+					o.ObserveInt64(heldByRate, s.HeldByRate[t], metric.WithAttributeSet(attribute.NewSet(labelQueue.String(q), labelType.String(t))))
 				}
 			}
 			for t := range s.Caps {
 				if t != "" {
-					o.ObserveInt64(heldByCap, s.HeldByCap[t], metric.WithAttributeSet(attribute.NewSet(LabelQueue.String(q), LabelType.String(t))))
+					o.ObserveInt64(heldByCap, s.HeldByCap[t], metric.WithAttributeSet(attribute.NewSet(labelQueue.String(q), labelType.String(t))))
 				}
 			}
 			o.ObserveInt64(heldByKey, s.HeldByKey, labels)
@@ -435,8 +435,8 @@ func ObserveQueues(r QueueStatsReader, queues []string, opts ...MetricsOption) (
 			}
 			o.ObserveInt64(paused, p, labels)
 			o.ObserveFloat64(lag, s.Lateness().Seconds(), labels)
-			o.ObserveInt64(trimmed, s.DeadTrimmedCap, metric.WithAttributeSet(attribute.NewSet(LabelQueue.String(q), LabelReason.String(job.TrimCap))))
-			o.ObserveInt64(trimmed, s.DeadTrimmedAge, metric.WithAttributeSet(attribute.NewSet(LabelQueue.String(q), LabelReason.String(job.TrimAge))))
+			o.ObserveInt64(trimmed, s.DeadTrimmedCap, metric.WithAttributeSet(attribute.NewSet(labelQueue.String(q), labelReason.String(job.TrimCap))))
+			o.ObserveInt64(trimmed, s.DeadTrimmedAge, metric.WithAttributeSet(attribute.NewSet(labelQueue.String(q), labelReason.String(job.TrimAge))))
 			o.ObserveInt64(unarchived, s.DeadTrimmedUnarchived, labels)
 			if serving != nil {
 				o.ObserveInt64(procs, serving[q], labels)

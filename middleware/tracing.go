@@ -14,43 +14,32 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/delayq/delayq/internal/refusal"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
 )
 
-// ScopeName is the instrumentation scope of delayq's tracer and meter.
-const ScopeName = "github.com/delayq/delayq/middleware"
+// scopeName is the instrumentation scope of delayq's tracer and meter.
+const scopeName = "github.com/delayq/delayq/middleware"
 
-// System is the value of the messaging.system attribute.
-const System = "delayq"
+// systemName is the value of the messaging.system attribute.
+const systemName = "delayq"
 
 // Attribute keys of delayq's own span attributes (see docs/observability.md).
 const (
-	AttrJobType        = attribute.Key("delayq.job.type")
-	AttrAttempt        = attribute.Key("delayq.job.attempt")
-	AttrLatenessMS     = attribute.Key("delayq.job.lateness_ms")
-	AttrReadyAt        = attribute.Key("delayq.job.ready_at")
-	AttrOutcome        = attribute.Key("delayq.job.outcome")
-	AttrRetryDelayMS   = attribute.Key("delayq.retry.delay_ms")
-	AttrPermanentError = attribute.Key("delayq.error.permanent")
-	AttrLostReason     = attribute.Key("delayq.lease.lost_reason")
-	// AttrRefused is set on a producer span whose envelope was refused as
-	// its caller expected (ExpectRefusal), e.g. a periodic tick another
+	attrJobType        = attribute.Key("delayq.job.type")
+	attrAttempt        = attribute.Key("delayq.job.attempt")
+	attrLatenessMS     = attribute.Key("delayq.job.lateness_ms")
+	attrReadyAt        = attribute.Key("delayq.job.ready_at")
+	attrOutcome        = attribute.Key("delayq.job.outcome")
+	attrRetryDelayMS   = attribute.Key("delayq.retry.delay_ms")
+	attrPermanentError = attribute.Key("delayq.error.permanent")
+	attrLostReason     = attribute.Key("delayq.lease.lost_reason")
+	// attrRefused is set on a producer span whose envelope was refused as
+	// its caller expected, e.g. a periodic tick another
 	// scheduler enqueued first: the reason, with status Unset.
-	AttrRefused = attribute.Key("delayq.enqueue.refused")
+	attrRefused = attribute.Key("delayq.enqueue.refused")
 )
-
-type expectKey struct{}
-
-// ExpectRefusal returns ctx marked so that [EnqueueTracing] takes an
-// envelope refused with an error for which expected reports true as
-// expected: its span gets delayq.enqueue.refused with the reason instead
-// of an error status. The envelope is not stored all the same, and
-// [EnqueueMetrics] does not count it. The periodic scheduler marks its
-// ticks so: every replica enqueues every tick, all but one as duplicates.
-func ExpectRefusal(ctx context.Context, expected func(error) bool) context.Context {
-	return context.WithValue(ctx, expectKey{}, expected)
-}
 
 // InjectTrace writes the trace context of ctx's span into the headers of
 // each envelope (a copy of each map), as [EnqueueTracing] does for the
@@ -78,9 +67,9 @@ func InjectTrace(ctx context.Context, envs []*job.Envelope, opts ...TracingOptio
 	}
 }
 
-// EventDeadLettered is the name of the span event added when a job is moved
+// eventDeadLettered is the name of the span event added when a job is moved
 // to the dead-letter store.
-const EventDeadLettered = "delayq.dead_lettered"
+const eventDeadLettered = "delayq.dead_lettered"
 
 // TracingOption configures [Tracing] and [EnqueueTracing].
 type TracingOption func(*tracingConfig)
@@ -151,12 +140,13 @@ func newTracingConfig(opts []TracingOption) tracingConfig {
 // carry a trace context already (written by [InjectTrace], e.g. a batch
 // callback) is sent as a child of that one; any other starts a new trace.
 // A span whose envelope was not stored records the error with status
-// Error, unless ctx expects the refusal ([ExpectRefusal]).
+// Error, unless ctx expects the refusal (a periodic tick's duplicate, a
+// batch callback's repeat).
 //
 // The envelope's Headers map is replaced by a copy, never written in place.
 func EnqueueTracing(opts ...TracingOption) job.EnqueueMiddleware {
 	c := newTracingConfig(opts)
-	tracer := c.tp.Tracer(ScopeName)
+	tracer := c.tp.Tracer(scopeName)
 	return func(next job.Enqueuer) job.Enqueuer {
 		return job.EnqueuerFunc(func(ctx context.Context, envs ...*job.Envelope) error {
 			spans := make([]trace.Span, len(envs))
@@ -167,11 +157,11 @@ func EnqueueTracing(opts ...TracingOption) job.EnqueueMiddleware {
 				}
 				q := queueOf(env)
 				attrs := []attribute.KeyValue{
-					semconv.MessagingSystemKey.String(System),
+					semconv.MessagingSystemKey.String(systemName),
 					semconv.MessagingOperationName("send"),
 					semconv.MessagingOperationTypeSend,
 					semconv.MessagingDestinationName(q),
-					AttrJobType.String(env.Type),
+					attrJobType.String(env.Type),
 				}
 				if len(envs) > 1 {
 					attrs = append(attrs, semconv.MessagingBatchMessageCount(len(envs)))
@@ -193,7 +183,7 @@ func EnqueueTracing(opts ...TracingOption) job.EnqueueMiddleware {
 			}
 			err := next.Enqueue(ctx, envs...)
 			errOf := errorsOf(err, len(envs))
-			expected, _ := ctx.Value(expectKey{}).(func(error) bool)
+			expected := refusal.Expected(ctx)
 			for i, span := range spans {
 				if span == nil {
 					continue
@@ -203,14 +193,14 @@ func EnqueueTracing(opts ...TracingOption) job.EnqueueMiddleware {
 					span.SetAttributes(semconv.MessagingMessageID(env.ID))
 				}
 				if e := errOf(i); e != nil && expected != nil && expected(e) {
-					// Refused as the caller expects (ExpectRefusal): not
+					// Refused as the caller expects (internal/refusal): not
 					// stored, not an error.
-					span.SetAttributes(AttrRefused.String(statusText(e)))
+					span.SetAttributes(attrRefused.String(statusText(e)))
 				} else if e != nil {
 					span.RecordError(e)
 					span.SetStatus(codes.Error, statusText(e))
 				} else if !env.ReadyAt.IsZero() {
-					span.SetAttributes(AttrReadyAt.String(env.ReadyAt.UTC().Format(time.RFC3339Nano)))
+					span.SetAttributes(attrReadyAt.String(env.ReadyAt.UTC().Format(time.RFC3339Nano)))
 				}
 				span.End()
 			}
@@ -234,7 +224,7 @@ func EnqueueTracing(opts ...TracingOption) job.EnqueueMiddleware {
 // the event delayq.dead_lettered.
 func Tracing(opts ...TracingOption) job.Middleware {
 	c := newTracingConfig(opts)
-	ct := &consumerTracer{tracer: c.tp.Tracer(ScopeName), prop: c.prop, newRoot: c.newRoot,
+	ct := &consumerTracer{tracer: c.tp.Tracer(scopeName), prop: c.prop, newRoot: c.newRoot,
 		w3c: c.prop == propagation.TextMapPropagator(defaultPropagator)}
 	return func(next job.Handler) job.Handler {
 		return job.HandlerFunc(func(ctx context.Context, m *job.Message) error {
@@ -401,28 +391,28 @@ func (a *consumerAttempt) done(res job.Result, end time.Time) {
 		q = job.DefaultQueue
 	}
 	kvs := append(a.kvs[:0],
-		semconv.MessagingSystemKey.String(System),
+		semconv.MessagingSystemKey.String(systemName),
 		semconv.MessagingOperationName("process"),
 		semconv.MessagingOperationTypeProcess,
 		semconv.MessagingDestinationName(q),
 		semconv.MessagingMessageID(m.ID),
-		AttrJobType.String(m.Type),
-		AttrAttempt.Int(m.Attempt),
-		AttrLatenessMS.Int64(max(m.Lateness(), 0).Milliseconds()),
-		AttrOutcome.String(res.Outcome.String()),
+		attrJobType.String(m.Type),
+		attrAttempt.Int(m.Attempt),
+		attrLatenessMS.Int64(max(m.Lateness(), 0).Milliseconds()),
+		attrOutcome.String(res.Outcome.String()),
 	)
 	if res.Err != nil {
 		kvs = append(kvs, semconv.ErrorType(res.Err))
 		if retry.IsPermanent(res.Err) {
-			kvs = append(kvs, AttrPermanentError.Bool(true))
+			kvs = append(kvs, attrPermanentError.Bool(true))
 		}
 	}
 	switch res.Outcome {
 	case job.OutcomeRetry:
-		kvs = append(kvs, AttrRetryDelayMS.Int64(res.Delay.Milliseconds()))
+		kvs = append(kvs, attrRetryDelayMS.Int64(res.Delay.Milliseconds()))
 	case job.OutcomeLeaseLost:
 		if res.Lost != nil {
-			kvs = append(kvs, AttrLostReason.String(statusText(res.Lost)))
+			kvs = append(kvs, attrLostReason.String(statusText(res.Lost)))
 		}
 	}
 	span.SetAttributes(kvs...)
@@ -433,7 +423,7 @@ func (a *consumerAttempt) done(res job.Result, end time.Time) {
 		span.SetStatus(codes.Error, "lease lost: the job was or will be handled again")
 	}
 	if res.Outcome == job.OutcomeDead {
-		span.AddEvent(EventDeadLettered, trace.WithTimestamp(end))
+		span.AddEvent(eventDeadLettered, trace.WithTimestamp(end))
 	}
 	a.opts[0] = trace.WithTimestamp(end)
 	span.End(a.opts[:]...)

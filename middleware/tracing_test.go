@@ -18,6 +18,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/refusal"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/middleware"
 	"github.com/delayq/delayq/retry"
@@ -330,7 +331,7 @@ func TestMetricsWithoutSDKPassesThrough(t *testing.T) {
 	}
 }
 
-// TestEnqueueTracingExpectedRefusals: under ExpectRefusal, a refusal the
+// TestEnqueueTracingExpectedRefusals: under refusal.Expect, a refusal the
 // caller expects (a duplicate) leaves its span's status Unset and says why
 // in delayq.enqueue.refused; any other refusal is still an error. Without
 // a span in the context, an envelope whose headers carry a trace context
@@ -344,7 +345,7 @@ func TestEnqueueTracingExpectedRefusals(t *testing.T) {
 	if err := enq.Enqueue(tb.ctx, &job.Envelope{ID: "dup", Type: "t"}); err != nil {
 		t.Fatal(err)
 	}
-	ctx := middleware.ExpectRefusal(tb.ctx, func(err error) bool { return errors.Is(err, broker.ErrDuplicate) })
+	ctx := refusal.Expect(tb.ctx, func(err error) bool { return errors.Is(err, broker.ErrDuplicate) })
 	dup, bad := &job.Envelope{ID: "dup", Type: "t"}, &job.Envelope{ID: "bad", Type: "t", Queue: "no spaces"}
 	if err := enq.Enqueue(ctx, dup); !errors.Is(err, broker.ErrDuplicate) {
 		t.Fatalf("duplicate: %v", err)
@@ -365,7 +366,7 @@ func TestEnqueueTracingExpectedRefusals(t *testing.T) {
 		t.Errorf("expected duplicate: span %v", dupSpan)
 	}
 	if badSpan == nil || badSpan.Status().Code != codes.Error || attrs(badSpan)[middleware.AttrRefused].AsString() != "" {
-		t.Errorf("invalid envelope under ExpectRefusal: span %v, want status Error", badSpan)
+		t.Errorf("invalid envelope under refusal.Expect: span %v, want status Error", badSpan)
 	}
 
 	none := &job.Envelope{Type: "t"}

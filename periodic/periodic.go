@@ -18,8 +18,8 @@ import (
 	"github.com/delayq/delayq/fleet"
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/naming"
+	"github.com/delayq/delayq/internal/refusal"
 	"github.com/delayq/delayq/job"
-	"github.com/delayq/delayq/middleware"
 )
 
 // Headers a tick's job carries: the schedule's name and the tick's time
@@ -105,7 +105,7 @@ type Options struct {
 	// jobs of the ticks, the first outermost: each tick's job gets a
 	// producer span and is counted once stored. Every scheduler enqueues
 	// every tick and all but one are refused as duplicates
-	// (broker.ErrDuplicate): those are expected (middleware.ExpectRefusal),
+	// (broker.ErrDuplicate): those are expected (the producer middleware sees them so),
 	// not errors on their spans, and not counted. A nil entry is refused
 	// by New.
 	Enqueue []job.EnqueueMiddleware
@@ -873,7 +873,7 @@ func (s *Scheduler) enqueue(ctx context.Context, ticks []*tick) {
 		envs[i] = tk.env
 	}
 	// A duplicate is another scheduler's tick, or this one's again.
-	ctx = middleware.ExpectRefusal(ctx, isDuplicate)
+	ctx = refusal.Expect(ctx, isDuplicate)
 	err := s.enq.Enqueue(ctx, envs...)
 	var be *job.BatchError
 	switch {

@@ -55,7 +55,7 @@ func TestTickDuplicatesAreNotErrors(t *testing.T) {
 	var counted int64
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
-			if s, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == middleware.MetricEnqueued {
+			if s, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "messaging.client.sent.messages" {
 				for _, p := range s.DataPoints {
 					counted += p.Value
 				}
@@ -63,7 +63,7 @@ func TestTickDuplicatesAreNotErrors(t *testing.T) {
 		}
 	}
 	if counted != int64(len(handled)) {
-		t.Errorf("%s = %d, want the %d jobs stored", middleware.MetricEnqueued, counted, len(handled))
+		t.Errorf("%s = %d, want the %d jobs stored", "messaging.client.sent.messages", counted, len(handled))
 	}
 	refused := 0
 	for _, sp := range sr.Ended() {
@@ -71,7 +71,7 @@ func TestTickDuplicatesAreNotErrors(t *testing.T) {
 			t.Errorf("span %s: status %v %q, want Unset", sp.Name(), sp.Status().Code, sp.Status().Description)
 		}
 		for _, kv := range sp.Attributes() {
-			if kv.Key == middleware.AttrRefused {
+			if kv.Key == "delayq.enqueue.refused" {
 				refused++
 			}
 		}

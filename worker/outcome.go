@@ -12,6 +12,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/protocol"
+	"github.com/delayq/delayq/internal/refusal"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/middleware"
 	"github.com/delayq/delayq/retry"
@@ -248,12 +249,12 @@ func innermost(h job.Handler) job.Handler {
 // callbackCtx is ctx for the calls that may enqueue batch callbacks (a
 // member's ending, the sweep): with Options.Enqueue, the callbacks go through
 // it (broker.WithCallbackMiddleware), a repeat refused as a duplicate
-// expected (middleware.ExpectRefusal).
+// expected (internal/refusal).
 func (w *Worker) callbackCtx(ctx context.Context) context.Context {
 	if len(w.cfg.Enqueue) == 0 {
 		return ctx
 	}
-	ctx = middleware.ExpectRefusal(ctx, func(err error) bool { return errors.Is(err, broker.ErrDuplicate) })
+	ctx = refusal.Expect(ctx, func(err error) bool { return errors.Is(err, broker.ErrDuplicate) })
 	return broker.WithCallbackMiddleware(ctx, w.cfg.Enqueue...)
 }
 
