@@ -115,8 +115,8 @@ func (d Dialect) params(from, n int) string {
 	return b.String()
 }
 
-// DefaultTable is the outbox table's name when Options.Table is empty.
-const DefaultTable = "delayq_outbox"
+// defaultTable is the outbox table's name when Options.Table is empty.
+const defaultTable = "delayq_outbox"
 
 // maxTableLen leaves room for the index name's "_job_idx" within
 // PostgreSQL's 63-byte identifiers.

@@ -50,7 +50,7 @@ func New(db *sql.DB, d Dialect, opts Options) (*Outbox, error) {
 		return nil, invalid("no dialect: use outbox.Postgres() or outbox.SQLite()")
 	}
 	if opts.Table == "" {
-		opts.Table = DefaultTable
+		opts.Table = defaultTable
 	}
 	t, err := parseTable(opts.Table)
 	if err != nil {
@@ -74,9 +74,6 @@ func New(db *sql.DB, d Dialect, opts Options) (*Outbox, error) {
 
 // Table returns the outbox table's name.
 func (o *Outbox) Table() string { return o.t.full() }
-
-// Dialect returns the outbox's SQL dialect.
-func (o *Outbox) Dialect() Dialect { return o.d }
 
 // Schema returns the statements that create the outbox table and its index
 // if they do not exist, for migration tools of your own.

@@ -116,42 +116,43 @@ type RelayOptions struct {
 	ProcessTTL time.Duration
 }
 
-// Defaults of RelayOptions.
+// Defaults and limits of RelayOptions, stated in its field docs.
 const (
-	DefaultBatchSize    = 500
-	MaxBatchSize        = 10_000
-	DefaultPollInterval = time.Second
-	DefaultBatchTimeout = 5 * time.Second
-	DefaultMinBackoff   = 100 * time.Millisecond
-	DefaultMaxBackoff   = 10 * time.Second
-	DefaultReplayWindow = time.Hour
+	defaultBatchSize    = 500
+	maxBatchSize        = 10_000
+	defaultPollInterval = time.Second
+	defaultBatchTimeout = 5 * time.Second
+	defaultMinBackoff   = 100 * time.Millisecond
+	defaultMaxBackoff   = 10 * time.Second
+	defaultReplayWindow = time.Hour
 )
 
 // Metric names, after those of the middleware package. The gauges are
-// observed while Run runs; all carry the label table.
+// observed while Run runs; all carry the label table. docs/outbox.md lists
+// every name (TestNamesInDocs).
 const (
-	MetricLag     = "delayq.outbox.lag"     // gauge s: how long the oldest unrelayed row has waited
-	MetricPending = "delayq.outbox.pending" // gauge {row}: rows waiting for the relay
-	MetricFailed  = "delayq.outbox.failed"  // gauge {row}: rows marked failed, skipped by the relay
-	MetricRelayed = "delayq.outbox.relayed" // counter {row}: rows relayed and deleted; label outcome
+	metricLag     = "delayq.outbox.lag"     // gauge s: how long the oldest unrelayed row has waited
+	metricPending = "delayq.outbox.pending" // gauge {row}: rows waiting for the relay
+	metricFailed  = "delayq.outbox.failed"  // gauge {row}: rows marked failed, skipped by the relay
+	metricRelayed = "delayq.outbox.relayed" // counter {row}: rows relayed and deleted; label outcome
 )
 
-// Metric label keys and the outcomes of MetricRelayed.
+// Metric label keys and the outcomes of metricRelayed.
 const (
-	LabelTable   = attribute.Key("table")
-	LabelOutcome = attribute.Key("outcome")
+	labelTable   = attribute.Key("table")
+	labelOutcome = attribute.Key("outcome")
 
-	OutcomeEnqueued   = "enqueued"    // the job was stored in Redis
-	OutcomeDuplicate  = "duplicate"   // its id was pending in Redis already (a replay)
-	OutcomeCancelled  = "cancelled"   // a cancel removed the job from Redis
-	OutcomeNotFound   = "not_found"   // a cancel found no job
-	OutcomeInProgress = "in_progress" // a cancel found the job running: its worker was asked to stop
-	OutcomeFailed     = "failed"      // the row was marked failed
-	OutcomeExpired    = "expired"     // the job's expiry passed while it waited in the outbox: deleted, never enqueued
+	outcomeEnqueued   = "enqueued"    // the job was stored in Redis
+	outcomeDuplicate  = "duplicate"   // its id was pending in Redis already (a replay)
+	outcomeCancelled  = "cancelled"   // a cancel removed the job from Redis
+	outcomeNotFound   = "not_found"   // a cancel found no job
+	outcomeInProgress = "in_progress" // a cancel found the job running: its worker was asked to stop
+	outcomeFailed     = "failed"      // the row was marked failed
+	outcomeExpired    = "expired"     // the job's expiry passed while it waited in the outbox: deleted, never enqueued
 )
 
-// ScopeName is the instrumentation scope of the relay's meter.
-const ScopeName = "github.com/delayq/delayq/outbox"
+// scopeName is the instrumentation scope of the relay's meter.
+const scopeName = "github.com/delayq/delayq/outbox"
 
 // Relay moves committed outbox rows to Redis. Run it in one goroutine per
 // Relay; on PostgreSQL any number of relays (in as many processes) may run
@@ -180,18 +181,18 @@ func NewRelay(o *Outbox, b Broker, opts RelayOptions) (*Relay, error) {
 		return nil, invalid("nil Outbox")
 	case b == nil:
 		return nil, invalid("nil Broker")
-	case opts.BatchSize < 0 || opts.BatchSize > MaxBatchSize:
-		return nil, invalid("batch size %d is out of range [0, %d]", opts.BatchSize, MaxBatchSize)
+	case opts.BatchSize < 0 || opts.BatchSize > maxBatchSize:
+		return nil, invalid("batch size %d is out of range [0, %d]", opts.BatchSize, maxBatchSize)
 	case opts.PollInterval < 0, opts.BatchTimeout < 0, opts.MinBackoff < 0, opts.MaxBackoff < 0:
 		return nil, invalid("PollInterval %s, BatchTimeout %s, MinBackoff %s and MaxBackoff %s must not be negative",
 			opts.PollInterval, opts.BatchTimeout, opts.MinBackoff, opts.MaxBackoff)
 	}
-	opts.BatchSize = cmp.Or(opts.BatchSize, DefaultBatchSize)
-	opts.PollInterval = cmp.Or(opts.PollInterval, DefaultPollInterval)
-	opts.BatchTimeout = cmp.Or(opts.BatchTimeout, DefaultBatchTimeout)
-	opts.MinBackoff = cmp.Or(opts.MinBackoff, DefaultMinBackoff)
-	opts.MaxBackoff = cmp.Or(opts.MaxBackoff, DefaultMaxBackoff)
-	opts.ReplayWindow = cmp.Or(opts.ReplayWindow, DefaultReplayWindow)
+	opts.BatchSize = cmp.Or(opts.BatchSize, defaultBatchSize)
+	opts.PollInterval = cmp.Or(opts.PollInterval, defaultPollInterval)
+	opts.BatchTimeout = cmp.Or(opts.BatchTimeout, defaultBatchTimeout)
+	opts.MinBackoff = cmp.Or(opts.MinBackoff, defaultMinBackoff)
+	opts.MaxBackoff = cmp.Or(opts.MaxBackoff, defaultMaxBackoff)
+	opts.ReplayWindow = cmp.Or(opts.ReplayWindow, defaultReplayWindow)
 	if opts.ProcessTTL > 0 && opts.ProcessTTL < fleet.MinTTL {
 		return nil, invalid("ProcessTTL %s is below fleet.MinTTL %s (negative: not registered)", opts.ProcessTTL, fleet.MinTTL)
 	}
@@ -233,9 +234,6 @@ func (r *Relay) Notify() {
 	}
 }
 
-// Lag is [Outbox.Lag] of the relay's outbox.
-func (r *Relay) Lag(ctx context.Context) (Lag, error) { return r.o.Lag(ctx) }
-
 // RelayStats counts what one relay did since it was made. A row counts
 // once its deletion committed.
 type RelayStats struct {
@@ -256,9 +254,9 @@ type relayCounters struct {
 
 // byOutcome maps each row outcome to its counter.
 func (c *relayCounters) byOutcome() map[string]*atomic.Int64 {
-	return map[string]*atomic.Int64{OutcomeEnqueued: &c.enqueued, OutcomeDuplicate: &c.duplicates,
-		OutcomeCancelled: &c.cancelled, OutcomeNotFound: &c.notFound, OutcomeInProgress: &c.inProgress,
-		OutcomeFailed: &c.failed, OutcomeExpired: &c.expired}
+	return map[string]*atomic.Int64{outcomeEnqueued: &c.enqueued, outcomeDuplicate: &c.duplicates,
+		outcomeCancelled: &c.cancelled, outcomeNotFound: &c.notFound, outcomeInProgress: &c.inProgress,
+		outcomeFailed: &c.failed, outcomeExpired: &c.expired}
 }
 
 // Stats returns the relay's counters.
@@ -427,7 +425,7 @@ func (r *Relay) batch(ctx context.Context, m *relayMetrics) (batchResult, error)
 	for i := range rows {
 		w := &rows[i]
 		switch {
-		case w.outcome == OutcomeFailed:
+		case w.outcome == outcomeFailed:
 			msg := w.failure.Error()
 			if _, err := tx.ExecContext(txCtx, r.markFailed, msg, w.seq); err != nil {
 				return res, fmt.Errorf("outbox: relay %s: mark row %d failed: %w", r.o.t.full(), w.seq, err)
@@ -494,12 +492,12 @@ func (r *Relay) apply(ctx context.Context, rows []row) (redisFailed bool) {
 		switch w.op {
 		case "enqueue":
 			if !w.meta.Valid {
-				w.outcome, w.failure = OutcomeFailed, errors.New("enqueue row without an envelope")
+				w.outcome, w.failure = outcomeFailed, errors.New("enqueue row without an envelope")
 				continue
 			}
 			env, err := decodeEnvelope(w.meta.String, w.queue, w.id, w.payload)
 			if err != nil {
-				w.outcome, w.failure = OutcomeFailed, fmt.Errorf("envelope does not decode: %w", err)
+				w.outcome, w.failure = outcomeFailed, fmt.Errorf("envelope does not decode: %w", err)
 				continue
 			}
 			if w.wait.Valid && w.wait.Int64 > 0 {
@@ -511,7 +509,7 @@ func (r *Relay) apply(ctx context.Context, rows []row) (redisFailed bool) {
 			if err := job.ValidateExpiry(env, time.Now()); err != nil && !env.ExpireAt.IsZero() {
 				// It would never run: the broker refuses an expiry that
 				// is not after the ready time.
-				w.outcome = OutcomeExpired
+				w.outcome = outcomeExpired
 				r.log.Info().Str("table", r.o.t.full()).Str("queue", w.queue).Str("job_id", w.id).
 					Time("expired_at", env.ExpireAt).Msg("outbox relay: job expired while it waited in the outbox; not enqueued")
 				continue
@@ -522,20 +520,20 @@ func (r *Relay) apply(ctx context.Context, rows []row) (redisFailed bool) {
 			c, err := r.b.Cancel(ctx, w.queue, w.id)
 			switch {
 			case err == nil && c.Running:
-				w.outcome, w.cause = OutcomeInProgress, fmt.Errorf("outbox: cancel job %q in queue %q: %w: a worker runs it; it was asked to stop", w.id, w.queue, broker.ErrInProgress)
+				w.outcome, w.cause = outcomeInProgress, fmt.Errorf("outbox: cancel job %q in queue %q: %w: a worker runs it; it was asked to stop", w.id, w.queue, broker.ErrInProgress)
 			case err == nil:
-				w.outcome = OutcomeCancelled
+				w.outcome = outcomeCancelled
 			case errors.Is(err, broker.ErrNotFound):
-				w.outcome, w.cause = OutcomeNotFound, err
+				w.outcome, w.cause = outcomeNotFound, err
 			case errors.Is(err, broker.ErrInProgress):
-				w.outcome, w.cause = OutcomeInProgress, err
+				w.outcome, w.cause = outcomeInProgress, err
 			case errors.Is(err, job.ErrInvalid):
-				w.outcome, w.failure = OutcomeFailed, err
+				w.outcome, w.failure = outcomeFailed, err
 			default:
 				w.cause, redisFailed = err, true
 			}
 		default:
-			w.outcome, w.failure = OutcomeFailed, fmt.Errorf("unknown op %q", w.op)
+			w.outcome, w.failure = outcomeFailed, fmt.Errorf("unknown op %q", w.op)
 		}
 	}
 	if len(envs) == 0 {
@@ -546,7 +544,7 @@ func (r *Relay) apply(ctx context.Context, rows []row) (redisFailed bool) {
 	switch {
 	case err == nil:
 		for _, i := range idx {
-			rows[i].outcome = OutcomeEnqueued
+			rows[i].outcome = outcomeEnqueued
 		}
 	case len(envs) > 1 && errors.As(err, &be) && len(be.Errs) == len(envs):
 		for j, i := range idx {
@@ -574,11 +572,11 @@ func (r *Relay) apply(ctx context.Context, rows []row) (redisFailed bool) {
 func (r *Relay) enqueued(w *row, err error) (redisFailed bool) {
 	switch {
 	case err == nil:
-		w.outcome = OutcomeEnqueued
+		w.outcome = outcomeEnqueued
 	case errors.Is(err, broker.ErrDuplicate):
-		w.outcome = OutcomeDuplicate
+		w.outcome = outcomeDuplicate
 	case errors.Is(err, job.ErrInvalid):
-		w.outcome, w.failure = OutcomeFailed, err
+		w.outcome, w.failure = outcomeFailed, err
 	default:
 		w.cause = err
 		return true
@@ -601,7 +599,7 @@ func (r *Relay) count(rows []row, m *relayMetrics) {
 		if n := counters[w.outcome]; n != nil {
 			n.Add(1)
 		}
-		if w.op == "cancel" && w.outcome != OutcomeFailed && r.opts.OnCancel != nil {
+		if w.op == "cancel" && w.outcome != outcomeFailed && r.opts.OnCancel != nil {
 			r.opts.OnCancel(w.queue, w.id, w.cause)
 		}
 	}
@@ -610,7 +608,7 @@ func (r *Relay) count(rows []row, m *relayMetrics) {
 	}
 	for outcome, n := range byOutcome {
 		m.relayed.Add(context.Background(), n, metric.WithAttributeSet(attribute.NewSet(
-			LabelTable.String(r.o.t.full()), LabelOutcome.String(outcome))))
+			labelTable.String(r.o.t.full()), labelOutcome.String(outcome))))
 	}
 }
 
@@ -626,16 +624,16 @@ func (r *Relay) instruments() (*relayMetrics, func() error) {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
-	meter := mp.Meter(ScopeName)
+	meter := mp.Meter(scopeName)
 	handle := func(err error) {
 		if err != nil {
 			otel.Handle(err)
 		}
 	}
-	relayed, err := meter.Int64Counter(MetricRelayed, metric.WithUnit("{row}"),
+	relayed, err := meter.Int64Counter(metricRelayed, metric.WithUnit("{row}"),
 		metric.WithDescription("Outbox rows relayed to Redis and deleted, by outcome."))
 	handle(err)
-	lag, err := meter.Float64ObservableGauge(MetricLag, metric.WithUnit("s"),
+	lag, err := meter.Float64ObservableGauge(metricLag, metric.WithUnit("s"),
 		metric.WithDescription("How long the oldest outbox row not yet relayed has waited."))
 	handle(err)
 	rows := func(name, description string) metric.Int64ObservableGauge {
@@ -643,9 +641,9 @@ func (r *Relay) instruments() (*relayMetrics, func() error) {
 		handle(err)
 		return g
 	}
-	pending := rows(MetricPending, "Outbox rows waiting for the relay.")
-	failed := rows(MetricFailed, "Outbox rows the relay could not relay, marked failed.")
-	labels := metric.WithAttributeSet(attribute.NewSet(LabelTable.String(r.o.t.full())))
+	pending := rows(metricPending, "Outbox rows waiting for the relay.")
+	failed := rows(metricFailed, "Outbox rows the relay could not relay, marked failed.")
+	labels := metric.WithAttributeSet(attribute.NewSet(labelTable.String(r.o.t.full())))
 	reg, err := meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		l, err := r.o.Lag(ctx)
 		if err != nil {

@@ -36,19 +36,19 @@ type RelayStatus struct {
 	// database names, hosts, addresses, ports, socket paths, connection
 	// strings) are replaced by xxxxx; the relay's log has the whole error.
 	Error string
-	// Stale: the relay has not recorded for StaleIntervals intervals. It
+	// Stale: the relay has not recorded for 3 of its intervals. It
 	// was killed, or cannot reach Redis (or a record that does not decode:
 	// Error says so). Lag and Pending are then as old as Seen.
 	Stale bool
 }
 
-// StaleIntervals is how many of its status intervals a relay may go
-// without recording before [Relays] reports it Stale.
-const StaleIntervals = 3
+// staleIntervals is how many of its status intervals a relay may go
+// without recording before Relays reports it Stale.
+const staleIntervals = 3
 
-// DefaultStatusInterval is how often a relay records its status when
+// defaultStatusInterval is how often a relay records its status when
 // RelayOptions.StatusInterval is 0.
-const DefaultStatusInterval = 2 * time.Second
+const defaultStatusInterval = 2 * time.Second
 
 // forgetAfter: a relay records no status for this long (it was killed, or
 // renamed) is removed by the next relay of the namespace that starts.
@@ -137,7 +137,7 @@ func parseStatus(name, raw string, now time.Time) RelayStatus {
 		Interval: time.Duration(rec.IntervalMS) * time.Millisecond,
 		Error:    rec.Error,
 	}
-	s.Stale = now.Sub(s.Seen) > StaleIntervals*s.Interval
+	s.Stale = now.Sub(s.Seen) > staleIntervals*s.Interval
 	return s
 }
 
@@ -283,7 +283,7 @@ func statusFor(b Broker, interval time.Duration) status {
 		return status{}
 	}
 	if interval == 0 {
-		interval = DefaultStatusInterval
+		interval = defaultStatusInterval
 	}
 	return status{store: store, key: keyspace.OutboxRelaysKey(store.Namespace()), interval: interval}
 }

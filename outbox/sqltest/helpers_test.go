@@ -28,6 +28,7 @@ var dialects = []string{"postgres", "sqlite"}
 type testBundle struct {
 	ctx     context.Context
 	dialect string
+	d       outbox.Dialect // the one dialect names
 	db      *sql.DB
 	ob      *outbox.Outbox
 	b       *broker.Broker
@@ -71,7 +72,7 @@ func sqliteDSN(path string) string {
 func setup(t testing.TB, d string) *testBundle {
 	t.Helper()
 	db, dialect := openDB(t, d)
-	tb := &testBundle{ctx: context.Background(), dialect: d, db: db}
+	tb := &testBundle{ctx: context.Background(), dialect: d, d: dialect, db: db}
 	ob, err := outbox.New(db, dialect, outbox.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -295,7 +295,7 @@ func TestNewRefusesBadOptions(t *testing.T) {
 	}{
 		{"nil outbox", nil, b, outbox.RelayOptions{}, "nil Outbox"},
 		{"nil broker", ob, nil, outbox.RelayOptions{}, "nil Broker"},
-		{"batch too large", ob, b, outbox.RelayOptions{BatchSize: outbox.MaxBatchSize + 1}, "batch size"},
+		{"batch too large", ob, b, outbox.RelayOptions{BatchSize: 10_001}, "batch size"},
 		{"negative poll", ob, b, outbox.RelayOptions{PollInterval: -1}, "must not be negative"},
 		{"backoff upside down", ob, b, outbox.RelayOptions{MinBackoff: time.Second, MaxBackoff: time.Millisecond}, "MaxBackoff"},
 	} {
@@ -321,7 +321,7 @@ func TestMigrateAndTableName(t *testing.T) {
 			}
 			table = "jobs.app_jobs"
 		}
-		ob, err := outbox.New(tb.db, tb.ob.Dialect(), outbox.Options{Table: table})
+		ob, err := outbox.New(tb.db, tb.d, outbox.Options{Table: table})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -32,25 +32,25 @@ func gauges(t *testing.T, reader *sdkmetric.ManualReader) (lag float64, pending,
 		for _, m := range sm.Metrics {
 			switch d := m.Data.(type) {
 			case metricdata.Gauge[float64]:
-				if m.Name == outbox.MetricLag && len(d.DataPoints) == 1 {
+				if m.Name == "delayq.outbox.lag" && len(d.DataPoints) == 1 {
 					lag = d.DataPoints[0].Value
-					if v, _ := d.DataPoints[0].Attributes.Value(outbox.LabelTable); v.AsString() != outbox.DefaultTable {
+					if v, _ := d.DataPoints[0].Attributes.Value("table"); v.AsString() != "delayq_outbox" {
 						t.Errorf("%s labelled table=%q", m.Name, v.AsString())
 					}
 				}
 			case metricdata.Gauge[int64]:
 				for _, p := range d.DataPoints {
 					switch m.Name {
-					case outbox.MetricPending:
+					case "delayq.outbox.pending":
 						pending = p.Value
-					case outbox.MetricFailed:
+					case "delayq.outbox.failed":
 						failed = p.Value
 					}
 				}
 			case metricdata.Sum[int64]:
-				if m.Name == outbox.MetricRelayed {
+				if m.Name == "delayq.outbox.relayed" {
 					for _, p := range d.DataPoints {
-						v, _ := p.Attributes.Value(outbox.LabelOutcome)
+						v, _ := p.Attributes.Value("outcome")
 						relayed[v.AsString()] += p.Value
 					}
 				}
@@ -109,7 +109,7 @@ func TestRedisDownRowsWait(t *testing.T) {
 			}
 		}
 		lag, pending, failed, relayed := gauges(t, reader)
-		if pending != 0 || failed != 0 || lag != 0 || relayed[outbox.OutcomeEnqueued] != n || len(relayed) != 1 {
+		if pending != 0 || failed != 0 || lag != 0 || relayed["enqueued"] != n || len(relayed) != 1 {
 			t.Errorf("gauges after recovery: lag %.3f, pending %d, failed %d, relayed %v", lag, pending, failed, relayed)
 		}
 		stop()
