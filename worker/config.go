@@ -103,9 +103,8 @@ type Options struct {
 	// nothing before this worker unlists it (broker.Broker.ForgetIdle):
 	// stats, the CLI, the dashboard and the metrics stop listing it, and
 	// its next use lists it again. The worker looks when it starts (after
-	// listing its own queues again), then every hour. Default 7 days
-	// (DefaultForgetIdleQueues); at least broker.MinForgetIdle; negative:
-	// never.
+	// listing its own queues again), then every hour. Default 7 days;
+	// at least broker.MinForgetIdle; negative: never.
 	ForgetIdleQueues time.Duration
 	// MaxIdle is the longest the worker sleeps without claiming when it
 	// knows of no due job: a safety net for lost wake-up notices. Default 5s.
@@ -212,16 +211,16 @@ type ServiceFunc func(ctx context.Context) error
 // Run calls f(ctx).
 func (f ServiceFunc) Run(ctx context.Context) error { return f(ctx) }
 
-// Defaults of Options.
+// Defaults of Options, stated in its field docs.
 const (
-	DefaultConcurrency     = 10
-	DefaultLease           = 30 * time.Second
-	DefaultMaxIdle         = 5 * time.Second
-	DefaultShutdownTimeout = 10 * time.Second
-	// DefaultForgetIdleQueues is Options.ForgetIdleQueues's default.
-	DefaultForgetIdleQueues = 7 * 24 * time.Hour
-	// DefaultDeadTrimmedBuffer is Options.DeadTrimmedBuffer's default.
-	DefaultDeadTrimmedBuffer = 1000
+	defaultConcurrency     = 10
+	defaultLease           = 30 * time.Second
+	defaultMaxIdle         = 5 * time.Second
+	defaultShutdownTimeout = 10 * time.Second
+	// defaultForgetIdleQueues is Options.ForgetIdleQueues's default.
+	defaultForgetIdleQueues = 7 * 24 * time.Hour
+	// defaultDeadTrimmedBuffer is Options.DeadTrimmedBuffer's default.
+	defaultDeadTrimmedBuffer = 1000
 	maxBatch                 = 100
 	// maxPrefetch bounds the adaptive prefetch (Options.Prefetch 0): one
 	// claim's batch.
@@ -301,16 +300,16 @@ func (c Options) withDefaults() (Options, error) {
 		return c, fmt.Errorf("worker: DeadTrimmedBuffer %d is negative", c.DeadTrimmedBuffer)
 	}
 	if c.DeadTrimmedBuffer == 0 {
-		c.DeadTrimmedBuffer = DefaultDeadTrimmedBuffer
+		c.DeadTrimmedBuffer = defaultDeadTrimmedBuffer
 	}
 	if c.Concurrency == 0 {
-		c.Concurrency = DefaultConcurrency
+		c.Concurrency = defaultConcurrency
 	}
 	if c.BatchSize == 0 {
 		c.BatchSize = min(c.Concurrency+c.mostAhead(), maxBatch)
 	}
 	if c.Lease == 0 {
-		c.Lease = DefaultLease
+		c.Lease = defaultLease
 	}
 	if c.Lease < 10*time.Millisecond {
 		return c, fmt.Errorf("worker: Lease %s is below 10ms", c.Lease)
@@ -323,7 +322,7 @@ func (c Options) withDefaults() (Options, error) {
 	}
 	switch {
 	case c.ForgetIdleQueues == 0:
-		c.ForgetIdleQueues = DefaultForgetIdleQueues
+		c.ForgetIdleQueues = defaultForgetIdleQueues
 	case c.ForgetIdleQueues > 0 && c.ForgetIdleQueues < broker.MinForgetIdle:
 		return c, fmt.Errorf("worker: %w: Options.ForgetIdleQueues %s is below %s (negative: never)", job.ErrInvalid, c.ForgetIdleQueues, broker.MinForgetIdle)
 	}
@@ -331,10 +330,10 @@ func (c Options) withDefaults() (Options, error) {
 		c.ReapInterval = c.Lease / 3
 	}
 	if c.MaxIdle == 0 {
-		c.MaxIdle = DefaultMaxIdle
+		c.MaxIdle = defaultMaxIdle
 	}
 	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = DefaultShutdownTimeout
+		c.ShutdownTimeout = defaultShutdownTimeout
 	}
 	if c.Retry == nil {
 		c.Retry = retry.Default()
