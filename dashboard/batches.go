@@ -124,10 +124,10 @@ func (d *Dashboard) batch(w http.ResponseWriter, r *http.Request) {
 	d.render(w, r, http.StatusOK, "batch", &view{Title: "Batch " + id, Nav: "batches", Live: true, Now: now, Data: batchRow{s}})
 }
 
-// BatchDeadScan is how many dead records, newest first and only those that
+// batchDeadScan is how many dead records, newest first and only those that
 // died since the batch was created, one page of a batch's dead members
 // reads at most; the page offers to continue with older ones.
-const BatchDeadScan = deadletter.MaxLimit
+const batchDeadScan = deadletter.MaxLimit
 
 type batchDeadData struct {
 	Batch   batchRow
@@ -139,7 +139,7 @@ type batchDeadData struct {
 
 // batchDead lists the batch's members that ended dead: the dead-letter
 // store (every queue) read newest first back to the batch's creation, at
-// most BatchDeadScan records a page, keeping the records of its members.
+// most batchDeadScan records a page, keeping the records of its members.
 func (d *Dashboard) batchDead(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	s := d.readBatch(w, r)
@@ -154,7 +154,7 @@ func (d *Dashboard) batchDead(w http.ResponseWriter, r *http.Request) {
 		// or skipped here, and the page's cursor is exact.
 		page, err := d.dl.List(ctx, "", deadletter.ListOptions{
 			Filter: deadletter.Filter{DiedAfter: s.CreatedAt.Truncate(time.Millisecond)},
-			Cursor: data.Cursor, Limit: BatchDeadScan, MaxScan: BatchDeadScan,
+			Cursor: data.Cursor, Limit: batchDeadScan, MaxScan: batchDeadScan,
 		})
 		switch {
 		case errors.Is(err, broker.ErrBadCursor):

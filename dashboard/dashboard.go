@@ -84,9 +84,9 @@ type Options struct {
 	Logger *zerolog.Logger
 }
 
-// DefaultRefreshInterval is the auto-refresh period when
+// defaultRefreshInterval is the auto-refresh period when
 // Options.RefreshInterval is 0.
-const DefaultRefreshInterval = 5 * time.Second
+const defaultRefreshInterval = 5 * time.Second
 
 // Dashboard is an http.Handler that serves the web UI of one broker's
 // namespace. Build one with New.
@@ -110,8 +110,8 @@ type Dashboard struct {
 	refusedHosts  rateLimited
 }
 
-// MinCSRFSecret is the shortest Options.CSRFSecret New accepts.
-const MinCSRFSecret = 32
+// minCSRFSecret is the shortest Options.CSRFSecret New accepts.
+const minCSRFSecret = 32
 
 var _ http.Handler = (*Dashboard)(nil)
 
@@ -131,7 +131,7 @@ func New(b *broker.Broker, opts Options) (*Dashboard, error) {
 		return nil, errors.New("dashboard: BasicAuthUser must not contain ':'")
 	}
 	if opts.RefreshInterval == 0 {
-		opts.RefreshInterval = DefaultRefreshInterval
+		opts.RefreshInterval = defaultRefreshInterval
 	}
 	if opts.RefreshInterval > 0 && opts.RefreshInterval < time.Second {
 		return nil, fmt.Errorf("dashboard: RefreshInterval %s is below 1s", opts.RefreshInterval)
@@ -140,8 +140,8 @@ func New(b *broker.Broker, opts Options) (*Dashboard, error) {
 	if opts.Logger != nil {
 		d.log = *opts.Logger
 	}
-	if opts.CSRFSecret != nil && len(opts.CSRFSecret) < MinCSRFSecret {
-		return nil, fmt.Errorf("dashboard: CSRFSecret is %d bytes; it needs at least %d random bytes", len(opts.CSRFSecret), MinCSRFSecret)
+	if opts.CSRFSecret != nil && len(opts.CSRFSecret) < minCSRFSecret {
+		return nil, fmt.Errorf("dashboard: CSRFSecret is %d bytes; it needs at least %d random bytes", len(opts.CSRFSecret), minCSRFSecret)
 	}
 	if opts.DeadMaxScan < 0 {
 		return nil, fmt.Errorf("dashboard: DeadMaxScan %d is negative; 0 means the default", opts.DeadMaxScan)

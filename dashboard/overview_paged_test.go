@@ -15,8 +15,11 @@ import (
 	"github.com/delayq/delayq/job"
 )
 
+// queuesPerPage is how many queues one overview page shows (docs/dashboard.md).
+const queuesPerPage = 100
+
 // TestOverviewPaged: with more queues than a page holds, the overview
-// shows QueuesPerPage of them in name order with links to the other pages,
+// shows queuesPerPage of them in name order with links to the other pages,
 // says that its counts are the page's, and finds queues by part of their
 // name; bad page numbers are refused.
 func TestOverviewPaged(t *testing.T) {
@@ -33,8 +36,8 @@ func TestOverviewPaged(t *testing.T) {
 	tb.enqueue(t, "q-0150", "a", "t", `{}`, time.Hour)
 	r := tb.get(t, "/")
 	wantStatus(t, "overview", r, http.StatusOK)
-	if rows := strings.Count(r.body, `<tr id="queue-`); rows != dashboard.QueuesPerPage {
-		t.Fatalf("page 1 has %d queues, want %d", rows, dashboard.QueuesPerPage)
+	if rows := strings.Count(r.body, `<tr id="queue-`); rows != queuesPerPage {
+		t.Fatalf("page 1 has %d queues, want %d", rows, queuesPerPage)
 	}
 	mustContain(t, "page 1", r.body, `<tr id="queue-q-0000">`, `<tr id="queue-q-0099">`, "250 queues; page 1 of 3", `href="/?q=&amp;page=2" rel="next"`)
 	mustNotContain(t, "page 1", r.body, `<tr id="queue-q-0100">`, `rel="prev"`)

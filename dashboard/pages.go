@@ -64,10 +64,10 @@ func (d *Dashboard) knownQueues(r *http.Request) ([]string, []job.QueueStats, er
 	return names, stats, nil
 }
 
-// QueuesPerPage is how many queues one page of the overview shows: its
+// queuesPerPage is how many queues one page of the overview shows: its
 // cost (stats, history and bytes) is that of its page, however many queues
 // the namespace has.
-const QueuesPerPage = 100
+const queuesPerPage = 100
 
 // maxSearch bounds the overview's search text.
 const maxSearch = 200
@@ -102,7 +102,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 	}
 	slices.Sort(names)
 	data := &overviewData{Search: search, Matched: int64(len(names)), All: int64(count), Page: page}
-	data.Pages = max((len(names)+QueuesPerPage-1)/QueuesPerPage, 1)
+	data.Pages = max((len(names)+queuesPerPage-1)/queuesPerPage, 1)
 	data.Paged = search != "" || data.Pages > 1
 	if page > 1 {
 		data.PrevPage = min(page-1, data.Pages)
@@ -110,8 +110,8 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 	if page < data.Pages {
 		data.NextPage = page + 1
 	}
-	lo := min((page-1)*QueuesPerPage, len(names))
-	names = names[lo:min(lo+QueuesPerPage, len(names))]
+	lo := min((page-1)*queuesPerPage, len(names))
+	names = names[lo:min(lo+queuesPerPage, len(names))]
 	var stats []job.QueueStats
 	if len(names) > 0 { // StatsOf of no queue named reads every one
 		var err error

@@ -139,7 +139,7 @@ func TestLatenessGaps(t *testing.T) {
 
 func TestCheckAddr(t *testing.T) {
 	t.Parallel()
-	const long = "0123456789abcdef" // MinRemoteSecret bytes
+	const long = "0123456789abcdef" // minRemoteSecret bytes
 	with := func(o Options) *Dashboard {
 		d := &Dashboard{opts: o}
 		if o.BearerToken != "" || o.BasicAuthUser != "" {

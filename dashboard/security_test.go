@@ -341,7 +341,7 @@ func TestCSRFPlantedCookieWithAMoreSpecificPath(t *testing.T) {
 // Replicas that share Options.CSRFSecret accept each other's forms.
 func TestCSRFSecretShared(t *testing.T) {
 	t.Parallel()
-	secret := bytes.Repeat([]byte{7}, dashboard.MinCSRFSecret)
+	secret := bytes.Repeat([]byte{7}, 32)
 	a := setup(t, dashboard.Options{CSRFSecret: secret})
 	a.kill(t, "q", "t", `{}`, map[string]string{"x": "boom"})
 	b := &testBundle{ctx: a.ctx, b: a.b, rdb: a.rdb, ns: a.ns}

@@ -11,8 +11,9 @@ import (
 	"time"
 )
 
-// DefaultAddr is where Serve listens when given no address: loopback only.
-const DefaultAddr = "127.0.0.1:8080"
+// defaultAddr is where Serve listens when given no address: loopback only
+// (the CLI's --addr default too).
+const defaultAddr = "127.0.0.1:8080"
 
 // ServeOptions configure Serve.
 type ServeOptions struct {
@@ -43,18 +44,18 @@ type ServeOptions struct {
 var ErrNotLoopback = errors.New("dashboard: address is not loopback")
 
 // ErrWeakCredentials is wrapped by Serve when remote access is allowed but a
-// bearer token or basic-auth password is shorter than MinRemoteSecret.
+// bearer token or basic-auth password is shorter than 16 bytes.
 var ErrWeakCredentials = errors.New("dashboard: credentials too short for remote access")
 
-// MinRemoteSecret is the fewest bytes a bearer token or basic-auth password
+// minRemoteSecret is the fewest bytes a bearer token or basic-auth password
 // must have for Serve to listen on a non-loopback address.
-const MinRemoteSecret = 16
+const minRemoteSecret = 16
 
-// Serve serves d on addr ("" means DefaultAddr) until ctx is done, then shuts
+// Serve serves d on addr ("" means "127.0.0.1:8080") until ctx is done, then shuts
 // down gracefully and returns nil. It refuses, before listening, an address
 // that is not loopback unless opts.AllowRemote is set and the dashboard
 // requires authentication (the error wraps ErrNotLoopback) with secrets of
-// at least MinRemoteSecret bytes (ErrWeakCredentials). On a non-loopback
+// at least 16 bytes (ErrWeakCredentials). On a non-loopback
 // address, requests may also name the address they reached (or the host
 // name addr gives) in their Host header, besides loopback names and
 // Options.AllowedHosts.
@@ -63,7 +64,7 @@ func Serve(ctx context.Context, addr string, d *Dashboard, opts ServeOptions) er
 		return errors.New("dashboard: Serve: nil dashboard")
 	}
 	if addr == "" {
-		addr = DefaultAddr
+		addr = defaultAddr
 	}
 	host, err := checkAddr(addr, opts.AllowRemote, d)
 	if err != nil {
@@ -143,10 +144,10 @@ func checkAddr(addr string, allowRemote bool, d *Dashboard) (string, error) {
 		return "", fmt.Errorf("%w: %q would accept connections from other machines; use 127.0.0.1, or allow remote access and set a token or basic auth", ErrNotLoopback, addr)
 	case len(d.admitted) == 0:
 		return "", fmt.Errorf("%w: %q is open to other machines but no token or basic auth is set", ErrNotLoopback, addr)
-	case d.opts.BearerToken != "" && len(d.opts.BearerToken) < MinRemoteSecret:
-		return "", fmt.Errorf("%w: the bearer token has %d bytes; remote access needs at least %d (e.g. 32 random bytes, base64)", ErrWeakCredentials, len(d.opts.BearerToken), MinRemoteSecret)
-	case d.opts.BasicAuthPassword != "" && len(d.opts.BasicAuthPassword) < MinRemoteSecret:
-		return "", fmt.Errorf("%w: the basic-auth password has %d bytes; remote access needs at least %d", ErrWeakCredentials, len(d.opts.BasicAuthPassword), MinRemoteSecret)
+	case d.opts.BearerToken != "" && len(d.opts.BearerToken) < minRemoteSecret:
+		return "", fmt.Errorf("%w: the bearer token has %d bytes; remote access needs at least %d (e.g. 32 random bytes, base64)", ErrWeakCredentials, len(d.opts.BearerToken), minRemoteSecret)
+	case d.opts.BasicAuthPassword != "" && len(d.opts.BasicAuthPassword) < minRemoteSecret:
+		return "", fmt.Errorf("%w: the basic-auth password has %d bytes; remote access needs at least %d", ErrWeakCredentials, len(d.opts.BasicAuthPassword), minRemoteSecret)
 	}
 	return host, nil
 }

@@ -55,6 +55,9 @@ func chromiumPath(t *testing.T) string {
 
 // rebindHost is the attacker's domain of the DNS-rebinding case: Chromium
 // resolves it to 127.0.0.1, as a rebound DNS answer would.
+// refreshInterval is the dashboard's default auto-refresh period (Options.RefreshInterval).
+const refreshInterval = 5 * time.Second
+
 const rebindHost = "evil.example"
 
 // browser starts headless Chromium with a fresh profile and returns a tab's
@@ -321,7 +324,7 @@ func TestBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := itoa(seeded.Scheduled + 1)
-	deadline := time.Now().Add(3 * dashboard.DefaultRefreshInterval)
+	deadline := time.Now().Add(3 * refreshInterval)
 	// Read in one script: the refresh may swap the element between a
 	// query for the node and a read of its text.
 	scheduled := func() string {
@@ -329,7 +332,7 @@ func TestBrowser(t *testing.T) {
 	}
 	for scheduled() != want {
 		if time.Now().After(deadline) {
-			t.Fatalf("#total-scheduled still shows %s, not %s, after %v of auto-refresh", scheduled(), want, 3*dashboard.DefaultRefreshInterval)
+			t.Fatalf("#total-scheduled still shows %s, not %s, after %v of auto-refresh", scheduled(), want, 3*refreshInterval)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -423,7 +426,7 @@ func heldBack(t *testing.T, ctx context.Context, b *broker.Broker, base string) 
 		chromedp.Navigate(base+"/processes"),
 		chromedp.WaitVisible(chromedp.ID("processes")),
 	)
-	for deadline := time.Now().Add(4 * dashboard.DefaultRefreshInterval); ; time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(4 * refreshInterval); ; time.Sleep(100 * time.Millisecond) {
 		rows := eval[[]string](t, ctx, `Array.from(document.querySelectorAll('#processes tr[data-role="worker"]')).map(r => r.innerText)`)
 		var emails, sms bool
 		for _, r := range rows {
@@ -490,7 +493,7 @@ func heldBack(t *testing.T, ctx context.Context, b *broker.Broker, base string) 
 	held := func() string {
 		return strings.TrimSpace(eval[string](t, ctx, `(document.getElementById('q-held') || {}).innerText || ''`))
 	}
-	for deadline := time.Now().Add(4 * dashboard.DefaultRefreshInterval); held() != "5"; time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(4 * refreshInterval); held() != "5"; time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("#q-held shows %q, not 5; the page shows:\n%s", held(), eval[string](t, ctx, `document.querySelector('main').innerText`))
 		}
@@ -540,9 +543,9 @@ func finishedJob(t *testing.T, ctx context.Context, b *broker.Broker, base strin
 	)
 	waitFor := func(what, js string) {
 		t.Helper()
-		for deadline := time.Now().Add(4 * dashboard.DefaultRefreshInterval); !eval[bool](t, ctx, js); time.Sleep(100 * time.Millisecond) {
+		for deadline := time.Now().Add(4 * refreshInterval); !eval[bool](t, ctx, js); time.Sleep(100 * time.Millisecond) {
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within %v; the page shows:\n%s", what, 4*dashboard.DefaultRefreshInterval, eval[string](t, ctx, `document.querySelector('main').innerText`))
+				t.Fatalf("%s: not within %v; the page shows:\n%s", what, 4*refreshInterval, eval[string](t, ctx, `document.querySelector('main').innerText`))
 			}
 		}
 	}
@@ -575,7 +578,7 @@ func finishedJob(t *testing.T, ctx context.Context, b *broker.Broker, base strin
 	saveScreenshotAs(t, "dashboard-job-gone.png", shot)
 	// It stops refreshing: no more stale notice or swap after that.
 	refreshed := eval[string](t, ctx, `document.body.getAttribute('data-refreshed') || ''`)
-	time.Sleep(2 * dashboard.DefaultRefreshInterval)
+	time.Sleep(2 * refreshInterval)
 	if got := eval[string](t, ctx, `document.body.getAttribute('data-refreshed') || ''`); got != refreshed {
 		t.Error("the page of a job that is gone kept refreshing")
 	}

@@ -107,11 +107,11 @@ on stderr, at most one line a second.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&addr, "addr", dashboard.DefaultAddr, "address to listen on")
+	f.StringVar(&addr, "addr", "127.0.0.1:8080", "address to listen on")
 	f.StringVar(&prefix, "prefix", "", `path prefix of every page, e.g. "/delayq" behind a proxy`)
 	f.BoolVar(&readOnly, "read-only", false, "hide and refuse every action")
 	f.BoolVar(&allowRemote, "allow-remote", false, "allow a non-loopback --addr (needs credentials)")
-	f.DurationVar(&refresh, "refresh", dashboard.DefaultRefreshInterval, "auto-refresh period of the overview and queue pages; 0 turns it off")
+	f.DurationVar(&refresh, "refresh", 5*time.Second, "auto-refresh period of the overview and queue pages; 0 turns it off")
 	f.StringArrayVar(&allowedHosts, "allowed-host", nil, `also answer to this Host: a name, or name:port, e.g. a proxy's public name (repeatable)`)
 	f.StringVar(&tlsCert, "tls-cert", "", "serve HTTPS with this PEM certificate (chain) file; needs --tls-key")
 	f.StringVar(&tlsKey, "tls-key", "", "the PEM private key file of --tls-cert")
