@@ -130,7 +130,7 @@ func TestTypedHelpersOnTheKit(t *testing.T) {
 		t.Fatalf("Reschedule: %v, %v", moved, err)
 	}
 	mustPass(t, func(tb testing.TB) {
-		delayqtest.RequireEnqueued(tb, e, cancelUnpaid, delayqtest.HasID("order-1"), delayqtest.ReadyAt(epoch.Add(time.Hour), 0))
+		delayqtest.RequireEnqueuedN(tb, e, cancelUnpaid, 1, delayqtest.HasID("order-1"), delayqtest.ReadyAt(epoch.Add(time.Hour), 0))
 	})
 	if _, err := cancelUnpaid.Cancel(ctx, e, "order-1"); err != nil {
 		t.Fatalf("Cancel: %v", err)

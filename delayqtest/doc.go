@@ -29,15 +29,16 @@
 // as the broker does (job.Replace, job.Debounce, by its clock), and fills
 // in what the broker fills in. [Enqueuer.Claim] and [Enqueuer.End] say
 // when a worker would claim a job and when it ends. It has the broker's Cancel, Reschedule and Job, so the
-// typed helpers (job.Type's Cancel, Reschedule and Lookup) work on it. [RequireEnqueued], [RequireEnqueuedN] and
-// [RequireNotEnqueued] find recorded jobs of a type by [Check]s (id,
-// queue, arguments, ready time, options) and fail the test with a list of
-// what was enqueued when none matches:
+// typed helpers (job.Type's Cancel, Reschedule and Lookup) work on it. [RequireEnqueuedN]
+// finds the recorded jobs of a type that pass [Check]s (id, queue,
+// arguments, ready time, options) and fails the test with a list of what
+// was enqueued unless there are exactly as many as it wants (1, or 0 for
+// none):
 //
 //	e := &delayqtest.Enqueuer{}
 //	svc := NewService(e)
 //	svc.PlaceOrder(ctx, "1001")
-//	delayqtest.RequireEnqueued(t, e, CancelUnpaid,
+//	delayqtest.RequireEnqueuedN(t, e, CancelUnpaid, 1,
 //		delayqtest.HasID("order-1001"), delayqtest.ReadyIn(30*time.Minute, time.Second))
 //
 // # A real broker

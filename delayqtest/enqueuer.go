@@ -440,17 +440,9 @@ func All[T any](t testing.TB, e *Enqueuer, typ *job.Type[T]) []Enqueued[T] {
 	return out
 }
 
-// RequireEnqueued fails the test unless exactly one recorded job of type
-// typ passes every check, and returns it. The failure lists what was
-// recorded.
-func RequireEnqueued[T any](t testing.TB, e *Enqueuer, typ *job.Type[T], checks ...Check) Enqueued[T] {
-	t.Helper()
-	got := RequireEnqueuedN(t, e, typ, 1, checks...)
-	return got[0]
-}
-
 // RequireEnqueuedN fails the test unless exactly n recorded jobs of type
-// typ pass every check, and returns them.
+// typ pass every check (n = 0: none does), and returns them. The failure
+// lists what was recorded.
 func RequireEnqueuedN[T any](t testing.TB, e *Enqueuer, typ *job.Type[T], n int, checks ...Check) []Enqueued[T] {
 	t.Helper()
 	all := All(t, e, typ)
@@ -464,13 +456,6 @@ func RequireEnqueuedN[T any](t testing.TB, e *Enqueuer, typ *job.Type[T], n int,
 		t.Fatalf("delayqtest: want %d job(s) of type %s with %s, found %d%s", n, typ.Name(), describe(checks), len(match), listing(all, checks))
 	}
 	return match
-}
-
-// RequireNotEnqueued fails the test if a recorded job of type typ passes
-// every check (with no checks: if any job of the type was recorded).
-func RequireNotEnqueued[T any](t testing.TB, e *Enqueuer, typ *job.Type[T], checks ...Check) {
-	t.Helper()
-	RequireEnqueuedN(t, e, typ, 0, checks...)
 }
 
 func passes(r *Recorded, args any, checks []Check) bool {

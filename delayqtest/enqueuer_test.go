@@ -41,47 +41,47 @@ func TestEnqueuerRecords(t *testing.T) {
 	}
 
 	mustPass(t, func(tb testing.TB) {
-		got := delayqtest.RequireEnqueued(tb, e, cancelUnpaid,
+		got := delayqtest.RequireEnqueuedN(tb, e, cancelUnpaid, 1,
 			delayqtest.HasID("order-1001"), delayqtest.InQueue("orders"), delayqtest.HasArgs(Order{ID: "1001"}),
 			delayqtest.ReadyIn(30*time.Minute, 0), delayqtest.ReadyAt(epoch.Add(30*time.Minute), 0),
-			delayqtest.HasMaxRetries(3), delayqtest.HasHeader("tenant", "acme"), delayqtest.HasTimeout(0), delayqtest.Pending())
+			delayqtest.HasMaxRetries(3), delayqtest.HasHeader("tenant", "acme"), delayqtest.HasTimeout(0), delayqtest.Pending())[0]
 		if got.Args.ID != "1001" || got.Envelope.ID != "order-1001" {
-			tb.Errorf("RequireEnqueued returned %+v", got)
+			tb.Errorf("RequireEnqueuedN returned %+v", got)
 		}
 	})
 	mustPass(t, func(tb testing.TB) {
-		delayqtest.RequireEnqueued(tb, e, cancelUnpaid, delayqtest.HasArgs(Order{ID: "1002"}), delayqtest.ReadyIn(time.Hour, 0))
+		delayqtest.RequireEnqueuedN(tb, e, cancelUnpaid, 1, delayqtest.HasArgs(Order{ID: "1002"}), delayqtest.ReadyIn(time.Hour, 0))
 	})
 	mustPass(t, func(tb testing.TB) { delayqtest.RequireEnqueuedN(tb, e, cancelUnpaid, 2) })
-	mustPass(t, func(tb testing.TB) { delayqtest.RequireNotEnqueued(tb, e, cancelUnpaid, delayqtest.HasID("order-9")) })
+	mustPass(t, func(tb testing.TB) { delayqtest.RequireEnqueuedN(tb, e, cancelUnpaid, 0, delayqtest.HasID("order-9")) })
 	mustPass(t, func(tb testing.TB) {
-		delayqtest.RequireEnqueued(tb, e, cancelUnpaid, delayqtest.Where("a payload under 20 bytes", func(env *job.Envelope) bool { return len(env.Payload) < 20 }), delayqtest.HasID("order-1001"))
+		delayqtest.RequireEnqueuedN(tb, e, cancelUnpaid, 1, delayqtest.Where("a payload under 20 bytes", func(env *job.Envelope) bool { return len(env.Payload) < 20 }), delayqtest.HasID("order-1001"))
 	})
 
 	// Assertions that should fail do, and list what was enqueued.
 	mustFail(t, func(tb testing.TB) {
-		delayqtest.RequireEnqueued(tb, e, cancelUnpaid, delayqtest.HasID("order-1001"), delayqtest.ReadyIn(time.Hour, time.Second))
+		delayqtest.RequireEnqueuedN(tb, e, cancelUnpaid, 1, delayqtest.HasID("order-1001"), delayqtest.ReadyIn(time.Hour, time.Second))
 	}, "want 1 job(s) of type order.cancel_unpaid with id \"order-1001\", ready in 1h0m0s (±1s), found 0",
 		`id "order-1001" queue "orders" ready in 30m0s args {ID:1001} — not ready in 1h0m0s (±1s)`,
 		`id "order-1002" queue "orders" ready in 1h0m0s args {ID:1002} — not id "order-1001"`)
-	mustFail(t, func(tb testing.TB) { delayqtest.RequireEnqueued(tb, e, cancelUnpaid) }, "found 2")
+	mustFail(t, func(tb testing.TB) { delayqtest.RequireEnqueuedN(tb, e, cancelUnpaid, 1) }, "found 2")
 	mustFail(t, func(tb testing.TB) {
-		delayqtest.RequireEnqueued(tb, e, cancelUnpaid, delayqtest.HasArgs(Order{ID: "7"}))
+		delayqtest.RequireEnqueuedN(tb, e, cancelUnpaid, 1, delayqtest.HasArgs(Order{ID: "7"}))
 	}, "args {ID:7}", "found 0")
 	mustFail(t, func(tb testing.TB) {
-		delayqtest.RequireNotEnqueued(tb, e, cancelUnpaid, delayqtest.HasID("order-1002"))
+		delayqtest.RequireEnqueuedN(tb, e, cancelUnpaid, 0, delayqtest.HasID("order-1002"))
 	}, "want 0 job(s)", "found 1")
 	mustFail(t, func(tb testing.TB) {
-		delayqtest.RequireEnqueued(tb, e, cancelUnpaid, delayqtest.HasHeader("tenant", "other"))
+		delayqtest.RequireEnqueuedN(tb, e, cancelUnpaid, 1, delayqtest.HasHeader("tenant", "other"))
 	}, `header tenant="other"`)
 	mustFail(t, func(tb testing.TB) {
-		delayqtest.RequireEnqueued(tb, e, cancelUnpaid, delayqtest.InQueue("default"), delayqtest.HasID("order-1001"))
+		delayqtest.RequireEnqueuedN(tb, e, cancelUnpaid, 1, delayqtest.InQueue("default"), delayqtest.HasID("order-1001"))
 	}, `not queue "default"`)
 	mustFail(t, func(tb testing.TB) {
-		delayqtest.RequireEnqueued(tb, e, cancelUnpaid, delayqtest.HasMaxRetries(1), delayqtest.HasID("order-1001"))
+		delayqtest.RequireEnqueuedN(tb, e, cancelUnpaid, 1, delayqtest.HasMaxRetries(1), delayqtest.HasID("order-1001"))
 	}, "not max retries 1")
 	other := job.New[Order]("order.other")
-	mustFail(t, func(tb testing.TB) { delayqtest.RequireEnqueued(tb, e, other) }, "none of the type was enqueued")
+	mustFail(t, func(tb testing.TB) { delayqtest.RequireEnqueuedN(tb, e, other, 1) }, "none of the type was enqueued")
 
 	e.Reset()
 	if len(e.Jobs()) != 0 {
@@ -138,8 +138,8 @@ func TestEnqueuerRefusesAsTheBrokerDoes(t *testing.T) {
 	if err := e.Enqueue(ctx, envs...); !errors.As(err, &be) || be.Errs[0] != nil || !errors.Is(be.Errs[1], down) {
 		t.Errorf("batch with a refused job: %v", err)
 	}
-	mustPass(t, func(tb testing.TB) { delayqtest.RequireEnqueued(tb, e, cancelUnpaid, delayqtest.HasID("order-2")) })
-	mustPass(t, func(tb testing.TB) { delayqtest.RequireNotEnqueued(tb, e, cancelUnpaid, delayqtest.HasID("order-3")) })
+	mustPass(t, func(tb testing.TB) { delayqtest.RequireEnqueuedN(tb, e, cancelUnpaid, 1, delayqtest.HasID("order-2")) })
+	mustPass(t, func(tb testing.TB) { delayqtest.RequireEnqueuedN(tb, e, cancelUnpaid, 0, delayqtest.HasID("order-3")) })
 
 	if _, err := e.Cancel(ctx, "orders", "order-2"); err != nil {
 		t.Errorf("Cancel of a pending job: %v", err)
@@ -148,10 +148,10 @@ func TestEnqueuerRefusesAsTheBrokerDoes(t *testing.T) {
 		t.Errorf("second Cancel: %v, want broker.ErrNotFound", err)
 	}
 	mustPass(t, func(tb testing.TB) {
-		delayqtest.RequireEnqueued(tb, e, cancelUnpaid, delayqtest.HasID("order-2"), delayqtest.Cancelled())
+		delayqtest.RequireEnqueuedN(tb, e, cancelUnpaid, 1, delayqtest.HasID("order-2"), delayqtest.Cancelled())
 	})
 	mustFail(t, func(tb testing.TB) {
-		delayqtest.RequireEnqueued(tb, e, cancelUnpaid, delayqtest.HasID("order-2"), delayqtest.Pending())
+		delayqtest.RequireEnqueuedN(tb, e, cancelUnpaid, 1, delayqtest.HasID("order-2"), delayqtest.Pending())
 	}, "(cancelled) — not pending")
 	if _, err := cancelUnpaid.Enqueue(ctx, e, Order{ID: "2"}, job.ID("order-2")); err != nil {
 		t.Errorf("enqueue after cancel: %v", err)
@@ -214,13 +214,13 @@ func TestEnqueuerReplaceAndExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustPass(t, func(tb testing.TB) {
-		delayqtest.RequireEnqueued(tb, e, cancelUnpaid, delayqtest.HasID("order-1"), delayqtest.Pending(), delayqtest.ReadyIn(2*time.Hour, 0), delayqtest.ExpiresIn(3*time.Hour, time.Second))
+		delayqtest.RequireEnqueuedN(tb, e, cancelUnpaid, 1, delayqtest.HasID("order-1"), delayqtest.Pending(), delayqtest.ReadyIn(2*time.Hour, 0), delayqtest.ExpiresIn(3*time.Hour, time.Second))
 	})
 	mustPass(t, func(tb testing.TB) {
-		delayqtest.RequireEnqueued(tb, e, cancelUnpaid, delayqtest.HasID("order-1"), delayqtest.Replaced(), delayqtest.ReadyIn(time.Hour, 0))
+		delayqtest.RequireEnqueuedN(tb, e, cancelUnpaid, 1, delayqtest.HasID("order-1"), delayqtest.Replaced(), delayqtest.ReadyIn(time.Hour, 0))
 	})
 	mustFail(t, func(tb testing.TB) {
-		delayqtest.RequireEnqueued(tb, e, cancelUnpaid, delayqtest.ExpiresIn(time.Hour, time.Second))
+		delayqtest.RequireEnqueuedN(tb, e, cancelUnpaid, 1, delayqtest.ExpiresIn(time.Hour, time.Second))
 	}, "(replaced) — not expires in 1h0m0s (±1s)", "not expires in 1h0m0s")
 }
 
@@ -281,7 +281,7 @@ func TestEnqueuerDebounces(t *testing.T) {
 		clock = clock.Add(time.Minute)
 	}
 	mustPass(t, func(tb testing.TB) {
-		delayqtest.RequireEnqueued(tb, e, digest, delayqtest.Pending(), delayqtest.HasID("u7"), delayqtest.HasArgs(Order{ID: "4"}), delayqtest.ReadyAt(ready, 0))
+		delayqtest.RequireEnqueuedN(tb, e, digest, 1, delayqtest.Pending(), delayqtest.HasID("u7"), delayqtest.HasArgs(Order{ID: "4"}), delayqtest.ReadyAt(ready, 0))
 		delayqtest.RequireEnqueuedN(tb, e, digest, 3, delayqtest.Replaced())
 	})
 
@@ -301,7 +301,7 @@ func TestEnqueuerDebounces(t *testing.T) {
 		t.Fatalf("Lookup of a running job: %+v, %v", j, err)
 	}
 	mustPass(t, func(tb testing.TB) {
-		delayqtest.RequireNotEnqueued(tb, e, digest, delayqtest.HasArgs(Order{ID: "5"}))
+		delayqtest.RequireEnqueuedN(tb, e, digest, 0, delayqtest.HasArgs(Order{ID: "5"}))
 	})
 	if jobs := e.Jobs(); !jobs[len(jobs)-1].Running || jobs[len(jobs)-1].Replaced || jobs[len(jobs)-1].StopAsked {
 		t.Fatalf("the claimed job: %+v, want it running, not replaced, not asked to stop", jobs[len(jobs)-1])
@@ -325,7 +325,7 @@ func TestEnqueuerDebounces(t *testing.T) {
 		t.Fatalf("ended: %v, ready %v; want a new job ready at %v", err, env.ReadyAt, clock.Add(window))
 	}
 	mustPass(t, func(tb testing.TB) {
-		delayqtest.RequireEnqueued(tb, e, digest, delayqtest.Pending(), delayqtest.HasArgs(Order{ID: "6"}))
+		delayqtest.RequireEnqueuedN(tb, e, digest, 1, delayqtest.Pending(), delayqtest.HasArgs(Order{ID: "6"}))
 	})
 	// A job enqueued without a delay is due at once: a debounced enqueue
 	// keeps its ready time, as the broker's does.
@@ -360,7 +360,7 @@ func TestEnqueuerDebounceInOneCallAndRefusals(t *testing.T) {
 		t.Fatalf("one key five times in one call: %v", err)
 	}
 	mustPass(t, func(tb testing.TB) {
-		delayqtest.RequireEnqueued(tb, e, digest, delayqtest.Pending(), delayqtest.HasArgs(Order{ID: "4"}), delayqtest.ReadyAt(epoch.Add(window), 0))
+		delayqtest.RequireEnqueuedN(tb, e, digest, 1, delayqtest.Pending(), delayqtest.HasArgs(Order{ID: "4"}), delayqtest.ReadyAt(epoch.Add(window), 0))
 		delayqtest.RequireEnqueuedN(tb, e, digest, 4, delayqtest.Replaced())
 	})
 	e.Reset()

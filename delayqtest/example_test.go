@@ -63,7 +63,7 @@ func ExampleRunAll() {
 }
 
 // The recording enqueuer stands in for the broker in code that enqueues;
-// a test then asserts what it enqueued with RequireEnqueued.
+// a test then asserts what it enqueued with RequireEnqueuedN.
 func ExampleEnqueuer() {
 	now := time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
 	e := &delayqtest.Enqueuer{Now: func() time.Time { return now }}

@@ -121,7 +121,7 @@ func TestOTPExpires(t *testing.T) {
 	if _, err := SendOTP.Enqueue(t.Context(), e, OTP{UserID: "ok", Code: "1234"}); err != nil {
 		t.Fatal(err)
 	}
-	otp := delayqtest.RequireEnqueued(t, e, SendOTP, delayqtest.InQueue("sms"), delayqtest.ExpiresIn(250*time.Millisecond, 50*time.Millisecond))
+	otp := delayqtest.RequireEnqueuedN(t, e, SendOTP, 1, delayqtest.InQueue("sms"), delayqtest.ExpiresIn(250*time.Millisecond, 50*time.Millisecond))[0]
 
 	p := &scripted{status: map[string]int{}, keys: map[string]int{}}
 	srv := httptest.NewServer(p)

@@ -87,7 +87,7 @@ func TestPlaceSchedulesOneTimeout(t *testing.T) {
 	}
 	bd.relay(t)
 	o := bd.order(t, "order-1")
-	delayqtest.RequireEnqueued(t, bd.e, CancelUnpaid,
+	delayqtest.RequireEnqueuedN(t, bd.e, CancelUnpaid, 1,
 		delayqtest.HasID("order-1"), delayqtest.InQueue(CancelUnpaid.Queue()),
 		delayqtest.HasArgs(OrderRef{ID: "order-1"}), delayqtest.ReadyAt(o.Deadline, time.Second))
 	if d := time.Until(o.Deadline); d < 29*time.Minute || d > 30*time.Minute {
@@ -117,9 +117,9 @@ func TestPayCancelsTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	bd.relay(t)
-	delayqtest.RequireEnqueued(t, bd.e, CancelUnpaid, delayqtest.HasID("order-1"), delayqtest.Cancelled())
-	delayqtest.RequireEnqueued(t, bd.e, CancelUnpaid, delayqtest.HasID("order-2"), delayqtest.Pending())
-	delayqtest.RequireNotEnqueued(t, bd.e, CancelUnpaid, delayqtest.HasID("order-3"))
+	delayqtest.RequireEnqueuedN(t, bd.e, CancelUnpaid, 1, delayqtest.HasID("order-1"), delayqtest.Cancelled())
+	delayqtest.RequireEnqueuedN(t, bd.e, CancelUnpaid, 1, delayqtest.HasID("order-2"), delayqtest.Pending())
+	delayqtest.RequireEnqueuedN(t, bd.e, CancelUnpaid, 0, delayqtest.HasID("order-3"))
 
 	if _, err := bd.store.db.ExecContext(ctx, "UPDATE orders SET deadline_ms = 0 WHERE id = 'order-2'"); err != nil {
 		t.Fatal(err)
@@ -152,7 +152,7 @@ func TestExtendMovesTimeout(t *testing.T) {
 	if !after.Equal(before.Add(10 * time.Minute)) {
 		t.Errorf("deadline %v after extending %v by 10m", after, before)
 	}
-	delayqtest.RequireEnqueued(t, bd.e, CancelUnpaid, delayqtest.HasID("order-1"), delayqtest.Pending(),
+	delayqtest.RequireEnqueuedN(t, bd.e, CancelUnpaid, 1, delayqtest.HasID("order-1"), delayqtest.Pending(),
 		delayqtest.ReadyAt(after, time.Second), delayqtest.Where("with Replace", func(env *job.Envelope) bool { return env.Replace }))
 	if err := bd.svc.Pay(ctx, "order-1"); err != nil {
 		t.Fatal(err)
