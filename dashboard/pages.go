@@ -15,8 +15,8 @@ import (
 	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/fleet"
 	"github.com/delayq/delayq/internal/naming"
+	"github.com/delayq/delayq/internal/relaystatus"
 	"github.com/delayq/delayq/job"
-	"github.com/delayq/delayq/outbox"
 )
 
 // historySpan is the window of the charts: the current minute and the 59
@@ -46,7 +46,7 @@ type overviewData struct {
 	Queues       []queueRow
 	Total        job.QueueStats // summed counts; NextReady and OldestDue the earliest
 	Charts       charts
-	Relays       []outbox.RelayStatus // the outbox relays that recorded their status
+	Relays       []relaystatus.Status // the outbox relays that recorded their status
 	Server       serverMemory         // INFO memory of the server(s)
 }
 
@@ -120,7 +120,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	relays, err := outbox.Relays(ctx, d.b.Client(), d.b.Namespace())
+	relays, err := relaystatus.Read(ctx, d.b.Client(), d.b.Namespace())
 	if err != nil {
 		d.redisError(w, r, err)
 		return

@@ -23,8 +23,8 @@
 //	go relay.Run(ctx) // alone, or beside a worker in the same process
 //
 // Besides enqueueing and cancelling through the broker, a running relay
-// writes to Redis only its status, in the hash ns:outbox:relays ([Relays]
-// reads it), and its entry in the process registry (package fleet).
+// writes to Redis only its status, in the hash ns:outbox:relays (`delayq stats`
+// and the dashboard show it), and its entry in the process registry (package fleet).
 //
 // The package uses database/sql only and imports no driver: open db with
 // the driver of your choice and pass the matching [Dialect] ([Postgres] or

@@ -90,8 +90,8 @@ type RelayOptions struct {
 	// it again.
 	ReplayWindow time.Duration
 
-	// Name names the relay in the status it records in Redis (see
-	// [Relays]): printable, at most 200 bytes. Relays of one namespace
+	// Name names the relay in the status it records in Redis (shown by
+	// `delayq stats` and the dashboard): printable, at most 200 bytes. Relays of one namespace
 	// need distinct names. "" means the host name and process id
 	// ("host:1234", "host:1234#2" for the second relay made in the
 	// process).
@@ -99,7 +99,7 @@ type RelayOptions struct {
 
 	// StatusInterval is how often the relay records its status (lag,
 	// pending and failed rows, rows relayed, last error) in Redis, under
-	// the broker's namespace, while Run runs; [Relays] reads it. It is
+	// the broker's namespace, while Run runs, for `delayq stats` and the dashboard. It is
 	// recorded when the Broker has a Redis client and namespace, as
 	// *broker.Broker has (methods Client and Namespace). 0 means 2s;
 	// negative means never.

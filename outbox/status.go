@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
-	"sort"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -17,34 +15,8 @@ import (
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/fleet"
 	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/relaystatus"
 )
-
-// RelayStatus is what a running [Relay] last recorded of itself in Redis,
-// as [Relays] reads it: for `delayq stats`, the dashboard, or an alert.
-type RelayStatus struct {
-	Name     string        // RelayOptions.Name
-	Table    string        // the outbox table it relays
-	Lag      time.Duration // how long the oldest unrelayed row of the table had waited when it recorded; 0 when none
-	Pending  int64         // rows of the table waiting for a relay (jobs and cancels)
-	Failed   int64         // rows of the table marked failed, skipped
-	Relayed  int64         // rows this relay relayed and deleted since it started (failed ones not counted)
-	Seen     time.Time     // when it recorded this, by the Redis server's clock
-	Interval time.Duration // how often it records (RelayOptions.StatusInterval)
-	// Error is the relay's last error (a failed batch, or the table's lag
-	// that could not be read) when it has not done a good batch since;
-	// "" when none. Connection details the driver put in it (user and
-	// database names, hosts, addresses, ports, socket paths, connection
-	// strings) are replaced by xxxxx; the relay's log has the whole error.
-	Error string
-	// Stale: the relay has not recorded for 3 of its intervals. It
-	// was killed, or cannot reach Redis (or a record that does not decode:
-	// Error says so). Lag and Pending are then as old as Seen.
-	Stale bool
-}
-
-// staleIntervals is how many of its status intervals a relay may go
-// without recording before Relays reports it Stale.
-const staleIntervals = 3
 
 // defaultStatusInterval is how often a relay records its status when
 // RelayOptions.StatusInterval is 0.
@@ -57,18 +29,6 @@ const forgetAfter = 24 * time.Hour
 // maxNameLen caps RelayOptions.Name.
 const maxNameLen = 200
 
-// statusRecord is the JSON a relay stores under its name.
-type statusRecord struct {
-	Table      string `json:"table"`
-	LagMS      int64  `json:"lag_ms"`
-	Pending    int64  `json:"pending"`
-	Failed     int64  `json:"failed"`
-	Relayed    int64  `json:"relayed"`
-	SeenMS     int64  `json:"seen_ms"`
-	IntervalMS int64  `json:"interval_ms"`
-	Error      string `json:"error,omitempty"`
-}
-
 // statusStore is what a relay needs to record its status: the broker's
 // client and namespace. *broker.Broker has both.
 type statusStore interface {
@@ -77,69 +37,6 @@ type statusStore interface {
 }
 
 var _ statusStore = (*broker.Broker)(nil)
-
-// Relays returns the status every relay of namespace ns (the broker's
-// Namespace; "" means broker.DefaultNamespace) recorded, sorted by name. A
-// relay that stopped cleanly is not listed; one that was killed is listed
-// Stale for a day, then removed by the next relay that starts. It reads
-// one hash and the server's clock, and changes nothing. A bad namespace
-// gets an error wrapping job.ErrInvalid.
-func Relays(ctx context.Context, rdb redis.UniversalClient, ns string) ([]RelayStatus, error) {
-	if rdb == nil {
-		return nil, invalid("nil Redis client")
-	}
-	if ns == "" {
-		ns = broker.DefaultNamespace
-	}
-	if msg := keyspace.CheckNamespace(ns); msg != "" {
-		return nil, invalid("relays: %s", msg)
-	}
-	now, fields, err := readStatus(ctx, rdb, keyspace.OutboxRelaysKey(ns))
-	if err != nil {
-		return nil, err
-	}
-	out := make([]RelayStatus, 0, len(fields))
-	for name, raw := range fields {
-		out = append(out, parseStatus(name, raw, now))
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out, nil
-}
-
-// readStatus reads the server's clock and the status hash in one round
-// trip.
-func readStatus(ctx context.Context, rdb redis.UniversalClient, key string) (time.Time, map[string]string, error) {
-	var tc *redis.TimeCmd
-	var hc *redis.MapStringStringCmd
-	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		tc = p.Time(ctx)
-		hc = p.HGetAll(ctx, key)
-		return nil
-	})
-	if err != nil {
-		return time.Time{}, nil, fmt.Errorf("outbox: relays: read %s: %w", key, err)
-	}
-	return tc.Val(), hc.Val(), nil
-}
-
-// parseStatus decodes one record; one that does not decode is reported
-// Stale with an Error that says so.
-func parseStatus(name, raw string, now time.Time) RelayStatus {
-	var rec statusRecord
-	if err := json.Unmarshal([]byte(raw), &rec); err != nil {
-		return RelayStatus{Name: name, Stale: true, Error: fmt.Sprintf("status record does not decode: %v", err)}
-	}
-	s := RelayStatus{
-		Name: name, Table: rec.Table,
-		Lag:     time.Duration(rec.LagMS) * time.Millisecond,
-		Pending: rec.Pending, Failed: rec.Failed, Relayed: rec.Relayed,
-		Seen:     time.UnixMilli(rec.SeenMS),
-		Interval: time.Duration(rec.IntervalMS) * time.Millisecond,
-		Error:    rec.Error,
-	}
-	s.Stale = now.Sub(s.Seen) > staleIntervals*s.Interval
-	return s
-}
 
 // defaultName is the name of a relay that was given none: host and
 // process, and a number from the second relay of a process on.
@@ -221,7 +118,7 @@ func (r *Relay) recordStatus(ctx context.Context) error {
 	s := &r.status
 	ctx, cancel := context.WithTimeout(ctx, r.opts.BatchTimeout)
 	defer cancel()
-	rec := statusRecord{Table: r.o.t.full(), IntervalMS: s.interval.Milliseconds(), Relayed: r.relayed()}
+	rec := relaystatus.Record{Table: r.o.t.full(), IntervalMS: s.interval.Milliseconds(), Relayed: r.relayed()}
 	if p := s.lastErr.Load(); p != nil {
 		rec.Error = *p
 	}
@@ -250,13 +147,13 @@ func (r *Relay) forgetOld(ctx context.Context) {
 	s := &r.status
 	ctx, cancel := context.WithTimeout(ctx, r.opts.BatchTimeout)
 	defer cancel()
-	now, fields, err := readStatus(ctx, s.store.Client(), s.key)
+	now, fields, err := relaystatus.ReadHash(ctx, s.store.Client(), s.key)
 	if err != nil {
 		return // tried again at the next start
 	}
 	var old []string
 	for name, raw := range fields {
-		var rec statusRecord
+		var rec relaystatus.Record
 		if json.Unmarshal([]byte(raw), &rec) == nil && now.Sub(time.UnixMilli(rec.SeenMS)) > forgetAfter {
 			old = append(old, name)
 		}

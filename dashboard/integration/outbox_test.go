@@ -10,9 +10,9 @@ import (
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/dashboard"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/relaystatus"
 	"github.com/delayq/delayq/internal/sqlitefixture"
 	"github.com/delayq/delayq/job"
-	"github.com/delayq/delayq/outbox"
 )
 
 // TestOverviewShowsOutboxRelays: the overview lists the outbox relays with
@@ -65,7 +65,7 @@ func TestOverviewShowsOutboxRelays(t *testing.T) {
 	}
 	sqlitefixture.StartRelay(t, b, "billing-relay", reports(2))
 	sqlitefixture.StartRelay(t, sqlitefixture.DownBroker{Broker: b}, "orders<b>-relay", reports(3))
-	sqlitefixture.WaitRelays(t, b, func(rs []outbox.RelayStatus) bool {
+	sqlitefixture.WaitRelays(t, b, func(rs []relaystatus.Status) bool {
 		return len(rs) == 2 && rs[0].Relayed == 2 && rs[1].Pending == 3 && rs[1].Error != ""
 	})
 	body := overview()

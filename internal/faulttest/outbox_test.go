@@ -22,6 +22,7 @@ import (
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/pgtest"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/relaystatus"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/outbox"
 )
@@ -299,7 +300,7 @@ func TestOutboxRelayFaults(t *testing.T) {
 	// A relay that stops gracefully removes its status; one killed with
 	// SIGKILL stays listed (Stale once its intervals pass) for an
 	// operator to see, so at most one entry per kill is left.
-	relays, err := outbox.Relays(s.ctx, s.rdb, s.ns)
+	relays, err := relaystatus.Read(s.ctx, s.rdb, s.ns)
 	if err != nil {
 		t.Fatal(err)
 	}

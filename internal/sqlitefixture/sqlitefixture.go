@@ -15,6 +15,7 @@ import (
 	_ "modernc.org/sqlite" // the relays' outboxes
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/relaystatus"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/outbox"
 )
@@ -71,12 +72,12 @@ func StartRelay(t testing.TB, b outbox.Broker, name string, pending []*job.Envel
 	t.Cleanup(func() { stop(); <-done })
 }
 
-// WaitRelays waits until outbox.Relays of b's namespace satisfies cond,
+// WaitRelays waits until the relays' status of b's namespace satisfies cond,
 // failing the test after 30 s.
-func WaitRelays(t testing.TB, b *broker.Broker, cond func([]outbox.RelayStatus) bool) {
+func WaitRelays(t testing.TB, b *broker.Broker, cond func([]relaystatus.Status) bool) {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		rs, err := outbox.Relays(context.Background(), b.Client(), b.Namespace())
+		rs, err := relaystatus.Read(context.Background(), b.Client(), b.Namespace())
 		if err != nil {
 			t.Fatal(err)
 		}

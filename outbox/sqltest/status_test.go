@@ -15,6 +15,7 @@ import (
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/pgtest"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/relaystatus"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/outbox"
 )
@@ -37,9 +38,9 @@ func (b *refusingBroker) Enqueue(ctx context.Context, envs ...*job.Envelope) err
 }
 
 // relayStatus returns the status of the relay named name, or nil.
-func relayStatus(t testing.TB, b *broker.Broker, name string) *outbox.RelayStatus {
+func relayStatus(t testing.TB, b *broker.Broker, name string) *relaystatus.Status {
 	t.Helper()
-	all, err := outbox.Relays(context.Background(), b.Client(), b.Namespace())
+	all, err := relaystatus.Read(context.Background(), b.Client(), b.Namespace())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +77,7 @@ func TestRelayStatus(t *testing.T) {
 		})
 		// A record read late on a loaded machine can be stale (older than
 		// three intervals): wait for a fresh one, as for the others below.
-		var s *outbox.RelayStatus
+		var s *relaystatus.Status
 		redistest.WaitFor(t, 10*time.Second, "fresh status with rows waiting for 300ms", func() bool {
 			s = relayStatus(t, tb.b, name)
 			return s != nil && s.Error != "" && s.Lag >= 300*time.Millisecond && !s.Stale
@@ -111,17 +112,17 @@ func TestRelaysListsEachRelay(t *testing.T) {
 	tb := setup(t, "sqlite")
 	tb.relay(t, tb.b, outbox.RelayOptions{Name: "zz", StatusInterval: 20 * time.Millisecond})
 	tb.relay(t, tb.b, outbox.RelayOptions{StatusInterval: 20 * time.Millisecond})
-	var all []outbox.RelayStatus
+	var all []relaystatus.Status
 	redistest.WaitFor(t, 10*time.Second, "two relays listed", func() bool {
 		var err error
-		all, err = outbox.Relays(tb.ctx, tb.b.Client(), tb.b.Namespace())
+		all, err = relaystatus.Read(tb.ctx, tb.b.Client(), tb.b.Namespace())
 		return err == nil && len(all) == 2
 	})
 	if all[1].Name != "zz" || !strings.Contains(all[0].Name, ":") {
 		t.Errorf("relays %+v, want a default host:pid name, then zz", all)
 	}
 	// Another namespace sees none of them.
-	other, err := outbox.Relays(tb.ctx, tb.b.Client(), tb.b.Namespace()+"-other")
+	other, err := relaystatus.Read(tb.ctx, tb.b.Client(), tb.b.Namespace()+"-other")
 	if err != nil || len(other) != 0 {
 		t.Errorf("another namespace: %+v, %v", other, err)
 	}
@@ -148,11 +149,11 @@ func TestRelaysStaleAndForgotten(t *testing.T) {
 		"garbage", "{not json").Err(); err != nil {
 		t.Fatal(err)
 	}
-	all, err := outbox.Relays(tb.ctx, rdb, tb.b.Namespace())
+	all, err := relaystatus.Read(tb.ctx, rdb, tb.b.Namespace())
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]outbox.RelayStatus{}
+	got := map[string]relaystatus.Status{}
 	for _, s := range all {
 		got[s.Name] = s
 	}
@@ -187,8 +188,8 @@ func TestRelayStatusRefusesBadInput(t *testing.T) {
 		call func() error
 		want string
 	}{
-		{"nil client", func() error { _, err := outbox.Relays(tb.ctx, nil, "ns"); return err }, "nil Redis client"},
-		{"bad namespace", func() error { _, err := outbox.Relays(tb.ctx, tb.b.Client(), "a b"); return err }, `namespace "a b"`},
+		{"nil client", func() error { _, err := relaystatus.Read(tb.ctx, nil, "ns"); return err }, "nil Redis client"},
+		{"bad namespace", func() error { _, err := relaystatus.Read(tb.ctx, tb.b.Client(), "a b"); return err }, `namespace "a b"`},
 		{"name with a newline", func() error {
 			_, err := outbox.NewRelay(tb.ob, tb.b, outbox.RelayOptions{Name: "a\nb"})
 			return err
@@ -269,7 +270,7 @@ func TestRelayStatusHidesConnectionDetails(t *testing.T) {
 	})
 	check := func(phase, want string) {
 		t.Helper()
-		var s *outbox.RelayStatus
+		var s *relaystatus.Status
 		redistest.WaitFor(t, 30*time.Second, phase+": an error with "+strconv.Quote(want), func() bool {
 			s = relayStatus(t, b, name)
 			return s != nil && strings.Contains(s.Error, want)

@@ -4,9 +4,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/delayq/delayq/internal/relaystatus"
 	"github.com/delayq/delayq/internal/sqlitefixture"
 	"github.com/delayq/delayq/job"
-	"github.com/delayq/delayq/outbox"
 )
 
 // TestStatsShowsOutboxRelays: delayq stats lists each outbox relay that
@@ -20,7 +20,7 @@ func TestStatsShowsOutboxRelays(t *testing.T) {
 	}
 	sqlitefixture.StartRelay(t, tb.b, "billing-relay", digests(t, 2))
 	sqlitefixture.StartRelay(t, sqlitefixture.DownBroker{Broker: tb.b}, "orders-relay", digests(t, 3))
-	sqlitefixture.WaitRelays(t, tb.b, func(rs []outbox.RelayStatus) bool {
+	sqlitefixture.WaitRelays(t, tb.b, func(rs []relaystatus.Status) bool {
 		return len(rs) == 2 && rs[0].Relayed == 2 && rs[0].Pending == 0 && rs[1].Pending == 3 && rs[1].Error != "" && rs[1].Lag > 0
 	})
 	out := tb.ok(t, "stats")

@@ -14,8 +14,8 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/fleet"
+	"github.com/delayq/delayq/internal/relaystatus"
 	"github.com/delayq/delayq/job"
-	"github.com/delayq/delayq/outbox"
 )
 
 func (a *app) statsCommand() *cobra.Command {
@@ -154,7 +154,7 @@ func (a *app) showStats(ctx context.Context, b *broker.Broker, queues []string, 
 	if err != nil {
 		return err
 	}
-	relays, err := outbox.Relays(ctx, b.Client(), b.Namespace())
+	relays, err := relaystatus.Read(ctx, b.Client(), b.Namespace())
 	if err != nil {
 		return err
 	}
@@ -284,7 +284,7 @@ func unservedText(s job.QueueStats) string {
 
 // showRelays prints the outbox relays' table after the queues', when a
 // relay recorded its status.
-func (a *app) showRelays(relays []outbox.RelayStatus, now time.Time) error {
+func (a *app) showRelays(relays []relaystatus.Status, now time.Time) error {
 	if len(relays) == 0 {
 		return nil
 	}
