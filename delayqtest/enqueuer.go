@@ -328,8 +328,9 @@ type Enqueued[T any] struct {
 }
 
 // Check is one condition on a recorded job; see [HasID], [InQueue],
-// [HasArgs], [ReadyIn], [ReadyAt], [HasMaxRetries], [HasTimeout],
-// [HasHeader], [ExpiresIn], [Pending], [Cancelled], [Replaced] and [Where].
+// [HasArgs], [ReadyIn], [ReadyAt], [ExpiresIn], [Pending], [Cancelled],
+// [Replaced] and [Where] (any other field of the envelope: its retry
+// budget, timeout, headers).
 type Check struct {
 	desc  string
 	match func(r *Recorded, args any) bool
@@ -366,24 +367,6 @@ func ReadyIn(d, within time.Duration) Check {
 func ReadyAt(at time.Time, within time.Duration) Check {
 	return Check{fmt.Sprintf("ready at %s (±%v)", at.Format(time.RFC3339Nano), within), func(r *Recorded, _ any) bool {
 		return near(r.ReadyAt.Sub(at), 0, within)
-	}}
-}
-
-// HasMaxRetries wants a retry budget of n.
-func HasMaxRetries(n int) Check {
-	return Check{fmt.Sprintf("max retries %d", n), func(r *Recorded, _ any) bool { return r.MaxRetries == n }}
-}
-
-// HasTimeout wants a per-job timeout of d.
-func HasTimeout(d time.Duration) Check {
-	return Check{fmt.Sprintf("timeout %v", d), func(r *Recorded, _ any) bool { return r.Timeout == d }}
-}
-
-// HasHeader wants the header key set to value.
-func HasHeader(key, value string) Check {
-	return Check{fmt.Sprintf("header %s=%q", key, value), func(r *Recorded, _ any) bool {
-		v, ok := r.Headers[key]
-		return ok && v == value
 	}}
 }
 

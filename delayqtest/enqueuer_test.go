@@ -44,7 +44,9 @@ func TestEnqueuerRecords(t *testing.T) {
 		got := delayqtest.RequireEnqueuedN(tb, e, cancelUnpaid, 1,
 			delayqtest.HasID("order-1001"), delayqtest.InQueue("orders"), delayqtest.HasArgs(Order{ID: "1001"}),
 			delayqtest.ReadyIn(30*time.Minute, 0), delayqtest.ReadyAt(epoch.Add(30*time.Minute), 0),
-			delayqtest.HasMaxRetries(3), delayqtest.HasHeader("tenant", "acme"), delayqtest.HasTimeout(0), delayqtest.Pending())[0]
+			delayqtest.Where("max retries 3", func(env *job.Envelope) bool { return env.MaxRetries == 3 }),
+			delayqtest.Where(`header tenant="acme"`, func(env *job.Envelope) bool { return env.Headers["tenant"] == "acme" }),
+			delayqtest.Where("no timeout", func(env *job.Envelope) bool { return env.Timeout == 0 }), delayqtest.Pending())[0]
 		if got.Args.ID != "1001" || got.Envelope.ID != "order-1001" {
 			tb.Errorf("RequireEnqueuedN returned %+v", got)
 		}
@@ -72,13 +74,13 @@ func TestEnqueuerRecords(t *testing.T) {
 		delayqtest.RequireEnqueuedN(tb, e, cancelUnpaid, 0, delayqtest.HasID("order-1002"))
 	}, "want 0 job(s)", "found 1")
 	mustFail(t, func(tb testing.TB) {
-		delayqtest.RequireEnqueuedN(tb, e, cancelUnpaid, 1, delayqtest.HasHeader("tenant", "other"))
+		delayqtest.RequireEnqueuedN(tb, e, cancelUnpaid, 1, delayqtest.Where(`header tenant="other"`, func(env *job.Envelope) bool { return env.Headers["tenant"] == "other" }))
 	}, `header tenant="other"`)
 	mustFail(t, func(tb testing.TB) {
 		delayqtest.RequireEnqueuedN(tb, e, cancelUnpaid, 1, delayqtest.InQueue("default"), delayqtest.HasID("order-1001"))
 	}, `not queue "default"`)
 	mustFail(t, func(tb testing.TB) {
-		delayqtest.RequireEnqueuedN(tb, e, cancelUnpaid, 1, delayqtest.HasMaxRetries(1), delayqtest.HasID("order-1001"))
+		delayqtest.RequireEnqueuedN(tb, e, cancelUnpaid, 1, delayqtest.Where("max retries 1", func(env *job.Envelope) bool { return env.MaxRetries == 1 }), delayqtest.HasID("order-1001"))
 	}, "not max retries 1")
 	other := job.New[Order]("order.other")
 	mustFail(t, func(tb testing.TB) { delayqtest.RequireEnqueuedN(tb, e, other, 1) }, "none of the type was enqueued")
