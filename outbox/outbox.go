@@ -72,9 +72,6 @@ func New(db *sql.DB, d Dialect, opts Options) (*Outbox, error) {
 	return o, nil
 }
 
-// Table returns the outbox table's name.
-func (o *Outbox) Table() string { return o.t.full() }
-
 // Schema returns the statements that create the outbox table and its index
 // if they do not exist, for migration tools of your own.
 func (o *Outbox) Schema() []string { return o.d.ddl(o.t) }
