@@ -25,9 +25,8 @@
 //	d, err := dashboard.New(b, dashboard.Options{Prefix: "/admin/delayq", BearerToken: token})
 //	mux.Handle("/admin/delayq/", d)
 //
-// or on a listener of its own, loopback only unless told otherwise:
-//
-//	err = dashboard.Serve(ctx, "127.0.0.1:8080", d, dashboard.ServeOptions{})
+// or on a listener of its own, loopback only unless told otherwise, with
+// the `delayq dashboard` command.
 //
 // # Security
 //

@@ -1,7 +1,6 @@
 package dashboard
 
 import (
-	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -16,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/delayq/delayq/internal/dashserve"
 )
 
 // This file holds the checks every request passes: the Host it names, its
@@ -103,19 +104,11 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// serveHostsKey carries, in the context of requests that Serve accepts on a
-// non-loopback address, the hosts that address answers to.
-type serveHostsKey struct{}
-
-type serveHosts struct {
-	name string // the host of Serve's address when it is a name, else ""
-}
-
 // hostAllowed reports whether the request's Host header names this
 // dashboard: a loopback name or address, an entry of Options.AllowedHosts,
-// or, when Serve listens on a non-loopback address, that address (for a
-// wildcard address: the address the connection came in on) or the name it
-// was given. A page loaded from any other name, such as an attacker's
+// or, when `delayq dashboard` (internal/dashserve) listens on a
+// non-loopback address, that address (for a wildcard address: the address
+// the connection came in on) or the name it was given. A page loaded from any other name, such as an attacker's
 // domain pointed at 127.0.0.1 (DNS rebinding), is refused.
 func (d *Dashboard) hostAllowed(r *http.Request) bool {
 	host, port, ok := splitHost(r.Host)
@@ -130,11 +123,11 @@ func (d *Dashboard) hostAllowed(r *http.Request) bool {
 			return true
 		}
 	}
-	sh, _ := r.Context().Value(serveHostsKey{}).(*serveHosts)
-	if sh == nil {
+	name, served := dashserve.Host(r.Context())
+	if !served {
 		return false
 	}
-	if sh.name != "" && host == sh.name {
+	if name != "" && host == name {
 		return true
 	}
 	// An address is no DNS name an attacker controls: the one the
@@ -142,11 +135,6 @@ func (d *Dashboard) hostAllowed(r *http.Request) bool {
 	local, _ := r.Context().Value(http.LocalAddrContextKey).(*net.TCPAddr)
 	ip := net.ParseIP(host)
 	return local != nil && ip != nil && local.IP.Equal(ip)
-}
-
-// withServeHosts returns ctx carrying the hosts of a non-loopback listener.
-func withServeHosts(ctx context.Context, sh *serveHosts) context.Context {
-	return context.WithValue(ctx, serveHostsKey{}, sh)
 }
 
 // credential returns the digest of an Authorization header with its scheme

@@ -21,6 +21,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/dashboard"
+	"github.com/delayq/delayq/internal/dashserve"
 	"github.com/delayq/delayq/job"
 )
 
@@ -377,7 +378,7 @@ func TestCSRFCookieOverTLS(t *testing.T) {
 	t.Parallel()
 	d := newDashboard(t, dashboard.Options{Prefix: "/ops"})
 	cert, pool := selfSigned(t)
-	addr, stop := serve(t, "127.0.0.1:0", d, dashboard.ServeOptions{TLSConfig: cert})
+	addr, stop := serve(t, "127.0.0.1:0", d, dashserve.Options{TLSConfig: cert})
 	t.Cleanup(func() { _ = stop() })
 	client := tlsClient(t, pool)
 	res, err := client.Get("https://" + addr + "/ops/dead")

@@ -19,6 +19,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/dashboard"
+	"github.com/delayq/delayq/internal/dashserve"
 )
 
 func newDashboard(t *testing.T, opts dashboard.Options) *dashboard.Dashboard {
@@ -50,28 +51,28 @@ func TestServeRefusesRemoteAddresses(t *testing.T) {
 		{"192.0.2.1:0", locked, false},
 		{"0.0.0.0:0", open, true}, // remote but no authentication
 	} {
-		err := dashboard.Serve(t.Context(), c.addr, c.d, dashboard.ServeOptions{AllowRemote: c.allowRemote})
-		if !errors.Is(err, dashboard.ErrNotLoopback) {
+		err := dashserve.Serve(t.Context(), c.addr, c.d, dashserve.Options{AllowRemote: c.allowRemote})
+		if !errors.Is(err, dashserve.ErrNotLoopback) {
 			t.Errorf("Serve(%q, remote %v): %v, want ErrNotLoopback", c.addr, c.allowRemote, err)
 		}
 	}
-	if err := dashboard.Serve(t.Context(), "nonsense", open, dashboard.ServeOptions{}); err == nil || errors.Is(err, dashboard.ErrNotLoopback) {
+	if err := dashserve.Serve(t.Context(), "nonsense", open, dashserve.Options{}); err == nil || errors.Is(err, dashserve.ErrNotLoopback) {
 		t.Errorf("bad address: %v", err)
 	}
-	if err := dashboard.Serve(t.Context(), "", nil, dashboard.ServeOptions{}); err == nil {
+	if err := dashserve.Serve(t.Context(), "", nil, dashserve.Options{}); err == nil {
 		t.Error("nil dashboard: no error")
 	}
 }
 
 // serve runs Serve in the background and returns the address it listens
 // on and a stop function that waits for it to return.
-func serve(t *testing.T, addr string, d *dashboard.Dashboard, opts dashboard.ServeOptions) (string, func() error) {
+func serve(t *testing.T, addr string, d *dashboard.Dashboard, opts dashserve.Options) (string, func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan net.Addr, 1)
 	opts.Ready = func(a net.Addr) { ready <- a }
 	done := make(chan error, 1)
-	go func() { done <- dashboard.Serve(ctx, addr, d, opts) }()
+	go func() { done <- dashserve.Serve(ctx, addr, d, opts) }()
 	select {
 	case a := <-ready:
 		return a.String(), func() error { cancel(); return <-done }
@@ -89,7 +90,7 @@ func TestServeLoopbackAndShutdown(t *testing.T) {
 	t.Parallel()
 	d := newDashboard(t, dashboard.Options{})
 	for _, addr := range []string{"127.0.0.1:0", "localhost:0"} {
-		got, stop := serve(t, addr, d, dashboard.ServeOptions{})
+		got, stop := serve(t, addr, d, dashserve.Options{})
 		res, err := http.Get("http://" + got + "/")
 		if err != nil {
 			t.Fatal(err)
@@ -112,7 +113,7 @@ func TestServeLoopbackAndShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	if err := dashboard.Serve(t.Context(), ln.Addr().String(), d, dashboard.ServeOptions{}); err == nil {
+	if err := dashserve.Serve(t.Context(), ln.Addr().String(), d, dashserve.Options{}); err == nil {
 		t.Fatal("Serve on a port in use: no error")
 	}
 }
@@ -174,7 +175,7 @@ func TestHSTSOverTLS(t *testing.T) {
 	t.Parallel()
 	d := newDashboard(t, dashboard.Options{AllowedHosts: []string{"ops.example"}, BearerToken: "a-token-0123456789"})
 	cfg, pool := selfSigned(t)
-	addr, stop := serve(t, "127.0.0.1:0", d, dashboard.ServeOptions{TLSConfig: cfg})
+	addr, stop := serve(t, "127.0.0.1:0", d, dashserve.Options{TLSConfig: cfg})
 	t.Cleanup(func() { _ = stop() })
 	client := tlsClient(t, pool)
 	get := func(scheme, host, path string, auth bool) *http.Response {
@@ -232,7 +233,7 @@ func TestServeTLS(t *testing.T) {
 	t.Parallel()
 	d := newDashboard(t, dashboard.Options{})
 	cfg, pool := selfSigned(t)
-	addr, stop := serve(t, "127.0.0.1:0", d, dashboard.ServeOptions{TLSConfig: cfg})
+	addr, stop := serve(t, "127.0.0.1:0", d, dashserve.Options{TLSConfig: cfg})
 	res, err := tlsClient(t, pool).Get("https://" + addr + "/")
 	if err != nil {
 		t.Fatal(err)
@@ -256,7 +257,7 @@ func TestServeTLS(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	if err := dashboard.Serve(t.Context(), "127.0.0.1:0", d, dashboard.ServeOptions{TLSConfig: &tls.Config{}}); err == nil {
+	if err := dashserve.Serve(t.Context(), "127.0.0.1:0", d, dashserve.Options{TLSConfig: &tls.Config{}}); err == nil {
 		t.Fatal("a TLS config without a certificate: no error")
 	}
 }
@@ -285,13 +286,13 @@ func TestServeRemoteHosts(t *testing.T) {
 	t.Parallel()
 	ip := nonLoopbackIP(t)
 	weak := newDashboard(t, dashboard.Options{BearerToken: "short"})
-	if err := dashboard.Serve(t.Context(), ip.String()+":0", weak, dashboard.ServeOptions{AllowRemote: true}); !errors.Is(err, dashboard.ErrWeakCredentials) {
+	if err := dashserve.Serve(t.Context(), ip.String()+":0", weak, dashserve.Options{AllowRemote: true, BearerToken: "short"}); !errors.Is(err, dashserve.ErrWeakCredentials) {
 		t.Fatalf("Serve with a 5-byte token: %v, want ErrWeakCredentials", err)
 	}
 	const token = "remote-token-0123456789"
 	d := newDashboard(t, dashboard.Options{BearerToken: token, AllowedHosts: []string{"ops.example.com"}})
 	for _, bind := range []string{ip.String() + ":0", "0.0.0.0:0"} {
-		addr, stop := serve(t, bind, d, dashboard.ServeOptions{AllowRemote: true})
+		addr, stop := serve(t, bind, d, dashserve.Options{AllowRemote: true, BearerToken: token})
 		_, port, _ := net.SplitHostPort(addr)
 		target := net.JoinHostPort(ip.String(), port)
 		for host, want := range map[string]int{

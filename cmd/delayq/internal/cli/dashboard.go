@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/delayq/delayq/dashboard"
+	"github.com/delayq/delayq/internal/dashserve"
 )
 
 // Environment variables that hold the dashboard's credentials: kept out of
@@ -99,15 +100,16 @@ on stderr, at most one line a second.`,
 				}
 				fmt.Fprintf(a.stdout, "delayq dashboard on %s (namespace %s); Ctrl-C stops it\n", url, b.Namespace())
 			}
-			err = dashboard.Serve(cmd.Context(), addr, d, dashboard.ServeOptions{AllowRemote: allowRemote, Ready: ready, TLSConfig: tlsConfig})
-			if errors.Is(err, dashboard.ErrNotLoopback) || errors.Is(err, dashboard.ErrWeakCredentials) {
+			err = dashserve.Serve(cmd.Context(), addr, d, dashserve.Options{AllowRemote: allowRemote, Ready: ready, TLSConfig: tlsConfig,
+				BearerToken: opts.BearerToken, BasicAuthUser: opts.BasicAuthUser, BasicAuthPassword: opts.BasicAuthPassword})
+			if errors.Is(err, dashserve.ErrNotLoopback) || errors.Is(err, dashserve.ErrWeakCredentials) {
 				return &usageError{err}
 			}
 			return err
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&addr, "addr", "127.0.0.1:8080", "address to listen on")
+	f.StringVar(&addr, "addr", dashserve.DefaultAddr, "address to listen on")
 	f.StringVar(&prefix, "prefix", "", `path prefix of every page, e.g. "/delayq" behind a proxy`)
 	f.BoolVar(&readOnly, "read-only", false, "hide and refuse every action")
 	f.BoolVar(&allowRemote, "allow-remote", false, "allow a non-loopback --addr (needs credentials)")

@@ -30,6 +30,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/dashboard"
+	"github.com/delayq/delayq/internal/dashserve"
 )
 
 func main() {
@@ -66,7 +67,7 @@ func run() error {
 		return err
 	}
 	fmt.Println("faultdashboard limit", limit)
-	return dashboard.Serve(ctx, "127.0.0.1:0", d, dashboard.ServeOptions{Ready: func(a net.Addr) {
+	return dashserve.Serve(ctx, "127.0.0.1:0", d, dashserve.Options{Ready: func(a net.Addr) {
 		fmt.Println("faultdashboard listening", a)
 	}})
 }
