@@ -25,7 +25,8 @@ import (
 // delayq.job.type (labelType), the outcome delayq.job.outcome
 // (labelOutcome); the job metrics carry messaging.system ("delayq") and
 // messaging.operation.name ("send" or "process") too. See
-// docs/observability.md for samples.
+// docs/observability.md for samples; its "Names" section lists every name
+// (TestNamesInDocs checks it against these constants).
 const (
 	metricEnqueued   = "messaging.client.sent.messages" // counter {message}: envelopes stored by producers; labels queue, type
 	metricHandled    = "delayq.jobs.handled"            // counter {job}: settled attempts; labels queue, type, outcome
