@@ -14,8 +14,8 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/delayq/delayq/internal/retrydecide"
 	"github.com/delayq/delayq/job"
-	"github.com/delayq/delayq/retry"
 )
 
 // ScopeName is the instrumentation scope of delayq's tracer and meter.
@@ -413,7 +413,7 @@ func (a *consumerAttempt) done(res job.Result, end time.Time) {
 	)
 	if res.Err != nil {
 		kvs = append(kvs, semconv.ErrorType(res.Err))
-		if retry.IsPermanent(res.Err) {
+		if retrydecide.IsPermanent(res.Err) {
 			kvs = append(kvs, AttrPermanentError.Bool(true))
 		}
 	}
