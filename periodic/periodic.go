@@ -16,6 +16,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/fleet"
+	"github.com/delayq/delayq/internal/fleetreg"
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
@@ -96,8 +97,8 @@ type Options struct {
 	// (package fleet: `delayq workers ls`, the dashboard's processes page)
 	// lives after each of its heartbeats, which come every ProcessTTL/3
 	// while Run runs: a scheduler killed with SIGKILL is gone from the list
-	// ProcessTTL after its last one. Default fleet.DefaultTTL (15 s); at
-	// least fleet.MinTTL; negative: not registered.
+	// ProcessTTL after its last one. Default 15 s; at least 100 ms;
+	// negative: not registered.
 	ProcessTTL time.Duration
 
 	// Enqueue is producer middleware (job.EnqueueMiddleware, e.g.
@@ -165,8 +166,8 @@ func New(b *broker.Broker, cfg Options) (*Scheduler, error) {
 	if cfg.StaleAfter == 0 {
 		cfg.StaleAfter = max(defaultStaleAfter, 2*cfg.Heartbeat)
 	}
-	if cfg.ProcessTTL > 0 && cfg.ProcessTTL < fleet.MinTTL {
-		return nil, fmt.Errorf("periodic: %w: ProcessTTL %s is below fleet.MinTTL %s (negative: not registered)", job.ErrInvalid, cfg.ProcessTTL, fleet.MinTTL)
+	if cfg.ProcessTTL > 0 && cfg.ProcessTTL < fleetreg.MinTTL {
+		return nil, fmt.Errorf("periodic: %w: ProcessTTL %s is below the minimum %s (negative: not registered)", job.ErrInvalid, cfg.ProcessTTL, fleetreg.MinTTL)
 	}
 	if cfg.StaleAfter < 2*cfg.Heartbeat {
 		return nil, fmt.Errorf("periodic: %w: StaleAfter %s is less than twice Heartbeat %s", job.ErrInvalid, cfg.StaleAfter, cfg.Heartbeat)
@@ -550,11 +551,11 @@ func (s *Scheduler) register(ctx context.Context, entries []*entry) func() {
 	if len(list) > 1000 {
 		list = list[:1000] + "…"
 	}
-	reg, err := fleet.New(s.b.Client(), s.b.Namespace(), fleet.Process{
+	reg, err := fleetreg.New(s.b.Client(), s.b.Namespace(), fleet.Process{
 		Role:  fleet.RoleScheduler,
 		Types: types,
 		Info:  map[string]string{"schedules": strconv.Itoa(len(entries)), "names": list},
-	}, fleet.Options{TTL: s.cfg.ProcessTTL, OnError: func(err error) {
+	}, fleetreg.Options{TTL: s.cfg.ProcessTTL, OnError: func(err error) {
 		s.log.Warn().Err(err).Msg("scheduler cannot record itself in the process registry")
 	}})
 	if err != nil {
