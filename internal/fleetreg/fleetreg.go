@@ -13,7 +13,8 @@
 // A process's record is a string ns:{:fleet}:proc:<id> (JSON) that expires
 // TTL after its last heartbeat, and the sorted set ns:{:fleet}:procs holds
 // every id scored by when it expires (see package fleet's doc for the cost
-// and the clock).
+// and the clock). Package fleet's tests cover it: each registers processes
+// and reads them back with fleet.List.
 package fleetreg
 
 import (
