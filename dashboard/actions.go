@@ -127,7 +127,7 @@ func (d *Dashboard) redriveAll(w http.ResponseWriter, r *http.Request) {
 	}
 	f := deadletter.Filter{Type: strings.TrimSpace(r.PostForm.Get("type")), ErrorContains: r.PostForm.Get("error")}
 	what := "every dead job"
-	if !f.IsZero() {
+	if f != (deadletter.Filter{}) {
 		what = "every dead job that matches the filter"
 	}
 	where := "of every queue"

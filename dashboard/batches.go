@@ -9,6 +9,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/deadletter"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/job"
 )
 
@@ -127,7 +128,7 @@ func (d *Dashboard) batch(w http.ResponseWriter, r *http.Request) {
 // batchDeadScan is how many dead records, newest first and only those that
 // died since the batch was created, one page of a batch's dead members
 // reads at most; the page offers to continue with older ones.
-const batchDeadScan = deadletter.MaxLimit
+const batchDeadScan = protocol.DeadPageMax
 
 type batchDeadData struct {
 	Batch   batchRow

@@ -9,6 +9,7 @@ import (
 
 	"github.com/delayq/delayq/dashboard"
 	"github.com/delayq/delayq/fleet"
+	"github.com/delayq/delayq/internal/fleetreg"
 	"github.com/delayq/delayq/job"
 )
 
@@ -98,9 +99,9 @@ func TestProcessesPage(t *testing.T) {
 	r = tb.get(t, "/queues/orders")
 	mustContain(t, "queue page, unserved", r.body, `id="unserved-note"`, "1 jobs are processing and no live worker serves this queue")
 
-	reg, err := fleet.New(tb.rdb, tb.ns, fleet.Process{Role: fleet.RoleWorker, Host: "app-7", Version: "v9.9.9",
+	reg, err := fleetreg.New(tb.rdb, tb.ns, fleet.Process{Role: fleet.RoleWorker, Host: "app-7", Version: "v9.9.9",
 		Queues: []fleet.Queue{{Name: "orders", Concurrency: 12}}, Types: []string{"order.ship"}},
-		fleet.Options{TTL: time.Minute, Held: func() []fleet.HeldJob { return []fleet.HeldJob{{Queue: "orders", ID: "o1"}} }})
+		fleetreg.Options{TTL: time.Minute, Held: func() []fleet.HeldJob { return []fleet.HeldJob{{Queue: "orders", ID: "o1"}} }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -73,7 +73,8 @@ type Options struct {
 
 	// DeadMaxScan bounds the dead records one page of a filtered dead-letter
 	// list reads (see deadletter.ListOptions.MaxScan); when it runs out the
-	// page offers to continue scanning. 0 means deadletter.DefaultMaxScan.
+	// page offers to continue scanning. 0 means 10,000,
+	// deadletter's default.
 	DeadMaxScan int
 
 	// RefreshInterval is how often the overview and queue pages refresh

@@ -15,6 +15,7 @@ import (
 	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/fleet"
 	"github.com/delayq/delayq/internal/naming"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/relaystatus"
 	"github.com/delayq/delayq/job"
 )
@@ -350,7 +351,7 @@ func (d *Dashboard) dead(w http.ResponseWriter, r *http.Request) {
 		Filter: deadletter.Filter{Type: strings.TrimSpace(qv.Get("type")), ErrorContains: qv.Get("error")},
 		Cursor: qv.Get("cursor"),
 	}
-	data.Matched = !data.Filter.IsZero()
+	data.Matched = data.Filter != (deadletter.Filter{})
 	for _, s := range stats {
 		data.Queues = append(data.Queues, deadQueue{s.Queue, s.Dead})
 		data.Total += s.Dead
@@ -365,7 +366,7 @@ func (d *Dashboard) dead(w http.ResponseWriter, r *http.Request) {
 	}
 	maxScan := d.opts.DeadMaxScan
 	if maxScan == 0 {
-		maxScan = deadletter.DefaultMaxScan
+		maxScan = protocol.DeadScanDefault
 	}
 	data.MaxScan = int64(maxScan)
 	data.Page, err = d.dl.List(ctx, data.Queue, deadletter.ListOptions{Filter: data.Filter, Cursor: data.Cursor, Limit: pageSize, MaxScan: maxScan})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/deadletter"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
@@ -17,7 +18,7 @@ import (
 // BenchmarkListFiltered lists the dead letters of a queue holding 100,000
 // records, on a redis-server of its own, with an error filter that matches
 // none of them: "budget" with the default MaxScan (one call reads
-// DefaultMaxScan records and returns a partial page), "unbounded" with
+// 10,000 records and returns a partial page), "unbounded" with
 // MaxScan -1 (one call reads the whole store), and "unfiltered" for a page
 // of 50. Loading takes a while; the loop measures only List.
 func BenchmarkListFiltered(b *testing.B) {
@@ -72,9 +73,9 @@ func BenchmarkListFiltered(b *testing.B) {
 		opts    deadletter.ListOptions
 		scanned int
 	}{
-		{"budget", deadletter.ListOptions{Filter: none}, deadletter.DefaultMaxScan},
+		{"budget", deadletter.ListOptions{Filter: none}, protocol.DeadScanDefault},
 		{"unbounded", deadletter.ListOptions{Filter: none, MaxScan: -1}, records},
-		{"unfiltered", deadletter.ListOptions{}, deadletter.DefaultLimit},
+		{"unfiltered", deadletter.ListOptions{}, protocol.DeadPageDefault},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {

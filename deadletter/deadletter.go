@@ -33,11 +33,8 @@ type Filter struct {
 	DiedBefore    time.Time // exclusive
 }
 
-// IsZero reports whether f matches every record.
-func (f Filter) IsZero() bool { return f == Filter{} }
-
-// Match reports whether r passes the filter.
-func (f Filter) Match(r *job.DeadRecord) bool {
+// match reports whether r passes the filter.
+func (f Filter) match(r *job.DeadRecord) bool {
 	switch {
 	case f.Type != "" && r.Type != f.Type:
 		return false
@@ -68,7 +65,7 @@ type ListOptions struct {
 	// little would otherwise read the whole store to fill a page. When the
 	// budget runs out before the page is full, List returns what matched so
 	// far with Page.Partial set and Page.Next continuing the scan where it
-	// stopped. 0 means DefaultMaxScan; negative means no bound. Without a
+	// stopped. 0 means 10,000; negative means no bound. Without a
 	// filter a page reads only its own records and is never partial.
 	MaxScan int
 }
@@ -89,16 +86,17 @@ type Page struct {
 	Skipped map[string]error
 }
 
-// DefaultLimit and MaxLimit bound ListOptions.Limit.
+// defaultLimit and maxLimit bound ListOptions.Limit (and maxLimit
+// BulkOptions.Batch).
 const (
-	DefaultLimit = 50
-	MaxLimit     = 1000
+	defaultLimit = protocol.DeadPageDefault
+	maxLimit     = protocol.DeadPageMax
 )
 
-// DefaultMaxScan is the records one List call reads at most when
+// defaultMaxScan is the records one List call reads at most when
 // ListOptions.MaxScan is 0. An unfiltered page reads only its own records,
 // so the bound matters only for filters.
-const DefaultMaxScan = 10_000
+const defaultMaxScan = protocol.DeadScanDefault
 
 const scanChunk = 200
 
@@ -114,9 +112,9 @@ func (in *Inspector) List(ctx context.Context, queue string, opts ListOptions) (
 	limit := opts.Limit
 	switch {
 	case limit == 0:
-		limit = DefaultLimit
-	case limit < 0 || limit > MaxLimit:
-		return Page{}, fmt.Errorf("deadletter: %w: limit %d is outside 1..%d", job.ErrInvalid, limit, MaxLimit)
+		limit = defaultLimit
+	case limit < 0 || limit > maxLimit:
+		return Page{}, fmt.Errorf("deadletter: %w: limit %d is outside 1..%d", job.ErrInvalid, limit, maxLimit)
 	}
 	cur, err := decodeCursor(opts.Cursor)
 	if err != nil {
@@ -128,10 +126,10 @@ func (in *Inspector) List(ctx context.Context, queue string, opts ListOptions) (
 	}
 	budget := opts.MaxScan
 	switch {
-	case opts.Filter.IsZero():
+	case opts.Filter == (Filter{}):
 		budget = -1 // a page reads only its own records
 	case budget == 0:
-		budget = DefaultMaxScan
+		budget = defaultMaxScan
 	}
 	chunk := scanChunk
 	if budget > 0 && budget < chunk {
@@ -176,7 +174,7 @@ func (in *Inspector) List(ctx context.Context, queue string, opts ListOptions) (
 			return page, nil
 		}
 		page.Scanned++
-		if opts.Match(r) {
+		if opts.match(r) {
 			page.Records = append(page.Records, r)
 			if len(page.Records) == limit {
 				page.Next = cursorOf(r).encode()
@@ -401,8 +399,8 @@ func (in *Inspector) bulk(ctx context.Context, queue string, f Filter, opts Bulk
 	switch {
 	case batch == 0:
 		batch = 100
-	case batch < 0 || batch > MaxLimit:
-		return BulkResult{}, fmt.Errorf("deadletter: %w: batch %d is outside 1..%d", job.ErrInvalid, batch, MaxLimit)
+	case batch < 0 || batch > maxLimit:
+		return BulkResult{}, fmt.Errorf("deadletter: %w: batch %d is outside 1..%d", job.ErrInvalid, batch, maxLimit)
 	}
 	queues, err := in.queues(ctx, queue)
 	if err != nil {
@@ -447,7 +445,7 @@ func (in *Inspector) bulk(ctx context.Context, queue string, f Filter, opts Bulk
 				break
 			}
 			s.pop()
-			if !f.Match(r) {
+			if !f.match(r) {
 				continue
 			}
 			ids = append(ids, r.ID)
@@ -510,7 +508,7 @@ func (in *Inspector) Count(ctx context.Context, queue string, f Filter) (int64, 
 	}
 	var n int64
 	for _, q := range queues {
-		if f.IsZero() {
+		if f == (Filter{}) {
 			s, err := in.b.Stats(ctx, q)
 			if err != nil {
 				return 0, err
@@ -527,7 +525,7 @@ func (in *Inspector) Count(ctx context.Context, queue string, f Filter) (int64, 
 			if r == nil || f.exhausted(r) {
 				break
 			}
-			if f.Match(s.pop()) {
+			if f.match(s.pop()) {
 				n++
 			}
 		}

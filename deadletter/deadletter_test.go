@@ -332,7 +332,7 @@ func TestListBadOptions(t *testing.T) {
 		want  error
 	}{
 		{"q", deadletter.ListOptions{Limit: -1}, job.ErrInvalid},
-		{"q", deadletter.ListOptions{Limit: deadletter.MaxLimit + 1}, job.ErrInvalid},
+		{"q", deadletter.ListOptions{Limit: protocol.DeadPageMax + 1}, job.ErrInvalid},
 		{"q", deadletter.ListOptions{Cursor: "!!"}, broker.ErrBadCursor},
 		{"q", deadletter.ListOptions{Cursor: "bm90LWEtY3Vyc29y"}, broker.ErrBadCursor}, // "not-a-cursor"
 		{"q{", deadletter.ListOptions{}, job.ErrInvalid},

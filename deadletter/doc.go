@@ -27,7 +27,7 @@
 // only its own records, and DiedAfter stops the scan at its bound. Type and
 // ErrorContains are tested in Go on records read newest first: a filter
 // that matches little reads many records. One List call reads at most
-// ListOptions.MaxScan of them (DefaultMaxScan, 10,000: about 60 ms with
+// ListOptions.MaxScan of them (by default 10,000: about 60 ms with
 // 100,000 records in the store, see BenchmarkListFiltered, where reading
 // all of them takes about 0.7 s) and then returns what matched with
 // Page.Partial set and a cursor that continues the scan. Count,

@@ -6,8 +6,8 @@
 // A [Runner] runs one attempt of a job in-process the way a worker does
 // after claiming it: the registry's handler (which decodes the arguments
 // with the type's codec) inside the middleware chain (the worker's default
-// one unless you give another), then the worker's decision on a failure,
-// retry.Decide: retried after how long, or dead, and why. Nothing is
+// one unless you give another), then the worker's decision on a failure
+// (the same code): retried after how long, or dead, and why. Nothing is
 // stored; the [Result] says what became of the attempt, and its Require
 // methods fail a test with a message that says what happened instead.
 //

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delayq/delayq/internal/retrydecide"
 	"github.com/delayq/delayq/internal/rules"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/middleware"
@@ -18,8 +19,8 @@ import (
 // Runner runs jobs in-process, one attempt at a time, the way a worker
 // would after claiming them: the registry's handler (which decodes the
 // arguments) inside the middleware chain, then the worker's decision on a
-// failure (retry.Decide: retry after how long, or dead, and why). No Redis
-// is involved and nothing is stored: each run returns a [Result].
+// failure (the same code: retry after how long, or dead, and why). No
+// Redis is involved and nothing is stored: each run returns a [Result].
 //
 // Its fields mirror worker.Options's of the same names; the zero value of
 // each is the worker's default. Registry is required.
@@ -55,14 +56,14 @@ type Result struct {
 	Err error
 	// Delay is how long until the next attempt, for a retry.
 	Delay time.Duration
-	// Reason says why a failure retries or dies, as retry.Decision.Reason:
+	// Reason says why a failure retries or dies, as a worker's logs say:
 	// "permanent error", "retries exhausted (...)", "retry.Snooze",
 	// "retry.After" or "retry policy".
 	Reason string
 	// Snoozed: the handler returned retry.Snooze, so the job comes back
 	// after Delay and the attempt is given back (Outcome is
 	// job.OutcomeRetry), as long as the job has snoozed fewer than
-	// retry.MaxSnoozes times.
+	// 100 times.
 	Snoozed bool
 	// Message is what the handler was given.
 	Message *job.Message
@@ -113,7 +114,7 @@ func Run[T any](ctx context.Context, r *Runner, typ *job.Type[T], args T, opts .
 // job's MaxRetries+1, plus its snoozes). Each retry carries the previous
 // attempt's error as LastError, as a worker's does; a snooze gives its
 // attempt back (the next run has the same attempt number) and counts in
-// Snoozes, up to retry.MaxSnoozes. Errors are Run's.
+// Snoozes, up to 100. Errors are Run's.
 func RunAll[T any](ctx context.Context, r *Runner, typ *job.Type[T], args T, opts ...job.Option) ([]*Result, error) {
 	env, err := typ.Envelope(args, opts...)
 	if err != nil {
@@ -228,12 +229,12 @@ func (r *Runner) Attempt(ctx context.Context, env *job.Envelope, attempt int) (*
 		res.Next = next
 		res.Value, _ = a.Result()
 	} else {
-		if _, ok := retry.SnoozeDelay(err); ok && m.Snoozes >= retry.MaxSnoozes {
+		if _, ok := retrydecide.SnoozeDelay(err); ok && m.Snoozes >= retrydecide.MaxSnoozes {
 			// The worker's cap: this snooze is a failed attempt.
-			err = fmt.Errorf("snoozed %d times, the cap (retry.MaxSnoozes); last: %s", m.Snoozes, err.Error())
+			err = fmt.Errorf("snoozed %d times, the cap; last: %s", m.Snoozes, err.Error())
 			res.Err = err
 		}
-		d := retry.Decide(m.Attempt, m.MaxRetries, entry.Policy(m, r.fallback()), err)
+		d := retrydecide.Decide(m.Attempt, m.MaxRetries, entry.Policy(m, r.fallback()), err)
 		res.Reason, res.Delay, res.Outcome, res.Snoozed = d.Reason, d.Delay, job.OutcomeRetry, d.Snooze
 		if d.Dead {
 			res.Delay, res.Outcome = 0, job.OutcomeDead

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/delayqtest"
+	"github.com/delayq/delayq/internal/retrydecide"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/middleware"
 	"github.com/delayq/delayq/retry"
@@ -281,7 +282,7 @@ func TestRunExpired(t *testing.T) {
 }
 
 // retry.Snooze brings the job back after its delay and gives the attempt
-// back, up to retry.MaxSnoozes; RunAll follows snoozes at the same
+// back, up to 100 (retrydecide.MaxSnoozes); RunAll follows snoozes at the same
 // attempt number.
 func TestRunSnooze(t *testing.T) {
 	t.Parallel()
@@ -314,13 +315,13 @@ func TestRunSnooze(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env.Snoozes, env.MaxRetries = retry.MaxSnoozes, 3
+	env.Snoozes, env.MaxRetries = retrydecide.MaxSnoozes, 3
 	always := runner(t, sms, func(context.Context, *job.Job[SMS]) error { return retry.Snooze(time.Second) })
 	res, err := always.Attempt(ctx, env, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Snoozed || res.Outcome != job.OutcomeRetry || res.Reason != "retry policy" || !strings.Contains(res.Err.Error(), "the cap (retry.MaxSnoozes)") {
+	if res.Snoozed || res.Outcome != job.OutcomeRetry || res.Reason != "retry policy" || !strings.Contains(res.Err.Error(), "snoozed 100 times, the cap; last:") {
 		t.Errorf("a snooze at the cap: %s, want a failed attempt", res)
 	}
 }

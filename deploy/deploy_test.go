@@ -21,6 +21,7 @@ import (
 	"go.yaml.in/yaml/v2"
 
 	"github.com/delayq/delayq/fleet"
+	"github.com/delayq/delayq/internal/fleetreg"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
@@ -57,7 +58,7 @@ func exported(t *testing.T) []*dto.MetricFamily {
 	}
 	t.Cleanup(func() { _ = unregister() })
 	// A worker process as the registry lists it (what worker.Run records).
-	reg, err := fleet.New(bd.RDB, bd.NS, fleet.Process{Role: fleet.RoleWorker, Queues: []fleet.Queue{{Name: job.DefaultQueue, Concurrency: 4}}}, fleet.Options{TTL: time.Minute})
+	reg, err := fleetreg.New(bd.RDB, bd.NS, fleet.Process{Role: fleet.RoleWorker, Queues: []fleet.Queue{{Name: job.DefaultQueue, Concurrency: 4}}}, fleetreg.Options{TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/fleet"
+	"github.com/delayq/delayq/internal/fleetreg"
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/job"
 )
 
 // TestRegisterListDeregister: a registration is listed with what it
@@ -23,11 +25,11 @@ func TestRegisterListDeregister(t *testing.T) {
 	ctx := context.Background()
 	rdb, ns := redistest.New(t)
 	held := []fleet.HeldJob{{Queue: "orders", ID: "o-1"}, {Queue: "orders", ID: "o-2"}}
-	reg, err := fleet.New(rdb, ns, fleet.Process{
+	reg, err := fleetreg.New(rdb, ns, fleet.Process{
 		Role:   fleet.RoleWorker,
 		Queues: []fleet.Queue{{Name: "orders", Concurrency: 8}},
 		Types:  []string{"order.ship"},
-	}, fleet.Options{TTL: time.Minute, Held: func() []fleet.HeldJob { return held }})
+	}, fleetreg.Options{TTL: time.Minute, Held: func() []fleet.HeldJob { return held }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,8 +51,8 @@ func TestRegisterListDeregister(t *testing.T) {
 	if d := snap.Now.Sub(p.Seen); d < 0 || d > 10*time.Second {
 		t.Errorf("seen %s, server now %s: not the server's clock", p.Seen, snap.Now)
 	}
-	if !snap.Served("orders") || snap.Served("mail") || len(snap.Serving("orders")) != 1 {
-		t.Errorf("Served(orders) %v, Served(mail) %v", snap.Served("orders"), snap.Served("mail"))
+	if len(snap.Serving("orders")) != 1 || len(snap.Serving("mail")) != 0 {
+		t.Errorf("Serving(orders) %v, Serving(mail) %v", snap.Serving("orders"), snap.Serving("mail"))
 	}
 
 	reg.Update(func(p *fleet.Process) { p.Queues = append(p.Queues, fleet.Queue{Name: "mail"}); p.ID = "changed" })
@@ -58,7 +60,7 @@ func TestRegisterListDeregister(t *testing.T) {
 		t.Fatal(err)
 	}
 	snap, _ = fleet.List(ctx, rdb, ns)
-	if len(snap.Processes) != 1 || !snap.Served("mail") || snap.Processes[0].ID != reg.ID() || !snap.Processes[0].Started.Equal(p.Started) {
+	if len(snap.Processes) != 1 || len(snap.Serving("mail")) != 1 || snap.Processes[0].ID != reg.ID() || !snap.Processes[0].Started.Equal(p.Started) {
 		t.Fatalf("after Update: %+v", snap.Processes)
 	}
 
@@ -83,11 +85,11 @@ func TestExpiry(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	rdb, ns := redistest.New(t)
-	gone, err := fleet.New(rdb, ns, fleet.Process{Role: fleet.RoleScheduler}, fleet.Options{TTL: 300 * time.Millisecond})
+	gone, err := fleetreg.New(rdb, ns, fleet.Process{Role: fleet.RoleScheduler}, fleetreg.Options{TTL: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	live, err := fleet.New(rdb, ns, fleet.Process{Role: fleet.RoleRelay}, fleet.Options{TTL: time.Minute})
+	live, err := fleetreg.New(rdb, ns, fleet.Process{Role: fleet.RoleRelay}, fleetreg.Options{TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +125,7 @@ func TestRun(t *testing.T) {
 	t.Parallel()
 	rdb, ns := redistest.New(t)
 	var beatErrs []error
-	reg, err := fleet.New(rdb, ns, fleet.Process{Role: "mailer"}, fleet.Options{TTL: 300 * time.Millisecond, OnError: func(err error) { beatErrs = append(beatErrs, err) }})
+	reg, err := fleetreg.New(rdb, ns, fleet.Process{Role: "mailer"}, fleetreg.Options{TTL: 300 * time.Millisecond, OnError: func(err error) { beatErrs = append(beatErrs, err) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,22 +165,22 @@ func TestBadInput(t *testing.T) {
 	for name, c := range map[string]struct {
 		ns   string
 		p    fleet.Process
-		opts fleet.Options
+		opts fleetreg.Options
 	}{
 		"no role":       {ns: ns},
-		"short ttl":     {ns: ns, p: fleet.Process{Role: "w"}, opts: fleet.Options{TTL: time.Millisecond}},
+		"short ttl":     {ns: ns, p: fleet.Process{Role: "w"}, opts: fleetreg.Options{TTL: time.Millisecond}},
 		"bad namespace": {ns: "a b", p: fleet.Process{Role: "w"}},
 		"control chars": {ns: ns, p: fleet.Process{Role: "w\x1b[2J"}},
 		"long host":     {ns: ns, p: fleet.Process{Role: "w", Host: fmt.Sprintf("%0300d", 1)}},
 	} {
-		if _, err := fleet.New(rdb, c.ns, c.p, c.opts); !errors.Is(err, fleet.ErrInvalid) {
+		if _, err := fleetreg.New(rdb, c.ns, c.p, c.opts); !errors.Is(err, job.ErrInvalid) {
 			t.Errorf("%s: error %v, want ErrInvalid", name, err)
 		}
 	}
-	if _, err := fleet.New(nil, ns, fleet.Process{Role: "w"}, fleet.Options{}); !errors.Is(err, fleet.ErrInvalid) {
+	if _, err := fleetreg.New(nil, ns, fleet.Process{Role: "w"}, fleetreg.Options{}); !errors.Is(err, job.ErrInvalid) {
 		t.Errorf("nil client: %v", err)
 	}
-	if _, err := fleet.List(ctx, rdb, "a b"); !errors.Is(err, fleet.ErrInvalid) {
+	if _, err := fleet.List(ctx, rdb, "a b"); !errors.Is(err, job.ErrInvalid) {
 		t.Errorf("List with a bad namespace: %v", err)
 	}
 	if n := rdb.Exists(ctx, keyspace.Fleet(ns).Index).Val(); n != 0 {
@@ -196,9 +198,9 @@ func TestNothingOutlivesTheLastProcess(t *testing.T) {
 	ctx := context.Background()
 	rdb, ns := redistest.New(t)
 	k := keyspace.Fleet(ns)
-	beat := func(ttl time.Duration) *fleet.Registration {
+	beat := func(ttl time.Duration) *fleetreg.Registration {
 		t.Helper()
-		reg, err := fleet.New(rdb, ns, fleet.Process{Role: fleet.RoleWorker}, fleet.Options{TTL: ttl})
+		reg, err := fleetreg.New(rdb, ns, fleet.Process{Role: fleet.RoleWorker}, fleetreg.Options{TTL: ttl})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -244,9 +246,9 @@ func TestUnreadableRecordHidesNoOther(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	rdb, ns := redistest.New(t)
-	var regs []*fleet.Registration
+	var regs []*fleetreg.Registration
 	for range 3 {
-		reg, err := fleet.New(rdb, ns, fleet.Process{Role: fleet.RoleWorker}, fleet.Options{TTL: time.Minute})
+		reg, err := fleetreg.New(rdb, ns, fleet.Process{Role: fleet.RoleWorker}, fleetreg.Options{TTL: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -330,7 +332,7 @@ func TestListWhileARegistrationRunsOut(t *testing.T) {
 	rdb := srv.Client(t)
 	const ns = "runout"
 	const ttl = time.Second
-	reg, err := fleet.New(rdb, ns, fleet.Process{Role: fleet.RoleScheduler}, fleet.Options{TTL: ttl})
+	reg, err := fleetreg.New(rdb, ns, fleet.Process{Role: fleet.RoleScheduler}, fleetreg.Options{TTL: ttl})
 	if err != nil {
 		t.Fatal(err)
 	}

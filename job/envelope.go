@@ -72,8 +72,7 @@ type Envelope struct {
 	ExpireAt    time.Time
 	DropExpired bool
 
-	// Snoozes counts the times the job snoozed (retry.Snooze), up to
-	// retry.MaxSnoozes.
+	// Snoozes counts the times the job snoozed (retry.Snooze), up to 100.
 	Snoozes int
 
 	// Batch is the id of the batch the job is a member of, "" for none.

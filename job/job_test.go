@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/internal/naming"
+	"github.com/delayq/delayq/internal/retrydecide"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
 )
@@ -211,7 +212,7 @@ func TestRegistry(t *testing.T) {
 	m.Payload = []byte(`{"to":5}`)
 	err := e.Handler.Handle(context.Background(), m)
 	var de *job.DecodeError
-	if !errors.As(err, &de) || !retry.IsPermanent(err) || !strings.Contains(err.Error(), `payload of type "sms.send" does not decode into job_test.SMS`) {
+	if !errors.As(err, &de) || !retrydecide.IsPermanent(err) || !strings.Contains(err.Error(), `payload of type "sms.send" does not decode into job_test.SMS`) {
 		t.Fatalf("bad payload: %v", err)
 	}
 	if err := reg.Register("x", job.Entry{}); !errors.Is(err, job.ErrInvalid) {

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/delayq/delayq/internal/retrydecide"
 	"github.com/delayq/delayq/job"
-	"github.com/delayq/delayq/retry"
 )
 
 // errPanicked stands in for the error of a handler that panicked through an
@@ -69,13 +69,13 @@ func observeAttempt(ctx context.Context, m *job.Message, next job.Handler, a att
 }
 
 // judge gives the result a worker would record for err when it can record
-// it: success for nil, else retry.Decide's decision without the worker's
-// policy (so the delay is that of retry.After, or 0).
+// it: success for nil, else retrydecide.Decide's decision without the
+// worker's policy (so the delay is that of retry.After, or 0).
 func judge(m *job.Message, err error) job.Result {
 	if err == nil {
 		return job.Result{Outcome: job.OutcomeSuccess}
 	}
-	if d := retry.Decide(m.Attempt, m.MaxRetries, nil, err); !d.Dead {
+	if d := retrydecide.Decide(m.Attempt, m.MaxRetries, nil, err); !d.Dead {
 		return job.Result{Outcome: job.OutcomeRetry, Err: err, Delay: d.Delay}
 	}
 	return job.Result{Outcome: job.OutcomeDead, Err: err}

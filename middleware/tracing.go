@@ -15,8 +15,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/delayq/delayq/internal/refusal"
+	"github.com/delayq/delayq/internal/retrydecide"
 	"github.com/delayq/delayq/job"
-	"github.com/delayq/delayq/retry"
 )
 
 // scopeName is the instrumentation scope of delayq's tracer and meter.
@@ -403,7 +403,7 @@ func (a *consumerAttempt) done(res job.Result, end time.Time) {
 	)
 	if res.Err != nil {
 		kvs = append(kvs, semconv.ErrorType(res.Err))
-		if retry.IsPermanent(res.Err) {
+		if retrydecide.IsPermanent(res.Err) {
 			kvs = append(kvs, attrPermanentError.Bool(true))
 		}
 	}

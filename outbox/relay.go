@@ -18,7 +18,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/delayq/delayq/broker"
-	"github.com/delayq/delayq/fleet"
+	"github.com/delayq/delayq/internal/fleetreg"
 	"github.com/delayq/delayq/job"
 )
 
@@ -110,9 +110,8 @@ type RelayOptions struct {
 	// lives after each of its heartbeats, which come every ProcessTTL/3
 	// while Run runs, so that a relay killed with SIGKILL is gone from the
 	// list ProcessTTL after its last one. Registered when the Broker has a
-	// Redis client and namespace, as for StatusInterval. 0 means
-	// fleet.DefaultTTL (15 s); at least fleet.MinTTL; negative: not
-	// registered.
+	// Redis client and namespace, as for StatusInterval. 0 means 15 s; at
+	// least 100 ms; negative: not registered.
 	ProcessTTL time.Duration
 }
 
@@ -193,8 +192,8 @@ func NewRelay(o *Outbox, b Broker, opts RelayOptions) (*Relay, error) {
 	opts.MinBackoff = cmp.Or(opts.MinBackoff, defaultMinBackoff)
 	opts.MaxBackoff = cmp.Or(opts.MaxBackoff, defaultMaxBackoff)
 	opts.ReplayWindow = cmp.Or(opts.ReplayWindow, defaultReplayWindow)
-	if opts.ProcessTTL > 0 && opts.ProcessTTL < fleet.MinTTL {
-		return nil, invalid("ProcessTTL %s is below fleet.MinTTL %s (negative: not registered)", opts.ProcessTTL, fleet.MinTTL)
+	if opts.ProcessTTL > 0 && opts.ProcessTTL < fleetreg.MinTTL {
+		return nil, invalid("ProcessTTL %s is below the minimum %s (negative: not registered)", opts.ProcessTTL, fleetreg.MinTTL)
 	}
 	if opts.MaxBackoff < opts.MinBackoff {
 		return nil, invalid("MaxBackoff %s is below MinBackoff %s", opts.MaxBackoff, opts.MinBackoff)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/fleet"
+	"github.com/delayq/delayq/internal/fleetreg"
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/relaystatus"
 )
@@ -197,10 +198,10 @@ func (r *Relay) register(ctx context.Context) func() {
 	if store == nil || r.opts.ProcessTTL < 0 {
 		return nil
 	}
-	reg, err := fleet.New(store.Client(), store.Namespace(), fleet.Process{
+	reg, err := fleetreg.New(store.Client(), store.Namespace(), fleet.Process{
 		Role: fleet.RoleRelay,
 		Info: map[string]string{"name": r.opts.Name, "table": r.o.t.full()},
-	}, fleet.Options{TTL: r.opts.ProcessTTL, OnError: func(err error) {
+	}, fleetreg.Options{TTL: r.opts.ProcessTTL, OnError: func(err error) {
 		r.log.Debug().Err(err).Str("relay", r.opts.Name).Msg("outbox relay: not recorded in the process registry")
 	}})
 	if err != nil {

@@ -26,18 +26,18 @@ var ErrUnknownSchedule = errors.New("periodic: no such schedule")
 // no running scheduler declares it, so none would pick the request up.
 var ErrNotRunning = errors.New("periodic: no running scheduler declares the schedule")
 
-// HeaderRun is the header of a run-now job: the request it was enqueued
-// for ([RunNow]). Its HeaderTick holds the time of the request.
-const HeaderRun = "delayq-periodic-run"
+// headerRun is the header of a run-now job: the request it was enqueued
+// for ([RunNow]). Its headerTick holds the time of the request.
+const headerRun = "delayq-periodic-run"
 
-// RunRetention is how long a run-now request is kept after it was made:
+// runRetention is how long a run-now request is kept after it was made:
 // a request sent again within it (the same name and request id) is the
 // same request and runs at most once. A request no scheduler picked up
 // within it is dropped.
-const RunRetention = 24 * time.Hour
+const runRetention = 24 * time.Hour
 
-// MaxRequestLen is the longest run-now request id, in bytes.
-const MaxRequestLen = 64
+// maxRequestLen is the longest run-now request id, in bytes.
+const maxRequestLen = 64
 
 // States of a Run.
 const (
@@ -142,7 +142,7 @@ func setPaused(ctx context.Context, b *broker.Broker, name string, paused bool, 
 
 // Run is a run-now request ([RunNow]) and what became of it.
 type Run struct {
-	ID        string    // the job's id: RunID(Name, Request)
+	ID        string    // the job's id: runID(Name, Request)
 	Name      string    // the schedule
 	Request   string    // the request id
 	Requested time.Time // when it was first made (the Redis server's clock)
@@ -165,16 +165,16 @@ func (r run) public(id string) Run {
 	return Run{ID: id, Name: r.Name, Request: r.Request, Requested: fromMS(r.Requested), State: r.State, Queue: r.Queue, Error: r.Error}
 }
 
-// RunID returns the job id of the run-now request of the schedule name:
+// runID returns the job id of the run-now request of the schedule name:
 // "name@run:request". A tick's id has a time after its '@', and a schedule
 // name has no '@', so no run-now id is a tick's.
-func RunID(name, request string) string { return name + "@run:" + request }
+func runID(name, request string) string { return name + "@run:" + request }
 
-// validateRequest checks a run-now request id: 1 to MaxRequestLen bytes of
+// validateRequest checks a run-now request id: 1 to maxRequestLen bytes of
 // ASCII letters, digits and '.', '_', '-'.
 func validateRequest(request string) error {
-	if request == "" || len(request) > MaxRequestLen {
-		return fmt.Errorf("periodic: %w: run request id %q must be 1 to %d bytes long", job.ErrInvalid, request, MaxRequestLen)
+	if request == "" || len(request) > maxRequestLen {
+		return fmt.Errorf("periodic: %w: run request id %q must be 1 to %d bytes long", job.ErrInvalid, request, maxRequestLen)
 	}
 	for _, r := range request {
 		switch {
@@ -191,12 +191,13 @@ func validateRequest(request string) error {
 // the request up at their next step (at most Options.Poll later) and
 // enqueue its job as they build a tick's (the same type, arguments,
 // options and queue, signed, through Options.Enqueue) with the id
-// RunID(name, request), ready at once; the schedule's ticks go on as
+// name@run:request (Run.ID), ready at once; the schedule's ticks go on as
 // before, paused or not. Only a scheduler holds a schedule's arguments,
 // which is why the request goes through them.
 //
-// request identifies the request: the same name and request within
-// RunRetention is the same request, which returns its Run as stored and
+// request identifies the request (1 to 64 ASCII letters, digits and
+// '.', '_', '-'): the same name and request within 24 hours is the same
+// request, which returns its Run as stored and
 // runs at most once (a request resent after a lost reply). An empty
 // request makes a random one. A name that is no stored schedule is
 // refused (ErrUnknownSchedule), as is a stale one (ErrNotRunning), and a
@@ -222,7 +223,7 @@ func runNow(ctx context.Context, b *broker.Broker, name, request string, now tim
 		return Run{}, fmt.Errorf("periodic: cannot run %q now: %w", name, err)
 	}
 	rdb, keys := b.Client(), keyspace.Periodic(b.Namespace())
-	id := RunID(name, request)
+	id := runID(name, request)
 	if r, ok, err := lookupRun(ctx, rdb, keys, id); err != nil || ok {
 		return r, err
 	}
@@ -262,10 +263,10 @@ func runNow(ctx context.Context, b *broker.Broker, name, request string, now tim
 
 // LookupRun returns the run-now request of the schedule name with the id
 // request, as stored: pending, enqueued or refused. An unknown request
-// (never made, or older than RunRetention) is refused with an error
+// (never made, or older than 24 hours) is refused with an error
 // wrapping ErrUnknownRun.
 func LookupRun(ctx context.Context, b *broker.Broker, name, request string) (Run, error) {
-	id := RunID(name, request)
+	id := runID(name, request)
 	r, ok, err := lookupRun(ctx, b.Client(), keyspace.Periodic(b.Namespace()), id)
 	if err == nil && !ok {
 		err = fmt.Errorf("periodic: run request %q: %w", id, ErrUnknownRun)
@@ -274,7 +275,7 @@ func LookupRun(ctx context.Context, b *broker.Broker, name, request string) (Run
 }
 
 // ErrUnknownRun is wrapped by the error of [LookupRun] for a request that
-// was never made, or was made longer than RunRetention ago.
+// was never made, or was made longer than 24 hours ago.
 var ErrUnknownRun = errors.New("periodic: no such run request")
 
 func lookupRun(ctx context.Context, rdb redis.UniversalClient, keys keyspace.PeriodicKeys, id string) (Run, bool, error) {
@@ -295,8 +296,8 @@ func lookupRun(ctx context.Context, rdb redis.UniversalClient, keys keyspace.Per
 // runJob builds and checks the job of the run-now request r of e, as
 // tickJob builds a tick's: ready at once, with the request's id.
 func (e *entry) runJob(id string, r run, now time.Time, unique time.Duration) (*job.Envelope, error) {
-	opts := []job.Option{job.ID(id), job.Header(HeaderSchedule, e.name), job.Header(HeaderRun, r.Request),
-		job.Header(HeaderTick, fromMS(r.Requested).Format(tickLayout))}
+	opts := []job.Option{job.ID(id), job.Header(headerSchedule, e.name), job.Header(headerRun, r.Request),
+		job.Header(headerTick, fromMS(r.Requested).Format(tickLayout))}
 	if unique > 0 {
 		opts = append(opts, job.Unique(unique), job.UniqueIncludeDead())
 	}

@@ -248,7 +248,7 @@ func TestRunNowEnqueuesOnce(t *testing.T) {
 	}
 	te, re := info.Envelope, run.Envelope
 	if re.Type != te.Type || !bytes.Equal(re.Payload, te.Payload) || re.Queue != te.Queue || re.MaxRetries != 7 || re.MaxRetries != te.MaxRetries ||
-		re.Headers["team"] != "ops" || re.Headers[HeaderRun] != r2.Request || re.Headers[HeaderSchedule] != "minutely" || re.Headers[HeaderSignature] == "" {
+		re.Headers["team"] != "ops" || re.Headers[headerRun] != r2.Request || re.Headers[headerSchedule] != "minutely" || re.Headers[headerSignature] == "" {
 		t.Errorf("run-now job %+v\nwant built as the tick's %+v", re, te)
 	}
 	if st := sim.status(t, "minutely"); !st.Last.Equal(start.Add(time.Minute)) {
@@ -271,7 +271,7 @@ func TestRunNowEnqueuesOnce(t *testing.T) {
 		{"nosuch", "x", ErrUnknownSchedule, `cannot run "nosuch" now: periodic: no such schedule`},
 		{"gone", "x", ErrNotRunning, `cannot run "gone" now: periodic: no running scheduler declares the schedule (stale since 1970-01-01T00:00:00Z)`},
 		{"minutely", "a b", job.ErrInvalid, `run request id "a b" contains ' '`},
-		{"minutely", strings.Repeat("r", MaxRequestLen+1), job.ErrInvalid, "must be 1 to 64 bytes long"},
+		{"minutely", strings.Repeat("r", maxRequestLen+1), job.ErrInvalid, "must be 1 to 64 bytes long"},
 		{"bad name", "x", job.ErrInvalid, `schedule name "bad name"`},
 	} {
 		if _, err := runNow(ctx, sim.tb.B, tc.name, tc.req, sim.clk.Now()); !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.text) {
@@ -285,12 +285,12 @@ func TestRunNowEnqueuesOnce(t *testing.T) {
 		t.Errorf("LookupRun of a request never made: %v", err)
 	}
 	// Old requests go at a heartbeat.
-	sim.clk.Advance(RunRetention + time.Minute)
+	sim.clk.Advance(runRetention + time.Minute)
 	if err := a.heartbeat(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if n, _ := sim.tb.RDB.HLen(ctx, a.keys.Runs).Result(); n != 0 {
-		t.Errorf("%d run-now requests kept after RunRetention", n)
+		t.Errorf("%d run-now requests kept after runRetention", n)
 	}
 }
 
@@ -342,7 +342,7 @@ func TestRunNowRecordsAnOutcome(t *testing.T) {
 		_ = h.Handle(sim.tb.Ctx, m)
 	}
 	forged := &job.Message{Envelope: *info.Envelope, Attempt: 1}
-	forged.ID = RunID("nightly", "other")
+	forged.ID = runID("nightly", "other")
 	handle(forged)
 	if st := sim.status(t, "nightly"); st.Outcome != nil {
 		t.Fatalf("a forged run-now job recorded %+v", st.Outcome)

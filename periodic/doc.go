@@ -14,7 +14,8 @@
 //	worker.Options{..., Middleware: []job.Middleware{periodic.Outcomes(b)}}
 //
 // Only the job a scheduler enqueued for a tick records an outcome: its id
-// is the tick's and it carries the scheduler's signature ([HeaderSignature]).
+// is the tick's and it carries the scheduler's signature (the header
+// delayq-periodic-sig).
 //
 // # No leader
 //
@@ -33,10 +34,11 @@
 // A scheduler enqueues each tick when it is due, and every tick it reached
 // within Options.Tolerance (5 s) of its time when it woke late. A tick
 // reached later than that, or due before the scheduler started, was
-// missed, and follows the schedule's policy: [RunOnce] (the default,
-// within [DefaultMissedWithin]) enqueues one job for the latest of them,
-// [Skip] drops them, [RunAll] enqueues each within a window. Whatever the
-// policy but RunAll, a scheduler that comes back enqueues at most one job
+// missed, and follows the schedule's policy: [RunMissedOnce] (the default,
+// within an hour) enqueues one job for the latest of them, [SkipMissed]
+// drops them, [RunMissedAll] enqueues each within a window (at most 1,000
+// a step; a longer catch-up goes on at once in further steps). Whatever
+// the policy but RunMissedAll, a scheduler that comes back enqueues at most one job
 // for the time it was away.
 //
 // # A tick that cannot be enqueued
@@ -57,7 +59,7 @@
 // from the moment of the resume, its missed-tick policy counted from
 // there. [RunNow] records a request that the schedulers declaring the
 // schedule pick up at their next step: they enqueue one job built as a
-// tick's, with the id [RunID] (name@run:request), once per request id
+// tick's, with the id name@run:request (Run.ID), once per request id
 // however often it is sent. The request goes through the schedulers
 // because only they hold the schedule's arguments. See docs/periodic.md.
 //

@@ -19,8 +19,8 @@ const outcomeTimeout = 5 * time.Second
 // outcome. Other jobs pass through untouched.
 //
 // A job counts as a tick's only when its id is the tick's ([TickID] of
-// its HeaderSchedule and HeaderTick) and its HeaderSignature holds for its
-// id and queue: schedulers sign their ticks' jobs with a key that only
+// its headers delayq-periodic and delayq-periodic-tick) and its header
+// delayq-periodic-sig holds for its id and queue: schedulers sign their ticks' jobs with a key that only
 // they write (see docs/periodic.md). So a job that merely carries the
 // headers, which anyone who can enqueue can set, records nothing; nor
 // does a copy of a tick's headers on another job or queue. An outcome
@@ -55,7 +55,7 @@ func Outcomes(b *broker.Broker) job.Middleware {
 	}
 	return func(next job.Handler) job.Handler {
 		return job.HandlerFunc(func(ctx context.Context, m *job.Message) error {
-			if m.Headers[HeaderSchedule] == "" {
+			if m.Headers[headerSchedule] == "" {
 				return next.Handle(ctx, m)
 			}
 			name, tick, ok := v.tick(ctx, m)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/fleet"
+	"github.com/delayq/delayq/internal/fleetreg"
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/refusal"
@@ -23,31 +24,31 @@ import (
 )
 
 // Headers a tick's job carries: the schedule's name and the tick's time
-// (RFC 3339, UTC), and HeaderSignature. [Outcomes] reads them.
+// (RFC 3339, UTC), and headerSignature. [Outcomes] reads them.
 const (
-	HeaderSchedule = "delayq-periodic"
-	HeaderTick     = "delayq-periodic-tick"
+	headerSchedule = "delayq-periodic"
+	headerTick     = "delayq-periodic-tick"
 )
 
-// MaxNameLen is the longest schedule name, in bytes.
-const MaxNameLen = 128
+// maxNameLen is the longest schedule name, in bytes.
+const maxNameLen = 128
 
 // Defaults of Options.
 const (
-	DefaultTolerance  = 5 * time.Second
-	DefaultHeartbeat  = 30 * time.Second
-	DefaultStaleAfter = 5 * time.Minute
-	DefaultPoll       = time.Second
+	defaultTolerance  = 5 * time.Second
+	defaultHeartbeat  = 30 * time.Second
+	defaultStaleAfter = 5 * time.Minute
+	defaultPoll       = time.Second
 )
 
-// DefaultMissedWithin is the window of the default missed-tick policy,
-// RunMissedOnce(DefaultMissedWithin): after a scheduler was away, one job
+// defaultMissedWithin is the window of the default missed-tick policy,
+// RunMissedOnce(defaultMissedWithin): after a scheduler was away, one job
 // for the ticks it missed, if the latest of them is at most an hour old.
-const DefaultMissedWithin = time.Hour
+const defaultMissedWithin = time.Hour
 
-// MaxCatchUp is the most ticks of one schedule a step enqueues; a
+// maxCatchUp is the most ticks of one schedule a step enqueues; a
 // RunMissedAll catch-up of more goes on at once in further steps.
-const MaxCatchUp = 1000
+const maxCatchUp = 1000
 
 // Options configures a Scheduler. The zero value is usable: every field has
 // a documented default.
@@ -84,8 +85,8 @@ type Options struct {
 
 	// Poll is how often a running scheduler reads the paused schedules
 	// ([Pause]) and the run-now requests ([RunNow]) between ticks: a
-	// request is enqueued at most Poll after it was made. Default
-	// DefaultPoll (1 s); it must not be negative.
+	// request is enqueued at most Poll after it was made. Default 1 s; it
+	// must not be negative.
 	Poll time.Duration
 
 	// Logger receives start and stop (info), ticks enqueued (debug), and
@@ -96,8 +97,8 @@ type Options struct {
 	// (package fleet: `delayq workers ls`, the dashboard's processes page)
 	// lives after each of its heartbeats, which come every ProcessTTL/3
 	// while Run runs: a scheduler killed with SIGKILL is gone from the list
-	// ProcessTTL after its last one. Default fleet.DefaultTTL (15 s); at
-	// least fleet.MinTTL; negative: not registered.
+	// ProcessTTL after its last one. Default 15 s; at least 100 ms;
+	// negative: not registered.
 	ProcessTTL time.Duration
 
 	// Enqueue is producer middleware (job.EnqueueMiddleware, e.g.
@@ -154,19 +155,19 @@ func New(b *broker.Broker, cfg Options) (*Scheduler, error) {
 		return nil, fmt.Errorf("periodic: %w: Tolerance %s, Heartbeat %s, StaleAfter %s and Poll %s must not be negative", job.ErrInvalid, cfg.Tolerance, cfg.Heartbeat, cfg.StaleAfter, cfg.Poll)
 	}
 	if cfg.Poll == 0 {
-		cfg.Poll = DefaultPoll
+		cfg.Poll = defaultPoll
 	}
 	if cfg.Tolerance == 0 {
-		cfg.Tolerance = DefaultTolerance
+		cfg.Tolerance = defaultTolerance
 	}
 	if cfg.Heartbeat == 0 {
-		cfg.Heartbeat = DefaultHeartbeat
+		cfg.Heartbeat = defaultHeartbeat
 	}
 	if cfg.StaleAfter == 0 {
-		cfg.StaleAfter = max(DefaultStaleAfter, 2*cfg.Heartbeat)
+		cfg.StaleAfter = max(defaultStaleAfter, 2*cfg.Heartbeat)
 	}
-	if cfg.ProcessTTL > 0 && cfg.ProcessTTL < fleet.MinTTL {
-		return nil, fmt.Errorf("periodic: %w: ProcessTTL %s is below fleet.MinTTL %s (negative: not registered)", job.ErrInvalid, cfg.ProcessTTL, fleet.MinTTL)
+	if cfg.ProcessTTL > 0 && cfg.ProcessTTL < fleetreg.MinTTL {
+		return nil, fmt.Errorf("periodic: %w: ProcessTTL %s is below the minimum %s (negative: not registered)", job.ErrInvalid, cfg.ProcessTTL, fleetreg.MinTTL)
 	}
 	if cfg.StaleAfter < 2*cfg.Heartbeat {
 		return nil, fmt.Errorf("periodic: %w: StaleAfter %s is less than twice Heartbeat %s", job.ErrInvalid, cfg.StaleAfter, cfg.Heartbeat)
@@ -185,46 +186,48 @@ func New(b *broker.Broker, cfg Options) (*Scheduler, error) {
 	return &Scheduler{b: b, enq: enq, cfg: cfg, keys: keyspace.Periodic(b.Namespace()), log: log}, nil
 }
 
-// Missed is a schedule's policy for the ticks it missed: those due while
-// no scheduler was there to enqueue them on time (every scheduler was
+// missPolicy is a schedule's policy for the ticks it missed: those due
+// while no scheduler was there to enqueue them on time (every scheduler was
 // down, stalled or cut off from Redis for longer than Options.Tolerance,
 // or had not started yet). Whatever the policy, a scheduler that comes
 // back enqueues at most one job for its absence, unless the policy is
-// RunAll.
-type Missed uint8
+// missAll. The options [SkipMissed], [RunMissedOnce] and [RunMissedAll]
+// set it; Status.Missed shows it by its String.
+type missPolicy uint8
 
 const (
-	// Skip drops missed ticks: the schedule goes on with its next tick
+	// missSkip drops missed ticks: the schedule goes on with its next tick
 	// (a tick reached within Options.Tolerance of its time is not missed,
 	// and runs).
-	Skip Missed = iota
-	// RunOnce enqueues one job for all the missed ticks: the latest of
+	missSkip missPolicy = iota
+	// missOnce enqueues one job for all the missed ticks: the latest of
 	// them, with that tick's id, ready at once, if it is no older than the
-	// policy's window. The default, with DefaultMissedWithin.
-	RunOnce
-	// RunAll enqueues a job for every missed tick no older than the
-	// policy's window, oldest first, up to MaxCatchUp per step.
-	RunAll
+	// policy's window. The default, with defaultMissedWithin.
+	missOnce
+	// missAll enqueues a job for every missed tick no older than the
+	// policy's window, oldest first, up to maxCatchUp per step.
+	missAll
 )
 
-func (m Missed) String() string {
+// String is the policy's name in Status.Missed: "skip", "once" or "all".
+func (m missPolicy) String() string {
 	switch m {
-	case RunOnce:
+	case missOnce:
 		return "once"
-	case RunAll:
+	case missAll:
 		return "all"
 	}
 	return "skip"
 }
 
 // parseMissed reads a policy as String writes it.
-func parseMissed(s string) Missed {
-	for _, m := range []Missed{RunOnce, RunAll} {
+func parseMissed(s string) missPolicy {
+	for _, m := range []missPolicy{missOnce, missAll} {
 		if s == m.String() {
 			return m
 		}
 	}
-	return Skip
+	return missSkip
 }
 
 // Option configures one schedule.
@@ -258,27 +261,27 @@ func Location(loc *time.Location) Option {
 	}
 }
 
-// SkipMissed sets the Skip policy: ticks missed while every scheduler was
+// SkipMissed sets the "skip" policy: ticks missed while every scheduler was
 // away are not run; the schedule goes on with its next tick.
 func SkipMissed() Option {
-	return func(e *entry) error { e.missed, e.within = Skip, 0; return nil }
+	return func(e *entry) error { e.missed, e.within = missSkip, 0; return nil }
 }
 
-// RunMissedOnce sets the RunOnce policy (the default, with
-// DefaultMissedWithin): when ticks were missed, one job runs for them all
-// (the latest missed tick's), provided that tick is no older than within
-// when a scheduler comes back. within must be positive.
+// RunMissedOnce sets the "once" policy (the default, within an hour):
+// when ticks were missed, one job runs for them all (the latest missed
+// tick's), provided that tick is no older than within when a scheduler
+// comes back. within must be positive.
 func RunMissedOnce(within time.Duration) Option {
 	return func(e *entry) error {
 		if within <= 0 {
 			return fmt.Errorf("RunMissedOnce window %s is not positive", within)
 		}
-		e.missed, e.within = RunOnce, within
+		e.missed, e.within = missOnce, within
 		return nil
 	}
 }
 
-// RunMissedAll sets the RunAll policy: when ticks were missed, a job runs
+// RunMissedAll sets the "all" policy: when ticks were missed, a job runs
 // for each of them no older than within when a scheduler comes back,
 // oldest first, each with its own tick's id (a burst: a minute away from
 // an every-second schedule is 60 jobs at once). within must be positive.
@@ -287,7 +290,7 @@ func RunMissedAll(within time.Duration) Option {
 		if within <= 0 {
 			return fmt.Errorf("RunMissedAll window %s is not positive", within)
 		}
-		e.missed, e.within = RunAll, within
+		e.missed, e.within = missAll, within
 		return nil
 	}
 }
@@ -307,7 +310,7 @@ type entry struct {
 	name, spec string
 	loc        *time.Location
 	sched      schedule
-	missed     Missed
+	missed     missPolicy
 	within     time.Duration
 	opts       []job.Option
 	typ, queue string
@@ -335,7 +338,7 @@ type entry struct {
 // job cannot be enqueued; it wraps job.ErrInvalid.
 func (e *entry) tickJob(at, now time.Time, unique time.Duration) (*job.Envelope, error) {
 	opts := []job.Option{job.ID(TickID(e.name, at)), job.At(at),
-		job.Header(HeaderSchedule, e.name), job.Header(HeaderTick, at.UTC().Format(tickLayout))}
+		job.Header(headerSchedule, e.name), job.Header(headerTick, at.UTC().Format(tickLayout))}
 	if unique > 0 {
 		opts = append(opts, job.Unique(unique), job.UniqueIncludeDead())
 	}
@@ -349,11 +352,13 @@ func (e *entry) tickJob(at, now time.Time, unique time.Duration) (*job.Envelope,
 	return env, nil
 }
 
-// Add declares a schedule on s: a job of type t with args at every tick of
-// spec, a cron expression with 5 fields (minute hour day-of-month month
-// day-of-week), 6 with a leading seconds field, a descriptor (@yearly,
-// @monthly, @weekly, @daily, @hourly) or "@every <duration>" (whole
-// seconds, ticking at the multiples of the duration since the Unix epoch).
+// Add declares a schedule named name (1 to 128 bytes of ASCII letters,
+// digits and '.', '_', '-', ':', '/') on s: a job of type t with args at
+// every tick of spec, a cron expression with 5 fields (minute hour
+// day-of-month month day-of-week), 6 with a leading seconds field, a
+// descriptor (@yearly, @monthly, @weekly, @daily, @hourly) or "@every
+// <duration>" (whole seconds, ticking at the multiples of the duration
+// since the Unix epoch).
 // The expression is read in the schedule's time zone (UTC unless [Zone] or
 // [Location] says otherwise).
 //
@@ -370,7 +375,7 @@ func Add[T any](s *Scheduler, name, spec string, t *job.Type[T], args T, opts ..
 	if t == nil {
 		return bad(errors.New("nil job type"))
 	}
-	e := &entry{name: name, spec: spec, loc: time.UTC, missed: RunOnce, within: DefaultMissedWithin}
+	e := &entry{name: name, spec: spec, loc: time.UTC, missed: missOnce, within: defaultMissedWithin}
 	for _, o := range opts {
 		if o == nil {
 			return bad(errors.New("nil option"))
@@ -422,11 +427,11 @@ func Add[T any](s *Scheduler, name, spec string, t *job.Type[T], args T, opts ..
 	return nil
 }
 
-// validateName checks a schedule name: 1 to MaxNameLen bytes of ASCII
+// validateName checks a schedule name: 1 to maxNameLen bytes of ASCII
 // letters, digits and '.', '_', '-', ':', '/'.
 func validateName(name string) error {
-	if name == "" || len(name) > MaxNameLen {
-		return fmt.Errorf("periodic: %w: schedule name %q must be 1 to %d bytes long", job.ErrInvalid, name, MaxNameLen)
+	if name == "" || len(name) > maxNameLen {
+		return fmt.Errorf("periodic: %w: schedule name %q must be 1 to %d bytes long", job.ErrInvalid, name, maxNameLen)
 	}
 	for _, r := range name {
 		switch {
@@ -546,11 +551,11 @@ func (s *Scheduler) register(ctx context.Context, entries []*entry) func() {
 	if len(list) > 1000 {
 		list = list[:1000] + "…"
 	}
-	reg, err := fleet.New(s.b.Client(), s.b.Namespace(), fleet.Process{
+	reg, err := fleetreg.New(s.b.Client(), s.b.Namespace(), fleet.Process{
 		Role:  fleet.RoleScheduler,
 		Types: types,
 		Info:  map[string]string{"schedules": strconv.Itoa(len(entries)), "names": list},
-	}, fleet.Options{TTL: s.cfg.ProcessTTL, OnError: func(err error) {
+	}, fleetreg.Options{TTL: s.cfg.ProcessTTL, OnError: func(err error) {
 		s.log.Warn().Err(err).Msg("scheduler cannot record itself in the process registry")
 	}})
 	if err != nil {
@@ -597,9 +602,9 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // Every tick after the cursor is due. When the first of them is at most
 // tol old and the scheduler did not just start, the scheduler was there
 // and is only a little late: they all run. Otherwise they were missed,
-// and the schedule's policy says which run: Skip the latest if it is at
-// most tol old (it is on time), RunOnce the latest if it is within its
-// window, RunAll all within its window.
+// and the schedule's policy says which run: missSkip the latest if it is at
+// most tol old (it is on time), missOnce the latest if it is within its
+// window, missAll all within its window.
 func (e *entry) due(now time.Time, tol time.Duration) ([]time.Time, time.Time) {
 	first := e.sched.Next(e.cur)
 	if first.IsZero() || first.After(now) {
@@ -608,13 +613,13 @@ func (e *entry) due(now time.Time, tol time.Duration) ([]time.Time, time.Time) {
 	from := e.cur
 	if e.away || now.Sub(first) > tol {
 		switch e.missed {
-		case RunAll:
+		case missAll:
 			if w := now.Add(-e.within); from.Before(w) {
 				from = w
 			}
 		default:
 			window := tol
-			if e.missed == RunOnce {
+			if e.missed == missOnce {
 				window = max(window, e.within)
 			}
 			if t := latest(e.sched, e.cur, now); !t.IsZero() && now.Sub(t) <= window {
@@ -625,7 +630,7 @@ func (e *entry) due(now time.Time, tol time.Duration) ([]time.Time, time.Time) {
 	}
 	var out []time.Time
 	for t := e.sched.Next(from); !t.IsZero() && !t.After(now); t = e.sched.Next(t) {
-		if len(out) == MaxCatchUp {
+		if len(out) == maxCatchUp {
 			return out, out[len(out)-1]
 		}
 		out = append(out, t)
@@ -799,7 +804,7 @@ func (s *Scheduler) enqueueDue(ctx context.Context, now time.Time) (time.Time, e
 		failed = err
 	}
 	if more && failed == nil {
-		return now, nil // a RunAll catch-up goes on
+		return now, nil // a missAll catch-up goes on
 	}
 	wake := now.Add(s.cfg.Heartbeat)
 	for _, e := range s.entries {
@@ -826,7 +831,7 @@ func (s *Scheduler) claim(ctx context.Context, now time.Time, ticks []*tick) err
 	if _, err := s.b.Client().TxPipelined(ctx, func(p redis.Pipeliner) error {
 		for i, tk := range ticks {
 			keep := s.uniqueness()
-			if tk.e.missed != Skip {
+			if tk.e.missed != missSkip {
 				keep = max(keep, tk.e.within)
 			}
 			p.HSetNX(ctx, s.keys.Ticks, tk.env.ID, strconv.FormatInt(now.Add(keep).UnixMilli(), 10)+" "+tk.env.Queue)
@@ -855,7 +860,7 @@ func (s *Scheduler) claim(ctx context.Context, now time.Time, ticks []*tick) err
 			}
 			tk.env.Queue = q
 		}
-		tk.env.Headers[HeaderSignature] = sign(s.secret, tk.env.ID, tk.env.Queue)
+		tk.env.Headers[headerSignature] = sign(s.secret, tk.env.ID, tk.env.Queue)
 	}
 	return nil
 }

@@ -53,7 +53,7 @@ func TestBadDeclarations(t *testing.T) {
 		{"ok", "@daily", nil, `schedule "ok": a schedule with that name was added already`},
 		{"", "@daily", nil, `schedule name ""`},
 		{"bad name", "@daily", nil, `schedule name "bad name" contains ' '`},
-		{strings.Repeat("n", periodic.MaxNameLen+1), "@daily", nil, "must be 1 to 128 bytes long"},
+		{strings.Repeat("n", 129), "@daily", nil, "must be 1 to 128 bytes long"},
 	} {
 		err := periodic.Add(s, tc.name, tc.spec, pingType, Ping{}, tc.opts...)
 		if !errors.Is(err, job.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
@@ -118,7 +118,7 @@ func TestRunRecordsOutcomes(t *testing.T) {
 		t.Fatalf("no outcomes recorded within 30s: %+v", list)
 	}
 	bad, good := list[0], list[1]
-	if bad.Name != "bad" || bad.Outcome.Result != "dead" || bad.Outcome.Error != "upstream said no" || bad.Missed != periodic.RunOnce || bad.Within != time.Hour {
+	if bad.Name != "bad" || bad.Outcome.Result != "dead" || bad.Outcome.Error != "upstream said no" || bad.Missed != "once" || bad.Within != time.Hour {
 		t.Errorf("bad: %+v, outcome %+v", bad, bad.Outcome)
 	}
 	if good.Name != "ok" || good.Outcome.Result != "success" || good.Spec != "@every 1s" || good.Zone != "UTC" || good.Type != "health.ping" || good.Queue != "health" || good.Stale {
@@ -182,7 +182,7 @@ func TestListShowsTheRestBesideAnUnreadableRecord(t *testing.T) {
 		!strings.HasPrefix(badOutcome.Problem, "stored outcome does not decode: ") {
 		t.Errorf("bad-outcome: %+v; want the schedule, no outcome, a Problem naming the outcome", badOutcome)
 	}
-	if ok.Name != "good" || ok.Problem != "" || ok.Spec != "@hourly" || ok.Missed != periodic.RunOnce || ok.Within != time.Hour ||
+	if ok.Name != "good" || ok.Problem != "" || ok.Spec != "@hourly" || ok.Missed != "once" || ok.Within != time.Hour ||
 		ok.Outcome == nil || ok.Outcome.Result != "success" || !ok.Next.Equal(time.Date(2030, 1, 2, 4, 0, 0, 0, time.UTC)) {
 		t.Errorf("good: %+v, outcome %+v; want it whole", ok, ok.Outcome)
 	}
@@ -242,9 +242,9 @@ func TestForgedJobDoesNotChangeTheOutcome(t *testing.T) {
 	next := time.Now().UTC().AddDate(1, 0, 0).Truncate(time.Second)
 	tick := next.Format("2006-01-02T15:04:05Z")
 	for id, h := range map[string]map[string]string{
-		periodic.TickID("nightly", next):                {periodic.HeaderSchedule: "nightly", periodic.HeaderTick: tick},
-		periodic.TickID("nightly", next.Add(time.Hour)): {periodic.HeaderSchedule: "nightly", periodic.HeaderTick: next.Add(time.Hour).Format("2006-01-02T15:04:05Z"), periodic.HeaderSignature: "AAAAAAAAAAAAAAAAAAAAAA"},
-		periodic.TickID("ghost", next):                  {periodic.HeaderSchedule: "ghost", periodic.HeaderTick: tick},
+		periodic.TickID("nightly", next):                {"delayq-periodic": "nightly", "delayq-periodic-tick": tick},
+		periodic.TickID("nightly", next.Add(time.Hour)): {"delayq-periodic": "nightly", "delayq-periodic-tick": next.Add(time.Hour).Format("2006-01-02T15:04:05Z"), "delayq-periodic-sig": "AAAAAAAAAAAAAAAAAAAAAA"},
+		periodic.TickID("ghost", next):                  {"delayq-periodic": "ghost", "delayq-periodic-tick": tick},
 	} {
 		opts := []job.Option{job.ID(id)}
 		for k, v := range h {

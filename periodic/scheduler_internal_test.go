@@ -689,7 +689,7 @@ func TestQueueMoveRunsEachTickOnce(t *testing.T) {
 	if err != nil || n != int64(seconds) {
 		t.Fatalf("%d tick claims stored (%v), want %d", n, err, seconds)
 	}
-	sim.clk.Advance(DefaultMissedWithin + time.Second)
+	sim.clk.Advance(defaultMissedWithin + time.Second)
 	if err := cur.heartbeat(sim.tb.Ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -723,7 +723,7 @@ func TestOnlyTheSchedulersJobRecordsAnOutcome(t *testing.T) {
 		return &job.Message{Envelope: *info.Envelope, Attempt: 1}
 	}
 	genuine1, genuine2 := stored(t1), stored(t2)
-	if genuine1.Headers[HeaderSignature] == "" {
+	if genuine1.Headers[headerSignature] == "" {
 		t.Fatalf("the tick's job is not signed: %v", genuine1.Headers)
 	}
 	handle := func(m *job.Message, err error) {
@@ -760,16 +760,16 @@ func TestOnlyTheSchedulersJobRecordsAnOutcome(t *testing.T) {
 	}
 	for name, m := range map[string]*job.Message{
 		"the headers alone": {Envelope: job.Envelope{ID: "anything", Queue: "reports", Type: reportType.Name(),
-			Headers: map[string]string{HeaderSchedule: "nightly", HeaderTick: t2.Format(tickLayout)}}},
-		"the tick's id without the signature": clone(genuine2, func(c *job.Message) { delete(c.Headers, HeaderSignature) }),
+			Headers: map[string]string{headerSchedule: "nightly", headerTick: t2.Format(tickLayout)}}},
+		"the tick's id without the signature": clone(genuine2, func(c *job.Message) { delete(c.Headers, headerSignature) }),
 		"another tick's signature": clone(genuine1, func(c *job.Message) {
-			c.ID, c.Headers[HeaderTick] = TickID("nightly", later), later.Format(tickLayout)
+			c.ID, c.Headers[headerTick] = TickID("nightly", later), later.Format(tickLayout)
 		}),
 		"the signature on another queue": clone(genuine2, func(c *job.Message) { c.Queue = "other" }),
 		"another name": clone(genuine2, func(c *job.Message) {
-			c.ID, c.Headers[HeaderSchedule] = TickID("ghost", t2), "ghost"
+			c.ID, c.Headers[headerSchedule] = TickID("ghost", t2), "ghost"
 		}),
-		"a made-up signature": clone(genuine2, func(c *job.Message) { c.Headers[HeaderSignature] = "AAAAAAAAAAAAAAAAAAAAAA" }),
+		"a made-up signature": clone(genuine2, func(c *job.Message) { c.Headers[headerSignature] = "AAAAAAAAAAAAAAAAAAAAAA" }),
 	} {
 		handle(m, forged)
 		if o, names := outcome(); o == nil || o.Result != ResultSuccess || !o.Tick.Equal(t1) || !slices.Equal(names, []string{"nightly"}) {

@@ -17,13 +17,13 @@ import (
 	"github.com/delayq/delayq/job"
 )
 
-// HeaderSignature is the header with which a scheduler signs its tick's
+// headerSignature is the header with which a scheduler signs its tick's
 // job: an HMAC of the job's id and queue under the namespace's periodic
 // key (keyspace ns:{:periodic}:secret), which only schedulers write.
 // [Outcomes] records the outcome of a job only when its signature holds,
-// so a job that merely carries HeaderSchedule (anyone who can enqueue can
+// so a job that merely carries headerSchedule (anyone who can enqueue can
 // set headers) cannot change a schedule's last outcome.
-const HeaderSignature = "delayq-periodic-sig"
+const headerSignature = "delayq-periodic-sig"
 
 // secretBytes is the size of the periodic key, before hex encoding.
 const secretBytes = 32
@@ -79,14 +79,14 @@ type verifier struct {
 
 // tick returns the schedule and tick of m when m is the job a scheduler
 // enqueued for that tick: its id is the tick's ([TickID] of its headers'
-// name and tick), or for a run-now job [RunID] of its headers' name and
+// name and tick), or for a run-now job [runID] of its headers' name and
 // request, and its signature holds for its id and queue.
 func (v *verifier) tick(ctx context.Context, m *job.Message) (string, time.Time, bool) {
-	name, sig := m.Headers[HeaderSchedule], m.Headers[HeaderSignature]
-	at, err := time.Parse(tickLayout, m.Headers[HeaderTick])
+	name, sig := m.Headers[headerSchedule], m.Headers[headerSignature]
+	at, err := time.Parse(tickLayout, m.Headers[headerTick])
 	want := TickID(name, at)
-	if req := m.Headers[HeaderRun]; req != "" {
-		want = RunID(name, req) // a run-now job: at is when it was requested
+	if req := m.Headers[headerRun]; req != "" {
+		want = runID(name, req) // a run-now job: at is when it was requested
 	}
 	if err != nil || sig == "" || m.ID != want {
 		return "", time.Time{}, false

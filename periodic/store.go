@@ -181,7 +181,7 @@ func (s *Scheduler) pruneTicks(ctx context.Context, now time.Time) error {
 	}
 }
 
-// pruneRuns removes the run-now requests older than RunRetention (and any
+// pruneRuns removes the run-now requests older than runRetention (and any
 // that do not read as one).
 func (s *Scheduler) pruneRuns(ctx context.Context, now time.Time) error {
 	rdb := s.b.Client()
@@ -192,7 +192,7 @@ func (s *Scheduler) pruneRuns(ctx context.Context, now time.Time) error {
 	var old []string
 	for id, raw := range all {
 		var r run
-		if json.Unmarshal([]byte(raw), &r) != nil || r.Requested+RunRetention.Milliseconds() < now.UnixMilli() {
+		if json.Unmarshal([]byte(raw), &r) != nil || r.Requested+runRetention.Milliseconds() < now.UnixMilli() {
 			old = append(old, id)
 		}
 	}
@@ -301,7 +301,7 @@ func (s *Scheduler) catchUp(ctx context.Context, fresh bool) error {
 	for id, raw := range runs.Val() {
 		var r run
 		if json.Unmarshal([]byte(raw), &r) != nil || r.State != RunPending || !declared[r.Name] ||
-			RunID(r.Name, r.Request) != id || r.Requested+RunRetention.Milliseconds() < now {
+			runID(r.Name, r.Request) != id || r.Requested+runRetention.Milliseconds() < now {
 			continue
 		}
 		s.runs = append(s.runs, pendingRun{id: id, r: r})
@@ -354,8 +354,8 @@ type Status struct {
 	Zone   string // the IANA time zone
 	Type   string // the job type
 	Queue  string
-	Missed Missed        // the missed-tick policy
-	Within time.Duration // RunOnce's catch-up window
+	Missed string        // the missed-tick policy: "skip", "once" or "all" (SkipMissed, RunMissedOnce, RunMissedAll)
+	Within time.Duration // the catch-up window of "once" and "all"
 
 	Next time.Time // the next tick after now; zero when none, or stale
 	Last time.Time // the latest tick enqueued; zero when none yet
@@ -460,7 +460,7 @@ func List(ctx context.Context, b *broker.Broker, now time.Time) ([]Status, error
 			st.Within = time.Duration(r.WithinMS) * time.Millisecond
 			st.Seen, st.Expires = fromMS(r.Seen), fromMS(r.Expires)
 			st.Stale = now.UnixMilli() > r.Expires
-			st.Missed = parseMissed(r.Missed)
+			st.Missed = parseMissed(r.Missed).String()
 			// The next tick from the expression itself: the stored one is
 			// as old as the last heartbeat. A stale schedule has none:
 			// nothing runs it.

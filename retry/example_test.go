@@ -11,8 +11,9 @@ import (
 // A handler returns a Permanent error for a failure no retry can fix: the
 // job goes straight to the dead letters. Wrapping keeps it permanent.
 func ExamplePermanent() {
-	err := fmt.Errorf("charge order 1001: %w", retry.Permanent(errors.New("card expired")))
-	fmt.Println(retry.IsPermanent(err), err)
+	expired := errors.New("card expired")
+	err := fmt.Errorf("charge order 1001: %w", retry.Permanent(expired))
+	fmt.Println(errors.Is(err, expired), err)
 	fmt.Println(retry.Permanent(nil) == nil)
 	// Output:
 	// true charge order 1001: card expired
@@ -24,10 +25,7 @@ func ExamplePermanent() {
 // whatever the backoff policy says.
 func ExampleAfter() {
 	err := retry.After(30*time.Second, errors.New("provider: 429 rate-limited"))
-	d, ok := retry.AfterDelay(err)
-	fmt.Println(d, ok)
 	fmt.Println(err)
 	// Output:
-	// 30s true
 	// retry after 30s: provider: 429 rate-limited
 }

@@ -15,12 +15,6 @@ type Policy interface {
 	Delay(attempt int) time.Duration
 }
 
-// PolicyFunc adapts a function to [Policy].
-type PolicyFunc func(attempt int) time.Duration
-
-// Delay calls f(attempt).
-func (f PolicyFunc) Delay(attempt int) time.Duration { return f(attempt) }
-
 // Exponential is a Policy whose delay grows geometrically with the attempt
 // number, with random jitter:
 //
@@ -32,9 +26,10 @@ func (f PolicyFunc) Delay(attempt int) time.Duration { return f(attempt) }
 //
 //	1s, 2s, 4s, 8s, 16s, 32s, 1m4s, 2m8s, 4m16s, 8m32s, 17m4s, 34m8s, 1h, 1h, …
 //
-// each within ±20 %. The zero value is not usable; build one with
-// [NewExponential] or take [Default]. An Exponential is immutable and safe for
-// concurrent use: every call builds its own backoff state.
+// each within ±20 %. The zero value is not usable; set its fields (and
+// check them with [Exponential.Validate]) or take [Default]. An
+// Exponential is immutable and safe for concurrent use: every call builds
+// its own backoff state.
 type Exponential struct {
 	Initial    time.Duration // delay after the first failure; > 0
 	Multiplier float64       // growth per attempt; >= 1
@@ -46,12 +41,6 @@ type Exponential struct {
 // one: Initial 1s, Multiplier 2, Max 1h, Jitter 0.2.
 func Default() Exponential {
 	return Exponential{Initial: time.Second, Multiplier: 2, Max: time.Hour, Jitter: 0.2}
-}
-
-// NewExponential returns an Exponential after checking its parameters.
-func NewExponential(initial time.Duration, multiplier float64, maxDelay time.Duration, jitter float64) (Exponential, error) {
-	e := Exponential{Initial: initial, Multiplier: multiplier, Max: maxDelay, Jitter: jitter}
-	return e, e.Validate()
 }
 
 // Validate reports the first parameter that is out of range.

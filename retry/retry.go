@@ -1,7 +1,6 @@
 package retry
 
 import (
-	"errors"
 	"fmt"
 	"time"
 )
@@ -12,6 +11,10 @@ type permanentError struct{ err error }
 func (e *permanentError) Error() string { return e.err.Error() }
 func (e *permanentError) Unwrap() error { return e.err }
 
+// RetryPermanent marks the error for delayq's own packages
+// (internal/retrydecide reads it).
+func (e *permanentError) RetryPermanent() {}
+
 // Permanent wraps err so that the job that returned it is dead-lettered at
 // once, whatever retries it has left. Permanent(nil) is nil.
 func Permanent(err error) error {
@@ -19,13 +22,6 @@ func Permanent(err error) error {
 		return nil
 	}
 	return &permanentError{err: err}
-}
-
-// IsPermanent reports whether err, or an error it wraps, was made by
-// [Permanent].
-func IsPermanent(err error) bool {
-	var p *permanentError
-	return errors.As(err, &p)
 }
 
 // afterError asks for the next attempt after a fixed delay.
@@ -39,6 +35,10 @@ func (e *afterError) Error() string {
 }
 func (e *afterError) Unwrap() error { return e.err }
 
+// RetryAfter is the delay, for delayq's own packages
+// (internal/retrydecide reads it).
+func (e *afterError) RetryAfter() time.Duration { return e.delay }
+
 // After wraps err so that the job's next attempt is scheduled exactly d after
 // this one failed, instead of the policy's delay. The attempt still counts
 // against the job's retry budget. A negative d is taken as zero. After(d, nil)
@@ -50,39 +50,19 @@ func After(d time.Duration, err error) error {
 	return &afterError{delay: max(d, 0), err: err}
 }
 
-// AfterDelay reports the delay requested by [After] in err's chain, if any.
-func AfterDelay(err error) (time.Duration, bool) {
-	var a *afterError
-	if errors.As(err, &a) {
-		return a.delay, true
-	}
-	return 0, false
-}
-
-// MaxSnoozes is how many times one job may snooze ([Snooze]). A snooze
-// beyond it counts as a failed attempt (its error says so), so that a job
-// cannot snooze forever.
-const MaxSnoozes = 100
-
 // snoozeError asks for the job again after a delay, without spending an
 // attempt.
 type snoozeError struct{ delay time.Duration }
 
 func (e *snoozeError) Error() string { return fmt.Sprintf("snoozed for %s", e.delay) }
 
+// RetrySnooze is the delay, for delayq's own packages
+// (internal/retrydecide reads it).
+func (e *snoozeError) RetrySnooze() time.Duration { return e.delay }
+
 // Snooze is what a handler returns to say "not now, again in d" (a 429
 // with Retry-After): the job is scheduled d from now and the attempt is
-// given back, so its retry budget is not spent. A job snoozes at most
-// MaxSnoozes times; the next snooze is a failed attempt. A negative d is
-// taken as zero.
+// given back, so its retry budget is not spent. A job snoozes at most 100
+// times; the next snooze is a failed attempt (its error says so), so that
+// a job cannot snooze forever. A negative d is taken as zero.
 func Snooze(d time.Duration) error { return &snoozeError{delay: max(d, 0)} }
-
-// SnoozeDelay reports the delay requested by [Snooze] in err's chain, if
-// any.
-func SnoozeDelay(err error) (time.Duration, bool) {
-	var s *snoozeError
-	if errors.As(err, &s) {
-		return s.delay, true
-	}
-	return 0, false
-}

@@ -1,7 +1,6 @@
 package retry_test
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -56,30 +55,8 @@ func TestExponentialValidate(t *testing.T) {
 			t.Errorf("Validate(%+v) = %v, want %q", tc.e, err, tc.want)
 		}
 	}
-	if _, err := retry.NewExponential(time.Second, 2, time.Minute, 0.5); err != nil {
+	if err := (retry.Exponential{Initial: time.Second, Multiplier: 2, Max: time.Minute, Jitter: 0.5}).Validate(); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func TestPermanentAndAfter(t *testing.T) {
-	t.Parallel()
-	base := errors.New("card declined")
-	if retry.Permanent(nil) != nil || retry.After(time.Second, nil) != nil {
-		t.Fatal("wrapping nil must give nil")
-	}
-	p := fmt.Errorf("charge: %w", retry.Permanent(base))
-	if !retry.IsPermanent(p) || !errors.Is(p, base) || retry.IsPermanent(base) {
-		t.Fatalf("IsPermanent/Is broken for %v", p)
-	}
-	a := fmt.Errorf("call: %w", retry.After(3*time.Second, base))
-	if d, ok := retry.AfterDelay(a); !ok || d != 3*time.Second || !errors.Is(a, base) {
-		t.Fatalf("AfterDelay = %v, %v", d, ok)
-	}
-	if d, _ := retry.AfterDelay(retry.After(-time.Second, base)); d != 0 {
-		t.Fatalf("negative After delay kept: %v", d)
-	}
-	if _, ok := retry.AfterDelay(base); ok {
-		t.Fatal("AfterDelay on a plain error")
 	}
 }
 

@@ -11,7 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delayq/delayq/broker"
-	"github.com/delayq/delayq/fleet"
+	"github.com/delayq/delayq/internal/fleetreg"
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/middleware"
@@ -172,9 +172,8 @@ type Options struct {
 	// (package fleet: `delayq workers ls`, the dashboard's processes page,
 	// the "no live worker" flags) lives after its last heartbeat, which
 	// comes every ProcessTTL/3. A worker killed without a clean stop drops
-	// out of the registry ProcessTTL after its last beat. Default
-	// fleet.DefaultTTL (15 s); at least fleet.MinTTL; negative: the worker
-	// does not register.
+	// out of the registry ProcessTTL after its last beat. Default 15 s; at
+	// least 100 ms; negative: the worker does not register.
 	ProcessTTL time.Duration
 	// OnDeadTrimmed, when set, is handed each dead record that the
 	// dead-letter store of a served queue drops by its cap or max age
@@ -282,8 +281,8 @@ func (c Options) withDefaults() (Options, error) {
 		return fmt.Errorf("worker: %s %s is negative", name, d)
 	}
 	switch {
-	case c.ProcessTTL > 0 && c.ProcessTTL < fleet.MinTTL:
-		return c, fmt.Errorf("worker: ProcessTTL %s is below fleet.MinTTL %s (negative: not registered)", c.ProcessTTL, fleet.MinTTL)
+	case c.ProcessTTL > 0 && c.ProcessTTL < fleetreg.MinTTL:
+		return c, fmt.Errorf("worker: ProcessTTL %s is below the minimum %s (negative: not registered)", c.ProcessTTL, fleetreg.MinTTL)
 	case c.Concurrency < 0:
 		return c, fmt.Errorf("worker: Concurrency %d is negative", c.Concurrency)
 	case c.BatchSize < 0:

@@ -28,7 +28,7 @@
 //     dead letters with the error (see package deadletter).
 //   - retry.After(d, err) schedules the next attempt exactly d later.
 //   - retry.Snooze(d) schedules the job d later and gives the attempt back
-//     (at most retry.MaxSnoozes times per job; then it is a failure).
+//     (at most 100 times per job; then it is a failure).
 //   - any other error schedules it after the backoff of the job
 //     (job.WithBackoff), else of its type (job.Retry), else Options.Retry.
 //

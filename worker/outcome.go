@@ -13,6 +13,7 @@ import (
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/refusal"
+	"github.com/delayq/delayq/internal/retrydecide"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/middleware"
 	"github.com/delayq/delayq/retry"
@@ -325,9 +326,9 @@ func (w *Worker) ended(op *protocol.Op, e settling, r protocol.Settled) {
 	w.slots.finish(t)
 }
 
-// decide decides a failed attempt of m (retry.Decide with the job's policy).
-func (w *Worker) decide(m *job.Message, entry job.Entry, err error) retry.Decision {
-	return retry.Decide(m.Attempt, m.MaxRetries, entry.Policy(m, w.cfg.Retry), err)
+// decide decides a failed attempt of m (retrydecide.Decide with the job's policy).
+func (w *Worker) decide(m *job.Message, entry job.Entry, err error) retrydecide.Decision {
+	return retrydecide.Decide(m.Attempt, m.MaxRetries, entry.Policy(m, w.cfg.Retry), err)
 }
 
 // jobLogger returns the logger for one job's outcome. It is built only when
@@ -384,9 +385,9 @@ func remember(env *job.Envelope, dead bool) time.Duration {
 // middleware.Logging writes the outcome lines.
 func (w *Worker) fail(c *protocol.Claimed, m *job.Message, entry job.Entry, t *task, err error) {
 	logger := w.jobLogger(c)
-	if _, ok := retry.SnoozeDelay(err); ok && m.Snoozes >= retry.MaxSnoozes {
+	if _, ok := retrydecide.SnoozeDelay(err); ok && m.Snoozes >= retrydecide.MaxSnoozes {
 		// The cap: this snooze is a failed attempt like any other.
-		err = fmt.Errorf("snoozed %d times, the cap (retry.MaxSnoozes); last: %s", m.Snoozes, err.Error())
+		err = fmt.Errorf("snoozed %d times, the cap; last: %s", m.Snoozes, err.Error())
 	}
 	d := w.decide(m, entry, err)
 	if d.Snooze {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/retrydecide"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/middleware"
 	"github.com/delayq/delayq/retry"
@@ -128,7 +129,7 @@ func TestOutcomesReachMiddleware(t *testing.T) {
 	if r := rec.of("retry-once")[0]; r.Err == nil || r.Delay != 10*time.Millisecond {
 		t.Errorf("retry result %+v, want the handler's error and a 10ms delay", r)
 	}
-	if r := rec.of("permanent")[0]; !retry.IsPermanent(r.Err) {
+	if r := rec.of("permanent")[0]; !retrydecide.IsPermanent(r.Err) {
 		t.Errorf("dead result error %v, want the permanent error", r.Err)
 	}
 	if r := rec.of("lost")[0]; !errors.Is(r.Lost, broker.ErrLeaseLost) || r.Err != nil {

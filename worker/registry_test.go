@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/fleet"
+	"github.com/delayq/delayq/internal/fleetreg"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/worker"
@@ -19,7 +20,7 @@ import (
 // TestWorkerRegistersItself: a running worker is listed in the process
 // registry with its queues, concurrency, types and the jobs it holds, and
 // is gone from it as soon as Run returns; with a negative ProcessTTL it is
-// never listed, and a ProcessTTL below fleet.MinTTL is refused by New.
+// never listed, and a ProcessTTL below fleetreg.MinTTL is refused by New.
 func TestWorkerRegistersItself(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
@@ -78,7 +79,7 @@ func TestWorkerRegistersItself(t *testing.T) {
 	}
 	stop()
 
-	cfg.ProcessTTL = fleet.MinTTL - time.Millisecond
+	cfg.ProcessTTL = fleetreg.MinTTL - time.Millisecond
 	if _, err := worker.New(cfg); err == nil || !strings.Contains(err.Error(), "ProcessTTL") {
 		t.Errorf("New with ProcessTTL below the minimum: %v", err)
 	}

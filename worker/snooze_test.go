@@ -10,6 +10,7 @@ import (
 
 	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/retrydecide"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
 )
@@ -50,7 +51,7 @@ func TestSnoozeGivesTheAttemptBack(t *testing.T) {
 	}
 }
 
-// A job cannot snooze forever: the snooze after retry.MaxSnoozes is a
+// A job cannot snooze forever: the snooze after retrydecide.MaxSnoozes (100) is a
 // failed attempt (here the last one: it dies, saying why).
 func TestSnoozeCap(t *testing.T) {
 	t.Parallel()
@@ -71,8 +72,8 @@ func TestSnoozeCap(t *testing.T) {
 		rec, err = deadletter.New(tb.b).Get(tb.ctx, "default", e.ID)
 		return err == nil
 	})
-	if n := calls.Load(); n != retry.MaxSnoozes+1 {
-		t.Fatalf("%d handlings, want %d", n, retry.MaxSnoozes+1)
+	if n := calls.Load(); n != retrydecide.MaxSnoozes+1 {
+		t.Fatalf("%d handlings, want %d", n, retrydecide.MaxSnoozes+1)
 	}
 	if !strings.Contains(rec.Error, "snoozed 100 times") || rec.Attempts != 1 {
 		t.Fatalf("dead record %+v", rec)

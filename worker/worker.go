@@ -17,6 +17,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/fleet"
+	"github.com/delayq/delayq/internal/fleetreg"
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/job"
@@ -254,12 +255,12 @@ func (w *Worker) register(ctx context.Context) (stop func()) {
 	for i, q := range w.cfg.Queues {
 		queues[i] = fleet.Queue{Name: q.Name, Concurrency: w.cfg.Concurrency}
 	}
-	reg, err := fleet.New(w.cfg.Broker.Client(), w.cfg.Broker.Namespace(), fleet.Process{
+	reg, err := fleetreg.New(w.cfg.Broker.Client(), w.cfg.Broker.Namespace(), fleet.Process{
 		Role:   fleet.RoleWorker,
 		Queues: queues,
 		Types:  w.cfg.Registry.Types(),
 		Info:   map[string]string{"concurrency": strconv.Itoa(w.cfg.Concurrency), "worker_id": w.caller.ID},
-	}, fleet.Options{
+	}, fleetreg.Options{
 		TTL:  w.cfg.ProcessTTL,
 		Held: w.heldJobs,
 		OnError: func(err error) {

@@ -16,7 +16,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/deadletter"
-	"github.com/delayq/delayq/fleet"
+	"github.com/delayq/delayq/internal/fleetreg"
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
@@ -230,8 +230,8 @@ func (s *suite) finish(t *testing.T, queues []string, extra ...string) (dead int
 		procs = append(procs, fk.Index)
 	}
 	for _, k := range procs {
-		if ttl := s.rdb.PTTL(s.ctx, k).Val(); ttl <= 0 || ttl > fleet.DefaultTTL {
-			t.Errorf("process registry key %s expires in %v, want within %v", k, ttl, fleet.DefaultTTL)
+		if ttl := s.rdb.PTTL(s.ctx, k).Val(); ttl <= 0 || ttl > fleetreg.DefaultTTL {
+			t.Errorf("process registry key %s expires in %v, want within %v", k, ttl, fleetreg.DefaultTTL)
 		}
 		allowed = append(allowed, k)
 	}

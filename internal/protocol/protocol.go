@@ -430,3 +430,14 @@ func Intercept(t TB, b any, wrap func(Broker) Broker) {
 	}
 	t.Cleanup(undo)
 }
+
+// The bounds of a page of dead records (package deadletter): a page holds
+// DeadPageDefault records unless asked for another count, at most
+// DeadPageMax (also the most records one bulk batch handles); a filtered
+// List call reads at most DeadScanDefault records unless given another
+// budget. The CLI and the dashboard use the same numbers.
+const (
+	DeadPageDefault = 50
+	DeadPageMax     = 1000
+	DeadScanDefault = 10_000
+)

@@ -190,7 +190,7 @@ func walkAllDead(t *testing.T, b *broker.Broker, queue string) []*job.DeadRecord
 func walkListAll(t *testing.T, in *deadletter.Inspector) []deadletter.Page {
 	t.Helper()
 	var out []deadletter.Page
-	o := deadletter.ListOptions{Limit: deadletter.MaxLimit}
+	o := deadletter.ListOptions{Limit: protocol.DeadPageMax}
 	for range 100 {
 		p, err := in.List(context.Background(), "", o)
 		if err != nil {
@@ -371,7 +371,7 @@ func TestInspectorChanges(t *testing.T) {
 		}},
 		{name: "RedriveAll/bad options", noop: true, ask: func(t *testing.T, e *env) any {
 			res, err := e.dl.RedriveAll(ctx, orders, deadletter.Filter{}, deadletter.BulkOptions{Delay: -time.Second})
-			res2, err2 := e.dl.RedriveAll(ctx, orders, deadletter.Filter{}, deadletter.BulkOptions{Batch: deadletter.MaxLimit + 1})
+			res2, err2 := e.dl.RedriveAll(ctx, orders, deadletter.Filter{}, deadletter.BulkOptions{Batch: protocol.DeadPageMax + 1})
 			return []any{bulk(res, err), bulk(res2, err2)}
 		}},
 		{name: "DeleteAll/error", ask: func(t *testing.T, e *env) any {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/deadletter"
+	"github.com/delayq/delayq/internal/protocol"
 )
 
 // TestInspectorReads asks deadletter.Inspector's readers: List with
@@ -70,7 +71,7 @@ func inspectorReads() []readCase {
 	}
 	cases = append(cases, readCase{"List/bad options", func(t *testing.T, e *env) any {
 		var out []any
-		for _, o := range []deadletter.ListOptions{{Limit: -1}, {Limit: deadletter.MaxLimit + 1}, {Cursor: "not a cursor"}, {Cursor: "MTIzOm9yZGVyczo"}} {
+		for _, o := range []deadletter.ListOptions{{Limit: -1}, {Limit: protocol.DeadPageMax + 1}, {Cursor: "not a cursor"}, {Cursor: "MTIzOm9yZGVyczo"}} {
 			_, err := e.dl.List(ctx, orders, o)
 			out = append(out, errOut(err))
 		}

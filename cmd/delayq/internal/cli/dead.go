@@ -15,6 +15,7 @@ import (
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/naming"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/job"
 )
 
@@ -141,8 +142,8 @@ whole store, at worst: about 7 µs a record).`,
 			if err != nil {
 				return err
 			}
-			if limit <= 0 || limit > deadletter.MaxLimit {
-				return usagef("invalid --limit %d: want 1..%d", limit, deadletter.MaxLimit)
+			if limit <= 0 || limit > protocol.DeadPageMax {
+				return usagef("invalid --limit %d: want 1..%d", limit, protocol.DeadPageMax)
 			}
 			b, err := a.broker(cmd.Context())
 			if err != nil {
@@ -186,7 +187,7 @@ whole store, at worst: about 7 µs a record).`,
 	}
 	f := cmd.Flags()
 	ff.add(f, "only this queue (default every queue)")
-	f.IntVar(&limit, "limit", deadletter.DefaultLimit, "records per page")
+	f.IntVar(&limit, "limit", protocol.DeadPageDefault, "records per page")
 	f.StringVar(&cursor, "cursor", "", "continue after a previous page")
 	f.IntVar(&maxScan, "max-scan", 0, "records one deadletter List call reads before the listing follows its cursor (for tests)")
 	_ = f.MarkHidden("max-scan")
@@ -194,7 +195,7 @@ whole store, at worst: about 7 µs a record).`,
 }
 
 // listDead fills a page of dead records: a filtered List call stops after
-// its scan budget (deadletter.DefaultMaxScan records) with a partial page,
+// its scan budget (10,000 records by default) with a partial page,
 // and listDead follows its cursor until the page is full or the store has
 // no more. A filter that matches little thus reads the whole store, about
 // 7 µs a record.
@@ -294,8 +295,8 @@ func (bf *bulkFlags) mode(ids []string, now time.Time) (f deadletter.Filter, bul
 		return f, false, usagef("give job ids, or filters (--type, --error, --since, --until), or --all, not both")
 	case len(ids) == 0 && !bf.any() && !bf.all:
 		return f, false, usagef("give job ids, filters (--type, --error, --since, --until) or --all")
-	case bf.batch <= 0 || bf.batch > deadletter.MaxLimit:
-		return f, false, usagef("invalid --batch %d: want 1..%d", bf.batch, deadletter.MaxLimit)
+	case bf.batch <= 0 || bf.batch > protocol.DeadPageMax:
+		return f, false, usagef("invalid --batch %d: want 1..%d", bf.batch, protocol.DeadPageMax)
 	}
 	if len(ids) > 0 {
 		if bf.queue == "" {

@@ -209,7 +209,7 @@ func (a *app) listPeriodic(ctx context.Context, b *broker.Broker) error {
 		out := make([]periodicJSON, len(all))
 		for i, s := range all {
 			out[i] = periodicJSON{
-				Name: s.Name, Spec: s.Spec, Zone: s.Zone, Type: s.Type, Queue: s.Queue, Missed: s.Missed.String(),
+				Name: s.Name, Spec: s.Spec, Zone: s.Zone, Type: s.Type, Queue: s.Queue, Missed: s.Missed,
 				Next: jsonTime(s.Next), Last: jsonTime(s.Last), LastID: s.LastID, Seen: jsonTime(s.Seen), Stale: s.Stale,
 				Paused: s.Paused, PausedAt: jsonTime(s.PausedAt), Problem: s.Problem,
 			}
@@ -228,7 +228,7 @@ func (a *app) listPeriodic(ctx context.Context, b *broker.Broker) error {
 	}
 	t := newTable(a.stdout, "NAME", "EXPRESSION", "ZONE", "TYPE", "QUEUE", "MISSED", "NEXT RUN", "LAST RUN", "LAST OUTCOME", "STATE")
 	for _, s := range all {
-		missed := s.Missed.String()
+		missed := s.Missed
 		if s.Within > 0 {
 			missed += " (" + fmtDur(s.Within) + ")"
 		}

@@ -272,7 +272,7 @@ func trimmedText(s job.QueueStats) string {
 // process of the registry serves its queue: the worker that holds them
 // died or cannot reach Redis.
 func heldUnserved(s job.QueueStats, procs fleet.Snapshot) bool {
-	return s.Processing > 0 && !procs.Served(s.Queue)
+	return s.Processing > 0 && len(procs.Serving(s.Queue)) == 0
 }
 
 // unservedText is the warning of a queue whose processing jobs no live
