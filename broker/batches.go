@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
@@ -26,9 +27,9 @@ var (
 	ErrBatchSealed = errors.New("broker: batch is sealed")
 )
 
-// DefaultBatchKeep is how long a batch's record is kept after its callbacks
+// defaultBatchKeep is how long a batch's record is kept after its callbacks
 // fired, when BatchSpec.Keep is 0.
-const DefaultBatchKeep = 7 * 24 * time.Hour
+const defaultBatchKeep = admin.DefaultBatchKeep
 
 // BatchHeader is the header a batch's callback jobs carry: the batch id.
 const BatchHeader = "delayq-batch"
@@ -39,7 +40,7 @@ type BatchSpec struct {
 	OnSuccess  *job.Envelope // optional: enqueued once, when every member succeeded
 	OnComplete *job.Envelope // optional: enqueued once, when every member ended (succeeded or dead)
 	// Keep is how long the batch's record is kept once it is complete
-	// and its callbacks fired; 0 means DefaultBatchKeep. It is also how
+	// and its callbacks fired; 0 means 7 days. It is also how
 	// long a callback's id is remembered (job.UniqueFor), so that a
 	// repeated enqueue of it is refused.
 	Keep time.Duration
@@ -143,7 +144,7 @@ func (b *Broker) CreateBatch(ctx context.Context, spec BatchSpec) (string, error
 	}
 	keep := spec.Keep
 	if keep == 0 {
-		keep = DefaultBatchKeep
+		keep = defaultBatchKeep
 	}
 	now := b.createdNow()
 	sq, sb, sr, err := b.callback(spec.OnSuccess, SuccessID(id), keep, now)
@@ -468,8 +469,8 @@ func batchStatus(id string, m map[string]string) *BatchStatus {
 	return s
 }
 
-// MaxBatchesPage is the most batches one Batches call returns.
-const MaxBatchesPage = 1000
+// maxBatchesPage is the most batches one Batches call returns.
+const maxBatchesPage = admin.MaxBatchesPage
 
 // BatchPage is one page of batches, newest first.
 type BatchPage struct {
@@ -479,15 +480,15 @@ type BatchPage struct {
 	Next string
 }
 
-// Batches lists batches, newest first: up to limit (1 to MaxBatchesPage)
+// Batches lists batches, newest first: up to limit (1 to 1,000)
 // after the cursor ("" for the first page, else a page's Next). Batches
 // whose record expired are dropped from the list as they are met, and
 // batches created meanwhile cause no gaps or repeats among the others.
 // Errors wrap job.ErrInvalid for a bad limit, ErrBadCursor for a cursor no
 // page returned.
 func (b *Broker) Batches(ctx context.Context, cursor string, limit int) (BatchPage, error) {
-	if limit < 1 || limit > MaxBatchesPage {
-		return BatchPage{}, fmt.Errorf("broker: batches: %w: limit %d must be 1 to %d", job.ErrInvalid, limit, MaxBatchesPage)
+	if limit < 1 || limit > maxBatchesPage {
+		return BatchPage{}, fmt.Errorf("broker: batches: %w: limit %d must be 1 to %d", job.ErrInvalid, limit, maxBatchesPage)
 	}
 	after, err := parseBatchCursor(cursor)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
@@ -160,13 +161,13 @@ func (b *Broker) forgetShard(ctx context.Context, queue string, s keyspace.Shard
 	}, watched...)
 }
 
-// MinForgetIdle is the shortest idle time ForgetIdle takes: many times
+// minForgetIdle is the shortest idle time ForgetIdle takes: many times
 // keyspace.RelistEvery, how often a process that uses a queue lists it
 // again.
-const MinForgetIdle = time.Hour
+const minForgetIdle = admin.MinForgetIdle
 
 // ForgetIdle unlists the queues nobody has used for idle (at least
-// MinForgetIdle) and that hold nothing, and returns their names: stats, the
+// an hour) and that hold nothing, and returns their names: stats, the
 // CLI, the dashboard and the metrics stop listing them, as after Forget.
 // Workers call it for their namespace (worker.Options.ForgetIdleQueues,
 // hourly); operators may too.
@@ -192,11 +193,11 @@ const MinForgetIdle = time.Hour
 // Retained succeeded jobs (job.Retain) do not keep a queue listed: they
 // stay readable by id (Broker.Job) until their retention ends. A queue
 // listed before ns:queues:seen existed starts its idle time at
-// this call. An idle below MinForgetIdle is refused with an error wrapping
+// this call. An idle below an hour is refused with an error wrapping
 // job.ErrInvalid.
 func (b *Broker) ForgetIdle(ctx context.Context, idle time.Duration) ([]string, error) {
-	if idle < MinForgetIdle {
-		return nil, fmt.Errorf("broker: %w: forget idle queues: idle time %s is below %s", job.ErrInvalid, idle, MinForgetIdle)
+	if idle < minForgetIdle {
+		return nil, fmt.Errorf("broker: %w: forget idle queues: idle time %s is below %s", job.ErrInvalid, idle, minForgetIdle)
 	}
 	var names *redis.StringSliceCmd
 	var seen *redis.MapStringStringCmd

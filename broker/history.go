@@ -18,14 +18,14 @@ import (
 // their lateness, ack the jobs done, retry the failed attempts and kill the
 // dead jobs. Each minute of the server's clock that saw any of these has one
 // small hash, ns:{q}:hist:<minute> (minute = ms since the epoch / 60,000),
-// that expires HistoryRetention after its last write.
+// that expires historyRetention after its last write.
 
-// HistoryRetention is how long a minute of history is kept after its last
+// historyRetention is how long a minute of history is kept after its last
 // write.
-const HistoryRetention = 24 * time.Hour
+const historyRetention = 24 * time.Hour
 
-// MaxHistoryMinutes is the most minutes one History call reads per queue.
-const MaxHistoryMinutes = 24*60 + 1
+// maxHistoryMinutes is the most minutes one History call reads per queue.
+const maxHistoryMinutes = 24*60 + 1
 
 // The fields of a history hash.
 var historyFields = []string{"claimed", "late_sum", "late_max", "done", "failed", "dead", "rate_held"}
@@ -65,7 +65,7 @@ const historyChunk = 5000
 // queue i's minute j, with zero counts for minutes nothing happened in (or
 // that expired). It reads one small hash per queue and minute, pipelined;
 // no scan. A key that is not such a hash counts as an empty minute. It returns an error wrapping job.ErrInvalid for a bad queue name,
-// to before from, or a span over MaxHistoryMinutes.
+// to before from, or a span over maxHistoryMinutes.
 func (b *Broker) History(ctx context.Context, queues []string, from, to time.Time) ([][]Minute, error) {
 	for _, q := range queues {
 		if err := naming.Queue(q); err != nil {
@@ -76,8 +76,8 @@ func (b *Broker) History(ctx context.Context, queues []string, from, to time.Tim
 	switch n := last - first + 1; {
 	case n <= 0:
 		return nil, fmt.Errorf("broker: %w: history from %s to %s: the end is before the start", job.ErrInvalid, from, to)
-	case n > MaxHistoryMinutes:
-		return nil, fmt.Errorf("broker: %w: history of %d minutes; at most %d", job.ErrInvalid, n, MaxHistoryMinutes)
+	case n > maxHistoryMinutes:
+		return nil, fmt.Errorf("broker: %w: history of %d minutes; at most %d", job.ErrInvalid, n, maxHistoryMinutes)
 	}
 	minutes := int(last - first + 1)
 	out := make([][]Minute, len(queues))

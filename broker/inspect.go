@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 )
@@ -128,10 +129,10 @@ func parseJobCursor(s string) (jobCursor, error) {
 	return jobCursor{at: v, id: id}, nil
 }
 
-// MaxPageLimit is the most jobs one page call returns.
-const MaxPageLimit = 1000
+// maxPageLimit is the most jobs one page call returns.
+const maxPageLimit = admin.MaxPageLimit
 
-// ScheduledPage returns up to limit scheduled jobs of queue after the
+// ScheduledPage returns up to limit (1 to 1,000) scheduled jobs of queue after the
 // cursor ("" for the first page, else a page's Next), earliest ready time
 // first, with their envelopes. Jobs that are claimed, rescheduled or
 // enqueued meanwhile cause no gaps or repeats among the others. One script
@@ -156,8 +157,8 @@ func (b *Broker) jobPage(ctx context.Context, queue string, state job.JobState, 
 	if err != nil {
 		return JobPage{}, err
 	}
-	if limit <= 0 || limit > MaxPageLimit {
-		return JobPage{}, fmt.Errorf("broker: %w: page limit %d is outside 1..%d", job.ErrInvalid, limit, MaxPageLimit)
+	if limit <= 0 || limit > maxPageLimit {
+		return JobPage{}, fmt.Errorf("broker: %w: page limit %d is outside 1..%d", job.ErrInvalid, limit, maxPageLimit)
 	}
 	q, err := b.queue(ctx, queue)
 	if err != nil {

@@ -13,11 +13,11 @@ import (
 	"github.com/delayq/delayq/job"
 )
 
-// MemorySamples is the SAMPLES argument of QueueMemory's MEMORY USAGE
+// memorySamples is the SAMPLES argument of QueueMemory's MEMORY USAGE
 // calls: the elements of a hash, set or sorted set the server measures to
 // estimate the whole key, so a key of a million jobs costs what one of five
 // does.
-const MemorySamples = 5
+const memorySamples = 5
 
 // ErrMemoryNotReadable is wrapped by the errors of QueueMemory and
 // ServerMemory when the server does not tell: it refused the command (an
@@ -38,7 +38,7 @@ type QueueMemory struct {
 // rate limit for, and the per-key caps' counts, caps and list of keys
 // holding jobs (not the held sets of each key, one a key), over every
 // shard. One MEMORY USAGE … SAMPLES
-// MemorySamples a key, pipelined: a few dozen calls whatever the queue
+// memorySamples a key, pipelined: a few dozen calls whatever the queue
 // holds. Not counted: results kept by job.Retain (one key a job) and the
 // per-minute history (which expires by itself). A server that refuses
 // MEMORY USAGE gives an error wrapping ErrMemoryNotReadable.
@@ -67,7 +67,7 @@ func (b *Broker) QueueMemory(ctx context.Context, st job.QueueStats) (QueueMemor
 	cmds := make([]*redis.IntCmd, len(keys))
 	_, err = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, k := range keys {
-			cmds[i] = p.MemoryUsage(ctx, k, MemorySamples)
+			cmds[i] = p.MemoryUsage(ctx, k, memorySamples)
 		}
 		return nil
 	})

@@ -192,11 +192,11 @@ func decodeClaimed(s keyspace.Shard, v any) ([]protocol.Claimed, error) {
 	return out, nil
 }
 
-// UniqueTidyLimit is how many uniqueness entries whose window is over
+// uniqueTidyLimit is how many uniqueness entries whose window is over
 // (job.Unique) each reaper pass removes at most, per shard: an idle queue's
 // set empties at that pace, one ZRANGEBYSCORE and one ZREMRANGEBYRANK per
 // pass.
-const UniqueTidyLimit = 500
+const uniqueTidyLimit = 500
 
 // opWidth is the number of ARGV values of one settle operation.
 const opWidth = 9
@@ -308,7 +308,7 @@ func (w workerSide) Reap(ctx context.Context, s keyspace.Shard, limit int) (prot
 	k := s.Keys()
 	kk := keyCapKeysOf(k)
 	res, err := w.b.run(ctx, reapScript, []string{k.Processing, k.Jobs, k.Attempts, k.Leases, k.Cancels, k.Unique, k.Running, kk.Run, kk.HeldKeys, k.Held, k.Scheduled},
-		limit, UniqueTidyLimit)
+		limit, uniqueTidyLimit)
 	parts, perr := replyParts(s, "reap", res, refused(err), 5)
 	if perr != nil {
 		return protocol.ReapResult{}, perr
@@ -361,7 +361,7 @@ func parseTrimmed(s keyspace.Shard, e string) job.TrimmedRecord {
 	parts := strings.SplitN(e, "\n", 4)
 	if len(parts) != 4 {
 		return job.TrimmedRecord{DeadRecord: job.DeadRecord{Queue: s.Queue(), Body: []byte(e),
-			Error: fmt.Sprintf("%v: trimmed entry without its header", ErrCorruptRecord)}}
+			Error: fmt.Sprintf("%v: trimmed entry without its header", errCorruptRecord)}}
 	}
 	r := decodeStored(s, "", []byte(parts[3]))
 	if died, err := strconv.ParseFloat(parts[1], 64); err == nil {
@@ -401,7 +401,7 @@ func replyParts(s keyspace.Shard, name string, res any, err error, n int) ([]any
 func (b *Broker) settleArgs(q keyspace.Queue, s keyspace.Shard, c protocol.Caller, lane protocol.Lane, id string, ops []protocol.Op) ([]any, error) {
 	k := s.Keys()
 	args := make([]any, 1, 9+opWidth*len(ops))
-	args = append(args, string(lane), id, recordMS(c), k.Wake, b.deadCap(q, s), durMS(b.opts.DeadMaxAge), max(c.KeepTrimmed, 0), durMS(TrimWarnEvery))
+	args = append(args, string(lane), id, recordMS(c), k.Wake, b.deadCap(q, s), durMS(b.opts.DeadMaxAge), max(c.KeepTrimmed, 0), durMS(trimWarnEvery))
 	for _, op := range ops {
 		if op.Lease.Shard.Name() != s.Name() {
 			return nil, fmt.Errorf("broker: settle: job %q is of shard %q, not %q", op.Lease.ID, op.Lease.Shard.Name(), s.Name())

@@ -339,8 +339,8 @@ type chartSpan struct {
 }
 
 // chartSpans are the windows the queue page offers: the last hour by the
-// minute, and the last 24 hours (as long as Redis keeps a queue's history,
-// broker.HistoryRetention) by the quarter of an hour. A 24-hour page reads
+// minute, and the last 24 hours (as long as Redis keeps a queue's history:
+// a day after its last write) by the quarter of an hour. A 24-hour page reads
 // 1,440 minutes of one queue in one pipelined round trip.
 var chartSpans = []chartSpan{
 	{Name: "1h", Back: 59 * time.Minute, Group: 1, Every: 15 * time.Minute, Per: "per minute", Over: "in the last hour"},

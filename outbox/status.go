@@ -79,7 +79,7 @@ type statusStore interface {
 var _ statusStore = (*broker.Broker)(nil)
 
 // Relays returns the status every relay of namespace ns (the broker's
-// Namespace; "" means broker.DefaultNamespace) recorded, sorted by name. A
+// Namespace; "" means keyspace.DefaultNamespace) recorded, sorted by name. A
 // relay that stopped cleanly is not listed; one that was killed is listed
 // Stale for a day, then removed by the next relay that starts. It reads
 // one hash and the server's clock, and changes nothing. A bad namespace
@@ -89,7 +89,7 @@ func Relays(ctx context.Context, rdb redis.UniversalClient, ns string) ([]RelayS
 		return nil, invalid("nil Redis client")
 	}
 	if ns == "" {
-		ns = broker.DefaultNamespace
+		ns = keyspace.DefaultNamespace
 	}
 	if msg := keyspace.CheckNamespace(ns); msg != "" {
 		return nil, invalid("relays: %s", msg)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/fleet"
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/middleware"
@@ -104,7 +105,7 @@ type Options struct {
 	// stats, the CLI, the dashboard and the metrics stop listing it, and
 	// its next use lists it again. The worker looks when it starts (after
 	// listing its own queues again), then every hour. Default 7 days
-	// (DefaultForgetIdleQueues); at least broker.MinForgetIdle; negative:
+	// (DefaultForgetIdleQueues); at least an hour; negative:
 	// never.
 	ForgetIdleQueues time.Duration
 	// MaxIdle is the longest the worker sleeps without claiming when it
@@ -324,8 +325,8 @@ func (c Options) withDefaults() (Options, error) {
 	switch {
 	case c.ForgetIdleQueues == 0:
 		c.ForgetIdleQueues = DefaultForgetIdleQueues
-	case c.ForgetIdleQueues > 0 && c.ForgetIdleQueues < broker.MinForgetIdle:
-		return c, fmt.Errorf("worker: %w: Options.ForgetIdleQueues %s is below %s (negative: never)", job.ErrInvalid, c.ForgetIdleQueues, broker.MinForgetIdle)
+	case c.ForgetIdleQueues > 0 && c.ForgetIdleQueues < admin.MinForgetIdle:
+		return c, fmt.Errorf("worker: %w: Options.ForgetIdleQueues %s is below %s (negative: never)", job.ErrInvalid, c.ForgetIdleQueues, admin.MinForgetIdle)
 	}
 	if c.ReapInterval == 0 {
 		c.ReapInterval = c.Lease / 3

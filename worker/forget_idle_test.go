@@ -18,7 +18,7 @@ import (
 // TestWorkerForgetsIdleQueues: a worker unlists the namespace's queues
 // unused for Options.ForgetIdleQueues that hold nothing, and never its
 // own, however long ago they were used: it lists them again first. A
-// ForgetIdleQueues below broker.MinForgetIdle is refused.
+// ForgetIdleQueues below admin.MinForgetIdle is refused.
 func TestWorkerForgetsIdleQueues(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)

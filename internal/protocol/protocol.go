@@ -86,7 +86,7 @@ type ReapResult struct {
 	Jobs    []Claimed // ReadyAt holds the lease deadline that passed
 	Orphans []string  // processing ids without envelope or lease, removed
 	// UniqueTidied counts the uniqueness entries whose window was over
-	// that the call removed (broker.UniqueTidyLimit at most).
+	// that the call removed (500 at most: the broker's uniqueTidyLimit).
 	UniqueTidied int
 }
 
@@ -241,7 +241,7 @@ type Trims struct {
 	ByCap, ByAge     int64 // records dropped by the cap, and by age
 	Kept, Unarchived int64 // of those, kept for TakeTrimmed, and not kept for want of room
 	// Warn: this call claimed the queue's warning of trims by the cap
-	// (at most one every broker.TrimWarnEvery across all workers).
+	// (at most one a minute across all workers).
 	Warn   bool
 	Cap    int           // the broker's DeadCap (for the queue; negative: none)
 	MaxAge time.Duration // the broker's DeadMaxAge

@@ -11,6 +11,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/deadletter"
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/job"
@@ -208,7 +209,7 @@ func brokerReads() []readCase {
 			}
 			return e.b.ScheduledPage
 		}
-		for _, limit := range []int{1, 7, broker.MaxPageLimit} {
+		for _, limit := range []int{1, 7, admin.MaxPageLimit} {
 			cases = append(cases, readCase{fmt.Sprintf("%s/limit %d", method, limit), func(t *testing.T, e *env) any {
 				pages, ids := walkJobs(t, page(e), orders, "", limit)
 				sch, proc, _ := seededIDs()
@@ -237,7 +238,7 @@ func brokerReads() []readCase {
 		}})
 		cases = append(cases, readCase{method + "/bad input", func(t *testing.T, e *env) any {
 			var out []any
-			for _, limit := range []int{0, -1, broker.MaxPageLimit + 1} {
+			for _, limit := range []int{0, -1, admin.MaxPageLimit + 1} {
 				_, err := page(e)(ctx, orders, "", limit)
 				out = append(out, errOut(err))
 			}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/deadletter"
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
@@ -152,7 +153,7 @@ func walkAll(t *testing.T, page func(context.Context, string, string, int) (brok
 	var out []*job.JobInfo
 	var cur string
 	for range 100 {
-		p, err := page(context.Background(), queue, cur, broker.MaxPageLimit)
+		p, err := page(context.Background(), queue, cur, admin.MaxPageLimit)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -329,7 +330,7 @@ func TestBrokerChanges(t *testing.T) {
 			fresh := e.b.DeclareQueue(ctx, "fresh", 2)
 			freshAgain := e.b.DeclareQueue(ctx, "fresh", 2)
 			freshOther := e.b.DeclareQueue(ctx, "fresh", 3)
-			bad := e.b.DeclareQueue(ctx, "fresh2", broker.MaxShards+1)
+			bad := e.b.DeclareQueue(ctx, "fresh2", 257) // one more than the most shards a queue may have
 			shards, err := e.b.Shards(ctx, "fresh")
 			return []any{own, sentinels(other), fresh, freshAgain, sentinels(freshOther), errOut(bad), len(shards), errOut(err)}
 		}},

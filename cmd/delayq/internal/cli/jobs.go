@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 )
@@ -245,8 +246,8 @@ func (a *app) jobsLsCommand() *cobra.Command {
 			default:
 				return usagef("invalid --state %q: want all, scheduled or processing", state)
 			}
-			if limit <= 0 || limit > broker.MaxPageLimit {
-				return usagef("invalid --limit %d: want 1..%d", limit, broker.MaxPageLimit)
+			if limit <= 0 || limit > admin.MaxPageLimit {
+				return usagef("invalid --limit %d: want 1..%d", limit, admin.MaxPageLimit)
 			}
 			var cur jobsCursor
 			if cursor != "" && cmd.Flags().Changed("queue") {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/fleet"
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 )
@@ -283,8 +284,8 @@ rate limit or key cap set is unlisted, as workers do by themselves
 // those forgotten before a failure too.
 func (a *app) forgetIdle(ctx context.Context, v string) error {
 	idle, err := time.ParseDuration(v)
-	if err != nil || idle < broker.MinForgetIdle {
-		return usagef("invalid --idle %q: want a duration of at least %s, such as 168h for a week", v, broker.MinForgetIdle)
+	if err != nil || idle < admin.MinForgetIdle {
+		return usagef("invalid --idle %q: want a duration of at least %s, such as 168h for a week", v, admin.MinForgetIdle)
 	}
 	b, err := a.broker(ctx)
 	if err != nil {
