@@ -103,11 +103,6 @@ func decodeDeadRecord(data []byte) (*job.DeadRecord, error) {
 	return r, nil
 }
 
-// DeadLetters returns the broker's dead-letter store, behind package
-// deadletter (deadletter.New), the API of dead letters. Its argument is
-// internal to delayq: code outside delayq's module cannot call it.
-func (b *Broker) DeadLetters(protocol.Key) protocol.DeadStore { return deadSide{b} }
-
 // deadSide implements protocol.DeadStore.
 type deadSide struct{ b *Broker }
 

@@ -16,41 +16,55 @@ import (
 )
 
 // The worker's side of the broker (internal/protocol): package worker gets
-// it with protocol.For(b), which calls WorkerProtocol. It is not part of
-// Broker's API, so that it can change with the worker without breaking
-// users: the methods below take a protocol.Key, which only delayq's own
-// module can name.
+// it with protocol.For(b), which reaches it through the seams registered
+// below. None of it is a method of Broker, so that it can change with the
+// worker without breaking users.
+
+func init() {
+	protocol.Register(func(b any) (protocol.Seams, bool) {
+		bb, ok := b.(*Broker)
+		if !ok || bb == nil {
+			return nil, false
+		}
+		return seams{bb}, true
+	})
+}
+
+// seams implements protocol.Seams.
+type seams struct{ b *Broker }
 
 // WorkerProtocol returns the broker's side of the worker protocol (wrapped
-// while a test of delayq intercepts it). Its argument is internal to
-// delayq: code outside delayq's module cannot call it.
-func (b *Broker) WorkerProtocol(protocol.Key) protocol.Broker {
-	if w := b.intercepted.Load(); w != nil {
+// while a test of delayq intercepts it).
+func (s seams) WorkerProtocol() protocol.Broker {
+	if w := s.b.intercepted.Load(); w != nil {
 		return *w
 	}
-	return workerSide{b}
+	return workerSide{s.b}
 }
 
 // InterceptProtocol is delayq's test seam: until undo, WorkerProtocol
-// returns wrap of the protocol. Its argument is internal to delayq.
-func (b *Broker) InterceptProtocol(_ protocol.Key, wrap func(protocol.Broker) protocol.Broker) (undo func(), ok bool) {
-	w := wrap(workerSide{b})
-	if !b.intercepted.CompareAndSwap(nil, &w) {
+// returns wrap of the protocol.
+func (s seams) InterceptProtocol(wrap func(protocol.Broker) protocol.Broker) (undo func(), ok bool) {
+	w := wrap(workerSide{s.b})
+	if !s.b.intercepted.CompareAndSwap(nil, &w) {
 		return nil, false
 	}
-	return func() { b.intercepted.Store(nil) }, true
+	return func() { s.b.intercepted.Store(nil) }, true
 }
 
 // UseClock is delayq's test seam for time: from now on the broker's
 // scripts read now (ms) instead of the Redis server's TIME, and the times
 // it records (a job's CreatedAt, a queue's last use) come from it too. Call
-// it right after New, before the broker is used. Its argument is internal
-// to delayq: tests and the CLI's hidden --now flag use it through
-// protocol.UseClock.
-func (b *Broker) UseClock(_ protocol.Key, now func() time.Time) {
-	b.clock = now
-	b.route.SetClock(now)
+// it right after New, before the broker is used: tests and the CLI's
+// hidden --now flag use it through protocol.UseClock.
+func (s seams) UseClock(now func() time.Time) {
+	s.b.clock = now
+	s.b.route.SetClock(now)
 }
+
+// DeadLetters returns the broker's dead-letter store (package deadletter
+// reaches it through protocol.Dead).
+func (s seams) DeadLetters() protocol.DeadStore { return deadSide{s.b} }
 
 // workerSide implements protocol.Broker.
 type workerSide struct{ b *Broker }
