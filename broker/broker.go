@@ -74,7 +74,7 @@ type Options struct {
 	// library (FCALL, and FCALL_RO for those that change nothing) instead
 	// of EVALSHA, so that the broker's Redis user needs no right to run
 	// code of its own: give it FunctionsACLRules. The library must be
-	// loaded first, by a user allowed to (LoadFunctions, `delayq admin
+	// loaded first, by a user allowed to (`delayq admin
 	// load-functions`); a call the server has no function for fails with
 	// an error wrapping ErrFunctionsNotLoaded. Needs Redis 7. See
 	// docs/security.md.
@@ -112,7 +112,7 @@ type Broker struct {
 
 	combiners sync.Map // physical queue name -> *combiner of single-job enqueues
 
-	infoRefused atomic.Pointer[error] // the server refused INFO memory: ServerMemory asks no more
+	infoRefused atomic.Pointer[error] // the server refused INFO memory: admin.ServerMemory asks no more
 
 	intercepted atomic.Pointer[protocol.Broker] // a test's wrap of the worker protocol (InterceptProtocol)
 }

@@ -114,7 +114,7 @@
 // [ACLRules] gives the ACL rules of a Redis user limited to one namespace.
 // They grant EVAL and EVALSHA, which run any code: where namespaces share a
 // server, an administrator loads the scripts once as a Redis 7 function
-// library ([LoadFunctions], `delayq admin load-functions`), the brokers run
+// library (`delayq admin load-functions`), the brokers run
 // with Options.Functions (FCALL and FCALL_RO of that library) and their
 // user gets [FunctionsACLRules], which allow no code of its own. The
 // library is named after a hash of the scripts, so versions coexist during
@@ -128,8 +128,7 @@
 // counts (scheduled, due, processing, dead), the oldest due job's lateness
 // and the next ready time in O(log N) per queue; [Broker.ScheduledPage] and [Broker.ProcessingPage]
 // page through jobs by ready time or lease deadline with a cursor;
-// [Broker.Job] finds one job in any state. [Broker.EvictionPolicy] reads the
-// server's maxmemory-policy, which must not evict jobs.
+// [Broker.Job] finds one job in any state.
 //
 // The client may be a single node, a *redis.ClusterClient or a Sentinel
 // failover client. Options.WaitReplicas makes every change wait until

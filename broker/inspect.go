@@ -243,38 +243,21 @@ func at(j *job.JobInfo) int64 {
 	return ms(j.ReadyAt)
 }
 
-// ErrConfigUnavailable is wrapped by EvictionPolicy when the server does not
-// let this client read its configuration (CONFIG is renamed, disabled or
-// not permitted by an ACL, as on many managed services).
-var ErrConfigUnavailable = errors.New("broker: server configuration cannot be read")
-
 // EvictionPolicy returns the server's maxmemory-policy. On servers where
-// CONFIG GET is refused it returns an error wrapping ErrConfigUnavailable;
+// CONFIG GET is refused it returns an error wrapping admin.ErrConfigUnavailable;
 // callers treat that as "unknown", not as a failure.
-func (b *Broker) EvictionPolicy(ctx context.Context) (string, error) {
+func (b *Broker) evictionPolicy(ctx context.Context) (string, error) {
 	m, err := b.rdb.ConfigGet(ctx, "maxmemory-policy").Result()
 	if err != nil {
 		var reply redis.Error
 		if !errors.As(err, &reply) {
 			return "", err // not the server's answer: Redis is unreachable
 		}
-		return "", fmt.Errorf("%w: %v", ErrConfigUnavailable, err)
+		return "", fmt.Errorf("%w: %v", admin.ErrConfigUnavailable, err)
 	}
 	p, ok := m["maxmemory-policy"]
 	if !ok {
-		return "", fmt.Errorf("%w: CONFIG GET maxmemory-policy returned nothing", ErrConfigUnavailable)
+		return "", fmt.Errorf("%w: CONFIG GET maxmemory-policy returned nothing", admin.ErrConfigUnavailable)
 	}
 	return p, nil
-}
-
-// EvictionSafe reports whether a maxmemory-policy keeps delayq's keys: delayq
-// sets no TTLs, so "noeviction" and the volatile-* policies never evict them
-// (writes fail with an out-of-memory error instead, and no job is lost),
-// while the allkeys-* policies may drop jobs silently.
-func EvictionSafe(policy string) bool {
-	switch policy {
-	case "noeviction", "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl":
-		return true
-	}
-	return false
 }

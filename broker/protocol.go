@@ -81,7 +81,7 @@ func (w workerSide) Shards(ctx context.Context, queue string) ([]keyspace.Shard,
 }
 
 func (w workerSide) ForgetIdle(ctx context.Context, idle time.Duration) ([]string, error) {
-	return w.b.ForgetIdle(ctx, idle)
+	return w.b.forgetIdle(ctx, idle)
 }
 
 func tokenArg(token int64) string { return strconv.FormatInt(token, 10) }

@@ -59,7 +59,7 @@ func brokerReads() []readCase {
 			return fmt.Sprintf("%T", e.b.Client())
 		}},
 		{"EvictionPolicy", func(t *testing.T, e *env) any {
-			p, err := e.b.EvictionPolicy(ctx)
+			p, err := admin.For(e.b).EvictionPolicy(ctx)
 			return []any{p, errOut(err)}
 		}},
 		{"Queues", func(t *testing.T, e *env) any {
@@ -180,24 +180,24 @@ func brokerReads() []readCase {
 		}},
 		{"History", func(t *testing.T, e *env) any {
 			now := e.now(t)
-			h, err := e.b.History(ctx, []string{orders, mail, "never-used"}, now.Add(-59*time.Minute), now)
+			h, err := admin.For(e.b).History(ctx, []string{orders, mail, "never-used"}, now.Add(-59*time.Minute), now)
 			if err == nil {
-				var sum broker.Minute
+				var sum admin.Minute
 				for _, m := range h[0] {
 					sum.Claimed += m.Claimed
 					sum.Done += m.Done
 					sum.Failed += m.Failed
 					sum.Dead += m.Dead
 				}
-				if want := (broker.Minute{Claimed: nProcessing + nDead + nAcked + nRetried, Done: nAcked, Failed: nRetried, Dead: nDead}); sum != want {
+				if want := (admin.Minute{Claimed: nProcessing + nDead + nAcked + nRetried, Done: nAcked, Failed: nRetried, Dead: nDead}); sum != want {
 					t.Errorf("%s: History of orders sums to %+v, want %+v", e.name, sum, want)
 				}
 			}
 			// The seed's own minutes, whatever the clock.
-			seeded, errSeeded := e.b.History(ctx, []string{orders}, e.base.Add(-31*time.Minute), e.base)
-			_, errOrder := e.b.History(ctx, []string{orders}, e.base, e.base.Add(-time.Minute))
-			_, errSpan := e.b.History(ctx, []string{orders}, e.base.Add(-25*time.Hour), e.base)
-			_, errBad := e.b.History(ctx, []string{"bad queue!"}, e.base, e.base)
+			seeded, errSeeded := admin.For(e.b).History(ctx, []string{orders}, e.base.Add(-31*time.Minute), e.base)
+			_, errOrder := admin.For(e.b).History(ctx, []string{orders}, e.base, e.base.Add(-time.Minute))
+			_, errSpan := admin.For(e.b).History(ctx, []string{orders}, e.base.Add(-25*time.Hour), e.base)
+			_, errBad := admin.For(e.b).History(ctx, []string{"bad queue!"}, e.base, e.base)
 			return []any{h, errOut(err), seeded, errOut(errSeeded), errOut(errOrder), errOut(errSpan), errOut(errBad)}
 		}},
 	}

@@ -92,14 +92,14 @@ func snapshot(t *testing.T, e *env) any {
 	}
 	out["dead letters"] = list
 	now := e.now(t)
-	h, err := e.b.History(ctx, []string{orders, mail}, now.Add(-59*time.Minute), now)
+	h, err := admin.For(e.b).History(ctx, []string{orders, mail}, now.Add(-59*time.Minute), now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var hist []string
 	for i, minutes := range h {
 		for _, m := range minutes {
-			if m != (broker.Minute{Start: m.Start}) {
+			if m != (admin.Minute{Start: m.Start}) {
 				hist = append(hist, fmt.Sprintf("%d %s %+v", i, ms(m.Start), m))
 			}
 		}

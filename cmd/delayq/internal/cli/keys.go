@@ -49,8 +49,8 @@ keys, and one more round trip for the queue's stats.`,
 			if err != nil {
 				return err
 			}
-			if err := b.MustKnow(cmd.Context(), q); err != nil {
-				if errors.Is(err, broker.ErrUnknownQueue) {
+			if err := admin.For(b).MustKnow(cmd.Context(), q); err != nil {
+				if errors.Is(err, admin.ErrUnknownQueue) {
 					return fmt.Errorf("queue %q was never used in namespace %s (a typo? see delayq queues ls)", q, b.Namespace())
 				}
 				return err

@@ -37,8 +37,8 @@ func knownQueue(ctx context.Context, b *broker.Broker, q string, create bool) er
 	if create {
 		return nil
 	}
-	if err := b.MustKnow(ctx, q); err != nil {
-		if errors.Is(err, broker.ErrUnknownQueue) {
+	if err := admin.For(b).MustKnow(ctx, q); err != nil {
+		if errors.Is(err, admin.ErrUnknownQueue) {
 			return fmt.Errorf("queue %q was never used in namespace %s: nothing changed (a typo? see delayq queues ls; --create acts on it anyway)", q, b.Namespace())
 		}
 		return err
@@ -263,8 +263,8 @@ rate limit or key cap set is unlisted, as workers do by themselves
 			if err != nil {
 				return err
 			}
-			if err := b.Forget(cmd.Context(), q); err != nil {
-				if errors.Is(err, broker.ErrUnknownQueue) {
+			if err := admin.For(b).Forget(cmd.Context(), q); err != nil {
+				if errors.Is(err, admin.ErrUnknownQueue) {
 					return fmt.Errorf("queue %q is not known in namespace %s: nothing to forget", q, b.Namespace())
 				}
 				return err
@@ -291,7 +291,7 @@ func (a *app) forgetIdle(ctx context.Context, v string) error {
 	if err != nil {
 		return err
 	}
-	forgotten, ferr := b.ForgetIdle(ctx, idle)
+	forgotten, ferr := admin.For(b).ForgetIdle(ctx, idle)
 	if a.json {
 		if forgotten == nil {
 			forgotten = []string{}
