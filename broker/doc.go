@@ -40,7 +40,7 @@
 // a 1 s wait for replicas, calls remembered for 2 minutes; a batch's
 // record is kept 7 days after its callbacks. Calls refuse, with an error
 // wrapping job.ErrInvalid that names the limit: a page of more than 1,000
-// jobs (ScheduledPage, ProcessingPage), of more than 1,000 batches
+// jobs (Page), of more than 1,000 batches
 // (Batches) or of more than 1,000 keys (HeldKeys), and a queue of more
 // than 256 shards (DeclareQueue). A dead record keeps the first 64 KiB of
 // its error.
@@ -126,8 +126,8 @@
 // Operators' tools read the queues without changing them: [Broker.Queues],
 // [Broker.Stats] and [Broker.StatsOf] (several queues, or every one) give
 // counts (scheduled, due, processing, dead), the oldest due job's lateness
-// and the next ready time in O(log N) per queue; [Broker.ScheduledPage] and [Broker.ProcessingPage]
-// page through jobs by ready time or lease deadline with a cursor;
+// and the next ready time in O(log N) per queue; [Broker.Page]
+// pages through jobs by ready time or lease deadline with a cursor;
 // [Broker.Job] finds one job in any state.
 //
 // The client may be a single node, a *redis.ClusterClient or a Sentinel

@@ -75,3 +75,11 @@ func (b *Broker) Forget(ctx context.Context, queue string) error { return b.forg
 func (b *Broker) ForgetIdle(ctx context.Context, idle time.Duration) ([]string, error) {
 	return b.forgetIdle(ctx, idle)
 }
+
+func (b *Broker) ScheduledPage(ctx context.Context, queue, cursor string, limit int) (JobPage, error) {
+	return b.Page(ctx, queue, job.StateScheduled, cursor, limit)
+}
+
+func (b *Broker) ProcessingPage(ctx context.Context, queue, cursor string, limit int) (JobPage, error) {
+	return b.Page(ctx, queue, job.StateProcessing, cursor, limit)
+}

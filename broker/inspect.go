@@ -132,26 +132,21 @@ func parseJobCursor(s string) (jobCursor, error) {
 // maxPageLimit is the most jobs one page call returns.
 const maxPageLimit = admin.MaxPageLimit
 
-// ScheduledPage returns up to limit (1 to 1,000) scheduled jobs of queue after the
-// cursor ("" for the first page, else a page's Next), earliest ready time
-// first, with their envelopes. Jobs that are claimed, rescheduled or
-// enqueued meanwhile cause no gaps or repeats among the others. One script
-// call per shard, pipelined; a sharded queue's pages are merged. A cursor
-// no page returned gives an error wrapping ErrBadCursor.
-func (b *Broker) ScheduledPage(ctx context.Context, queue, cursor string, limit int) (JobPage, error) {
-	return b.jobPage(ctx, queue, job.StateScheduled, cursor, limit)
-}
-
-// ProcessingPage returns up to limit jobs of queue that are leased to
-// workers, after the cursor, earliest lease deadline first. See
-// ScheduledPage.
-func (b *Broker) ProcessingPage(ctx context.Context, queue, cursor string, limit int) (JobPage, error) {
-	return b.jobPage(ctx, queue, job.StateProcessing, cursor, limit)
-}
-
-func (b *Broker) jobPage(ctx context.Context, queue string, state job.JobState, cursor string, limit int) (JobPage, error) {
+// Page returns up to limit (1 to 1,000) jobs of queue in state after the
+// cursor ("" for the first page, else a page's Next), with their
+// envelopes: job.StateScheduled pages through the scheduled jobs, earliest
+// ready time first, job.StateProcessing through the jobs leased to
+// workers, earliest lease deadline first; another state gives an error
+// wrapping job.ErrInvalid. Jobs that are claimed, rescheduled or enqueued
+// meanwhile cause no gaps or repeats among the others. One script call per
+// shard, pipelined; a sharded queue's pages are merged. A cursor no page
+// returned gives an error wrapping ErrBadCursor.
+func (b *Broker) Page(ctx context.Context, queue string, state job.JobState, cursor string, limit int) (JobPage, error) {
 	if err := naming.Queue(queue); err != nil {
 		return JobPage{}, err
+	}
+	if state != job.StateScheduled && state != job.StateProcessing {
+		return JobPage{}, fmt.Errorf("broker: %w: page of state %q: want %q or %q", job.ErrInvalid, state, job.StateScheduled, job.StateProcessing)
 	}
 	after, err := parseJobCursor(cursor)
 	if err != nil {

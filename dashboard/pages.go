@@ -277,8 +277,8 @@ func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
 	}
 	data.Charts = span.charts(hist[0], 560, 150)
 	data.Span, data.Spans = span.Name, chartSpans
-	if data.Scheduled, err = d.b.ScheduledPage(ctx, q, sc, pageSize); err == nil {
-		data.Processing, err = d.b.ProcessingPage(ctx, q, pc, pageSize)
+	if data.Scheduled, err = d.b.Page(ctx, q, job.StateScheduled, sc, pageSize); err == nil {
+		data.Processing, err = d.b.Page(ctx, q, job.StateProcessing, pc, pageSize)
 	}
 	switch {
 	case errors.Is(err, broker.ErrBadCursor):

@@ -27,7 +27,7 @@ const DefaultBatchKeep = 7 * 24 * time.Hour
 // Limits of the broker's calls; a value outside them is refused with an
 // error wrapping job.ErrInvalid that names the limit.
 const (
-	MaxPageLimit   = 1000      // jobs of one ScheduledPage or ProcessingPage
+	MaxPageLimit   = 1000      // jobs of one Page call
 	MaxBatchesPage = 1000      // batches of one Batches call
 	MaxHeldKeys    = 1000      // keys of one HeldKeys call
 	MinForgetIdle  = time.Hour // the shortest idle time ForgetIdle takes

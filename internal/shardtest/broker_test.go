@@ -204,10 +204,7 @@ func brokerReads() []readCase {
 	for _, state := range []job.JobState{job.StateScheduled, job.StateProcessing} {
 		method := map[job.JobState]string{job.StateScheduled: "ScheduledPage", job.StateProcessing: "ProcessingPage"}[state]
 		page := func(e *env) func(context.Context, string, string, int) (broker.JobPage, error) {
-			if state == job.StateProcessing {
-				return e.b.ProcessingPage
-			}
-			return e.b.ScheduledPage
+			return pageOf(e.b, state)
 		}
 		for _, limit := range []int{1, 7, admin.MaxPageLimit} {
 			cases = append(cases, readCase{fmt.Sprintf("%s/limit %d", method, limit), func(t *testing.T, e *env) any {

@@ -73,10 +73,10 @@ func snapshot(t *testing.T, e *env) any {
 	out := map[string]any{"queues": []any{queues, errOut(err)}, "stats": []any{all, errOut(errAll)}}
 	for _, q := range []string{orders, mail} {
 		var sch, proc, dead []string
-		for _, j := range walkAll(t, e.b.ScheduledPage, q) {
+		for _, j := range walkAll(t, pageOf(e.b, job.StateScheduled), q) {
 			sch = append(sch, jobLine(j))
 		}
-		for _, j := range walkAll(t, e.b.ProcessingPage, q) {
+		for _, j := range walkAll(t, pageOf(e.b, job.StateProcessing), q) {
 			proc = append(proc, jobLine(j))
 		}
 		for _, r := range walkAllDead(t, e.b, q) {
@@ -148,6 +148,14 @@ func ms(t time.Time) string {
 }
 
 // walkAll returns every job of a page reader, a large page at a time.
+// pageOf returns b's Page of state, as a function of the queue, the cursor
+// and the limit.
+func pageOf(b *broker.Broker, state job.JobState) func(context.Context, string, string, int) (broker.JobPage, error) {
+	return func(ctx context.Context, queue, cursor string, limit int) (broker.JobPage, error) {
+		return b.Page(ctx, queue, state, cursor, limit)
+	}
+}
+
 func walkAll(t *testing.T, page func(context.Context, string, string, int) (broker.JobPage, error), queue string) []*job.JobInfo {
 	t.Helper()
 	var out []*job.JobInfo

@@ -363,11 +363,7 @@ func fillJobs(ctx context.Context, b *broker.Broker, queue string, lists []job.J
 		if cur.state == st {
 			pos = cur.pos
 		}
-		page := b.ScheduledPage
-		if st == job.StateProcessing {
-			page = b.ProcessingPage
-		}
-		p, err := page(ctx, queue, pos, limit-len(jobs))
+		p, err := b.Page(ctx, queue, st, pos, limit-len(jobs))
 		if errors.Is(err, broker.ErrBadCursor) {
 			return nil, time.Time{}, "", usagef("invalid --cursor: use the value a previous page printed")
 		}
