@@ -37,8 +37,8 @@ const BatchHeader = "delayq-batch"
 // BatchSpec describes a new batch.
 type BatchSpec struct {
 	ID         string        // generated (job.NewID) when empty; 1 to 128 bytes of letters, digits and "._-:"
-	OnSuccess  *job.Envelope // optional: enqueued once, when every member succeeded
-	OnComplete *job.Envelope // optional: enqueued once, when every member ended (succeeded or dead)
+	OnSuccess  *job.Envelope // optional: enqueued once, when every member succeeded, as job "<batch id>:success"
+	OnComplete *job.Envelope // optional: enqueued once, when every member ended (succeeded or dead), as job "<batch id>:complete"
 	// Keep is how long the batch's record is kept once it is complete
 	// and its callbacks fired; 0 means 7 days. It is also how
 	// long a callback's id is remembered (job.UniqueFor), so that a
@@ -72,9 +72,10 @@ type BatchStatus struct {
 // Complete reports whether the batch is sealed and every member ended.
 func (s *BatchStatus) Complete() bool { return s.Sealed && s.Pending == 0 }
 
-// SuccessID and CompleteID are the ids of batch id's callback jobs.
-func SuccessID(id string) string  { return id + ":success" }
-func CompleteID(id string) string { return id + ":complete" }
+// successID and completeID are the ids of batch id's callback jobs, as
+// BatchSpec states them.
+func successID(id string) string  { return id + ":success" }
+func completeID(id string) string { return id + ":complete" }
 
 func (b *Broker) batchKeys(id string) []string {
 	k := keyspace.Batch(b.ns, id)
@@ -147,11 +148,11 @@ func (b *Broker) CreateBatch(ctx context.Context, spec BatchSpec) (string, error
 		keep = defaultBatchKeep
 	}
 	now := b.createdNow()
-	sq, sb, sr, err := b.callback(spec.OnSuccess, SuccessID(id), keep, now)
+	sq, sb, sr, err := b.callback(spec.OnSuccess, successID(id), keep, now)
 	if err != nil {
 		return "", fmt.Errorf("broker: create batch %q: success callback: %w", id, err)
 	}
-	cq, cbody, cr, err := b.callback(spec.OnComplete, CompleteID(id), keep, now)
+	cq, cbody, cr, err := b.callback(spec.OnComplete, completeID(id), keep, now)
 	if err != nil {
 		return "", fmt.Errorf("broker: create batch %q: complete callback: %w", id, err)
 	}
@@ -333,8 +334,8 @@ func (b *Broker) endBatch(ctx context.Context, id string, seal bool, pairs []any
 	}
 	str := func(i int) string { s, _ := parts[i].(string); return s }
 	for _, cb := range []struct{ queue, body, ready, id, mark string }{
-		{str(4), str(5), str(8), SuccessID(id), "s"},
-		{str(6), str(7), str(9), CompleteID(id), "c"},
+		{str(4), str(5), str(8), successID(id), "s"},
+		{str(6), str(7), str(9), completeID(id), "c"},
 	} {
 		if cb.queue == "" {
 			continue
@@ -455,10 +456,10 @@ func batchStatus(id string, m map[string]string) *BatchStatus {
 	}
 	s.Pending = s.Total - s.Succeeded - s.Dead - s.Gone
 	if q := m["sq"]; q != "" {
-		s.OnSuccess = q + "/" + SuccessID(id)
+		s.OnSuccess = q + "/" + successID(id)
 	}
 	if q := m["cq"]; q != "" {
-		s.OnComplete = q + "/" + CompleteID(id)
+		s.OnComplete = q + "/" + completeID(id)
 	}
 	if v := num("expires"); v > 0 {
 		s.ExpiresAt = fromMS(v)
