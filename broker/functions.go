@@ -209,7 +209,7 @@ func functionErr(s *script, err error) error {
 	msg := err.Error()
 	switch {
 	case strings.HasPrefix(msg, "ERR Function not found"):
-		return fmt.Errorf("%w: the server has no function %s (library %s); load it with broker.LoadFunctions or `delayq admin load-functions` (a library of another version may be loaded): %w",
+		return fmt.Errorf("%w: the server has no function %s (library %s); load it with `delayq admin load-functions` (a library of another version may be loaded): %w",
 			ErrFunctionsNotLoaded, s.fn, library().name, err)
 	case strings.Contains(strings.ToLower(msg), "unknown command") && strings.Contains(strings.ToLower(msg), "fcall"):
 		return fmt.Errorf("%w: the server does not know FCALL (Redis functions need Redis 7 or later): %w", ErrFunctionsNotLoaded, err)

@@ -16,7 +16,7 @@ type serverMemory struct {
 	Err string // "" when read
 }
 
-// readServerMemory reads the server's memory (Broker.ServerMemory). A
+// readServerMemory reads the server's memory (admin.Broker.ServerMemory). A
 // server that refuses it (an ACL user without INFO, a managed Redis that
 // hides it; the broker then asks no more) gives Err, not an error: the
 // page shows "not available".
@@ -49,7 +49,7 @@ type queueMemory struct {
 }
 
 // readQueueMemory estimates the memory of the queue s describes
-// (Broker.QueueMemory: a few dozen sampled MEMORY USAGE calls whatever the
+// (admin.Broker.QueueMemory: a few dozen sampled MEMORY USAGE calls whatever the
 // queue holds).
 func (d *Dashboard) readQueueMemory(ctx context.Context, s job.QueueStats) queueMemory {
 	m, err := admin.For(d.b).QueueMemory(ctx, s)

@@ -101,7 +101,7 @@ type Options struct {
 	ReapInterval time.Duration
 	// ForgetIdleQueues is how long a queue of the namespace may go unused
 	// (no producer placed jobs in it, no worker served it) while it holds
-	// nothing before this worker unlists it (broker.Broker.ForgetIdle):
+	// nothing before this worker unlists it:
 	// stats, the CLI, the dashboard and the metrics stop listing it, and
 	// its next use lists it again. The worker looks when it starts (after
 	// listing its own queues again), then every hour. Default 7 days

@@ -254,7 +254,7 @@ type Broker interface {
 	// worker serves is in use.
 	Shards(ctx context.Context, queue string) ([]keyspace.Shard, error)
 	// ForgetIdle unlists the namespace's queues unused for idle that hold
-	// nothing (broker.Broker.ForgetIdle) and returns their names.
+	// nothing (admin.Broker.ForgetIdle) and returns their names.
 	ForgetIdle(ctx context.Context, idle time.Duration) ([]string, error)
 	// Claim leases up to n due jobs of s for lease each, in ready-time
 	// order. A call with the id of w's last claim on s replays it: it

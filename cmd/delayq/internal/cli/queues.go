@@ -241,7 +241,7 @@ again; forget queues that no running producer or worker uses.
 With --idle DURATION instead of a queue, every queue nobody used for that
 long (at least 1h; 168h is a week) that holds nothing and has no pause, cap,
 rate limit or key cap set is unlisted, as workers do by themselves
-(broker.Broker.ForgetIdle), and their names are printed.`,
+(the same pass), and their names are printed.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if idle != "" {
 				if len(args) != 0 {
