@@ -17,7 +17,7 @@ var aclCommands = []string{
 	"subscribe", "unsubscribe", "ping", // wake-up notices (PING is the Pub/Sub health check)
 	"cluster|slots",      // a cluster client reads the slot map with it; others never send it
 	"hscan", "zrevrange", // the reaper's sweep of batch endings; listing batches; keys.lua (HeldKeys)
-	"memory|usage", // QueueMemory: what a queue's keys take (the dashboard's queue page)
+	"memory|usage", // admin.QueueMemory: what a queue's keys take (the dashboard's queue page)
 	// called by scripts
 	"time", "type", "exists", "pexpire", "pttl",
 	"get", "set", "incr", "incrby",
@@ -47,7 +47,7 @@ func ACLRules(ns string) string {
 
 // FunctionsACLRules returns the rules of ACLRules(ns) for a broker with
 // Options.Functions: FCALL and FCALL_RO, which call only the functions an
-// administrator loaded (LoadFunctions), instead of EVALSHA and EVAL. Such a
+// administrator loaded (`delayq admin load-functions`), instead of EVALSHA and EVAL. Such a
 // user can run no code of its own: neither EVAL nor EVALSHA, SCRIPT or
 // FUNCTION.
 func FunctionsACLRules(ns string) string {

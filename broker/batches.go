@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
@@ -26,9 +27,9 @@ var (
 	ErrBatchSealed = errors.New("broker: batch is sealed")
 )
 
-// DefaultBatchKeep is how long a batch's record is kept after its callbacks
+// defaultBatchKeep is how long a batch's record is kept after its callbacks
 // fired, when BatchSpec.Keep is 0.
-const DefaultBatchKeep = 7 * 24 * time.Hour
+const defaultBatchKeep = admin.DefaultBatchKeep
 
 // BatchHeader is the header a batch's callback jobs carry: the batch id.
 const BatchHeader = "delayq-batch"
@@ -36,10 +37,10 @@ const BatchHeader = "delayq-batch"
 // BatchSpec describes a new batch.
 type BatchSpec struct {
 	ID         string        // generated (job.NewID) when empty; 1 to 128 bytes of letters, digits and "._-:"
-	OnSuccess  *job.Envelope // optional: enqueued once, when every member succeeded
-	OnComplete *job.Envelope // optional: enqueued once, when every member ended (succeeded or dead)
+	OnSuccess  *job.Envelope // optional: enqueued once, when every member succeeded, as job "<batch id>:success"
+	OnComplete *job.Envelope // optional: enqueued once, when every member ended (succeeded or dead), as job "<batch id>:complete"
 	// Keep is how long the batch's record is kept once it is complete
-	// and its callbacks fired; 0 means DefaultBatchKeep. It is also how
+	// and its callbacks fired; 0 means 7 days. It is also how
 	// long a callback's id is remembered (job.UniqueFor), so that a
 	// repeated enqueue of it is refused.
 	Keep time.Duration
@@ -71,9 +72,10 @@ type BatchStatus struct {
 // Complete reports whether the batch is sealed and every member ended.
 func (s *BatchStatus) Complete() bool { return s.Sealed && s.Pending == 0 }
 
-// SuccessID and CompleteID are the ids of batch id's callback jobs.
-func SuccessID(id string) string  { return id + ":success" }
-func CompleteID(id string) string { return id + ":complete" }
+// successID and completeID are the ids of batch id's callback jobs, as
+// BatchSpec states them.
+func successID(id string) string  { return id + ":success" }
+func completeID(id string) string { return id + ":complete" }
 
 func (b *Broker) batchKeys(id string) []string {
 	k := keyspace.Batch(b.ns, id)
@@ -143,14 +145,14 @@ func (b *Broker) CreateBatch(ctx context.Context, spec BatchSpec) (string, error
 	}
 	keep := spec.Keep
 	if keep == 0 {
-		keep = DefaultBatchKeep
+		keep = defaultBatchKeep
 	}
 	now := b.createdNow()
-	sq, sb, sr, err := b.callback(spec.OnSuccess, SuccessID(id), keep, now)
+	sq, sb, sr, err := b.callback(spec.OnSuccess, successID(id), keep, now)
 	if err != nil {
 		return "", fmt.Errorf("broker: create batch %q: success callback: %w", id, err)
 	}
-	cq, cbody, cr, err := b.callback(spec.OnComplete, CompleteID(id), keep, now)
+	cq, cbody, cr, err := b.callback(spec.OnComplete, completeID(id), keep, now)
 	if err != nil {
 		return "", fmt.Errorf("broker: create batch %q: complete callback: %w", id, err)
 	}
@@ -332,8 +334,8 @@ func (b *Broker) endBatch(ctx context.Context, id string, seal bool, pairs []any
 	}
 	str := func(i int) string { s, _ := parts[i].(string); return s }
 	for _, cb := range []struct{ queue, body, ready, id, mark string }{
-		{str(4), str(5), str(8), SuccessID(id), "s"},
-		{str(6), str(7), str(9), CompleteID(id), "c"},
+		{str(4), str(5), str(8), successID(id), "s"},
+		{str(6), str(7), str(9), completeID(id), "c"},
 	} {
 		if cb.queue == "" {
 			continue
@@ -454,10 +456,10 @@ func batchStatus(id string, m map[string]string) *BatchStatus {
 	}
 	s.Pending = s.Total - s.Succeeded - s.Dead - s.Gone
 	if q := m["sq"]; q != "" {
-		s.OnSuccess = q + "/" + SuccessID(id)
+		s.OnSuccess = q + "/" + successID(id)
 	}
 	if q := m["cq"]; q != "" {
-		s.OnComplete = q + "/" + CompleteID(id)
+		s.OnComplete = q + "/" + completeID(id)
 	}
 	if v := num("expires"); v > 0 {
 		s.ExpiresAt = fromMS(v)
@@ -468,8 +470,8 @@ func batchStatus(id string, m map[string]string) *BatchStatus {
 	return s
 }
 
-// MaxBatchesPage is the most batches one Batches call returns.
-const MaxBatchesPage = 1000
+// maxBatchesPage is the most batches one Batches call returns.
+const maxBatchesPage = admin.MaxBatchesPage
 
 // BatchPage is one page of batches, newest first.
 type BatchPage struct {
@@ -479,15 +481,15 @@ type BatchPage struct {
 	Next string
 }
 
-// Batches lists batches, newest first: up to limit (1 to MaxBatchesPage)
+// Batches lists batches, newest first: up to limit (1 to 1,000)
 // after the cursor ("" for the first page, else a page's Next). Batches
 // whose record expired are dropped from the list as they are met, and
 // batches created meanwhile cause no gaps or repeats among the others.
 // Errors wrap job.ErrInvalid for a bad limit, ErrBadCursor for a cursor no
 // page returned.
 func (b *Broker) Batches(ctx context.Context, cursor string, limit int) (BatchPage, error) {
-	if limit < 1 || limit > MaxBatchesPage {
-		return BatchPage{}, fmt.Errorf("broker: batches: %w: limit %d must be 1 to %d", job.ErrInvalid, limit, MaxBatchesPage)
+	if limit < 1 || limit > maxBatchesPage {
+		return BatchPage{}, fmt.Errorf("broker: batches: %w: limit %d must be 1 to %d", job.ErrInvalid, limit, maxBatchesPage)
 	}
 	after, err := parseBatchCursor(cursor)
 	if err != nil {

@@ -114,7 +114,7 @@ func TestBatchStatusCounts(t *testing.T) {
 	if err != nil || s.Total != 2 || s.Pending != 2 || s.Sealed || s.Complete() {
 		t.Fatalf("open batch: %+v, %v", s, err)
 	}
-	if s.OnSuccess != "q/"+broker.SuccessID(id) || s.OnComplete != "q/"+broker.CompleteID(id) {
+	if s.OnSuccess != "q/"+(id+":success") || s.OnComplete != "q/"+(id+":complete") {
 		t.Fatalf("callbacks %q %q", s.OnSuccess, s.OnComplete)
 	}
 	if err := tb.b.SealBatch(tb.ctx, id); err != nil {
@@ -145,7 +145,7 @@ func TestBatchStatusCounts(t *testing.T) {
 	if s.Succeeded != 2 || s.Pending != 0 || !s.Complete() || !s.SuccessFired || !s.CompleteFired || s.ExpiresAt.IsZero() {
 		t.Fatalf("after both acks: %+v", s)
 	}
-	for _, cb := range []string{broker.SuccessID(id), broker.CompleteID(id)} {
+	for _, cb := range []string{(id + ":success"), (id + ":complete")} {
 		info, err := tb.b.Job(tb.ctx, "q", cb)
 		if err != nil || info.Envelope.Headers[broker.BatchHeader] != id {
 			t.Fatalf("callback %s: %+v, %v", cb, info, err)
@@ -207,11 +207,11 @@ func TestCallbackMiddleware(t *testing.T) {
 	if err := tb.b.SealBatch(ctx, "wrapped"); err != nil { // fired already: nothing enqueued again
 		t.Fatal(err)
 	}
-	if len(seen) != 1 || seen[0] != "q/"+broker.SuccessID("wrapped") {
+	if len(seen) != 1 || seen[0] != "q/"+("wrapped"+":success") {
 		t.Fatalf("middleware saw %v, want the wrapped batch's success callback once", seen)
 	}
 	for id, want := range map[string]string{"plain": "", "wrapped": "yes"} {
-		info, err := tb.b.Job(tb.ctx, "q", broker.SuccessID(id))
+		info, err := tb.b.Job(tb.ctx, "q", (id + ":success"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
@@ -33,8 +34,8 @@ type Options struct {
 	// keeps DeadCap/n, the first DeadCap%n one more), so the queue keeps
 	// at most DeadCap. 0 means 10,000; negative means no cap. Every record
 	// trimmed is counted (job.QueueStats.DeadTrimmedCap), a worker logs a
-	// warning when trims begin (at most one every TrimWarnEvery per queue,
-	// across the workers), and a worker with Options.OnDeadTrimmed is handed
+	// warning when trims begin (at most one a minute per queue, across the
+	// workers), and a worker with Options.OnDeadTrimmed is handed
 	// the trimmed records. Size it as deaths per second x seconds until
 	// someone looks (docs/operations.md).
 	DeadCap int
@@ -64,8 +65,8 @@ type Options struct {
 	// ErrOutcomeUnknown or ErrNotReplicated) gets that outcome instead of
 	// running again, even after the job ran and ended. Each remembered
 	// call costs about 110 bytes of Redis memory for the window (one
-	// expiring key; a batch enqueue remembers each job). 0 means
-	// DefaultResendWindow; negative remembers nothing: a resend is then a
+	// expiring key; a batch enqueue remembers each job). 0 means 2
+	// minutes; negative remembers nothing: a resend is then a
 	// new call.
 	ResendWindow time.Duration
 
@@ -73,7 +74,7 @@ type Options struct {
 	// library (FCALL, and FCALL_RO for those that change nothing) instead
 	// of EVALSHA, so that the broker's Redis user needs no right to run
 	// code of its own: give it FunctionsACLRules. The library must be
-	// loaded first, by a user allowed to (LoadFunctions, `delayq admin
+	// loaded first, by a user allowed to (`delayq admin
 	// load-functions`); a call the server has no function for fails with
 	// an error wrapping ErrFunctionsNotLoaded. Needs Redis 7. See
 	// docs/security.md.
@@ -82,20 +83,20 @@ type Options struct {
 
 // Defaults of Options.
 const (
-	DefaultNamespace       = "delayq"
-	DefaultMaxPayloadBytes = rules.DefaultMaxPayloadBytes // 1 MiB
-	DefaultDeadCap         = 10_000
-	DefaultDeadMaxAge      = 30 * 24 * time.Hour
-	// TrimWarnEvery is how often at most a queue's workers warn that its
+	defaultNamespace       = admin.DefaultNamespace
+	defaultMaxPayloadBytes = rules.DefaultMaxPayloadBytes // 1 MiB
+	defaultDeadCap         = admin.DefaultDeadCap
+	defaultDeadMaxAge      = admin.DefaultDeadMaxAge
+	// trimWarnEvery is how often at most a queue's workers warn that its
 	// dead letters are being trimmed by DeadCap: the first trim warns, and
 	// then one a minute while trims go on (the last warning's time is kept
 	// in Redis, so the workers of a fleet share it).
-	TrimWarnEvery = time.Minute
-	// DefaultResendWindow covers go-redis's own re-sends (seconds), a
+	trimWarnEvery = time.Minute
+	// defaultResendWindow covers go-redis's own re-sends (seconds), a
 	// caller's Resend with backoff for a minute, and a failover (a
 	// Sentinel's default down-after is 30 s, a cluster's node timeout
 	// 15 s) between the first send and the resend.
-	DefaultResendWindow = 2 * time.Minute
+	defaultResendWindow = 2 * time.Minute
 )
 
 // Broker stores jobs in Redis. It is safe for concurrent use. It implements
@@ -107,11 +108,11 @@ type Broker struct {
 	route *keyspace.Router // shard counts of queues, see queues.go
 	clock func() time.Time // a test's clock (UseClock); nil: the server's TIME
 
-	servers []ServerCheck // what New learned of the servers' versions, see version.go
+	servers []serverCheck // what New learned of the servers' versions, see version.go
 
 	combiners sync.Map // physical queue name -> *combiner of single-job enqueues
 
-	infoRefused atomic.Pointer[error] // the server refused INFO memory: ServerMemory asks no more
+	infoRefused atomic.Pointer[error] // the server refused INFO memory: admin.ServerMemory asks no more
 
 	intercepted atomic.Pointer[protocol.Broker] // a test's wrap of the worker protocol (InterceptProtocol)
 }
@@ -122,15 +123,15 @@ var _ job.Enqueuer = (*Broker)(nil)
 // *redis.ClusterClient or a Sentinel failover client. It checks the
 // options, then reads the server's version once (INFO server; on a
 // cluster, every master's) and refuses a server older than
-// MinRedisVersion with an error wrapping ErrServerTooOld that names the
+// Redis 6.2.0 with an error wrapping ErrServerTooOld that names the
 // server, its version and the minimum. A server that refuses INFO (renamed,
 // disabled, or not allowed to an ACL user such as one given ACLRules), and
 // every server when opts.Functions is set (its users are given no INFO),
 // is checked instead by sending ZMSCORE without a member: the server's
 // "wrong number of arguments" tells it knows the command, and needs no
 // right. When neither answers, or the server cannot be reached within 5
-// seconds, New does not refuse: it returns the broker, and ServerChecks
-// says NotChecked and why. Bad options get an error before anything is
+// seconds, New does not refuse: it returns the broker (a server too old
+// then fails at the first script that needs what it lacks). Bad options get an error before anything is
 // sent.
 func New(rdb redis.UniversalClient, opts Options) (*Broker, error) {
 	if rdb == nil {
@@ -138,28 +139,28 @@ func New(rdb redis.UniversalClient, opts Options) (*Broker, error) {
 	}
 	prepareScripts()
 	if opts.Namespace == "" {
-		opts.Namespace = DefaultNamespace
+		opts.Namespace = defaultNamespace
 	}
 	if err := validateNamespace(opts.Namespace); err != nil {
 		return nil, err
 	}
 	if opts.MaxPayloadBytes == 0 {
-		opts.MaxPayloadBytes = DefaultMaxPayloadBytes
+		opts.MaxPayloadBytes = defaultMaxPayloadBytes
 	}
 	if opts.DeadCap == 0 {
-		opts.DeadCap = DefaultDeadCap
+		opts.DeadCap = defaultDeadCap
 	}
 	if opts.DeadMaxAge == 0 {
-		opts.DeadMaxAge = DefaultDeadMaxAge
+		opts.DeadMaxAge = defaultDeadMaxAge
 	}
 	if opts.WaitReplicas < 0 || opts.WaitTimeout < 0 {
 		return nil, fmt.Errorf("broker: %w: WaitReplicas %d and WaitTimeout %s must not be negative", job.ErrInvalid, opts.WaitReplicas, opts.WaitTimeout)
 	}
 	if opts.WaitTimeout == 0 {
-		opts.WaitTimeout = DefaultWaitTimeout
+		opts.WaitTimeout = defaultWaitTimeout
 	}
 	if opts.ResendWindow == 0 {
-		opts.ResendWindow = DefaultResendWindow
+		opts.ResendWindow = defaultResendWindow
 	}
 	b := &Broker{rdb: rdb, ns: opts.Namespace, opts: opts}
 	b.route = keyspace.NewRouter(b.ns, shardCounts{b})

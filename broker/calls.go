@@ -99,23 +99,14 @@ func (e *CallError) Error() string { return e.Err.Error() }
 // Unwrap returns Err.
 func (e *CallError) Unwrap() error { return e.Err }
 
-// Resend sends the call again with its call ids and returns its outcome, as
-// the call returns it (nil, or an error; a *job.BatchError aligned with the
-// call for one about several jobs). A resend whose reply is lost again
-// returns a CallError again. A CallError that was not returned by a call
-// has nothing to send and returns itself.
-func (e *CallError) Resend(ctx context.Context) error {
-	if e.resend == nil {
-		return e
-	}
-	return e.resend(ctx)
-}
-
 // Resend sends again the call that err is the error of, when err is (or
 // wraps, as in a *job.BatchError) a *CallError: a call whose reply was lost
 // (ErrOutcomeUnknown) or that the replicas did not confirm
-// (ErrNotReplicated). Otherwise it returns err unchanged. It is the one way
-// to repeat a call whose outcome is unknown:
+// (ErrNotReplicated). Otherwise it returns err unchanged. It sends the
+// call with its call ids and returns its outcome as the call returns it
+// (nil, or an error; a *job.BatchError aligned with the call for one about
+// several jobs); a resend whose reply is lost again returns a *CallError
+// again. It is the one way to repeat a call whose outcome is unknown:
 //
 //	err := b.Enqueue(ctx, env)
 //	if errors.Is(err, broker.ErrOutcomeUnknown) || errors.Is(err, broker.ErrNotReplicated) {
@@ -128,7 +119,7 @@ func Resend(ctx context.Context, err error) error {
 	if !errors.As(err, &ce) || ce.resend == nil {
 		return err
 	}
-	return ce.Resend(ctx)
+	return ce.resend(ctx)
 }
 
 // unsure reports whether err leaves the outcome of a call for the caller to

@@ -54,13 +54,13 @@ func withoutExpiry(body []byte) []byte {
 	return expiryTail.ReplaceAll(body, []byte("}"))
 }
 
-// MaxDeadErrorLen caps the error kept in a dead record, in bytes.
-const MaxDeadErrorLen = 64 << 10
+// maxDeadErrorLen caps the error kept in a dead record, in bytes.
+const maxDeadErrorLen = 64 << 10
 
 func marshalDead(r *job.DeadRecord) ([]byte, error) {
 	w := deadWire{ID: r.ID, Queue: r.Queue, Type: r.Type, Error: r.Error, Attempts: r.Attempts, Reason: r.Reason}
-	if len(w.Error) > MaxDeadErrorLen {
-		cut := MaxDeadErrorLen
+	if len(w.Error) > maxDeadErrorLen {
+		cut := maxDeadErrorLen
 		for cut > 0 && !utf8.RuneStart(w.Error[cut]) {
 			cut--
 		}
@@ -76,19 +76,19 @@ func marshalDead(r *job.DeadRecord) ([]byte, error) {
 	return rawjson.Marshal(&w)
 }
 
-// ErrCorruptRecord is wrapped by DecodeDeadRecord errors.
-var ErrCorruptRecord = errors.New("broker: corrupt dead record")
+// errCorruptRecord is wrapped by decodeDeadRecord errors.
+var errCorruptRecord = errors.New("broker: corrupt dead record")
 
-// DecodeDeadRecord parses a stored dead record. It never panics; bad input
-// gives an error wrapping ErrCorruptRecord. DiedAt is left zero (it lives in
+// decodeDeadRecord parses a stored dead record. It never panics; bad input
+// gives an error wrapping errCorruptRecord. DiedAt is left zero (it lives in
 // the index).
-func DecodeDeadRecord(data []byte) (*job.DeadRecord, error) {
+func decodeDeadRecord(data []byte) (*job.DeadRecord, error) {
 	var w deadWire
 	if err := json.Unmarshal(data, &w); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorruptRecord, err)
+		return nil, fmt.Errorf("%w: %v", errCorruptRecord, err)
 	}
 	if w.ID == "" || w.Queue == "" {
-		return nil, fmt.Errorf("%w: missing id or queue", ErrCorruptRecord)
+		return nil, fmt.Errorf("%w: missing id or queue", errCorruptRecord)
 	}
 	r := &job.DeadRecord{ID: w.ID, Queue: w.Queue, Type: w.Type, Error: w.Error, Attempts: w.Attempts, Reason: w.Reason}
 	if len(w.Env) > 0 {
@@ -102,11 +102,6 @@ func DecodeDeadRecord(data []byte) (*job.DeadRecord, error) {
 	}
 	return r, nil
 }
-
-// DeadLetters returns the broker's dead-letter store, behind package
-// deadletter (deadletter.New), the API of dead letters. Its argument is
-// internal to delayq: code outside delayq's module cannot call it.
-func (b *Broker) DeadLetters(protocol.Key) protocol.DeadStore { return deadSide{b} }
 
 // deadSide implements protocol.DeadStore.
 type deadSide struct{ b *Broker }
@@ -240,7 +235,7 @@ func (b *Broker) deadPage(ctx context.Context, s keyspace.Shard, after protocol.
 // back with its raw bytes as Body and the decode error as Error, so that it
 // can still be listed and deleted.
 func decodeStored(s keyspace.Shard, id string, data []byte) *job.DeadRecord {
-	r, err := DecodeDeadRecord(data)
+	r, err := decodeDeadRecord(data)
 	if err != nil {
 		r = &job.DeadRecord{ID: id, Queue: s.Queue(), Body: data, Error: err.Error()}
 	}
@@ -342,7 +337,7 @@ func (b *Broker) redrive(ctx context.Context, s keyspace.Shard, delay time.Durat
 			continue
 		}
 		body := []byte(str)
-		if r, err := DecodeDeadRecord(body); err == nil {
+		if r, err := decodeDeadRecord(body); err == nil {
 			body = r.Body
 			if r.Reason == ReasonExpired {
 				// Redriven by an operator: it runs, its expiry dropped.

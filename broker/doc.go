@@ -18,11 +18,11 @@
 //	st, err := b.Stats(ctx, "default")                      // counts and lateness
 //
 // New reads the server's version once (INFO server; every master of a
-// cluster) and refuses a server older than [MinRedisVersion] (Redis 6.2,
-// for ZMSCORE and ZADD GT; every Valkey passes) with an error wrapping
+// cluster) and refuses a server older than Redis 6.2.0
+// (for ZMSCORE and ZADD GT; every Valkey passes) with an error wrapping
 // [ErrServerTooOld]. A server that hides INFO is asked with a one-line
 // script whether it knows ZMSCORE instead; one that answers neither, or
-// cannot be reached, is not refused, and [Broker.ServerChecks] says so.
+// cannot be reached, is not refused.
 //
 // Its methods are those of producers (Enqueue; Cancel and Reschedule of a
 // job that has not started) and of operators (the inspection methods
@@ -32,6 +32,18 @@
 // users. Dead letters are read, redriven and removed through package
 // deadletter (deadletter.New(b)), the one API of dead letters, which the
 // broker serves through the same kind of internal seam.
+//
+// # Defaults and limits
+//
+// Options' defaults are stated on their fields: namespace "delayq",
+// payloads up to 1 MiB, 10,000 dead records per queue kept for 30 days,
+// a 1 s wait for replicas, calls remembered for 2 minutes; a batch's
+// record is kept 7 days after its callbacks. Calls refuse, with an error
+// wrapping job.ErrInvalid that names the limit: a page of more than 1,000
+// jobs (Page), of more than 1,000 batches
+// (Batches) or of more than 1,000 keys (HeldKeys), and a queue of more
+// than 256 shards (DeclareQueue). A dead record keeps the first 64 KiB of
+// its error.
 //
 // # Errors
 //
@@ -102,7 +114,7 @@
 // [ACLRules] gives the ACL rules of a Redis user limited to one namespace.
 // They grant EVAL and EVALSHA, which run any code: where namespaces share a
 // server, an administrator loads the scripts once as a Redis 7 function
-// library ([LoadFunctions], `delayq admin load-functions`), the brokers run
+// library (`delayq admin load-functions`), the brokers run
 // with Options.Functions (FCALL and FCALL_RO of that library) and their
 // user gets [FunctionsACLRules], which allow no code of its own. The
 // library is named after a hash of the scripts, so versions coexist during
@@ -114,10 +126,9 @@
 // Operators' tools read the queues without changing them: [Broker.Queues],
 // [Broker.Stats] and [Broker.StatsOf] (several queues, or every one) give
 // counts (scheduled, due, processing, dead), the oldest due job's lateness
-// and the next ready time in O(log N) per queue; [Broker.ScheduledPage] and [Broker.ProcessingPage]
-// page through jobs by ready time or lease deadline with a cursor;
-// [Broker.Job] finds one job in any state. [Broker.EvictionPolicy] reads the
-// server's maxmemory-policy, which must not evict jobs.
+// and the next ready time in O(log N) per queue; [Broker.Page]
+// pages through jobs by ready time or lease deadline with a cursor;
+// [Broker.Job] finds one job in any state.
 //
 // The client may be a single node, a *redis.ClusterClient or a Sentinel
 // failover client. Options.WaitReplicas makes every change wait until

@@ -72,7 +72,7 @@ func (b *Broker) enqueueOne(ctx context.Context, env *job.Envelope, body []byte,
 
 // enqueueMany stores prepared envelopes, a batch Enqueue with call id cid:
 // one script call per shard and chunk, whose outcomes are recorded together
-// under cid and the chunk's number. A resend (CallError.Resend) calls it
+// under cid and the chunk's number. A resend (Resend) calls it
 // again with the same bodies and id, so the chunks are the same.
 func (b *Broker) enqueueMany(ctx context.Context, envs []*job.Envelope, bodies [][]byte, cid string) error {
 	shards := make([]keyspace.Shard, len(envs))

@@ -11,24 +11,16 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 )
 
-// ErrUnknownQueue: the queue was never used in the namespace (nothing was
-// enqueued to it, and no operator created it), so an operator's action on
-// it is refused rather than creating it: it is likely a typo.
-var ErrUnknownQueue = errors.New("broker: unknown queue")
-
-// ErrQueueNotEmpty: Forget found jobs, dead records or remembered unique ids
-// in the queue; the error names them. Nothing was changed.
-var ErrQueueNotEmpty = errors.New("broker: queue not empty")
-
 // Known reports whether queue was ever used in the namespace: it is in
 // ns:queues, where the first enqueue (or DeclareQueue, Pause,
 // SetConcurrency, SetRateLimit) puts it, until Forget. One SISMEMBER.
-func (b *Broker) Known(ctx context.Context, queue string) (bool, error) {
+func (b *Broker) known(ctx context.Context, queue string) (bool, error) {
 	if err := naming.Queue(queue); err != nil {
 		return false, err
 	}
@@ -40,14 +32,14 @@ func (b *Broker) Known(ctx context.Context, queue string) (bool, error) {
 }
 
 // MustKnow returns nil when queue was used in the namespace (Known), and
-// otherwise an error wrapping ErrUnknownQueue that names it.
-func (b *Broker) MustKnow(ctx context.Context, queue string) error {
-	ok, err := b.Known(ctx, queue)
+// otherwise an error wrapping admin.ErrUnknownQueue that names it.
+func (b *Broker) mustKnow(ctx context.Context, queue string) error {
+	ok, err := b.known(ctx, queue)
 	if err != nil {
 		return err
 	}
 	if !ok {
-		return fmt.Errorf("%w: queue %q was never used in namespace %s (nothing was enqueued to it)", ErrUnknownQueue, queue, b.ns)
+		return fmt.Errorf("%w: queue %q was never used in namespace %s (nothing was enqueued to it)", admin.ErrUnknownQueue, queue, b.ns)
 	}
 	return nil
 }
@@ -57,8 +49,8 @@ func (b *Broker) MustKnow(ctx context.Context, queue string) error {
 // list it) and ns:shards, with its pause, caps and rate limits. A queue
 // that still holds jobs (scheduled, processing, parked or held), dead
 // records or remembered unique ids is refused with an error wrapping
-// ErrQueueNotEmpty that names what is left, and nothing changes; a queue
-// that is not known gets ErrUnknownQueue.
+// admin.ErrQueueNotEmpty that names what is left, and nothing changes; a queue
+// that is not known gets admin.ErrUnknownQueue.
 //
 // Each shard is checked and cleared in one WATCH/MULTI, so a job enqueued
 // meanwhile either makes the call fail or arrives after it (a new use of
@@ -67,11 +59,11 @@ func (b *Broker) MustKnow(ctx context.Context, queue string) error {
 // keyspace.RelistEvery of its next use (see ForgetIdle). The fencing counter of each
 // shard stays (it never goes back), as does the per-minute history, which
 // expires by itself.
-func (b *Broker) Forget(ctx context.Context, queue string) error {
-	if err := b.MustKnow(ctx, queue); err != nil {
+func (b *Broker) forget(ctx context.Context, queue string) error {
+	if err := b.mustKnow(ctx, queue); err != nil {
 		// A sharded queue that ForgetIdle unlisted keeps its shard count:
 		// it can still be forgotten for good.
-		if !errors.Is(err, ErrUnknownQueue) {
+		if !errors.Is(err, admin.ErrUnknownQueue) {
 			return err
 		}
 		if ok, herr := b.rdb.HExists(ctx, keyspace.ShardsKey(b.ns), queue).Result(); herr != nil || !ok {
@@ -101,7 +93,7 @@ func (b *Broker) Forget(ctx context.Context, queue string) error {
 		if aerr := b.rdb.SAdd(ctx, keyspace.QueuesKey(b.ns), queue).Err(); aerr != nil {
 			return queueErr(queue, errors.Join(err, aerr))
 		}
-		return fmt.Errorf("%w: queue %q received a job while it was being forgotten; it is kept", ErrQueueNotEmpty, queue)
+		return fmt.Errorf("%w: queue %q received a job while it was being forgotten; it is kept", admin.ErrQueueNotEmpty, queue)
 	}
 	if _, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.HDel(ctx, keyspace.ShardsKey(b.ns), queue)
@@ -143,7 +135,7 @@ func (b *Broker) forgetShard(ctx context.Context, queue string, s keyspace.Shard
 			}
 		}
 		if len(left) > 0 {
-			return fmt.Errorf("%w: queue %q holds %s; nothing was changed", ErrQueueNotEmpty, queue, strings.Join(left, ", "))
+			return fmt.Errorf("%w: queue %q holds %s; nothing was changed", admin.ErrQueueNotEmpty, queue, strings.Join(left, ", "))
 		}
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			kk := keyCapKeysOf(k)
@@ -151,7 +143,7 @@ func (b *Broker) forgetShard(ctx context.Context, queue string, s keyspace.Shard
 			return nil
 		})
 		if errors.Is(err, redis.TxFailedErr) {
-			return fmt.Errorf("%w: queue %q changed while it was being forgotten; nothing was changed", ErrQueueNotEmpty, queue)
+			return fmt.Errorf("%w: queue %q changed while it was being forgotten; nothing was changed", admin.ErrQueueNotEmpty, queue)
 		}
 		if err != nil {
 			return queueErr(queue, err)
@@ -160,13 +152,13 @@ func (b *Broker) forgetShard(ctx context.Context, queue string, s keyspace.Shard
 	}, watched...)
 }
 
-// MinForgetIdle is the shortest idle time ForgetIdle takes: many times
+// minForgetIdle is the shortest idle time ForgetIdle takes: many times
 // keyspace.RelistEvery, how often a process that uses a queue lists it
 // again.
-const MinForgetIdle = time.Hour
+const minForgetIdle = admin.MinForgetIdle
 
 // ForgetIdle unlists the queues nobody has used for idle (at least
-// MinForgetIdle) and that hold nothing, and returns their names: stats, the
+// an hour) and that hold nothing, and returns their names: stats, the
 // CLI, the dashboard and the metrics stop listing them, as after Forget.
 // Workers call it for their namespace (worker.Options.ForgetIdleQueues,
 // hourly); operators may too.
@@ -192,11 +184,11 @@ const MinForgetIdle = time.Hour
 // Retained succeeded jobs (job.Retain) do not keep a queue listed: they
 // stay readable by id (Broker.Job) until their retention ends. A queue
 // listed before ns:queues:seen existed starts its idle time at
-// this call. An idle below MinForgetIdle is refused with an error wrapping
+// this call. An idle below an hour is refused with an error wrapping
 // job.ErrInvalid.
-func (b *Broker) ForgetIdle(ctx context.Context, idle time.Duration) ([]string, error) {
-	if idle < MinForgetIdle {
-		return nil, fmt.Errorf("broker: %w: forget idle queues: idle time %s is below %s", job.ErrInvalid, idle, MinForgetIdle)
+func (b *Broker) forgetIdle(ctx context.Context, idle time.Duration) ([]string, error) {
+	if idle < minForgetIdle {
+		return nil, fmt.Errorf("broker: %w: forget idle queues: idle time %s is below %s", job.ErrInvalid, idle, minForgetIdle)
 	}
 	var names *redis.StringSliceCmd
 	var seen *redis.MapStringStringCmd
@@ -225,7 +217,7 @@ func (b *Broker) ForgetIdle(ctx context.Context, idle time.Duration) ([]string, 
 		if at > cutoff {
 			continue
 		}
-		ok, err := b.forgetIdle(ctx, q, cutoff)
+		ok, err := b.forgetQueueIfIdle(ctx, q, cutoff)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -258,9 +250,9 @@ func (b *Broker) ForgetIdle(ctx context.Context, idle time.Duration) ([]string, 
 	return forgotten, errors.Join(errs...)
 }
 
-// forgetIdle unlists queue if it holds nothing and was not listed after
+// forgetQueueIfIdle unlists queue if it holds nothing and was not listed after
 // cutoff (ms), and reports whether it did.
-func (b *Broker) forgetIdle(ctx context.Context, queue string, cutoff int64) (bool, error) {
+func (b *Broker) forgetQueueIfIdle(ctx context.Context, queue string, cutoff int64) (bool, error) {
 	q, err := b.queue(ctx, queue)
 	if err != nil {
 		return false, err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/job"
 )
 
@@ -40,10 +41,6 @@ import (
 // Redis refuses only at its first write that may grow memory, if it
 // wrote nothing before it.)
 
-// FunctionLibraryPrefix starts the name of every library LoadFunctions
-// loads; the rest is the version, a hash of the scripts.
-const FunctionLibraryPrefix = "delayq_"
-
 // ErrFunctionsNotLoaded is wrapped by the errors of a broker with
 // Options.Functions whose server lacks this build's function library (not
 // loaded, or only another version of it), or does not know FCALL (Redis
@@ -60,7 +57,7 @@ var addsData = map[string]bool{
 
 // functionLibrary is the library built from allScripts.
 type functionLibrary struct {
-	name string // FunctionLibraryPrefix + version
+	name string // admin.FunctionLibraryPrefix + version
 	code string // FUNCTION LOAD's argument
 }
 
@@ -79,7 +76,7 @@ var library = sync.OnceValue(func() functionLibrary {
 	for _, s := range allScripts {
 		fmt.Fprintf(h, "%d:%s\n%d:%s\n%d:%s\n", len(s.name), s.name, len(flags(s)), flags(s), len(s.source()), s.source())
 	}
-	name := FunctionLibraryPrefix + hex.EncodeToString(h.Sum(nil))[:16]
+	name := admin.FunctionLibraryPrefix + hex.EncodeToString(h.Sum(nil))[:16]
 	var b strings.Builder
 	b.WriteString("#!lua name=" + name + "\n")
 	for _, s := range allScripts {
@@ -89,11 +86,11 @@ var library = sync.OnceValue(func() functionLibrary {
 	return functionLibrary{name: name, code: b.String()}
 })
 
-// FunctionLibrary returns the name (FunctionLibraryPrefix and a hash of
+// FunctionLibrary returns the name (admin.FunctionLibraryPrefix and a hash of
 // the scripts) and the code of this build's function library, as
 // LoadFunctions loads it: for an administrator who loads it by other
 // means (FUNCTION LOAD with redis-cli).
-func FunctionLibrary() (name, code string) {
+func libraryCode() (name, code string) {
 	l := library()
 	return l.name, l.code
 }
@@ -106,7 +103,7 @@ func FunctionLibrary() (name, code string) {
 // replicates the library to replicas and keeps it in RDB and AOF files; a
 // master added to a cluster later needs it loaded again (redis-cli
 // --cluster add-node copies libraries).
-func LoadFunctions(ctx context.Context, rdb redis.UniversalClient) (string, error) {
+func loadFunctions(ctx context.Context, rdb redis.UniversalClient) (string, error) {
 	if rdb == nil {
 		return "", errors.New("broker: LoadFunctions: nil redis client")
 	}
@@ -124,18 +121,10 @@ func LoadFunctions(ctx context.Context, rdb redis.UniversalClient) (string, erro
 	return l.name, nil
 }
 
-// FunctionLibraryStatus is one delayq function library on a server, as
-// FunctionLibraries lists it.
-type FunctionLibraryStatus struct {
-	Name    string // FunctionLibraryPrefix and its version
-	Current bool   // this build's library
-	Masters int    // how many masters hold it (1 on a single server)
-}
-
 // FunctionLibraries lists the delayq function libraries loaded on rdb's
 // server (on every master of a cluster), sorted by name, and how many
 // masters were asked. It needs a user allowed FUNCTION LIST.
-func FunctionLibraries(ctx context.Context, rdb redis.UniversalClient) ([]FunctionLibraryStatus, int, error) {
+func functionLibraries(ctx context.Context, rdb redis.UniversalClient) ([]admin.FunctionLibraryStatus, int, error) {
 	if rdb == nil {
 		return nil, 0, errors.New("broker: FunctionLibraries: nil redis client")
 	}
@@ -143,7 +132,7 @@ func FunctionLibraries(ctx context.Context, rdb redis.UniversalClient) ([]Functi
 	count := map[string]int{}
 	masters := 0
 	err := eachMaster(ctx, rdb, func(ctx context.Context, c redis.Cmdable) error {
-		libs, err := c.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: FunctionLibraryPrefix + "*"}).Result()
+		libs, err := c.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: admin.FunctionLibraryPrefix + "*"}).Result()
 		if err != nil {
 			return err
 		}
@@ -158,11 +147,11 @@ func FunctionLibraries(ctx context.Context, rdb redis.UniversalClient) ([]Functi
 	if err != nil {
 		return nil, 0, fmt.Errorf("broker: list function libraries: %w", functionsUnsupported(err))
 	}
-	out := make([]FunctionLibraryStatus, 0, len(count))
+	out := make([]admin.FunctionLibraryStatus, 0, len(count))
 	for name, n := range count {
-		out = append(out, FunctionLibraryStatus{Name: name, Current: name == library().name, Masters: n})
+		out = append(out, admin.FunctionLibraryStatus{Name: name, Current: name == library().name, Masters: n})
 	}
-	slices.SortFunc(out, func(a, b FunctionLibraryStatus) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b admin.FunctionLibraryStatus) int { return strings.Compare(a.Name, b.Name) })
 	return out, masters, nil
 }
 
@@ -172,13 +161,13 @@ func FunctionLibraries(ctx context.Context, rdb redis.UniversalClient) ([]Functi
 // that build then fails with ErrFunctionsNotLoaded. A name that is not a
 // delayq library's is refused (job.ErrInvalid); one that no server holds
 // is not an error.
-func DeleteFunctions(ctx context.Context, rdb redis.UniversalClient, name string) error {
+func deleteFunctions(ctx context.Context, rdb redis.UniversalClient, name string) error {
 	if rdb == nil {
 		return errors.New("broker: DeleteFunctions: nil redis client")
 	}
-	v, ok := strings.CutPrefix(name, FunctionLibraryPrefix)
+	v, ok := strings.CutPrefix(name, admin.FunctionLibraryPrefix)
 	if !ok || v == "" || strings.Trim(v, "0123456789abcdef") != "" {
-		return fmt.Errorf("broker: %w: %q is not the name of a delayq function library (%s and a hex version)", job.ErrInvalid, name, FunctionLibraryPrefix)
+		return fmt.Errorf("broker: %w: %q is not the name of a delayq function library (%s and a hex version)", job.ErrInvalid, name, admin.FunctionLibraryPrefix)
 	}
 	err := eachMaster(ctx, rdb, func(ctx context.Context, c redis.Cmdable) error {
 		err := c.FunctionDelete(ctx, name).Err()
@@ -220,7 +209,7 @@ func functionErr(s *script, err error) error {
 	msg := err.Error()
 	switch {
 	case strings.HasPrefix(msg, "ERR Function not found"):
-		return fmt.Errorf("%w: the server has no function %s (library %s); load it with broker.LoadFunctions or `delayq admin load-functions` (a library of another version may be loaded): %w",
+		return fmt.Errorf("%w: the server has no function %s (library %s); load it with `delayq admin load-functions` (a library of another version may be loaded): %w",
 			ErrFunctionsNotLoaded, s.fn, library().name, err)
 	case strings.Contains(strings.ToLower(msg), "unknown command") && strings.Contains(strings.ToLower(msg), "fcall"):
 		return fmt.Errorf("%w: the server does not know FCALL (Redis functions need Redis 7 or later): %w", ErrFunctionsNotLoaded, err)

@@ -14,8 +14,8 @@ import (
 // Seed corpora live in testdata/fuzz/<Target>; .ci/run fuzzes each target
 // for 20 s.
 
-// FuzzDecodeDeadRecord: DecodeDeadRecord never panics; it fails with
-// ErrCorruptRecord or returns a record that stores and reads back the same,
+// FuzzDecodeDeadRecord: decodeDeadRecord never panics; it fails with
+// errCorruptRecord or returns a record that stores and reads back the same,
 // its body byte for byte (so a redrive enqueues what was stored).
 func FuzzDecodeDeadRecord(f *testing.F) {
 	for _, s := range []string{
@@ -30,10 +30,10 @@ func FuzzDecodeDeadRecord(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		r, err := DecodeDeadRecord(data)
+		r, err := decodeDeadRecord(data)
 		if err != nil {
-			if !errors.Is(err, ErrCorruptRecord) || r != nil {
-				t.Fatalf("DecodeDeadRecord(%q) = %v, %v; want nil and ErrCorruptRecord", data, r, err)
+			if !errors.Is(err, errCorruptRecord) || r != nil {
+				t.Fatalf("decodeDeadRecord(%q) = %v, %v; want nil and errCorruptRecord", data, r, err)
 			}
 			return
 		}
@@ -47,11 +47,11 @@ func FuzzDecodeDeadRecord(f *testing.F) {
 		if err != nil {
 			t.Fatalf("marshal of decoded %+v: %v", r, err)
 		}
-		again, err := DecodeDeadRecord(stored)
+		again, err := decodeDeadRecord(stored)
 		if err != nil {
-			t.Fatalf("DecodeDeadRecord(marshal(DecodeDeadRecord(%q))) = %v", data, err)
+			t.Fatalf("decodeDeadRecord(marshal(decodeDeadRecord(%q))) = %v", data, err)
 		}
-		if len(r.Error) > MaxDeadErrorLen {
+		if len(r.Error) > maxDeadErrorLen {
 			if !utf8.ValidString(again.Error) || !strings.HasSuffix(again.Error, "(truncated)") {
 				t.Fatal("an over-long error was not truncated cleanly")
 			}

@@ -8,12 +8,13 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/job"
 )
 
-// MaxHeldKeys is the most keys HeldKeys lists in one call.
-const MaxHeldKeys = 1000
+// maxHeldKeys is the most keys HeldKeys lists in one call.
+const maxHeldKeys = admin.MaxHeldKeys
 
 // HeldKey is one key of a queue holding jobs back (HeldKeys).
 type HeldKey struct {
@@ -83,12 +84,12 @@ type HeldKeys struct {
 // the list (its jobs spread evenly over the shards make this rare).
 // One script call per shard, two on a sharded queue.
 //
-// n must be 1 to MaxHeldKeys; a bad n or queue name is refused with an
+// n must be 1 to 1,000; a bad n or queue name is refused with an
 // error wrapping job.ErrInvalid. A queue never used lists no keys, as
 // Stats reads it empty.
 func (b *Broker) HeldKeys(ctx context.Context, queue string, n int) (HeldKeys, error) {
-	if n < 1 || n > MaxHeldKeys {
-		return HeldKeys{}, fmt.Errorf("broker: %w: held keys: n %d is not 1 to %d", job.ErrInvalid, n, MaxHeldKeys)
+	if n < 1 || n > maxHeldKeys {
+		return HeldKeys{}, fmt.Errorf("broker: %w: held keys: n %d is not 1 to %d", job.ErrInvalid, n, maxHeldKeys)
 	}
 	q, err := b.queue(ctx, queue)
 	if err != nil {

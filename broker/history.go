@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 )
@@ -18,44 +19,17 @@ import (
 // their lateness, ack the jobs done, retry the failed attempts and kill the
 // dead jobs. Each minute of the server's clock that saw any of these has one
 // small hash, ns:{q}:hist:<minute> (minute = ms since the epoch / 60,000),
-// that expires HistoryRetention after its last write.
+// that expires historyRetention after its last write.
 
-// HistoryRetention is how long a minute of history is kept after its last
+// historyRetention is how long a minute of history is kept after its last
 // write.
-const HistoryRetention = 24 * time.Hour
+const historyRetention = 24 * time.Hour
 
-// MaxHistoryMinutes is the most minutes one History call reads per queue.
-const MaxHistoryMinutes = 24*60 + 1
+// maxHistoryMinutes is the most minutes one History call reads per queue.
+const maxHistoryMinutes = 24*60 + 1
 
 // The fields of a history hash.
 var historyFields = []string{"claimed", "late_sum", "late_max", "done", "failed", "dead", "rate_held"}
-
-// Minute is one minute of a queue's history.
-type Minute struct {
-	Start       time.Time     // the minute's first instant, server clock
-	Claimed     int64         // jobs handed to workers
-	Done        int64         // jobs whose handler succeeded (acked)
-	Failed      int64         // failed attempts that were retried, expired leases included
-	Dead        int64         // jobs moved to the dead-letter store
-	LatenessSum time.Duration // sum over Claimed of claim time − ready time
-	LatenessMax time.Duration // the largest of those
-	// RateHeld counts the due jobs a claim held for want of their type's
-	// rate-limit token (each once, when it was held; its lateness counts
-	// from its ready time when it is claimed).
-	RateHeld int64
-}
-
-// Handled is how many attempts ended in the minute: done, failed or dead.
-func (m Minute) Handled() int64 { return m.Done + m.Failed + m.Dead }
-
-// MeanLateness is the mean claim time − ready time of the minute's claims,
-// or 0 when there were none.
-func (m Minute) MeanLateness() time.Duration {
-	if m.Claimed == 0 {
-		return 0
-	}
-	return m.LatenessSum / time.Duration(m.Claimed)
-}
 
 // historyChunk bounds the commands of one pipeline.
 const historyChunk = 5000
@@ -65,8 +39,8 @@ const historyChunk = 5000
 // queue i's minute j, with zero counts for minutes nothing happened in (or
 // that expired). It reads one small hash per queue and minute, pipelined;
 // no scan. A key that is not such a hash counts as an empty minute. It returns an error wrapping job.ErrInvalid for a bad queue name,
-// to before from, or a span over MaxHistoryMinutes.
-func (b *Broker) History(ctx context.Context, queues []string, from, to time.Time) ([][]Minute, error) {
+// to before from, or a span over maxHistoryMinutes.
+func (b *Broker) history(ctx context.Context, queues []string, from, to time.Time) ([][]admin.Minute, error) {
 	for _, q := range queues {
 		if err := naming.Queue(q); err != nil {
 			return nil, err
@@ -76,11 +50,11 @@ func (b *Broker) History(ctx context.Context, queues []string, from, to time.Tim
 	switch n := last - first + 1; {
 	case n <= 0:
 		return nil, fmt.Errorf("broker: %w: history from %s to %s: the end is before the start", job.ErrInvalid, from, to)
-	case n > MaxHistoryMinutes:
-		return nil, fmt.Errorf("broker: %w: history of %d minutes; at most %d", job.ErrInvalid, n, MaxHistoryMinutes)
+	case n > maxHistoryMinutes:
+		return nil, fmt.Errorf("broker: %w: history of %d minutes; at most %d", job.ErrInvalid, n, maxHistoryMinutes)
 	}
 	minutes := int(last - first + 1)
-	out := make([][]Minute, len(queues))
+	out := make([][]admin.Minute, len(queues))
 	type slot struct{ q, m int }
 	var (
 		slots []slot
@@ -111,7 +85,7 @@ func (b *Broker) History(ctx context.Context, queues []string, from, to time.Tim
 		if err != nil {
 			return nil, err
 		}
-		out[qi] = make([]Minute, minutes)
+		out[qi] = make([]admin.Minute, minutes)
 		for mi := range minutes {
 			out[qi][mi].Start = fromMS((first + int64(mi)) * 60_000)
 		}
@@ -137,7 +111,7 @@ func (b *Broker) History(ctx context.Context, queues []string, from, to time.Tim
 
 // addMinute adds the counts of HMGET values in historyFields order to m:
 // sums, and the largest lateness. Missing or malformed fields count as 0.
-func addMinute(m *Minute, vals []any) {
+func addMinute(m *admin.Minute, vals []any) {
 	n := func(i int) int64 {
 		if i >= len(vals) {
 			return 0

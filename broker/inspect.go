@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 )
@@ -128,36 +129,31 @@ func parseJobCursor(s string) (jobCursor, error) {
 	return jobCursor{at: v, id: id}, nil
 }
 
-// MaxPageLimit is the most jobs one page call returns.
-const MaxPageLimit = 1000
+// maxPageLimit is the most jobs one page call returns.
+const maxPageLimit = admin.MaxPageLimit
 
-// ScheduledPage returns up to limit scheduled jobs of queue after the
-// cursor ("" for the first page, else a page's Next), earliest ready time
-// first, with their envelopes. Jobs that are claimed, rescheduled or
-// enqueued meanwhile cause no gaps or repeats among the others. One script
-// call per shard, pipelined; a sharded queue's pages are merged. A cursor
-// no page returned gives an error wrapping ErrBadCursor.
-func (b *Broker) ScheduledPage(ctx context.Context, queue, cursor string, limit int) (JobPage, error) {
-	return b.jobPage(ctx, queue, job.StateScheduled, cursor, limit)
-}
-
-// ProcessingPage returns up to limit jobs of queue that are leased to
-// workers, after the cursor, earliest lease deadline first. See
-// ScheduledPage.
-func (b *Broker) ProcessingPage(ctx context.Context, queue, cursor string, limit int) (JobPage, error) {
-	return b.jobPage(ctx, queue, job.StateProcessing, cursor, limit)
-}
-
-func (b *Broker) jobPage(ctx context.Context, queue string, state job.JobState, cursor string, limit int) (JobPage, error) {
+// Page returns up to limit (1 to 1,000) jobs of queue in state after the
+// cursor ("" for the first page, else a page's Next), with their
+// envelopes: job.StateScheduled pages through the scheduled jobs, earliest
+// ready time first, job.StateProcessing through the jobs leased to
+// workers, earliest lease deadline first; another state gives an error
+// wrapping job.ErrInvalid. Jobs that are claimed, rescheduled or enqueued
+// meanwhile cause no gaps or repeats among the others. One script call per
+// shard, pipelined; a sharded queue's pages are merged. A cursor no page
+// returned gives an error wrapping ErrBadCursor.
+func (b *Broker) Page(ctx context.Context, queue string, state job.JobState, cursor string, limit int) (JobPage, error) {
 	if err := naming.Queue(queue); err != nil {
 		return JobPage{}, err
+	}
+	if state != job.StateScheduled && state != job.StateProcessing {
+		return JobPage{}, fmt.Errorf("broker: %w: page of state %q: want %q or %q", job.ErrInvalid, state, job.StateScheduled, job.StateProcessing)
 	}
 	after, err := parseJobCursor(cursor)
 	if err != nil {
 		return JobPage{}, err
 	}
-	if limit <= 0 || limit > MaxPageLimit {
-		return JobPage{}, fmt.Errorf("broker: %w: page limit %d is outside 1..%d", job.ErrInvalid, limit, MaxPageLimit)
+	if limit <= 0 || limit > maxPageLimit {
+		return JobPage{}, fmt.Errorf("broker: %w: page limit %d is outside 1..%d", job.ErrInvalid, limit, maxPageLimit)
 	}
 	q, err := b.queue(ctx, queue)
 	if err != nil {
@@ -242,38 +238,21 @@ func at(j *job.JobInfo) int64 {
 	return ms(j.ReadyAt)
 }
 
-// ErrConfigUnavailable is wrapped by EvictionPolicy when the server does not
-// let this client read its configuration (CONFIG is renamed, disabled or
-// not permitted by an ACL, as on many managed services).
-var ErrConfigUnavailable = errors.New("broker: server configuration cannot be read")
-
 // EvictionPolicy returns the server's maxmemory-policy. On servers where
-// CONFIG GET is refused it returns an error wrapping ErrConfigUnavailable;
+// CONFIG GET is refused it returns an error wrapping admin.ErrConfigUnavailable;
 // callers treat that as "unknown", not as a failure.
-func (b *Broker) EvictionPolicy(ctx context.Context) (string, error) {
+func (b *Broker) evictionPolicy(ctx context.Context) (string, error) {
 	m, err := b.rdb.ConfigGet(ctx, "maxmemory-policy").Result()
 	if err != nil {
 		var reply redis.Error
 		if !errors.As(err, &reply) {
 			return "", err // not the server's answer: Redis is unreachable
 		}
-		return "", fmt.Errorf("%w: %v", ErrConfigUnavailable, err)
+		return "", fmt.Errorf("%w: %v", admin.ErrConfigUnavailable, err)
 	}
 	p, ok := m["maxmemory-policy"]
 	if !ok {
-		return "", fmt.Errorf("%w: CONFIG GET maxmemory-policy returned nothing", ErrConfigUnavailable)
+		return "", fmt.Errorf("%w: CONFIG GET maxmemory-policy returned nothing", admin.ErrConfigUnavailable)
 	}
 	return p, nil
-}
-
-// EvictionSafe reports whether a maxmemory-policy keeps delayq's keys: delayq
-// sets no TTLs, so "noeviction" and the volatile-* policies never evict them
-// (writes fail with an out-of-memory error instead, and no job is lost),
-// while the allkeys-* policies may drop jobs silently.
-func EvictionSafe(policy string) bool {
-	switch policy {
-	case "noeviction", "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl":
-		return true
-	}
-	return false
 }

@@ -194,6 +194,18 @@ func TestScheduledPageWhileJobsMove(t *testing.T) {
 	}
 }
 
+// TestPageOtherState: Page pages through the scheduled and the processing
+// jobs only; another state is refused.
+func TestPageOtherState(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	for _, st := range []job.JobState{job.StateDead, job.StateSucceeded, ""} {
+		if _, err := tb.b.Page(tb.ctx, "q", st, "", 10); !errors.Is(err, job.ErrInvalid) {
+			t.Errorf("Page of state %q: %v, want job.ErrInvalid", st, err)
+		}
+	}
+}
+
 func TestProcessingPage(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)

@@ -10,42 +10,30 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/job"
 )
 
-// MemorySamples is the SAMPLES argument of QueueMemory's MEMORY USAGE
+// memorySamples is the SAMPLES argument of QueueMemory's MEMORY USAGE
 // calls: the elements of a hash, set or sorted set the server measures to
 // estimate the whole key, so a key of a million jobs costs what one of five
 // does.
-const MemorySamples = 5
+const memorySamples = 5
 
-// ErrMemoryNotReadable is wrapped by the errors of QueueMemory and
-// ServerMemory when the server does not tell: it refused the command (an
-// ACL user without it, a managed Redis that hides it), or the broker does
-// not ask (ServerMemory with Options.Functions, whose user is given no
-// INFO).
-var ErrMemoryNotReadable = errors.New("broker: memory not readable")
-
-// QueueMemory is what the keys of one queue take in Redis, estimated.
-type QueueMemory struct {
-	Bytes int64 // the sum of MEMORY USAGE of its keys
-	Keys  int   // keys that exist, of those measured
-}
-
-// QueueMemory estimates what the queue st describes (st as Stats returned
+// queueMemory estimates what the queue st describes (st as Stats returned
 // it) takes in Redis: its jobs, schedule, leases, dead letters, remembered
 // unique ids, controls, and the held jobs of the types st names a cap or a
 // rate limit for, and the per-key caps' counts, caps and list of keys
 // holding jobs (not the held sets of each key, one a key), over every
 // shard. One MEMORY USAGE … SAMPLES
-// MemorySamples a key, pipelined: a few dozen calls whatever the queue
+// memorySamples a key, pipelined: a few dozen calls whatever the queue
 // holds. Not counted: results kept by job.Retain (one key a job) and the
 // per-minute history (which expires by itself). A server that refuses
-// MEMORY USAGE gives an error wrapping ErrMemoryNotReadable.
-func (b *Broker) QueueMemory(ctx context.Context, st job.QueueStats) (QueueMemory, error) {
+// MEMORY USAGE gives an error wrapping admin.ErrMemoryNotReadable.
+func (b *Broker) queueMemory(ctx context.Context, st job.QueueStats) (admin.QueueMemory, error) {
 	q, err := b.queue(ctx, st.Queue)
 	if err != nil {
-		return QueueMemory{}, err
+		return admin.QueueMemory{}, err
 	}
 	var keys []string
 	for _, sh := range q.Shards() {
@@ -67,52 +55,43 @@ func (b *Broker) QueueMemory(ctx context.Context, st job.QueueStats) (QueueMemor
 	cmds := make([]*redis.IntCmd, len(keys))
 	_, err = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, k := range keys {
-			cmds[i] = p.MemoryUsage(ctx, k, MemorySamples)
+			cmds[i] = p.MemoryUsage(ctx, k, memorySamples)
 		}
 		return nil
 	})
-	var m QueueMemory
+	var m admin.QueueMemory
 	for _, c := range cmds {
 		n, err := c.Result()
 		switch {
 		case errors.Is(err, redis.Nil):
 		case err != nil:
-			return QueueMemory{}, memoryErr("MEMORY USAGE", err)
+			return admin.QueueMemory{}, memoryErr("MEMORY USAGE", err)
 		default:
 			m.Bytes += n
 			m.Keys++
 		}
 	}
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return QueueMemory{}, memoryErr("MEMORY USAGE", err)
+		return admin.QueueMemory{}, memoryErr("MEMORY USAGE", err)
 	}
 	return m, nil
 }
 
-// ServerMemory is what INFO memory says of the server, summed over the
-// masters of a cluster.
-type ServerMemory struct {
-	Used   int64  // used_memory, bytes
-	Max    int64  // maxmemory, bytes; 0: no limit
-	Policy string // maxmemory_policy (of the first master read)
-	Nodes  int    // servers summed
-}
-
-// ServerMemory reads INFO memory of the server, or of every master of a
+// serverMemory reads INFO memory of the server, or of every master of a
 // cluster. A server that refuses INFO gives an error wrapping
-// ErrMemoryNotReadable, and is not asked again by this broker (a refused
+// admin.ErrMemoryNotReadable, and is not asked again by this broker (a refused
 // command is logged by the server's ACL log at each try); with
 // Options.Functions it is not asked at all, as broker.New does not ask for
 // INFO server.
-func (b *Broker) ServerMemory(ctx context.Context) (ServerMemory, error) {
+func (b *Broker) serverMemory(ctx context.Context) (admin.ServerMemory, error) {
 	if b.opts.Functions {
-		return ServerMemory{}, fmt.Errorf("%w: INFO not sent (Options.Functions: its Redis user is given no INFO)", ErrMemoryNotReadable)
+		return admin.ServerMemory{}, fmt.Errorf("%w: INFO not sent (Options.Functions: its Redis user is given no INFO)", admin.ErrMemoryNotReadable)
 	}
 	if err := b.infoRefused.Load(); err != nil {
-		return ServerMemory{}, *err
+		return admin.ServerMemory{}, *err
 	}
 	var (
-		m  ServerMemory
+		m  admin.ServerMemory
 		mu sync.Mutex
 	)
 	read := func(ctx context.Context, c *redis.Client) error {
@@ -128,7 +107,7 @@ func (b *Broker) ServerMemory(ctx context.Context) (ServerMemory, error) {
 		}
 		used, err := strconv.ParseInt(f["used_memory"], 10, 64)
 		if err != nil {
-			return fmt.Errorf("%w: INFO memory names no used_memory", ErrMemoryNotReadable)
+			return fmt.Errorf("%w: INFO memory names no used_memory", admin.ErrMemoryNotReadable)
 		}
 		max, _ := strconv.ParseInt(f["maxmemory"], 10, 64)
 		mu.Lock()
@@ -148,7 +127,7 @@ func (b *Broker) ServerMemory(ctx context.Context) (ServerMemory, error) {
 	case *redis.Client:
 		err = read(ctx, c)
 	default:
-		err = fmt.Errorf("%w: a %T is neither one server's client nor a cluster's", ErrMemoryNotReadable, b.rdb)
+		err = fmt.Errorf("%w: a %T is neither one server's client nor a cluster's", admin.ErrMemoryNotReadable, b.rdb)
 	}
 	if err != nil {
 		var reply redis.Error
@@ -157,20 +136,20 @@ func (b *Broker) ServerMemory(ctx context.Context) (ServerMemory, error) {
 		if refused {
 			b.infoRefused.Store(&err)
 		}
-		return ServerMemory{}, err
+		return admin.ServerMemory{}, err
 	}
 	return m, nil
 }
 
-// memoryErr wraps a server's refusal of cmd in ErrMemoryNotReadable; a
+// memoryErr wraps a server's refusal of cmd in admin.ErrMemoryNotReadable; a
 // failure to reach the server is returned as it is.
 func memoryErr(cmd string, err error) error {
-	if errors.Is(err, ErrMemoryNotReadable) {
+	if errors.Is(err, admin.ErrMemoryNotReadable) {
 		return err
 	}
 	var reply redis.Error
 	if errors.As(err, &reply) {
-		return fmt.Errorf("%w: %s refused: %w", ErrMemoryNotReadable, cmd, err)
+		return fmt.Errorf("%w: %s refused: %w", admin.ErrMemoryNotReadable, cmd, err)
 	}
 	return err
 }

@@ -16,41 +16,55 @@ import (
 )
 
 // The worker's side of the broker (internal/protocol): package worker gets
-// it with protocol.For(b), which calls WorkerProtocol. It is not part of
-// Broker's API, so that it can change with the worker without breaking
-// users: the methods below take a protocol.Key, which only delayq's own
-// module can name.
+// it with protocol.For(b), which reaches it through the seams registered
+// below. None of it is a method of Broker, so that it can change with the
+// worker without breaking users.
+
+func init() {
+	protocol.Register(func(b any) (protocol.Seams, bool) {
+		bb, ok := b.(*Broker)
+		if !ok || bb == nil {
+			return nil, false
+		}
+		return seams{bb}, true
+	})
+}
+
+// seams implements protocol.Seams.
+type seams struct{ b *Broker }
 
 // WorkerProtocol returns the broker's side of the worker protocol (wrapped
-// while a test of delayq intercepts it). Its argument is internal to
-// delayq: code outside delayq's module cannot call it.
-func (b *Broker) WorkerProtocol(protocol.Key) protocol.Broker {
-	if w := b.intercepted.Load(); w != nil {
+// while a test of delayq intercepts it).
+func (s seams) WorkerProtocol() protocol.Broker {
+	if w := s.b.intercepted.Load(); w != nil {
 		return *w
 	}
-	return workerSide{b}
+	return workerSide{s.b}
 }
 
 // InterceptProtocol is delayq's test seam: until undo, WorkerProtocol
-// returns wrap of the protocol. Its argument is internal to delayq.
-func (b *Broker) InterceptProtocol(_ protocol.Key, wrap func(protocol.Broker) protocol.Broker) (undo func(), ok bool) {
-	w := wrap(workerSide{b})
-	if !b.intercepted.CompareAndSwap(nil, &w) {
+// returns wrap of the protocol.
+func (s seams) InterceptProtocol(wrap func(protocol.Broker) protocol.Broker) (undo func(), ok bool) {
+	w := wrap(workerSide{s.b})
+	if !s.b.intercepted.CompareAndSwap(nil, &w) {
 		return nil, false
 	}
-	return func() { b.intercepted.Store(nil) }, true
+	return func() { s.b.intercepted.Store(nil) }, true
 }
 
 // UseClock is delayq's test seam for time: from now on the broker's
 // scripts read now (ms) instead of the Redis server's TIME, and the times
 // it records (a job's CreatedAt, a queue's last use) come from it too. Call
-// it right after New, before the broker is used. Its argument is internal
-// to delayq: tests and the CLI's hidden --now flag use it through
-// protocol.UseClock.
-func (b *Broker) UseClock(_ protocol.Key, now func() time.Time) {
-	b.clock = now
-	b.route.SetClock(now)
+// it right after New, before the broker is used: tests and the CLI's
+// hidden --now flag use it through protocol.UseClock.
+func (s seams) UseClock(now func() time.Time) {
+	s.b.clock = now
+	s.b.route.SetClock(now)
 }
+
+// DeadLetters returns the broker's dead-letter store (package deadletter
+// reaches it through protocol.Dead).
+func (s seams) DeadLetters() protocol.DeadStore { return deadSide{s.b} }
 
 // workerSide implements protocol.Broker.
 type workerSide struct{ b *Broker }
@@ -67,7 +81,7 @@ func (w workerSide) Shards(ctx context.Context, queue string) ([]keyspace.Shard,
 }
 
 func (w workerSide) ForgetIdle(ctx context.Context, idle time.Duration) ([]string, error) {
-	return w.b.ForgetIdle(ctx, idle)
+	return w.b.forgetIdle(ctx, idle)
 }
 
 func tokenArg(token int64) string { return strconv.FormatInt(token, 10) }
@@ -192,11 +206,11 @@ func decodeClaimed(s keyspace.Shard, v any) ([]protocol.Claimed, error) {
 	return out, nil
 }
 
-// UniqueTidyLimit is how many uniqueness entries whose window is over
+// uniqueTidyLimit is how many uniqueness entries whose window is over
 // (job.Unique) each reaper pass removes at most, per shard: an idle queue's
 // set empties at that pace, one ZRANGEBYSCORE and one ZREMRANGEBYRANK per
 // pass.
-const UniqueTidyLimit = 500
+const uniqueTidyLimit = 500
 
 // opWidth is the number of ARGV values of one settle operation.
 const opWidth = 9
@@ -308,7 +322,7 @@ func (w workerSide) Reap(ctx context.Context, s keyspace.Shard, limit int) (prot
 	k := s.Keys()
 	kk := keyCapKeysOf(k)
 	res, err := w.b.run(ctx, reapScript, []string{k.Processing, k.Jobs, k.Attempts, k.Leases, k.Cancels, k.Unique, k.Running, kk.Run, kk.HeldKeys, k.Held, k.Scheduled},
-		limit, UniqueTidyLimit)
+		limit, uniqueTidyLimit)
 	parts, perr := replyParts(s, "reap", res, refused(err), 5)
 	if perr != nil {
 		return protocol.ReapResult{}, perr
@@ -361,7 +375,7 @@ func parseTrimmed(s keyspace.Shard, e string) job.TrimmedRecord {
 	parts := strings.SplitN(e, "\n", 4)
 	if len(parts) != 4 {
 		return job.TrimmedRecord{DeadRecord: job.DeadRecord{Queue: s.Queue(), Body: []byte(e),
-			Error: fmt.Sprintf("%v: trimmed entry without its header", ErrCorruptRecord)}}
+			Error: fmt.Sprintf("%v: trimmed entry without its header", errCorruptRecord)}}
 	}
 	r := decodeStored(s, "", []byte(parts[3]))
 	if died, err := strconv.ParseFloat(parts[1], 64); err == nil {
@@ -401,7 +415,7 @@ func replyParts(s keyspace.Shard, name string, res any, err error, n int) ([]any
 func (b *Broker) settleArgs(q keyspace.Queue, s keyspace.Shard, c protocol.Caller, lane protocol.Lane, id string, ops []protocol.Op) ([]any, error) {
 	k := s.Keys()
 	args := make([]any, 1, 9+opWidth*len(ops))
-	args = append(args, string(lane), id, recordMS(c), k.Wake, b.deadCap(q, s), durMS(b.opts.DeadMaxAge), max(c.KeepTrimmed, 0), durMS(TrimWarnEvery))
+	args = append(args, string(lane), id, recordMS(c), k.Wake, b.deadCap(q, s), durMS(b.opts.DeadMaxAge), max(c.KeepTrimmed, 0), durMS(trimWarnEvery))
 	for _, op := range ops {
 		if op.Lease.Shard.Name() != s.Name() {
 			return nil, fmt.Errorf("broker: settle: job %q is of shard %q, not %q", op.Lease.ID, op.Lease.Shard.Name(), s.Name())

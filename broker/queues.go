@@ -25,15 +25,15 @@ import (
 // producer and worker agrees on it. It is written once, by DeclareQueue or,
 // as 1, by the first Enqueue to an undeclared queue, and never changes.
 
-// MaxShards is the most shards a queue may have.
-const MaxShards = keyspace.MaxShards
+// maxShards is the most shards a queue may have.
+const maxShards = keyspace.MaxShards
 
 // ErrShardCount: DeclareQueue asked for a shard count other than the one the
 // queue already has (or to shard a queue that already holds unsharded
 // jobs). Nothing was changed.
 var ErrShardCount = keyspace.ErrShardCount
 
-// DeclareQueue fixes the number of shards of queue, from 1 to MaxShards.
+// DeclareQueue fixes the number of shards of queue, from 1 to 256.
 // Declare a sharded queue in every process that uses it, before it
 // enqueues or works: a queue that is used undeclared gets one shard for
 // good. Declaring the count a queue already has does nothing; any other
@@ -45,8 +45,8 @@ func (b *Broker) DeclareQueue(ctx context.Context, queue string, shards int) err
 	if err := naming.Queue(queue); err != nil {
 		return err
 	}
-	if shards < 1 || shards > MaxShards {
-		return fmt.Errorf("broker: %w: queue %q: %d shards; want 1 to %d", job.ErrInvalid, queue, shards, MaxShards)
+	if shards < 1 || shards > maxShards {
+		return fmt.Errorf("broker: %w: queue %q: %d shards; want 1 to %d", job.ErrInvalid, queue, shards, maxShards)
 	}
 	if _, err := b.route.Declare(ctx, queue, shards); err != nil {
 		if errors.Is(err, ErrShardCount) {

@@ -599,7 +599,7 @@ func TestResendOtherErrors(t *testing.T) {
 		t.Fatalf("Resend(nil) = %v", err)
 	}
 	ce := &broker.CallError{Op: "enqueue", Err: broker.ErrOutcomeUnknown}
-	if err := ce.Resend(ctx); err != ce {
+	if err := broker.Resend(ctx, ce); err != ce {
 		t.Fatalf("Resend of a CallError no call made = %v", err)
 	}
 	if err := broker.Resend(ctx, &job.BatchError{Errs: []error{nil, ce}}); !errors.Is(err, broker.ErrOutcomeUnknown) {

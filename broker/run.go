@@ -49,8 +49,8 @@ import (
 // whenever a command fails for a reason other than a Redis error reply, so
 // that it finds the promoted replica once one call has failed.
 
-// DefaultWaitTimeout is the default of Options.WaitTimeout.
-const DefaultWaitTimeout = time.Second
+// defaultWaitTimeout is the default of Options.WaitTimeout.
+const defaultWaitTimeout = time.Second
 
 // ErrNotReplicated: with Options.WaitReplicas set, a change was made on the
 // master but fewer replicas than asked confirmed it within

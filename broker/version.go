@@ -13,48 +13,48 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// MinRedisVersion is the oldest Redis release delayq runs on. Its scripts
+// minRedisVersion is the oldest Redis release delayq runs on. Its scripts
 // call ZMSCORE (enqueue's uniqueness and type-cap checks, claim's caps)
 // and package periodic sends ZADD ... GT, both added in Redis 6.2.0;
 // everything else it sends is older (ZPOPMIN 5.0; HSET of many fields
 // and UNLINK 4.0). Valkey reports redis_version 7.2.4, the Redis release
 // it forked from, so every Valkey release passes. docs/architecture.md
 // lists the commands by the version that added them.
-const MinRedisVersion = "6.2.0"
+const minRedisVersion = "6.2.0"
 
-// minVersion is MinRedisVersion as numbers.
+// minVersion is minRedisVersion as numbers.
 var minVersion = [3]int{6, 2, 0}
 
 // versionCheckTimeout bounds New's check of the servers.
 const versionCheckTimeout = 5 * time.Second
 
 // ErrServerTooOld is wrapped by the error New returns for a server older
-// than MinRedisVersion. The error names the server, the version it
+// than Redis 6.2.0 (6.2 has ZMSCORE and ZADD GT). The error names the server, the version it
 // reported (or that it lacks ZMSCORE) and the minimum.
 var ErrServerTooOld = errors.New("broker: server too old")
 
-// CheckMethod is how New found a server new enough, or that it could not
+// checkMethod is how New found a server new enough, or that it could not
 // tell.
-type CheckMethod string
+type checkMethod string
 
 const (
-	// NotChecked: New could not tell the server's version and went on
-	// (ServerCheck.Note says why). A server too old then fails at the
+	// notChecked: New could not tell the server's version and went on
+	// (serverCheck.Note says why). A server too old then fails at the
 	// first script that calls a newer command, as before New checked.
-	NotChecked CheckMethod = ""
-	// CheckedByVersion: INFO server's redis_version is at least
-	// MinRedisVersion.
-	CheckedByVersion CheckMethod = "version"
-	// CheckedByProbe: INFO was refused (renamed or disabled, or not
+	notChecked checkMethod = ""
+	// checkedByVersion: INFO server's redis_version is at least
+	// minRedisVersion.
+	checkedByVersion checkMethod = "version"
+	// checkedByProbe: INFO was refused (renamed or disabled, or not
 	// allowed by an ACL such as ACLRules) or named no redis_version, and a
 	// ZMSCORE probe (the command with too few arguments) found that the
 	// server knows ZMSCORE.
-	CheckedByProbe CheckMethod = "probe"
+	checkedByProbe checkMethod = "probe"
 )
 
-// ServerCheck is what New learned of one server: the server of a single
+// serverCheck is what New learned of one server: the server of a single
 // or Sentinel client, or one master of a cluster.
-type ServerCheck struct {
+type serverCheck struct {
 	// Addr is the server's address as the client dials it; empty for a
 	// Sentinel failover client, whose master the Sentinels name.
 	Addr string
@@ -66,33 +66,33 @@ type ServerCheck struct {
 	Version string
 	// RedisVersion is INFO's redis_version, the Redis release whose
 	// commands the server implements (7.2.4 on every Valkey so far); New
-	// compares it with MinRedisVersion.
+	// compares it with minRedisVersion.
 	RedisVersion string
 	// Checked is how the server was found new enough.
-	Checked CheckMethod
+	Checked checkMethod
 	// Note says why a server was checked by probe or not checked.
 	Note string
 }
 
-// ServerChecks returns what New learned of the servers, one entry per
+// serverChecks returns what New learned of the servers, one entry per
 // server (per master on a cluster, sorted by address). It never changes
 // after New.
-func (b *Broker) ServerChecks() []ServerCheck { return slices.Clone(b.servers) }
+func (b *Broker) serverChecks() []serverCheck { return slices.Clone(b.servers) }
 
 // checkServers reads the version of every server the client sends
 // scripts to, once, and returns an error wrapping ErrServerTooOld for a
 // server that is too old. A server whose version cannot be read is
-// recorded as NotChecked and is no reason to fail.
+// recorded as notChecked and is no reason to fail.
 func (b *Broker) checkServers() error {
 	ctx, cancel := context.WithTimeout(context.Background(), versionCheckTimeout)
 	defer cancel()
 	probeKey, skipInfo := b.ns+":version-probe", b.opts.Functions
 	var (
 		mu     sync.Mutex
-		checks []ServerCheck
+		checks []serverCheck
 		errs   []error
 	)
-	add := func(sc ServerCheck, err error) {
+	add := func(sc serverCheck, err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		checks = append(checks, sc)
@@ -109,11 +109,11 @@ func (b *Broker) checkServers() error {
 		// Every master the client knows now; a master added later is not
 		// checked (a cluster's nodes are upgraded together).
 		if err := c.ForEachMaster(ctx, each); err != nil {
-			add(ServerCheck{Note: "not checked: the cluster's masters are not known: " + err.Error()}, nil)
+			add(serverCheck{Note: "not checked: the cluster's masters are not known: " + err.Error()}, nil)
 		}
 	case *redis.Ring:
 		if err := c.ForEachShard(ctx, each); err != nil {
-			add(ServerCheck{Note: "not checked: the ring's shards are not known: " + err.Error()}, nil)
+			add(serverCheck{Note: "not checked: the ring's shards are not known: " + err.Error()}, nil)
 		}
 	case *redis.Client:
 		addr := c.Options().Addr
@@ -124,7 +124,7 @@ func (b *Broker) checkServers() error {
 	default:
 		add(checkServer(ctx, b.rdb, "", probeKey, skipInfo))
 	}
-	slices.SortFunc(checks, func(a, b ServerCheck) int { return strings.Compare(a.Addr, b.Addr) })
+	slices.SortFunc(checks, func(a, b serverCheck) int { return strings.Compare(a.Addr, b.Addr) })
 	b.servers = checks
 	return errors.Join(errs...)
 }
@@ -165,9 +165,9 @@ var errUnexpectedProbe = errors.New("unexpected answer")
 // checkServer checks one server: INFO server's redis_version, else (INFO
 // refused or without a version, or not sent because the broker runs the
 // function library, whose users are given no INFO) the ZMSCORE probe.
-// Network errors leave the server NotChecked.
-func checkServer(ctx context.Context, c versionClient, addr, probeKey string, skipInfo bool) (ServerCheck, error) {
-	sc := ServerCheck{Addr: addr}
+// Network errors leave the server notChecked.
+func checkServer(ctx context.Context, c versionClient, addr, probeKey string, skipInfo bool) (serverCheck, error) {
+	sc := serverCheck{Addr: addr}
 	var why string
 	if skipInfo {
 		why = "INFO not sent (Options.Functions)"
@@ -177,7 +177,7 @@ func checkServer(ctx context.Context, c versionClient, addr, probeKey string, sk
 		case err == nil:
 			parseInfo(info, &sc)
 			if v, ok := parseVersion(sc.RedisVersion); ok {
-				sc.Checked = CheckedByVersion
+				sc.Checked = checkedByVersion
 				if less(v, minVersion) {
 					return sc, tooOld(sc, sc.describe())
 				}
@@ -203,25 +203,25 @@ func checkServer(ctx context.Context, c versionClient, addr, probeKey string, sk
 		sc.Note = fmt.Sprintf("not checked: %s; the ZMSCORE probe failed: %v", why, err)
 		return sc, nil
 	case known:
-		sc.Checked, sc.Note = CheckedByProbe, why+"; the server knows ZMSCORE"
+		sc.Checked, sc.Note = checkedByProbe, why+"; the server knows ZMSCORE"
 		return sc, nil
 	}
-	sc.Checked, sc.Note = CheckedByProbe, why+"; the server does not know ZMSCORE"
+	sc.Checked, sc.Note = checkedByProbe, why+"; the server does not know ZMSCORE"
 	return sc, tooOld(sc, "does not know ZMSCORE ("+why+")")
 }
 
 // tooOld is the error for a server found too old; what describes it.
-func tooOld(sc ServerCheck, what string) error {
+func tooOld(sc serverCheck, what string) error {
 	where := "the server"
 	if sc.Addr != "" {
 		where = "the server at " + sc.Addr
 	}
 	return fmt.Errorf("%w: %s %s; delayq needs Redis %s or later, or any Valkey (its scripts call ZMSCORE and package periodic sends ZADD GT, both added in Redis 6.2)",
-		ErrServerTooOld, where, what, MinRedisVersion)
+		ErrServerTooOld, where, what, minRedisVersion)
 }
 
 // describe names the server's version as INFO gave it.
-func (sc ServerCheck) describe() string {
+func (sc serverCheck) describe() string {
 	switch {
 	case sc.Name == "redis":
 		return "is Redis " + sc.RedisVersion
@@ -242,7 +242,7 @@ func isReply(err error) bool {
 }
 
 // parseInfo fills sc's Name, Version and RedisVersion from INFO's text.
-func parseInfo(info string, sc *ServerCheck) {
+func parseInfo(info string, sc *serverCheck) {
 	fields := map[string]string{}
 	for line := range strings.Lines(info) {
 		if k, v, ok := strings.Cut(strings.TrimRight(line, "\r\n"), ":"); ok {

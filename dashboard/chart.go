@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/admin"
 )
 
 // series is one named row of values of a chart, drawn with a CSS class.
@@ -295,11 +295,11 @@ func countLabel(v float64) string { return formatCount(int64(math.Round(v))) }
 func msLabel(v float64) string { return formatDuration(time.Duration(v * float64(time.Millisecond))) }
 
 // sumMinutes adds the histories of several queues minute by minute.
-func sumMinutes(hs [][]broker.Minute) []broker.Minute {
+func sumMinutes(hs [][]admin.Minute) []admin.Minute {
 	if len(hs) == 0 {
 		return nil
 	}
-	out := make([]broker.Minute, len(hs[0]))
+	out := make([]admin.Minute, len(hs[0]))
 	for i := range out {
 		out[i].Start = hs[0][i].Start
 		for _, h := range hs {
@@ -339,8 +339,8 @@ type chartSpan struct {
 }
 
 // chartSpans are the windows the queue page offers: the last hour by the
-// minute, and the last 24 hours (as long as Redis keeps a queue's history,
-// broker.HistoryRetention) by the quarter of an hour. A 24-hour page reads
+// minute, and the last 24 hours (as long as Redis keeps a queue's history:
+// a day after its last write) by the quarter of an hour. A 24-hour page reads
 // 1,440 minutes of one queue in one pipelined round trip.
 var chartSpans = []chartSpan{
 	{Name: "1h", Back: 59 * time.Minute, Group: 1, Every: 15 * time.Minute, Per: "per minute", Over: "in the last hour"},
@@ -362,14 +362,14 @@ func spanOf(name string) (chartSpan, bool) {
 
 // groupMinutes sums every n minutes of h into one, from the first: counts
 // and lateness sums add up, the lateness maximum is the largest.
-func groupMinutes(h []broker.Minute, n int) []broker.Minute {
+func groupMinutes(h []admin.Minute, n int) []admin.Minute {
 	if n <= 1 {
 		return h
 	}
-	out := make([]broker.Minute, 0, (len(h)+n-1)/n)
+	out := make([]admin.Minute, 0, (len(h)+n-1)/n)
 	for i, m := range h {
 		if i%n == 0 {
-			out = append(out, broker.Minute{Start: m.Start})
+			out = append(out, admin.Minute{Start: m.Start})
 		}
 		g := &out[len(out)-1]
 		g.Claimed += m.Claimed
@@ -384,7 +384,7 @@ func groupMinutes(h []broker.Minute, n int) []broker.Minute {
 }
 
 // charts draws the minutes h of the span: grouped, labelled for it.
-func (s chartSpan) charts(h []broker.Minute, w, height int) charts {
+func (s chartSpan) charts(h []admin.Minute, w, height int) charts {
 	over := strings.TrimPrefix(s.Over, "in the ")
 	c := historyCharts(groupMinutes(h, s.Group), over, w, height)
 	c.Per, c.Over = s.Per, s.Over
@@ -394,7 +394,7 @@ func (s chartSpan) charts(h []broker.Minute, w, height int) charts {
 	return c
 }
 
-func historyCharts(h []broker.Minute, label string, w, height int) charts {
+func historyCharts(h []admin.Minute, label string, w, height int) charts {
 	times := make([]time.Time, len(h))
 	done, failed, dead := make([]float64, len(h)), make([]float64, len(h)), make([]float64, len(h))
 	mean, peak := make([]float64, len(h)), make([]float64, len(h))
@@ -426,7 +426,7 @@ func historyCharts(h []broker.Minute, label string, w, height int) charts {
 }
 
 // sparkline is a tiny bar chart of the attempts ended per minute.
-func sparkline(h []broker.Minute, queue string) chart {
+func sparkline(h []admin.Minute, queue string) chart {
 	times := make([]time.Time, len(h))
 	vals := make([]float64, len(h))
 	for i, m := range h {

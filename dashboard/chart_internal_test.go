@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/admin"
 )
 
 func labels(ts []tick) []string {
@@ -140,7 +140,7 @@ func TestAxisTicksAlwaysReadable(t *testing.T) {
 func TestEmptyChartsLabels(t *testing.T) {
 	t.Parallel()
 	start := time.Date(2030, 1, 2, 10, 0, 0, 0, time.UTC)
-	h := make([]broker.Minute, 60)
+	h := make([]admin.Minute, 60)
 	for i := range h {
 		h[i].Start = start.Add(time.Duration(i) * time.Minute)
 	}

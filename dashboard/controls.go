@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/fleet"
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 )
@@ -18,11 +18,11 @@ import (
 // used in the namespace: an action on it would create it (a typo in a
 // crafted or stale form).
 func (d *Dashboard) mustKnow(w http.ResponseWriter, r *http.Request, q string) bool {
-	err := d.b.MustKnow(r.Context(), q)
+	err := admin.For(d.b).MustKnow(r.Context(), q)
 	switch {
 	case err == nil:
 		return true
-	case errors.Is(err, broker.ErrUnknownQueue):
+	case errors.Is(err, admin.ErrUnknownQueue):
 		d.fail(w, r, http.StatusNotFound, "No queue "+strconv.Quote(q)+" in this namespace: nothing was ever enqueued to it, so nothing was changed.")
 	default:
 		d.actionError(w, r, err)

@@ -17,7 +17,7 @@
 // script, embedded with go:embed; the charts are SVG drawn on the server.
 // Counts come from O(log N) Redis calls (pipelined over queues), the charts
 // from the per-minute history the broker's scripts keep (see
-// broker.History), never from a scan; a filtered dead-letter page reads at
+// docs/dashboard.md), never from a scan; a filtered dead-letter page reads at
 // most Options.DeadMaxScan records and then offers to continue scanning.
 //
 // # Mounting

@@ -5,23 +5,23 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/job"
 )
 
 // serverMemory is what INFO memory says of the server (the sum over the
 // masters of a cluster), or why it cannot be read.
 type serverMemory struct {
-	broker.ServerMemory
+	admin.ServerMemory
 	Err string // "" when read
 }
 
-// readServerMemory reads the server's memory (Broker.ServerMemory). A
+// readServerMemory reads the server's memory (admin.Broker.ServerMemory). A
 // server that refuses it (an ACL user without INFO, a managed Redis that
 // hides it; the broker then asks no more) gives Err, not an error: the
 // page shows "not available".
 func (d *Dashboard) readServerMemory(ctx context.Context) serverMemory {
-	m, err := d.b.ServerMemory(ctx)
+	m, err := admin.For(d.b).ServerMemory(ctx)
 	if err != nil {
 		return serverMemory{Err: notAvailable(err)}
 	}
@@ -34,7 +34,7 @@ func notAvailable(err error) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
 		s = s[:i]
 	}
-	s = strings.TrimPrefix(s, broker.ErrMemoryNotReadable.Error()+": ")
+	s = strings.TrimPrefix(s, admin.ErrMemoryNotReadable.Error()+": ")
 	if strings.Contains(s, "NOPERM") {
 		return "not available: this Redis user may not run it (" + firstLine(s, 120) + ")"
 	}
@@ -44,15 +44,15 @@ func notAvailable(err error) string {
 // queueMemory is what the keys of one queue take in Redis, estimated by
 // MEMORY USAGE with a bounded sample, or why it cannot be read.
 type queueMemory struct {
-	broker.QueueMemory
+	admin.QueueMemory
 	Err string // "" when read
 }
 
 // readQueueMemory estimates the memory of the queue s describes
-// (Broker.QueueMemory: a few dozen sampled MEMORY USAGE calls whatever the
+// (admin.Broker.QueueMemory: a few dozen sampled MEMORY USAGE calls whatever the
 // queue holds).
 func (d *Dashboard) readQueueMemory(ctx context.Context, s job.QueueStats) queueMemory {
-	m, err := d.b.QueueMemory(ctx, s)
+	m, err := admin.For(d.b).QueueMemory(ctx, s)
 	if err != nil {
 		return queueMemory{Err: notAvailable(err)}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/fleet"
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/relaystatus"
@@ -135,7 +136,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 	}
 	now := stats[0].Now
 	v.Now = now
-	hist, err := d.b.History(ctx, names, now.Add(-historySpan), now)
+	hist, err := admin.For(d.b).History(ctx, names, now.Add(-historySpan), now)
 	if err != nil {
 		d.redisError(w, r, err)
 		return
@@ -270,15 +271,15 @@ func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
 	}
 	data.Served = len(procs.Serving(q))
 	data.HeldUnserved = data.Stats.Processing > 0 && data.Served == 0
-	hist, err := d.b.History(ctx, []string{q}, v.Now.Add(-span.Back), v.Now)
+	hist, err := admin.For(d.b).History(ctx, []string{q}, v.Now.Add(-span.Back), v.Now)
 	if err != nil {
 		d.redisError(w, r, err)
 		return
 	}
 	data.Charts = span.charts(hist[0], 560, 150)
 	data.Span, data.Spans = span.Name, chartSpans
-	if data.Scheduled, err = d.b.ScheduledPage(ctx, q, sc, pageSize); err == nil {
-		data.Processing, err = d.b.ProcessingPage(ctx, q, pc, pageSize)
+	if data.Scheduled, err = d.b.Page(ctx, q, job.StateScheduled, sc, pageSize); err == nil {
+		data.Processing, err = d.b.Page(ctx, q, job.StateProcessing, pc, pageSize)
 	}
 	switch {
 	case errors.Is(err, broker.ErrBadCursor):

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/admin"
 )
 
 func TestFormatPayload(t *testing.T) {
@@ -74,9 +74,9 @@ func TestNiceCeil(t *testing.T) {
 func TestChartSVG(t *testing.T) {
 	t.Parallel()
 	start := time.Date(2030, 1, 2, 10, 0, 0, 0, time.UTC)
-	h := make([]broker.Minute, 60)
+	h := make([]admin.Minute, 60)
 	for i := range h {
-		h[i] = broker.Minute{Start: start.Add(time.Duration(i) * time.Minute), Claimed: 4, Done: 3, Failed: 1,
+		h[i] = admin.Minute{Start: start.Add(time.Duration(i) * time.Minute), Claimed: 4, Done: 3, Failed: 1,
 			LatenessSum: 400 * time.Millisecond, LatenessMax: 250 * time.Millisecond}
 	}
 	h[30].Dead = 2
@@ -120,7 +120,7 @@ func TestChartSVG(t *testing.T) {
 func TestLatenessGaps(t *testing.T) {
 	t.Parallel()
 	start := time.Date(2030, 1, 2, 10, 0, 0, 0, time.UTC)
-	h := make([]broker.Minute, 6)
+	h := make([]admin.Minute, 6)
 	for i := range h {
 		h[i].Start = start.Add(time.Duration(i) * time.Minute)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/naming"
+	"github.com/delayq/delayq/internal/rules"
 	"github.com/delayq/delayq/job"
 )
 
@@ -57,7 +58,7 @@ func New(db *sql.DB, d Dialect, opts Options) (*Outbox, error) {
 		return nil, err
 	}
 	if opts.MaxPayloadBytes == 0 {
-		opts.MaxPayloadBytes = broker.DefaultMaxPayloadBytes
+		opts.MaxPayloadBytes = rules.DefaultMaxPayloadBytes
 	}
 	o := &Outbox{db: db, d: d, t: t, maxBody: opts.MaxPayloadBytes}
 	name, p := t.full(), d.param

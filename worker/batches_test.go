@@ -109,12 +109,12 @@ func TestBatchCallbacksFireOnceAfterTheLastMember(t *testing.T) {
 		cfg.Concurrency = 8
 		start(t, cfg)
 	}
-	complete := broker.CompleteID(r.id)
+	complete := (r.id + ":complete")
 	var st *broker.BatchStatus
 	redistest.WaitFor(t, 30*time.Second, "both callbacks ran and were marked fired", func() bool {
 		var err error
 		st, err = tb.b.Batch(tb.ctx, r.id)
-		return r.count(broker.SuccessID(r.id)) > 0 && r.count(complete) > 0 && err == nil && st.SuccessFired && st.CompleteFired
+		return r.count((r.id+":success")) > 0 && r.count(complete) > 0 && err == nil && st.SuccessFired && st.CompleteFired
 	})
 	time.Sleep(200 * time.Millisecond) // a second enqueue would run by now
 	if st.Total != n || st.Succeeded != n || st.Dead != 0 || st.Pending != 0 || !st.SuccessFired || !st.CompleteFired || !st.Complete() {
@@ -122,7 +122,7 @@ func TestBatchCallbacksFireOnceAfterTheLastMember(t *testing.T) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, id := range []string{broker.SuccessID(r.id), complete} {
+	for _, id := range []string{(r.id + ":success"), complete} {
 		if r.callbacks[id] != 1 || r.ranBefore[id] != n {
 			t.Errorf("callback %s ran %d times, after %d members; want once, after %d", id, r.callbacks[id], r.ranBefore[id], n)
 		}
@@ -141,7 +141,7 @@ func TestBatchWithADeadMemberCompletesAndSucceedsAfterRedrive(t *testing.T) {
 	cfg := tb.config(t)
 	cfg.Queues = queues("a", "b", "cb")
 	start(t, cfg)
-	redistest.WaitFor(t, 20*time.Second, "the complete callback ran", func() bool { return r.count(broker.CompleteID(r.id)) > 0 })
+	redistest.WaitFor(t, 20*time.Second, "the complete callback ran", func() bool { return r.count((r.id + ":complete")) > 0 })
 	// The batch marks a callback fired once its enqueue is recorded, which
 	// may come just after the callback started to run.
 	var st *broker.BatchStatus
@@ -153,7 +153,7 @@ func TestBatchWithADeadMemberCompletesAndSucceedsAfterRedrive(t *testing.T) {
 	if st.Succeeded != 19 || st.Dead != 1 || !st.CompleteFired || st.SuccessFired {
 		t.Fatalf("status %+v, want 19 succeeded, 1 dead, only the complete callback fired", st)
 	}
-	if n := r.count(broker.SuccessID(r.id)); n != 0 {
+	if n := r.count((r.id + ":success")); n != 0 {
 		t.Fatalf("success callback ran %d times with a member dead", n)
 	}
 	// A person fixes the step and redrives it: the member now succeeds,
@@ -164,10 +164,10 @@ func TestBatchWithADeadMemberCompletesAndSucceedsAfterRedrive(t *testing.T) {
 	}
 	redistest.WaitFor(t, 20*time.Second, "the success callback ran and was marked fired", func() bool {
 		st, _ = tb.b.Batch(tb.ctx, r.id)
-		return r.count(broker.SuccessID(r.id)) > 0 && st != nil && st.SuccessFired
+		return r.count((r.id+":success")) > 0 && st != nil && st.SuccessFired
 	})
-	if st.Succeeded != 20 || st.Dead != 0 || !st.SuccessFired || r.count(broker.CompleteID(r.id)) != 1 {
-		t.Fatalf("status %+v after the redrive; complete ran %d times", st, r.count(broker.CompleteID(r.id)))
+	if st.Succeeded != 20 || st.Dead != 0 || !st.SuccessFired || r.count((r.id+":complete")) != 1 {
+		t.Fatalf("status %+v after the redrive; complete ran %d times", st, r.count((r.id + ":complete")))
 	}
 }
 
@@ -193,7 +193,7 @@ func TestBatchEndingsLeftByADeadWorkerAreSwept(t *testing.T) {
 	cfg.ReapInterval = 200 * time.Millisecond
 	start(t, cfg)
 	redistest.WaitFor(t, 20*time.Second, "both callbacks ran", func() bool {
-		return r.count(broker.SuccessID(r.id)) == 1 && r.count(broker.CompleteID(r.id)) == 1
+		return r.count((r.id+":success")) == 1 && r.count((r.id+":complete")) == 1
 	})
 	if lost.dropped.Load() == 0 {
 		t.Fatal("no EndBatch call was dropped; the test shows nothing")

@@ -67,7 +67,7 @@ func TestBatchCallbackDelayAndExpiryCountFromCompletion(t *testing.T) {
 	redistest.WaitFor(t, 20*time.Second, "both callbacks ran", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return ran[broker.SuccessID(id)] == 1 && ran[broker.CompleteID(id)] == 1
+		return ran[(id+":success")] == 1 && ran[(id+":complete")] == 1
 	})
 	st, err := tb.b.Batch(tb.ctx, id)
 	if err != nil {
@@ -79,7 +79,7 @@ func TestBatchCallbackDelayAndExpiryCountFromCompletion(t *testing.T) {
 	// The handler ran; its ack (which records StartedAt) lands next.
 	var info *job.JobInfo
 	redistest.WaitFor(t, 10*time.Second, "the success callback is acked", func() bool {
-		info, err = tb.b.Job(tb.ctx, "cb", broker.SuccessID(id))
+		info, err = tb.b.Job(tb.ctx, "cb", (id + ":success"))
 		return err == nil && info.State == job.StateSucceeded
 	})
 	if wait := info.StartedAt.Sub(st.CompletedAt); wait < 3*time.Second {
@@ -114,7 +114,7 @@ func TestBatchCallbackRefusedWhenDueIsDeadLettered(t *testing.T) {
 			t.Fatalf("seal: %v", err)
 		}
 	}
-	rec, err := deadletter.New(tb.b).Get(tb.ctx, "cb", broker.CompleteID(id))
+	rec, err := deadletter.New(tb.b).Get(tb.ctx, "cb", (id + ":complete"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +231,7 @@ func TestAddToBatchRacingSealBatch(t *testing.T) {
 	if st.Total != 0 || !st.Sealed || !st.Complete() || !st.SuccessFired || !st.CompleteFired {
 		t.Fatalf("batch %+v; want it complete with no member and both callbacks fired", st)
 	}
-	for _, cid := range []string{broker.SuccessID(id), broker.CompleteID(id)} {
+	for _, cid := range []string{(id + ":success"), (id + ":complete")} {
 		if info, err := tb.b.Job(tb.ctx, "cb", cid); err != nil || info.State != job.StateScheduled {
 			t.Errorf("callback %s: %+v, %v", cid, info, err)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/fleetreg"
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
@@ -100,11 +101,11 @@ type Options struct {
 	ReapInterval time.Duration
 	// ForgetIdleQueues is how long a queue of the namespace may go unused
 	// (no producer placed jobs in it, no worker served it) while it holds
-	// nothing before this worker unlists it (broker.Broker.ForgetIdle):
+	// nothing before this worker unlists it:
 	// stats, the CLI, the dashboard and the metrics stop listing it, and
 	// its next use lists it again. The worker looks when it starts (after
 	// listing its own queues again), then every hour. Default 7 days;
-	// at least broker.MinForgetIdle; negative: never.
+	// at least an hour; negative: never.
 	ForgetIdleQueues time.Duration
 	// MaxIdle is the longest the worker sleeps without claiming when it
 	// knows of no due job: a safety net for lost wake-up notices. Default 5s.
@@ -322,8 +323,8 @@ func (c Options) withDefaults() (Options, error) {
 	switch {
 	case c.ForgetIdleQueues == 0:
 		c.ForgetIdleQueues = defaultForgetIdleQueues
-	case c.ForgetIdleQueues > 0 && c.ForgetIdleQueues < broker.MinForgetIdle:
-		return c, fmt.Errorf("worker: %w: Options.ForgetIdleQueues %s is below %s (negative: never)", job.ErrInvalid, c.ForgetIdleQueues, broker.MinForgetIdle)
+	case c.ForgetIdleQueues > 0 && c.ForgetIdleQueues < admin.MinForgetIdle:
+		return c, fmt.Errorf("worker: %w: Options.ForgetIdleQueues %s is below %s (negative: never)", job.ErrInvalid, c.ForgetIdleQueues, admin.MinForgetIdle)
 	}
 	if c.ReapInterval == 0 {
 		c.ReapInterval = c.Lease / 3

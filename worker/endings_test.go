@@ -175,7 +175,7 @@ func TestBatchEndsWhateverEndsAMember(t *testing.T) {
 				redistest.WaitFor(t, 30*time.Second, c.name+": complete callback ran", func() bool {
 					mu.Lock()
 					defer mu.Unlock()
-					return runs[broker.CompleteID(id)] > 0 && (c.succeeded < 2 || c.dead+c.gone > 0 || runs[broker.SuccessID(id)] > 0)
+					return runs[(id+":complete")] > 0 && (c.succeeded < 2 || c.dead+c.gone > 0 || runs[(id+":success")] > 0)
 				})
 			}
 			// A repeated callback would be enqueued by the sweep or a
@@ -209,8 +209,8 @@ func TestBatchEndsWhateverEndsAMember(t *testing.T) {
 					wantSuccess = 1
 				}
 				mu.Lock()
-				if runs[broker.CompleteID(id)] != 1 || runs[broker.SuccessID(id)] != wantSuccess {
-					t.Errorf("%s: complete callback ran %d times, success %d, want 1 and %d", c.name, runs[broker.CompleteID(id)], runs[broker.SuccessID(id)], wantSuccess)
+				if runs[(id+":complete")] != 1 || runs[(id+":success")] != wantSuccess {
+					t.Errorf("%s: complete callback ran %d times, success %d, want 1 and %d", c.name, runs[(id+":complete")], runs[(id+":success")], wantSuccess)
 				}
 				mu.Unlock()
 			}

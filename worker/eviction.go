@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/admin"
 )
 
 // evictionCheckTimeout bounds the check at start.
@@ -17,13 +17,13 @@ const evictionCheckTimeout = 5 * time.Second
 func (w *Worker) checkEviction(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, evictionCheckTimeout)
 	defer cancel()
-	policy, err := w.cfg.Broker.EvictionPolicy(ctx)
+	policy, err := admin.For(w.cfg.Broker).EvictionPolicy(ctx)
 	switch {
-	case errors.Is(err, broker.ErrConfigUnavailable):
+	case errors.Is(err, admin.ErrConfigUnavailable):
 		w.log.Info().Err(err).Msg("cannot read the Redis maxmemory-policy; make sure it is noeviction so that jobs are never evicted")
 	case err != nil:
 		w.log.Debug().Err(err).Msg("cannot read the Redis maxmemory-policy")
-	case !broker.EvictionSafe(policy):
+	case !admin.EvictionSafe(policy):
 		w.log.Warn().Str("maxmemory_policy", policy).Msg("Redis may evict keys under memory pressure and so drop jobs; set maxmemory-policy to noeviction")
 	default:
 		w.log.Debug().Str("maxmemory_policy", policy).Msg("Redis eviction policy keeps jobs")

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
@@ -18,7 +19,7 @@ import (
 // TestWorkerForgetsIdleQueues: a worker unlists the namespace's queues
 // unused for Options.ForgetIdleQueues that hold nothing, and never its
 // own, however long ago they were used: it lists them again first. A
-// ForgetIdleQueues below broker.MinForgetIdle is refused.
+// ForgetIdleQueues below admin.MinForgetIdle is refused.
 func TestWorkerForgetsIdleQueues(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
@@ -43,7 +44,7 @@ func TestWorkerForgetsIdleQueues(t *testing.T) {
 	cfg.ForgetIdleQueues = time.Hour
 	start(t, cfg)
 	redistest.WaitFor(t, 10*time.Second, "the stale queue forgotten", func() bool {
-		ok, err := tb.b.Known(tb.ctx, "stale")
+		ok, err := admin.For(tb.b).Known(tb.ctx, "stale")
 		return err == nil && !ok
 	})
 	listed, err := tb.b.Queues(tb.ctx)
@@ -57,7 +58,7 @@ func TestWorkerForgetsIdleQueues(t *testing.T) {
 	if _, err := (job.New[payload]("late", job.Queue("stale"))).Enqueue(tb.ctx, tb.b, payload{}); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := tb.b.Known(tb.ctx, "stale"); err != nil || !ok {
+	if ok, err := admin.For(tb.b).Known(tb.ctx, "stale"); err != nil || !ok {
 		t.Fatalf("after an enqueue the forgotten queue is listed: %v, %v", ok, err)
 	}
 }

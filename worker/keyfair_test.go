@@ -180,7 +180,7 @@ func TestKeyFairnessBatchMembersEndWhileWaiting(t *testing.T) {
 	start(t, cfg)
 	redistest.WaitFor(t, 30*time.Second, "the complete callback ran and the queues drained", func() bool {
 		mu.Lock()
-		done := ran[broker.CompleteID(id)] > 0
+		done := ran[(id+":complete")] > 0
 		mu.Unlock()
 		st, err := tb.b.Stats(tb.ctx, "default")
 		cbst, cerr := tb.b.Stats(tb.ctx, "cb")
@@ -193,8 +193,8 @@ func TestKeyFairnessBatchMembersEndWhileWaiting(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if ran[broker.CompleteID(id)] != 1 || ran[broker.SuccessID(id)] != 0 {
-		t.Errorf("complete callback ran %d times, success %d; want once and never", ran[broker.CompleteID(id)], ran[broker.SuccessID(id)])
+	if ran[(id+":complete")] != 1 || ran[(id+":success")] != 0 {
+		t.Errorf("complete callback ran %d times, success %d; want once and never", ran[(id+":complete")], ran[(id+":success")])
 	}
 	for _, m := range []string{"m-cancel", "m-exp", "m-drop"} {
 		if ran[m] != 0 {

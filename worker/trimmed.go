@@ -17,7 +17,7 @@ const takeTrimmed = 16
 
 // trimmed acts on what a Settle call of shard sh trimmed from its dead
 // letters: it logs the queue's warning when the call claimed it (at most
-// one every broker.TrimWarnEvery per queue, across the workers) and wakes
+// one a minute per queue, across the workers) and wakes
 // the hook's goroutine when records were kept for it. It never waits.
 func (w *Worker) trimmed(sh keyspace.Shard, res []protocol.Settled) {
 	for _, r := range res {

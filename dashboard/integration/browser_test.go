@@ -173,7 +173,7 @@ func TestBrowser(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	seeded := seedDemo(t, rdb, broker.DefaultNamespace)
+	seeded := seedDemo(t, rdb, "delayq")
 	b, err := broker.New(rdb, broker.Options{})
 	if err != nil {
 		t.Fatal(err)

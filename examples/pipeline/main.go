@@ -371,7 +371,8 @@ func (p *Pipeline) report(ctx context.Context, source map[string]Raw) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, name := range []string{broker.SuccessID(catalogue), broker.CompleteID(catalogue)} {
+	// The callbacks are the jobs "<batch id>:success" and ":complete" (broker.BatchSpec).
+	for _, name := range []string{catalogue + ":success", catalogue + ":complete"} {
 		if n := p.callbacks[name]; n != 1 {
 			problems = append(problems, fmt.Sprintf("callback %s ran %d times, want once", name, n))
 		}
@@ -593,7 +594,7 @@ func (p *Pipeline) catalogueEnded(ctx context.Context, j *job.Job[BatchArgs]) er
 // the worker may run them in either order, and the program checks both.
 func (p *Pipeline) lastRan() {
 	p.mu.Lock()
-	both := p.callbacks[broker.SuccessID(catalogue)] > 0 && p.callbacks[broker.CompleteID(catalogue)] > 0
+	both := p.callbacks[catalogue+":success"] > 0 && p.callbacks[catalogue+":complete"] > 0
 	p.mu.Unlock()
 	if both {
 		p.doneOnce.Do(func() { close(p.done) })

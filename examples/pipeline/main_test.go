@@ -182,13 +182,13 @@ func TestBatchCallbacks(t *testing.T) {
 	if err := b.SealBatch(ctx, catalogue); err != nil {
 		t.Fatal(err)
 	}
-	callback(CatalogueStored, broker.SuccessID(catalogue)).RequireSuccess(t)
+	callback(CatalogueStored, catalogue+":success").RequireSuccess(t)
 	select {
 	case <-p.done:
 		t.Fatal("done before both callbacks ran")
 	default:
 	}
-	callback(CatalogueEnded, broker.CompleteID(catalogue)).RequireSuccess(t)
+	callback(CatalogueEnded, catalogue+":complete").RequireSuccess(t)
 	select {
 	case <-p.done:
 	default:

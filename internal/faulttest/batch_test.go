@@ -141,9 +141,9 @@ func TestBatchCallbacksUnderWorkerCrashes(t *testing.T) {
 		if st.Total != members || st.Dead != dead[name] || st.Succeeded != members-dead[name] || st.Pending != 0 {
 			t.Errorf("batch %s: %+v, want %d members, %d dead as in the dead-letter store", name, st, members, dead[name])
 		}
-		for _, cb := range []string{broker.SuccessID(name), broker.CompleteID(name)} {
+		for _, cb := range []string{(name + ":success"), (name + ":complete")} {
 			want := 1
-			if cb == broker.SuccessID(name) && dead[name] > 0 {
+			if cb == (name+":success") && dead[name] > 0 {
 				want = 0
 			}
 			if firstAttempts[cb] != want {
@@ -358,7 +358,7 @@ func TestBatchEndingsUnderFaults(t *testing.T) {
 	if st.Pending != 0 || st.Succeeded+st.Dead+st.Gone != st.Total || st.Dead != dead || st.Gone != cancelledN+dropped || !st.CompleteFired || st.SuccessFired {
 		t.Errorf("batch %+v; want nothing pending, %d dead as in the dead letters, %d gone (%d cancelled, %d dropped), complete fired only", st, dead, cancelledN+dropped, cancelledN, dropped)
 	}
-	if firstAttempts[broker.CompleteID(batch)] != 1 || firstAttempts[broker.SuccessID(batch)] != 0 {
+	if firstAttempts[(batch+":complete")] != 1 || firstAttempts[(batch+":success")] != 0 {
 		t.Errorf("callbacks enqueued %v (handlings %v), want the complete callback once and the success callback never", firstAttempts, handlings)
 	}
 	for _, q := range []string{queue, "chained"} {

@@ -23,6 +23,7 @@ import (
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/dashboard"
 	"github.com/delayq/delayq/deadletter"
+	dqadmin "github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
@@ -53,7 +54,7 @@ func TestFunctionsACLUser(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
-	lib, err := broker.LoadFunctions(ctx, admin)
+	lib, err := dqadmin.LoadFunctions(ctx, admin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,17 +105,17 @@ func TestFunctionsACLUser(t *testing.T) {
 	// The user cannot run code of its own; the server stays responsive.
 	own := "#!lua name=mine\nredis.register_function('spin', function() while true do end end)"
 	for what, err := range map[string]error{
-		"EVAL of a busy loop":  rdb.Eval(ctx, "while true do end", nil).Err(),
-		"EVAL_RO":              rdb.EvalRO(ctx, "return 1", nil).Err(),
-		"EVALSHA":              rdb.EvalSha(ctx, "e0e1f9fabfc9d4800c877a703b823ac0578ff8db", nil).Err(),
-		"SCRIPT LOAD":          rdb.ScriptLoad(ctx, "return 1").Err(),
-		"SCRIPT FLUSH":         rdb.ScriptFlush(ctx).Err(),
-		"SCRIPT KILL":          rdb.ScriptKill(ctx).Err(),
-		"FUNCTION LOAD":        rdb.FunctionLoad(ctx, own).Err(),
-		"FUNCTION DELETE":      rdb.FunctionDelete(ctx, lib).Err(),
-		"FUNCTION FLUSH":       rdb.FunctionFlush(ctx).Err(),
-		"FUNCTION KILL":        rdb.FunctionKill(ctx).Err(),
-		"broker.LoadFunctions": func() error { _, err := broker.LoadFunctions(ctx, rdb); return err }(),
+		"EVAL of a busy loop": rdb.Eval(ctx, "while true do end", nil).Err(),
+		"EVAL_RO":             rdb.EvalRO(ctx, "return 1", nil).Err(),
+		"EVALSHA":             rdb.EvalSha(ctx, "e0e1f9fabfc9d4800c877a703b823ac0578ff8db", nil).Err(),
+		"SCRIPT LOAD":         rdb.ScriptLoad(ctx, "return 1").Err(),
+		"SCRIPT FLUSH":        rdb.ScriptFlush(ctx).Err(),
+		"SCRIPT KILL":         rdb.ScriptKill(ctx).Err(),
+		"FUNCTION LOAD":       rdb.FunctionLoad(ctx, own).Err(),
+		"FUNCTION DELETE":     rdb.FunctionDelete(ctx, lib).Err(),
+		"FUNCTION FLUSH":      rdb.FunctionFlush(ctx).Err(),
+		"FUNCTION KILL":       rdb.FunctionKill(ctx).Err(),
+		"LoadFunctions":       func() error { _, err := dqadmin.LoadFunctions(ctx, rdb); return err }(),
 		"delayq admin load-functions": func() error {
 			out, err := exec.Command(cli, "admin", "load-functions", "--redis-url", "redis://"+user+":s3cret@"+srv.Addr()+"/0").CombinedOutput()
 			if err == nil {
@@ -130,7 +131,7 @@ func TestFunctionsACLUser(t *testing.T) {
 	if err := admin.Ping(ctx).Err(); err != nil {
 		t.Fatalf("the server does not answer the administrator: %v", err)
 	}
-	if libs, _, err := broker.FunctionLibraries(ctx, admin); err != nil || len(libs) != 1 || libs[0].Name != lib {
+	if libs, _, err := dqadmin.FunctionLibraries(ctx, admin); err != nil || len(libs) != 1 || libs[0].Name != lib {
 		t.Fatalf("libraries after the user's attempts: %+v, %v", libs, err)
 	}
 }
@@ -306,7 +307,7 @@ func functionsFeatures(t *testing.T, b *broker.Broker) {
 	})
 	must("clear the cap", b.SetConcurrency(ctx, "fc", "", 0))
 	must("clear the rate limit", b.SetRateLimit(ctx, "fc", "", job.RateLimit{}))
-	if _, err := b.History(ctx, []string{"fa", "fc"}, time.Now().Add(-time.Hour), time.Now()); err != nil {
+	if _, err := dqadmin.For(b).History(ctx, []string{"fa", "fc"}, time.Now().Add(-time.Hour), time.Now()); err != nil {
 		t.Fatalf("history: %v", err)
 	}
 }

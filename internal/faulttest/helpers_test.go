@@ -216,8 +216,8 @@ func (s *suite) finish(t *testing.T, queues []string, extra ...string) (dead int
 	// Redis with a cancel in the default queue).
 	calls := redistest.Keys(t, s.rdb, s.ns+":{*}:c:*")
 	for _, c := range calls {
-		if ttl := s.rdb.PTTL(s.ctx, c).Val(); ttl <= 0 || ttl > broker.DefaultResendWindow {
-			t.Errorf("call record %s expires in %v, want within the resend window %v", c, ttl, broker.DefaultResendWindow)
+		if ttl := s.rdb.PTTL(s.ctx, c).Val(); ttl <= 0 || ttl > defaultResendWindow {
+			t.Errorf("call record %s expires in %v, want within the resend window %v", c, ttl, defaultResendWindow)
 		}
 		allowed = append(allowed, c)
 	}
@@ -337,3 +337,6 @@ func hashFields(t *testing.T, ctx context.Context, rdb redis.UniversalClient, ke
 	}
 	return slices.DeleteFunc(fields, func(f string) bool { return f == keyspace.EncodingField })
 }
+
+// defaultResendWindow is the broker's default Options.ResendWindow.
+const defaultResendWindow = 2 * time.Minute

@@ -11,6 +11,10 @@ import (
 // MaxShards is the most shards a queue may have.
 const MaxShards = 256
 
+// DefaultNamespace is the namespace of a broker (and of the other
+// components) whose options name none.
+const DefaultNamespace = "delayq"
+
 // ErrShardCount: a queue was declared with a shard count other than the one
 // it has (or sharded while it holds unsharded jobs).
 var ErrShardCount = errors.New("broker: a queue's shard count cannot be changed")

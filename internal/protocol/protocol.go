@@ -6,8 +6,8 @@
 // speak it: users see the producer and operator methods of
 // *broker.Broker, and this protocol can change without breaking them.
 // Package broker implements it; [For] returns a broker's implementation,
-// which a *broker.Broker hands out through a method that only this module
-// can call (its argument is a [Key], which no other module can name).
+// which package broker hands out through [Register], so that no method of
+// *broker.Broker shows it.
 //
 // Every operation works on one physical queue (a keyspace.Shard): the
 // worker resolves a queue's shards with [Broker.Shards], claims and reaps
@@ -86,7 +86,7 @@ type ReapResult struct {
 	Jobs    []Claimed // ReadyAt holds the lease deadline that passed
 	Orphans []string  // processing ids without envelope or lease, removed
 	// UniqueTidied counts the uniqueness entries whose window was over
-	// that the call removed (broker.UniqueTidyLimit at most).
+	// that the call removed (500 at most: the broker's uniqueTidyLimit).
 	UniqueTidied int
 }
 
@@ -241,7 +241,7 @@ type Trims struct {
 	ByCap, ByAge     int64 // records dropped by the cap, and by age
 	Kept, Unarchived int64 // of those, kept for TakeTrimmed, and not kept for want of room
 	// Warn: this call claimed the queue's warning of trims by the cap
-	// (at most one every broker.TrimWarnEvery across all workers).
+	// (at most one a minute across all workers).
 	Warn   bool
 	Cap    int           // the broker's DeadCap (for the queue; negative: none)
 	MaxAge time.Duration // the broker's DeadMaxAge
@@ -254,7 +254,7 @@ type Broker interface {
 	// worker serves is in use.
 	Shards(ctx context.Context, queue string) ([]keyspace.Shard, error)
 	// ForgetIdle unlists the namespace's queues unused for idle that hold
-	// nothing (broker.Broker.ForgetIdle) and returns their names.
+	// nothing (admin.Broker.ForgetIdle) and returns their names.
 	ForgetIdle(ctx context.Context, idle time.Duration) ([]string, error)
 	// Claim leases up to n due jobs of s for lease each, in ready-time
 	// order. A call with the id of w's last claim on s replays it: it
@@ -322,21 +322,43 @@ type CancelNotice struct {
 	Token int64
 }
 
-// Key is the argument of the methods by which a *broker.Broker hands out
-// its protocol and lets a test wrap it. It lives in this internal package,
-// so code outside delayq's module cannot name it, and so cannot call them.
-type Key struct{ _ [0]func() }
-
-// Provider is what a *broker.Broker is to this package: the holder of a
-// protocol, which a test of this module may wrap.
-type Provider interface {
+// Seams is what a *broker.Broker is to this package: the holder of a
+// protocol, which a test of this module may wrap, of a dead-letter store
+// and of the clock its scripts read. Package broker implements it with a
+// type of its own, not with methods of *broker.Broker, so that none of it
+// is part of the broker's API, and hands it out through [Register].
+type Seams interface {
 	// WorkerProtocol returns the broker's protocol, wrapped while a test
 	// intercepts it.
-	WorkerProtocol(Key) Broker
+	WorkerProtocol() Broker
 	// InterceptProtocol makes WorkerProtocol return wrap of the protocol
 	// until undo is called; ok is false when the broker is intercepted
 	// already.
-	InterceptProtocol(Key, func(Broker) Broker) (undo func(), ok bool)
+	InterceptProtocol(wrap func(Broker) Broker) (undo func(), ok bool)
+	// UseClock makes the broker's scripts read now (ms) instead of the
+	// Redis server's TIME, and the times it records come from it too.
+	UseClock(now func() time.Time)
+	// DeadLetters returns the broker's dead-letter store.
+	DeadLetters() DeadStore
+}
+
+// seamsOf is set by Register.
+var seamsOf func(b any) (Seams, bool)
+
+// Register is called once, by package broker's init, with the function
+// that returns the seams of a *broker.Broker (ok false for anything else).
+// Whoever holds a *broker.Broker links package broker, so its init has run.
+func Register(of func(b any) (Seams, bool)) { seamsOf = of }
+
+// seams returns the seams of b, a *broker.Broker; it panics for anything
+// else: callers hold a broker by type.
+func seams(b any) Seams {
+	if seamsOf != nil {
+		if s, ok := seamsOf(b); ok {
+			return s
+		}
+	}
+	panic(fmt.Sprintf("protocol: %T is not a *broker.Broker", b))
 }
 
 // DeadCursor marks a position in a queue's dead list, newest first. The
@@ -375,34 +397,18 @@ type DeadStore interface {
 
 // Dead returns the dead-letter store of b, a *broker.Broker. It panics for
 // anything else, as For does.
-func Dead(b any) DeadStore {
-	if p, ok := b.(interface{ DeadLetters(Key) DeadStore }); ok {
-		return p.DeadLetters(Key{})
-	}
-	panic(fmt.Sprintf("protocol: %T is not a *broker.Broker", b))
-}
+func Dead(b any) DeadStore { return seams(b).DeadLetters() }
 
 // For returns the protocol of b, a *broker.Broker (wrapped, if a test
 // intercepts it). It panics for anything else: callers hold a broker by
 // type.
-func For(b any) Broker {
-	if p, ok := b.(Provider); ok {
-		return p.WorkerProtocol(Key{})
-	}
-	panic(fmt.Sprintf("protocol: %T is not a *broker.Broker", b))
-}
+func For(b any) Broker { return seams(b).WorkerProtocol() }
 
 // UseClock makes broker b (a *broker.Broker) read the time from now
-// instead of the Redis server's TIME (its UseClock): for tests with a
-// simulated clock and the CLI's hidden --now flag. Call it before b is
-// used. It panics for another type.
-func UseClock(b any, now func() time.Time) {
-	c, ok := b.(interface{ UseClock(Key, func() time.Time) })
-	if !ok {
-		panic(fmt.Sprintf("protocol: %T is not a *broker.Broker", b))
-	}
-	c.UseClock(Key{}, now)
-}
+// instead of the Redis server's TIME: for tests with a simulated clock and
+// the CLI's hidden --now flag. Call it before b is used. It panics for
+// another type.
+func UseClock(b any, now func() time.Time) { seams(b).UseClock(now) }
 
 // TB is the part of testing.TB that Intercept uses (so that this package,
 // which workers link, does not import testing).
@@ -418,12 +424,15 @@ type TB interface {
 // own (broker.New on the same client).
 func Intercept(t TB, b any, wrap func(Broker) Broker) {
 	t.Helper()
-	p, ok := b.(Provider)
-	if !ok {
+	var p Seams
+	if seamsOf != nil {
+		p, _ = seamsOf(b)
+	}
+	if p == nil {
 		t.Fatalf("protocol: %T is not a *broker.Broker", b)
 		return
 	}
-	undo, ok := p.InterceptProtocol(Key{}, wrap)
+	undo, ok := p.InterceptProtocol(wrap)
 	if !ok {
 		t.Fatalf("protocol: broker %p is intercepted already", b)
 		return

@@ -11,6 +11,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/deadletter"
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/job"
@@ -58,7 +59,7 @@ func brokerReads() []readCase {
 			return fmt.Sprintf("%T", e.b.Client())
 		}},
 		{"EvictionPolicy", func(t *testing.T, e *env) any {
-			p, err := e.b.EvictionPolicy(ctx)
+			p, err := admin.For(e.b).EvictionPolicy(ctx)
 			return []any{p, errOut(err)}
 		}},
 		{"Queues", func(t *testing.T, e *env) any {
@@ -179,36 +180,33 @@ func brokerReads() []readCase {
 		}},
 		{"History", func(t *testing.T, e *env) any {
 			now := e.now(t)
-			h, err := e.b.History(ctx, []string{orders, mail, "never-used"}, now.Add(-59*time.Minute), now)
+			h, err := admin.For(e.b).History(ctx, []string{orders, mail, "never-used"}, now.Add(-59*time.Minute), now)
 			if err == nil {
-				var sum broker.Minute
+				var sum admin.Minute
 				for _, m := range h[0] {
 					sum.Claimed += m.Claimed
 					sum.Done += m.Done
 					sum.Failed += m.Failed
 					sum.Dead += m.Dead
 				}
-				if want := (broker.Minute{Claimed: nProcessing + nDead + nAcked + nRetried, Done: nAcked, Failed: nRetried, Dead: nDead}); sum != want {
+				if want := (admin.Minute{Claimed: nProcessing + nDead + nAcked + nRetried, Done: nAcked, Failed: nRetried, Dead: nDead}); sum != want {
 					t.Errorf("%s: History of orders sums to %+v, want %+v", e.name, sum, want)
 				}
 			}
 			// The seed's own minutes, whatever the clock.
-			seeded, errSeeded := e.b.History(ctx, []string{orders}, e.base.Add(-31*time.Minute), e.base)
-			_, errOrder := e.b.History(ctx, []string{orders}, e.base, e.base.Add(-time.Minute))
-			_, errSpan := e.b.History(ctx, []string{orders}, e.base.Add(-25*time.Hour), e.base)
-			_, errBad := e.b.History(ctx, []string{"bad queue!"}, e.base, e.base)
+			seeded, errSeeded := admin.For(e.b).History(ctx, []string{orders}, e.base.Add(-31*time.Minute), e.base)
+			_, errOrder := admin.For(e.b).History(ctx, []string{orders}, e.base, e.base.Add(-time.Minute))
+			_, errSpan := admin.For(e.b).History(ctx, []string{orders}, e.base.Add(-25*time.Hour), e.base)
+			_, errBad := admin.For(e.b).History(ctx, []string{"bad queue!"}, e.base, e.base)
 			return []any{h, errOut(err), seeded, errOut(errSeeded), errOut(errOrder), errOut(errSpan), errOut(errBad)}
 		}},
 	}
 	for _, state := range []job.JobState{job.StateScheduled, job.StateProcessing} {
 		method := map[job.JobState]string{job.StateScheduled: "ScheduledPage", job.StateProcessing: "ProcessingPage"}[state]
 		page := func(e *env) func(context.Context, string, string, int) (broker.JobPage, error) {
-			if state == job.StateProcessing {
-				return e.b.ProcessingPage
-			}
-			return e.b.ScheduledPage
+			return pageOf(e.b, state)
 		}
-		for _, limit := range []int{1, 7, broker.MaxPageLimit} {
+		for _, limit := range []int{1, 7, admin.MaxPageLimit} {
 			cases = append(cases, readCase{fmt.Sprintf("%s/limit %d", method, limit), func(t *testing.T, e *env) any {
 				pages, ids := walkJobs(t, page(e), orders, "", limit)
 				sch, proc, _ := seededIDs()
@@ -237,7 +235,7 @@ func brokerReads() []readCase {
 		}})
 		cases = append(cases, readCase{method + "/bad input", func(t *testing.T, e *env) any {
 			var out []any
-			for _, limit := range []int{0, -1, broker.MaxPageLimit + 1} {
+			for _, limit := range []int{0, -1, admin.MaxPageLimit + 1} {
 				_, err := page(e)(ctx, orders, "", limit)
 				out = append(out, errOut(err))
 			}

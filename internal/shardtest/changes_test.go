@@ -11,6 +11,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/deadletter"
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
@@ -72,10 +73,10 @@ func snapshot(t *testing.T, e *env) any {
 	out := map[string]any{"queues": []any{queues, errOut(err)}, "stats": []any{all, errOut(errAll)}}
 	for _, q := range []string{orders, mail} {
 		var sch, proc, dead []string
-		for _, j := range walkAll(t, e.b.ScheduledPage, q) {
+		for _, j := range walkAll(t, pageOf(e.b, job.StateScheduled), q) {
 			sch = append(sch, jobLine(j))
 		}
-		for _, j := range walkAll(t, e.b.ProcessingPage, q) {
+		for _, j := range walkAll(t, pageOf(e.b, job.StateProcessing), q) {
 			proc = append(proc, jobLine(j))
 		}
 		for _, r := range walkAllDead(t, e.b, q) {
@@ -91,14 +92,14 @@ func snapshot(t *testing.T, e *env) any {
 	}
 	out["dead letters"] = list
 	now := e.now(t)
-	h, err := e.b.History(ctx, []string{orders, mail}, now.Add(-59*time.Minute), now)
+	h, err := admin.For(e.b).History(ctx, []string{orders, mail}, now.Add(-59*time.Minute), now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var hist []string
 	for i, minutes := range h {
 		for _, m := range minutes {
-			if m != (broker.Minute{Start: m.Start}) {
+			if m != (admin.Minute{Start: m.Start}) {
 				hist = append(hist, fmt.Sprintf("%d %s %+v", i, ms(m.Start), m))
 			}
 		}
@@ -147,12 +148,20 @@ func ms(t time.Time) string {
 }
 
 // walkAll returns every job of a page reader, a large page at a time.
+// pageOf returns b's Page of state, as a function of the queue, the cursor
+// and the limit.
+func pageOf(b *broker.Broker, state job.JobState) func(context.Context, string, string, int) (broker.JobPage, error) {
+	return func(ctx context.Context, queue, cursor string, limit int) (broker.JobPage, error) {
+		return b.Page(ctx, queue, state, cursor, limit)
+	}
+}
+
 func walkAll(t *testing.T, page func(context.Context, string, string, int) (broker.JobPage, error), queue string) []*job.JobInfo {
 	t.Helper()
 	var out []*job.JobInfo
 	var cur string
 	for range 100 {
-		p, err := page(context.Background(), queue, cur, broker.MaxPageLimit)
+		p, err := page(context.Background(), queue, cur, admin.MaxPageLimit)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -329,7 +338,7 @@ func TestBrokerChanges(t *testing.T) {
 			fresh := e.b.DeclareQueue(ctx, "fresh", 2)
 			freshAgain := e.b.DeclareQueue(ctx, "fresh", 2)
 			freshOther := e.b.DeclareQueue(ctx, "fresh", 3)
-			bad := e.b.DeclareQueue(ctx, "fresh2", broker.MaxShards+1)
+			bad := e.b.DeclareQueue(ctx, "fresh2", 257) // one more than the most shards a queue may have
 			shards, err := e.b.Shards(ctx, "fresh")
 			return []any{own, sentinels(other), fresh, freshAgain, sentinels(freshOther), errOut(bad), len(shards), errOut(err)}
 		}},

@@ -185,7 +185,7 @@ func TestEnqueueRefusesBadInput(t *testing.T) {
 			{"bad header", func() *job.Envelope { e := valid(); e.Headers = map[string]string{"": "x"}; return e }, "header key"},
 			{"payload too large", func() *job.Envelope {
 				e := valid()
-				e.Payload = make([]byte, broker.DefaultMaxPayloadBytes+1)
+				e.Payload = make([]byte, 1<<20+1)
 				return e
 			}, "payload of job"},
 		}

@@ -8,7 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
-	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/admin"
 )
 
 // envFunctions, set to 1, has the tool call the loaded function library
@@ -36,7 +36,7 @@ Run it as a user allowed FUNCTION LOAD (Redis 7), before starting processes
 of a new version, and again after adding a master to a cluster.`,
 		Args: noArgs,
 		RunE: a.onAdmin(func(ctx context.Context, rdb redis.UniversalClient) error {
-			name, err := broker.LoadFunctions(ctx, rdb)
+			name, err := admin.LoadFunctions(ctx, rdb)
 			if err != nil {
 				return err
 			}
@@ -54,7 +54,7 @@ of a new version, and again after adding a master to a cluster.`,
 hold each and which one is this version's. Needs a user allowed FUNCTION LIST.`,
 		Args: noArgs,
 		RunE: a.onAdmin(func(ctx context.Context, rdb redis.UniversalClient) error {
-			libs, masters, err := broker.FunctionLibraries(ctx, rdb)
+			libs, masters, err := admin.FunctionLibraries(ctx, rdb)
 			if err != nil {
 				return err
 			}
@@ -70,7 +70,7 @@ hold each and which one is this version's. Needs a user allowed FUNCTION LIST.`,
 				}
 				return a.printJSON(map[string]any{"libraries": out, "masters": masters})
 			}
-			current, _ := broker.FunctionLibrary()
+			current, _ := admin.FunctionLibrary()
 			w := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "LIBRARY\tMASTERS\tTHIS VERSION")
 			found := false
@@ -100,7 +100,7 @@ loaded again.`,
 		Args: exactArgs(1, "one library name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.onAdmin(func(ctx context.Context, rdb redis.UniversalClient) error {
-				if err := broker.DeleteFunctions(ctx, rdb, args[0]); err != nil {
+				if err := admin.DeleteFunctions(ctx, rdb, args[0]); err != nil {
 					return err
 				}
 				if a.json {

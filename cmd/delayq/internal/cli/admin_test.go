@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/redistest"
 )
 
@@ -17,7 +17,7 @@ import (
 func TestAdminFunctions(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
-	lib, _ := broker.FunctionLibrary()
+	lib, _ := admin.FunctionLibrary()
 	if out := tb.ok(t, "admin", "load-functions"); out != "loaded "+lib+"\n" {
 		t.Fatalf("admin load-functions: %q", out)
 	}
@@ -54,7 +54,7 @@ func TestAdminFunctions(t *testing.T) {
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &jobs) != nil || len(jobs.Jobs) != 1 || jobs.Jobs[0].ID != "f1" {
 		t.Fatalf("jobs ls with $DELAYQ_FUNCTIONS=1: exit %d, %s %s", r.code, r.stdout, r.stderr)
 	}
-	if out := tb.ok(t, "admin", "delete-functions", broker.FunctionLibraryPrefix+"00000000000000aa"); !strings.Contains(out, "deleted") {
+	if out := tb.ok(t, "admin", "delete-functions", admin.FunctionLibraryPrefix+"00000000000000aa"); !strings.Contains(out, "deleted") {
 		t.Fatalf("delete-functions of a library no server holds: %q", out)
 	}
 	for _, c := range []struct {

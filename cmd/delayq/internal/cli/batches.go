@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/naming"
 )
 
@@ -33,8 +34,8 @@ complete=waiting, or success=skipped when the batch completed with a dead or
 gone member (the success callback then never fires).`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if limit < 1 || limit > broker.MaxBatchesPage {
-				return usagef("invalid --limit %d: want 1..%d", limit, broker.MaxBatchesPage)
+			if limit < 1 || limit > admin.MaxBatchesPage {
+				return usagef("invalid --limit %d: want 1..%d", limit, admin.MaxBatchesPage)
 			}
 			b, err := a.broker(cmd.Context())
 			if err != nil {
@@ -44,7 +45,7 @@ gone member (the success callback then never fires).`,
 		},
 	}
 	f := ls.Flags()
-	f.IntVar(&limit, "limit", 50, "batches per page (1.."+strconv.Itoa(broker.MaxBatchesPage)+")")
+	f.IntVar(&limit, "limit", 50, "batches per page (1.."+strconv.Itoa(admin.MaxBatchesPage)+")")
 	f.StringVar(&cursor, "cursor", "", "continue after a previous page")
 	show := &cobra.Command{
 		Use:   "show ID",

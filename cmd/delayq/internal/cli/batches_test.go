@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/clock"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
@@ -196,8 +197,8 @@ func TestBatchesLsShow(t *testing.T) {
 	want := batchOut{ID: "orders-1", CreatedAt: "2025-06-01T03:04:05Z", State: "complete", Sealed: true, Total: 3, Succeeded: 2, Dead: 1,
 		OnSuccess: "cb/orders-1:success", OnComplete: "cb/orders-1:complete", CompleteFired: true}
 	expires, err := time.Parse(time.RFC3339Nano, show.ExpiresAt)
-	if err != nil || time.Until(expires) < broker.DefaultBatchKeep-time.Hour || time.Until(expires) > broker.DefaultBatchKeep {
-		t.Errorf("batches show orders-1: expires_at %q, want about %s from now", show.ExpiresAt, broker.DefaultBatchKeep)
+	if err != nil || time.Until(expires) < admin.DefaultBatchKeep-time.Hour || time.Until(expires) > admin.DefaultBatchKeep {
+		t.Errorf("batches show orders-1: expires_at %q, want about %s from now", show.ExpiresAt, admin.DefaultBatchKeep)
 	}
 	show.ExpiresAt = ""
 	if show != want {

@@ -24,6 +24,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/job"
@@ -166,7 +167,7 @@ Output is a table for people, or JSON with --json. Exit status: 0 success,
 	root.SetErr(a.stderr)
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.redisURL, "redis-url", "", "Redis URL (default $REDIS_URL, else "+DefaultRedisURL+")")
-	pf.StringVar(&a.namespace, "namespace", "", "key namespace (default $DELAYQ_NAMESPACE, else "+broker.DefaultNamespace+")")
+	pf.StringVar(&a.namespace, "namespace", "", "key namespace (default $DELAYQ_NAMESPACE, else "+admin.DefaultNamespace+")")
 	pf.BoolVar(&a.json, "json", false, "print JSON instead of tables")
 	pf.BoolVar(&a.ascii, "ascii", false, "with --json: write every character outside printable ASCII as a \\u escape (the same JSON, safe to print on a terminal)")
 	pf.BoolVar(&a.functions, "functions", false, "call the function library loaded by 'delayq admin load-functions' (FCALL) instead of sending scripts, as a Redis user that may not run code of its own (default $"+envFunctions+"=1)")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/deadletter"
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/job"
@@ -536,7 +537,7 @@ values as the workers' broker.Options (DeadCap, DeadMaxAge).`,
 	}
 	f := cmd.Flags()
 	queueFlag(f, &queue, "", "only this queue (default every queue)")
-	f.IntVar(&keep, "cap", broker.DefaultDeadCap, "dead records to keep per queue; negative for no cap")
-	f.DurationVar(&maxAge, "max-age", broker.DefaultDeadMaxAge, "drop records older than this; negative for no limit")
+	f.IntVar(&keep, "cap", admin.DefaultDeadCap, "dead records to keep per queue; negative for no cap")
+	f.DurationVar(&maxAge, "max-age", admin.DefaultDeadMaxAge, "drop records older than this; negative for no limit")
 	return cmd
 }

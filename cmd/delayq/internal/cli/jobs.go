@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 )
@@ -245,8 +246,8 @@ func (a *app) jobsLsCommand() *cobra.Command {
 			default:
 				return usagef("invalid --state %q: want all, scheduled or processing", state)
 			}
-			if limit <= 0 || limit > broker.MaxPageLimit {
-				return usagef("invalid --limit %d: want 1..%d", limit, broker.MaxPageLimit)
+			if limit <= 0 || limit > admin.MaxPageLimit {
+				return usagef("invalid --limit %d: want 1..%d", limit, admin.MaxPageLimit)
 			}
 			var cur jobsCursor
 			if cursor != "" && cmd.Flags().Changed("queue") {
@@ -362,11 +363,7 @@ func fillJobs(ctx context.Context, b *broker.Broker, queue string, lists []job.J
 		if cur.state == st {
 			pos = cur.pos
 		}
-		page := b.ScheduledPage
-		if st == job.StateProcessing {
-			page = b.ProcessingPage
-		}
-		p, err := page(ctx, queue, pos, limit-len(jobs))
+		p, err := b.Page(ctx, queue, st, pos, limit-len(jobs))
 		if errors.Is(err, broker.ErrBadCursor) {
 			return nil, time.Time{}, "", usagef("invalid --cursor: use the value a previous page printed")
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 )
@@ -41,15 +42,15 @@ keys, and one more round trip for the queue's stats.`,
 			if err := naming.Queue(q); err != nil {
 				return usagef("invalid queue: %v", err)
 			}
-			if top < 1 || top > broker.MaxHeldKeys {
-				return usagef("invalid --top %d: want 1 to %d", top, broker.MaxHeldKeys)
+			if top < 1 || top > admin.MaxHeldKeys {
+				return usagef("invalid --top %d: want 1 to %d", top, admin.MaxHeldKeys)
 			}
 			b, err := a.broker(cmd.Context())
 			if err != nil {
 				return err
 			}
-			if err := b.MustKnow(cmd.Context(), q); err != nil {
-				if errors.Is(err, broker.ErrUnknownQueue) {
+			if err := admin.For(b).MustKnow(cmd.Context(), q); err != nil {
+				if errors.Is(err, admin.ErrUnknownQueue) {
 					return fmt.Errorf("queue %q was never used in namespace %s (a typo? see delayq queues ls)", q, b.Namespace())
 				}
 				return err

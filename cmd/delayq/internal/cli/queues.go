@@ -14,6 +14,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/fleet"
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 )
@@ -36,8 +37,8 @@ func knownQueue(ctx context.Context, b *broker.Broker, q string, create bool) er
 	if create {
 		return nil
 	}
-	if err := b.MustKnow(ctx, q); err != nil {
-		if errors.Is(err, broker.ErrUnknownQueue) {
+	if err := admin.For(b).MustKnow(ctx, q); err != nil {
+		if errors.Is(err, admin.ErrUnknownQueue) {
 			return fmt.Errorf("queue %q was never used in namespace %s: nothing changed (a typo? see delayq queues ls; --create acts on it anyway)", q, b.Namespace())
 		}
 		return err
@@ -240,7 +241,7 @@ again; forget queues that no running producer or worker uses.
 With --idle DURATION instead of a queue, every queue nobody used for that
 long (at least 1h; 168h is a week) that holds nothing and has no pause, cap,
 rate limit or key cap set is unlisted, as workers do by themselves
-(broker.Broker.ForgetIdle), and their names are printed.`,
+(the same pass), and their names are printed.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if idle != "" {
 				if len(args) != 0 {
@@ -262,8 +263,8 @@ rate limit or key cap set is unlisted, as workers do by themselves
 			if err != nil {
 				return err
 			}
-			if err := b.Forget(cmd.Context(), q); err != nil {
-				if errors.Is(err, broker.ErrUnknownQueue) {
+			if err := admin.For(b).Forget(cmd.Context(), q); err != nil {
+				if errors.Is(err, admin.ErrUnknownQueue) {
 					return fmt.Errorf("queue %q is not known in namespace %s: nothing to forget", q, b.Namespace())
 				}
 				return err
@@ -283,14 +284,14 @@ rate limit or key cap set is unlisted, as workers do by themselves
 // those forgotten before a failure too.
 func (a *app) forgetIdle(ctx context.Context, v string) error {
 	idle, err := time.ParseDuration(v)
-	if err != nil || idle < broker.MinForgetIdle {
-		return usagef("invalid --idle %q: want a duration of at least %s, such as 168h for a week", v, broker.MinForgetIdle)
+	if err != nil || idle < admin.MinForgetIdle {
+		return usagef("invalid --idle %q: want a duration of at least %s, such as 168h for a week", v, admin.MinForgetIdle)
 	}
 	b, err := a.broker(ctx)
 	if err != nil {
 		return err
 	}
-	forgotten, ferr := b.ForgetIdle(ctx, idle)
+	forgotten, ferr := admin.For(b).ForgetIdle(ctx, idle)
 	if a.json {
 		if forgotten == nil {
 			forgotten = []string{}

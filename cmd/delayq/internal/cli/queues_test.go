@@ -240,7 +240,7 @@ func TestQueuesParkedByType(t *testing.T) {
 // TestQueuesForgetIdle: queues forget --idle DURATION unlists the queues
 // unused for that long that hold nothing and have no control set, prints
 // them (--json too), keeps the others; a duration below
-// broker.MinForgetIdle or not a duration is refused with exit 2 and
+// admin.MinForgetIdle or not a duration is refused with exit 2 and
 // nothing forgotten, a failure exits 1.
 func TestQueuesForgetIdle(t *testing.T) {
 	t.Parallel()
