@@ -9,24 +9,13 @@ import (
 )
 
 // The operator's side that only delayq's own programs use (the CLI and the
-// dashboard): internal/admin reaches it through the functions registered
-// below, so that none of it is part of Broker's API.
+// dashboard): internal/admin reaches it through Admin, whose argument only
+// delayq's own module can name, so that none of it is part of Broker's API.
 
-func init() {
-	admin.Register(admin.Funcs{
-		For: func(b any) (admin.Broker, bool) {
-			bb, ok := b.(*Broker)
-			if !ok || bb == nil {
-				return nil, false
-			}
-			return adminSide{bb}, true
-		},
-		FunctionLibrary:   libraryCode,
-		LoadFunctions:     loadFunctions,
-		FunctionLibraries: functionLibraries,
-		DeleteFunctions:   deleteFunctions,
-	})
-}
+// Admin hands delayq's own programs the operator's side of the broker.
+// Its argument is internal to delayq: code outside delayq's module cannot
+// call it.
+func (b *Broker) Admin(admin.Key) admin.Broker { return adminSide{b} }
 
 // adminSide implements admin.Broker.
 type adminSide struct{ b *Broker }
@@ -63,4 +52,18 @@ func (a adminSide) Forget(ctx context.Context, queue string) error {
 
 func (a adminSide) ForgetIdle(ctx context.Context, idle time.Duration) ([]string, error) {
 	return a.b.forgetIdle(ctx, idle)
+}
+
+func (a adminSide) FunctionLibrary() (name, code string) { return libraryCode() }
+
+func (a adminSide) LoadFunctions(ctx context.Context) (string, error) {
+	return loadFunctions(ctx, a.b.rdb)
+}
+
+func (a adminSide) FunctionLibraries(ctx context.Context) ([]admin.FunctionLibraryStatus, int, error) {
+	return functionLibraries(ctx, a.b.rdb)
+}
+
+func (a adminSide) DeleteFunctions(ctx context.Context, name string) error {
+	return deleteFunctions(ctx, a.b.rdb, name)
 }

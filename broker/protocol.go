@@ -16,19 +16,14 @@ import (
 )
 
 // The worker's side of the broker (internal/protocol): package worker gets
-// it with protocol.For(b), which reaches it through the seams registered
-// below. None of it is a method of Broker, so that it can change with the
-// worker without breaking users.
+// it with protocol.For(b), which calls Seams. Seams takes a protocol.Key,
+// which only delayq's own module can name, so no program can call it: the
+// protocol can change with the worker without breaking users.
 
-func init() {
-	protocol.Register(func(b any) (protocol.Seams, bool) {
-		bb, ok := b.(*Broker)
-		if !ok || bb == nil {
-			return nil, false
-		}
-		return seams{bb}, true
-	})
-}
+// Seams hands delayq's own packages the worker's side of the broker, its
+// dead-letter store and its test seams. Its argument is internal to
+// delayq: code outside delayq's module cannot call it.
+func (b *Broker) Seams(protocol.Key) protocol.Seams { return seams{b} }
 
 // seams implements protocol.Seams.
 type seams struct{ b *Broker }

@@ -3,10 +3,7 @@ package admin
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/job"
 )
@@ -42,58 +39,31 @@ type Broker interface {
 	// ForgetIdle unlists the queues nobody has used for idle (at least
 	// MinForgetIdle) and that hold nothing, and returns their names.
 	ForgetIdle(ctx context.Context, idle time.Duration) ([]string, error)
+
+	// FunctionLibrary returns the name and the Lua code of this build's
+	// Redis function library (Options.Functions of package broker).
+	FunctionLibrary() (name, code string)
+	// LoadFunctions loads this build's function library into the broker's
+	// server (into every master of a cluster) and returns its name; a
+	// library loaded already is kept. It needs a user allowed FUNCTION
+	// LOAD, and Redis 7.
+	LoadFunctions(ctx context.Context) (string, error)
+	// FunctionLibraries lists the delayq function libraries loaded on the
+	// broker's server (on every master of a cluster), sorted by name, and
+	// how many masters were asked. It needs a user allowed FUNCTION LIST.
+	FunctionLibraries(ctx context.Context) ([]FunctionLibraryStatus, int, error)
+	// DeleteFunctions deletes the delayq function library name from the
+	// broker's server (from every master of a cluster).
+	DeleteFunctions(ctx context.Context, name string) error
 }
 
-// Funcs is what package broker registers (in its init) with [Register].
-type Funcs struct {
-	For               func(b any) (Broker, bool)
-	FunctionLibrary   func() (name, code string)
-	LoadFunctions     func(ctx context.Context, rdb redis.UniversalClient) (string, error)
-	FunctionLibraries func(ctx context.Context, rdb redis.UniversalClient) ([]FunctionLibraryStatus, int, error)
-	DeleteFunctions   func(ctx context.Context, rdb redis.UniversalClient, name string) error
-}
+// Key is the argument of the method by which a *broker.Broker hands out
+// its operator's side. Only delayq's own module can name it (the package
+// is internal), so no program can call that method.
+type Key struct{ _ [0]func() }
 
-var funcs Funcs
-
-// Register is called once, by package broker's init. Whoever holds a
-// *broker.Broker, or calls the functions below, links package broker (the
-// CLI and the dashboard do), so its init has run.
-func Register(f Funcs) { funcs = f }
-
-// For returns the operator's side of b, a *broker.Broker. It panics for
-// anything else: callers hold a broker by type.
-func For(b any) Broker {
-	if funcs.For != nil {
-		if a, ok := funcs.For(b); ok {
-			return a
-		}
-	}
-	panic(fmt.Sprintf("admin: %T is not a *broker.Broker", b))
-}
-
-// FunctionLibrary returns the name and the Lua code of this build's Redis
-// function library (Options.Functions of package broker).
-func FunctionLibrary() (name, code string) { return funcs.FunctionLibrary() }
-
-// LoadFunctions loads this build's function library into rdb's server (into
-// every master of a cluster) and returns its name; a library loaded already
-// is kept. It needs a user allowed FUNCTION LOAD, and Redis 7.
-func LoadFunctions(ctx context.Context, rdb redis.UniversalClient) (string, error) {
-	return funcs.LoadFunctions(ctx, rdb)
-}
-
-// FunctionLibraries lists the delayq function libraries loaded on rdb's
-// server (on every master of a cluster), sorted by name, and how many
-// masters were asked. It needs a user allowed FUNCTION LIST.
-func FunctionLibraries(ctx context.Context, rdb redis.UniversalClient) ([]FunctionLibraryStatus, int, error) {
-	return funcs.FunctionLibraries(ctx, rdb)
-}
-
-// DeleteFunctions deletes the delayq function library name from rdb's
-// server (from every master of a cluster).
-func DeleteFunctions(ctx context.Context, rdb redis.UniversalClient, name string) error {
-	return funcs.DeleteFunctions(ctx, rdb, name)
-}
+// For returns the operator's side of b, a *broker.Broker.
+func For(b interface{ Admin(Key) Broker }) Broker { return b.Admin(Key{}) }
 
 // FunctionLibraryPrefix starts the name of every library LoadFunctions
 // loads; the rest is the version, a hash of the scripts.

@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/dashboard"
 	"github.com/delayq/delayq/deadletter"
@@ -54,7 +56,7 @@ func TestFunctionsACLUser(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
-	lib, err := dqadmin.LoadFunctions(ctx, admin)
+	lib, err := opsOn(t, admin).LoadFunctions(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +117,7 @@ func TestFunctionsACLUser(t *testing.T) {
 		"FUNCTION DELETE":     rdb.FunctionDelete(ctx, lib).Err(),
 		"FUNCTION FLUSH":      rdb.FunctionFlush(ctx).Err(),
 		"FUNCTION KILL":       rdb.FunctionKill(ctx).Err(),
-		"LoadFunctions":       func() error { _, err := dqadmin.LoadFunctions(ctx, rdb); return err }(),
+		"LoadFunctions":       func() error { _, err := opsOn(t, rdb).LoadFunctions(ctx); return err }(),
 		"delayq admin load-functions": func() error {
 			out, err := exec.Command(cli, "admin", "load-functions", "--redis-url", "redis://"+user+":s3cret@"+srv.Addr()+"/0").CombinedOutput()
 			if err == nil {
@@ -131,7 +133,7 @@ func TestFunctionsACLUser(t *testing.T) {
 	if err := admin.Ping(ctx).Err(); err != nil {
 		t.Fatalf("the server does not answer the administrator: %v", err)
 	}
-	if libs, _, err := dqadmin.FunctionLibraries(ctx, admin); err != nil || len(libs) != 1 || libs[0].Name != lib {
+	if libs, _, err := opsOn(t, admin).FunctionLibraries(ctx); err != nil || len(libs) != 1 || libs[0].Name != lib {
 		t.Fatalf("libraries after the user's attempts: %+v, %v", libs, err)
 	}
 }
@@ -492,4 +494,14 @@ func functionsDashboard(t *testing.T, b *broker.Broker) {
 	if st, err := b.Stats(ctx, "dq2"); err != nil || st.Dead != 0 || st.Scheduled != 3 {
 		t.Fatalf("after the dashboard's dead-letter actions: %+v, %v, want 3 scheduled (x1, x3, x4) and none dead", st, err)
 	}
+}
+
+// opsOn returns the operator's side of a broker on rdb.
+func opsOn(t *testing.T, rdb redis.UniversalClient) dqadmin.Broker {
+	t.Helper()
+	b, err := broker.New(rdb, broker.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dqadmin.For(b)
 }

@@ -6,8 +6,8 @@
 // speak it: users see the producer and operator methods of
 // *broker.Broker, and this protocol can change without breaking them.
 // Package broker implements it; [For] returns a broker's implementation,
-// which package broker hands out through [Register], so that no method of
-// *broker.Broker shows it.
+// which a *broker.Broker hands out through one method, Seams, whose
+// argument (a [Key]) no other module can name: no registry, no init.
 //
 // Every operation works on one physical queue (a keyspace.Shard): the
 // worker resolves a queue's shards with [Broker.Shards], claims and reaps
@@ -322,11 +322,15 @@ type CancelNotice struct {
 	Token int64
 }
 
+// Key is the argument of the method by which a *broker.Broker hands out
+// its [Seams]. Only delayq's own module can name it (the package is
+// internal), so no program can call that method.
+type Key struct{ _ [0]func() }
+
 // Seams is what a *broker.Broker is to this package: the holder of a
 // protocol, which a test of this module may wrap, of a dead-letter store
-// and of the clock its scripts read. Package broker implements it with a
-// type of its own, not with methods of *broker.Broker, so that none of it
-// is part of the broker's API, and hands it out through [Register].
+// and of the clock its scripts read. A *broker.Broker returns it from its
+// method Seams(Key).
 type Seams interface {
 	// WorkerProtocol returns the broker's protocol, wrapped while a test
 	// intercepts it.
@@ -342,21 +346,24 @@ type Seams interface {
 	DeadLetters() DeadStore
 }
 
-// seamsOf is set by Register.
-var seamsOf func(b any) (Seams, bool)
+// holder is a *broker.Broker, as this package sees it.
+type holder interface{ Seams(Key) Seams }
 
-// Register is called once, by package broker's init, with the function
-// that returns the seams of a *broker.Broker (ok false for anything else).
-// Whoever holds a *broker.Broker links package broker, so its init has run.
-func Register(of func(b any) (Seams, bool)) { seamsOf = of }
+// seamsOf returns the seams of b, a *broker.Broker; ok is false for
+// anything else.
+func seamsOf(b any) (Seams, bool) {
+	h, ok := b.(holder)
+	if !ok || h == nil {
+		return nil, false
+	}
+	return h.Seams(Key{}), true
+}
 
 // seams returns the seams of b, a *broker.Broker; it panics for anything
 // else: callers hold a broker by type.
 func seams(b any) Seams {
-	if seamsOf != nil {
-		if s, ok := seamsOf(b); ok {
-			return s
-		}
+	if s, ok := seamsOf(b); ok {
+		return s
 	}
 	panic(fmt.Sprintf("protocol: %T is not a *broker.Broker", b))
 }
@@ -424,11 +431,8 @@ type TB interface {
 // own (broker.New on the same client).
 func Intercept(t TB, b any, wrap func(Broker) Broker) {
 	t.Helper()
-	var p Seams
-	if seamsOf != nil {
-		p, _ = seamsOf(b)
-	}
-	if p == nil {
+	p, ok := seamsOf(b)
+	if !ok {
 		t.Fatalf("protocol: %T is not a *broker.Broker", b)
 		return
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/admin"
 )
 
@@ -36,7 +37,11 @@ Run it as a user allowed FUNCTION LOAD (Redis 7), before starting processes
 of a new version, and again after adding a master to a cluster.`,
 		Args: noArgs,
 		RunE: a.onAdmin(func(ctx context.Context, rdb redis.UniversalClient) error {
-			name, err := admin.LoadFunctions(ctx, rdb)
+			ops, err := adminOf(rdb)
+			if err != nil {
+				return err
+			}
+			name, err := ops.LoadFunctions(ctx)
 			if err != nil {
 				return err
 			}
@@ -54,7 +59,11 @@ of a new version, and again after adding a master to a cluster.`,
 hold each and which one is this version's. Needs a user allowed FUNCTION LIST.`,
 		Args: noArgs,
 		RunE: a.onAdmin(func(ctx context.Context, rdb redis.UniversalClient) error {
-			libs, masters, err := admin.FunctionLibraries(ctx, rdb)
+			ops, err := adminOf(rdb)
+			if err != nil {
+				return err
+			}
+			libs, masters, err := ops.FunctionLibraries(ctx)
 			if err != nil {
 				return err
 			}
@@ -70,7 +79,7 @@ hold each and which one is this version's. Needs a user allowed FUNCTION LIST.`,
 				}
 				return a.printJSON(map[string]any{"libraries": out, "masters": masters})
 			}
-			current, _ := admin.FunctionLibrary()
+			current, _ := ops.FunctionLibrary()
 			w := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "LIBRARY\tMASTERS\tTHIS VERSION")
 			found := false
@@ -100,13 +109,17 @@ loaded again.`,
 		Args: exactArgs(1, "one library name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.onAdmin(func(ctx context.Context, rdb redis.UniversalClient) error {
-				if err := admin.DeleteFunctions(ctx, rdb, args[0]); err != nil {
+				ops, err := adminOf(rdb)
+				if err != nil {
+					return err
+				}
+				if err := ops.DeleteFunctions(ctx, args[0]); err != nil {
 					return err
 				}
 				if a.json {
 					return a.printJSON(map[string]string{"deleted": args[0]})
 				}
-				_, err := fmt.Fprintf(a.stdout, "deleted %s\n", args[0])
+				_, err = fmt.Fprintf(a.stdout, "deleted %s\n", args[0])
 				return err
 			})(cmd, nil)
 		},
@@ -124,4 +137,15 @@ func (a *app) onAdmin(fn func(context.Context, redis.UniversalClient) error) fun
 		}
 		return fn(cmd.Context(), b.Client())
 	}
+}
+
+// adminOf returns the operator's side of a broker on rdb, for the commands
+// that act on the server itself (the function library), not on a
+// namespace.
+func adminOf(rdb redis.UniversalClient) (admin.Broker, error) {
+	b, err := broker.New(rdb, broker.Options{})
+	if err != nil {
+		return nil, err
+	}
+	return admin.For(b), nil
 }

@@ -17,7 +17,7 @@ import (
 func TestAdminFunctions(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
-	lib, _ := admin.FunctionLibrary()
+	lib, _ := admin.For(tb.b).FunctionLibrary()
 	if out := tb.ok(t, "admin", "load-functions"); out != "loaded "+lib+"\n" {
 		t.Fatalf("admin load-functions: %q", out)
 	}
