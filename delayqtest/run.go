@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/rules"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/middleware"
@@ -175,7 +176,7 @@ func (r *Runner) Attempt(ctx context.Context, env *job.Envelope, attempt int) (*
 	at := now()
 	m := &job.Message{Envelope: *env, Attempt: attempt, ClaimedAt: at}
 	if m.Queue == "" {
-		m.Queue = job.DefaultQueue
+		m.Queue = naming.DefaultQueue
 	}
 	if m.ID == "" {
 		m.ID = job.NewID()

@@ -21,6 +21,7 @@ import (
 	"go.yaml.in/yaml/v2"
 
 	"github.com/delayq/delayq/fleet"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
@@ -57,7 +58,7 @@ func exported(t *testing.T) []*dto.MetricFamily {
 	}
 	t.Cleanup(func() { _ = unregister() })
 	// A worker process as the registry lists it (what worker.Run records).
-	reg, err := fleet.New(bd.RDB, bd.NS, fleet.Process{Role: fleet.RoleWorker, Queues: []fleet.Queue{{Name: job.DefaultQueue, Concurrency: 4}}}, fleet.Options{TTL: time.Minute})
+	reg, err := fleet.New(bd.RDB, bd.NS, fleet.Process{Role: fleet.RoleWorker, Queues: []fleet.Queue{{Name: naming.DefaultQueue, Concurrency: 4}}}, fleet.Options{TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,10 +68,10 @@ func exported(t *testing.T) []*dto.MetricFamily {
 
 	// A rate-limited type and a capped type with no job: their held-by
 	// series are 0.
-	if err := bd.B.SetRateLimit(bd.Ctx, job.DefaultQueue, "deploy.limited", job.RateLimit{Count: 1, Per: time.Hour}); err != nil {
+	if err := bd.B.SetRateLimit(bd.Ctx, naming.DefaultQueue, "deploy.limited", job.RateLimit{Count: 1, Per: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	if err := bd.B.SetConcurrency(bd.Ctx, job.DefaultQueue, "deploy.capped", 2); err != nil {
+	if err := bd.B.SetConcurrency(bd.Ctx, naming.DefaultQueue, "deploy.capped", 2); err != nil {
 		t.Fatal(err)
 	}
 	enq := job.ChainEnqueuer(bd.B, middleware.EnqueueMetrics(withMP))

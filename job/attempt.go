@@ -19,16 +19,16 @@ import (
 // context is not a handler's (no worker runs the job).
 var ErrNoAttempt = errors.New("job: the context is not a handler's: no worker runs this job")
 
-// MaxResultSize is the largest result SetResult keeps, in bytes.
-const MaxResultSize = 1 << 20
+// maxResultSize is the largest result SetResult keeps, in bytes (1 MiB).
+const maxResultSize = 1 << 20
 
-// MaxProgressMessage is the longest progress message, in bytes.
-const MaxProgressMessage = 200
+// maxProgressMessage is the longest progress message, in bytes.
+const maxProgressMessage = 200
 
 // Progress is how far a running job has come, as its handler last said.
 type Progress struct {
 	Fraction float64   // 0 to 1
-	Message  string    // at most MaxProgressMessage bytes
+	Message  string    // at most 200 bytes
 	At       time.Time // when it was reported (the server's clock)
 }
 
@@ -113,14 +113,14 @@ func (a *Attempt) Progress() *Progress {
 // SetResult keeps result with the job when this attempt succeeds and the
 // job is retained ([Retain]); a later call replaces an earlier one. The
 // bytes are copied. It returns an error wrapping ErrInvalid for a result
-// over MaxResultSize, or ErrNoAttempt outside a handler.
+// over 1 MiB, or ErrNoAttempt outside a handler.
 func SetResult(ctx context.Context, result []byte) error {
 	a := AttemptOf(ctx)
 	if a == nil {
 		return ErrNoAttempt
 	}
-	if len(result) > MaxResultSize {
-		return invalid("result of %d bytes is over the limit of %d", len(result), MaxResultSize)
+	if len(result) > maxResultSize {
+		return invalid("result of %d bytes is over the limit of %d", len(result), maxResultSize)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -129,7 +129,7 @@ func SetResult(ctx context.Context, result []byte) error {
 }
 
 // ReportProgress records how far the running job has come: fraction from
-// 0 to 1 and a short message (at most MaxProgressMessage bytes of UTF-8).
+// 0 to 1 and a short message (at most 200 bytes of UTF-8).
 // It is visible in Broker.Job (and the CLI and dashboard) while the job
 // runs, and kept with a retained succeeded job. Each call is one round
 // trip to Redis, fenced like an ack: a worker that lost the lease gets an
@@ -143,8 +143,8 @@ func ReportProgress(ctx context.Context, fraction float64, msg string) error {
 	if math.IsNaN(fraction) || fraction < 0 || fraction > 1 {
 		return invalid("progress fraction %v is outside 0..1", fraction)
 	}
-	if len(msg) > MaxProgressMessage || !utf8.ValidString(msg) {
-		return invalid("progress message must be at most %d bytes of UTF-8, not %d bytes", MaxProgressMessage, len(msg))
+	if len(msg) > maxProgressMessage || !utf8.ValidString(msg) {
+		return invalid("progress message must be at most %d bytes of UTF-8, not %d bytes", maxProgressMessage, len(msg))
 	}
 	p := Progress{Fraction: fraction, Message: msg, At: time.Now()}
 	if a.report != nil {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/delayq/delayq/internal/naming"
 )
 
 // Chains: a job declares the jobs that follow it, enqueued once it
@@ -19,9 +21,9 @@ import (
 // another slot just before the acknowledgement, as an idempotent first step
 // (see docs/batches.md, "Chains").
 
-// MaxNext is the most next jobs a job may declare with [Then], and the
+// maxNext is the most next jobs a job may declare with [Then], and the
 // most an attempt may add with [Next].
-const MaxNext = 100
+const maxNext = 100
 
 // ChainRemember is how long the id of a next job that lives in another
 // slot than its parent is remembered after it ended, as [Unique] would:
@@ -41,8 +43,8 @@ const ChainRemember = 24 * time.Hour
 // them enqueued once. The envelopes are copied. Per job only.
 func Then(next ...*Envelope) Option {
 	return jobOption(func(s *settings) error {
-		if len(s.next)+len(next) > MaxNext {
-			return invalid("Then: %d next jobs, more than the %d a job may declare", len(s.next)+len(next), MaxNext)
+		if len(s.next)+len(next) > maxNext {
+			return invalid("Then: %d next jobs, more than the %d a job may declare", len(s.next)+len(next), maxNext)
 		}
 		for i, n := range next {
 			c, err := checkNext(n)
@@ -75,8 +77,8 @@ func Next(ctx context.Context, next ...*Envelope) error {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if len(a.next)+len(checked) > MaxNext {
-		return invalid("%d next jobs, more than the %d a job may declare", len(a.next)+len(checked), MaxNext)
+	if len(a.next)+len(checked) > maxNext {
+		return invalid("%d next jobs, more than the %d a job may declare", len(a.next)+len(checked), maxNext)
 	}
 	a.next = append(a.next, checked...)
 	return nil
@@ -121,8 +123,8 @@ func validateNext(env *Envelope, now time.Time) error {
 
 // validateChain checks the next jobs of a job ([Prepare] calls it).
 func validateChain(next []*Envelope, now time.Time) error {
-	if len(next) > MaxNext {
-		return invalid("%d next jobs, more than the %d a job may declare", len(next), MaxNext)
+	if len(next) > maxNext {
+		return invalid("%d next jobs, more than the %d a job may declare", len(next), maxNext)
 	}
 	for i, n := range next {
 		if err := validateNext(n, now); err != nil {
@@ -137,10 +139,10 @@ func validateChain(next []*Envelope, now time.Time) error {
 // "<id>><n>@<created ms, base 36>". The creation time tells apart two jobs
 // enqueued under one id one after the other, so that the next jobs of the
 // second are not taken for those of the first. An id that would be longer
-// than MaxIDLen is replaced by a hash of the same parts.
+// than naming.MaxIDLen is replaced by a hash of the same parts.
 func ChainID(id string, created time.Time, n int) string {
 	s := id + ">" + strconv.Itoa(n) + "@" + strconv.FormatInt(created.UnixMilli(), 36)
-	if len(s) <= MaxIDLen {
+	if len(s) <= naming.MaxIDLen {
 		return s
 	}
 	h := sha256.Sum256([]byte(s))
@@ -180,8 +182,8 @@ func decodeNext(ws []wireNext) ([]*Envelope, error) {
 	if len(ws) == 0 {
 		return nil, nil
 	}
-	if len(ws) > MaxNext {
-		return nil, fmt.Errorf("job: %w: %d next jobs, more than %d", ErrCorrupt, len(ws), MaxNext)
+	if len(ws) > maxNext {
+		return nil, fmt.Errorf("job: %w: %d next jobs, more than %d", ErrCorrupt, len(ws), maxNext)
 	}
 	out := make([]*Envelope, len(ws))
 	for i, w := range ws {

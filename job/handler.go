@@ -58,7 +58,7 @@ type Entry struct {
 	Timeout time.Duration // 0 means the worker's default
 	Retain  time.Duration // how long a succeeded job is kept when it sets no Retain of its own; 0: not kept
 	// Queue is the queue the type's jobs go to ([Type.Register] sets it);
-	// "" means DefaultQueue. A worker with no Options.Queues serves the
+	// "" means "default". A worker with no Options.Queues serves the
 	// queues of its registry's entries.
 	Queue string
 }
@@ -129,7 +129,7 @@ func (r *Registry) Types() []string {
 }
 
 // Queues returns the queues of the registered types (an entry with no
-// Queue counts as DefaultQueue), sorted, each once.
+// Queue counts as "default"), sorted, each once.
 func (r *Registry) Queues() []string {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
@@ -138,7 +138,7 @@ func (r *Registry) Queues() []string {
 	for _, e := range r.entries {
 		q := e.Queue
 		if q == "" {
-			q = DefaultQueue
+			q = naming.DefaultQueue
 		}
 		if !seen[q] {
 			seen[q] = true

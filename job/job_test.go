@@ -26,7 +26,7 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 			Headers: map[string]string{"traceparent": "00-abc-def-01"}, LastError: "boom"},
 		{Type: "raw", Payload: []byte{0, 1, 2, 0xff}}, // not JSON: stored as base64
 		{Type: "empty"}, // no payload
-		{Type: "default.retries", MaxRetries: job.DefaultMaxRetries, Payload: []byte(`1`)},
+		{Type: "default.retries", MaxRetries: naming.DefaultMaxRetries, Payload: []byte(`1`)},
 		{Type: "a/b:c", Payload: []byte(`"<script>x</script>"`)}, // JSON string, not escaped
 		{Type: "spaced", Payload: []byte(`{ "a" : [1, 2.50] }`)}, // kept byte for byte
 	}
@@ -57,8 +57,8 @@ func TestEnvelopeWireIsCompact(t *testing.T) {
 	}
 	// The default retry budget is left out; none at all is written out.
 	for retries, want := range map[int]string{
-		job.DefaultMaxRetries: `{"t":"sms.send","p":{"to":"+1"}}`,
-		0:                     `{"t":"sms.send","p":{"to":"+1"},"r":0}`,
+		naming.DefaultMaxRetries: `{"t":"sms.send","p":{"to":"+1"}}`,
+		0:                        `{"t":"sms.send","p":{"to":"+1"},"r":0}`,
 	} {
 		e := &job.Envelope{Type: "sms.send", Payload: []byte(`{"to":"+1"}`), MaxRetries: retries}
 		data, _ := e.MarshalBinary()

@@ -153,7 +153,7 @@ func TestChainID(t *testing.T) {
 	if !strings.HasPrefix(a, "order-1>1@") {
 		t.Fatalf("id %q does not name its parent", a)
 	}
-	long := job.ChainID(strings.Repeat("x", job.MaxIDLen), created, 1)
+	long := job.ChainID(strings.Repeat("x", naming.MaxIDLen), created, 1)
 	if err := naming.ID(long); err != nil {
 		t.Fatalf("id of a long parent: %v", err)
 	}

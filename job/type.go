@@ -84,7 +84,7 @@ func NewType[T any](name string, opts ...TypeOption) (*Type[T], error) {
 	if err := naming.Type(name); err != nil {
 		return nil, err
 	}
-	s := settings{queue: DefaultQueue, maxRetries: DefaultMaxRetries, codec: JSON()}
+	s := settings{queue: naming.DefaultQueue, maxRetries: naming.DefaultMaxRetries, codec: JSON()}
 	for i, o := range opts {
 		if o == nil {
 			return nil, invalid("option %d of job type %q is nil", i+1, name)
@@ -104,9 +104,6 @@ func NewType[T any](name string, opts ...TypeOption) (*Type[T], error) {
 	}
 	return t, nil
 }
-
-// DefaultMaxRetries is the retry budget of a type that sets none.
-const DefaultMaxRetries = 10
 
 // Name returns the type's name.
 func (t *Type[T]) Name() string { return t.name }
@@ -503,7 +500,7 @@ func Replace() Option {
 // ends, or under another key). A job waiting for a retry is scheduled: a
 // debounced enqueue replaces it, keeping its attempts.
 //
-// key is 1 to [MaxIDLen] bytes as [ID] takes; window must be positive.
+// key is 1 to 256 bytes as [ID] takes; window must be positive.
 // Debounce cannot be combined with [Unique], [Replace], [In] or [At], a
 // different [ID], a batch (broker.AddToBatch) or a chain's next jobs
 // ([Then]). Per job only. See docs/flow-control.md#debounce.
@@ -530,7 +527,7 @@ func Debounce(key string, window time.Duration) Option {
 // account. The queue's per-key concurrency cap
 // (broker.Broker.SetKeyConcurrency) counts the running jobs of each key.
 // It overrides the key the type's [KeyFrom] derives. key is 1 to
-// [MaxKeyLen] bytes of letters, digits and "._-:/@+=". Per job only. See
+// 128 bytes of letters, digits and "._-:/@+=". Per job only. See
 // docs/flow-control.md#per-key-caps.
 func Key(key string) Option {
 	return jobOption(func(s *settings) error {
@@ -643,7 +640,7 @@ func NewID() string {
 }
 
 // Queue returns the queue of the type's jobs (its Queue option, or
-// DefaultQueue).
+// "default").
 func (t *Type[T]) Queue() string { return t.defaults.queue }
 
 // Cancelled is what a cancel did (broker.Broker.Cancel).

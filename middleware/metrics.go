@@ -244,7 +244,7 @@ func Metrics(opts ...MetricsOption) job.Middleware {
 			}
 			q := m.Queue
 			if q == "" {
-				q = job.DefaultQueue
+				q = naming.DefaultQueue
 			}
 			labels := mi.sets.get(q, m.Type)
 			lateness.Record(ctx, max(m.Lateness(), 0).Seconds(), labels.record...)

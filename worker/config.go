@@ -241,7 +241,7 @@ func (c Options) withDefaults() (Options, error) {
 		}
 	}
 	if len(c.Queues) == 0 {
-		c.Queues = []Queue{{Name: job.DefaultQueue}}
+		c.Queues = []Queue{{Name: naming.DefaultQueue}}
 	}
 	for i, svc := range c.Services {
 		if svc == nil {

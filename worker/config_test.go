@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/worker"
@@ -53,7 +54,7 @@ func TestUnservedQueueWarnsAtStart(t *testing.T) {
 	job.New[payload]("sms.send", job.Queue("sms")).Handle(tb.reg, func(context.Context, *job.Job[payload]) error { return nil })
 	job.New[payload]("mail.send").Handle(tb.reg, func(context.Context, *job.Job[payload]) error { return nil })
 	cfg := tb.config(t)
-	cfg.Queues = []worker.Queue{{Name: job.DefaultQueue}}
+	cfg.Queues = []worker.Queue{{Name: naming.DefaultQueue}}
 	var logs syncBuffer
 	l := zerolog.New(&logs).Level(zerolog.WarnLevel)
 	cfg.Logger = &l

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/middleware"
@@ -218,7 +219,7 @@ func refuseHere(envs, here []*job.Envelope, err error) error {
 	for i, e := range envs {
 		q := e.Queue
 		if q == "" {
-			q = job.DefaultQueue
+			q = naming.DefaultQueue
 		}
 		if ids[q+"\n"+e.ID] {
 			errs[i] = err

@@ -18,6 +18,7 @@ import (
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/fleet"
 	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/job"
 )
@@ -213,7 +214,7 @@ func (w *Worker) warnUnserved() {
 	}
 	for _, typ := range w.cfg.Registry.Types() {
 		e, _ := w.cfg.Registry.Lookup(typ)
-		q := cmp.Or(e.Queue, job.DefaultQueue)
+		q := cmp.Or(e.Queue, naming.DefaultQueue)
 		if !served[q] {
 			w.log.Warn().Str("type", typ).Str("queue", q).Strs("queues", w.queueNames()).
 				Msg("job type is registered but its queue is not served by this worker; its jobs wait for a worker that serves it")

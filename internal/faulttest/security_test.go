@@ -31,6 +31,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/deadletter"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
@@ -510,7 +511,7 @@ func TestJobIDsInKeyNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids := []string{"plain", "a*b?", "[x]", "x:y", "done:plain", "hist:1", "jobs", "..", "invoice\u202efdp.exe", strings.Repeat("z", job.MaxIDLen)}
+	ids := []string{"plain", "a*b?", "[x]", "x:y", "done:plain", "hist:1", "jobs", "..", "invoice\u202efdp.exe", strings.Repeat("z", naming.MaxIDLen)}
 	typ := job.New[string]("kept.echo", job.Queue(q), job.Retain(time.Hour))
 	reg := job.NewRegistry()
 	typ.Handle(reg, func(ctx context.Context, j *job.Job[string]) error { return job.SetResult(ctx, []byte(j.Args)) })

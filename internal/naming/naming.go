@@ -27,6 +27,13 @@ const (
 	MaxBatchIDLen = 128
 )
 
+// Defaults every package shares: the queue of a job that names none and
+// the retry budget of a job type that sets none.
+const (
+	DefaultQueue      = "default"
+	DefaultMaxRetries = 10
+)
+
 // Invalid returns an error wrapping ErrInvalid, as "job: invalid: <what>".
 func Invalid(format string, args ...any) error {
 	return fmt.Errorf("job: %w: %s", ErrInvalid, fmt.Sprintf(format, args...))

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 )
 
@@ -271,7 +272,7 @@ func Change(found Found, queue, id string) error {
 // NextJobs returns the next jobs of the job id created at created that has
 // just succeeded (job.Then's, then those its attempt declared with
 // job.Next), ready to enqueue: copies, a job without an ID given
-// job.ChainID(id, created, n), one without a queue job.DefaultQueue, each
+// job.ChainID(id, created, n), one without a queue naming.DefaultQueue, each
 // checked by Prepare with the payload cap. A next job that does not pass
 // fails the success: a worker dead-letters the job (the error wraps
 // job.ErrInvalid, so it is permanent).
@@ -286,7 +287,7 @@ func NextJobs(id string, created time.Time, next []*job.Envelope, now time.Time,
 			e.ID = job.ChainID(id, created, i+1)
 		}
 		if e.Queue == "" {
-			e.Queue = job.DefaultQueue
+			e.Queue = naming.DefaultQueue
 		}
 		if err := Prepare(&e, now, maxPayload); err != nil {
 			return nil, fmt.Errorf("broker: next job %d of job %q: %w", i+1, id, err)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/rules"
 	"github.com/delayq/delayq/job"
 )
@@ -73,7 +74,7 @@ func TestNextJobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out[0].ID != job.ChainID("p", created, 1) || out[0].Queue != job.DefaultQueue || out[1].ID != "mine" || out[1].Queue != "q" {
+	if out[0].ID != job.ChainID("p", created, 1) || out[0].Queue != naming.DefaultQueue || out[1].ID != "mine" || out[1].Queue != "q" {
 		t.Fatalf("next jobs %+v %+v", out[0], out[1])
 	}
 	if anon.ID != "" || anon.Queue != "" {
