@@ -63,11 +63,8 @@ type Recorded struct {
 }
 
 var (
-	_ job.Enqueuer    = (*Enqueuer)(nil)
-	_ job.Controller  = (*Enqueuer)(nil)
-	_ job.Canceller   = (*Enqueuer)(nil)
-	_ job.Rescheduler = (*Enqueuer)(nil)
-	_ job.JobReader   = (*Enqueuer)(nil)
+	_ job.Enqueuer   = (*Enqueuer)(nil)
+	_ job.Controller = (*Enqueuer)(nil)
 )
 
 // Enqueue records envs, or reports why not, as broker.Enqueue: a batch with

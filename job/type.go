@@ -651,44 +651,27 @@ type Cancelled struct {
 	Running bool
 }
 
-// Canceller cancels a job: what [Type.Cancel] needs. *broker.Broker and
-// the test kit's delayqtest.Enqueuer implement it.
-type Canceller interface {
-	Cancel(ctx context.Context, queue, id string) (Cancelled, error)
-}
-
-// Rescheduler moves a scheduled job: what [Type.Reschedule] needs.
-// *broker.Broker and delayqtest.Enqueuer implement it.
-type Rescheduler interface {
-	Reschedule(ctx context.Context, queue, id string, at time.Time) (time.Time, error)
-}
-
-// JobReader looks a job up: what [Type.Lookup] needs. *broker.Broker and
-// delayqtest.Enqueuer implement it.
-type JobReader interface {
-	Job(ctx context.Context, queue, id string) (*JobInfo, error)
-}
-
-// Controller is all three: what the typed helpers [Type.Cancel],
-// [Type.Reschedule] and [Type.Lookup] need together.
+// Controller cancels, moves and looks up jobs: what the typed helpers
+// [Type.Cancel], [Type.Reschedule] and [Type.Lookup] take.
+// *broker.Broker and the test kit's delayqtest.Enqueuer implement it.
 type Controller interface {
-	Canceller
-	Rescheduler
-	JobReader
+	Cancel(ctx context.Context, queue, id string) (Cancelled, error)
+	Reschedule(ctx context.Context, queue, id string, at time.Time) (time.Time, error)
+	Job(ctx context.Context, queue, id string) (*JobInfo, error)
 }
 
 // Cancel cancels the type's job id in the type's queue, so the queue is
 // never spelled twice, as broker.Broker.Cancel does: a waiting job is
 // removed, a running one asked to stop (Cancelled.Running); an error
 // wraps broker.ErrNotFound when the queue has no such job.
-func (t *Type[T]) Cancel(ctx context.Context, b Canceller, id string) (Cancelled, error) {
+func (t *Type[T]) Cancel(ctx context.Context, b Controller, id string) (Cancelled, error) {
 	return b.Cancel(ctx, t.Queue(), id)
 }
 
 // Reschedule moves the type's scheduled job id to ready at at (the zero
 // time means now), returning the stored ready time. Errors as for
 // broker.Broker.Reschedule (broker.ErrNotFound, broker.ErrInProgress).
-func (t *Type[T]) Reschedule(ctx context.Context, b Rescheduler, id string, at time.Time) (time.Time, error) {
+func (t *Type[T]) Reschedule(ctx context.Context, b Controller, id string, at time.Time) (time.Time, error) {
 	return b.Reschedule(ctx, t.Queue(), id, at)
 }
 
@@ -696,7 +679,7 @@ func (t *Type[T]) Reschedule(ctx context.Context, b Rescheduler, id string, at t
 // (scheduled, processing, dead, or succeeded while retained: [Retain]).
 // Errors as for broker.Broker.Job (one
 // wrapping broker.ErrNotFound when the queue has no such job).
-func (t *Type[T]) Lookup(ctx context.Context, b JobReader, id string) (*JobInfo, error) {
+func (t *Type[T]) Lookup(ctx context.Context, b Controller, id string) (*JobInfo, error) {
 	return b.Job(ctx, t.Queue(), id)
 }
 
