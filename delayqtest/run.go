@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	jobattempt "github.com/delayq/delayq/internal/attempt"
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/rules"
 	"github.com/delayq/delayq/job"
@@ -212,7 +213,7 @@ func (r *Runner) Attempt(ctx context.Context, env *job.Envelope, attempt int) (*
 		})
 	}
 	mws := slices.Concat(r.Middleware, []job.Middleware{middleware.Timeout(0), middleware.Recover()})
-	ctx, a := job.WithAttempt(ctx, nil)
+	ctx, a := jobattempt.With[job.Envelope, job.Result, job.Progress](ctx, nil)
 	err := call(ctx, job.Chain(h, mws...), m)
 	var next []*job.Envelope
 	if err == nil {

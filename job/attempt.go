@@ -6,14 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/delayq/delayq/internal/attempt"
 )
 
 // What a handler can tell the worker about the attempt it runs: a result
 // to keep with the succeeded job (SetResult), how far it has come
-// (ReportProgress) and the jobs that follow it (Next). The worker puts an [Attempt] in the handler's context.
+// (ReportProgress) and the jobs that follow it (Next). The worker puts the
+// attempt in the handler's context.
 
 // ErrNoAttempt is returned by [SetResult], [ReportProgress] and [Next] when the
 // context is not a handler's (no worker runs the job).
@@ -32,82 +34,14 @@ type Progress struct {
 	At       time.Time // when it was reported (the server's clock)
 }
 
-// Attempt is one handling attempt: what its handler said during it, and
-// the [OnResult] callbacks that learn what became of it. The worker makes
-// one per attempt with [WithAttempt] and settles it ([Attempt.Settle]) once
-// the outcome is recorded; tests of handlers and middleware may too.
-type Attempt struct {
-	report func(context.Context, Progress) (time.Time, error)
+// jobAttempt is one handling attempt as package job sees it: what its
+// handler said during it, and the [OnResult] callbacks that learn what
+// became of it. The worker puts one in the handler's context.
+type jobAttempt = attempt.Attempt[Envelope, Result, Progress]
 
-	mu        sync.Mutex
-	result    []byte
-	hasResult bool
-	progress  *Progress
-	next      []*Envelope
-	fns       []func(Result) // OnResult callbacks, the first registered first
-	settled   bool
-	res       Result
-}
-
-type attemptKey struct{}
-
-// WithAttempt returns ctx carrying a new Attempt. report stores a progress
-// report (nil: progress is only kept in the Attempt) and returns the time
-// it was stored at. The worker calls it once per attempt before it calls
-// the handler chain, and settles the Attempt once the outcome is recorded.
-func WithAttempt(ctx context.Context, report func(context.Context, Progress) (time.Time, error)) (context.Context, *Attempt) {
-	c := &attemptContext{Context: ctx, a: Attempt{report: report}} // one allocation for both
-	return c, &c.a
-}
-
-// attemptContext is a context carrying an Attempt: context.WithValue's,
-// with the Attempt in the same allocation.
-type attemptContext struct {
-	context.Context
-	a Attempt
-}
-
-func (c *attemptContext) Value(key any) any {
-	if key == (attemptKey{}) {
-		return &c.a
-	}
-	return c.Context.Value(key)
-}
-
-// String names the context as context.WithValue's do.
-func (c *attemptContext) String() string {
-	return fmt.Sprintf("%v.WithValue(job.attemptKey, *job.Attempt)", c.Context)
-}
-
-// AttemptOf returns the Attempt of a handler's context, or nil.
-func AttemptOf(ctx context.Context) *Attempt {
-	a, _ := ctx.Value(attemptKey{}).(*Attempt)
-	return a
-}
-
-// Result returns the result set during the attempt and whether one was.
-func (a *Attempt) Result() ([]byte, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.result, a.hasResult
-}
-
-// Next returns the next jobs declared during the attempt ([Next]).
-func (a *Attempt) Next() []*Envelope {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.next
-}
-
-// Progress returns the last progress reported, or nil.
-func (a *Attempt) Progress() *Progress {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.progress == nil {
-		return nil
-	}
-	p := *a.progress
-	return &p
+// attemptOf returns the attempt of a handler's context, or nil.
+func attemptOf(ctx context.Context) *jobAttempt {
+	return attempt.Of[Envelope, Result, Progress](ctx)
 }
 
 // SetResult keeps result with the job when this attempt succeeds and the
@@ -115,16 +49,14 @@ func (a *Attempt) Progress() *Progress {
 // bytes are copied. It returns an error wrapping ErrInvalid for a result
 // over 1 MiB, or ErrNoAttempt outside a handler.
 func SetResult(ctx context.Context, result []byte) error {
-	a := AttemptOf(ctx)
+	a := attemptOf(ctx)
 	if a == nil {
 		return ErrNoAttempt
 	}
 	if len(result) > maxResultSize {
 		return invalid("result of %d bytes is over the limit of %d", len(result), maxResultSize)
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.result, a.hasResult = append([]byte(nil), result...), true
+	a.SetResult(append([]byte(nil), result...))
 	return nil
 }
 
@@ -136,7 +68,7 @@ func SetResult(ctx context.Context, result []byte) error {
 // error wrapping broker.ErrLeaseLost. Errors wrap ErrInvalid for a bad
 // fraction or message; ErrNoAttempt outside a handler.
 func ReportProgress(ctx context.Context, fraction float64, msg string) error {
-	a := AttemptOf(ctx)
+	a := attemptOf(ctx)
 	if a == nil {
 		return ErrNoAttempt
 	}
@@ -147,16 +79,14 @@ func ReportProgress(ctx context.Context, fraction float64, msg string) error {
 		return invalid("progress message must be at most %d bytes of UTF-8, not %d bytes", maxProgressMessage, len(msg))
 	}
 	p := Progress{Fraction: fraction, Message: msg, At: time.Now()}
-	if a.report != nil {
-		at, err := a.report(ctx, p)
-		if err != nil {
-			return fmt.Errorf("job: report progress: %w", err)
-		}
+	at, stored, err := a.Report(ctx, p)
+	if err != nil {
+		return fmt.Errorf("job: report progress: %w", err)
+	}
+	if stored {
 		p.At = at
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.progress = &p
+	a.SetProgress(p)
 	return nil
 }
 

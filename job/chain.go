@@ -63,7 +63,7 @@ func Then(next ...*Envelope) Option {
 // error wrapping ErrInvalid for a bad envelope or too many next jobs, and
 // ErrNoAttempt outside a handler.
 func Next(ctx context.Context, next ...*Envelope) error {
-	a := AttemptOf(ctx)
+	a := attemptOf(ctx)
 	if a == nil {
 		return ErrNoAttempt
 	}
@@ -75,12 +75,9 @@ func Next(ctx context.Context, next ...*Envelope) error {
 		}
 		checked = append(checked, c)
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if len(a.next)+len(checked) > maxNext {
-		return invalid("%d next jobs, more than the %d a job may declare", len(a.next)+len(checked), maxNext)
+	if n, ok := a.AddNext(checked, maxNext); !ok {
+		return invalid("%d next jobs, more than the %d a job may declare", n, maxNext)
 	}
-	a.next = append(a.next, checked...)
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/attempt"
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/job"
@@ -70,7 +71,7 @@ func (w *Worker) process(t *task) {
 	// The attempt keeps what the handler says of it (job.SetResult,
 	// job.ReportProgress); settling it tells middleware what became of it
 	// (job.OnResult).
-	ctx, attempt := job.WithAttempt(t, w.report) // t is ctx, and tells reportProgress the lease
+	ctx, attempt := attempt.With[job.Envelope, job.Result, job.Progress](t, w.report) // t is ctx, and tells reportProgress the lease
 	t.attempt = attempt
 	var inner *handlerCtx // the context the handler ran with, for Options.Enqueue
 	if len(w.cfg.Enqueue) > 0 {
