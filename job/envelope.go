@@ -105,9 +105,9 @@ type Backoff struct {
 	Jitter     float64
 }
 
-// Validate reports whether b is a usable schedule, by the rules of
+// validate reports whether b is a usable schedule, by the rules of
 // retry.Exponential.Validate. Errors wrap ErrInvalid.
-func (b *Backoff) Validate() error {
+func (b *Backoff) validate() error {
 	e := retry.Exponential{Initial: b.Initial, Multiplier: b.Multiplier, Max: b.Max, Jitter: b.Jitter}
 	if err := e.Validate(); err != nil {
 		return fmt.Errorf("job: %w: %v", ErrInvalid, err)

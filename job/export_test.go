@@ -23,3 +23,6 @@ const (
 func WithAttempt(ctx context.Context, report func(context.Context, Progress) (time.Time, error)) (context.Context, *attempt.Attempt[Envelope, Result, Progress]) {
 	return attempt.With[Envelope, Result, Progress](ctx, report)
 }
+
+// Validate is validate, for the tests of package job_test.
+func (b *Backoff) Validate() error { return b.validate() }

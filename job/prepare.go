@@ -61,7 +61,7 @@ func Prepare(env *Envelope, now time.Time) error {
 		return invalid("retention %s of job %q is negative", env.Retain, env.ID)
 	}
 	if env.Backoff != nil {
-		if err := env.Backoff.Validate(); err != nil {
+		if err := env.Backoff.validate(); err != nil {
 			return err
 		}
 	}

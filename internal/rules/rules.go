@@ -296,3 +296,25 @@ func NextJobs(id string, created time.Time, next []*job.Envelope, now time.Time,
 	}
 	return out, nil
 }
+
+// CheckRateLimit checks a rate limit (broker.Broker.SetRateLimit,
+// SetKeyRateLimit and the dashboard check it): a zero Count (no limit) or a positive Count with a
+// period of at least 1 ms; no negative burst or slack; Slack only with
+// Strict, and a strict limit without a burst (it allows Count at once).
+func CheckRateLimit(r job.RateLimit) error {
+	switch {
+	case r.Count < 0:
+		return naming.Invalid("rate limit count %d is negative", r.Count)
+	case r.Burst < 0:
+		return naming.Invalid("rate limit burst %d is negative", r.Burst)
+	case r.Count > 0 && r.Per < time.Millisecond:
+		return naming.Invalid("rate limit period %s is below 1ms", r.Per)
+	case r.Slack < 0:
+		return naming.Invalid("rate limit slack %s is negative", r.Slack)
+	case r.Slack > 0 && !r.Strict:
+		return naming.Invalid("rate limit slack %s without Strict (it widens a strict window only)", r.Slack)
+	case r.Strict && r.Burst > 1:
+		return naming.Invalid("strict rate limit with burst %d (a strict window allows Count at once; leave Burst 0)", r.Burst)
+	}
+	return nil
+}
