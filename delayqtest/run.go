@@ -70,7 +70,7 @@ type Result struct {
 	Message *job.Message
 	// Next are the jobs a success enqueues after the job (job.Then's,
 	// then those the handler declared with job.Next), as declared: a
-	// worker gives those without an ID job.ChainID. Nil unless the
+	// worker gives those without an ID the derived id (docs/batches.md). Nil unless the
 	// attempt succeeded (a next job the broker refuses, e.g. over
 	// MaxPayloadBytes, fails it: dead, "permanent error").
 	Next []*job.Envelope

@@ -2,13 +2,9 @@ package job
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"time"
-
-	"github.com/delayq/delayq/internal/naming"
 )
 
 // Chains: a job declares the jobs that follow it, enqueued once it
@@ -25,19 +21,12 @@ import (
 // most an attempt may add with [Next].
 const maxNext = 100
 
-// ChainRemember is how long the id of a next job that lives in another
-// slot than its parent is remembered after it ended, as [Unique] would:
-// should the parent run again after the next job was enqueued but before
-// the parent's acknowledgement (its worker died in between), its second
-// success finds the id pending or remembered and does not enqueue the next
-// job again.
-const ChainRemember = 24 * time.Hour
-
 // Then makes next be enqueued when the job succeeds, in the order given.
 // Each next job is an envelope of any type and queue ([Type.Envelope]); its
 // delay ([In]) counts from the success, its ready time ([At]) is absolute,
 // and it may carry next jobs of its own, so a chain can be as long as
-// needed. A next job without an [ID] gets [ChainID] of the job. Next jobs
+// needed. A next job without an [ID] gets an id derived from the job's id, creation
+// time and its place ("<id>><n>@<created ms, base 36>", see docs/batches.md). Next jobs
 // may not be [Unique], [Replace], [Debounce] or members of a batch of their own (the
 // next jobs of a batch member join its batch): the chain itself makes
 // them enqueued once. The envelopes are copied. Per job only.
@@ -129,21 +118,6 @@ func validateChain(next []*Envelope, now time.Time) error {
 		}
 	}
 	return nil
-}
-
-// ChainID is the id of the n-th next job (from 1) of the job id that was
-// created at created, for a next job declared without an ID:
-// "<id>><n>@<created ms, base 36>". The creation time tells apart two jobs
-// enqueued under one id one after the other, so that the next jobs of the
-// second are not taken for those of the first. An id that would be longer
-// than naming.MaxIDLen is replaced by a hash of the same parts.
-func ChainID(id string, created time.Time, n int) string {
-	s := id + ">" + strconv.Itoa(n) + "@" + strconv.FormatInt(created.UnixMilli(), 36)
-	if len(s) <= naming.MaxIDLen {
-		return s
-	}
-	h := sha256.Sum256([]byte(s))
-	return "c:" + idEncoding.EncodeToString(h[:20])
 }
 
 // wireNext is a next job as its parent's body stores it.

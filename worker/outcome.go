@@ -14,6 +14,7 @@ import (
 	"github.com/delayq/delayq/internal/attempt"
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
+	"github.com/delayq/delayq/internal/rules"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/middleware"
 	"github.com/delayq/delayq/retry"
@@ -164,13 +165,13 @@ var errNotAcked = errors.New("worker: the job was handed back before its ack; it
 func (w *Worker) ackThrough(hctx context.Context, c *protocol.Claimed, m *job.Message, entry job.Entry, t *task, op protocol.Op, next []*job.Envelope) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(hctx), w.cfg.Lease)
 	defer cancel()
-	// Copies, named as Chain names them (job.ChainID): the middleware may
+	// Copies, named as Chain names them (rules.ChainID): the middleware may
 	// replace their headers, and sees the ids they are stored under.
 	envs := make([]*job.Envelope, len(next))
 	for i, e := range next {
 		cp := *e
 		if cp.ID == "" {
-			cp.ID = job.ChainID(c.ID, c.Envelope.CreatedAt, i+1)
+			cp.ID = rules.ChainID(c.ID, c.Envelope.CreatedAt, i+1)
 		}
 		envs[i] = &cp
 	}

@@ -15,8 +15,11 @@
 package rules
 
 import (
+	"crypto/sha256"
+	"encoding/base32"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/delayq/delayq/internal/naming"
@@ -272,7 +275,7 @@ func Change(found Found, queue, id string) error {
 // NextJobs returns the next jobs of the job id created at created that has
 // just succeeded (job.Then's, then those its attempt declared with
 // job.Next), ready to enqueue: copies, a job without an ID given
-// job.ChainID(id, created, n), one without a queue naming.DefaultQueue, each
+// ChainID(id, created, n), one without a queue naming.DefaultQueue, each
 // checked by Prepare with the payload cap. A next job that does not pass
 // fails the success: a worker dead-letters the job (the error wraps
 // job.ErrInvalid, so it is permanent).
@@ -284,7 +287,7 @@ func NextJobs(id string, created time.Time, next []*job.Envelope, now time.Time,
 		}
 		e := *n
 		if e.ID == "" {
-			e.ID = job.ChainID(id, created, i+1)
+			e.ID = ChainID(id, created, i+1)
 		}
 		if e.Queue == "" {
 			e.Queue = naming.DefaultQueue
@@ -318,3 +321,28 @@ func CheckRateLimit(r job.RateLimit) error {
 	}
 	return nil
 }
+
+// ChainRemember is how long the id of a next job that lives in another
+// slot than its parent is remembered after it ended, as job.Unique would:
+// should the parent run again after the next job was enqueued but before
+// the parent's acknowledgement (its worker died in between), its second
+// success finds the id pending or remembered and does not enqueue the next
+// job again.
+const ChainRemember = 24 * time.Hour
+
+// ChainID is the id of the n-th next job (from 1) of the job id that was
+// created at created, for a next job declared without an id (job.Then, job.Next):
+// "<id>><n>@<created ms, base 36>". The creation time tells apart two jobs
+// enqueued under one id one after the other, so that the next jobs of the
+// second are not taken for those of the first. An id that would be longer
+// than naming.MaxIDLen is replaced by a hash of the same parts.
+func ChainID(id string, created time.Time, n int) string {
+	s := id + ">" + strconv.Itoa(n) + "@" + strconv.FormatInt(created.UnixMilli(), 36)
+	if len(s) <= naming.MaxIDLen {
+		return s
+	}
+	h := sha256.Sum256([]byte(s))
+	return "c:" + chainIDEncoding.EncodeToString(h[:20])
+}
+
+var chainIDEncoding = base32.NewEncoding("0123456789abcdefghijklmnopqrstuv").WithPadding(base32.NoPadding)

@@ -65,7 +65,7 @@ type jobJSON struct {
 type nextJSON struct {
 	Type    string  `json:"type"`
 	Queue   string  `json:"queue"`
-	ID      string  `json:"id,omitempty"` // empty: job.ChainID of the parent
+	ID      string  `json:"id,omitempty"` // empty: derived from the parent's
 	DelayMS int64   `json:"delay_ms,omitempty"`
 	ReadyAt *string `json:"ready_at,omitempty"`
 	Then    int     `json:"then,omitempty"` // next jobs of its own
