@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/internal/rules"
 	"github.com/delayq/delayq/job"
 )
@@ -537,7 +538,7 @@ func Decode[T any](typ *job.Type[T], env *job.Envelope) (T, error) {
 	}); err != nil {
 		return args, err
 	}
-	entry, _ := reg.Lookup(typ.Name())
+	entry, _ := reg.Table(registry.Key{}).Lookup(typ.Name())
 	err := entry.Handler.Handle(context.Background(), &job.Message{Envelope: *env})
 	return args, err
 }

@@ -11,6 +11,7 @@ import (
 
 	jobattempt "github.com/delayq/delayq/internal/attempt"
 	"github.com/delayq/delayq/internal/naming"
+	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/internal/rules"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/middleware"
@@ -197,7 +198,7 @@ func (r *Runner) Attempt(ctx context.Context, env *job.Envelope, attempt int) (*
 		}
 		return res, nil
 	}
-	entry, known := r.Registry.Lookup(m.Type)
+	entry, known := r.Registry.Table(registry.Key{}).Lookup(m.Type)
 	// The handler's deadline: the job's, else its type's, else the
 	// runner's, as the worker gives it.
 	if m.Timeout <= 0 {
@@ -235,7 +236,7 @@ func (r *Runner) Attempt(ctx context.Context, env *job.Envelope, attempt int) (*
 			err = fmt.Errorf("snoozed %d times, the cap (retry.MaxSnoozes); last: %s", m.Snoozes, err.Error())
 			res.Err = err
 		}
-		d := retry.Decide(m.Attempt, m.MaxRetries, entry.Policy(m, r.fallback()), err)
+		d := retry.Decide(m.Attempt, m.MaxRetries, rules.Policy(m, entry.Retry, r.fallback()), err)
 		res.Reason, res.Delay, res.Outcome, res.Snoozed = d.Reason, d.Delay, job.OutcomeRetry, d.Snooze
 		if d.Dead {
 			res.Delay, res.Outcome = 0, job.OutcomeDead

@@ -10,7 +10,7 @@
 //	reg, err := fleet.New(rdb, ns, fleet.Process{
 //		Role:   fleet.RoleWorker,
 //		Queues: []fleet.Queue{{Name: "orders", Concurrency: 20}},
-//		Types:  registry.Types(),
+//		Types:  []string{"order.cancel"},
 //	}, fleet.Options{Held: func() []fleet.HeldJob { ... }})
 //	go reg.Run(ctx) // beats every TTL/3; deregisters when ctx is done
 //

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/internal/naming"
+	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
 )
@@ -197,10 +198,11 @@ func TestRegistry(t *testing.T) {
 	typ := job.New[SMS]("sms.send", job.Retry(retry.Constant(time.Second)), job.Timeout(time.Minute))
 	var got SMS
 	typ.Handle(reg, func(ctx context.Context, j *job.Job[SMS]) error { got = j.Args; return nil })
-	if err := typ.Register(reg, func(context.Context, *job.Job[SMS]) error { return nil }); !errors.Is(err, job.ErrAlreadyRegistered) {
+	if err := typ.Register(reg, func(context.Context, *job.Job[SMS]) error { return nil }); !errors.Is(err, job.ErrInvalid) || !strings.Contains(err.Error(), "has a handler already") {
 		t.Fatalf("second registration: %v", err)
 	}
-	e, ok := reg.Lookup("sms.send")
+	table := reg.Table(registry.Key{})
+	e, ok := table.Lookup("sms.send")
 	if !ok || e.Timeout != time.Minute || e.Retry.Delay(3) != time.Second {
 		t.Fatalf("entry %+v", e)
 	}
@@ -214,10 +216,10 @@ func TestRegistry(t *testing.T) {
 	if !errors.As(err, &de) || !retry.IsPermanent(err) || !strings.Contains(err.Error(), `payload of type "sms.send" does not decode into job_test.SMS`) {
 		t.Fatalf("bad payload: %v", err)
 	}
-	if err := reg.Register("x", job.Entry{}); !errors.Is(err, job.ErrInvalid) {
+	if err := job.New[SMS]("x").Register(reg, nil); !errors.Is(err, job.ErrInvalid) {
 		t.Fatalf("nil handler: %v", err)
 	}
-	if names := reg.Types(); len(names) != 1 || names[0] != "sms.send" {
+	if names := table.Types(); len(names) != 1 || names[0] != "sms.send" {
 		t.Fatalf("types %v", names)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/internal/naming"
+	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/retry"
 )
 
@@ -222,7 +223,8 @@ func (t *Type[T]) Handle(r *Registry, fn func(ctx context.Context, j *Job[T]) er
 	}
 }
 
-// Register is [Type.Handle] returning an error.
+// Register is [Type.Handle] returning an error, one wrapping [ErrInvalid]
+// when the type has a handler in r already.
 func (t *Type[T]) Register(r *Registry, fn func(ctx context.Context, j *Job[T]) error) error {
 	if fn == nil {
 		return invalid("nil handler for job type %q", t.name)
@@ -236,7 +238,10 @@ func (t *Type[T]) Register(r *Registry, fn func(ctx context.Context, j *Job[T]) 
 		}
 		return fn(ctx, j)
 	})
-	return r.Register(name, Entry{Handler: h, Retry: t.defaults.retry, Timeout: t.defaults.timeout, Retain: t.defaults.retain, Queue: t.defaults.queue})
+	if err := r.t.Register(name, registry.Entry[Handler, retry.Policy]{Handler: h, Retry: t.defaults.retry, Timeout: t.defaults.timeout, Retain: t.defaults.retain, Queue: t.defaults.queue}); err != nil {
+		return invalid("%v", err)
+	}
+	return nil
 }
 
 // settings collects options.

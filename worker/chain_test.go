@@ -15,6 +15,7 @@ import (
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/internal/rules"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
@@ -317,7 +318,7 @@ func TestChainInABatch(t *testing.T) {
 	})
 	for _, name := range []string{"flow.done", "flow.ended"} {
 		name := name
-		if err := tb.reg.Register(name, job.Entry{Queue: "cb", Handler: job.HandlerFunc(func(ctx context.Context, m *job.Message) error {
+		if err := tb.reg.Table(registry.Key{}).Register(name, registry.Entry[job.Handler, retry.Policy]{Queue: "cb", Handler: job.HandlerFunc(func(ctx context.Context, m *job.Message) error {
 			log.add(name, m.ID)
 			return nil
 		})}); err != nil {

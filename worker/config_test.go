@@ -12,6 +12,7 @@ import (
 
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/worker"
 )
@@ -27,8 +28,8 @@ func TestQueuesDefaultToRegisteredTypes(t *testing.T) {
 	for _, typ := range []*job.Type[payload]{sms, mail} {
 		typ.Handle(tb.reg, func(context.Context, *job.Job[payload]) error { ran.Add(1); return nil })
 	}
-	if got := strings.Join(tb.reg.Queues(), ","); got != "mail,sms" {
-		t.Fatalf("Registry.Queues() = %q", got)
+	if got := strings.Join(tb.reg.Table(registry.Key{}).Queues(naming.DefaultQueue), ","); got != "mail,sms" {
+		t.Fatalf("the registry's queues: %q", got)
 	}
 	cfg := tb.config(t)
 	var logs syncBuffer

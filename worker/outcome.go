@@ -14,6 +14,7 @@ import (
 	"github.com/delayq/delayq/internal/attempt"
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
+	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/internal/rules"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/middleware"
@@ -50,7 +51,7 @@ func (w *Worker) process(t *task) {
 	t.msg = job.Message{Envelope: *c.Envelope, Attempt: c.Attempt}
 	m := &t.msg
 	m.ClaimedAt = claimedAt
-	entry, known := w.cfg.Registry.Lookup(m.Type)
+	entry, known := w.cfg.Registry.Table(registry.Key{}).Lookup(m.Type)
 	// The handler's deadline: the job's, else its type's, else the
 	// worker's. Only the message carries it; the stored envelope keeps
 	// what the producer set.
@@ -162,7 +163,7 @@ var errNotAcked = errors.New("worker: the job was handed back before its ack; it
 // the ack and waits for it: a refused ack (the lease was lost) refuses
 // them. A chain that fails, or middleware that refuses before the ack,
 // fails the attempt, as without middleware.
-func (w *Worker) ackThrough(hctx context.Context, c *protocol.Claimed, m *job.Message, entry job.Entry, t *task, op protocol.Op, next []*job.Envelope) {
+func (w *Worker) ackThrough(hctx context.Context, c *protocol.Claimed, m *job.Message, entry registry.Entry[job.Handler, retry.Policy], t *task, op protocol.Op, next []*job.Envelope) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(hctx), w.cfg.Lease)
 	defer cancel()
 	// Copies, named as Chain names them (rules.ChainID): the middleware may
@@ -328,8 +329,8 @@ func (w *Worker) ended(op *protocol.Op, e settling, r protocol.Settled) {
 }
 
 // decide decides a failed attempt of m (retry.Decide with the job's policy).
-func (w *Worker) decide(m *job.Message, entry job.Entry, err error) retry.Decision {
-	return retry.Decide(m.Attempt, m.MaxRetries, entry.Policy(m, w.cfg.Retry), err)
+func (w *Worker) decide(m *job.Message, entry registry.Entry[job.Handler, retry.Policy], err error) retry.Decision {
+	return retry.Decide(m.Attempt, m.MaxRetries, rules.Policy(m, entry.Retry, w.cfg.Retry), err)
 }
 
 // jobLogger returns the logger for one job's outcome. It is built only when
@@ -384,7 +385,7 @@ func remember(env *job.Envelope, dead bool) time.Duration {
 // fail retries or dead-letters a job whose attempt returned err, then
 // settles the attempt. Per-job outcomes are logged at debug level here;
 // middleware.Logging writes the outcome lines.
-func (w *Worker) fail(c *protocol.Claimed, m *job.Message, entry job.Entry, t *task, err error) {
+func (w *Worker) fail(c *protocol.Claimed, m *job.Message, entry registry.Entry[job.Handler, retry.Policy], t *task, err error) {
 	logger := w.jobLogger(c)
 	if _, ok := retry.SnoozeDelay(err); ok && m.Snoozes >= retry.MaxSnoozes {
 		// The cap: this snooze is a failed attempt like any other.
@@ -414,7 +415,7 @@ func (w *Worker) fail(c *protocol.Claimed, m *job.Message, entry job.Entry, t *t
 
 // retain is how long a succeeded job is kept: its own Retain, else its
 // type's.
-func retain(env *job.Envelope, entry job.Entry) time.Duration {
+func retain(env *job.Envelope, entry registry.Entry[job.Handler, retry.Policy]) time.Duration {
 	if env.Retain > 0 {
 		return env.Retain
 	}

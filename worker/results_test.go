@@ -9,7 +9,9 @@ import (
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/job"
+	"github.com/delayq/delayq/retry"
 )
 
 type report struct {
@@ -85,10 +87,10 @@ func TestRetentionDefaultsAndNone(t *testing.T) {
 	ok := job.HandlerFunc(func(ctx context.Context, m *job.Message) error {
 		return job.SetResult(ctx, []byte("raw bytes"))
 	})
-	if err := tb.reg.Register("plain", job.Entry{Handler: ok}); err != nil {
+	if err := tb.reg.Table(registry.Key{}).Register("plain", registry.Entry[job.Handler, retry.Policy]{Handler: ok}); err != nil {
 		t.Fatal(err)
 	}
-	if err := tb.reg.Register("kept", job.Entry{Handler: ok, Retain: time.Minute}); err != nil {
+	if err := tb.reg.Table(registry.Key{}).Register("kept", registry.Entry[job.Handler, retry.Policy]{Handler: ok, Retain: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	start(t, tb.config(t))

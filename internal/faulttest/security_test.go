@@ -34,6 +34,7 @@ import (
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
@@ -283,7 +284,7 @@ func TestPayloadIsData(t *testing.T) {
 	var mu sync.Mutex
 	got := map[string][]byte{}
 	reg := job.NewRegistry()
-	if err := reg.Register("data.only", job.Entry{Handler: job.HandlerFunc(func(ctx context.Context, m *job.Message) error {
+	if err := reg.Table(registry.Key{}).Register("data.only", registry.Entry[job.Handler, retry.Policy]{Handler: job.HandlerFunc(func(ctx context.Context, m *job.Message) error {
 		mu.Lock()
 		got[m.ID] = bytes.Clone(m.Payload)
 		mu.Unlock()

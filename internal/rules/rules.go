@@ -24,6 +24,7 @@ import (
 
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
+	"github.com/delayq/delayq/retry"
 )
 
 var (
@@ -346,3 +347,17 @@ func ChainID(id string, created time.Time, n int) string {
 }
 
 var chainIDEncoding = base32.NewEncoding("0123456789abcdefghijklmnopqrstuv").WithPadding(base32.NoPadding)
+
+// Policy is the retry policy of an attempt of m: the job's own backoff,
+// else its type's policy (typ), else fallback (a worker's default). Every
+// place that decides a failed attempt (the worker, delayqtest.Runner)
+// picks it here.
+func Policy(m *job.Message, typ, fallback retry.Policy) retry.Policy {
+	switch {
+	case m.Backoff != nil:
+		return retry.Exponential{Initial: m.Backoff.Initial, Multiplier: m.Backoff.Multiplier, Max: m.Backoff.Max, Jitter: m.Backoff.Jitter}
+	case typ != nil:
+		return typ
+	}
+	return fallback
+}
