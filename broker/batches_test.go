@@ -12,6 +12,7 @@ import (
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/testkit"
+	"github.com/delayq/delayq/internal/wire"
 	"github.com/delayq/delayq/job"
 )
 
@@ -216,7 +217,7 @@ func TestCallbackMiddleware(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := job.Decode(info.Body)
+		got, err := wire.Decode(info.Body)
 		if err != nil {
 			t.Fatal(err)
 		}

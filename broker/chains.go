@@ -10,6 +10,7 @@ import (
 
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/rules"
+	"github.com/delayq/delayq/internal/wire"
 	"github.com/delayq/delayq/job"
 )
 
@@ -83,7 +84,7 @@ func enqueuedOrPending(err error) error {
 func chainArg(next []*job.Envelope) (string, error) {
 	var sb strings.Builder
 	for _, e := range next {
-		body, err := e.MarshalBinary()
+		body, err := wire.Encode(e)
 		if err != nil {
 			return "", err
 		}

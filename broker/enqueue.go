@@ -11,6 +11,7 @@ import (
 
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/rules"
+	"github.com/delayq/delayq/internal/wire"
 	"github.com/delayq/delayq/job"
 )
 
@@ -235,5 +236,5 @@ func (b *Broker) prepare(env *job.Envelope, now time.Time) ([]byte, error) {
 	if err := rules.Prepare(env, now, b.opts.MaxPayloadBytes); err != nil {
 		return nil, err
 	}
-	return env.MarshalBinary()
+	return wire.Encode(env)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/internal/rules"
+	"github.com/delayq/delayq/internal/wire"
 	"github.com/delayq/delayq/job"
 )
 
@@ -274,7 +275,7 @@ func (e *Enqueuer) Job(ctx context.Context, queue, id string) (*job.JobInfo, err
 	if r == nil {
 		return nil, fmt.Errorf("%w: no job %q in queue %q", broker.ErrNotFound, id, queue)
 	}
-	body, err := env.MarshalBinary()
+	body, err := wire.Encode(&env)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delayq/delayq/internal/wire"
 	"github.com/delayq/delayq/job"
 )
 
@@ -99,15 +100,15 @@ func TestRetainRoundTrips(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, err := env.MarshalBinary()
+	body, err := wire.Encode(env)
 	if err != nil {
 		t.Fatal(err)
 	}
-	back, err := job.Decode(body)
+	back, err := wire.Decode(body)
 	if err != nil || back.Retain != 90*time.Second {
 		t.Fatalf("decoded retain %v, %v (body %s)", back.Retain, err, body)
 	}
-	if _, err := job.Decode([]byte(`{"t":"t","rt":-5}`)); !errors.Is(err, job.ErrCorrupt) {
+	if _, err := wire.Decode([]byte(`{"t":"t","rt":-5}`)); !errors.Is(err, wire.ErrCorrupt) {
 		t.Fatalf("a negative stored retention: %v", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delayq/delayq/internal/wire"
 	"github.com/delayq/delayq/job"
 )
 
@@ -15,17 +16,17 @@ var benchEnvelope = &job.Envelope{
 func BenchmarkEnvelopeEncode(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := benchEnvelope.MarshalBinary(); err != nil {
+		if _, err := wire.Encode(benchEnvelope); err != nil {
 			b.Fatal(err)
 		}
 	}
 }
 
 func BenchmarkEnvelopeDecode(b *testing.B) {
-	data, _ := benchEnvelope.MarshalBinary()
+	data, _ := wire.Encode(benchEnvelope)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := job.Decode(data); err != nil {
+		if _, err := wire.Decode(data); err != nil {
 			b.Fatal(err)
 		}
 	}

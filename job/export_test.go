@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/internal/attempt"
+	"github.com/delayq/delayq/internal/naming"
 )
 
 // ValidateHeader is validateHeader, for the fuzz tests of package job_test.
@@ -14,8 +15,8 @@ var ValidateHeader = validateHeader
 const (
 	MaxResultSize      = maxResultSize
 	MaxProgressMessage = maxProgressMessage
-	MaxErrorLen        = maxErrorLen
-	MaxNext            = maxNext
+	MaxErrorLen        = naming.MaxErrorLen
+	MaxNext            = naming.MaxNext
 )
 
 // WithAttempt returns ctx carrying a new attempt, as a worker makes one, for

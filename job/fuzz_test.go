@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/delayq/delayq/internal/naming"
+	"github.com/delayq/delayq/internal/wire"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
 )
@@ -66,9 +67,9 @@ func FuzzDecode(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		e, err := job.Decode(data)
+		e, err := wire.Decode(data)
 		if err != nil {
-			if !errors.Is(err, job.ErrCorrupt) || e != nil {
+			if !errors.Is(err, wire.ErrCorrupt) || e != nil {
 				t.Fatalf("Decode(%q) = %v, %v; want nil and an error wrapping ErrCorrupt", data, e, err)
 			}
 			return
@@ -84,11 +85,11 @@ func FuzzDecode(f *testing.F) {
 				t.Fatalf("decoded backoff the worker cannot use: %v", err)
 			}
 		}
-		body, err := e.MarshalBinary()
+		body, err := wire.Encode(e)
 		if err != nil {
 			t.Fatalf("MarshalBinary of decoded %+v: %v", e, err)
 		}
-		again, err := job.Decode(body)
+		again, err := wire.Decode(body)
 		if err != nil {
 			t.Fatalf("Decode(MarshalBinary(Decode(%q))) = %v", data, err)
 		}
@@ -127,11 +128,11 @@ func FuzzPayload(f *testing.F) {
 	typ := job.New[codecArgs]("fuzz.payload")
 	f.Fuzz(func(t *testing.T, payload []byte, s string) {
 		e := &job.Envelope{Type: "fuzz.raw", Payload: payload}
-		body, err := e.MarshalBinary()
+		body, err := wire.Encode(e)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := job.Decode(body)
+		got, err := wire.Decode(body)
 		if err != nil {
 			t.Fatalf("Decode of a stored raw payload %q: %v", payload, err)
 		}
@@ -144,11 +145,11 @@ func FuzzPayload(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		body, err = env.MarshalBinary()
+		body, err = wire.Encode(env)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err = job.Decode(body)
+		got, err = wire.Decode(body)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -250,11 +251,11 @@ func FuzzOptions(f *testing.F) {
 		if atMS != 0 && (!env.At.Equal(at) || env.Delay != 0) || atMS == 0 && env.Delay != time.Duration(delay) {
 			t.Fatalf("envelope At %v Delay %v; want At %v or Delay %v", env.At, env.Delay, at, delay)
 		}
-		body, err := env.MarshalBinary()
+		body, err := wire.Encode(env)
 		if err != nil {
 			t.Fatalf("MarshalBinary: %v", err)
 		}
-		got, err := job.Decode(body)
+		got, err := wire.Decode(body)
 		if err != nil {
 			t.Fatalf("Decode of a valid envelope: %v", err)
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/registry"
+	"github.com/delayq/delayq/internal/wire"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
 )
@@ -32,11 +33,11 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 		{Type: "spaced", Payload: []byte(`{ "a" : [1, 2.50] }`)}, // kept byte for byte
 	}
 	for _, want := range cases {
-		data, err := want.MarshalBinary()
+		data, err := wire.Encode(want)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := job.Decode(data)
+		got, err := wire.Decode(data)
 		if err != nil {
 			t.Fatalf("decode %s: %v", data, err)
 		}
@@ -52,7 +53,7 @@ func TestEnvelopeWireIsCompact(t *testing.T) {
 	t.Parallel()
 	e := &job.Envelope{ID: "not-stored", Queue: "not-stored", Type: "sms.send", Payload: []byte(`{"to":"+1"}`), MaxRetries: 3,
 		CreatedAt: time.UnixMilli(1_800_000_000_000), Delay: time.Hour}
-	data, _ := e.MarshalBinary()
+	data, _ := wire.Encode(e)
 	if want := `{"t":"sms.send","p":{"to":"+1"},"r":3,"c":1800000000000}`; string(data) != want {
 		t.Fatalf("wire %s, want %s", data, want)
 	}
@@ -62,11 +63,11 @@ func TestEnvelopeWireIsCompact(t *testing.T) {
 		0:                        `{"t":"sms.send","p":{"to":"+1"},"r":0}`,
 	} {
 		e := &job.Envelope{Type: "sms.send", Payload: []byte(`{"to":"+1"}`), MaxRetries: retries}
-		data, _ := e.MarshalBinary()
+		data, _ := wire.Encode(e)
 		if string(data) != want {
 			t.Errorf("MaxRetries %d: wire %s, want %s", retries, data, want)
 		}
-		if got, err := job.Decode(data); err != nil || got.MaxRetries != retries {
+		if got, err := wire.Decode(data); err != nil || got.MaxRetries != retries {
 			t.Errorf("MaxRetries %d decoded as %v (%v)", retries, got, err)
 		}
 	}
@@ -75,7 +76,7 @@ func TestEnvelopeWireIsCompact(t *testing.T) {
 func TestDecodeRejectsCorruptBodies(t *testing.T) {
 	t.Parallel()
 	for _, body := range []string{"", "\x00\xff", "[]", `{"t":""}`, `{"t":"x{y}"}`, `{"t":"ok","r":-1}`, `{"t":"ok","to":-5}`, `{"t":"ok","pb":"!!"}`} {
-		if _, err := job.Decode([]byte(body)); !errors.Is(err, job.ErrCorrupt) {
+		if _, err := wire.Decode([]byte(body)); !errors.Is(err, wire.ErrCorrupt) {
 			t.Errorf("Decode(%q) = %v, want ErrCorrupt", body, err)
 		}
 	}
@@ -84,8 +85,8 @@ func TestDecodeRejectsCorruptBodies(t *testing.T) {
 func TestLastErrorIsCapped(t *testing.T) {
 	t.Parallel()
 	e := &job.Envelope{Type: "t", LastError: strings.Repeat("e", job.MaxErrorLen*2)}
-	data, _ := e.MarshalBinary()
-	got, _ := job.Decode(data)
+	data, _ := wire.Encode(e)
+	got, _ := wire.Decode(data)
 	if len(got.LastError) > job.MaxErrorLen || !strings.HasSuffix(got.LastError, "(truncated)") {
 		t.Fatalf("last error kept %d bytes", len(got.LastError))
 	}

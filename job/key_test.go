@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/delayq/delayq/internal/naming"
+	"github.com/delayq/delayq/internal/wire"
 	"github.com/delayq/delayq/job"
 )
 
@@ -36,14 +37,14 @@ func TestKeyFromArgumentsAndPerJob(t *testing.T) {
 		if env.Key != c.want {
 			t.Errorf("key of %+v %v = %q, want %q", c.args, c.opts, env.Key, c.want)
 		}
-		body, err := env.MarshalBinary()
+		body, err := wire.Encode(env)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if c.want != "" && !strings.HasPrefix(string(body), `{"t":"sms.send","k":"`+c.want+`",`) {
 			t.Errorf("body %s does not carry the key in its header", body)
 		}
-		back, err := job.Decode(body)
+		back, err := wire.Decode(body)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -60,7 +61,7 @@ func TestKeyFromArgumentsAndPerJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, _ := unique.MarshalBinary()
+	body, _ := wire.Encode(unique)
 	if !strings.HasPrefix(string(body), `{"t":"sms.plain","u":0,"k":"k1",`) {
 		t.Errorf("key after the uniqueness fields: %s", body)
 	}

@@ -8,16 +8,17 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/delayq/delayq/internal/wire"
 	"github.com/delayq/delayq/job"
 )
 
 func roundTrip(t *testing.T, e *job.Envelope) *job.Envelope {
 	t.Helper()
-	body, err := e.MarshalBinary()
+	body, err := wire.Encode(e)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := job.Decode(body)
+	got, err := wire.Decode(body)
 	if err != nil {
 		t.Fatalf("Decode(%q): %v", body, err)
 	}
@@ -61,7 +62,7 @@ func TestDecodeRejectsOutOfRangeValues(t *testing.T) {
 		`[]`,
 		``,
 	} {
-		if e, err := job.Decode([]byte(body)); !errors.Is(err, job.ErrCorrupt) {
+		if e, err := wire.Decode([]byte(body)); !errors.Is(err, wire.ErrCorrupt) {
 			t.Errorf("Decode(%s) = %+v, %v; want an error wrapping ErrCorrupt", body, e, err)
 		}
 	}

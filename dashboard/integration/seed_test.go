@@ -12,6 +12,7 @@ import (
 	"github.com/delayq/delayq/internal/clock"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/testkit"
+	"github.com/delayq/delayq/internal/wire"
 	"github.com/delayq/delayq/job"
 )
 
@@ -110,7 +111,7 @@ func seedDemo(t testing.TB, rdb redis.UniversalClient, ns string) demo {
 					if len(out.DeadIDs) == 6 {
 						env := *c.Envelope
 						env.Payload = []byte(`{"to":"mallory@example.com","subject":"` + xssSubject + `"}`)
-						if body, err = env.MarshalBinary(); err != nil {
+						if body, err = wire.Encode(&env); err != nil {
 							t.Fatal(err)
 						}
 						out.XSSID = c.ID

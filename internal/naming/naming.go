@@ -27,6 +27,13 @@ const (
 	MaxBatchIDLen = 128
 )
 
+// MaxNext is the most next jobs a job may declare with job.Then, and the
+// most an attempt may add with job.Next.
+const MaxNext = 100
+
+// MaxErrorLen caps the last error kept in an envelope, in bytes.
+const MaxErrorLen = 16 << 10
+
 // Defaults every package shares: the queue of a job that names none and
 // the retry budget of a job type that sets none.
 const (

@@ -1,4 +1,4 @@
-package job
+package wire
 
 import (
 	"encoding/json"
