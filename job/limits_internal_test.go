@@ -41,3 +41,29 @@ func TestDocLimits(t *testing.T) {
 		}
 	}
 }
+
+// TestTrimReasonsDocumented holds the names of the reasons a dead record is
+// trimmed for (TrimmedRecord.Trim, the reason label of the dead_trimmed
+// metric) to their docs: the field's doc and docs/observability.md.
+func TestTrimReasonsDocumented(t *testing.T) {
+	src, err := os.ReadFile("inspect.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs, err := os.ReadFile("../docs/observability.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	field := strings.Join(strings.Fields(strings.ReplaceAll(string(src), "//", "")), " ")
+	for _, want := range []string{
+		`Trim says why: "` + naming.TrimCap + `", the store was at its cap`,
+		`"` + naming.TrimAge + `", the record was older than`,
+	} {
+		if !strings.Contains(field, want) {
+			t.Errorf("TrimmedRecord.Trim's doc does not say %q", want)
+		}
+	}
+	if want := "reason (`" + naming.TrimCap + "`, `" + naming.TrimAge + "`)"; !strings.Contains(string(obs), want) {
+		t.Errorf("docs/observability.md does not list the reasons as %q", want)
+	}
+}

@@ -435,8 +435,8 @@ func ObserveQueues(r QueueStatsReader, queues []string, opts ...MetricsOption) (
 			}
 			o.ObserveInt64(paused, p, labels)
 			o.ObserveFloat64(lag, s.Lateness().Seconds(), labels)
-			o.ObserveInt64(trimmed, s.DeadTrimmedCap, metric.WithAttributeSet(attribute.NewSet(LabelQueue.String(q), LabelReason.String(job.TrimCap))))
-			o.ObserveInt64(trimmed, s.DeadTrimmedAge, metric.WithAttributeSet(attribute.NewSet(LabelQueue.String(q), LabelReason.String(job.TrimAge))))
+			o.ObserveInt64(trimmed, s.DeadTrimmedCap, metric.WithAttributeSet(attribute.NewSet(LabelQueue.String(q), LabelReason.String(naming.TrimCap))))
+			o.ObserveInt64(trimmed, s.DeadTrimmedAge, metric.WithAttributeSet(attribute.NewSet(LabelQueue.String(q), LabelReason.String(naming.TrimAge))))
 			o.ObserveInt64(unarchived, s.DeadTrimmedUnarchived, labels)
 			if serving != nil {
 				o.ObserveInt64(procs, serving[q], labels)

@@ -124,7 +124,7 @@ func TestDeadTrimCountedWarnedKept(t *testing.T) {
 			t.Fatalf("trimmed record of unknown job %q", r.ID)
 		case seen[r.ID]:
 			t.Fatalf("job %q handed to the hook twice, or trimmed and still stored", r.ID)
-		case r.Trim != job.TrimCap || r.Queue != naming.DefaultQueue || r.Type != "trim.die" || r.Attempts != 1:
+		case r.Trim != naming.TrimCap || r.Queue != naming.DefaultQueue || r.Type != "trim.die" || r.Attempts != 1:
 			t.Fatalf("record %+v: want trim cap, queue default, type trim.die, 1 attempt", r)
 		case r.Envelope == nil || string(r.Envelope.Payload) != fmt.Sprintf(`{"n":%d}`, n) || r.Envelope.ID != r.ID:
 			t.Fatalf("record %q: envelope %+v, want the job's own (payload N %d)", r.ID, r.Envelope, n)

@@ -31,6 +31,13 @@ const (
 // most an attempt may add with job.Next.
 const MaxNext = 100
 
+// Why a dead record was trimmed from the dead-letter store
+// (job.TrimmedRecord.Trim, the reason label of delayq.queue.dead_trimmed).
+const (
+	TrimCap = "cap" // the store was at its cap (broker.Options.DeadCap)
+	TrimAge = "age" // the record was older than broker.Options.DeadMaxAge
+)
+
 // MaxErrorLen caps the last error kept in an envelope, in bytes.
 const MaxErrorLen = 16 << 10
 

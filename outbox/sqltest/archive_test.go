@@ -126,7 +126,7 @@ func TestDeadTrimmedArchivedToPostgres(t *testing.T) {
 		switch {
 		case kept[id]:
 			t.Fatalf("job %s archived and still in the store", id)
-		case queue != naming.DefaultQueue || typeName != "invoice.send" || trim != job.TrimCap || attempts != 1:
+		case queue != naming.DefaultQueue || typeName != "invoice.send" || trim != naming.TrimCap || attempts != 1:
 			t.Fatalf("row %s: queue %s, type %s, trim %s, attempts %d", id, queue, typeName, trim, attempts)
 		case errText != fmt.Sprintf("customer %d has no address", p.N):
 			t.Fatalf("row %s: error %q, want the job's final error (customer %d)", id, errText, p.N)
