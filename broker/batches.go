@@ -13,7 +13,6 @@ import (
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
-	"github.com/delayq/delayq/internal/wire"
 	"github.com/delayq/delayq/job"
 )
 
@@ -372,7 +371,7 @@ func WithCallbackMiddleware(ctx context.Context, mws ...job.EnqueueMiddleware) c
 // dead-lettered in its queue with the reason, so that the batch ends
 // rather than trying again at every ending and sweep; it counts as fired.
 func (b *Broker) fireCallback(ctx context.Context, id, queue, cid, body, ready string) error {
-	env, err := wire.Decode([]byte(body))
+	env, err := job.Decode([]byte(body))
 	if err == nil {
 		env.ID, env.Queue = cid, queue
 		var at, expiry int64
@@ -391,7 +390,7 @@ func (b *Broker) fireCallback(ctx context.Context, id, queue, cid, body, ready s
 			return nil
 		}
 	}
-	if !errors.Is(err, job.ErrInvalid) && !errors.Is(err, wire.ErrCorrupt) {
+	if !errors.Is(err, job.ErrInvalid) && !errors.Is(err, job.ErrCorrupt) {
 		return fmt.Errorf("broker: batch %q: callback %q: %w", id, cid, err)
 	}
 	if derr := b.deadCallback(ctx, queue, cid, body, fmt.Sprintf("batch %q: callback not enqueued: %v", id, err)); derr != nil {
@@ -409,7 +408,7 @@ func (b *Broker) deadCallback(ctx context.Context, queue, cid, body, why string)
 	}
 	s := q.Route(cid)
 	typ := ""
-	if env, err := wire.Decode([]byte(body)); err == nil {
+	if env, err := job.Decode([]byte(body)); err == nil {
 		typ = env.Type
 	}
 	rec, err := marshalDead(&job.DeadRecord{ID: cid, Queue: queue, Type: typ, Body: []byte(body), Error: why, Reason: ReasonCallbackRefused})

@@ -12,7 +12,6 @@ import (
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/testkit"
-	"github.com/delayq/delayq/internal/wire"
 	"github.com/delayq/delayq/job"
 )
 
@@ -217,7 +216,7 @@ func TestCallbackMiddleware(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := wire.Decode(info.Body)
+		got, err := job.Decode(info.Body)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,7 +16,6 @@ import (
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
-	"github.com/delayq/delayq/internal/wire"
 	"github.com/delayq/delayq/job"
 )
 
@@ -252,7 +251,7 @@ func TestCorruptEnvelopeIsReported(t *testing.T) {
 	tb.enqueue(t, env("a", 0))
 	tb.rdb.HSet(tb.ctx, tb.key("q", "jobs"), "a", "\x00\xffgarbage")
 	res := tb.claim(t, 1)
-	if len(res.Jobs) != 1 || !errors.Is(res.Jobs[0].Err, wire.ErrCorrupt) || string(res.Jobs[0].Body) != "\x00\xffgarbage" {
+	if len(res.Jobs) != 1 || !errors.Is(res.Jobs[0].Err, job.ErrCorrupt) || string(res.Jobs[0].Body) != "\x00\xffgarbage" {
 		t.Fatalf("claimed %+v, want a corrupt envelope error with the raw body", res.Jobs)
 	}
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/testkit"
-	"github.com/delayq/delayq/internal/wire"
 	"github.com/delayq/delayq/job"
 )
 
@@ -92,7 +91,7 @@ func TestBypassPayloadsKeepTypeControls(t *testing.T) {
 
 // TestBodiesWithoutHeader: bodies stored before the header layout (payload
 // first) still have their type read, by decoding them; one that does not
-// decode is leased only with an error wrapping wire.ErrCorrupt (the worker
+// decode is leased only with an error wrapping job.ErrCorrupt (the worker
 // dead-letters it unrun) while a type control is set, never as a job of no
 // type. With no type control set, nothing reads the type.
 func TestBodiesWithoutHeader(t *testing.T) {
@@ -136,7 +135,7 @@ func TestBodiesWithoutHeader(t *testing.T) {
 				t.Fatalf("old-free: %+v", c)
 			}
 		default:
-			if !errors.Is(c.Err, wire.ErrCorrupt) || !strings.Contains(c.Err.Error(), "could not read its type") {
+			if !errors.Is(c.Err, job.ErrCorrupt) || !strings.Contains(c.Err.Error(), "could not read its type") {
 				t.Fatalf("%s: err %v; want ErrCorrupt, the type unread", c.ID, c.Err)
 			}
 			if c.Envelope == nil || c.Envelope.Type != "ctl.paused" {
@@ -173,7 +172,7 @@ func TestReplayedClaimKeepsTheUnreadableMark(t *testing.T) {
 			t.Fatalf("claim: %v, %v", ids(res.Jobs), err)
 		}
 		for _, c := range res.Jobs {
-			if (c.ID == "deep") != errors.Is(c.Err, wire.ErrCorrupt) {
+			if (c.ID == "deep") != errors.Is(c.Err, job.ErrCorrupt) {
 				t.Fatalf("%s: err %v", c.ID, c.Err)
 			}
 		}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/rules"
-	"github.com/delayq/delayq/internal/wire"
 	"github.com/delayq/delayq/job"
 )
 
@@ -84,7 +83,7 @@ func enqueuedOrPending(err error) error {
 func chainArg(next []*job.Envelope) (string, error) {
 	var sb strings.Builder
 	for _, e := range next {
-		body, err := wire.Encode(e)
+		body, err := e.MarshalBinary()
 		if err != nil {
 			return "", err
 		}

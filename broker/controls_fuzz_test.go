@@ -17,7 +17,6 @@ import (
 	"github.com/delayq/delayq/internal/rawjson"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
-	"github.com/delayq/delayq/internal/wire"
 	"github.com/delayq/delayq/job"
 )
 
@@ -27,7 +26,7 @@ import (
 // of them, against a real redis-server. A payload that is JSON is also
 // stored in the layout of before the header (payload first), as another
 // program or an older version would have; such a body is either checked
-// like the others or leased only with an error wrapping wire.ErrCorrupt
+// like the others or leased only with an error wrapping job.ErrCorrupt
 // (the worker dead-letters it unrun), never leased as a job of no type.
 func FuzzClaimKeepsTypeControls(f *testing.F) {
 	for _, bp := range bypassPayloads {
@@ -97,7 +96,7 @@ func FuzzClaimKeepsTypeControls(f *testing.F) {
 			t.Fatal(err)
 		}
 		for _, c := range res.Jobs {
-			if c.ID != old || !errors.Is(c.Err, wire.ErrCorrupt) {
+			if c.ID != old || !errors.Is(c.Err, job.ErrCorrupt) {
 				t.Fatalf("payload %q: job %s (%s) was leased past its type's controls (err %v)", payload, c.ID, ids[c.ID], c.Err)
 			}
 		}

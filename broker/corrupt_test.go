@@ -12,7 +12,6 @@ import (
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/testkit"
-	"github.com/delayq/delayq/internal/wire"
 	"github.com/delayq/delayq/job"
 )
 
@@ -23,7 +22,7 @@ import (
 // lease, and every other job goes on.
 
 // TestCorruptAttemptsCounterAtClaim: a non-integer attempts counter makes its
-// job come back from Claim with an error wrapping wire.ErrCorrupt, without
+// job come back from Claim with an error wrapping job.ErrCorrupt, without
 // failing the claim of the others.
 func TestCorruptAttemptsCounterAtClaim(t *testing.T) {
 	t.Parallel()
@@ -37,7 +36,7 @@ func TestCorruptAttemptsCounterAtClaim(t *testing.T) {
 	}
 	for _, c := range res.Jobs {
 		switch {
-		case c.ID == "b" && !errors.Is(c.Err, wire.ErrCorrupt):
+		case c.ID == "b" && !errors.Is(c.Err, job.ErrCorrupt):
 			t.Fatalf("b claimed with error %v, want ErrCorrupt", c.Err)
 		case c.ID != "b" && (c.Err != nil || c.Attempt != 1):
 			t.Fatalf("%s claimed with error %v attempt %d", c.ID, c.Err, c.Attempt)
@@ -69,7 +68,7 @@ func TestCorruptAttemptsCounterAtReap(t *testing.T) {
 	}
 	for _, c := range res.Jobs {
 		if c.ID == "a" {
-			if !errors.Is(c.Err, wire.ErrCorrupt) {
+			if !errors.Is(c.Err, job.ErrCorrupt) {
 				t.Fatalf("a reaped with error %v, want ErrCorrupt", c.Err)
 			}
 			if _, err := testkit.Drive(tb.b).KillExpired(tb.ctx, c.Lease, &job.DeadRecord{Body: c.Body, Error: c.Err.Error()}); err != nil {

@@ -18,7 +18,6 @@ import (
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/rawjson"
-	"github.com/delayq/delayq/internal/wire"
 	"github.com/delayq/delayq/job"
 )
 
@@ -97,7 +96,7 @@ func DecodeDeadRecord(data []byte) (*job.DeadRecord, error) {
 	} else {
 		r.Body = w.EnvB
 	}
-	if env, err := wire.Decode(r.Body); err == nil {
+	if env, err := job.Decode(r.Body); err == nil {
 		env.ID, env.Queue = r.ID, r.Queue
 		r.Envelope = env
 	}

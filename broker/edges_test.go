@@ -18,7 +18,6 @@ import (
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
-	"github.com/delayq/delayq/internal/wire"
 	"github.com/delayq/delayq/job"
 )
 
@@ -439,7 +438,7 @@ func TestLeaselessProcessingJobIsDeadLettered(t *testing.T) {
 		t.Fatalf("reap = %+v, %v; want the job, no orphan", res, err)
 	}
 	r := res.Jobs[0]
-	if !errors.Is(r.Err, wire.ErrCorrupt) || !strings.Contains(r.Err.Error(), "corrupt state") {
+	if !errors.Is(r.Err, job.ErrCorrupt) || !strings.Contains(r.Err.Error(), "corrupt state") {
 		t.Fatalf("reaped job err = %v, want corrupt state", r.Err)
 	}
 	if _, err := testkit.Drive(tb.b).KillExpired(tb.ctx, r.Lease, &job.DeadRecord{Body: r.Body, Error: r.Err.Error(), Attempts: 1}); err != nil {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/rules"
-	"github.com/delayq/delayq/internal/wire"
 	"github.com/delayq/delayq/job"
 )
 
@@ -236,5 +235,5 @@ func (b *Broker) prepare(env *job.Envelope, now time.Time) ([]byte, error) {
 	if err := rules.Prepare(env, now, b.opts.MaxPayloadBytes); err != nil {
 		return nil, err
 	}
-	return wire.Encode(env)
+	return env.MarshalBinary()
 }

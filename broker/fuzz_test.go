@@ -8,7 +8,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/delayq/delayq/internal/wire"
+	"github.com/delayq/delayq/job"
 )
 
 // Seed corpora live in testdata/fuzz/<Target>; .ci/run fuzzes each target
@@ -40,7 +40,7 @@ func FuzzDecodeDeadRecord(f *testing.F) {
 		if r.ID == "" || r.Queue == "" {
 			t.Fatalf("decoded a record without id or queue: %+v", r)
 		}
-		if env, err := wire.Decode(r.Body); (err == nil) != (r.Envelope != nil) || env != nil && !bytes.Equal(env.Payload, r.Envelope.Payload) {
+		if env, err := job.Decode(r.Body); (err == nil) != (r.Envelope != nil) || env != nil && !bytes.Equal(env.Payload, r.Envelope.Payload) {
 			t.Fatalf("Envelope %+v does not match the body %q", r.Envelope, r.Body)
 		}
 		stored, err := marshalDead(r)

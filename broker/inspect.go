@@ -14,7 +14,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/internal/naming"
-	"github.com/delayq/delayq/internal/wire"
 	"github.com/delayq/delayq/job"
 )
 
@@ -26,7 +25,7 @@ func newJobInfo(queue, id string, state job.JobState, now, at time.Time, attempt
 	case job.StateProcessing:
 		j.LeaseDeadline = at
 	}
-	env, err := wire.Decode(body)
+	env, err := job.Decode(body)
 	if err != nil {
 		j.Err = fmt.Errorf("job %q in queue %q: %w", id, queue, err)
 		return j

@@ -16,7 +16,6 @@ import (
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
-	"github.com/delayq/delayq/internal/wire"
 	"github.com/delayq/delayq/job"
 )
 
@@ -84,7 +83,7 @@ func TestJobCorruptEnvelope(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j.Envelope != nil || !errors.Is(j.Err, wire.ErrCorrupt) || string(j.Body) != "not json" {
+	if j.Envelope != nil || !errors.Is(j.Err, job.ErrCorrupt) || string(j.Body) != "not json" {
 		t.Fatalf("corrupt job: %+v", j)
 	}
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/protocol"
-	"github.com/delayq/delayq/internal/wire"
 	"github.com/delayq/delayq/job"
 )
 
@@ -132,7 +131,7 @@ func (w workerSide) Claim(ctx context.Context, s keyspace.Shard, c protocol.Call
 				jobs[i].Err = fmt.Errorf("job %q in queue %q: %w: the claim could not read its type: its body has no header "+
 					"(it was stored before the header layout) and does not decode in the script (a payload nested too deep or "+
 					"with an invalid escape), so the type's pause, concurrency cap and rate limit could not be applied; "+
-					"dead-lettered without running", id, s.Queue(), wire.ErrCorrupt)
+					"dead-lettered without running", id, s.Queue(), job.ErrCorrupt)
 			}
 		}
 	}
@@ -171,17 +170,17 @@ func decodeClaimed(s keyspace.Shard, v any) ([]protocol.Claimed, error) {
 		case -1:
 			// The script found garbage in the attempts counter and reset it.
 			c.Attempt = 1
-			c.Err = fmt.Errorf("job %q in queue %q: %w: its attempts counter was not an integer", id, queue, wire.ErrCorrupt)
+			c.Err = fmt.Errorf("job %q in queue %q: %w: its attempts counter was not an integer", id, queue, job.ErrCorrupt)
 			out = append(out, c)
 			continue
 		case -2:
 			// In processing without a lease (reap): held by nobody.
 			c.Attempt = 1
-			c.Err = fmt.Errorf("job %q in queue %q: %w: corrupt state: it was processing without a lease", id, queue, wire.ErrCorrupt)
+			c.Err = fmt.Errorf("job %q in queue %q: %w: corrupt state: it was processing without a lease", id, queue, job.ErrCorrupt)
 			out = append(out, c)
 			continue
 		}
-		env, err := wire.Decode(c.Body)
+		env, err := job.Decode(c.Body)
 		if err != nil {
 			c.Err = fmt.Errorf("job %q in queue %q: %w", id, queue, err)
 		} else {
@@ -428,7 +427,7 @@ func (b *Broker) settleArgs(q keyspace.Queue, s keyspace.Shard, c protocol.Calle
 				next = data
 			}
 		case protocol.OpRetry, protocol.OpSnooze:
-			data, err := wire.Encode(op.Env)
+			data, err := op.Env.MarshalBinary()
 			if err != nil {
 				return nil, err
 			}

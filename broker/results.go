@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/internal/protocol"
-	"github.com/delayq/delayq/internal/wire"
 	"github.com/delayq/delayq/job"
 )
 
@@ -54,7 +53,7 @@ func succeededInfo(queue, id string, now time.Time, stored string, ttl int64) *j
 	}
 	if err != nil {
 		return &job.JobInfo{ID: id, Queue: queue, State: job.StateSucceeded, Now: now, Body: []byte(stored),
-			Err: fmt.Errorf("job %q in queue %q: %w: retained record: %v", id, queue, wire.ErrCorrupt, err)}
+			Err: fmt.Errorf("job %q in queue %q: %w: retained record: %v", id, queue, job.ErrCorrupt, err)}
 	}
 	j := newJobInfo(queue, id, job.StateSucceeded, now, time.Time{}, int64(rec.Attempts), []byte(rec.Body))
 	j.Result = rec.Result

@@ -8,7 +8,6 @@ import (
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/testkit"
-	"github.com/delayq/delayq/internal/wire"
 	"github.com/delayq/delayq/job"
 )
 
@@ -58,7 +57,7 @@ func TestCorruptRetainedRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	info, err := tb.b.Job(tb.ctx, "q", "x")
-	if err != nil || info.State != job.StateSucceeded || !errors.Is(info.Err, wire.ErrCorrupt) {
+	if err != nil || info.State != job.StateSucceeded || !errors.Is(info.Err, job.ErrCorrupt) {
 		t.Fatalf("%+v, %v; want succeeded with a corrupt-record error", info, err)
 	}
 }

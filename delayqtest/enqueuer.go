@@ -12,7 +12,6 @@ import (
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/internal/rules"
-	"github.com/delayq/delayq/internal/wire"
 	"github.com/delayq/delayq/job"
 )
 
@@ -275,7 +274,7 @@ func (e *Enqueuer) Job(ctx context.Context, queue, id string) (*job.JobInfo, err
 	if r == nil {
 		return nil, fmt.Errorf("%w: no job %q in queue %q", broker.ErrNotFound, id, queue)
 	}
-	body, err := wire.Encode(&env)
+	body, err := env.MarshalBinary()
 	if err != nil {
 		return nil, err
 	}

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delayq/delayq/internal/wire"
 	"github.com/delayq/delayq/job"
 )
 
@@ -100,15 +99,15 @@ func TestRetainRoundTrips(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, err := wire.Encode(env)
+	body, err := env.MarshalBinary()
 	if err != nil {
 		t.Fatal(err)
 	}
-	back, err := wire.Decode(body)
+	back, err := job.Decode(body)
 	if err != nil || back.Retain != 90*time.Second {
 		t.Fatalf("decoded retain %v, %v (body %s)", back.Retain, err, body)
 	}
-	if _, err := wire.Decode([]byte(`{"t":"t","rt":-5}`)); !errors.Is(err, wire.ErrCorrupt) {
+	if _, err := job.Decode([]byte(`{"t":"t","rt":-5}`)); !errors.Is(err, job.ErrCorrupt) {
 		t.Fatalf("a negative stored retention: %v", err)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delayq/delayq/internal/wire"
 	"github.com/delayq/delayq/job"
 )
 
@@ -16,17 +15,17 @@ var benchEnvelope = &job.Envelope{
 func BenchmarkEnvelopeEncode(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := wire.Encode(benchEnvelope); err != nil {
+		if _, err := benchEnvelope.MarshalBinary(); err != nil {
 			b.Fatal(err)
 		}
 	}
 }
 
 func BenchmarkEnvelopeDecode(b *testing.B) {
-	data, _ := wire.Encode(benchEnvelope)
+	data, _ := benchEnvelope.MarshalBinary()
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := wire.Decode(data); err != nil {
+		if _, err := job.Decode(data); err != nil {
 			b.Fatal(err)
 		}
 	}

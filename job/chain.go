@@ -2,10 +2,9 @@ package job
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
-
-	"github.com/delayq/delayq/internal/naming"
 )
 
 // Chains: a job declares the jobs that follow it, enqueued once it
@@ -18,6 +17,10 @@ import (
 // another slot just before the acknowledgement, as an idempotent first step
 // (see docs/batches.md, "Chains").
 
+// maxNext is the most next jobs a job may declare with [Then], and the
+// most an attempt may add with [Next].
+const maxNext = 100
+
 // Then makes next be enqueued when the job succeeds, in the order given.
 // Each next job is an envelope of any type and queue ([Type.Envelope]); its
 // delay ([In]) counts from the success, its ready time ([At]) is absolute,
@@ -29,8 +32,8 @@ import (
 // them enqueued once. The envelopes are copied. Per job only.
 func Then(next ...*Envelope) Option {
 	return jobOption(func(s *settings) error {
-		if len(s.next)+len(next) > naming.MaxNext {
-			return invalid("Then: %d next jobs, more than the %d a job may declare", len(s.next)+len(next), naming.MaxNext)
+		if len(s.next)+len(next) > maxNext {
+			return invalid("Then: %d next jobs, more than the %d a job may declare", len(s.next)+len(next), maxNext)
 		}
 		for i, n := range next {
 			c, err := checkNext(n)
@@ -61,8 +64,8 @@ func Next(ctx context.Context, next ...*Envelope) error {
 		}
 		checked = append(checked, c)
 	}
-	if n, ok := a.AddNext(checked, naming.MaxNext); !ok {
-		return invalid("%d next jobs, more than the %d a job may declare", n, naming.MaxNext)
+	if n, ok := a.AddNext(checked, maxNext); !ok {
+		return invalid("%d next jobs, more than the %d a job may declare", n, maxNext)
 	}
 	return nil
 }
@@ -106,8 +109,8 @@ func validateNext(env *Envelope, now time.Time) error {
 
 // validateChain checks the next jobs of a job ([Prepare] calls it).
 func validateChain(next []*Envelope, now time.Time) error {
-	if len(next) > naming.MaxNext {
-		return invalid("%d next jobs, more than the %d a job may declare", len(next), naming.MaxNext)
+	if len(next) > maxNext {
+		return invalid("%d next jobs, more than the %d a job may declare", len(next), maxNext)
 	}
 	for i, n := range next {
 		if err := validateNext(n, now); err != nil {
@@ -115,4 +118,59 @@ func validateChain(next []*Envelope, now time.Time) error {
 		}
 	}
 	return nil
+}
+
+// wireNext is a next job as its parent's body stores it.
+type wireNext struct {
+	Queue   string          `json:"q,omitempty"`
+	ID      string          `json:"i,omitempty"`
+	DelayUS int64           `json:"d,omitempty"`
+	AtMS    int64           `json:"a,omitempty"`
+	Body    json.RawMessage `json:"b"`
+}
+
+// marshalNext encodes next jobs for their parent's body.
+func marshalNext(next []*Envelope) ([]wireNext, error) {
+	if len(next) == 0 {
+		return nil, nil
+	}
+	out := make([]wireNext, len(next))
+	for i, n := range next {
+		body, err := n.MarshalBinary()
+		if err != nil {
+			return nil, err
+		}
+		out[i] = wireNext{Queue: n.Queue, ID: n.ID, DelayUS: n.Delay.Microseconds(), Body: body}
+		if !n.At.IsZero() {
+			out[i].AtMS = max(n.At.UnixMilli(), 1)
+		}
+	}
+	return out, nil
+}
+
+// decodeNext decodes the next jobs of a stored body.
+func decodeNext(ws []wireNext) ([]*Envelope, error) {
+	if len(ws) == 0 {
+		return nil, nil
+	}
+	if len(ws) > maxNext {
+		return nil, fmt.Errorf("job: %w: %d next jobs, more than %d", ErrCorrupt, len(ws), maxNext)
+	}
+	out := make([]*Envelope, len(ws))
+	for i, w := range ws {
+		e, err := Decode(w.Body)
+		if err != nil {
+			return nil, fmt.Errorf("job: next job %d: %w", i+1, err)
+		}
+		if w.DelayUS < 0 || w.AtMS < 0 {
+			return nil, fmt.Errorf("job: %w: next job %d: negative delay or ready time", ErrCorrupt, i+1)
+		}
+		e.Queue, e.ID = w.Queue, w.ID
+		e.Delay = time.Duration(w.DelayUS) * time.Microsecond
+		if w.AtMS > 0 {
+			e.At = time.UnixMilli(w.AtMS)
+		}
+		out[i] = e
+	}
+	return out, nil
 }

@@ -67,8 +67,8 @@
 //
 // An [Envelope] is a job on the wire: its type name, encoded payload, retry
 // budget, timeout, creation time, headers (trace context) and last error.
-// The broker stores it in a compact body of its own; its payload is
-// encoded by a [Codec], JSON by default.
+// [Envelope.MarshalBinary] and [Decode] are its codec; payloads are encoded by
+// a [Codec], JSON by default.
 //
 // # Handlers
 //

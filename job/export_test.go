@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/internal/attempt"
-	"github.com/delayq/delayq/internal/naming"
 )
 
 // ValidateHeader is validateHeader, for the fuzz tests of package job_test.
@@ -15,8 +14,8 @@ var ValidateHeader = validateHeader
 const (
 	MaxResultSize      = maxResultSize
 	MaxProgressMessage = maxProgressMessage
-	MaxErrorLen        = naming.MaxErrorLen
-	MaxNext            = naming.MaxNext
+	MaxErrorLen        = maxErrorLen
+	MaxNext            = maxNext
 )
 
 // WithAttempt returns ctx carrying a new attempt, as a worker makes one, for

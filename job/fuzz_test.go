@@ -13,7 +13,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/delayq/delayq/internal/naming"
-	"github.com/delayq/delayq/internal/wire"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
 )
@@ -67,9 +66,9 @@ func FuzzDecode(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		e, err := wire.Decode(data)
+		e, err := job.Decode(data)
 		if err != nil {
-			if !errors.Is(err, wire.ErrCorrupt) || e != nil {
+			if !errors.Is(err, job.ErrCorrupt) || e != nil {
 				t.Fatalf("Decode(%q) = %v, %v; want nil and an error wrapping ErrCorrupt", data, e, err)
 			}
 			return
@@ -85,11 +84,11 @@ func FuzzDecode(f *testing.F) {
 				t.Fatalf("decoded backoff the worker cannot use: %v", err)
 			}
 		}
-		body, err := wire.Encode(e)
+		body, err := e.MarshalBinary()
 		if err != nil {
 			t.Fatalf("MarshalBinary of decoded %+v: %v", e, err)
 		}
-		again, err := wire.Decode(body)
+		again, err := job.Decode(body)
 		if err != nil {
 			t.Fatalf("Decode(MarshalBinary(Decode(%q))) = %v", data, err)
 		}
@@ -128,11 +127,11 @@ func FuzzPayload(f *testing.F) {
 	typ := job.New[codecArgs]("fuzz.payload")
 	f.Fuzz(func(t *testing.T, payload []byte, s string) {
 		e := &job.Envelope{Type: "fuzz.raw", Payload: payload}
-		body, err := wire.Encode(e)
+		body, err := e.MarshalBinary()
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := wire.Decode(body)
+		got, err := job.Decode(body)
 		if err != nil {
 			t.Fatalf("Decode of a stored raw payload %q: %v", payload, err)
 		}
@@ -145,11 +144,11 @@ func FuzzPayload(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		body, err = wire.Encode(env)
+		body, err = env.MarshalBinary()
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err = wire.Decode(body)
+		got, err = job.Decode(body)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -251,11 +250,11 @@ func FuzzOptions(f *testing.F) {
 		if atMS != 0 && (!env.At.Equal(at) || env.Delay != 0) || atMS == 0 && env.Delay != time.Duration(delay) {
 			t.Fatalf("envelope At %v Delay %v; want At %v or Delay %v", env.At, env.Delay, at, delay)
 		}
-		body, err := wire.Encode(env)
+		body, err := env.MarshalBinary()
 		if err != nil {
 			t.Fatalf("MarshalBinary: %v", err)
 		}
-		got, err := wire.Decode(body)
+		got, err := job.Decode(body)
 		if err != nil {
 			t.Fatalf("Decode of a valid envelope: %v", err)
 		}

@@ -27,7 +27,7 @@ type JobInfo struct {
 
 	Body     []byte    // the envelope as stored (the record's body when dead)
 	Envelope *Envelope // Body decoded; nil when Err is set
-	Err      error     // why Body did not decode (a corrupt stored body); nil when it did
+	Err      error     // Body did not decode: wraps job.ErrCorrupt
 
 	Dead *DeadRecord // StateDead: the dead record, with DiedAt
 

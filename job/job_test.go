@@ -9,7 +9,6 @@ import (
 
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/registry"
-	"github.com/delayq/delayq/internal/wire"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
 )
@@ -33,11 +32,11 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 		{Type: "spaced", Payload: []byte(`{ "a" : [1, 2.50] }`)}, // kept byte for byte
 	}
 	for _, want := range cases {
-		data, err := wire.Encode(want)
+		data, err := want.MarshalBinary()
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := wire.Decode(data)
+		got, err := job.Decode(data)
 		if err != nil {
 			t.Fatalf("decode %s: %v", data, err)
 		}
@@ -53,7 +52,7 @@ func TestEnvelopeWireIsCompact(t *testing.T) {
 	t.Parallel()
 	e := &job.Envelope{ID: "not-stored", Queue: "not-stored", Type: "sms.send", Payload: []byte(`{"to":"+1"}`), MaxRetries: 3,
 		CreatedAt: time.UnixMilli(1_800_000_000_000), Delay: time.Hour}
-	data, _ := wire.Encode(e)
+	data, _ := e.MarshalBinary()
 	if want := `{"t":"sms.send","p":{"to":"+1"},"r":3,"c":1800000000000}`; string(data) != want {
 		t.Fatalf("wire %s, want %s", data, want)
 	}
@@ -63,11 +62,11 @@ func TestEnvelopeWireIsCompact(t *testing.T) {
 		0:                        `{"t":"sms.send","p":{"to":"+1"},"r":0}`,
 	} {
 		e := &job.Envelope{Type: "sms.send", Payload: []byte(`{"to":"+1"}`), MaxRetries: retries}
-		data, _ := wire.Encode(e)
+		data, _ := e.MarshalBinary()
 		if string(data) != want {
 			t.Errorf("MaxRetries %d: wire %s, want %s", retries, data, want)
 		}
-		if got, err := wire.Decode(data); err != nil || got.MaxRetries != retries {
+		if got, err := job.Decode(data); err != nil || got.MaxRetries != retries {
 			t.Errorf("MaxRetries %d decoded as %v (%v)", retries, got, err)
 		}
 	}
@@ -76,7 +75,7 @@ func TestEnvelopeWireIsCompact(t *testing.T) {
 func TestDecodeRejectsCorruptBodies(t *testing.T) {
 	t.Parallel()
 	for _, body := range []string{"", "\x00\xff", "[]", `{"t":""}`, `{"t":"x{y}"}`, `{"t":"ok","r":-1}`, `{"t":"ok","to":-5}`, `{"t":"ok","pb":"!!"}`} {
-		if _, err := wire.Decode([]byte(body)); !errors.Is(err, wire.ErrCorrupt) {
+		if _, err := job.Decode([]byte(body)); !errors.Is(err, job.ErrCorrupt) {
 			t.Errorf("Decode(%q) = %v, want ErrCorrupt", body, err)
 		}
 	}
@@ -85,8 +84,8 @@ func TestDecodeRejectsCorruptBodies(t *testing.T) {
 func TestLastErrorIsCapped(t *testing.T) {
 	t.Parallel()
 	e := &job.Envelope{Type: "t", LastError: strings.Repeat("e", job.MaxErrorLen*2)}
-	data, _ := wire.Encode(e)
-	got, _ := wire.Decode(data)
+	data, _ := e.MarshalBinary()
+	got, _ := job.Decode(data)
 	if len(got.LastError) > job.MaxErrorLen || !strings.HasSuffix(got.LastError, "(truncated)") {
 		t.Fatalf("last error kept %d bytes", len(got.LastError))
 	}

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/delayq/delayq/internal/naming"
-	"github.com/delayq/delayq/internal/wire"
 	"github.com/delayq/delayq/job"
 )
 
@@ -37,14 +36,14 @@ func TestKeyFromArgumentsAndPerJob(t *testing.T) {
 		if env.Key != c.want {
 			t.Errorf("key of %+v %v = %q, want %q", c.args, c.opts, env.Key, c.want)
 		}
-		body, err := wire.Encode(env)
+		body, err := env.MarshalBinary()
 		if err != nil {
 			t.Fatal(err)
 		}
 		if c.want != "" && !strings.HasPrefix(string(body), `{"t":"sms.send","k":"`+c.want+`",`) {
 			t.Errorf("body %s does not carry the key in its header", body)
 		}
-		back, err := wire.Decode(body)
+		back, err := job.Decode(body)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,7 +60,7 @@ func TestKeyFromArgumentsAndPerJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, _ := wire.Encode(unique)
+	body, _ := unique.MarshalBinary()
 	if !strings.HasPrefix(string(body), `{"t":"sms.plain","u":0,"k":"k1",`) {
 		t.Errorf("key after the uniqueness fields: %s", body)
 	}

@@ -31,10 +31,10 @@ func TestDocLimits(t *testing.T) {
 		"a job type name ([New]): " + strconv.Itoa(naming.MaxTypeLen) + " bytes",
 		"a flow-control key ([Key], [KeyFrom]): " + strconv.Itoa(naming.MaxKeyLen) + " bytes",
 		"a batch id (broker.Broker.CreateBatch): " + strconv.Itoa(naming.MaxBatchIDLen) + " bytes",
-		"next jobs ([Then], and as many more by [Next] from a handler): " + strconv.Itoa(naming.MaxNext),
+		"next jobs ([Then], and as many more by [Next] from a handler): " + strconv.Itoa(maxNext),
 		"a result ([SetResult]): " + kib(maxResultSize),
 		"a progress message ([ReportProgress]): " + strconv.Itoa(maxProgressMessage) + " bytes",
-		"is cut to " + kib(naming.MaxErrorLen),
+		"is cut to " + kib(maxErrorLen),
 	} {
 		if !strings.Contains(doc, want) {
 			t.Errorf("the package doc does not say %q", want)

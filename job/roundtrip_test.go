@@ -8,17 +8,16 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/delayq/delayq/internal/wire"
 	"github.com/delayq/delayq/job"
 )
 
 func roundTrip(t *testing.T, e *job.Envelope) *job.Envelope {
 	t.Helper()
-	body, err := wire.Encode(e)
+	body, err := e.MarshalBinary()
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := wire.Decode(body)
+	got, err := job.Decode(body)
 	if err != nil {
 		t.Fatalf("Decode(%q): %v", body, err)
 	}
@@ -62,7 +61,7 @@ func TestDecodeRejectsOutOfRangeValues(t *testing.T) {
 		`[]`,
 		``,
 	} {
-		if e, err := wire.Decode([]byte(body)); !errors.Is(err, wire.ErrCorrupt) {
+		if e, err := job.Decode([]byte(body)); !errors.Is(err, job.ErrCorrupt) {
 			t.Errorf("Decode(%s) = %+v, %v; want an error wrapping ErrCorrupt", body, e, err)
 		}
 	}

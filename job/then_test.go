@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delayq/delayq/internal/wire"
 	"github.com/delayq/delayq/job"
 )
 
@@ -38,14 +37,14 @@ func TestThenRoundTrips(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := wire.Encode(parent)
+	data, err := parent.MarshalBinary()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(data[len(data)-20:]), `"x":"`) {
 		t.Fatalf("the body does not end with its expiry: %s", data)
 	}
-	got, err := wire.Decode(data)
+	got, err := job.Decode(data)
 	if err != nil {
 		t.Fatal(err)
 	}

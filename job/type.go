@@ -95,7 +95,7 @@ func NewType[T any](name string, opts ...TypeOption) (*Type[T], error) {
 		}
 	}
 	t := &Type[T]{name: name, defaults: s}
-	naming.InternType(name)
+	internTypeName(name)
 	if s.keyFrom != nil {
 		fn, ok := s.keyFrom.(func(T) string)
 		if !ok {

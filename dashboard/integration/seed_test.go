@@ -12,7 +12,6 @@ import (
 	"github.com/delayq/delayq/internal/clock"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/testkit"
-	"github.com/delayq/delayq/internal/wire"
 	"github.com/delayq/delayq/job"
 )
 
@@ -111,7 +110,7 @@ func seedDemo(t testing.TB, rdb redis.UniversalClient, ns string) demo {
 					if len(out.DeadIDs) == 6 {
 						env := *c.Envelope
 						env.Payload = []byte(`{"to":"mallory@example.com","subject":"` + xssSubject + `"}`)
-						if body, err = wire.Encode(&env); err != nil {
+						if body, err = env.MarshalBinary(); err != nil {
 							t.Fatal(err)
 						}
 						out.XSSID = c.ID

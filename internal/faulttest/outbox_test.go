@@ -22,7 +22,6 @@ import (
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/pgtest"
 	"github.com/delayq/delayq/internal/redistest"
-	"github.com/delayq/delayq/internal/wire"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/outbox"
 )
@@ -284,7 +283,7 @@ func TestOutboxRelayFaults(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		env, err := wire.Decode([]byte(body))
+		env, err := job.Decode([]byte(body))
 		n, _ := strconv.Atoi(strings.TrimPrefix(id, "ob"))
 		if err != nil || env.Type != "fault.outbox" || string(env.Payload) != fmt.Sprintf(`{"n":%d}`, n) {
 			t.Errorf("job %s holds %q (%v)", id, body, err)

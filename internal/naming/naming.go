@@ -27,19 +27,12 @@ const (
 	MaxBatchIDLen = 128
 )
 
-// MaxNext is the most next jobs a job may declare with job.Then, and the
-// most an attempt may add with job.Next.
-const MaxNext = 100
-
 // Why a dead record was trimmed from the dead-letter store
 // (job.TrimmedRecord.Trim, the reason label of delayq.queue.dead_trimmed).
 const (
 	TrimCap = "cap" // the store was at its cap (broker.Options.DeadCap)
 	TrimAge = "age" // the record was older than broker.Options.DeadMaxAge
 )
-
-// MaxErrorLen caps the last error kept in an envelope, in bytes.
-const MaxErrorLen = 16 << 10
 
 // Defaults every package shares: the queue of a job that names none and
 // the retry budget of a job type that sets none.

@@ -52,7 +52,7 @@ type Claimed struct {
 	ReadyAt  time.Time     // when it became due (Claim) or its lease deadline (Reap)
 	Body     []byte        // the envelope as stored
 	Envelope *job.Envelope // decoded Body; nil when it did not decode (Err is then set)
-	// Err wraps wire.ErrCorrupt: Body did not decode, the attempts counter
+	// Err wraps job.ErrCorrupt: Body did not decode, the attempts counter
 	// was garbage, or the claim could not read the job's type while a type
 	// control was set. A job with Err is dead-lettered, never run; its
 	// Envelope, when not nil, still gives the dead record its type and

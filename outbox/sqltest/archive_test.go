@@ -16,7 +16,6 @@ import (
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
-	"github.com/delayq/delayq/internal/wire"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
 )
@@ -115,7 +114,7 @@ func TestDeadTrimmedArchivedToPostgres(t *testing.T) {
 		if err := rows.Scan(&queue, &id, &typeName, &trim, &attempts, &errText, &body, &died, &trimmed); err != nil {
 			t.Fatal(err)
 		}
-		env, err := wire.Decode(body)
+		env, err := job.Decode(body)
 		if err != nil {
 			t.Fatalf("archived body of %s does not decode: %v", id, err)
 		}

@@ -1,4 +1,4 @@
-package wire
+package job
 
 import (
 	"bytes"
@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/internal/naming"
-	"github.com/delayq/delayq/job"
 )
 
 // The encoder of common bodies writes what encoding/json writes, for every
@@ -25,7 +24,7 @@ func TestAppendCommonMatchesEncodingJSON(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	pick := func(ss []string) string { return ss[r.IntN(len(ss))] }
 	for i := range 20000 {
-		e := &job.Envelope{Type: pick(strs[1:]), Payload: payloads[r.IntN(len(payloads))], MaxRetries: r.IntN(12)}
+		e := &Envelope{Type: pick(strs[1:]), Payload: payloads[r.IntN(len(payloads))], MaxRetries: r.IntN(12)}
 		if r.IntN(2) == 0 {
 			e.CreatedAt = time.UnixMilli(1_733_140_000_000 + r.Int64N(1e9))
 		}
@@ -54,13 +53,13 @@ func TestAppendCommonMatchesEncodingJSON(t *testing.T) {
 			e.Headers = map[string]string{"traceparent": "00-abc-def-01", "b": pick(strs)}
 		}
 		if r.IntN(10) == 0 {
-			e.Backoff = &job.Backoff{Initial: time.Second, Multiplier: 1.5, Max: time.Minute, Jitter: 0.1}
+			e.Backoff = &Backoff{Initial: time.Second, Multiplier: 1.5, Max: time.Minute, Jitter: 0.1}
 		}
-		got, err := Encode(e)
+		got, err := e.MarshalBinary()
 		if err != nil {
 			t.Fatal(err)
 		}
-		w, raw := toWire(e)
+		w, raw := e.wire()
 		want, err := w.encode(e.Payload, raw)
 		if err != nil {
 			t.Fatal(err)

@@ -1,17 +1,15 @@
-package wire
+package job
 
 import (
 	"bytes"
 	"testing"
-
-	"github.com/delayq/delayq/job"
 )
 
 // TestDecodeSharesDeclaredTypeNames: a stored job of a type the program
 // declared decodes with the declared name (no copy of it per job); one of
 // an undeclared type gets its own copy, equal to what was stored.
 func TestDecodeSharesDeclaredTypeNames(t *testing.T) {
-	job.New[struct{}]("intern.declared")
+	New[struct{}]("intern.declared")
 	body := func(typ string) []byte { return []byte(`{"t":"` + typ + `","p":{"n":1},"c":1733140000000}`) }
 	declared, undeclared := body("intern.declared"), body("intern.undeclared")
 	for _, b := range [][]byte{declared, undeclared} {

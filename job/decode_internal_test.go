@@ -1,4 +1,4 @@
-package wire
+package job
 
 import (
 	"encoding/json"

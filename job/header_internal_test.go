@@ -1,4 +1,4 @@
-package wire
+package job
 
 import (
 	"bytes"
@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/delayq/delayq/job"
 )
 
 // The scripts read a job's type, and its uniqueness window, from the start
@@ -18,24 +16,24 @@ func TestHeaderComesBeforeThePayload(t *testing.T) {
 	t.Parallel()
 	deep := strings.Repeat("[", 1500) + strings.Repeat("]", 1500)
 	for _, tc := range []struct {
-		env  *job.Envelope
+		env  *Envelope
 		head string
 	}{
-		{&job.Envelope{Type: "sms.send", Payload: []byte(`{"to":"+1"}`)}, `{"t":"sms.send","p":{"to":"+1"}`},
-		{&job.Envelope{Type: "deep", Payload: []byte(deep)}, `{"t":"deep","p":[[[`},
-		{&job.Envelope{Type: "lone", Payload: []byte(`{"x":"\ud800"}`)}, `{"t":"lone","p":{"x":"\ud800"}`},
-		{&job.Envelope{Type: "mimic", Payload: []byte(`{"t":"other","u":1}`)}, `{"t":"mimic","p":{"t":"other","u":1}`},
-		{&job.Envelope{Type: "bin", Payload: []byte{0, 1, 2}}, `{"t":"bin","pb":"AAEC"`},
-		{&job.Envelope{Type: "none"}, `{"t":"none","r":0}`},
-		{&job.Envelope{Type: "u", Payload: []byte(`1`), Unique: true, UniqueFor: time.Minute, UniqueDead: true}, `{"t":"u","u":60000,"ud":true,"p":1`},
-		{&job.Envelope{Type: "u0", Unique: true}, `{"t":"u0","u":0,"r":0}`},
+		{&Envelope{Type: "sms.send", Payload: []byte(`{"to":"+1"}`)}, `{"t":"sms.send","p":{"to":"+1"}`},
+		{&Envelope{Type: "deep", Payload: []byte(deep)}, `{"t":"deep","p":[[[`},
+		{&Envelope{Type: "lone", Payload: []byte(`{"x":"\ud800"}`)}, `{"t":"lone","p":{"x":"\ud800"}`},
+		{&Envelope{Type: "mimic", Payload: []byte(`{"t":"other","u":1}`)}, `{"t":"mimic","p":{"t":"other","u":1}`},
+		{&Envelope{Type: "bin", Payload: []byte{0, 1, 2}}, `{"t":"bin","pb":"AAEC"`},
+		{&Envelope{Type: "none"}, `{"t":"none","r":0}`},
+		{&Envelope{Type: "u", Payload: []byte(`1`), Unique: true, UniqueFor: time.Minute, UniqueDead: true}, `{"t":"u","u":60000,"ud":true,"p":1`},
+		{&Envelope{Type: "u0", Unique: true}, `{"t":"u0","u":0,"r":0}`},
 		// encoding/json's path (headers, backoff) writes the same header.
-		{&job.Envelope{Type: "a:b/c-d_e.f", Payload: []byte(`{}`), Unique: true, UniqueFor: time.Second, Headers: map[string]string{"k": "v"}},
+		{&Envelope{Type: "a:b/c-d_e.f", Payload: []byte(`{}`), Unique: true, UniqueFor: time.Second, Headers: map[string]string{"k": "v"}},
 			`{"t":"a:b/c-d_e.f","u":1000,"p":{},"r":0,"h":{"k":"v"}}`},
-		{&job.Envelope{Type: "bo", Payload: []byte(`[]`), Backoff: &job.Backoff{Initial: time.Second, Multiplier: 2, Max: time.Minute}},
+		{&Envelope{Type: "bo", Payload: []byte(`[]`), Backoff: &Backoff{Initial: time.Second, Multiplier: 2, Max: time.Minute}},
 			`{"t":"bo","p":[],"r":0,"b":{"i":1000,"m":2,"x":60000}}`},
 	} {
-		body, err := Encode(tc.env)
+		body, err := tc.env.MarshalBinary()
 		if err != nil {
 			t.Fatal(err)
 		}

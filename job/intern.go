@@ -1,4 +1,4 @@
-package naming
+package job
 
 import (
 	"maps"
@@ -6,8 +6,8 @@ import (
 	"sync/atomic"
 )
 
-// typeNames holds the names of the types this program declared
-// (job.NewType), so that the envelope decoder gives a stored job's type as the declared string instead
+// typeNames holds the names of the types this program declared (NewType),
+// so that Decode gives a stored job's type as the declared string instead
 // of allocating a copy per job. The map is replaced, never changed: reads
 // take no lock. At most maxTypeNames are kept; the others are copied.
 var typeNames struct {
@@ -17,8 +17,8 @@ var typeNames struct {
 
 const maxTypeNames = 1024
 
-// InternType keeps name for TypeName.
-func InternType(name string) {
+// internTypeName keeps name for typeName.
+func internTypeName(name string) {
 	typeNames.mu.Lock()
 	defer typeNames.mu.Unlock()
 	old := typeNames.m.Load()
@@ -35,9 +35,9 @@ func InternType(name string) {
 	typeNames.m.Store(&m)
 }
 
-// TypeName returns b as a string: a declared type's name without an
+// typeName returns b as a string: a declared type's name without an
 // allocation, else a copy.
-func TypeName(b []byte) string {
+func typeName(b []byte) string {
 	if m := typeNames.m.Load(); m != nil {
 		if name, ok := (*m)[string(b)]; ok {
 			return name
