@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
@@ -45,7 +46,7 @@ func TestBatchBadInput(t *testing.T) {
 	}{
 		{"create with a bad id", func() error { _, err := tb.b.CreateBatch(tb.ctx, broker.BatchSpec{ID: "a b"}); return err }, job.ErrInvalid, `"a b"`},
 		{"create with a long id", func() error {
-			_, err := tb.b.CreateBatch(tb.ctx, broker.BatchSpec{ID: strings.Repeat("x", job.MaxBatchIDLen+1)})
+			_, err := tb.b.CreateBatch(tb.ctx, broker.BatchSpec{ID: strings.Repeat("x", naming.MaxBatchIDLen+1)})
 			return err
 		}, job.ErrInvalid, "batch id"},
 		{"create with a negative keep", func() error { _, err := tb.b.CreateBatch(tb.ctx, broker.BatchSpec{Keep: -time.Second}); return err }, job.ErrInvalid, "keep -1s is negative"},

@@ -12,6 +12,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/clock"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
@@ -191,7 +192,7 @@ func TestDuplicateIDLeavesFirstUnchanged(t *testing.T) {
 func TestEnqueueRejectsBadInput(t *testing.T) {
 	t.Parallel()
 	tb := setup(t, func(o *broker.Options) { o.MaxPayloadBytes = 64 })
-	long := strings.Repeat("x", job.MaxIDLen+1)
+	long := strings.Repeat("x", naming.MaxIDLen+1)
 	cases := []struct {
 		name string
 		mod  func(*job.Envelope)

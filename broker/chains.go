@@ -36,7 +36,7 @@ func (w workerSide) Chain(ctx context.Context, parent protocol.Lease, env *job.E
 			// Remembered after its end, so that a second success of the
 			// parent (its worker died before the ack) does not enqueue it
 			// again.
-			e.Unique, e.UniqueFor, e.UniqueDead = true, job.ChainRemember, true
+			e.Unique, e.UniqueFor, e.UniqueDead = true, rules.ChainRemember, true
 			there = append(there, e)
 			continue
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/protocol"
+	"github.com/delayq/delayq/internal/rules"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
@@ -30,7 +31,7 @@ func TestChainInSlotIsAtomicWithTheAck(t *testing.T) {
 	if err != nil || len(here) != 2 {
 		t.Fatalf("chain: %d in the shard, %v; want both", len(here), err)
 	}
-	derived := job.ChainID("p1", parent.CreatedAt, 1)
+	derived := rules.ChainID("p1", parent.CreatedAt, 1)
 	if here[0].ID != derived || here[1].ID != "b" {
 		t.Fatalf("ids %q, %q; want %q, b", here[0].ID, here[1].ID, derived)
 	}
@@ -95,7 +96,7 @@ func TestChainAcrossSlotsIsIdempotent(t *testing.T) {
 			t.Fatalf("round %d: %d left for the ack, %v; want none", round, len(here), err)
 		}
 	}
-	id := job.ChainID("p1", parent.CreatedAt, 1)
+	id := rules.ChainID("p1", parent.CreatedAt, 1)
 	d := testkit.Drive(tb.b)
 	got, err := d.Claim(tb.ctx, "other", 10, 10*time.Second)
 	if err != nil || len(got.Jobs) != 1 || got.Jobs[0].ID != id {
@@ -104,7 +105,7 @@ func TestChainAcrossSlotsIsIdempotent(t *testing.T) {
 	// Acked as a worker acks it: the envelope asks for its id to be
 	// remembered.
 	nextEnv := got.Jobs[0].Envelope
-	if !nextEnv.Unique || nextEnv.UniqueFor != job.ChainRemember {
+	if !nextEnv.Unique || nextEnv.UniqueFor != rules.ChainRemember {
 		t.Fatalf("next job of another slot: unique %v for %v; want remembered for ChainRemember", nextEnv.Unique, nextEnv.UniqueFor)
 	}
 	if res, err := d.Settle(tb.ctx, protocol.Op{Kind: protocol.OpAck, Lease: got.Jobs[0].Lease, Remember: nextEnv.UniqueFor}); err != nil || res[0].Err != nil {
@@ -118,7 +119,7 @@ func TestChainAcrossSlotsIsIdempotent(t *testing.T) {
 	}
 	// A parent enqueued again under its id is another job: its next jobs
 	// have other ids.
-	if again := job.ChainID("p1", parent.CreatedAt.Add(time.Millisecond), 1); again == id {
+	if again := rules.ChainID("p1", parent.CreatedAt.Add(time.Millisecond), 1); again == id {
 		t.Fatalf("two creations share the next job id %s", id)
 	}
 }

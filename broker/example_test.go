@@ -37,16 +37,16 @@ func ExampleBroker_Cancel() {
 	_, err = cancelUnpaid.Enqueue(ctx, b, Order{ID: "1001"}, job.ID("order-1001"), job.In(30*time.Minute))
 	fmt.Println("again:", errors.Is(err, broker.ErrDuplicate))
 
-	st, err := b.Stats(ctx, job.DefaultQueue)
+	st, err := b.Stats(ctx, "default")
 	if err != nil {
 		panic(err)
 	}
 	fmt.Println("scheduled jobs:", st.Scheduled, "due now:", st.Due)
 
 	// The order is paid.
-	c, err := b.Cancel(ctx, job.DefaultQueue, "order-1001")
+	c, err := b.Cancel(ctx, "default", "order-1001")
 	fmt.Println("cancel:", err, "was running:", c.Running)
-	_, err = b.Cancel(ctx, job.DefaultQueue, "order-1001")
+	_, err = b.Cancel(ctx, "default", "order-1001")
 	fmt.Println("cancel again:", errors.Is(err, broker.ErrNotFound))
 	// Output:
 	// scheduled order-1001 in queue default ready in 30m0s

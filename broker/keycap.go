@@ -9,6 +9,7 @@ import (
 
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/naming"
+	"github.com/delayq/delayq/internal/rules"
 	"github.com/delayq/delayq/job"
 )
 
@@ -145,7 +146,7 @@ func (b *Broker) SetKeyRateLimit(ctx context.Context, queue, key string, r job.R
 			return err
 		}
 	}
-	if err := r.Validate(); err != nil {
+	if err := rules.CheckRateLimit(r); err != nil {
 		return err
 	}
 	if err := naming.Queue(queue); err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/naming"
+	"github.com/delayq/delayq/internal/rules"
 	"github.com/delayq/delayq/job"
 )
 
@@ -116,7 +117,7 @@ func (b *Broker) SetRateLimit(ctx context.Context, queue, typ string, r job.Rate
 		}
 		what = typ
 	}
-	if err := r.Validate(); err != nil {
+	if err := rules.CheckRateLimit(r); err != nil {
 		return err
 	}
 	if err := naming.Queue(queue); err != nil {

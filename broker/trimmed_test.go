@@ -9,6 +9,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/deadletter"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
@@ -94,7 +95,7 @@ func TestTrimsCountedKeptAndWarned(t *testing.T) {
 	}
 	for i, r := range append(first, rest...) {
 		want := fmt.Sprintf("j%02d", i)
-		if r.ID != want || r.Trim != job.TrimCap || r.Error != "boom "+want || r.Envelope == nil || r.Envelope.ID != want ||
+		if r.ID != want || r.Trim != naming.TrimCap || r.Error != "boom "+want || r.Envelope == nil || r.Envelope.ID != want ||
 			!r.DiedAt.Equal(epoch) || !r.TrimmedAt.Equal(epoch.Add(time.Millisecond)) {
 			t.Fatalf("kept record %d: %+v; want %s, trimmed by the cap, its error and envelope, died at %v, trimmed a ms later", i, r, want, epoch)
 		}

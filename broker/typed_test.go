@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 )
 
@@ -30,7 +31,7 @@ func TestTypedHelpers(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
 	typ := job.New[order]("order.timeout", job.Queue("orders"))
-	if typ.Queue() != "orders" || job.New[order]("x").Queue() != job.DefaultQueue {
+	if typ.Queue() != "orders" || job.New[order]("x").Queue() != naming.DefaultQueue {
 		t.Fatalf("Queue() = %q", typ.Queue())
 	}
 	if _, err := typ.Enqueue(tb.ctx, tb.b, order{"1"}, job.ID("o-1"), job.In(time.Minute)); err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/delayq/delayq/internal/clock"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
@@ -104,7 +105,7 @@ func TestBatchPages(t *testing.T) {
 		}
 		return nil
 	})
-	if err := reg.Register("batch.cb", job.Entry{Handler: job.HandlerFunc(func(context.Context, *job.Message) error { return nil }), Queue: "cb"}); err != nil {
+	if err := reg.Table(registry.Key{}).Register("batch.cb", registry.Entry[job.Handler, retry.Policy]{Handler: job.HandlerFunc(func(context.Context, *job.Message) error { return nil }), Queue: "cb"}); err != nil {
 		t.Fatal(err)
 	}
 	stop := tb.runWorker(t, reg, "work", "cb")

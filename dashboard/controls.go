@@ -11,6 +11,7 @@ import (
 	"github.com/delayq/delayq/fleet"
 	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/naming"
+	"github.com/delayq/delayq/internal/rules"
 	"github.com/delayq/delayq/job"
 )
 
@@ -245,7 +246,7 @@ func limitForm(r *http.Request) (job.RateLimit, error) {
 	if lim.Strict && lim.Burst == 1 {
 		lim.Burst = 0 // a strict window allows Count at once; 1 is the default burst
 	}
-	if err := lim.Validate(); err != nil {
+	if err := rules.CheckRateLimit(lim); err != nil {
 		return job.RateLimit{}, errors.New("The limit was not set: " + strings.TrimPrefix(err.Error(), "job: "+job.ErrInvalid.Error()+": ") + ".")
 	}
 	return lim, nil

@@ -14,7 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/delayq/delayq/job"
+	"github.com/delayq/delayq/internal/naming"
 )
 
 // pageNames are the templates under templates/, each rendered inside
@@ -165,7 +165,7 @@ var funcs = template.FuncMap{
 // of a chain that names none).
 func queueOr(q string) string {
 	if q == "" {
-		return job.DefaultQueue
+		return naming.DefaultQueue
 	}
 	return q
 }

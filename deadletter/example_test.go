@@ -65,7 +65,7 @@ func Example() {
 	var page deadletter.Page
 	for len(page.Records) == 0 && ctx.Err() == nil {
 		time.Sleep(10 * time.Millisecond)
-		page, err = dead.List(ctx, job.DefaultQueue, deadletter.ListOptions{Filter: deadletter.Filter{Type: "sms.send"}})
+		page, err = dead.List(ctx, "default", deadletter.ListOptions{Filter: deadletter.Filter{Type: "sms.send"}})
 		if err != nil {
 			panic(err)
 		}
@@ -79,7 +79,7 @@ func Example() {
 	mu.Lock()
 	phones["u-6"] = "+15550106"
 	mu.Unlock()
-	if err := dead.Redrive(ctx, job.DefaultQueue, 0, "sms-u-6"); err != nil {
+	if err := dead.Redrive(ctx, "default", 0, "sms-u-6"); err != nil {
 		panic(err)
 	}
 	fmt.Println("sent to", <-sent)
@@ -88,7 +88,7 @@ func Example() {
 	if err := <-stopped; err != nil {
 		panic(err)
 	}
-	page, err = dead.List(ctx, job.DefaultQueue, deadletter.ListOptions{})
+	page, err = dead.List(ctx, "default", deadletter.ListOptions{})
 	if err != nil {
 		panic(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/delayqtest"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
@@ -137,7 +138,7 @@ func TestNewBrokerIsolatedAndWorking(t *testing.T) {
 	if _, err := typ.Enqueue(ctx, b1, Order{ID: "1"}, job.ID("o-1"), job.In(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b2.Job(ctx, job.DefaultQueue, "o-1"); !errors.Is(err, broker.ErrNotFound) {
+	if _, err := b2.Job(ctx, naming.DefaultQueue, "o-1"); !errors.Is(err, broker.ErrNotFound) {
 		t.Errorf("the second broker sees the first's job: %v", err)
 	}
 	done := make(chan string, 1)
@@ -198,7 +199,7 @@ func TestRedisChoosesServer(t *testing.T) {
 		if _, err := job.New[Order]("order.x").Enqueue(ctx, b, Order{ID: "1"}, job.ID("x")); err != nil {
 			t.Fatal(err)
 		}
-		if got, err := b.Job(ctx, job.DefaultQueue, "x"); err != nil || got.State != job.StateScheduled {
+		if got, err := b.Job(ctx, naming.DefaultQueue, "x"); err != nil || got.State != job.StateScheduled {
 			t.Errorf("job on the embedded server: %+v, %v", got, err)
 		}
 	})

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/internal/rules"
 	"github.com/delayq/delayq/job"
 )
@@ -63,11 +64,8 @@ type Recorded struct {
 }
 
 var (
-	_ job.Enqueuer    = (*Enqueuer)(nil)
-	_ job.Controller  = (*Enqueuer)(nil)
-	_ job.Canceller   = (*Enqueuer)(nil)
-	_ job.Rescheduler = (*Enqueuer)(nil)
-	_ job.JobReader   = (*Enqueuer)(nil)
+	_ job.Enqueuer   = (*Enqueuer)(nil)
+	_ job.Controller = (*Enqueuer)(nil)
 )
 
 // Enqueue records envs, or reports why not, as broker.Enqueue: a batch with
@@ -508,7 +506,7 @@ func Decode[T any](typ *job.Type[T], env *job.Envelope) (T, error) {
 	}); err != nil {
 		return args, err
 	}
-	entry, _ := reg.Lookup(typ.Name())
+	entry, _ := reg.Table(registry.Key{}).Lookup(typ.Name())
 	err := entry.Handler.Handle(context.Background(), &job.Message{Envelope: *env})
 	return args, err
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/delayqtest"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 )
 
@@ -287,10 +288,10 @@ func TestEnqueuerDebounces(t *testing.T) {
 		delayqtest.RequireEnqueuedN(tb, e, digest, 3, delayqtest.Replaced())
 	})
 
-	if err := e.Claim(job.DefaultQueue, "u7"); err != nil {
+	if err := e.Claim(naming.DefaultQueue, "u7"); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Claim(job.DefaultQueue, "u7"); !errors.Is(err, broker.ErrInProgress) {
+	if err := e.Claim(naming.DefaultQueue, "u7"); !errors.Is(err, broker.ErrInProgress) {
 		t.Fatalf("Claim of a running job: %v, want ErrInProgress", err)
 	}
 	if _, err := send("5"); !errors.Is(err, broker.ErrInProgress) || !strings.Contains(err.Error(), `"u7"`) {
@@ -316,10 +317,10 @@ func TestEnqueuerDebounces(t *testing.T) {
 		t.Fatalf("the job asked to stop: %+v, want it running and asked to stop", jobs[len(jobs)-1])
 	}
 
-	if err := e.End(job.DefaultQueue, "u7"); err != nil {
+	if err := e.End(naming.DefaultQueue, "u7"); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.End(job.DefaultQueue, "u7"); !errors.Is(err, broker.ErrNotFound) {
+	if err := e.End(naming.DefaultQueue, "u7"); !errors.Is(err, broker.ErrNotFound) {
 		t.Fatalf("End of an ended job: %v, want ErrNotFound", err)
 	}
 	env, err = send("6")

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	jobattempt "github.com/delayq/delayq/internal/attempt"
+	"github.com/delayq/delayq/internal/naming"
+	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/internal/retrydecide"
 	"github.com/delayq/delayq/internal/rules"
 	"github.com/delayq/delayq/job"
@@ -69,7 +72,7 @@ type Result struct {
 	Message *job.Message
 	// Next are the jobs a success enqueues after the job (job.Then's,
 	// then those the handler declared with job.Next), as declared: a
-	// worker gives those without an ID job.ChainID. Nil unless the
+	// worker gives those without an ID the derived id (docs/batches.md). Nil unless the
 	// attempt succeeded (a next job the broker refuses, e.g. over
 	// MaxPayloadBytes, fails it: dead, "permanent error").
 	Next []*job.Envelope
@@ -176,7 +179,7 @@ func (r *Runner) Attempt(ctx context.Context, env *job.Envelope, attempt int) (*
 	at := now()
 	m := &job.Message{Envelope: *env, Attempt: attempt, ClaimedAt: at}
 	if m.Queue == "" {
-		m.Queue = job.DefaultQueue
+		m.Queue = naming.DefaultQueue
 	}
 	if m.ID == "" {
 		m.ID = job.NewID()
@@ -196,7 +199,7 @@ func (r *Runner) Attempt(ctx context.Context, env *job.Envelope, attempt int) (*
 		}
 		return res, nil
 	}
-	entry, known := r.Registry.Lookup(m.Type)
+	entry, known := r.Registry.Table(registry.Key{}).Lookup(m.Type)
 	// The handler's deadline: the job's, else its type's, else the
 	// runner's, as the worker gives it.
 	if m.Timeout <= 0 {
@@ -212,7 +215,7 @@ func (r *Runner) Attempt(ctx context.Context, env *job.Envelope, attempt int) (*
 		})
 	}
 	mws := slices.Concat(r.Middleware, []job.Middleware{middleware.Timeout(0), middleware.Recover()})
-	ctx, a := job.WithAttempt(ctx, nil)
+	ctx, a := jobattempt.With[job.Envelope, job.Result, job.Progress](ctx, nil)
 	err := call(ctx, job.Chain(h, mws...), m)
 	var next []*job.Envelope
 	if err == nil {
@@ -234,7 +237,7 @@ func (r *Runner) Attempt(ctx context.Context, env *job.Envelope, attempt int) (*
 			err = fmt.Errorf("snoozed %d times, the cap; last: %s", m.Snoozes, err.Error())
 			res.Err = err
 		}
-		d := retrydecide.Decide(m.Attempt, m.MaxRetries, entry.Policy(m, r.fallback()), err)
+		d := retrydecide.Decide(m.Attempt, m.MaxRetries, rules.Policy(m, entry.Retry, r.fallback()), err)
 		res.Reason, res.Delay, res.Outcome, res.Snoozed = d.Reason, d.Delay, job.OutcomeRetry, d.Snooze
 		if d.Dead {
 			res.Delay, res.Outcome = 0, job.OutcomeDead

@@ -22,6 +22,7 @@ import (
 
 	"github.com/delayq/delayq/fleet"
 	"github.com/delayq/delayq/internal/fleetreg"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
@@ -58,7 +59,7 @@ func exported(t *testing.T) []*dto.MetricFamily {
 	}
 	t.Cleanup(func() { _ = unregister() })
 	// A worker process as the registry lists it (what worker.Run records).
-	reg, err := fleetreg.New(bd.RDB, bd.NS, fleet.Process{Role: fleet.RoleWorker, Queues: []fleet.Queue{{Name: job.DefaultQueue, Concurrency: 4}}}, fleetreg.Options{TTL: time.Minute})
+	reg, err := fleetreg.New(bd.RDB, bd.NS, fleet.Process{Role: fleet.RoleWorker, Queues: []fleet.Queue{{Name: naming.DefaultQueue, Concurrency: 4}}}, fleetreg.Options{TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,10 +69,10 @@ func exported(t *testing.T) []*dto.MetricFamily {
 
 	// A rate-limited type and a capped type with no job: their held-by
 	// series are 0.
-	if err := bd.B.SetRateLimit(bd.Ctx, job.DefaultQueue, "deploy.limited", job.RateLimit{Count: 1, Per: time.Hour}); err != nil {
+	if err := bd.B.SetRateLimit(bd.Ctx, naming.DefaultQueue, "deploy.limited", job.RateLimit{Count: 1, Per: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	if err := bd.B.SetConcurrency(bd.Ctx, job.DefaultQueue, "deploy.capped", 2); err != nil {
+	if err := bd.B.SetConcurrency(bd.Ctx, naming.DefaultQueue, "deploy.capped", 2); err != nil {
 		t.Fatal(err)
 	}
 	enq := job.ChainEnqueuer(bd.B, middleware.EnqueueMetrics(withMP))

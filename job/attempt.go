@@ -6,157 +6,87 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/delayq/delayq/internal/attempt"
 )
 
 // What a handler can tell the worker about the attempt it runs: a result
 // to keep with the succeeded job (SetResult), how far it has come
-// (ReportProgress) and the jobs that follow it (Next). The worker puts an [Attempt] in the handler's context.
+// (ReportProgress) and the jobs that follow it (Next). The worker puts the
+// attempt in the handler's context.
 
 // ErrNoAttempt is returned by [SetResult], [ReportProgress] and [Next] when the
 // context is not a handler's (no worker runs the job).
 var ErrNoAttempt = errors.New("job: the context is not a handler's: no worker runs this job")
 
-// MaxResultSize is the largest result SetResult keeps, in bytes.
-const MaxResultSize = 1 << 20
+// maxResultSize is the largest result SetResult keeps, in bytes (1 MiB).
+const maxResultSize = 1 << 20
 
-// MaxProgressMessage is the longest progress message, in bytes.
-const MaxProgressMessage = 200
+// maxProgressMessage is the longest progress message, in bytes.
+const maxProgressMessage = 200
 
 // Progress is how far a running job has come, as its handler last said.
 type Progress struct {
 	Fraction float64   // 0 to 1
-	Message  string    // at most MaxProgressMessage bytes
+	Message  string    // at most 200 bytes
 	At       time.Time // when it was reported (the server's clock)
 }
 
-// Attempt is one handling attempt: what its handler said during it, and
-// the [OnResult] callbacks that learn what became of it. The worker makes
-// one per attempt with [WithAttempt] and settles it ([Attempt.Settle]) once
-// the outcome is recorded; tests of handlers and middleware may too.
-type Attempt struct {
-	report func(context.Context, Progress) (time.Time, error)
+// jobAttempt is one handling attempt as package job sees it: what its
+// handler said during it, and the [OnResult] callbacks that learn what
+// became of it. The worker puts one in the handler's context.
+type jobAttempt = attempt.Attempt[Envelope, Result, Progress]
 
-	mu        sync.Mutex
-	result    []byte
-	hasResult bool
-	progress  *Progress
-	next      []*Envelope
-	fns       []func(Result) // OnResult callbacks, the first registered first
-	settled   bool
-	res       Result
-}
-
-type attemptKey struct{}
-
-// WithAttempt returns ctx carrying a new Attempt. report stores a progress
-// report (nil: progress is only kept in the Attempt) and returns the time
-// it was stored at. The worker calls it once per attempt before it calls
-// the handler chain, and settles the Attempt once the outcome is recorded.
-func WithAttempt(ctx context.Context, report func(context.Context, Progress) (time.Time, error)) (context.Context, *Attempt) {
-	c := &attemptContext{Context: ctx, a: Attempt{report: report}} // one allocation for both
-	return c, &c.a
-}
-
-// attemptContext is a context carrying an Attempt: context.WithValue's,
-// with the Attempt in the same allocation.
-type attemptContext struct {
-	context.Context
-	a Attempt
-}
-
-func (c *attemptContext) Value(key any) any {
-	if key == (attemptKey{}) {
-		return &c.a
-	}
-	return c.Context.Value(key)
-}
-
-// String names the context as context.WithValue's do.
-func (c *attemptContext) String() string {
-	return fmt.Sprintf("%v.WithValue(job.attemptKey, *job.Attempt)", c.Context)
-}
-
-// AttemptOf returns the Attempt of a handler's context, or nil.
-func AttemptOf(ctx context.Context) *Attempt {
-	a, _ := ctx.Value(attemptKey{}).(*Attempt)
-	return a
-}
-
-// Result returns the result set during the attempt and whether one was.
-func (a *Attempt) Result() ([]byte, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.result, a.hasResult
-}
-
-// Next returns the next jobs declared during the attempt ([Next]).
-func (a *Attempt) Next() []*Envelope {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.next
-}
-
-// Progress returns the last progress reported, or nil.
-func (a *Attempt) Progress() *Progress {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.progress == nil {
-		return nil
-	}
-	p := *a.progress
-	return &p
+// attemptOf returns the attempt of a handler's context, or nil.
+func attemptOf(ctx context.Context) *jobAttempt {
+	return attempt.Of[Envelope, Result, Progress](ctx)
 }
 
 // SetResult keeps result with the job when this attempt succeeds and the
 // job is retained ([Retain]); a later call replaces an earlier one. The
 // bytes are copied. It returns an error wrapping ErrInvalid for a result
-// over MaxResultSize, or ErrNoAttempt outside a handler.
+// over 1 MiB, or ErrNoAttempt outside a handler.
 func SetResult(ctx context.Context, result []byte) error {
-	a := AttemptOf(ctx)
+	a := attemptOf(ctx)
 	if a == nil {
 		return ErrNoAttempt
 	}
-	if len(result) > MaxResultSize {
-		return invalid("result of %d bytes is over the limit of %d", len(result), MaxResultSize)
+	if len(result) > maxResultSize {
+		return invalid("result of %d bytes is over the limit of %d", len(result), maxResultSize)
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.result, a.hasResult = append([]byte(nil), result...), true
+	a.SetResult(append([]byte(nil), result...))
 	return nil
 }
 
 // ReportProgress records how far the running job has come: fraction from
-// 0 to 1 and a short message (at most MaxProgressMessage bytes of UTF-8).
+// 0 to 1 and a short message (at most 200 bytes of UTF-8).
 // It is visible in Broker.Job (and the CLI and dashboard) while the job
 // runs, and kept with a retained succeeded job. Each call is one round
 // trip to Redis, fenced like an ack: a worker that lost the lease gets an
 // error wrapping broker.ErrLeaseLost. Errors wrap ErrInvalid for a bad
 // fraction or message; ErrNoAttempt outside a handler.
 func ReportProgress(ctx context.Context, fraction float64, msg string) error {
-	a := AttemptOf(ctx)
+	a := attemptOf(ctx)
 	if a == nil {
 		return ErrNoAttempt
 	}
 	if math.IsNaN(fraction) || fraction < 0 || fraction > 1 {
 		return invalid("progress fraction %v is outside 0..1", fraction)
 	}
-	if len(msg) > MaxProgressMessage || !utf8.ValidString(msg) {
-		return invalid("progress message must be at most %d bytes of UTF-8, not %d bytes", MaxProgressMessage, len(msg))
+	if len(msg) > maxProgressMessage || !utf8.ValidString(msg) {
+		return invalid("progress message must be at most %d bytes of UTF-8, not %d bytes", maxProgressMessage, len(msg))
 	}
 	p := Progress{Fraction: fraction, Message: msg, At: time.Now()}
-	if a.report != nil {
-		at, err := a.report(ctx, p)
-		if err != nil {
-			return fmt.Errorf("job: report progress: %w", err)
-		}
+	at, stored, err := a.Report(ctx, p)
+	if err != nil {
+		return fmt.Errorf("job: report progress: %w", err)
+	}
+	if stored {
 		p.At = at
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.progress = &p
+	a.SetProgress(p)
 	return nil
 }
 

@@ -2,10 +2,8 @@ package job
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"time"
 )
 
@@ -19,30 +17,23 @@ import (
 // another slot just before the acknowledgement, as an idempotent first step
 // (see docs/batches.md, "Chains").
 
-// MaxNext is the most next jobs a job may declare with [Then], and the
+// maxNext is the most next jobs a job may declare with [Then], and the
 // most an attempt may add with [Next].
-const MaxNext = 100
-
-// ChainRemember is how long the id of a next job that lives in another
-// slot than its parent is remembered after it ended, as [Unique] would:
-// should the parent run again after the next job was enqueued but before
-// the parent's acknowledgement (its worker died in between), its second
-// success finds the id pending or remembered and does not enqueue the next
-// job again.
-const ChainRemember = 24 * time.Hour
+const maxNext = 100
 
 // Then makes next be enqueued when the job succeeds, in the order given.
 // Each next job is an envelope of any type and queue ([Type.Envelope]); its
 // delay ([In]) counts from the success, its ready time ([At]) is absolute,
 // and it may carry next jobs of its own, so a chain can be as long as
-// needed. A next job without an [ID] gets [ChainID] of the job. Next jobs
+// needed. A next job without an [ID] gets an id derived from the job's id, creation
+// time and its place ("<id>><n>@<created ms, base 36>", see docs/batches.md). Next jobs
 // may not be [Unique], [Replace], [Debounce] or members of a batch of their own (the
 // next jobs of a batch member join its batch): the chain itself makes
 // them enqueued once. The envelopes are copied. Per job only.
 func Then(next ...*Envelope) Option {
 	return jobOption(func(s *settings) error {
-		if len(s.next)+len(next) > MaxNext {
-			return invalid("Then: %d next jobs, more than the %d a job may declare", len(s.next)+len(next), MaxNext)
+		if len(s.next)+len(next) > maxNext {
+			return invalid("Then: %d next jobs, more than the %d a job may declare", len(s.next)+len(next), maxNext)
 		}
 		for i, n := range next {
 			c, err := checkNext(n)
@@ -61,7 +52,7 @@ func Then(next ...*Envelope) Option {
 // error wrapping ErrInvalid for a bad envelope or too many next jobs, and
 // ErrNoAttempt outside a handler.
 func Next(ctx context.Context, next ...*Envelope) error {
-	a := AttemptOf(ctx)
+	a := attemptOf(ctx)
 	if a == nil {
 		return ErrNoAttempt
 	}
@@ -73,12 +64,9 @@ func Next(ctx context.Context, next ...*Envelope) error {
 		}
 		checked = append(checked, c)
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if len(a.next)+len(checked) > MaxNext {
-		return invalid("%d next jobs, more than the %d a job may declare", len(a.next)+len(checked), MaxNext)
+	if n, ok := a.AddNext(checked, maxNext); !ok {
+		return invalid("%d next jobs, more than the %d a job may declare", n, maxNext)
 	}
-	a.next = append(a.next, checked...)
 	return nil
 }
 
@@ -121,8 +109,8 @@ func validateNext(env *Envelope, now time.Time) error {
 
 // validateChain checks the next jobs of a job ([Prepare] calls it).
 func validateChain(next []*Envelope, now time.Time) error {
-	if len(next) > MaxNext {
-		return invalid("%d next jobs, more than the %d a job may declare", len(next), MaxNext)
+	if len(next) > maxNext {
+		return invalid("%d next jobs, more than the %d a job may declare", len(next), maxNext)
 	}
 	for i, n := range next {
 		if err := validateNext(n, now); err != nil {
@@ -130,21 +118,6 @@ func validateChain(next []*Envelope, now time.Time) error {
 		}
 	}
 	return nil
-}
-
-// ChainID is the id of the n-th next job (from 1) of the job id that was
-// created at created, for a next job declared without an ID:
-// "<id>><n>@<created ms, base 36>". The creation time tells apart two jobs
-// enqueued under one id one after the other, so that the next jobs of the
-// second are not taken for those of the first. An id that would be longer
-// than MaxIDLen is replaced by a hash of the same parts.
-func ChainID(id string, created time.Time, n int) string {
-	s := id + ">" + strconv.Itoa(n) + "@" + strconv.FormatInt(created.UnixMilli(), 36)
-	if len(s) <= MaxIDLen {
-		return s
-	}
-	h := sha256.Sum256([]byte(s))
-	return "c:" + idEncoding.EncodeToString(h[:20])
 }
 
 // wireNext is a next job as its parent's body stores it.
@@ -180,8 +153,8 @@ func decodeNext(ws []wireNext) ([]*Envelope, error) {
 	if len(ws) == 0 {
 		return nil, nil
 	}
-	if len(ws) > MaxNext {
-		return nil, fmt.Errorf("job: %w: %d next jobs, more than %d", ErrCorrupt, len(ws), MaxNext)
+	if len(ws) > maxNext {
+		return nil, fmt.Errorf("job: %w: %d next jobs, more than %d", ErrCorrupt, len(ws), maxNext)
 	}
 	out := make([]*Envelope, len(ws))
 	for i, w := range ws {

@@ -44,6 +44,25 @@
 // crash or a lost lease (Message.Attempt counts the attempts), so it should
 // check the state it acts on before a side effect.
 //
+// # Defaults and limits
+//
+// A job that names no queue goes to the queue "default"; a type that sets
+// no [MaxRetries] gives its jobs 10 retries after the first attempt. The
+// limits, each checked where the value is given, with an error wrapping
+// [ErrInvalid] that names the limit:
+//
+//   - a job id ([ID], the key of [Debounce]): 256 bytes
+//   - a queue name ([Queue]): 64 bytes
+//   - a job type name ([New]): 128 bytes
+//   - a flow-control key ([Key], [KeyFrom]): 128 bytes
+//   - a batch id (broker.Broker.CreateBatch): 128 bytes
+//   - next jobs ([Then], and as many more by [Next] from a handler): 100
+//   - a result ([SetResult]): 1 MiB
+//   - a progress message ([ReportProgress]): 200 bytes
+//
+// The last error an envelope keeps (Envelope.LastError) is cut to 16 KiB,
+// marked "(truncated)".
+//
 // # Envelopes
 //
 // An [Envelope] is a job on the wire: its type name, encoded payload, retry

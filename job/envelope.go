@@ -95,9 +95,6 @@ type Envelope struct {
 	Key string
 }
 
-// DefaultQueue is the queue of jobs that name none.
-const DefaultQueue = "default"
-
 // Backoff is a per-job exponential retry schedule, stored with the job. It
 // overrides the type's retry policy; see retry.Exponential for the formula.
 type Backoff struct {
@@ -107,9 +104,9 @@ type Backoff struct {
 	Jitter     float64
 }
 
-// Validate reports whether b is a usable schedule, by the rules of
+// validate reports whether b is a usable schedule, by the rules of
 // retry.Exponential.Validate. Errors wrap ErrInvalid.
-func (b *Backoff) Validate() error {
+func (b *Backoff) validate() error {
 	e := retry.Exponential{Initial: b.Initial, Multiplier: b.Multiplier, Max: b.Max, Jitter: b.Jitter}
 	if err := e.Validate(); err != nil {
 		return fmt.Errorf("job: %w: %v", ErrInvalid, err)
@@ -130,7 +127,7 @@ func (b *Backoff) Validate() error {
 // when set, then "k" (the key, whose characters the key check limits the same
 // way) when set; a field added for the scripts goes there too. A JSON payload
 // follows, spliced in byte for byte as "p", then the rest. Fields at their
-// defaults are left out; for "r" the default is DefaultMaxRetries (so
+// defaults are left out; for "r" the default is naming.DefaultMaxRetries (so
 // "r":0 is written out), for the others it is zero.
 //
 // Bodies stored before the header (payload first: {"p":...,"t":...}) decode
@@ -153,7 +150,7 @@ type wireHead struct {
 // wireTail is the body after the header and the payload.
 type wireTail struct {
 	PayloadB   []byte            `json:"pb,omitempty"` // payloads that are not JSON, base64
-	MaxRetries *int              `json:"r,omitempty"`  // nil = DefaultMaxRetries
+	MaxRetries *int              `json:"r,omitempty"`  // nil = naming.DefaultMaxRetries
 	TimeoutMS  int64             `json:"to,omitempty"`
 	CreatedMS  int64             `json:"c,omitempty"`
 	Backoff    *wireBackoff      `json:"b,omitempty"`
@@ -175,8 +172,8 @@ type wireBackoff struct {
 	Jitter     float64 `json:"j,omitempty"`
 }
 
-// MaxErrorLen caps the last error kept in an envelope, in bytes.
-const MaxErrorLen = 16 << 10
+// maxErrorLen caps the last error kept in an envelope, in bytes.
+const maxErrorLen = 16 << 10
 
 // MarshalBinary encodes the stored body of e (without ID, Queue and the
 // scheduling fields). The payload is kept byte for byte: it is embedded as
@@ -205,13 +202,13 @@ func (e *Envelope) wire() (w wire, raw bool) {
 		wireTail: wireTail{
 			TimeoutMS: ceilMS(e.Timeout),
 			Headers:   e.Headers,
-			LastError: truncate(e.LastError, MaxErrorLen),
+			LastError: truncate(e.LastError, maxErrorLen),
 			Snoozes:   e.Snoozes,
 			Batch:     e.Batch,
 			RetainMS:  ceilMS(e.Retain),
 		},
 	}
-	if e.MaxRetries != DefaultMaxRetries {
+	if e.MaxRetries != naming.DefaultMaxRetries {
 		r := e.MaxRetries
 		w.MaxRetries = &r
 	}
@@ -393,7 +390,7 @@ func Decode(data []byte) (*Envelope, error) {
 		// another: "t" given twice, by another program.
 		return nil, fmt.Errorf("job: %w: its header names type %q, its body type %q", ErrCorrupt, t, w.Type)
 	}
-	maxRetries := DefaultMaxRetries
+	maxRetries := naming.DefaultMaxRetries
 	if w.MaxRetries != nil {
 		maxRetries = *w.MaxRetries
 	}

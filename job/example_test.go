@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/delayq/delayq/delayqtest"
 	"github.com/delayq/delayq/job"
 )
 
@@ -27,8 +28,8 @@ func ExampleNew() {
 		fmt.Println("remind user", j.Args.UserID, "attempt", j.Attempt)
 		return nil
 	})
-	e, _ := reg.Lookup("user.remind")
-	_ = e.Handler.Handle(context.Background(), &job.Message{Envelope: *env, Attempt: 1})
+	// A test runs the handler as a worker would.
+	_, _ = (&delayqtest.Runner{Registry: reg}).Attempt(context.Background(), env, 1)
 	// Output:
 	// user.remind emails remind-7 30m0s {"user_id":7} 3
 	// remind user 7 attempt 1

@@ -195,11 +195,11 @@ func FuzzValidate(f *testing.F) {
 			err   error
 			valid bool
 		}{
-			{"ValidateID", naming.ID(s), s != "" && len(s) <= job.MaxIDLen && utf8.ValidString(s) &&
+			{"ValidateID", naming.ID(s), s != "" && len(s) <= naming.MaxIDLen && utf8.ValidString(s) &&
 				!strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f || r == '{' || r == '}' })},
-			{"ValidateQueue", naming.Queue(s), s != "" && len(s) <= job.MaxQueueLen && token("") && s != "." && s != ".." &&
+			{"ValidateQueue", naming.Queue(s), s != "" && len(s) <= naming.MaxQueueLen && token("") && s != "." && s != ".." &&
 				url.PathEscape(s) == s},
-			{"ValidateType", naming.Type(s), s != "" && len(s) <= job.MaxTypeLen && token(":/")},
+			{"ValidateType", naming.Type(s), s != "" && len(s) <= naming.MaxTypeLen && token(":/")},
 		} {
 			if (v.err == nil) != v.valid {
 				t.Fatalf("%s(%q) = %v, want valid = %v", v.name, s, v.err, v.valid)

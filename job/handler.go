@@ -2,13 +2,10 @@ package job
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sort"
-	"sync"
 	"time"
 
-	"github.com/delayq/delayq/internal/naming"
+	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/retry"
 )
 
@@ -51,103 +48,20 @@ func Chain(h Handler, mws ...Middleware) Handler {
 	return h
 }
 
-// Entry is what a registry knows of one job type.
-type Entry struct {
-	Handler Handler
-	Retry   retry.Policy  // nil means the worker's default
-	Timeout time.Duration // 0 means the worker's default
-	Retain  time.Duration // how long a succeeded job is kept when it sets no Retain of its own; 0: not kept
-	// Queue is the queue the type's jobs go to ([Type.Register] sets it);
-	// "" means DefaultQueue. A worker with no Options.Queues serves the
-	// queues of its registry's entries.
-	Queue string
-}
-
-// Policy is the retry policy of an attempt of m: the job's own backoff,
-// else the type's policy, else fallback (a worker's default). Every place
-// that decides a failed attempt picks it here.
-func (e Entry) Policy(m *Message, fallback retry.Policy) retry.Policy {
-	switch {
-	case m.Backoff != nil:
-		return retry.Exponential{Initial: m.Backoff.Initial, Multiplier: m.Backoff.Multiplier, Max: m.Backoff.Max, Jitter: m.Backoff.Jitter}
-	case e.Retry != nil:
-		return e.Retry
-	}
-	return fallback
-}
-
-// ErrAlreadyRegistered is wrapped by [Registry.Register] when the type name
-// has a handler already.
-var ErrAlreadyRegistered = errors.New("job: handler already registered")
-
-// Registry maps job type names to handlers. It is safe for concurrent use.
+// Registry maps job type names to their handlers ([Type.Handle]), with
+// each type's retry policy, timeout, retention and queue; a worker runs the
+// handlers of its registry. It is safe for concurrent use.
 type Registry struct {
-	mu      sync.RWMutex
-	entries map[string]Entry
+	t registry.Table[Handler, retry.Policy]
 }
 
 // NewRegistry returns an empty registry.
-func NewRegistry() *Registry { return &Registry{entries: make(map[string]Entry)} }
+func NewRegistry() *Registry { return &Registry{} }
 
-// Register adds the handler for a type name. It returns an error wrapping
-// ErrInvalid for a bad name or a nil handler, and ErrAlreadyRegistered when
-// the name is taken.
-func (r *Registry) Register(typeName string, e Entry) error {
-	if err := naming.Type(typeName); err != nil {
-		return err
-	}
-	if e.Handler == nil {
-		return invalid("nil handler for job type %q", typeName)
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, ok := r.entries[typeName]; ok {
-		return fmt.Errorf("%w: %q", ErrAlreadyRegistered, typeName)
-	}
-	r.entries[typeName] = e
-	return nil
-}
-
-// Lookup returns the entry for a type name.
-func (r *Registry) Lookup(typeName string) (Entry, bool) {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	e, ok := r.entries[typeName]
-	return e, ok
-}
-
-// Types returns the registered type names, sorted.
-func (r *Registry) Types() []string {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	names := make([]string, 0, len(r.entries))
-	for n := range r.entries {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
-
-// Queues returns the queues of the registered types (an entry with no
-// Queue counts as DefaultQueue), sorted, each once.
-func (r *Registry) Queues() []string {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	seen := make(map[string]bool)
-	var out []string
-	for _, e := range r.entries {
-		q := e.Queue
-		if q == "" {
-			q = DefaultQueue
-		}
-		if !seen[q] {
-			seen[q] = true
-			out = append(out, q)
-		}
-	}
-	sort.Strings(out)
-	return out
-}
+// Table returns the registry's table, from which the worker and the test
+// kit read the handlers; its argument is of an internal package, so only
+// delayq's own packages call it.
+func (r *Registry) Table(registry.Key) *registry.Table[Handler, retry.Policy] { return &r.t }
 
 // DecodeError reports a payload that does not decode into its type's Go
 // type. Typed handlers return it wrapped in retry.Permanent: no retry can

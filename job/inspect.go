@@ -74,19 +74,15 @@ type DeadRecord struct {
 	DiedAt   time.Time // server time; from the dead index
 }
 
-// Why a dead record was trimmed from the dead-letter store
-// (TrimmedRecord.Trim).
-const (
-	TrimCap = "cap" // the store was at its cap (broker.Options.DeadCap): the oldest record made room
-	TrimAge = "age" // the record was older than broker.Options.DeadMaxAge
-)
-
 // TrimmedRecord is a dead record that the dead-letter store dropped by its
 // cap or its max age, as a worker's hook receives it
 // (worker.Options.OnDeadTrimmed): the whole record (its envelope and final
 // error), why it was trimmed, and when.
 type TrimmedRecord struct {
 	DeadRecord
-	Trim      string    // TrimCap or TrimAge
+	// Trim says why: "cap", the store was at its cap
+	// (broker.Options.DeadCap) and the oldest record made room; "age",
+	// the record was older than broker.Options.DeadMaxAge.
+	Trim      string
 	TrimmedAt time.Time // server time
 }

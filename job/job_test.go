@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/internal/naming"
+	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/internal/retrydecide"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
@@ -27,7 +28,7 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 			Headers: map[string]string{"traceparent": "00-abc-def-01"}, LastError: "boom"},
 		{Type: "raw", Payload: []byte{0, 1, 2, 0xff}}, // not JSON: stored as base64
 		{Type: "empty"}, // no payload
-		{Type: "default.retries", MaxRetries: job.DefaultMaxRetries, Payload: []byte(`1`)},
+		{Type: "default.retries", MaxRetries: naming.DefaultMaxRetries, Payload: []byte(`1`)},
 		{Type: "a/b:c", Payload: []byte(`"<script>x</script>"`)}, // JSON string, not escaped
 		{Type: "spaced", Payload: []byte(`{ "a" : [1, 2.50] }`)}, // kept byte for byte
 	}
@@ -58,8 +59,8 @@ func TestEnvelopeWireIsCompact(t *testing.T) {
 	}
 	// The default retry budget is left out; none at all is written out.
 	for retries, want := range map[int]string{
-		job.DefaultMaxRetries: `{"t":"sms.send","p":{"to":"+1"}}`,
-		0:                     `{"t":"sms.send","p":{"to":"+1"},"r":0}`,
+		naming.DefaultMaxRetries: `{"t":"sms.send","p":{"to":"+1"}}`,
+		0:                        `{"t":"sms.send","p":{"to":"+1"},"r":0}`,
 	} {
 		e := &job.Envelope{Type: "sms.send", Payload: []byte(`{"to":"+1"}`), MaxRetries: retries}
 		data, _ := e.MarshalBinary()
@@ -198,10 +199,11 @@ func TestRegistry(t *testing.T) {
 	typ := job.New[SMS]("sms.send", job.Retry(retry.Constant(time.Second)), job.Timeout(time.Minute))
 	var got SMS
 	typ.Handle(reg, func(ctx context.Context, j *job.Job[SMS]) error { got = j.Args; return nil })
-	if err := typ.Register(reg, func(context.Context, *job.Job[SMS]) error { return nil }); !errors.Is(err, job.ErrAlreadyRegistered) {
+	if err := typ.Register(reg, func(context.Context, *job.Job[SMS]) error { return nil }); !errors.Is(err, job.ErrInvalid) || !strings.Contains(err.Error(), "has a handler already") {
 		t.Fatalf("second registration: %v", err)
 	}
-	e, ok := reg.Lookup("sms.send")
+	table := reg.Table(registry.Key{})
+	e, ok := table.Lookup("sms.send")
 	if !ok || e.Timeout != time.Minute || e.Retry.Delay(3) != time.Second {
 		t.Fatalf("entry %+v", e)
 	}
@@ -215,10 +217,10 @@ func TestRegistry(t *testing.T) {
 	if !errors.As(err, &de) || !retrydecide.IsPermanent(err) || !strings.Contains(err.Error(), `payload of type "sms.send" does not decode into job_test.SMS`) {
 		t.Fatalf("bad payload: %v", err)
 	}
-	if err := reg.Register("x", job.Entry{}); !errors.Is(err, job.ErrInvalid) {
+	if err := job.New[SMS]("x").Register(reg, nil); !errors.Is(err, job.ErrInvalid) {
 		t.Fatalf("nil handler: %v", err)
 	}
-	if names := reg.Types(); len(names) != 1 || names[0] != "sms.send" {
+	if names := table.Types(); len(names) != 1 || names[0] != "sms.send" {
 		t.Fatalf("types %v", names)
 	}
 }

@@ -72,7 +72,7 @@ func TestKeyFromArgumentsAndPerJob(t *testing.T) {
 // NewType naming both types.
 func TestBadKeysAreRefused(t *testing.T) {
 	typ := job.New[sms]("sms.send", job.KeyFrom(func(a sms) string { return a.To }))
-	for _, k := range []string{"", strings.Repeat("a", job.MaxKeyLen+1), "a b", `a"b`, "a{b}", "é", "a\nb", "a#b"} {
+	for _, k := range []string{"", strings.Repeat("a", naming.MaxKeyLen+1), "a b", `a"b`, "a{b}", "é", "a\nb", "a#b"} {
 		if _, err := typ.Envelope(sms{}, job.Key(k)); !errors.Is(err, job.ErrInvalid) || !strings.Contains(err.Error(), "key") {
 			t.Errorf("Key(%q): err = %v, want ErrInvalid naming the key", k, err)
 		}
@@ -91,7 +91,7 @@ func TestBadKeysAreRefused(t *testing.T) {
 	if _, err := job.NewType[sms]("x", job.KeyFrom[sms](nil)); !errors.Is(err, job.ErrInvalid) {
 		t.Errorf("nil KeyFrom: err = %v", err)
 	}
-	for _, k := range []string{"a", "A.b_c-d:e/f@g+h=i", strings.Repeat("z", job.MaxKeyLen)} {
+	for _, k := range []string{"a", "A.b_c-d:e/f@g+h=i", strings.Repeat("z", naming.MaxKeyLen)} {
 		if err := naming.Key(k); err != nil {
 			t.Errorf("naming.Key(%q) = %v", k, err)
 		}

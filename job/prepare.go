@@ -8,7 +8,7 @@ import (
 )
 
 // Prepare fills in what every enqueuer fills in when it is empty (Queue:
-// DefaultQueue; ID: [NewID], or [UniqueID] for a Unique job; CreatedAt:
+// "default"; ID: [NewID], or [UniqueID] for a Unique job; CreatedAt:
 // now) and checks env's fields as broker.Enqueue does (which calls it):
 // queue, id, type and header names, the delay, the uniqueness and debounce settings, the
 // expiry against the ready time, the retry budget, the timeout, the
@@ -21,7 +21,7 @@ func Prepare(env *Envelope, now time.Time) error {
 		return invalid("nil envelope")
 	}
 	if env.Queue == "" {
-		env.Queue = DefaultQueue
+		env.Queue = naming.DefaultQueue
 	}
 	if err := naming.Queue(env.Queue); err != nil {
 		return err
@@ -61,7 +61,7 @@ func Prepare(env *Envelope, now time.Time) error {
 		return invalid("retention %s of job %q is negative", env.Retain, env.ID)
 	}
 	if env.Backoff != nil {
-		if err := env.Backoff.Validate(); err != nil {
+		if err := env.Backoff.validate(); err != nil {
 			return err
 		}
 	}

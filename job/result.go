@@ -2,7 +2,6 @@ package job
 
 import (
 	"context"
-	"slices"
 	"time"
 )
 
@@ -48,25 +47,6 @@ type Result struct {
 	Lost error
 }
 
-// Settle runs the attempt's [OnResult] callbacks with its result, in
-// reverse order of registration; a callback registered later runs at once.
-// The worker calls it exactly once, after the handler chain returned and
-// the outcome was recorded (or given up); later calls do nothing.
-func (a *Attempt) Settle(res Result) {
-	a.mu.Lock()
-	if a.settled {
-		a.mu.Unlock()
-		return
-	}
-	a.settled, a.res = true, res
-	fns := a.fns
-	a.fns = nil
-	a.mu.Unlock()
-	for _, f := range slices.Backward(fns) {
-		f(res)
-	}
-}
-
 // OnResult registers f to be called once with the final result of the
 // attempt that ctx belongs to. Middleware uses it to learn what the worker
 // decided after the handler returned: retry or dead-letter, and whether the
@@ -77,22 +57,15 @@ func (a *Attempt) Settle(res Result) {
 // the handler chain has returned, on a worker goroutine; they must not block.
 // A callback registered after the attempt settled runs at once.
 //
-// OnResult reports false, and never calls f, when ctx carries no
-// [Attempt]: the handler was called by something other than a worker (see
-// [WithAttempt]). Middleware then judges from the handler's error alone.
+// OnResult reports false, and never calls f, when ctx carries no attempt:
+// the handler was called by something other than a worker or the test
+// kit's delayqtest.Runner. Middleware then judges from the handler's error
+// alone.
 func OnResult(ctx context.Context, f func(Result)) bool {
-	a := AttemptOf(ctx)
+	a := attemptOf(ctx)
 	if a == nil {
 		return false
 	}
-	a.mu.Lock()
-	if a.settled {
-		res := a.res
-		a.mu.Unlock()
-		f(res)
-		return true
-	}
-	a.fns = append(a.fns, f)
-	a.mu.Unlock()
+	a.OnResult(f)
 	return true
 }

@@ -99,27 +99,6 @@ type RateLimit struct {
 	Slack  time.Duration
 }
 
-// Validate checks r: a zero Count (no limit) or a positive Count with a
-// period of at least 1 ms; no negative burst or slack; Slack only with
-// Strict, and a strict limit without a burst (it allows Count at once).
-func (r RateLimit) Validate() error {
-	switch {
-	case r.Count < 0:
-		return invalid("rate limit count %d is negative", r.Count)
-	case r.Burst < 0:
-		return invalid("rate limit burst %d is negative", r.Burst)
-	case r.Count > 0 && r.Per < time.Millisecond:
-		return invalid("rate limit period %s is below 1ms", r.Per)
-	case r.Slack < 0:
-		return invalid("rate limit slack %s is negative", r.Slack)
-	case r.Slack > 0 && !r.Strict:
-		return invalid("rate limit slack %s without Strict (it widens a strict window only)", r.Slack)
-	case r.Strict && r.Burst > 1:
-		return invalid("strict rate limit with burst %d (a strict window allows Count at once; leave Burst 0)", r.Burst)
-	}
-	return nil
-}
-
 func (r RateLimit) String() string {
 	if r.Strict {
 		if r.Slack > 0 {

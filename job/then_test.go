@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 )
 
@@ -138,23 +137,5 @@ func TestNextInAHandler(t *testing.T) {
 	}
 	if got := a.Next(); len(got) != 2 || got[0].Type != "hop.b" || got == nil {
 		t.Fatalf("attempt's next jobs %v", got)
-	}
-}
-
-// ChainID tells the next jobs of two jobs enqueued under one id apart, and
-// stays a valid id for the longest parent ids.
-func TestChainID(t *testing.T) {
-	t.Parallel()
-	created := time.UnixMilli(1_800_000_000_000)
-	a, b := job.ChainID("order-1", created, 1), job.ChainID("order-1", created.Add(time.Millisecond), 1)
-	if a == b || a == job.ChainID("order-1", created, 2) {
-		t.Fatalf("ids collide: %q %q", a, b)
-	}
-	if !strings.HasPrefix(a, "order-1>1@") {
-		t.Fatalf("id %q does not name its parent", a)
-	}
-	long := job.ChainID(strings.Repeat("x", job.MaxIDLen), created, 1)
-	if err := naming.ID(long); err != nil {
-		t.Fatalf("id of a long parent: %v", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/internal/naming"
+	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/retry"
 )
 
@@ -84,7 +85,7 @@ func NewType[T any](name string, opts ...TypeOption) (*Type[T], error) {
 	if err := naming.Type(name); err != nil {
 		return nil, err
 	}
-	s := settings{queue: DefaultQueue, maxRetries: DefaultMaxRetries, codec: JSON()}
+	s := settings{queue: naming.DefaultQueue, maxRetries: naming.DefaultMaxRetries, codec: JSON()}
 	for i, o := range opts {
 		if o == nil {
 			return nil, invalid("option %d of job type %q is nil", i+1, name)
@@ -104,9 +105,6 @@ func NewType[T any](name string, opts ...TypeOption) (*Type[T], error) {
 	}
 	return t, nil
 }
-
-// DefaultMaxRetries is the retry budget of a type that sets none.
-const DefaultMaxRetries = 10
 
 // Name returns the type's name.
 func (t *Type[T]) Name() string { return t.name }
@@ -225,7 +223,8 @@ func (t *Type[T]) Handle(r *Registry, fn func(ctx context.Context, j *Job[T]) er
 	}
 }
 
-// Register is [Type.Handle] returning an error.
+// Register is [Type.Handle] returning an error, one wrapping [ErrInvalid]
+// when the type has a handler in r already.
 func (t *Type[T]) Register(r *Registry, fn func(ctx context.Context, j *Job[T]) error) error {
 	if fn == nil {
 		return invalid("nil handler for job type %q", t.name)
@@ -239,7 +238,10 @@ func (t *Type[T]) Register(r *Registry, fn func(ctx context.Context, j *Job[T]) 
 		}
 		return fn(ctx, j)
 	})
-	return r.Register(name, Entry{Handler: h, Retry: t.defaults.retry, Timeout: t.defaults.timeout, Retain: t.defaults.retain, Queue: t.defaults.queue})
+	if err := r.t.Register(name, registry.Entry[Handler, retry.Policy]{Handler: h, Retry: t.defaults.retry, Timeout: t.defaults.timeout, Retain: t.defaults.retain, Queue: t.defaults.queue}); err != nil {
+		return invalid("%v", err)
+	}
+	return nil
 }
 
 // settings collects options.
@@ -503,7 +505,7 @@ func Replace() Option {
 // ends, or under another key). A job waiting for a retry is scheduled: a
 // debounced enqueue replaces it, keeping its attempts.
 //
-// key is 1 to [MaxIDLen] bytes as [ID] takes; window must be positive.
+// key is 1 to 256 bytes as [ID] takes; window must be positive.
 // Debounce cannot be combined with [Unique], [Replace], [In] or [At], a
 // different [ID], a batch (broker.AddToBatch) or a chain's next jobs
 // ([Then]). Per job only. See docs/flow-control.md#debounce.
@@ -530,7 +532,7 @@ func Debounce(key string, window time.Duration) Option {
 // account. The queue's per-key concurrency cap
 // (broker.Broker.SetKeyConcurrency) counts the running jobs of each key.
 // It overrides the key the type's [KeyFrom] derives. key is 1 to
-// [MaxKeyLen] bytes of letters, digits and "._-:/@+=". Per job only. See
+// 128 bytes of letters, digits and "._-:/@+=". Per job only. See
 // docs/flow-control.md#per-key-caps.
 func Key(key string) Option {
 	return jobOption(func(s *settings) error {
@@ -643,7 +645,7 @@ func NewID() string {
 }
 
 // Queue returns the queue of the type's jobs (its Queue option, or
-// DefaultQueue).
+// "default").
 func (t *Type[T]) Queue() string { return t.defaults.queue }
 
 // Cancelled is what a cancel did (broker.Broker.Cancel).
@@ -654,44 +656,27 @@ type Cancelled struct {
 	Running bool
 }
 
-// Canceller cancels a job: what [Type.Cancel] needs. *broker.Broker and
-// the test kit's delayqtest.Enqueuer implement it.
-type Canceller interface {
-	Cancel(ctx context.Context, queue, id string) (Cancelled, error)
-}
-
-// Rescheduler moves a scheduled job: what [Type.Reschedule] needs.
-// *broker.Broker and delayqtest.Enqueuer implement it.
-type Rescheduler interface {
-	Reschedule(ctx context.Context, queue, id string, at time.Time) (time.Time, error)
-}
-
-// JobReader looks a job up: what [Type.Lookup] needs. *broker.Broker and
-// delayqtest.Enqueuer implement it.
-type JobReader interface {
-	Job(ctx context.Context, queue, id string) (*JobInfo, error)
-}
-
-// Controller is all three: what the typed helpers [Type.Cancel],
-// [Type.Reschedule] and [Type.Lookup] need together.
+// Controller cancels, moves and looks up jobs: what the typed helpers
+// [Type.Cancel], [Type.Reschedule] and [Type.Lookup] take.
+// *broker.Broker and the test kit's delayqtest.Enqueuer implement it.
 type Controller interface {
-	Canceller
-	Rescheduler
-	JobReader
+	Cancel(ctx context.Context, queue, id string) (Cancelled, error)
+	Reschedule(ctx context.Context, queue, id string, at time.Time) (time.Time, error)
+	Job(ctx context.Context, queue, id string) (*JobInfo, error)
 }
 
 // Cancel cancels the type's job id in the type's queue, so the queue is
 // never spelled twice, as broker.Broker.Cancel does: a waiting job is
 // removed, a running one asked to stop (Cancelled.Running); an error
 // wraps broker.ErrNotFound when the queue has no such job.
-func (t *Type[T]) Cancel(ctx context.Context, b Canceller, id string) (Cancelled, error) {
+func (t *Type[T]) Cancel(ctx context.Context, b Controller, id string) (Cancelled, error) {
 	return b.Cancel(ctx, t.Queue(), id)
 }
 
 // Reschedule moves the type's scheduled job id to ready at at (the zero
 // time means now), returning the stored ready time. Errors as for
 // broker.Broker.Reschedule (broker.ErrNotFound, broker.ErrInProgress).
-func (t *Type[T]) Reschedule(ctx context.Context, b Rescheduler, id string, at time.Time) (time.Time, error) {
+func (t *Type[T]) Reschedule(ctx context.Context, b Controller, id string, at time.Time) (time.Time, error) {
 	return b.Reschedule(ctx, t.Queue(), id, at)
 }
 
@@ -699,7 +684,7 @@ func (t *Type[T]) Reschedule(ctx context.Context, b Rescheduler, id string, at t
 // (scheduled, processing, dead, or succeeded while retained: [Retain]).
 // Errors as for broker.Broker.Job (one
 // wrapping broker.ErrNotFound when the queue has no such job).
-func (t *Type[T]) Lookup(ctx context.Context, b JobReader, id string) (*JobInfo, error) {
+func (t *Type[T]) Lookup(ctx context.Context, b Controller, id string) (*JobInfo, error) {
 	return b.Job(ctx, t.Queue(), id)
 }
 

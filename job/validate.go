@@ -12,17 +12,7 @@ import (
 // anything is written: a bad id, queue name, type name, delay or option.
 var ErrInvalid = naming.ErrInvalid
 
-// Limits on names. They keep every key inside its namespace and hash tag.
-const (
-	MaxIDLen    = naming.MaxIDLen    // bytes
-	MaxQueueLen = naming.MaxQueueLen // bytes
-	MaxTypeLen  = naming.MaxTypeLen  // bytes
-)
-
 func invalid(format string, args ...any) error { return naming.Invalid(format, args...) }
-
-// MaxKeyLen is the longest flow-control key ([Key]), in bytes.
-const MaxKeyLen = naming.MaxKeyLen
 
 // validateHeader checks a header: a non-empty key, and key and value of
 // valid UTF-8, so that storage gives them back unchanged.
@@ -105,6 +95,3 @@ func UniqueID(typ string, payload []byte) string {
 	h.Write(payload)
 	return "u:" + idEncoding.EncodeToString(h.Sum(nil)[:20])
 }
-
-// MaxBatchIDLen is the longest batch id, in bytes.
-const MaxBatchIDLen = naming.MaxBatchIDLen

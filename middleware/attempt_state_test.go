@@ -10,6 +10,7 @@ import (
 
 	"go.opentelemetry.io/otel/codes"
 
+	"github.com/delayq/delayq/internal/attempt"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/middleware"
 	"github.com/delayq/delayq/retry"
@@ -54,7 +55,7 @@ func startAttempts(t *testing.T, h job.Handler, n int) []settledAttempt {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ctx, a := job.WithAttempt(context.Background(), nil)
+			ctx, a := attempt.With[job.Envelope, job.Result, job.Progress](context.Background(), nil)
 			settle := a.Settle
 			out[i].settle = settle
 			_ = h.Handle(ctx, m)
@@ -151,7 +152,7 @@ func TestMetricsAttemptsKeepTheirOwnLabels(t *testing.T) {
 		}
 	}
 	// An outcome the cache holds no options for is labelled all the same.
-	ctx, a := job.WithAttempt(context.Background(), nil)
+	ctx, a := attempt.With[job.Envelope, job.Result, job.Progress](context.Background(), nil)
 	settle := a.Settle
 	_ = h.Handle(ctx, &job.Message{Envelope: job.Envelope{ID: "x", Queue: "q0", Type: "t0"}, Attempt: 1})
 	settle(job.Result{Outcome: job.Outcome(200)})

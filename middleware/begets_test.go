@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/middleware"
 	"github.com/delayq/delayq/periodic"
@@ -74,7 +75,7 @@ func TestTracesFollowJobsThatJobsEnqueue(t *testing.T) {
 	}
 
 	cfg := tb.config(t)
-	cfg.Queues = []worker.Queue{{Name: job.DefaultQueue}, {Name: "other"}, {Name: "ticks"}}
+	cfg.Queues = []worker.Queue{{Name: naming.DefaultQueue}, {Name: "other"}, {Name: "ticks"}}
 	cfg.Enqueue = mws
 	run(t, cfg, middleware.Tracing(middleware.WithTracerProvider(tp)))
 
@@ -190,7 +191,7 @@ func TestTracesFollowJobsThatJobsEnqueue(t *testing.T) {
 
 	// Every queue empty: each job stored ran once (the tick's job ids
 	// are distinct), and the counter counted each once.
-	for _, q := range []string{job.DefaultQueue, "other", "ticks"} {
+	for _, q := range []string{naming.DefaultQueue, "other", "ticks"} {
 		for {
 			st, err := tb.b.Stats(tb.ctx, q)
 			if err != nil {

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/middleware"
 	"github.com/delayq/delayq/worker"
@@ -120,7 +121,7 @@ func benchDrain(b *testing.B, c drainCase) {
 	args := make([]payload, drainJobs)
 	cfg := tb.config(b)
 	cfg.Concurrency = 32
-	jobsKey := tb.key(job.DefaultQueue, "jobs")
+	jobsKey := tb.key(naming.DefaultQueue, "jobs")
 	var cpu time.Duration
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -14,6 +14,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/delayq/delayq/internal/attempt"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/middleware"
 )
@@ -32,7 +33,7 @@ func (nopProcessor) ForceFlush(context.Context) error                { return ni
 // nothing, what one handling attempt costs on the real OpenTelemetry SDKs
 // (every span sampled, handed to a processor that drops it; measurements
 // aggregated by a reader never collected) without Redis. Every variant runs
-// the worker's part of an attempt (job.WithAttempt, the chain, Attempt.Settle):
+// the worker's part of an attempt (attempt.With, the chain, Attempt.Settle):
 //
 //   - none: no middleware;
 //   - span: a middleware that does only tracer.Start and span.End, the
@@ -136,7 +137,7 @@ func BenchmarkAttemptCost(b *testing.B) {
 			b.ReportAllocs()
 			cpu0 := cpuTime(b)
 			for b.Loop() {
-				ctx, a := job.WithAttempt(context.Background(), nil)
+				ctx, a := attempt.With[job.Envelope, job.Result, job.Progress](context.Background(), nil)
 				settle := a.Settle
 				_ = h.Handle(ctx, m)
 				settle(job.Result{Outcome: job.OutcomeSuccess})

@@ -7,6 +7,7 @@ import (
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 )
 
@@ -57,7 +58,7 @@ func logResult(logger zerolog.Logger, m *job.Message, sc trace.SpanContext, res 
 	}
 	q := m.Queue
 	if q == "" {
-		q = job.DefaultQueue
+		q = naming.DefaultQueue
 	}
 	e = e.Str("job_id", m.ID).
 		Str("type", m.Type).

@@ -245,7 +245,7 @@ func Metrics(opts ...MetricsOption) job.Middleware {
 			}
 			q := m.Queue
 			if q == "" {
-				q = job.DefaultQueue
+				q = naming.DefaultQueue
 			}
 			labels := mi.sets.get(q, m.Type)
 			lateness.Record(ctx, max(m.Lateness(), 0).Seconds(), labels.record...)
@@ -436,8 +436,8 @@ func ObserveQueues(r QueueStatsReader, queues []string, opts ...MetricsOption) (
 			}
 			o.ObserveInt64(paused, p, labels)
 			o.ObserveFloat64(lag, s.Lateness().Seconds(), labels)
-			o.ObserveInt64(trimmed, s.DeadTrimmedCap, metric.WithAttributeSet(attribute.NewSet(labelQueue.String(q), labelReason.String(job.TrimCap))))
-			o.ObserveInt64(trimmed, s.DeadTrimmedAge, metric.WithAttributeSet(attribute.NewSet(labelQueue.String(q), labelReason.String(job.TrimAge))))
+			o.ObserveInt64(trimmed, s.DeadTrimmedCap, metric.WithAttributeSet(attribute.NewSet(labelQueue.String(q), labelReason.String(naming.TrimCap))))
+			o.ObserveInt64(trimmed, s.DeadTrimmedAge, metric.WithAttributeSet(attribute.NewSet(labelQueue.String(q), labelReason.String(naming.TrimAge))))
 			o.ObserveInt64(unarchived, s.DeadTrimmedUnarchived, labels)
 			if serving != nil {
 				o.ObserveInt64(procs, serving[q], labels)

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/attempt"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
@@ -466,7 +467,7 @@ func TestMetricLabelsAreSpanAttributes(t *testing.T) {
 	}
 	h := job.Chain(job.HandlerFunc(func(context.Context, *job.Message) error { return nil }),
 		middleware.Tracing(middleware.WithTracerProvider(tp)), middleware.Metrics(middleware.WithMeterProvider(m.mp)))
-	ctx, a := job.WithAttempt(context.Background(), nil)
+	ctx, a := attempt.With[job.Envelope, job.Result, job.Progress](context.Background(), nil)
 	if err := h.Handle(ctx, &job.Message{Envelope: *env, Attempt: 1}); err != nil {
 		t.Fatal(err)
 	}

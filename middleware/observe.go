@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/retrydecide"
 	"github.com/delayq/delayq/job"
 )
@@ -84,7 +85,7 @@ func judge(m *job.Message, err error) job.Result {
 // queueOf is the queue an envelope goes to: its own, or the default.
 func queueOf(env *job.Envelope) string {
 	if env.Queue == "" {
-		return job.DefaultQueue
+		return naming.DefaultQueue
 	}
 	return env.Queue
 }

@@ -14,6 +14,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/refusal"
 	"github.com/delayq/delayq/internal/retrydecide"
 	"github.com/delayq/delayq/job"
@@ -267,7 +268,7 @@ func (ct *consumerTracer) start(ctx context.Context, m *job.Message) (context.Co
 	pctx := ct.extract(ctx, m.Headers)
 	q := m.Queue
 	if q == "" {
-		q = job.DefaultQueue
+		q = naming.DefaultQueue
 	}
 	// No attributes at the start: an attempt that is not sampled then costs
 	// no attribute slices at all, and a recorded one gets them all in one
@@ -388,7 +389,7 @@ func (a *consumerAttempt) done(res job.Result, end time.Time) {
 	// The SDK copies them, so a.kvs is free again once it returned.
 	q := m.Queue
 	if q == "" {
-		q = job.DefaultQueue
+		q = naming.DefaultQueue
 	}
 	kvs := append(a.kvs[:0],
 		semconv.MessagingSystemKey.String(systemName),

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/attempt"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/refusal"
 	"github.com/delayq/delayq/job"
@@ -305,7 +306,7 @@ func TestTracingUnsampledPassesContextOn(t *testing.T) {
 		seen = trace.SpanContextFromContext(ctx)
 		return nil
 	}))
-	ctx, a := job.WithAttempt(context.Background(), nil)
+	ctx, a := attempt.With[job.Envelope, job.Result, job.Progress](context.Background(), nil)
 	settle := a.Settle
 	if err := h.Handle(ctx, &job.Message{Envelope: *env, Attempt: 1}); err != nil {
 		t.Fatal(err)

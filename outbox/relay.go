@@ -19,6 +19,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/fleetreg"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 )
 
@@ -352,7 +353,7 @@ func (r *Relay) sleep(ctx context.Context, d time.Duration, wakeable bool) {
 
 // probeQueue and probeID: the relay checks that Redis answers by
 // cancelling a job that does not exist, which changes nothing.
-const probeQueue = job.DefaultQueue
+const probeQueue = naming.DefaultQueue
 
 func (r *Relay) probe(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, r.opts.BatchTimeout)

@@ -14,6 +14,7 @@ import (
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
 	"github.com/delayq/delayq/worker"
@@ -57,7 +58,7 @@ func newBatchRun(t *testing.T, tb *testBundle, id string, members int, failing m
 		return nil
 	})
 	for _, name := range []string{"batch.done", "batch.finished"} {
-		if err := tb.reg.Register(name, job.Entry{Handler: cb}); err != nil {
+		if err := tb.reg.Table(registry.Key{}).Register(name, registry.Entry[job.Handler, retry.Policy]{Handler: cb}); err != nil {
 			t.Fatal(err)
 		}
 	}

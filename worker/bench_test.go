@@ -15,6 +15,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/job"
@@ -66,7 +67,7 @@ func benchDrain(b *testing.B, jobs, keys int) {
 	}
 	ctx := context.Background()
 	if keys > 0 {
-		if err := br.SetKeyConcurrency(ctx, job.DefaultQueue, "", 1); err != nil {
+		if err := br.SetKeyConcurrency(ctx, naming.DefaultQueue, "", 1); err != nil {
 			b.Fatal(err)
 		}
 	}

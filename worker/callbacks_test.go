@@ -15,8 +15,10 @@ import (
 	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
+	"github.com/delayq/delayq/retry"
 )
 
 // TestBatchCallbackDelayAndExpiryCountFromCompletion: a success callback
@@ -39,7 +41,7 @@ func TestBatchCallbackDelayAndExpiryCountFromCompletion(t *testing.T) {
 		return nil
 	})
 	for _, name := range []string{"cbtime.success", "cbtime.complete"} {
-		if err := tb.reg.Register(name, job.Entry{Handler: cb, Queue: "cb"}); err != nil {
+		if err := tb.reg.Table(registry.Key{}).Register(name, registry.Entry[job.Handler, retry.Policy]{Handler: cb, Queue: "cb"}); err != nil {
 			t.Fatal(err)
 		}
 	}

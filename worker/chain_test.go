@@ -15,6 +15,8 @@ import (
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/registry"
+	"github.com/delayq/delayq/internal/rules"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
 )
@@ -126,7 +128,7 @@ func TestChainRunsNextJobsOnceAfterSuccess(t *testing.T) {
 	if !(at("first#2") < at("second") && at("second") < at("third") && at("second") < at("fourth 20")) {
 		t.Errorf("runs in the order %v; want each next job after its parent's success", runs)
 	}
-	if got, want := ids["second"][0], job.ChainID("o1", parent.CreatedAt, 1); got != want {
+	if got, want := ids["second"][0], rules.ChainID("o1", parent.CreatedAt, 1); got != want {
 		t.Errorf("the next job without an id got %q, want %q", got, want)
 	}
 	if third, fourth := ids["third"][0], ids["fourth 20"][0]; third == fourth || !strings.HasPrefix(third, ids["second"][0]+">") {
@@ -185,7 +187,7 @@ func TestChainNothingWithoutSuccess(t *testing.T) {
 			t.Errorf("%s ran; runs %v", r, runs)
 		}
 	}
-	if _, err := tb.b.Job(tb.ctx, "default", job.ChainID("dies", dying.CreatedAt, 1)); !errors.Is(err, broker.ErrNotFound) {
+	if _, err := tb.b.Job(tb.ctx, "default", rules.ChainID("dies", dying.CreatedAt, 1)); !errors.Is(err, broker.ErrNotFound) {
 		t.Errorf("next job of a dead job: %v, want ErrNotFound", err)
 	}
 }
@@ -316,7 +318,7 @@ func TestChainInABatch(t *testing.T) {
 	})
 	for _, name := range []string{"flow.done", "flow.ended"} {
 		name := name
-		if err := tb.reg.Register(name, job.Entry{Queue: "cb", Handler: job.HandlerFunc(func(ctx context.Context, m *job.Message) error {
+		if err := tb.reg.Table(registry.Key{}).Register(name, registry.Entry[job.Handler, retry.Policy]{Queue: "cb", Handler: job.HandlerFunc(func(ctx context.Context, m *job.Message) error {
 			log.add(name, m.ID)
 			return nil
 		})}); err != nil {
@@ -367,7 +369,7 @@ func TestChainInABatch(t *testing.T) {
 	fixed.Lock()
 	broken = false
 	fixed.Unlock()
-	dead, err := tb.b.Job(tb.ctx, "b", job.ChainID("chain-2", members[1].CreatedAt, 1))
+	dead, err := tb.b.Job(tb.ctx, "b", rules.ChainID("chain-2", members[1].CreatedAt, 1))
 	if err != nil || dead.State != job.StateDead {
 		t.Fatalf("the dead step: %+v, %v", dead, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/fleetreg"
 	"github.com/delayq/delayq/internal/naming"
+	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/middleware"
 	"github.com/delayq/delayq/retry"
@@ -35,7 +36,7 @@ type Options struct {
 	Registry *job.Registry
 
 	// Queues to serve. Default: the queues of the types registered in
-	// Registry when New is called (job.Registry.Queues), each of weight 1,
+	// Registry when New is called (the queues of its types), each of weight 1,
 	// or "default" when none is registered. When Queues is set and leaves
 	// the queue of a registered type unserved, Run logs a warning naming
 	// the type and the queue at start (a warning, not an error: a fleet may
@@ -235,12 +236,12 @@ func (c Options) withDefaults() (Options, error) {
 		return c, errors.New("worker: Options.Registry is required")
 	}
 	if len(c.Queues) == 0 {
-		for _, q := range c.Registry.Queues() {
+		for _, q := range c.Registry.Table(registry.Key{}).Queues(naming.DefaultQueue) {
 			c.Queues = append(c.Queues, Queue{Name: q})
 		}
 	}
 	if len(c.Queues) == 0 {
-		c.Queues = []Queue{{Name: job.DefaultQueue}}
+		c.Queues = []Queue{{Name: naming.DefaultQueue}}
 	}
 	for i, svc := range c.Services {
 		if svc == nil {

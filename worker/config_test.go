@@ -10,7 +10,9 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/worker"
 )
@@ -26,8 +28,8 @@ func TestQueuesDefaultToRegisteredTypes(t *testing.T) {
 	for _, typ := range []*job.Type[payload]{sms, mail} {
 		typ.Handle(tb.reg, func(context.Context, *job.Job[payload]) error { ran.Add(1); return nil })
 	}
-	if got := strings.Join(tb.reg.Queues(), ","); got != "mail,sms" {
-		t.Fatalf("Registry.Queues() = %q", got)
+	if got := strings.Join(tb.reg.Table(registry.Key{}).Queues(naming.DefaultQueue), ","); got != "mail,sms" {
+		t.Fatalf("the registry's queues: %q", got)
 	}
 	cfg := tb.config(t)
 	var logs syncBuffer
@@ -53,7 +55,7 @@ func TestUnservedQueueWarnsAtStart(t *testing.T) {
 	job.New[payload]("sms.send", job.Queue("sms")).Handle(tb.reg, func(context.Context, *job.Job[payload]) error { return nil })
 	job.New[payload]("mail.send").Handle(tb.reg, func(context.Context, *job.Job[payload]) error { return nil })
 	cfg := tb.config(t)
-	cfg.Queues = []worker.Queue{{Name: job.DefaultQueue}}
+	cfg.Queues = []worker.Queue{{Name: naming.DefaultQueue}}
 	var logs syncBuffer
 	l := zerolog.New(&logs).Level(zerolog.WarnLevel)
 	cfg.Logger = &l

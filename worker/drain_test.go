@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/job"
@@ -75,7 +76,7 @@ func TestDefaultPrefetchConcurrencyOne(t *testing.T) {
 	if n := later.Load(); n != 0 {
 		t.Fatalf("%d jobs ran on a later attempt", n)
 	}
-	tb.queueKeysEmpty(t, job.DefaultQueue)
+	tb.queueKeysEmpty(t, naming.DefaultQueue)
 }
 
 // claimWatch records what each claim of a worker asked for and got.
@@ -168,10 +169,10 @@ func TestNoPrefetchUnderCapOrLimit(t *testing.T) {
 			defer close(release)
 			redistest.WaitFor(t, 5*time.Second, "2 running", func() bool { return started.Load() == 2 })
 			time.Sleep(200 * time.Millisecond) // time for a prefetching claim
-			if n, _ := tb.rdb.ZCard(tb.ctx, tb.key(job.DefaultQueue, "processing")).Result(); n != 2 {
+			if n, _ := tb.rdb.ZCard(tb.ctx, tb.key(naming.DefaultQueue, "processing")).Result(); n != 2 {
 				t.Fatalf("%d jobs leased by a worker of 2 goroutines: jobs were prefetched from a queue under a cap or limit", n)
 			}
-			if n, _ := tb.rdb.ZCard(tb.ctx, tb.key(job.DefaultQueue, "scheduled")).Result(); n != 8 {
+			if n, _ := tb.rdb.ZCard(tb.ctx, tb.key(naming.DefaultQueue, "scheduled")).Result(); n != 8 {
 				t.Fatalf("%d jobs scheduled, want the 8 not running", n)
 			}
 		})
@@ -191,7 +192,7 @@ func TestFixedPrefetchWithoutControls(t *testing.T) {
 	start(t, cfg)
 	defer close(release)
 	redistest.WaitFor(t, 5*time.Second, "2 running and 8 prefetched", func() bool {
-		n, _ := tb.rdb.ZCard(tb.ctx, tb.key(job.DefaultQueue, "processing")).Result()
+		n, _ := tb.rdb.ZCard(tb.ctx, tb.key(naming.DefaultQueue, "processing")).Result()
 		return started.Load() == 2 && n == 10
 	})
 }
@@ -209,7 +210,7 @@ func TestPrefetchedReleasedAtOnceAtShutdown(t *testing.T) {
 	cfg.Prefetch = 3
 	cfg.ShutdownTimeout = 10 * time.Second
 	stop := start(t, cfg)
-	leased := tb.key(job.DefaultQueue, "processing")
+	leased := tb.key(naming.DefaultQueue, "processing")
 	redistest.WaitFor(t, 5*time.Second, "1 running and 3 prefetched", func() bool {
 		n, _ := tb.rdb.ZCard(tb.ctx, leased).Result()
 		return n == 4 && started.Load() == 1
@@ -220,7 +221,7 @@ func TestPrefetchedReleasedAtOnceAtShutdown(t *testing.T) {
 		n, _ := tb.rdb.ZCard(tb.ctx, leased).Result()
 		return n == 1
 	})
-	if n, _ := tb.rdb.ZCard(tb.ctx, tb.key(job.DefaultQueue, "scheduled")).Result(); n != 3 {
+	if n, _ := tb.rdb.ZCard(tb.ctx, tb.key(naming.DefaultQueue, "scheduled")).Result(); n != 3 {
 		t.Fatalf("%d jobs scheduled again, want the 3 prefetched", n)
 	}
 	close(release)
@@ -229,7 +230,7 @@ func TestPrefetchedReleasedAtOnceAtShutdown(t *testing.T) {
 		t.Fatalf("%d handlers started, want 1", s)
 	}
 	// Given back unrun: their attempt is not spent.
-	attempts, _ := tb.rdb.HGetAll(tb.ctx, tb.key(job.DefaultQueue, "attempts")).Result()
+	attempts, _ := tb.rdb.HGetAll(tb.ctx, tb.key(naming.DefaultQueue, "attempts")).Result()
 	delete(attempts, keyspace.EncodingField)
 	for id, a := range attempts {
 		if a != "0" {
@@ -267,7 +268,7 @@ func TestPrefetchedWithLostLeaseNeverStarts(t *testing.T) {
 	cfg.HeartbeatInterval = 50 * time.Millisecond
 	start(t, cfg)
 	running := <-first
-	leases := tb.key(job.DefaultQueue, "leases")
+	leases := tb.key(naming.DefaultQueue, "leases")
 	redistest.WaitFor(t, 5*time.Second, "3 jobs leased", func() bool {
 		n, _ := tb.rdb.HLen(tb.ctx, leases).Result()
 		return n == 3+1 // and keyspace.EncodingField
@@ -331,12 +332,12 @@ func TestAdaptivePrefetchHandsBackBehindStalledHandler(t *testing.T) {
 	start(t, cfg)
 	defer close(release)
 	redistest.WaitFor(t, 20*time.Second, "the stalled handler", func() bool { return stalledOn.Load() != nil })
-	leased := tb.key(job.DefaultQueue, "processing")
+	leased := tb.key(naming.DefaultQueue, "processing")
 	redistest.WaitFor(t, 3*time.Second, "only the stalled job leased", func() bool {
 		n, _ := tb.rdb.ZCard(tb.ctx, leased).Result()
 		return n == 1
 	})
-	attempts, _ := tb.rdb.HGetAll(tb.ctx, tb.key(job.DefaultQueue, "attempts")).Result()
+	attempts, _ := tb.rdb.HGetAll(tb.ctx, tb.key(naming.DefaultQueue, "attempts")).Result()
 	delete(attempts, keyspace.EncodingField)
 	for id, a := range attempts {
 		if id != stalledOn.Load().(string) && a != "0" {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/faultproxy"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
@@ -158,7 +159,7 @@ func (lw *lossyWorker) settledAfterLease(t *testing.T, ids ...string) {
 			t.Errorf("job %s attemptOutcomes %v, want one success", id, got)
 		}
 	}
-	if st, err := lw.b.Stats(lw.ctx, job.DefaultQueue); err != nil || st.Scheduled+st.Processing+st.Dead != 0 {
+	if st, err := lw.b.Stats(lw.ctx, naming.DefaultQueue); err != nil || st.Scheduled+st.Processing+st.Dead != 0 {
 		t.Errorf("stats %+v, %v; want the queue empty, nothing dead", st, err)
 	}
 	if strings.Contains(lw.logs.String(), "lease lost") || strings.Contains(lw.logs.String(), "lease expired") {
@@ -177,7 +178,7 @@ func TestLostClaimReplyRunsTheJobs(t *testing.T) {
 			t.Parallel()
 			lw := newLossyWorker(t, retries, nil)
 			lw.enqueue(t, "a", "b")
-			lost := lw.proxy.DropReply(faultproxy.Command("evalsha", testkit.Key(t, lw.b, job.DefaultQueue, "seq")))
+			lost := lw.proxy.DropReply(faultproxy.Command("evalsha", testkit.Key(t, lw.b, naming.DefaultQueue, "seq")))
 			lw.start(t)
 			<-lost
 			lw.settledAfterLease(t, "a", "b")
@@ -191,11 +192,11 @@ func TestLostClaimReplyAtShutdownReleasesTheJobs(t *testing.T) {
 	t.Parallel()
 	lw := newLossyWorker(t, false, nil)
 	lw.enqueue(t, "a")
-	lost := lw.proxy.DropReply(faultproxy.Command("evalsha", testkit.Key(t, lw.b, job.DefaultQueue, "seq")))
+	lost := lw.proxy.DropReply(faultproxy.Command("evalsha", testkit.Key(t, lw.b, naming.DefaultQueue, "seq")))
 	stop := lw.start(t)
 	<-lost
 	stop()
-	if st, err := lw.b.Stats(lw.ctx, job.DefaultQueue); err != nil || st.Scheduled != 1 || st.Processing != 0 {
+	if st, err := lw.b.Stats(lw.ctx, naming.DefaultQueue); err != nil || st.Scheduled != 1 || st.Processing != 0 {
 		t.Fatalf("after the stop: %+v, %v; want the job back in the schedule", st, err)
 	}
 	lw.start(t)
@@ -214,7 +215,7 @@ func TestLostSettleReplyIsRecordedOnce(t *testing.T) {
 			t.Parallel()
 			lw := newLossyWorker(t, retries, nil)
 			lw.enqueue(t, "a")
-			lost := lw.proxy.DropReply(faultproxy.Command("evalsha", testkit.Key(t, lw.b, job.DefaultQueue, "dead")))
+			lost := lw.proxy.DropReply(faultproxy.Command("evalsha", testkit.Key(t, lw.b, naming.DefaultQueue, "dead")))
 			lw.start(t)
 			<-lost
 			lw.settledAfterLease(t, "a")
@@ -239,7 +240,7 @@ func TestDurableWithoutReplicaStillRunsJobs(t *testing.T) {
 			t.Errorf("job %s ran %d times, want 1", id, n)
 		}
 	}
-	if st, err := lw.b.Stats(lw.ctx, job.DefaultQueue); err != nil || st.Scheduled+st.Processing+st.Dead != 0 {
+	if st, err := lw.b.Stats(lw.ctx, naming.DefaultQueue); err != nil || st.Scheduled+st.Processing+st.Dead != 0 {
 		t.Errorf("stats %+v, %v; want the queue empty", st, err)
 	}
 }
@@ -296,7 +297,7 @@ func TestHeartbeatWarnsOnlyOfLostLeases(t *testing.T) {
 	cfg.Lease, cfg.HeartbeatInterval = time.Second, 20*time.Millisecond
 	var extends atomic.Int32
 	cfg = tb.wrapped(t, cfg, func(p protocol.Broker) protocol.Broker {
-		return &lateExtend{Broker: p, jobs: tb.key(job.DefaultQueue, "jobs"), rdb: tb.rdb, extends: &extends}
+		return &lateExtend{Broker: p, jobs: tb.key(naming.DefaultQueue, "jobs"), rdb: tb.rdb, extends: &extends}
 	})
 	start(t, cfg)
 	for i := range 20 {

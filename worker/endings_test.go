@@ -12,6 +12,7 @@ import (
 	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
@@ -124,7 +125,7 @@ func TestBatchEndsWhateverEndsAMember(t *testing.T) {
 				return nil
 			})
 			for _, name := range []string{"end.success", "end.complete"} {
-				if err := tb.reg.Register(name, job.Entry{Handler: cb, Queue: "cb"}); err != nil {
+				if err := tb.reg.Table(registry.Key{}).Register(name, registry.Entry[job.Handler, retry.Policy]{Handler: cb, Queue: "cb"}); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -56,7 +56,7 @@ func Example() {
 	stop() // graceful: running handlers finish, acks are flushed
 	fmt.Println("Run returned:", <-stopped)
 
-	st, err := b.Stats(ctx, job.DefaultQueue)
+	st, err := b.Stats(ctx, "default")
 	if err != nil {
 		panic(err)
 	}
@@ -124,7 +124,7 @@ func Example_retry() {
 		panic(err)
 	}
 
-	rec, err := deadletter.New(b).Get(ctx, job.DefaultQueue, "charge-expired")
+	rec, err := deadletter.New(b).Get(ctx, "default", "charge-expired")
 	if err != nil {
 		panic(err)
 	}

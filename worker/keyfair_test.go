@@ -12,7 +12,9 @@ import (
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/job"
+	"github.com/delayq/delayq/retry"
 )
 
 // TestKeyFairnessLetsAKeyPastAFlood: key A floods 3,000 due jobs; then key
@@ -120,7 +122,7 @@ func TestKeyFairnessBatchMembersEndWhileWaiting(t *testing.T) {
 		return nil
 	})
 	for _, name := range []string{"fair.success", "fair.complete"} {
-		if err := tb.reg.Register(name, job.Entry{Handler: cb, Queue: "cb"}); err != nil {
+		if err := tb.reg.Table(registry.Key{}).Register(name, registry.Entry[job.Handler, retry.Policy]{Handler: cb, Queue: "cb"}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
@@ -142,7 +143,7 @@ func TestStalePrefetchedJobNeverStarts(t *testing.T) {
 	}
 	close(release) // the stuck worker's goroutine is free again
 	redistest.WaitFor(t, 10*time.Second, "the queue drained", func() bool {
-		st, err := tb.b.Stats(tb.ctx, job.DefaultQueue)
+		st, err := tb.b.Stats(tb.ctx, naming.DefaultQueue)
 		return err == nil && st.Scheduled+st.Processing == 0
 	})
 	mu.Lock()
@@ -216,7 +217,7 @@ func TestStaleLeaseCancelsTheHandler(t *testing.T) {
 		t.Fatalf("cancelled with cause %v, want worker.ErrLeaseStale", cause)
 	}
 	redistest.WaitFor(t, 10*time.Second, "the attempt recorded", func() bool {
-		r, err := deadletter.New(tb.b).Get(tb.ctx, job.DefaultQueue, "s")
+		r, err := deadletter.New(tb.b).Get(tb.ctx, naming.DefaultQueue, "s")
 		return err == nil && strings.Contains(r.Error, worker.ErrLeaseStale.Error())
 	})
 }

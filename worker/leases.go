@@ -12,6 +12,7 @@ import (
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/protocol"
+	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/job"
 )
 
@@ -238,7 +239,7 @@ func (w *Worker) expiry(c *protocol.Claimed) protocol.Op {
 		return kill(c, d, true)
 	}
 	m.Attempt = max(c.Attempt, 1)
-	entry, _ := w.cfg.Registry.Lookup(m.Type)
+	entry, _ := w.cfg.Registry.Table(registry.Key{}).Lookup(m.Type)
 	if d := w.decide(m, entry, ErrLeaseExpired); !d.Dead {
 		env := *c.Envelope
 		env.LastError = ErrLeaseExpired.Error()

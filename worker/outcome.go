@@ -11,9 +11,13 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/attempt"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/refusal"
+	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/internal/retrydecide"
+	"github.com/delayq/delayq/internal/rules"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/middleware"
 	"github.com/delayq/delayq/retry"
@@ -49,7 +53,7 @@ func (w *Worker) process(t *task) {
 	t.msg = job.Message{Envelope: *c.Envelope, Attempt: c.Attempt}
 	m := &t.msg
 	m.ClaimedAt = claimedAt
-	entry, known := w.cfg.Registry.Lookup(m.Type)
+	entry, known := w.cfg.Registry.Table(registry.Key{}).Lookup(m.Type)
 	// The handler's deadline: the job's, else its type's, else the
 	// worker's. Only the message carries it; the stored envelope keeps
 	// what the producer set.
@@ -71,7 +75,7 @@ func (w *Worker) process(t *task) {
 	// The attempt keeps what the handler says of it (job.SetResult,
 	// job.ReportProgress); settling it tells middleware what became of it
 	// (job.OnResult).
-	ctx, attempt := job.WithAttempt(t, w.report) // t is ctx, and tells reportProgress the lease
+	ctx, attempt := attempt.With[job.Envelope, job.Result, job.Progress](t, w.report) // t is ctx, and tells reportProgress the lease
 	t.attempt = attempt
 	var inner *handlerCtx // the context the handler ran with, for Options.Enqueue
 	if len(w.cfg.Enqueue) > 0 {
@@ -161,16 +165,16 @@ var errNotAcked = errors.New("worker: the job was handed back before its ack; it
 // the ack and waits for it: a refused ack (the lease was lost) refuses
 // them. A chain that fails, or middleware that refuses before the ack,
 // fails the attempt, as without middleware.
-func (w *Worker) ackThrough(hctx context.Context, c *protocol.Claimed, m *job.Message, entry job.Entry, t *task, op protocol.Op, next []*job.Envelope) {
+func (w *Worker) ackThrough(hctx context.Context, c *protocol.Claimed, m *job.Message, entry registry.Entry[job.Handler, retry.Policy], t *task, op protocol.Op, next []*job.Envelope) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(hctx), w.cfg.Lease)
 	defer cancel()
-	// Copies, named as Chain names them (job.ChainID): the middleware may
+	// Copies, named as Chain names them (rules.ChainID): the middleware may
 	// replace their headers, and sees the ids they are stored under.
 	envs := make([]*job.Envelope, len(next))
 	for i, e := range next {
 		cp := *e
 		if cp.ID == "" {
-			cp.ID = job.ChainID(c.ID, c.Envelope.CreatedAt, i+1)
+			cp.ID = rules.ChainID(c.ID, c.Envelope.CreatedAt, i+1)
 		}
 		envs[i] = &cp
 	}
@@ -220,7 +224,7 @@ func refuseHere(envs, here []*job.Envelope, err error) error {
 	for i, e := range envs {
 		q := e.Queue
 		if q == "" {
-			q = job.DefaultQueue
+			q = naming.DefaultQueue
 		}
 		if ids[q+"\n"+e.ID] {
 			errs[i] = err
@@ -327,8 +331,8 @@ func (w *Worker) ended(op *protocol.Op, e settling, r protocol.Settled) {
 }
 
 // decide decides a failed attempt of m (retrydecide.Decide with the job's policy).
-func (w *Worker) decide(m *job.Message, entry job.Entry, err error) retrydecide.Decision {
-	return retrydecide.Decide(m.Attempt, m.MaxRetries, entry.Policy(m, w.cfg.Retry), err)
+func (w *Worker) decide(m *job.Message, entry registry.Entry[job.Handler, retry.Policy], err error) retrydecide.Decision {
+	return retrydecide.Decide(m.Attempt, m.MaxRetries, rules.Policy(m, entry.Retry, w.cfg.Retry), err)
 }
 
 // jobLogger returns the logger for one job's outcome. It is built only when
@@ -383,7 +387,7 @@ func remember(env *job.Envelope, dead bool) time.Duration {
 // fail retries or dead-letters a job whose attempt returned err, then
 // settles the attempt. Per-job outcomes are logged at debug level here;
 // middleware.Logging writes the outcome lines.
-func (w *Worker) fail(c *protocol.Claimed, m *job.Message, entry job.Entry, t *task, err error) {
+func (w *Worker) fail(c *protocol.Claimed, m *job.Message, entry registry.Entry[job.Handler, retry.Policy], t *task, err error) {
 	logger := w.jobLogger(c)
 	if _, ok := retrydecide.SnoozeDelay(err); ok && m.Snoozes >= retrydecide.MaxSnoozes {
 		// The cap: this snooze is a failed attempt like any other.
@@ -413,7 +417,7 @@ func (w *Worker) fail(c *protocol.Claimed, m *job.Message, entry job.Entry, t *t
 
 // retain is how long a succeeded job is kept: its own Retain, else its
 // type's.
-func retain(env *job.Envelope, entry job.Entry) time.Duration {
+func retain(env *job.Envelope, entry registry.Entry[job.Handler, retry.Policy]) time.Duration {
 	if env.Retain > 0 {
 		return env.Retain
 	}

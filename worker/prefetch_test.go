@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/job"
 )
@@ -82,5 +83,5 @@ func TestPrefetchRunsAtMostConcurrencyAndHandsBackUnstarted(t *testing.T) {
 		n, _ := tb.rdb.Exists(tb.ctx, leased).Result()
 		return n == 0
 	})
-	tb.queueKeysEmpty(t, job.DefaultQueue)
+	tb.queueKeysEmpty(t, naming.DefaultQueue)
 }

@@ -7,8 +7,11 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/job"
+	"github.com/delayq/delayq/retry"
 )
 
 type report struct {
@@ -84,10 +87,10 @@ func TestRetentionDefaultsAndNone(t *testing.T) {
 	ok := job.HandlerFunc(func(ctx context.Context, m *job.Message) error {
 		return job.SetResult(ctx, []byte("raw bytes"))
 	})
-	if err := tb.reg.Register("plain", job.Entry{Handler: ok}); err != nil {
+	if err := tb.reg.Table(registry.Key{}).Register("plain", registry.Entry[job.Handler, retry.Policy]{Handler: ok}); err != nil {
 		t.Fatal(err)
 	}
-	if err := tb.reg.Register("kept", job.Entry{Handler: ok, Retain: time.Minute}); err != nil {
+	if err := tb.reg.Table(registry.Key{}).Register("kept", registry.Entry[job.Handler, retry.Policy]{Handler: ok, Retain: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	start(t, tb.config(t))
@@ -100,8 +103,8 @@ func TestRetentionDefaultsAndNone(t *testing.T) {
 	}
 	var own *job.JobInfo
 	redistest.WaitFor(t, 10*time.Second, "both retained jobs succeeded", func() bool {
-		k, err1 := tb.b.Job(tb.ctx, job.DefaultQueue, "k")
-		o, err2 := tb.b.Job(tb.ctx, job.DefaultQueue, "own")
+		k, err1 := tb.b.Job(tb.ctx, naming.DefaultQueue, "k")
+		o, err2 := tb.b.Job(tb.ctx, naming.DefaultQueue, "own")
 		own = o
 		return err1 == nil && err2 == nil && k.State == job.StateSucceeded && o.State == job.StateSucceeded
 	})
@@ -111,7 +114,7 @@ func TestRetentionDefaultsAndNone(t *testing.T) {
 	if left := own.ExpiresAt.Sub(own.Now); left <= 20*time.Second || left > 30*time.Second {
 		t.Fatalf("the job's own retention of 30s: expires in %v", left)
 	}
-	if _, err := tb.b.Job(tb.ctx, job.DefaultQueue, "p"); !errors.Is(err, broker.ErrNotFound) {
+	if _, err := tb.b.Job(tb.ctx, naming.DefaultQueue, "p"); !errors.Is(err, broker.ErrNotFound) {
 		t.Fatalf("a job without retention after its ack: %v, want ErrNotFound", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/job"
 )
@@ -102,5 +103,5 @@ func TestHandlersRunOnParkedRunners(t *testing.T) {
 		n, _ := tb.rdb.Exists(tb.ctx, tb.key("default", "processing")).Result()
 		return n == 0
 	})
-	tb.queueKeysEmpty(t, job.DefaultQueue)
+	tb.queueKeysEmpty(t, naming.DefaultQueue)
 }

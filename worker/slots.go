@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/attempt"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/job"
 )
@@ -79,7 +80,7 @@ type task struct {
 	// outcome queued for the settler, once the settler has recorded it:
 	// that runs the attempt's OnResult callbacks (see Worker.ended).
 	msg     job.Message
-	attempt *job.Attempt
+	attempt *attempt.Attempt[job.Envelope, job.Result, job.Progress]
 	result  job.Result
 }
 

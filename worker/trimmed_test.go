@@ -14,6 +14,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
@@ -78,12 +79,12 @@ func TestDeadTrimCountedWarnedKept(t *testing.T) {
 	cfg.OnDeadTrimmed = hook.add
 	stop := start(t, cfg)
 	redistest.WaitFor(t, 30*time.Second, "every job dead and 150 records handed to the hook", func() bool {
-		st, err := tb.b.Stats(tb.ctx, job.DefaultQueue)
+		st, err := tb.b.Stats(tb.ctx, naming.DefaultQueue)
 		return err == nil && st.Dead+st.DeadTrimmedCap == deaths && st.Scheduled == 0 && st.Processing == 0 && len(hook.all()) == deaths-100
 	})
 	stop()
 
-	st, err := tb.b.Stats(tb.ctx, job.DefaultQueue)
+	st, err := tb.b.Stats(tb.ctx, naming.DefaultQueue)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +101,7 @@ func TestDeadTrimCountedWarnedKept(t *testing.T) {
 		}
 	}
 
-	stored, _, err := protocol.Dead(tb.b).Page(tb.ctx, job.DefaultQueue, protocol.DeadCursor{}, deaths)
+	stored, _, err := protocol.Dead(tb.b).Page(tb.ctx, naming.DefaultQueue, protocol.DeadCursor{}, deaths)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +124,7 @@ func TestDeadTrimCountedWarnedKept(t *testing.T) {
 			t.Fatalf("trimmed record of unknown job %q", r.ID)
 		case seen[r.ID]:
 			t.Fatalf("job %q handed to the hook twice, or trimmed and still stored", r.ID)
-		case r.Trim != job.TrimCap || r.Queue != job.DefaultQueue || r.Type != "trim.die" || r.Attempts != 1:
+		case r.Trim != naming.TrimCap || r.Queue != naming.DefaultQueue || r.Type != "trim.die" || r.Attempts != 1:
 			t.Fatalf("record %+v: want trim cap, queue default, type trim.die, 1 attempt", r)
 		case r.Envelope == nil || string(r.Envelope.Payload) != fmt.Sprintf(`{"n":%d}`, n) || r.Envelope.ID != r.ID:
 			t.Fatalf("record %q: envelope %+v, want the job's own (payload N %d)", r.ID, r.Envelope, n)
@@ -168,7 +169,7 @@ func TestDeadTrimHookBlockedNeverHoldsSettle(t *testing.T) {
 	var st job.QueueStats
 	redistest.WaitFor(t, 30*time.Second, "every job settled while the hook is blocked", func() bool {
 		var err error
-		st, err = tb.b.Stats(tb.ctx, job.DefaultQueue)
+		st, err = tb.b.Stats(tb.ctx, naming.DefaultQueue)
 		return err == nil && st.Scheduled == 0 && st.Processing == 0 && st.Dead == 10 && st.DeadTrimmedCap == deaths-10
 	})
 	if handed.Load() != 0 {
@@ -186,7 +187,7 @@ func TestDeadTrimHookBlockedNeverHoldsSettle(t *testing.T) {
 	if got := handed.Load(); got != want {
 		t.Fatalf("hook received %d records, want %d (trimmed %d, unarchived %d)", got, want, st.DeadTrimmedCap, st.DeadTrimmedUnarchived)
 	}
-	if n, err := tb.rdb.LLen(tb.ctx, tb.Keys(job.DefaultQueue).Trimmed).Result(); err != nil || n != 0 {
+	if n, err := tb.rdb.LLen(tb.ctx, tb.Keys(naming.DefaultQueue).Trimmed).Result(); err != nil || n != 0 {
 		t.Fatalf("trimmed list holds %d (%v), want 0", n, err)
 	}
 }
@@ -241,7 +242,7 @@ func TestIdleQueueUniqueTidiedByReaper(t *testing.T) {
 	cfg := tb.wrapped(t, tb.config(t), func(p protocol.Broker) protocol.Broker { log.Broker = p; return log })
 	cfg.ReapInterval = 100 * time.Millisecond
 	start(t, cfg)
-	key := tb.Keys(job.DefaultQueue).Unique
+	key := tb.Keys(naming.DefaultQueue).Unique
 	redistest.WaitFor(t, 10*time.Second, "every job ran and was acked", func() bool {
 		n, err := tb.rdb.ZCard(tb.ctx, key).Result()
 		return ran.Load() == short+1 && err == nil && n == short+1

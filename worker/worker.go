@@ -19,7 +19,9 @@ import (
 	"github.com/delayq/delayq/fleet"
 	"github.com/delayq/delayq/internal/fleetreg"
 	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
+	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/job"
 )
 
@@ -212,9 +214,9 @@ func (w *Worker) warnUnserved() {
 	for _, q := range w.cfg.Queues {
 		served[q.Name] = true
 	}
-	for _, typ := range w.cfg.Registry.Types() {
-		e, _ := w.cfg.Registry.Lookup(typ)
-		q := cmp.Or(e.Queue, job.DefaultQueue)
+	for _, typ := range w.cfg.Registry.Table(registry.Key{}).Types() {
+		e, _ := w.cfg.Registry.Table(registry.Key{}).Lookup(typ)
+		q := cmp.Or(e.Queue, naming.DefaultQueue)
 		if !served[q] {
 			w.log.Warn().Str("type", typ).Str("queue", q).Strs("queues", w.queueNames()).
 				Msg("job type is registered but its queue is not served by this worker; its jobs wait for a worker that serves it")
@@ -258,7 +260,7 @@ func (w *Worker) register(ctx context.Context) (stop func()) {
 	reg, err := fleetreg.New(w.cfg.Broker.Client(), w.cfg.Broker.Namespace(), fleet.Process{
 		Role:   fleet.RoleWorker,
 		Queues: queues,
-		Types:  w.cfg.Registry.Types(),
+		Types:  w.cfg.Registry.Table(registry.Key{}).Types(),
 		Info:   map[string]string{"concurrency": strconv.Itoa(w.cfg.Concurrency), "worker_id": w.caller.ID},
 	}, fleetreg.Options{
 		TTL:  w.cfg.ProcessTTL,

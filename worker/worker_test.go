@@ -18,6 +18,7 @@ import (
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
@@ -67,7 +68,7 @@ func TestDrainExactlyOnce(t *testing.T) {
 			t.Fatalf("job %d handled %d times", i, n)
 		}
 	}
-	tb.queueKeysEmpty(t, job.DefaultQueue)
+	tb.queueKeysEmpty(t, naming.DefaultQueue)
 }
 
 func TestExpiredLeaseIsRedeliveredAndStaleAckFenced(t *testing.T) {

@@ -127,7 +127,7 @@ func run() error {
 	if !errors.Is(err, broker.ErrDuplicate) {
 		return fmt.Errorf("duplicate id was not refused: %v", err)
 	}
-	if _, err := b.Cancel(ctx, job.DefaultQueue, "order-42"); err != nil {
+	if _, err := b.Cancel(ctx, "default", "order-42"); err != nil {
 		return err
 	}
 	clock.Printf("order-42 was paid: its timeout job is cancelled and will never run")
@@ -136,7 +136,7 @@ func run() error {
 	dead := deadletter.New(b)
 	var rec *job.DeadRecord
 	for rec == nil {
-		if rec, err = dead.Get(ctx, job.DefaultQueue, "invoice-INV-7"); err != nil && !errors.Is(err, broker.ErrNotFound) {
+		if rec, err = dead.Get(ctx, "default", "invoice-INV-7"); err != nil && !errors.Is(err, broker.ErrNotFound) {
 			return err
 		}
 		if err := sleep(ctx, 50*time.Millisecond); err != nil {
@@ -145,7 +145,7 @@ func run() error {
 	}
 	clock.Printf("dead letter:   %s after %d attempts: %s", rec.ID, rec.Attempts, rec.Error)
 	invoiceFixed.Store(true)
-	if err := dead.Redrive(ctx, job.DefaultQueue, 0, rec.ID); err != nil {
+	if err := dead.Redrive(ctx, "default", 0, rec.ID); err != nil {
 		return err
 	}
 	clock.Printf("redriven:      %s (account unlocked)", rec.ID)
@@ -162,7 +162,7 @@ func run() error {
 	if err := <-workerDone; err != nil {
 		return err
 	}
-	st, err := b.Stats(context.Background(), job.DefaultQueue)
+	st, err := b.Stats(context.Background(), "default")
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/faultproxy"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/job"
@@ -32,7 +33,7 @@ func TestBatchCallbacksUnderWorkerCrashes(t *testing.T) {
 	skipSlow(t)
 	bin := buildFaultWorker(t)
 	srv := startServer(t)
-	const ns, queue, members = "faultbatch", job.DefaultQueue, 2000
+	const ns, queue, members = "faultbatch", naming.DefaultQueue, 2000
 	s := newSuite(t, srv, ns, queue)
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 2))
@@ -183,7 +184,7 @@ func TestBatchEndingsUnderFaults(t *testing.T) {
 	skipSlow(t)
 	bin := buildFaultWorker(t)
 	srv := startServer(t)
-	const ns, queue, members, batch = "faultends", job.DefaultQueue, 2000, "faults"
+	const ns, queue, members, batch = "faultends", naming.DefaultQueue, 2000, "faults"
 	s := newSuite(t, srv, ns, queue, "chained")
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 3))

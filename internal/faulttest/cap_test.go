@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 )
 
@@ -18,7 +19,7 @@ func TestConcurrencyCapAcrossWorkers(t *testing.T) {
 	skipSlow(t)
 	bin := buildFaultWorker(t)
 	srv := startServer(t)
-	const ns, queue, total, cap = "capfault", job.DefaultQueue, 600, 5
+	const ns, queue, total, cap = "capfault", naming.DefaultQueue, 600, 5
 	s := newSuite(t, srv, ns, queue)
 	typ := job.New[crashArgs]("fault.crash", job.MaxRetries(6))
 	if err := s.b.SetConcurrency(s.ctx, queue, typ.Name(), cap); err != nil {

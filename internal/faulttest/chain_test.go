@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 )
 
@@ -28,7 +29,7 @@ func TestChainsUnderWorkerCrashes(t *testing.T) {
 	bin := buildFaultWorker(t)
 	srv := startServer(t)
 	const ns, parents = "faultchain", 1000
-	queues := []string{job.DefaultQueue, "chained"}
+	queues := []string{naming.DefaultQueue, "chained"}
 	s := newSuite(t, srv, ns, queues...)
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 3))

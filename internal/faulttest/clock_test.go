@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
@@ -186,7 +187,7 @@ func TestDueTimeComesFromTheServer(t *testing.T) {
 		t.Errorf("a job started %v after its ready time", worst)
 	}
 
-	res, err := testkit.Drive(fast).Claim(ctx, job.DefaultQueue, 10, time.Minute)
+	res, err := testkit.Drive(fast).Claim(ctx, naming.DefaultQueue, 10, time.Minute)
 	if err != nil || len(res.Jobs) != 1 || res.Jobs[0].ID != far.ID {
 		t.Fatalf("claim with a clock 5 minutes fast = %+v, %v; want the 2-minute job, early", res.Jobs, err)
 	}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/job"
 )
@@ -135,7 +136,7 @@ func TestWorkerCrashes(t *testing.T) {
 	skipSlow(t)
 	bin := buildFaultWorker(t)
 	srv := startServer(t)
-	const ns, queue, total = "fault", job.DefaultQueue, 20_000
+	const ns, queue, total = "fault", naming.DefaultQueue, 20_000
 	s := newSuite(t, srv, ns, queue)
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 1))

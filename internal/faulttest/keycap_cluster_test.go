@@ -10,6 +10,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/clock"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
@@ -72,7 +73,7 @@ func keyCapsOnCluster(t *testing.T, c *redistest.Cluster) {
 	ctx := context.Background()
 	bin := buildFaultWorker(t)
 	rdb := c.Client(t)
-	const ns, queue, keys, perKey, defaultCap = "keycapcluster", job.DefaultQueue, 600, 4, 3
+	const ns, queue, keys, perKey, defaultCap = "keycapcluster", naming.DefaultQueue, 600, 4, 3
 	const bigKeys, perBig, bigCap = 5, 40, 6
 	b, err := broker.New(rdb, broker.Options{Namespace: ns})
 	if err != nil {
@@ -194,7 +195,7 @@ func keyRatesOnCluster(t *testing.T, c *redistest.Cluster) {
 	ctx := context.Background()
 	bin := buildFaultWorker(t)
 	rdb := c.Client(t)
-	const ns, queue, keys, perKey, rate = "keyratecluster", job.DefaultQueue, 30, 30, 6
+	const ns, queue, keys, perKey, rate = "keyratecluster", naming.DefaultQueue, 30, 30, 6
 	b, err := broker.New(rdb, broker.Options{Namespace: ns})
 	if err != nil {
 		t.Fatal(err)

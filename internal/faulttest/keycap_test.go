@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 )
 
@@ -20,7 +21,7 @@ func TestKeyCapAcrossWorkers(t *testing.T) {
 	skipSlow(t)
 	bin := buildFaultWorker(t)
 	srv := startServer(t)
-	const ns, queue, keys, perKey, cap = "keycapfault", job.DefaultQueue, 1000, 3, 2
+	const ns, queue, keys, perKey, cap = "keycapfault", naming.DefaultQueue, 1000, 3, 2
 	s := newSuite(t, srv, ns, queue)
 	typ := job.New[crashArgs]("fault.crash", job.MaxRetries(6))
 	if err := s.b.SetKeyConcurrency(s.ctx, queue, "", cap); err != nil {

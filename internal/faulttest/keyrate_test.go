@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 )
 
@@ -24,7 +25,7 @@ func TestKeyLimitsAcrossWorkers(t *testing.T) {
 	skipSlow(t)
 	bin := buildFaultWorker(t)
 	srv := startServer(t)
-	const ns, queue = "keylimitfault", job.DefaultQueue
+	const ns, queue = "keylimitfault", naming.DefaultQueue
 	const capKeys, perCapKey, capN = 1000, 3, 2
 	const rateKeys, perRateKey, rate = 200, 50, 5
 	limit := job.RateLimit{Count: rate, Per: time.Second, Strict: true, Slack: 200 * time.Millisecond}

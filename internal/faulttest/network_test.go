@@ -14,6 +14,7 @@ import (
 	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/faultproxy"
 	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
@@ -65,7 +66,7 @@ func (f *fenceWatch) Settle(ctx context.Context, sh keyspace.Shard, w protocol.C
 func TestNetworkFaults(t *testing.T) {
 	skipSlow(t)
 	srv := startServer(t)
-	const ns, queue, total = "net", job.DefaultQueue, 3000
+	const ns, queue, total = "net", naming.DefaultQueue, 3000
 	s := newSuite(t, srv, ns, queue)
 	typ := job.New[crashArgs]("fault.net", job.MaxRetries(20), job.Retry(retry.Constant(50*time.Millisecond)))
 	seed := uint64(time.Now().UnixNano())

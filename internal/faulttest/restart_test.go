@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
@@ -25,7 +26,7 @@ import (
 func TestRedisRestarts(t *testing.T) {
 	skipSlow(t)
 	srv := startServer(t, "--appendonly", "yes", "--appendfsync", "always")
-	const ns, queue = "restart", job.DefaultQueue
+	const ns, queue = "restart", naming.DefaultQueue
 	s := newSuite(t, srv, ns, queue)
 	typ := job.New[crashArgs]("fault.restart", job.MaxRetries(20), job.Retry(retry.Constant(50*time.Millisecond)))
 

@@ -31,8 +31,10 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/deadletter"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
@@ -282,7 +284,7 @@ func TestPayloadIsData(t *testing.T) {
 	var mu sync.Mutex
 	got := map[string][]byte{}
 	reg := job.NewRegistry()
-	if err := reg.Register("data.only", job.Entry{Handler: job.HandlerFunc(func(ctx context.Context, m *job.Message) error {
+	if err := reg.Table(registry.Key{}).Register("data.only", registry.Entry[job.Handler, retry.Policy]{Handler: job.HandlerFunc(func(ctx context.Context, m *job.Message) error {
 		mu.Lock()
 		got[m.ID] = bytes.Clone(m.Payload)
 		mu.Unlock()
@@ -510,7 +512,7 @@ func TestJobIDsInKeyNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids := []string{"plain", "a*b?", "[x]", "x:y", "done:plain", "hist:1", "jobs", "..", "invoice\u202efdp.exe", strings.Repeat("z", job.MaxIDLen)}
+	ids := []string{"plain", "a*b?", "[x]", "x:y", "done:plain", "hist:1", "jobs", "..", "invoice\u202efdp.exe", strings.Repeat("z", naming.MaxIDLen)}
 	typ := job.New[string]("kept.echo", job.Queue(q), job.Retain(time.Hour))
 	reg := job.NewRegistry()
 	typ.Handle(reg, func(ctx context.Context, j *job.Job[string]) error { return job.SetResult(ctx, []byte(j.Args)) })

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/internal/faultproxy"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
@@ -195,7 +196,7 @@ func TestStalledWorkerStartsNoPrefetchedJob(t *testing.T) {
 	skipSlow(t)
 	bin := buildCommand(t, "stallworker")
 	srv := startServer(t)
-	const ns, queue = "stalled", job.DefaultQueue
+	const ns, queue = "stalled", naming.DefaultQueue
 	s := newSuite(t, srv, ns, queue)
 	url := "redis://" + srv.Addr() + "/0"
 	processing := testkit.Key(t, s.b, queue, "processing")
@@ -342,7 +343,7 @@ func TestStalledWorkerKeepsCaps(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := startServer(t)
-			const ns, queue = "stallcap", job.DefaultQueue
+			const ns, queue = "stallcap", naming.DefaultQueue
 			s := newSuite(t, srv, ns, queue)
 			if err := s.b.SetConcurrency(s.ctx, queue, tc.typ, tc.cap); err != nil {
 				t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/deadletter"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
@@ -38,7 +39,7 @@ func trimFlow(t *testing.T, rdb redis.UniversalClient, o broker.Options) {
 	var handed atomic.Int64
 	stop := runWorker(t, worker.Options{Broker: b, Registry: reg, Queues: []worker.Queue{{Name: q}}, Lease: 5 * time.Second, MaxIdle: 100 * time.Millisecond,
 		OnDeadTrimmed: func(_ context.Context, r *job.TrimmedRecord) {
-			if r.Trim == job.TrimCap && r.Envelope != nil {
+			if r.Trim == naming.TrimCap && r.Envelope != nil {
 				handed.Add(1)
 			}
 		}})

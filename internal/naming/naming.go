@@ -27,6 +27,20 @@ const (
 	MaxBatchIDLen = 128
 )
 
+// Why a dead record was trimmed from the dead-letter store
+// (job.TrimmedRecord.Trim, the reason label of delayq.queue.dead_trimmed).
+const (
+	TrimCap = "cap" // the store was at its cap (broker.Options.DeadCap)
+	TrimAge = "age" // the record was older than broker.Options.DeadMaxAge
+)
+
+// Defaults every package shares: the queue of a job that names none and
+// the retry budget of a job type that sets none.
+const (
+	DefaultQueue      = "default"
+	DefaultMaxRetries = 10
+)
+
 // Invalid returns an error wrapping ErrInvalid, as "job: invalid: <what>".
 func Invalid(format string, args ...any) error {
 	return fmt.Errorf("job: %w: %s", ErrInvalid, fmt.Sprintf(format, args...))

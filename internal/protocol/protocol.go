@@ -284,8 +284,8 @@ type Broker interface {
 	Progress(ctx context.Context, l Lease, p job.Progress) (time.Time, error)
 	// Chain prepares the next jobs of the job of lease parent, whose
 	// envelope is env (job.Then, job.Next), for its ack: a next job
-	// without an id gets job.ChainID. Those that live in another shard are
-	// enqueued here, remembered for job.ChainRemember after they end (an id
+	// without an id gets an id derived from the parent's (rules.ChainID). Those that live in another shard are
+	// enqueued here, remembered for rules.ChainRemember (24 h) after they end (an id
 	// found pending or remembered counts as enqueued); so are all next jobs
 	// of a batch member, which join its batch. Those of parent's shard are
 	// returned, for Settle to store with the ack. Errors wrap

@@ -15,11 +15,16 @@
 package rules
 
 import (
+	"crypto/sha256"
+	"encoding/base32"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
+	"github.com/delayq/delayq/retry"
 )
 
 var (
@@ -271,7 +276,7 @@ func Change(found Found, queue, id string) error {
 // NextJobs returns the next jobs of the job id created at created that has
 // just succeeded (job.Then's, then those its attempt declared with
 // job.Next), ready to enqueue: copies, a job without an ID given
-// job.ChainID(id, created, n), one without a queue job.DefaultQueue, each
+// ChainID(id, created, n), one without a queue naming.DefaultQueue, each
 // checked by Prepare with the payload cap. A next job that does not pass
 // fails the success: a worker dead-letters the job (the error wraps
 // job.ErrInvalid, so it is permanent).
@@ -283,10 +288,10 @@ func NextJobs(id string, created time.Time, next []*job.Envelope, now time.Time,
 		}
 		e := *n
 		if e.ID == "" {
-			e.ID = job.ChainID(id, created, i+1)
+			e.ID = ChainID(id, created, i+1)
 		}
 		if e.Queue == "" {
-			e.Queue = job.DefaultQueue
+			e.Queue = naming.DefaultQueue
 		}
 		if err := Prepare(&e, now, maxPayload); err != nil {
 			return nil, fmt.Errorf("broker: next job %d of job %q: %w", i+1, id, err)
@@ -294,4 +299,65 @@ func NextJobs(id string, created time.Time, next []*job.Envelope, now time.Time,
 		out[i] = &e
 	}
 	return out, nil
+}
+
+// CheckRateLimit checks a rate limit (broker.Broker.SetRateLimit,
+// SetKeyRateLimit and the dashboard check it): a zero Count (no limit) or a positive Count with a
+// period of at least 1 ms; no negative burst or slack; Slack only with
+// Strict, and a strict limit without a burst (it allows Count at once).
+func CheckRateLimit(r job.RateLimit) error {
+	switch {
+	case r.Count < 0:
+		return naming.Invalid("rate limit count %d is negative", r.Count)
+	case r.Burst < 0:
+		return naming.Invalid("rate limit burst %d is negative", r.Burst)
+	case r.Count > 0 && r.Per < time.Millisecond:
+		return naming.Invalid("rate limit period %s is below 1ms", r.Per)
+	case r.Slack < 0:
+		return naming.Invalid("rate limit slack %s is negative", r.Slack)
+	case r.Slack > 0 && !r.Strict:
+		return naming.Invalid("rate limit slack %s without Strict (it widens a strict window only)", r.Slack)
+	case r.Strict && r.Burst > 1:
+		return naming.Invalid("strict rate limit with burst %d (a strict window allows Count at once; leave Burst 0)", r.Burst)
+	}
+	return nil
+}
+
+// ChainRemember is how long the id of a next job that lives in another
+// slot than its parent is remembered after it ended, as job.Unique would:
+// should the parent run again after the next job was enqueued but before
+// the parent's acknowledgement (its worker died in between), its second
+// success finds the id pending or remembered and does not enqueue the next
+// job again.
+const ChainRemember = 24 * time.Hour
+
+// ChainID is the id of the n-th next job (from 1) of the job id that was
+// created at created, for a next job declared without an id (job.Then, job.Next):
+// "<id>><n>@<created ms, base 36>". The creation time tells apart two jobs
+// enqueued under one id one after the other, so that the next jobs of the
+// second are not taken for those of the first. An id that would be longer
+// than naming.MaxIDLen is replaced by a hash of the same parts.
+func ChainID(id string, created time.Time, n int) string {
+	s := id + ">" + strconv.Itoa(n) + "@" + strconv.FormatInt(created.UnixMilli(), 36)
+	if len(s) <= naming.MaxIDLen {
+		return s
+	}
+	h := sha256.Sum256([]byte(s))
+	return "c:" + chainIDEncoding.EncodeToString(h[:20])
+}
+
+var chainIDEncoding = base32.NewEncoding("0123456789abcdefghijklmnopqrstuv").WithPadding(base32.NoPadding)
+
+// Policy is the retry policy of an attempt of m: the job's own backoff,
+// else its type's policy (typ), else fallback (a worker's default). Every
+// place that decides a failed attempt (the worker, delayqtest.Runner)
+// picks it here.
+func Policy(m *job.Message, typ, fallback retry.Policy) retry.Policy {
+	switch {
+	case m.Backoff != nil:
+		return retry.Exponential{Initial: m.Backoff.Initial, Multiplier: m.Backoff.Multiplier, Max: m.Backoff.Max, Jitter: m.Backoff.Jitter}
+	case typ != nil:
+		return typ
+	}
+	return fallback
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/rules"
 	"github.com/delayq/delayq/job"
 )
@@ -73,7 +74,7 @@ func TestNextJobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out[0].ID != job.ChainID("p", created, 1) || out[0].Queue != job.DefaultQueue || out[1].ID != "mine" || out[1].Queue != "q" {
+	if out[0].ID != rules.ChainID("p", created, 1) || out[0].Queue != naming.DefaultQueue || out[1].ID != "mine" || out[1].Queue != "q" {
 		t.Fatalf("next jobs %+v %+v", out[0], out[1])
 	}
 	if anon.ID != "" || anon.Queue != "" {
@@ -189,5 +190,23 @@ func TestDebounceTable(t *testing.T) {
 	}
 	if err := rules.EnqueueErr(rules.Kept, "q", "a"); err != nil {
 		t.Errorf("EnqueueErr(Kept) = %v, want nil", err)
+	}
+}
+
+// ChainID tells the next jobs of two jobs enqueued under one id apart, and
+// stays a valid id for the longest parent ids.
+func TestChainID(t *testing.T) {
+	t.Parallel()
+	created := time.UnixMilli(1_800_000_000_000)
+	a, b := rules.ChainID("order-1", created, 1), rules.ChainID("order-1", created.Add(time.Millisecond), 1)
+	if a == b || a == rules.ChainID("order-1", created, 2) {
+		t.Fatalf("ids collide: %q %q", a, b)
+	}
+	if !strings.HasPrefix(a, "order-1>1@") {
+		t.Fatalf("id %q does not name its parent", a)
+	}
+	long := rules.ChainID(strings.Repeat("x", naming.MaxIDLen), created, 1)
+	if err := naming.ID(long); err != nil {
+		t.Fatalf("id of a long parent: %v", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/pgtest"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
@@ -96,7 +97,7 @@ func TestDeadTrimmedArchivedToPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	stored, _, err := protocol.Dead(tb.B).Page(tb.Ctx, job.DefaultQueue, protocol.DeadCursor{}, 10)
+	stored, _, err := protocol.Dead(tb.B).Page(tb.Ctx, naming.DefaultQueue, protocol.DeadCursor{}, 10)
 	if err != nil || len(stored) != 3 {
 		t.Fatalf("store holds %d records (%v), want 3", len(stored), err)
 	}
@@ -124,7 +125,7 @@ func TestDeadTrimmedArchivedToPostgres(t *testing.T) {
 		switch {
 		case kept[id]:
 			t.Fatalf("job %s archived and still in the store", id)
-		case queue != job.DefaultQueue || typeName != "invoice.send" || trim != job.TrimCap || attempts != 1:
+		case queue != naming.DefaultQueue || typeName != "invoice.send" || trim != naming.TrimCap || attempts != 1:
 			t.Fatalf("row %s: queue %s, type %s, trim %s, attempts %d", id, queue, typeName, trim, attempts)
 		case errText != fmt.Sprintf("customer %d has no address", p.N):
 			t.Fatalf("row %s: error %q, want the job's final error (customer %d)", id, errText, p.N)

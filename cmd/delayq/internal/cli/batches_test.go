@@ -14,6 +14,7 @@ import (
 	"github.com/delayq/delayq/internal/clock"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
@@ -106,7 +107,7 @@ func seedBatches(t *testing.T, tb *testBundle) map[string]bool {
 		return nil
 	})
 	for _, name := range []string{"batch.done", "batch.finished"} {
-		if err := reg.Register(name, job.Entry{Handler: cb, Queue: "cb"}); err != nil {
+		if err := reg.Table(registry.Key{}).Register(name, registry.Entry[job.Handler, retry.Policy]{Handler: cb, Queue: "cb"}); err != nil {
 			t.Fatal(err)
 		}
 	}

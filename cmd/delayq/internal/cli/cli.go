@@ -461,7 +461,7 @@ func (a *app) showCommand(short string, has finder, show func(ctx context.Contex
 			return show(cmd.Context(), b, queue, args[0])
 		},
 	}
-	queueFlag(cmd.Flags(), &queue, job.DefaultQueue, "queue (default: the one queue that holds the id, searched in every queue)")
+	queueFlag(cmd.Flags(), &queue, naming.DefaultQueue, "queue (default: the one queue that holds the id, searched in every queue)")
 	return cmd
 }
 

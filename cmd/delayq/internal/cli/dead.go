@@ -301,7 +301,7 @@ func (bf *bulkFlags) mode(ids []string, now time.Time) (f deadletter.Filter, bul
 	}
 	if len(ids) > 0 {
 		if bf.queue == "" {
-			bf.queue = job.DefaultQueue
+			bf.queue = naming.DefaultQueue
 		}
 		if err := checkQueue(bf.queue); err != nil {
 			return f, false, err

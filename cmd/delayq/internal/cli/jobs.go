@@ -66,7 +66,7 @@ type jobJSON struct {
 type nextJSON struct {
 	Type    string  `json:"type"`
 	Queue   string  `json:"queue"`
-	ID      string  `json:"id,omitempty"` // empty: job.ChainID of the parent
+	ID      string  `json:"id,omitempty"` // empty: derived from the parent's
 	DelayMS int64   `json:"delay_ms,omitempty"`
 	ReadyAt *string `json:"ready_at,omitempty"`
 	Then    int     `json:"then,omitempty"` // next jobs of its own
@@ -150,7 +150,7 @@ func nextText(n *job.Envelope) string {
 // queueOr is q, or the default queue's name when it is empty.
 func queueOr(q string) string {
 	if q == "" {
-		return job.DefaultQueue
+		return naming.DefaultQueue
 	}
 	return q
 }
@@ -274,7 +274,7 @@ func (a *app) jobsLsCommand() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	queueFlag(f, &queue, job.DefaultQueue, "only this queue (default every queue, by name)")
+	queueFlag(f, &queue, naming.DefaultQueue, "only this queue (default every queue, by name)")
 	f.StringVar(&state, "state", "all", "all, scheduled or processing")
 	_ = cmd.RegisterFlagCompletionFunc("state", cobra.FixedCompletions([]string{"all", "scheduled", "processing"}, cobra.ShellCompDirectiveNoFileComp))
 	f.IntVar(&limit, "limit", 50, "jobs per page")
@@ -534,7 +534,7 @@ was running.`,
 			})
 		},
 	}
-	queueFlag(cmd.Flags(), &queue, job.DefaultQueue, "queue")
+	queueFlag(cmd.Flags(), &queue, naming.DefaultQueue, "queue")
 	return cmd
 }
 
@@ -643,7 +643,7 @@ func (a *app) jobsRescheduleCommand() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	queueFlag(f, &queue, job.DefaultQueue, "queue (default: the one queue that holds the id, searched in every queue)")
+	queueFlag(f, &queue, naming.DefaultQueue, "queue (default: the one queue that holds the id, searched in every queue)")
 	f.StringVar(&in, "in", "", "ready this long from now (e.g. 10s, 1h30m)")
 	f.StringVar(&at, "at", "", "ready at this RFC 3339 time")
 	return cmd
@@ -670,7 +670,7 @@ func (a *app) enqueueCommand() *cobra.Command {
 read from standard input. It prints the job's id and ready time. An id that
 is still pending fails with exit status 1 and leaves the pending job as it is.
 
-Retries: the job is tried at most 1 + --max-retries times, default ` + strconv.Itoa(job.DefaultMaxRetries) + `
+Retries: the job is tried at most 1 + --max-retries times, default ` + strconv.Itoa(naming.DefaultMaxRetries) + `
 (delayq's default), not the count its type declares in code (job.MaxRetries):
 that lives in the application's binary, which the CLI cannot read, so give
 --max-retries to match it. The wait between attempts is the type's own, as
@@ -771,13 +771,13 @@ trace of its own.`,
 		},
 	}
 	f := cmd.Flags()
-	queueFlag(f, &queue, job.DefaultQueue, "queue")
+	queueFlag(f, &queue, naming.DefaultQueue, "queue")
 	f.StringVarP(&typ, "type", "t", "", "job type (required)")
 	f.StringVarP(&payload, "payload", "p", "", "payload as JSON, or - to read it from standard input (required)")
 	f.StringVar(&in, "in", "", "ready this long from now (e.g. 10s, 1h30m)")
 	f.StringVar(&at, "at", "", "ready at this RFC 3339 time")
 	f.StringVar(&id, "id", "", "job id (default: generated); unique among pending jobs of the queue")
-	f.IntVar(&maxRetries, "max-retries", job.DefaultMaxRetries, "retries after the first attempt (the type's job.MaxRetries is not known to the CLI)")
+	f.IntVar(&maxRetries, "max-retries", naming.DefaultMaxRetries, "retries after the first attempt (the type's job.MaxRetries is not known to the CLI)")
 	f.StringVar(&traceparent, "traceparent", "", "W3C trace context the job carries, so its run joins that trace (default: $TRACEPARENT)")
 	f.StringVar(&tracestate, "tracestate", "", "W3C trace state beside --traceparent (default: $TRACESTATE)")
 	_ = cmd.MarkFlagRequired("type")

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
 )
 
@@ -112,7 +113,7 @@ func TestEnqueueSaysWhichRetries(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
 	out := tb.ok(t, "enqueue", "--type", "sms.send", "--payload", "{}", "--id", "s1", "--queue", "sms")
-	if !strings.Contains(out, fmt.Sprintf("%d retries (the default: the CLI does not know the type's own job.MaxRetries; give --max-retries)", job.DefaultMaxRetries)) {
+	if !strings.Contains(out, fmt.Sprintf("%d retries (the default: the CLI does not know the type's own job.MaxRetries; give --max-retries)", naming.DefaultMaxRetries)) {
 		t.Errorf("enqueue without --max-retries:\n%s", out)
 	}
 	out = tb.ok(t, "enqueue", "--type", "sms.send", "--payload", "{}", "--id", "s2", "--queue", "sms", "--max-retries", "3")
@@ -123,10 +124,10 @@ func TestEnqueueSaysWhichRetries(t *testing.T) {
 	if err := json.Unmarshal([]byte(tb.ok(t, "enqueue", "--type", "sms.send", "--payload", "{}", "--id", "s3", "--queue", "sms", "--json")), &res); err != nil {
 		t.Fatal(err)
 	}
-	if res["max_retries"] != float64(job.DefaultMaxRetries) || res["max_retries_default"] != true {
+	if res["max_retries"] != float64(naming.DefaultMaxRetries) || res["max_retries_default"] != true {
 		t.Errorf("enqueue --json: %v", res)
 	}
-	for id, want := range map[string]int{"s1": job.DefaultMaxRetries, "s2": 3, "s3": job.DefaultMaxRetries} {
+	for id, want := range map[string]int{"s1": naming.DefaultMaxRetries, "s2": 3, "s3": naming.DefaultMaxRetries} {
 		j, err := tb.b.Job(tb.ctx, "sms", id)
 		if err != nil || j.Envelope.MaxRetries != want {
 			t.Errorf("stored %s: max retries %v, want %d (%v)", id, j, want, err)
