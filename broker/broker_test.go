@@ -312,10 +312,10 @@ func TestReaperDoesNotTakeAnExtendedLease(t *testing.T) {
 	if err := testkit.Drive(tb.b).Extend(tb.ctx, 10*time.Second, c.Lease); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := testkit.Drive(tb.b).RetryExpired(tb.ctx, reaped.Jobs[0].Lease, 0, reaped.Jobs[0].Envelope); !errors.Is(err, broker.ErrLeaseLive) {
+	if _, err := testkit.Drive(tb.b).RetryExpired(tb.ctx, reaped.Jobs[0].Lease, 0, reaped.Jobs[0].Envelope); !errors.Is(err, protocol.ErrLeaseLive) {
 		t.Fatalf("retry of a live lease: %v", err)
 	}
-	if _, err := testkit.Drive(tb.b).KillExpired(tb.ctx, reaped.Jobs[0].Lease, &job.DeadRecord{}); !errors.Is(err, broker.ErrLeaseLive) {
+	if _, err := testkit.Drive(tb.b).KillExpired(tb.ctx, reaped.Jobs[0].Lease, &job.DeadRecord{}); !errors.Is(err, protocol.ErrLeaseLive) {
 		t.Fatalf("kill of a live lease: %v", err)
 	}
 	if err := testkit.Drive(tb.b).Ack(tb.ctx, c.Lease); err != nil {

@@ -50,10 +50,10 @@
 // Errors wrap sentinels, to test with errors.Is: [ErrDuplicate] (another
 // call stored a job with that id, still pending), [ErrNotFound],
 // [ErrInProgress] (a worker holds the job, so it can no longer be moved
-// or replaced; a cancel asks it to stop instead), [ErrPayloadTooLarge], and [ErrLeaseLost] and [ErrLeaseLive],
-// which workers see when fencing refuses a change. Bad input (an id, queue
-// name, delay or option) gives an error wrapping job.ErrInvalid, and
-// nothing is written.
+// or replaced; a cancel asks it to stop instead), [ErrPayloadTooLarge],
+// and [ErrLeaseLost], which workers see when fencing refuses a change. Bad
+// input (an id, queue name, delay or option) gives an error wrapping
+// job.ErrInvalid, and nothing is written.
 //
 // Nil from a call that changes jobs means this call made the change. A
 // call whose reply was lost ([ErrOutcomeUnknown]) or that the replicas did

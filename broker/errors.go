@@ -26,10 +26,6 @@ var (
 	// taken back (or finished by another worker). Nothing was changed.
 	ErrLeaseLost = errors.New("broker: lease lost")
 
-	// ErrLeaseLive: the reaper found that a lease it read as expired was
-	// extended since; the job stays with its worker.
-	ErrLeaseLive = errors.New("broker: lease is live")
-
 	// ErrOutcomeUnknown: the reply to a call was lost (a dropped
 	// connection, a timeout), so the change may or may not have been
 	// made. The error is a *CallError naming the call and the job; Resend

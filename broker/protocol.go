@@ -247,7 +247,7 @@ func (w workerSide) Settle(ctx context.Context, s keyspace.Shard, c protocol.Cal
 		case code == -1:
 			out[i].Err = lostErr(l)
 		case code == -2:
-			out[i].Err = fmt.Errorf("%w: job %q in queue %q", ErrLeaseLive, l.ID, l.Queue())
+			out[i].Err = fmt.Errorf("%w: job %q in queue %q", protocol.ErrLeaseLive, l.ID, l.Queue())
 		case ops[i].Kind == protocol.OpRetry || ops[i].Kind == protocol.OpKill || ops[i].Kind == protocol.OpSnooze:
 			out[i].At = fromMS(code)
 		}

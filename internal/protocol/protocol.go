@@ -35,6 +35,10 @@ import (
 // shard alone.
 var ErrRefused = errors.New("refused by the script")
 
+// ErrLeaseLive: the reaper found that a lease it read as expired was
+// extended since; the job stays with its worker. Only the reaper sees it.
+var ErrLeaseLive = errors.New("broker: lease is live")
+
 // Lease identifies a claimed job and the fencing token of the claim.
 type Lease struct {
 	Shard keyspace.Shard
@@ -226,7 +230,7 @@ func ParseBatchEnd(id, rec string) (e BatchEnd, ok bool) {
 
 // Settled is what became of one Op: its time (the new ready time of a
 // retry, the died-at of a kill), or an error wrapping broker.ErrLeaseLost
-// (nothing changed for that job) or broker.ErrLeaseLive (an expired op
+// (nothing changed for that job) or ErrLeaseLive (an expired op
 // found the lease extended).
 type Settled struct {
 	At  time.Time
