@@ -10,6 +10,7 @@ import (
 	"time"
 
 	jobattempt "github.com/delayq/delayq/internal/attempt"
+	"github.com/delayq/delayq/internal/guard"
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/internal/retrydecide"
@@ -214,7 +215,7 @@ func (r *Runner) Attempt(ctx context.Context, env *job.Envelope, attempt int) (*
 			return fmt.Errorf("no handler registered for type %q", m.Type)
 		})
 	}
-	mws := slices.Concat(r.Middleware, []job.Middleware{middleware.Timeout(0), middleware.Recover()})
+	mws := slices.Concat(r.Middleware, []job.Middleware{guard.Timeout(0), guard.Recover()})
 	ctx, a := jobattempt.With[job.Envelope, job.Result, job.Progress](ctx, nil)
 	err := call(ctx, job.Chain(h, mws...), m)
 	var next []*job.Envelope

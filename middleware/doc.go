@@ -4,16 +4,16 @@
 //
 // # Handler middleware
 //
-//   - [Recover] turns a panic into a *PanicError carrying the stack.
-//   - [Timeout] cancels the handler's context at the job's deadline.
 //   - [Tracing] starts an OpenTelemetry CONSUMER span per attempt, a child of
 //     the producer's span carried in the envelope's headers.
 //   - [Metrics] counts attempts by outcome and records durations and
 //     lateness with the OpenTelemetry metric API.
 //   - [Logging] writes one zerolog line per attempt's outcome.
 //
-// The worker runs every handler inside its own Timeout and Recover; give
-// it the others in worker.Options.Middleware, which wraps those two:
+// The worker runs every handler inside its own deadline (the context is
+// cancelled with cause [ErrTimeout]) and panic recovery (a panic becomes a
+// *[PanicError] carrying the stack); give it these in
+// worker.Options.Middleware, which wraps those two:
 //
 //	worker.Options{..., Middleware: []job.Middleware{middleware.Tracing(), middleware.Metrics(), middleware.Logging(logger)}}
 //

@@ -5,32 +5,39 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
+	"github.com/delayq/delayq/delayqtest"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/middleware"
 )
 
-// Recover turns a handler's panic into an error that carries the panic value
-// and the stack, so the job is retried or dead-lettered like any failure.
-func ExampleRecover() {
-	h := middleware.Recover()(job.HandlerFunc(func(ctx context.Context, m *job.Message) error {
+// The worker turns a handler's panic into a *PanicError that carries the
+// panic value and the stack, so the job is retried or dead-lettered like
+// any failure. delayqtest.Runner runs an attempt as the worker does.
+func ExamplePanicError() {
+	reg := job.NewRegistry()
+	update := job.New[struct{}]("fx.update")
+	update.Handle(reg, func(ctx context.Context, j *job.Job[struct{}]) error {
 		var rates map[string]float64
 		rates["EUR"] = 1 // a bug: assignment to a nil map
 		return nil
-	}))
-	err := h.Handle(context.Background(), &job.Message{Envelope: job.Envelope{Type: "fx.update"}, Attempt: 1})
-
+	})
+	res, err := delayqtest.Run(context.Background(), &delayqtest.Runner{Registry: reg}, update, struct{}{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	var p *middleware.PanicError
-	first, _, _ := strings.Cut(err.Error(), "\n")
-	fmt.Println(errors.As(err, &p), first)
-	// Output: true panic: assignment to entry in nil map
+	first, _, _ := strings.Cut(res.Err.Error(), "\n")
+	fmt.Println(res.Outcome, errors.As(res.Err, &p), first)
+	// Output: retry true panic: assignment to entry in nil map
 }
 
 // A middleware is a func(job.Handler) job.Handler. This one prints each
-// attempt's outcome; job.Chain (or worker.Options.Middleware) applies the
-// first middleware outermost, so here Timeout's deadline is set before the
-// handler runs and the outcome is printed after it.
+// attempt's outcome. worker.Options.Middleware (and job.Chain) apply the
+// first middleware outermost, and the worker puts the attempt's deadline
+// and panic recovery inside the whole chain, so a middleware sees a
+// timeout or a panic as the attempt's error.
 func Example_ownMiddleware() {
 	printOutcome := func(next job.Handler) job.Handler {
 		return job.HandlerFunc(func(ctx context.Context, m *job.Message) error {
@@ -39,17 +46,19 @@ func Example_ownMiddleware() {
 			return err
 		})
 	}
-	handler := job.HandlerFunc(func(ctx context.Context, m *job.Message) error {
-		if _, ok := ctx.Deadline(); !ok {
-			return errors.New("no deadline")
+	reg := job.NewRegistry()
+	build := job.New[struct{}]("report.build")
+	build.Handle(reg, func(ctx context.Context, j *job.Job[struct{}]) error {
+		if j.Attempt == 1 {
+			return errors.New("source not ready")
 		}
 		return nil
 	})
-
-	h := job.Chain(handler, middleware.Recover(), printOutcome, middleware.Timeout(5*time.Second))
-	_ = h.Handle(context.Background(), &job.Message{Envelope: job.Envelope{Type: "report.build"}, Attempt: 1})
-	_ = job.Chain(handler, printOutcome).Handle(context.Background(), &job.Message{Envelope: job.Envelope{Type: "report.build"}, Attempt: 2})
+	r := &delayqtest.Runner{Registry: reg, Middleware: []job.Middleware{printOutcome}}
+	if _, err := delayqtest.RunAll(context.Background(), r, build, struct{}{}); err != nil {
+		fmt.Println(err)
+	}
 	// Output:
-	// report.build attempt 1: <nil>
-	// report.build attempt 2: no deadline
+	// report.build attempt 1: source not ready
+	// report.build attempt 2: <nil>
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/delayq/delayq/internal/guard"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/middleware"
 )
@@ -14,7 +15,7 @@ import (
 func TestRecoverTurnsPanicIntoErrorWithStack(t *testing.T) {
 	t.Parallel()
 	sentinel := errors.New("boom")
-	h := middleware.Recover()(job.HandlerFunc(func(context.Context, *job.Message) error { panic(sentinel) }))
+	h := guard.Recover()(job.HandlerFunc(func(context.Context, *job.Message) error { panic(sentinel) }))
 	err := h.Handle(context.Background(), &job.Message{})
 	var pe *middleware.PanicError
 	if !errors.As(err, &pe) || !errors.Is(err, sentinel) || !strings.Contains(err.Error(), "panic: boom") || !strings.Contains(err.Error(), "middleware_test.go") {
@@ -27,7 +28,7 @@ func TestTimeoutUsesMessageThenDefault(t *testing.T) {
 	deadline := func(m *job.Message, def time.Duration) (time.Duration, bool) {
 		var left time.Duration
 		var has bool
-		h := middleware.Timeout(def)(job.HandlerFunc(func(ctx context.Context, _ *job.Message) error {
+		h := guard.Timeout(def)(job.HandlerFunc(func(ctx context.Context, _ *job.Message) error {
 			d, ok := ctx.Deadline()
 			left, has = time.Until(d), ok
 			return nil
@@ -48,7 +49,7 @@ func TestTimeoutUsesMessageThenDefault(t *testing.T) {
 
 func TestTimeoutCancelsWithCause(t *testing.T) {
 	t.Parallel()
-	h := middleware.Timeout(20 * time.Millisecond)(job.HandlerFunc(func(ctx context.Context, _ *job.Message) error {
+	h := guard.Timeout(20 * time.Millisecond)(job.HandlerFunc(func(ctx context.Context, _ *job.Message) error {
 		<-ctx.Done()
 		return context.Cause(ctx)
 	}))

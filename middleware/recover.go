@@ -1,11 +1,7 @@
 package middleware
 
 import (
-	"context"
 	"fmt"
-	"runtime/debug"
-
-	"github.com/delayq/delayq/job"
 )
 
 // PanicError is a handler panic turned into an error. Its message carries
@@ -24,19 +20,4 @@ func (e *PanicError) Error() string {
 func (e *PanicError) Unwrap() error {
 	err, _ := e.Value.(error)
 	return err
-}
-
-// Recover turns a panic in the handler into a *PanicError. The job is then
-// retried or dead-lettered like any failure.
-func Recover() job.Middleware {
-	return func(next job.Handler) job.Handler {
-		return job.HandlerFunc(func(ctx context.Context, m *job.Message) (err error) {
-			defer func() {
-				if v := recover(); v != nil {
-					err = &PanicError{Value: v, Stack: debug.Stack()}
-				}
-			}()
-			return next.Handle(ctx, m)
-		})
-	}
 }

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 
 	"github.com/delayq/delayq/deadletter"
+	"github.com/delayq/delayq/internal/guard"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/middleware"
@@ -85,14 +86,14 @@ func TestTimeoutDefaultAndNone(t *testing.T) {
 		})).Handle(context.Background(), m)
 		return d.Sub(start), ok
 	}
-	if _, ok := deadlineOf(middleware.Timeout(0), &job.Message{}); ok {
+	if _, ok := deadlineOf(guard.Timeout(0), &job.Message{}); ok {
 		t.Error("Timeout(0) on a message without timeout set a deadline")
 	}
-	if d, ok := deadlineOf(middleware.Timeout(time.Hour), &job.Message{}); !ok || d > time.Hour+time.Second || d < 59*time.Minute {
+	if d, ok := deadlineOf(guard.Timeout(time.Hour), &job.Message{}); !ok || d > time.Hour+time.Second || d < 59*time.Minute {
 		t.Errorf("default timeout: deadline in %v (%v), want about 1h", d, ok)
 	}
 	m := &job.Message{Envelope: job.Envelope{Timeout: time.Minute}}
-	if d, ok := deadlineOf(middleware.Timeout(time.Hour), m); !ok || d > time.Minute+time.Second {
+	if d, ok := deadlineOf(guard.Timeout(time.Hour), m); !ok || d > time.Minute+time.Second {
 		t.Errorf("message timeout: deadline in %v (%v), want the message's 1m over the default", d, ok)
 	}
 }
@@ -137,7 +138,7 @@ func TestRecoverDeadRecordHasStack(t *testing.T) {
 func TestPanicErrorUnwrapsErrorValues(t *testing.T) {
 	t.Parallel()
 	sentinel := errors.New("sentinel")
-	h := middleware.Recover()(job.HandlerFunc(func(context.Context, *job.Message) error { panic(sentinel) }))
+	h := guard.Recover()(job.HandlerFunc(func(context.Context, *job.Message) error { panic(sentinel) }))
 	err := h.Handle(context.Background(), &job.Message{})
 	var pe *middleware.PanicError
 	if !errors.As(err, &pe) || !errors.Is(err, sentinel) || len(pe.Stack) == 0 {

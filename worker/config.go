@@ -13,10 +13,10 @@ import (
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/fleetreg"
+	"github.com/delayq/delayq/internal/guard"
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/job"
-	"github.com/delayq/delayq/middleware"
 	"github.com/delayq/delayq/retry"
 )
 
@@ -261,7 +261,7 @@ func (c Options) withDefaults() (Options, error) {
 		}
 	}
 	// The worker's own two, innermost (see Options.Middleware).
-	c.Middleware = slices.Concat(c.Middleware, []job.Middleware{middleware.Timeout(0), middleware.Recover()})
+	c.Middleware = slices.Concat(c.Middleware, []job.Middleware{guard.Timeout(0), guard.Recover()})
 	seen := make(map[string]bool, len(c.Queues))
 	c.Queues = append([]Queue(nil), c.Queues...)
 	for i, q := range c.Queues {
