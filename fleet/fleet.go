@@ -27,9 +27,6 @@ const (
 // others.
 const maxList = 1000
 
-// defaultNamespace is the namespace of an empty ns, as in package broker.
-const defaultNamespace = "delayq"
-
 // Queue is a queue a process serves.
 type Queue struct {
 	Name string `json:"name"`
@@ -96,13 +93,10 @@ func (s Snapshot) Serving(queue string) []Process {
 	return out
 }
 
-// namespace checks ns as package broker does: letters, digits and '._-:',
-// at most 64 bytes.
+// namespace checks ns as package broker does (keyspace.Namespace).
 func namespace(ns string) (string, error) {
-	if ns == "" {
-		return defaultNamespace, nil
-	}
-	if msg := keyspace.CheckNamespace(ns); msg != "" {
+	ns, msg := keyspace.Namespace(ns)
+	if msg != "" {
 		return "", fmt.Errorf("fleet: %w: %s", naming.ErrInvalid, msg)
 	}
 	return ns, nil

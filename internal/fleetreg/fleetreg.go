@@ -52,9 +52,6 @@ const MinTTL = 100 * time.Millisecond
 // (Process.HeldJobs); Process.Held counts them all.
 const maxHeldJobs = 100
 
-// defaultNamespace is the namespace of an empty ns, as in package broker.
-const defaultNamespace = "delayq"
-
 // Options configure a Registration.
 type Options struct {
 	// TTL is how long the registration lives after each heartbeat; Run
@@ -275,13 +272,10 @@ func (r *Registration) Run(ctx context.Context) error {
 	}
 }
 
-// namespace checks ns as package broker does: letters, digits and '._-:',
-// at most 64 bytes.
+// namespace checks ns as package broker does (keyspace.Namespace).
 func namespace(ns string) (string, error) {
-	if ns == "" {
-		return defaultNamespace, nil
-	}
-	if msg := keyspace.CheckNamespace(ns); msg != "" {
+	ns, msg := keyspace.Namespace(ns)
+	if msg != "" {
 		return "", fmt.Errorf("fleet: %w: %s", naming.ErrInvalid, msg)
 	}
 	return ns, nil

@@ -288,6 +288,16 @@ func Slot(key string) int {
 	return int(crc) % ClusterSlots
 }
 
+// Namespace returns ns, or DefaultNamespace when ns is empty, and what is
+// wrong with it ("" when nothing is): the check every package that takes a
+// namespace makes.
+func Namespace(ns string) (string, string) {
+	if ns == "" {
+		return DefaultNamespace, ""
+	}
+	return ns, CheckNamespace(ns)
+}
+
 // CheckNamespace says what is wrong with a namespace (the prefix of every
 // key), or "" when nothing is: at most 64 bytes of letters, digits and
 // '._-:'.
