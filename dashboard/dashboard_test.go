@@ -654,7 +654,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := newServer(t, d)
-	res, err := http.Get(srv.URL + "/")
+	res, err := testClient(t).Get(srv.URL + "/")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,6 +52,7 @@ func setup(t *testing.T, opts dashboard.Options) *testBundle {
 	t.Cleanup(srv.Close)
 	jar, _ := cookiejar.New(nil)
 	client := &http.Client{
+		Transport:     ownTransport(t),
 		Jar:           jar,
 		Timeout:       30 * time.Second,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
@@ -224,13 +225,28 @@ func wantStatus(t *testing.T, what string, r response, status int) {
 
 func newJar() (http.CookieJar, error) { return cookiejar.New(nil) }
 
+// ownTransport returns a transport of the test's own. http.DefaultTransport
+// is shared by the package's parallel tests, and another test's
+// httptest.Server.Close or CloseIdleConnections closes its idle
+// connections: a request that was just taking one fails with "http:
+// CloseIdleConnections called", and a POST is not retried.
+func ownTransport(t testing.TB) *http.Transport {
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	return tr
+}
+
+// testClient is a client on a transport of the test's own (ownTransport).
+func testClient(t testing.TB) *http.Client {
+	return &http.Client{Transport: ownTransport(t), Timeout: 30 * time.Second}
+}
+
 func redistestNew(t *testing.T) (redis.UniversalClient, string) { return redistest.New(t) }
 
 func newServer(t *testing.T, h http.Handler) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	t.Cleanup(http.DefaultClient.CloseIdleConnections)
 	return srv
 }
 

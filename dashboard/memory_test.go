@@ -101,7 +101,7 @@ func TestRedisMemoryRefused(t *testing.T) {
 		{"/", `id="server-memory-note">Redis memory not available: this Redis user may not run it (INFO memory refused: NOPERM`, ""},
 		{"/queues/q", `id="q-memory-note">Redis memory of its `, "not available"},
 	} {
-		res, err := http.Get(web.URL + c.path)
+		res, err := testClient(t).Get(web.URL + c.path)
 		if err != nil {
 			t.Fatal(err)
 		}

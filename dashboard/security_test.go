@@ -49,8 +49,7 @@ func (tb *testBundle) hostDo(t *testing.T, host, method, path string, form url.V
 	for _, c := range tb.client.Jar.Cookies(req.URL) {
 		req.AddCookie(c)
 	}
-	client := &http.Client{Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	defer client.CloseIdleConnections()
+	client := &http.Client{Transport: ownTransport(t), Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	res, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -232,8 +231,7 @@ func (tb *testBundle) postWith(t *testing.T, path, session string, form url.Valu
 	if session != "" {
 		req.AddCookie(&http.Cookie{Name: "delayq_csrf", Value: session})
 	}
-	client := &http.Client{Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	defer client.CloseIdleConnections()
+	client := &http.Client{Transport: ownTransport(t), Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	res, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)

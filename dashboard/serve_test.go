@@ -91,19 +91,20 @@ func TestServeLoopbackAndShutdown(t *testing.T) {
 	d := newDashboard(t, dashboard.Options{})
 	for _, addr := range []string{"127.0.0.1:0", "localhost:0"} {
 		got, stop := serve(t, addr, d, dashserve.Options{})
-		res, err := http.Get("http://" + got + "/")
+		c := testClient(t)
+		res, err := c.Get("http://" + got + "/")
 		if err != nil {
 			t.Fatal(err)
 		}
 		res.Body.Close()
-		http.DefaultClient.CloseIdleConnections()
+		c.CloseIdleConnections()
 		if res.StatusCode != http.StatusOK {
 			t.Fatalf("%s: GET / = %d", addr, res.StatusCode)
 		}
 		if err := stop(); err != nil {
 			t.Fatalf("%s: Serve returned %v after ctx was cancelled", addr, err)
 		}
-		if _, err := http.Get("http://" + got + "/"); err == nil {
+		if _, err := c.Get("http://" + got + "/"); err == nil {
 			t.Fatalf("%s: still serving after shutdown", addr)
 		}
 	}
@@ -182,8 +183,7 @@ func TestHSTSOverTLS(t *testing.T) {
 		t.Helper()
 		c := client
 		if scheme == "http" {
-			c = &http.Client{Timeout: 30 * time.Second}
-			t.Cleanup(c.CloseIdleConnections)
+			c = testClient(t)
 		}
 		req, err := http.NewRequest(http.MethodGet, scheme+"://"+addr+path, nil)
 		if err != nil {
@@ -246,7 +246,7 @@ func TestServeTLS(t *testing.T) {
 	if res.TLS.Version < tls.VersionTLS12 {
 		t.Fatalf("TLS version %x", res.TLS.Version)
 	}
-	plain := &http.Client{Timeout: 10 * time.Second}
+	plain := testClient(t)
 	if res, err := plain.Get("http://" + addr + "/"); err == nil {
 		res.Body.Close()
 		if res.StatusCode == http.StatusOK {
@@ -293,6 +293,7 @@ func TestServeRemoteHosts(t *testing.T) {
 	d := newDashboard(t, dashboard.Options{BearerToken: token, AllowedHosts: []string{"ops.example.com"}})
 	for _, bind := range []string{ip.String() + ":0", "0.0.0.0:0"} {
 		addr, stop := serve(t, bind, d, dashserve.Options{AllowRemote: true, BearerToken: token})
+		c := testClient(t)
 		_, port, _ := net.SplitHostPort(addr)
 		target := net.JoinHostPort(ip.String(), port)
 		for host, want := range map[string]int{
@@ -306,7 +307,7 @@ func TestServeRemoteHosts(t *testing.T) {
 			req, _ := http.NewRequest(http.MethodGet, "http://"+target+"/", nil)
 			req.Host = host
 			req.Header.Set("Authorization", "Bearer "+token)
-			res, err := http.DefaultClient.Do(req)
+			res, err := c.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -315,7 +316,7 @@ func TestServeRemoteHosts(t *testing.T) {
 				t.Errorf("bound to %s, Host %s: %d, want %d", bind, host, res.StatusCode, want)
 			}
 		}
-		http.DefaultClient.CloseIdleConnections()
+		c.CloseIdleConnections()
 		if err := stop(); err != nil {
 			t.Fatal(err)
 		}

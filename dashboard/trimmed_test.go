@@ -35,7 +35,7 @@ func TestDeadTrimmedShown(t *testing.T) {
 	tb.kill(t, "sms", "sms.send", `{}`, errs)
 	tb.kill(t, "mail", "mail.send", `{}`, map[string]string{"m-1": "bounced"})
 	page := func(path string) string {
-		res, err := http.Get(web.URL + path)
+		res, err := testClient(t).Get(web.URL + path)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -31,9 +31,10 @@ func TestOverviewShowsOutboxRelays(t *testing.T) {
 	}
 	web := httptest.NewServer(d)
 	t.Cleanup(web.Close)
+	client := web.Client() // not http.DefaultTransport, which other tests' servers close idle connections of
 	overview := func() string {
 		t.Helper()
-		res, err := http.Get(web.URL + "/")
+		res, err := client.Get(web.URL + "/")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -415,7 +415,7 @@ func functionsDashboard(t *testing.T, b *broker.Broker) {
 	srv := httptest.NewServer(d)
 	t.Cleanup(srv.Close)
 	jar, _ := cookiejar.New(nil)
-	client := &http.Client{Jar: jar, Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	client := &http.Client{Transport: &http.Transport{}, Jar: jar, Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	t.Cleanup(client.CloseIdleConnections)
 	do := func(method, path string, form url.Values, want int) string {
 		t.Helper()

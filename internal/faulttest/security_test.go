@@ -436,7 +436,7 @@ func TestDashboardSurvivesHostilePayloads(t *testing.T) {
 	}
 	// The timeout is a guard against a hang, not a speed target: each
 	// page takes milliseconds.
-	client := &http.Client{Timeout: time.Minute}
+	client := &http.Client{Transport: &http.Transport{}, Timeout: time.Minute} // not http.DefaultTransport, which other tests' servers close idle connections of
 	t.Cleanup(client.CloseIdleConnections)
 	served := 0
 	for round := range 3 {

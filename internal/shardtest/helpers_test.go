@@ -86,6 +86,7 @@ func (e *env) web(t *testing.T) *web {
 	t.Cleanup(srv.Close)
 	jar, _ := cookiejar.New(nil)
 	client := &http.Client{
+		Transport:     &http.Transport{}, // not http.DefaultTransport, which other tests' servers close idle connections of
 		Jar:           jar,
 		Timeout:       30 * time.Second,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },

@@ -275,7 +275,7 @@ func hostGet(t *testing.T, url, host string, header ...string) int {
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
-	client := &http.Client{Timeout: 30 * time.Second}
+	client := &http.Client{Transport: &http.Transport{}, Timeout: 30 * time.Second} // not http.DefaultTransport, which other tests' servers close idle connections of
 	defer client.CloseIdleConnections()
 	res, err := client.Do(req)
 	if err != nil {
