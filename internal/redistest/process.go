@@ -5,12 +5,14 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -133,6 +135,15 @@ func (p *process) waitReady(addr string, timeout time.Duration, dial dialer) err
 		default:
 		}
 		if lastErr = ping(addr, dial); lastErr == nil {
+			// Another server that took the same port (a parallel test's)
+			// answers PING too: make sure it is this process.
+			pid, err := serverPID(addr, dial)
+			if err != nil {
+				return err
+			}
+			if pid != 0 && pid != p.cmd.Process.Pid {
+				return fmt.Errorf("%w: %s is served by process %d, not by the one started (%d)", errExited, addr, pid, p.cmd.Process.Pid)
+			}
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -164,6 +175,44 @@ func ping(addr string, dial dialer) error {
 	return nil
 }
 
+// serverPID returns the process_id INFO server reports on addr, or 0 when
+// the server does not tell (one started with --requirepass answers
+// -NOAUTH).
+func serverPID(addr string, dial dialer) (int, error) {
+	conn, err := dial(addr)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(time.Second))
+	if _, err := conn.Write([]byte("*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n")); err != nil {
+		return 0, err
+	}
+	r := bufio.NewReader(conn)
+	head, err := r.ReadString('\n')
+	if err != nil {
+		return 0, err
+	}
+	head = strings.TrimSpace(head)
+	if strings.HasPrefix(head, "-") {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(strings.TrimPrefix(head, "$"))
+	if err != nil || !strings.HasPrefix(head, "$") {
+		return 0, fmt.Errorf("INFO server answered %q", head)
+	}
+	body := make([]byte, n+2)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(body)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			return strconv.Atoi(v)
+		}
+	}
+	return 0, nil
+}
+
 // running reports whether the process has not exited yet.
 func (p *process) running() bool {
 	select {
@@ -193,18 +242,33 @@ func (p *process) terminate(timeout time.Duration) {
 	}
 }
 
-// freePort asks the kernel for a free loopback port and releases it.
+// freePort asks the kernel for a free loopback port and releases it. It
+// never gives one port twice in a process: the kernel may offer a released
+// port again, and two parallel tests would start servers on it.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		if err := l.Close(); err != nil {
+			return 0, err
+		}
+		if !portsGiven[port] {
+			portsGiven[port] = true
+			return port, nil
+		}
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	if err := l.Close(); err != nil {
-		return 0, err
-	}
-	return port, nil
+	return 0, errors.New("redistest: the kernel offered only ports given already")
 }
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{} // every port freePort returned
+)
 
 // logTail returns the last n lines of the file at path, or a note why it
 // could not be read.
