@@ -75,8 +75,8 @@ func (w *Worker) process(t *task) {
 	// The attempt keeps what the handler says of it (job.SetResult,
 	// job.ReportProgress); settling it tells middleware what became of it
 	// (job.OnResult).
-	ctx, attempt := attempt.With[job.Envelope, job.Result, job.Progress](t, w.report) // t is ctx, and tells reportProgress the lease
-	t.attempt = attempt
+	ctx, rec := attempt.With[job.Envelope, job.Result, job.Progress](t, w.report) // t is ctx, and tells reportProgress the lease
+	t.attempt = rec
 	var inner *handlerCtx // the context the handler ran with, for Options.Enqueue
 	if len(w.cfg.Enqueue) > 0 {
 		inner = &handlerCtx{ctx: ctx}
@@ -86,7 +86,7 @@ func (w *Worker) process(t *task) {
 	if w.slots.released(t) {
 		// Handed back at shutdown (the release forgets it); another worker
 		// takes it.
-		attempt.Settle(job.Result{Outcome: job.OutcomeReleased, Err: err})
+		rec.Settle(job.Result{Outcome: job.OutcomeReleased, Err: err})
 		return
 	}
 	if err != nil && errors.Is(context.Cause(ctx), ErrLeaseStale) && !errors.Is(err, ErrLeaseStale) {
@@ -106,10 +106,10 @@ func (w *Worker) process(t *task) {
 	if err == nil {
 		op := protocol.Op{Kind: protocol.OpAck, Lease: c.Lease, Batch: batchOf(c), Remember: remember(c.Envelope, false)}
 		if op.Retain = retain(c.Envelope, entry); op.Retain > 0 {
-			result, _ := attempt.Result()
-			op.Done = &protocol.Done{Body: c.Body, Attempts: c.Attempt, StartedAt: claimedAt, Result: result, Progress: attempt.Progress()}
+			result, _ := rec.Result()
+			op.Done = &protocol.Done{Body: c.Body, Attempts: c.Attempt, StartedAt: claimedAt, Result: result, Progress: rec.Progress()}
 		}
-		next := slices.Concat(c.Envelope.Next, attempt.Next())
+		next := slices.Concat(c.Envelope.Next, rec.Next())
 		if len(next) > 0 && inner != nil {
 			w.ackThrough(inner.ctx, c, m, entry, t, op, next)
 			return
@@ -165,7 +165,7 @@ var errNotAcked = errors.New("worker: the job was handed back before its ack; it
 // the ack and waits for it: a refused ack (the lease was lost) refuses
 // them. A chain that fails, or middleware that refuses before the ack,
 // fails the attempt, as without middleware.
-func (w *Worker) ackThrough(hctx context.Context, c *protocol.Claimed, m *job.Message, entry registry.Entry[job.Handler, retry.Policy], t *task, op protocol.Op, next []*job.Envelope) {
+func (w *Worker) ackThrough(hctx context.Context, c *protocol.Claimed, m *job.Message, entry typeEntry, t *task, op protocol.Op, next []*job.Envelope) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(hctx), w.cfg.Lease)
 	defer cancel()
 	// Copies, named as Chain names them (rules.ChainID): the middleware may
@@ -330,8 +330,11 @@ func (w *Worker) ended(op *protocol.Op, e settling, r protocol.Settled) {
 	w.slots.finish(t)
 }
 
+// typeEntry is what the worker's registry knows of a job type.
+type typeEntry = registry.Entry[job.Handler, retry.Policy]
+
 // decide decides a failed attempt of m (retrydecide.Decide with the job's policy).
-func (w *Worker) decide(m *job.Message, entry registry.Entry[job.Handler, retry.Policy], err error) retrydecide.Decision {
+func (w *Worker) decide(m *job.Message, entry typeEntry, err error) retrydecide.Decision {
 	return retrydecide.Decide(m.Attempt, m.MaxRetries, rules.Policy(m, entry.Retry, w.cfg.Retry), err)
 }
 
@@ -387,7 +390,7 @@ func remember(env *job.Envelope, dead bool) time.Duration {
 // fail retries or dead-letters a job whose attempt returned err, then
 // settles the attempt. Per-job outcomes are logged at debug level here;
 // middleware.Logging writes the outcome lines.
-func (w *Worker) fail(c *protocol.Claimed, m *job.Message, entry registry.Entry[job.Handler, retry.Policy], t *task, err error) {
+func (w *Worker) fail(c *protocol.Claimed, m *job.Message, entry typeEntry, t *task, err error) {
 	logger := w.jobLogger(c)
 	if _, ok := retrydecide.SnoozeDelay(err); ok && m.Snoozes >= retrydecide.MaxSnoozes {
 		// The cap: this snooze is a failed attempt like any other.
@@ -417,7 +420,7 @@ func (w *Worker) fail(c *protocol.Claimed, m *job.Message, entry registry.Entry[
 
 // retain is how long a succeeded job is kept: its own Retain, else its
 // type's.
-func retain(env *job.Envelope, entry registry.Entry[job.Handler, retry.Policy]) time.Duration {
+func retain(env *job.Envelope, entry typeEntry) time.Duration {
 	if env.Retain > 0 {
 		return env.Retain
 	}
