@@ -16,6 +16,7 @@ import (
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/faultproxy"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
@@ -457,7 +458,7 @@ func TestConcurrentUniqueProducersOneNil(t *testing.T) {
 				}
 				close(start)
 				wg.Wait()
-				want := job.UniqueID("remind", []byte(`{"Round":`+strconv.Itoa(round)+`}`))
+				want := naming.UniqueID("remind", []byte(`{"Round":`+strconv.Itoa(round)+`}`))
 				nils := 0
 				for p, err := range errs {
 					var dup *broker.DuplicateError

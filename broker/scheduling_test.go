@@ -8,6 +8,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/deadletter"
+	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
@@ -92,7 +93,7 @@ func TestUniqueByContent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := job.UniqueID("remind", []byte(`{"User":"ann"}`)); a.ID != want {
+	if want := naming.UniqueID("remind", []byte(`{"User":"ann"}`)); a.ID != want {
 		t.Fatalf("id %q, want the derived %q", a.ID, want)
 	}
 	// Same type and arguments: the same job, refused while pending.

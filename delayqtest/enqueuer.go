@@ -500,12 +500,10 @@ func listing[T any](all []Enqueued[T], checks []Check) string {
 func Decode[T any](typ *job.Type[T], env *job.Envelope) (T, error) {
 	var args T
 	reg := job.NewRegistry()
-	if err := typ.Register(reg, func(_ context.Context, j *job.Job[T]) error {
+	typ.Handle(reg, func(_ context.Context, j *job.Job[T]) error { // a new registry: it cannot hold typ
 		args = j.Args
 		return nil
-	}); err != nil {
-		return args, err
-	}
+	})
 	entry, _ := reg.Table(registry.Key{}).Lookup(typ.Name())
 	err := entry.Handler.Handle(context.Background(), &job.Message{Envelope: *env})
 	return args, err

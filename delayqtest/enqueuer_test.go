@@ -237,7 +237,7 @@ func TestEnqueuerUniqueDerivesID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := job.UniqueID("order.remind", env.Payload); env.ID != want {
+	if want := naming.UniqueID("order.remind", env.Payload); env.ID != want {
 		t.Errorf("id %q, want the derived %q", env.ID, want)
 	}
 	if _, err := remind.Enqueue(ctx, e, Order{ID: "1"}); !errors.Is(err, broker.ErrDuplicate) {

@@ -217,7 +217,7 @@ func (r *Runner) Attempt(ctx context.Context, env *job.Envelope, attempt int) (*
 	}
 	mws := slices.Concat(r.Middleware, []job.Middleware{guard.Timeout(0), guard.Recover()})
 	ctx, a := jobattempt.With[job.Envelope, job.Result, job.Progress](ctx, nil)
-	err := call(ctx, job.Chain(h, mws...), m)
+	err := call(ctx, guard.Chain(h, mws...), m)
 	var next []*job.Envelope
 	if err == nil {
 		next = slices.Concat(m.Next, a.Next())

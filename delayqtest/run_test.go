@@ -51,9 +51,7 @@ func runner(t *testing.T, typ *job.Type[SMS], fn func(context.Context, *job.Job[
 		fn = smsHandler
 	}
 	reg := job.NewRegistry()
-	if err := typ.Register(reg, fn); err != nil {
-		t.Fatal(err)
-	}
+	typ.Handle(reg, fn)
 	return &delayqtest.Runner{Registry: reg}
 }
 

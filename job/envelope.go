@@ -44,7 +44,7 @@ type Envelope struct {
 	// Unique refuses a second job with the same id while this one is
 	// pending, and for UniqueFor after it succeeded (or died, with
 	// UniqueDead); with no ID the broker derives one from Type and
-	// Payload ([UniqueID]). Stored, so that the worker remembers the job
+	// Payload (see [Unique]). Stored, so that the worker remembers the job
 	// when it ends.
 	Unique     bool
 	UniqueFor  time.Duration // how long the id is remembered after the job ended; 0: only while pending

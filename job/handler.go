@@ -40,14 +40,6 @@ func (f HandlerFunc) Handle(ctx context.Context, m *Message) error { return f(ct
 // Middleware wraps a handler, e.g. to trace, log or recover.
 type Middleware func(Handler) Handler
 
-// Chain wraps h in mws so that mws[0] is the outermost.
-func Chain(h Handler, mws ...Middleware) Handler {
-	for i := len(mws) - 1; i >= 0; i-- {
-		h = mws[i](h)
-	}
-	return h
-}
-
 // Registry maps job type names to their handlers ([Type.Handle]), with
 // each type's retry policy, timeout, retention and queue; a worker runs the
 // handlers of its registry. It is safe for concurrent use.

@@ -8,7 +8,7 @@ import (
 )
 
 // Prepare fills in what every enqueuer fills in when it is empty (Queue:
-// "default"; ID: [NewID], or [UniqueID] for a Unique job; CreatedAt:
+// "default"; ID: [NewID], or a digest of type and payload for a Unique job; CreatedAt:
 // now) and checks env's fields as broker.Enqueue does (which calls it):
 // queue, id, type and header names, the delay, the uniqueness and debounce settings, the
 // expiry against the ready time, the retry budget, the timeout, the
@@ -34,7 +34,7 @@ func Prepare(env *Envelope, now time.Time) error {
 	}
 	if env.ID == "" {
 		if env.Unique {
-			env.ID = UniqueID(env.Type, env.Payload)
+			env.ID = naming.UniqueID(env.Type, env.Payload)
 		} else {
 			env.ID = NewID()
 		}
@@ -48,7 +48,7 @@ func Prepare(env *Envelope, now time.Time) error {
 	if err := naming.Delay(env.Delay); err != nil {
 		return err
 	}
-	if err := ValidateExpiry(env, now); err != nil {
+	if err := validateExpiry(env, now); err != nil {
 		return err
 	}
 	if env.MaxRetries < 0 {

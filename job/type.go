@@ -3,7 +3,6 @@ package job
 import (
 	"context"
 	"crypto/rand"
-	"encoding/base32"
 	"fmt"
 	"reflect"
 	"time"
@@ -162,7 +161,7 @@ func (t *Type[T]) Envelope(args T, opts ...Option) (*Envelope, error) {
 	if s.expireIn > 0 && s.expireAt.IsZero() {
 		env.ExpireAt = time.Now().Add(s.expireIn)
 	}
-	if err := ValidateExpiry(env, time.Now()); err != nil {
+	if err := validateExpiry(env, time.Now()); err != nil {
 		return nil, err
 	}
 	if len(s.headers) > 0 {
@@ -215,17 +214,17 @@ func (t *Type[T]) EnqueueMany(ctx context.Context, e Enqueuer, args []T, opts ..
 
 // Handle registers fn as the handler of this type in r. The payload is
 // decoded with the type's codec; a payload that does not decode fails
-// permanently with a *[DecodeError]. Handle panics if the type already has a
-// handler in r; use [Type.Register] to get an error instead.
+// permanently with a *[DecodeError]. Handle panics, with an error wrapping
+// [ErrInvalid], when fn is nil or the type already has a handler in r:
+// handlers are registered once, at program start, as http.Handle does.
 func (t *Type[T]) Handle(r *Registry, fn func(ctx context.Context, j *Job[T]) error) {
-	if err := t.Register(r, fn); err != nil {
+	if err := t.register(r, fn); err != nil {
 		panic(err)
 	}
 }
 
-// Register is [Type.Handle] returning an error, one wrapping [ErrInvalid]
-// when the type has a handler in r already.
-func (t *Type[T]) Register(r *Registry, fn func(ctx context.Context, j *Job[T]) error) error {
+// register is [Type.Handle] returning its error.
+func (t *Type[T]) register(r *Registry, fn func(ctx context.Context, j *Job[T]) error) error {
 	if fn == nil {
 		return invalid("nil handler for job type %q", t.name)
 	}
@@ -455,8 +454,9 @@ func Header(key, value string) Option {
 // after it succeeded, another job with its id is refused with an error
 // wrapping broker.ErrDuplicate (a *broker.DuplicateError naming the id).
 // With no [ID], the id is derived from the type name and the encoded
-// arguments ([UniqueID]), so the same arguments make the same job. A ttl of
-// 0 refuses duplicates only while the job is pending; a negative ttl is
+// arguments ("u:" and 32 base-32 characters of their SHA-256, see
+// docs/scheduling.md), so the same arguments make the same job. A ttl of 0
+// refuses duplicates only while the job is pending; a negative ttl is
 // refused. Only enqueues that carry Unique are checked against what is
 // remembered after the end. Type or job.
 func Unique(ttl time.Duration) SharedOption {
@@ -615,8 +615,6 @@ func Retry(p retry.Policy) TypeOption {
 		return nil
 	})
 }
-
-var idEncoding = base32.NewEncoding("0123456789abcdefghijklmnopqrstuv").WithPadding(base32.NoPadding)
 
 // idAlphabet is the characters of a [NewID]: letters and digits, so that an
 // id needs no quoting in a URL, a key or a command line.

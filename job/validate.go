@@ -1,7 +1,6 @@
 package job
 
 import (
-	"crypto/sha256"
 	"time"
 	"unicode/utf8"
 
@@ -28,26 +27,14 @@ func validateHeader(key, value string) error {
 	return nil
 }
 
-// ValidateExpiry checks the expiry of env against its ready time (At, or now
-// + Delay, or now + Debounce for a debounced job): an expiry that is not after it would never let the job run.
-func ValidateExpiry(env *Envelope, now time.Time) error {
-	if env.ExpireAt.IsZero() {
-		if env.DropExpired {
-			return invalid("DropExpired of job %q without an expiry", env.ID)
-		}
-		return nil
+// validateExpiry checks the expiry of env against its ready time (At, or
+// now + Delay, or now + Debounce for a debounced job): an expiry that is not
+// after it would never let the job run.
+func validateExpiry(env *Envelope, now time.Time) error {
+	if env.ExpireAt.IsZero() && env.DropExpired {
+		return invalid("DropExpired of job %q without an expiry", env.ID)
 	}
-	ready := env.At
-	switch {
-	case env.Debounce > 0:
-		ready = now.Add(env.Debounce) // the end of its window
-	case ready.IsZero():
-		ready = now.Add(env.Delay)
-	}
-	if !env.ExpireAt.After(ready) {
-		return invalid("expiry %s is not after the ready time %s", env.ExpireAt.Format(time.RFC3339Nano), ready.Format(time.RFC3339Nano))
-	}
-	return nil
+	return naming.Expiry(env.ExpireAt, env.At, env.Delay, env.Debounce, now)
 }
 
 // validateUnique checks the uniqueness settings of env.
@@ -83,15 +70,4 @@ func validateDebounce(env *Envelope) error {
 		return invalid("job %q is a member of batch %q and has Debounce: a member is a new job", env.ID, env.Batch)
 	}
 	return nil
-}
-
-// UniqueID is the id of a [Unique] job that names none: "u:" and 32
-// characters of the SHA-256 of the type name and the encoded arguments, so
-// the same type and argument bytes give the same id.
-func UniqueID(typ string, payload []byte) string {
-	h := sha256.New()
-	h.Write([]byte(typ))
-	h.Write([]byte{0})
-	h.Write(payload)
-	return "u:" + idEncoding.EncodeToString(h.Sum(nil)[:20])
 }

@@ -34,7 +34,7 @@ func ExamplePanicError() {
 }
 
 // A middleware is a func(job.Handler) job.Handler. This one prints each
-// attempt's outcome. worker.Options.Middleware (and job.Chain) apply the
+// attempt's outcome. worker.Options.Middleware (and delayqtest.Runner.Middleware) apply the
 // first middleware outermost, and the worker puts the attempt's deadline
 // and panic recovery inside the whole chain, so a middleware sees a
 // timeout or a panic as the attempt's error.

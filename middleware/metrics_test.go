@@ -17,6 +17,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/attempt"
+	"github.com/delayq/delayq/internal/guard"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
@@ -465,7 +466,7 @@ func TestMetricLabelsAreSpanAttributes(t *testing.T) {
 	if _, err := typ.Enqueue(context.Background(), enq, payload{}); err != nil {
 		t.Fatal(err)
 	}
-	h := job.Chain(job.HandlerFunc(func(context.Context, *job.Message) error { return nil }),
+	h := guard.Chain(job.HandlerFunc(func(context.Context, *job.Message) error { return nil }),
 		middleware.Tracing(middleware.WithTracerProvider(tp)), middleware.Metrics(middleware.WithMeterProvider(m.mp)))
 	ctx, a := attempt.With[job.Envelope, job.Result, job.Progress](context.Background(), nil)
 	if err := h.Handle(ctx, &job.Message{Envelope: *env, Attempt: 1}); err != nil {

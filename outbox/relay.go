@@ -506,7 +506,7 @@ func (r *Relay) apply(ctx context.Context, rows []row) (redisFailed bool) {
 			if win := r.opts.ReplayWindow; win > 0 && (!env.Unique || env.UniqueFor < win) {
 				env.Unique, env.UniqueFor = true, win
 			}
-			if err := job.ValidateExpiry(env, time.Now()); err != nil && !env.ExpireAt.IsZero() {
+			if err := naming.Expiry(env.ExpireAt, env.At, env.Delay, env.Debounce, time.Now()); err != nil {
 				// It would never run: the broker refuses an expiry that
 				// is not after the ready time.
 				w.outcome = outcomeExpired

@@ -12,6 +12,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/attempt"
+	"github.com/delayq/delayq/internal/guard"
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/refusal"
@@ -68,7 +69,7 @@ func (w *Worker) process(t *task) {
 		h = w.chained(m.Type, entry.Handler)
 	} else {
 		// Middleware sees the attempt fail like any other.
-		h = job.Chain(job.HandlerFunc(func(context.Context, *job.Message) error {
+		h = guard.Chain(job.HandlerFunc(func(context.Context, *job.Message) error {
 			return fmt.Errorf("no handler registered for type %q", m.Type)
 		}), w.cfg.Middleware...)
 	}
@@ -281,7 +282,7 @@ func (w *Worker) chained(typ string, h job.Handler) job.Handler {
 	if len(w.cfg.Enqueue) > 0 {
 		h = innermost(h)
 	}
-	c := job.Chain(h, w.cfg.Middleware...)
+	c := guard.Chain(h, w.cfg.Middleware...)
 	w.chains.Store(typ, c)
 	return c
 }

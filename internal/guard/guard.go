@@ -1,8 +1,9 @@
 // Package guard holds the two middlewares the worker and
 // delayqtest.Runner put around every handler, inside the user's chain: the
-// attempt's deadline (Timeout) and panic recovery (Recover). They are not
-// part of the public API because no program needs to add them: every
-// attempt gets them.
+// attempt's deadline (Timeout) and panic recovery (Recover), and Chain,
+// which builds that chain. They are not part of the public API because no
+// program needs to call them: every attempt gets them, and a program lists
+// its middleware in worker.Options.Middleware.
 package guard
 
 import (
@@ -49,4 +50,12 @@ func Timeout(def time.Duration) job.Middleware {
 			return next.Handle(ctx, m)
 		})
 	}
+}
+
+// Chain wraps h in mws so that mws[0] is the outermost.
+func Chain(h job.Handler, mws ...job.Middleware) job.Handler {
+	for i := len(mws) - 1; i >= 0; i-- {
+		h = mws[i](h)
+	}
+	return h
 }

@@ -6,6 +6,8 @@
 package naming
 
 import (
+	"crypto/sha256"
+	"encoding/base32"
 	"errors"
 	"fmt"
 	"strings"
@@ -123,6 +125,41 @@ func checkToken(what, s string, maxLen int, extra string) error {
 		default:
 			return Invalid("%s %q contains %q; allowed are letters, digits and '._-%s'", what, s, r, extra)
 		}
+	}
+	return nil
+}
+
+// uniqueEncoding writes the digest of a [UniqueID] in lower-case base 32.
+var uniqueEncoding = base32.NewEncoding("0123456789abcdefghijklmnopqrstuv").WithPadding(base32.NoPadding)
+
+// UniqueID is the id of a Unique job that names none: "u:" and 32
+// characters of the SHA-256 of the type name and the encoded arguments, so
+// the same type and argument bytes give the same id (docs/scheduling.md).
+func UniqueID(typ string, payload []byte) string {
+	h := sha256.New()
+	h.Write([]byte(typ))
+	h.Write([]byte{0})
+	h.Write(payload)
+	return "u:" + uniqueEncoding.EncodeToString(h.Sum(nil)[:20])
+}
+
+// Expiry checks an expiry against the ready time of its job: at when it is
+// set, else now + delay, or now + debounce (the end of the window) for a
+// debounced job. An expiry that is not after the ready time would never let
+// the job run. A zero expiry is no expiry.
+func Expiry(expireAt, at time.Time, delay, debounce time.Duration, now time.Time) error {
+	if expireAt.IsZero() {
+		return nil
+	}
+	ready := at
+	switch {
+	case debounce > 0:
+		ready = now.Add(debounce)
+	case ready.IsZero():
+		ready = now.Add(delay)
+	}
+	if !expireAt.After(ready) {
+		return Invalid("expiry %s is not after the ready time %s", expireAt.Format(time.RFC3339Nano), ready.Format(time.RFC3339Nano))
 	}
 	return nil
 }
