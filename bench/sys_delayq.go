@@ -61,8 +61,7 @@ func (d *delayqSys) Enqueue(ctx context.Context, j Job) error {
 }
 
 // EnqueueBatch builds the typed envelopes (each with its own id and ready
-// time, which Type.EnqueueMany cannot vary) and stores them with one broker
-// Enqueue call.
+// time) and stores them with one broker Enqueue call.
 func (d *delayqSys) EnqueueBatch(ctx context.Context, js []Job) error {
 	envs := make([]*job.Envelope, len(js))
 	for i, j := range js {

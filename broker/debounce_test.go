@@ -361,10 +361,10 @@ func TestDebounceRefusals(t *testing.T) {
 			_, err := noticeType.Enqueue(tb.ctx, tb.b, notice{}, job.ExpireIn(time.Second), job.Debounce("k", time.Minute))
 			return err
 		}, "is not after the ready time"},
-		{"many", func() error {
-			_, err := noticeType.EnqueueMany(tb.ctx, tb.b, []notice{{}, {}}, job.Debounce("k", time.Minute))
+		{"many with one key", func() error {
+			_, err := noticeType.EnqueueItems(tb.ctx, tb.b, testkit.Items([]notice{{}, {}}, job.Debounce("k", time.Minute)))
 			return err
-		}, "Debounce cannot be shared"},
+		}, `items 1 and 2 of 2 have the same id "k"`},
 		{"envelope without id", func() error {
 			e := deb(env("", 0))
 			return tb.b.Enqueue(tb.ctx, e)

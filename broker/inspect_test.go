@@ -38,17 +38,17 @@ func TestJobInEachState(t *testing.T) {
 		s.Envelope == nil || s.Envelope.Type != "t" || s.Envelope.ID != "s" || !s.Now.Equal(epoch.Add(3*time.Second)) {
 		t.Fatalf("scheduled job: %+v", s)
 	}
-	if s.Lateness() != 0 || s.LeaseRemaining() != 0 {
-		t.Fatalf("scheduled job not yet due: lateness %v lease %v", s.Lateness(), s.LeaseRemaining())
+	if s.Now.After(s.ReadyAt) || !s.LeaseDeadline.IsZero() {
+		t.Fatalf("scheduled job not yet due: %+v", s)
 	}
 
 	p, err := tb.b.Job(tb.ctx, "q", "p")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.State != job.StateProcessing || p.Attempts != 1 || p.LeaseRemaining() != 9*time.Second ||
+	if p.State != job.StateProcessing || p.Attempts != 1 || p.LeaseDeadline.Sub(p.Now) != 9*time.Second ||
 		string(p.Envelope.Payload) != `{"n":1}` {
-		t.Fatalf("processing job: %+v, lease remaining %v", p, p.LeaseRemaining())
+		t.Fatalf("processing job: %+v, lease remaining %v", p, p.LeaseDeadline.Sub(p.Now))
 	}
 
 	d, err := tb.b.Job(tb.ctx, "q", "d")
@@ -220,8 +220,8 @@ func TestProcessingPage(t *testing.T) {
 		t.Fatalf("first page %+v", p)
 	}
 	a := p.Jobs[0]
-	if a.ID != "a" || a.State != job.StateProcessing || a.Attempts != 1 || a.LeaseRemaining() != 6*time.Second {
-		t.Fatalf("processing job %+v, lease remaining %v", a, a.LeaseRemaining())
+	if a.ID != "a" || a.State != job.StateProcessing || a.Attempts != 1 || a.LeaseDeadline.Sub(a.Now) != 6*time.Second {
+		t.Fatalf("processing job %+v, lease remaining %v", a, a.LeaseDeadline.Sub(a.Now))
 	}
 	p, err = tb.b.ProcessingPage(tb.ctx, "q", p.Next, 1)
 	if err != nil || len(p.Jobs) != 1 || p.Jobs[0].ID != "b" || p.Next != "" {
@@ -229,8 +229,8 @@ func TestProcessingPage(t *testing.T) {
 	}
 	tb.clock.Advance(time.Minute)
 	p, _ = tb.b.ProcessingPage(tb.ctx, "q", "", 10)
-	if p.Jobs[0].LeaseRemaining() != 0 {
-		t.Fatalf("expired lease reports %v remaining", p.Jobs[0].LeaseRemaining())
+	if r := p.Jobs[0].LeaseDeadline.Sub(p.Jobs[0].Now); r > 0 {
+		t.Fatalf("expired lease reports %v remaining", r)
 	}
 }
 

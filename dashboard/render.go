@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/delayq/delayq/internal/naming"
+	"github.com/delayq/delayq/job"
 )
 
 // pageNames are the templates under templates/, each rendered inside
@@ -158,6 +159,7 @@ var funcs = template.FuncMap{
 	"pct":       percent,
 	"result":    formatResult,
 	"pathq":     url.PathEscape, // a queue name as one path segment
+	"leaseLeft": leaseLeft,
 	"queueOr":   queueOr,
 }
 
@@ -467,4 +469,13 @@ func firstLine(s string, n int) string {
 		line += " …"
 	}
 	return line
+}
+
+// leaseLeft is how long the lease of a processing job has left, 0 when it
+// ran out (or the job is not processing).
+func leaseLeft(j *job.JobInfo) time.Duration {
+	if j.State != job.StateProcessing {
+		return 0
+	}
+	return max(j.LeaseDeadline.Sub(j.Now), 0)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/delayqtest"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/worker"
 )
@@ -251,8 +252,8 @@ func TestDebounceAgreesWithBroker(t *testing.T) {
 		{"an envelope in a batch", func(s store) (string, error) {
 			return "", s.Enqueue(ctx, &job.Envelope{Type: digest.Name(), Queue: "notify", ID: "u3", Payload: []byte(`{}`), Debounce: window, Batch: "b1"})
 		}},
-		{"EnqueueMany", func(s store) (string, error) {
-			_, err := digest.EnqueueMany(ctx, s, []Order{{ID: "8"}, {ID: "9"}}, job.Debounce("u3", window))
+		{"EnqueueItems with one key", func(s store) (string, error) {
+			_, err := digest.EnqueueItems(ctx, s, testkit.Items([]Order{{ID: "8"}, {ID: "9"}}, job.Debounce("u3", window)))
 			return "", err
 		}},
 		{"lookup of the refused key", lookup(digest, "u3")},

@@ -11,6 +11,7 @@ import (
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/delayqtest"
 	"github.com/delayq/delayq/internal/naming"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
 
@@ -131,7 +132,7 @@ func TestEnqueuerRefusesAsTheBrokerDoes(t *testing.T) {
 		}
 		return nil
 	}
-	envs, err := cancelUnpaid.EnqueueMany(ctx, e, []Order{{ID: "2"}, {ID: "3"}})
+	envs, err := cancelUnpaid.EnqueueItems(ctx, e, testkit.Items([]Order{{ID: "2"}, {ID: "3"}}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -384,8 +385,8 @@ func TestEnqueuerDebounceInOneCallAndRefusals(t *testing.T) {
 			_, err := digest.Enqueue(ctx, e, Order{}, job.Debounce("k", window), job.ID("j"))
 			return err
 		},
-		"EnqueueMany": func() error {
-			_, err := digest.EnqueueMany(ctx, e, []Order{{}, {}}, job.Debounce("k", window))
+		"EnqueueItems with one key": func() error {
+			_, err := digest.EnqueueItems(ctx, e, testkit.Items([]Order{{}, {}}, job.Debounce("k", window)))
 			return err
 		},
 		"an envelope with At": func() error {

@@ -21,8 +21,8 @@ type JobInfo struct {
 	State JobState
 	Now   time.Time // the server's clock at the read
 
-	ReadyAt       time.Time // StateScheduled: when it is (or was) due
-	LeaseDeadline time.Time // StateProcessing: when its lease runs out
+	ReadyAt       time.Time // StateScheduled: when it is (or was) due; Now − ReadyAt, when over 0, is how long it has waited due
+	LeaseDeadline time.Time // StateProcessing: when its lease runs out; LeaseDeadline − Now is the lease left (≤ 0: it ran out, and a worker takes the job back)
 	Attempts      int       // attempts spent (claims, less releases)
 
 	Body     []byte    // the envelope as stored (the record's body when dead)
@@ -40,25 +40,6 @@ type JobInfo struct {
 	// Progress is the last one the handler reported (ReportProgress):
 	// while StateProcessing, and kept with StateSucceeded; nil when none.
 	Progress *Progress
-}
-
-// LeaseRemaining is how long the lease of a processing job has left: 0 when
-// it ran out (the reaper will take the job back) or the job is not
-// processing.
-func (j *JobInfo) LeaseRemaining() time.Duration {
-	if j.State != StateProcessing {
-		return 0
-	}
-	return max(j.LeaseDeadline.Sub(j.Now), 0)
-}
-
-// Lateness is how long a scheduled job has been due without being claimed,
-// or 0.
-func (j *JobInfo) Lateness() time.Duration {
-	if j.State != StateScheduled {
-		return 0
-	}
-	return max(j.Now.Sub(j.ReadyAt), 0)
 }
 
 // DeadRecord is a job that used up its retries or failed permanently.

@@ -181,16 +181,30 @@ func (m *memEnqueuer) Enqueue(_ context.Context, envs ...*job.Envelope) error {
 	return nil
 }
 
-func TestEnqueueMany(t *testing.T) {
+func TestEnqueueItems(t *testing.T) {
 	t.Parallel()
 	typ := job.New[SMS]("sms.send")
 	var m memEnqueuer
-	envs, err := typ.EnqueueMany(context.Background(), &m, []SMS{{To: "1"}, {To: "2"}}, job.In(time.Second))
-	if err != nil || len(envs) != 2 || len(m.got) != 2 || m.got[1].Delay != time.Second {
-		t.Fatalf("EnqueueMany: %v %v", envs, err)
+	envs, err := typ.EnqueueItems(context.Background(), &m, []job.Item[SMS]{
+		{Args: SMS{To: "1"}, Opts: []job.Option{job.In(time.Second)}},
+		{Args: SMS{To: "2"}, Opts: []job.Option{job.ID("b"), job.In(time.Minute)}},
+	})
+	if err != nil || len(envs) != 2 || len(m.got) != 2 || m.got[0].Delay != time.Second || m.got[1].Delay != time.Minute ||
+		m.got[0].ID != "" || m.got[1].ID != "b" || !strings.HasPrefix(string(m.got[1].Payload), `{"to":"2"`) {
+		t.Fatalf("EnqueueItems: %v; got %+v %+v", err, m.got[0], m.got[len(m.got)-1])
 	}
-	if _, err := typ.EnqueueMany(context.Background(), &m, []SMS{{}, {}}, job.ID("same")); !errors.Is(err, job.ErrInvalid) {
-		t.Fatalf("shared ID in a batch: %v", err)
+	items := []job.Item[SMS]{{Opts: []job.Option{job.ID("same")}}, {Opts: []job.Option{job.ID("same")}}}
+	if _, err := typ.EnqueueItems(context.Background(), &m, items); !errors.Is(err, job.ErrInvalid) ||
+		!strings.Contains(err.Error(), `items 1 and 2 of 2 have the same id "same"`) || len(m.got) != 2 {
+		t.Fatalf("one id twice: %v (stored %d)", err, len(m.got))
+	}
+	items = []job.Item[SMS]{{}, {Opts: []job.Option{job.MaxRetries(-1)}}}
+	if _, err := typ.EnqueueItems(context.Background(), &m, items); !errors.Is(err, job.ErrInvalid) ||
+		!strings.HasPrefix(err.Error(), "item 2 of 2: ") || len(m.got) != 2 {
+		t.Fatalf("a bad item: %v (stored %d)", err, len(m.got))
+	}
+	if envs, err := typ.EnqueueItems(context.Background(), &m, nil); err != nil || len(envs) != 0 || len(m.got) != 2 {
+		t.Fatalf("no items: %v %v", envs, err)
 	}
 }
 

@@ -70,16 +70,8 @@ type QueueStats struct {
 	// their type until its next tokens, earliest first. They are due and
 	// waiting: counted in Scheduled and Due too, the oldest in OldestDue.
 	HeldByRate map[string]int64
-	OldestDue  time.Time // ready time of the longest-waiting due job; zero when none
+	OldestDue  time.Time // ready time of the longest-waiting due job (Now − OldestDue is its wait); zero when none
 	NextReady  time.Time // earliest ready time in the future; zero when none
-}
-
-// Lateness is how long the oldest due job has waited, or 0.
-func (s QueueStats) Lateness() time.Duration {
-	if s.OldestDue.IsZero() {
-		return 0
-	}
-	return s.Now.Sub(s.OldestDue)
 }
 
 // RateLimit is a limit on how many jobs start per period across all

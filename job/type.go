@@ -188,30 +188,6 @@ func (t *Type[T]) Enqueue(ctx context.Context, e Enqueuer, args T, opts ...Optio
 	return env, e.Enqueue(ctx, env)
 }
 
-// EnqueueMany stores one job per element of args in one round trip per
-// queue, all with the same options (an ID option is refused: ids must
-// differ). On a partial failure it returns the envelopes and a *BatchError.
-func (t *Type[T]) EnqueueMany(ctx context.Context, e Enqueuer, args []T, opts ...Option) ([]*Envelope, error) {
-	envs := make([]*Envelope, len(args))
-	for i, a := range args {
-		env, err := t.Envelope(a, opts...)
-		if err != nil {
-			return nil, err
-		}
-		if env.Debounce > 0 {
-			return nil, invalid("option Debounce cannot be shared by a batch of %d jobs: they would have one key; enqueue them one by one", len(args))
-		}
-		if env.ID != "" {
-			return nil, invalid("option ID cannot be shared by a batch of %d jobs", len(args))
-		}
-		envs[i] = env
-	}
-	if len(envs) == 0 {
-		return envs, nil
-	}
-	return envs, e.Enqueue(ctx, envs...)
-}
-
 // Handle registers fn as the handler of this type in r. The payload is
 // decoded with the type's codec; a payload that does not decode fails
 // permanently with a *[DecodeError]. Handle panics, with an error wrapping

@@ -18,6 +18,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/delayq/delayq/internal/naming"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/middleware"
 	"github.com/delayq/delayq/worker"
@@ -128,7 +129,7 @@ func benchDrain(b *testing.B, c drainCase) {
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		for start := 0; start < drainJobs; start += 500 {
-			if _, err := typ.EnqueueMany(tb.ctx, enq, args[start:start+500]); err != nil {
+			if _, err := typ.EnqueueItems(tb.ctx, enq, testkit.Items(args[start:start+500])); err != nil {
 				b.Fatal(err)
 			}
 		}

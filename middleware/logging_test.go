@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/middleware"
 )
@@ -121,7 +122,7 @@ func TestLoggingDisabledWritesNothing(t *testing.T) {
 		}
 		return nil
 	})
-	if _, err := typ.EnqueueMany(tb.ctx, tb.b, []payload{{N: 0}, {N: 1}}); err != nil {
+	if _, err := typ.EnqueueItems(tb.ctx, tb.b, testkit.Items([]payload{{N: 0}, {N: 1}})); err != nil {
 		t.Fatal(err)
 	}
 	cfg := tb.config(t)

@@ -435,7 +435,7 @@ func ObserveQueues(r QueueStatsReader, queues []string, opts ...MetricsOption) (
 				p = 1
 			}
 			o.ObserveInt64(paused, p, labels)
-			o.ObserveFloat64(lag, s.Lateness().Seconds(), labels)
+			o.ObserveFloat64(lag, staleness(s).Seconds(), labels)
 			o.ObserveInt64(trimmed, s.DeadTrimmedCap, metric.WithAttributeSet(attribute.NewSet(labelQueue.String(q), labelReason.String(naming.TrimCap))))
 			o.ObserveInt64(trimmed, s.DeadTrimmedAge, metric.WithAttributeSet(attribute.NewSet(labelQueue.String(q), labelReason.String(naming.TrimAge))))
 			o.ObserveInt64(unarchived, s.DeadTrimmedUnarchived, labels)
@@ -449,4 +449,12 @@ func ObserveQueues(r QueueStatsReader, queues []string, opts ...MetricsOption) (
 		return nil, fmt.Errorf("middleware: ObserveQueues: %w", err)
 	}
 	return reg.Unregister, nil
+}
+
+// staleness is how long the oldest due job of s has waited, or 0.
+func staleness(s job.QueueStats) time.Duration {
+	if s.OldestDue.IsZero() {
+		return 0
+	}
+	return max(s.Now.Sub(s.OldestDue), 0)
 }

@@ -128,7 +128,7 @@ func TestMetricsCountOutcomes(t *testing.T) {
 	for i := range args {
 		args[i].N = i
 	}
-	if _, err := typ.EnqueueMany(tb.ctx, enq, args, fast); err != nil {
+	if _, err := typ.EnqueueItems(tb.ctx, enq, testkit.Items(args, fast)); err != nil {
 		t.Fatal(err)
 	}
 	cfg := tb.config(t)
@@ -168,7 +168,7 @@ func TestQueueDepthGaugesMatchRedis(t *testing.T) {
 	enqueue := func(queue string, n int, opts ...job.Option) {
 		t.Helper()
 		typ := job.New[payload]("depth", job.Queue(queue))
-		if _, err := typ.EnqueueMany(tb.ctx, tb.b, make([]payload, n), opts...); err != nil {
+		if _, err := typ.EnqueueItems(tb.ctx, tb.b, testkit.Items(make([]payload, n), opts...)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -181,7 +181,7 @@ func TestQueueDepthGaugesMatchRedis(t *testing.T) {
 	}
 	typ := job.New[payload]("doomed", job.Queue("graveyard"))
 	typ.Handle(tb.reg, func(context.Context, *job.Job[payload]) error { return retry.Permanent(errors.New("no")) })
-	if _, err := typ.EnqueueMany(tb.ctx, tb.b, make([]payload, 3)); err != nil {
+	if _, err := typ.EnqueueItems(tb.ctx, tb.b, testkit.Items(make([]payload, 3))); err != nil {
 		t.Fatal(err)
 	}
 	cfg := tb.config(t)
@@ -275,7 +275,7 @@ func TestDeadTrimmedCounters(t *testing.T) {
 	capped := testkit.NewBroker(t, tb.rdb, broker.Options{Namespace: tb.ns, DeadCap: 2})
 	typ := job.New[payload]("doomed", job.Queue("graveyard"))
 	typ.Handle(tb.reg, func(context.Context, *job.Job[payload]) error { return retry.Permanent(errors.New("no")) })
-	if _, err := typ.EnqueueMany(tb.ctx, capped, make([]payload, 5)); err != nil {
+	if _, err := typ.EnqueueItems(tb.ctx, capped, testkit.Items(make([]payload, 5))); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := job.New[payload]("fine", job.Queue("quiet")).Enqueue(tb.ctx, capped, payload{}, job.In(time.Hour)); err != nil {
@@ -368,10 +368,10 @@ func TestHeldByRateGauge(t *testing.T) {
 	}
 	send := job.New[payload]("sms.send", job.Queue("sms"))
 	free := job.New[payload]("sms.free", job.Queue("sms"))
-	if _, err := send.EnqueueMany(tb.ctx, tb.b, make([]payload, 4)); err != nil {
+	if _, err := send.EnqueueItems(tb.ctx, tb.b, testkit.Items(make([]payload, 4))); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := free.EnqueueMany(tb.ctx, tb.b, make([]payload, 2)); err != nil {
+	if _, err := free.EnqueueItems(tb.ctx, tb.b, testkit.Items(make([]payload, 2))); err != nil {
 		t.Fatal(err)
 	}
 	// One claim takes the one token and both free jobs, and holds the
@@ -412,7 +412,7 @@ func TestHeldByCapAndKeyGauges(t *testing.T) {
 	}
 	send := job.New[payload]("mail.send", job.Queue("mail"))
 	digest := job.New[payload]("mail.digest", job.Queue("mail"))
-	if _, err := send.EnqueueMany(tb.ctx, tb.b, make([]payload, 3)); err != nil {
+	if _, err := send.EnqueueItems(tb.ctx, tb.b, testkit.Items(make([]payload, 3))); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 4 { // two keys, two jobs each: one of each key is held

@@ -18,6 +18,7 @@ import (
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/middleware"
 	"github.com/delayq/delayq/worker"
@@ -244,7 +245,7 @@ func benchNextJobs(b *testing.B, mws []job.EnqueueMiddleware) {
 	for b.Loop() {
 		b.StopTimer()
 		for i := 0; i < parents; i += len(args) {
-			if _, err := parent.EnqueueMany(ctx, br, args); err != nil {
+			if _, err := parent.EnqueueItems(ctx, br, testkit.Items(args)); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/retrydecide"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/middleware"
 	"github.com/delayq/delayq/retry"
@@ -260,12 +261,12 @@ func TestMiddlewareWrapsEachTypeOnce(t *testing.T) {
 	defer func() { cancel(); <-done }()
 
 	const n = 20
-	if _, err := early.EnqueueMany(tb.ctx, tb.b, make([]payload, n)); err != nil {
+	if _, err := early.EnqueueItems(tb.ctx, tb.b, testkit.Items(make([]payload, n))); err != nil {
 		t.Fatal(err)
 	}
 	late := job.New[payload]("wrap.late")
 	late.Handle(tb.reg, func(context.Context, *job.Job[payload]) error { return nil })
-	if _, err := late.EnqueueMany(tb.ctx, tb.b, make([]payload, n)); err != nil {
+	if _, err := late.EnqueueItems(tb.ctx, tb.b, testkit.Items(make([]payload, n))); err != nil {
 		t.Fatal(err)
 	}
 	redistest.WaitFor(t, 10*time.Second, "every job through the middleware", func() bool {

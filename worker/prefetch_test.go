@@ -8,6 +8,7 @@ import (
 
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
 
@@ -40,7 +41,7 @@ func TestPrefetchRunsAtMostConcurrencyAndHandsBackUnstarted(t *testing.T) {
 	for i := range args {
 		args[i] = payload{N: i}
 	}
-	if _, err := typ.EnqueueMany(tb.ctx, tb.b, args); err != nil {
+	if _, err := typ.EnqueueItems(tb.ctx, tb.b, testkit.Items(args)); err != nil {
 		t.Fatal(err)
 	}
 	cfg := tb.config(t)

@@ -49,7 +49,7 @@ func TestDrainExactlyOnce(t *testing.T) {
 		args[i] = payload{N: i}
 	}
 	for i := 0; i < total; i += 1000 {
-		if _, err := typ.EnqueueMany(tb.ctx, tb.b, args[i:i+1000]); err != nil {
+		if _, err := typ.EnqueueItems(tb.ctx, tb.b, testkit.Items(args[i:i+1000])); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -547,7 +547,7 @@ func TestPriorityAndWeights(t *testing.T) {
 	})
 	for _, q := range []string{"low", "high"} {
 		args := make([]payload, 20)
-		if _, err := typ.EnqueueMany(tb.ctx, tb.b, args, job.Queue(q)); err != nil {
+		if _, err := typ.EnqueueItems(tb.ctx, tb.b, testkit.Items(args, job.Queue(q))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -614,7 +614,7 @@ func TestClaimsRotateOverShards(t *testing.T) {
 		return nil
 	})
 	args := make([]payload, 60)
-	if _, err := typ.EnqueueMany(tb.ctx, tb.b, args); err != nil {
+	if _, err := typ.EnqueueItems(tb.ctx, tb.b, testkit.Items(args)); err != nil {
 		t.Fatal(err)
 	}
 	cfg := tb.config(t)

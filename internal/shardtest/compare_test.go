@@ -282,11 +282,28 @@ type jobOut struct {
 	LeaseRemaining time.Duration
 }
 
+// lateness is how long a scheduled job has been due, 0 for another state.
+func lateness(j *job.JobInfo) time.Duration {
+	if j.State != job.StateScheduled {
+		return 0
+	}
+	return max(j.Now.Sub(j.ReadyAt), 0)
+}
+
+// leaseLeft is how long a processing job's lease has left, 0 for another
+// state.
+func leaseLeft(j *job.JobInfo) time.Duration {
+	if j.State != job.StateProcessing {
+		return 0
+	}
+	return max(j.LeaseDeadline.Sub(j.Now), 0)
+}
+
 func jobAnswer(j *job.JobInfo, err error) any {
 	if err != nil {
 		return map[string]any{"err": errOut(err)}
 	}
-	return jobOut{JobInfo: j, Err: errOut(j.Err), Lateness: j.Lateness(), LeaseRemaining: j.LeaseRemaining()}
+	return jobOut{JobInfo: j, Err: errOut(j.Err), Lateness: lateness(j), LeaseRemaining: leaseLeft(j)}
 }
 
 func jobsAnswer(js []*job.JobInfo) []any {

@@ -388,3 +388,13 @@ func (d Driver) kill(ctx context.Context, l protocol.Lease, rec *job.DeadRecord,
 func (d Driver) Wakeups(ctx context.Context, queues []string) (<-chan string, func()) {
 	return d.p.Wakeups(ctx, queues)
 }
+
+// Items makes one job.Item per element of args, each with opts: the bulk
+// enqueue of many jobs that share their options.
+func Items[T any](args []T, opts ...job.Option) []job.Item[T] {
+	items := make([]job.Item[T], len(args))
+	for i, a := range args {
+		items[i] = job.Item[T]{Args: a, Opts: opts}
+	}
+	return items
+}

@@ -83,7 +83,7 @@ func toJobJSON(j *job.JobInfo) jobJSON {
 	out := jobJSON{ID: j.ID, Queue: j.Queue, State: string(j.State), Attempts: j.Attempts,
 		ReadyAt: jsonTime(j.ReadyAt), LeaseDeadline: jsonTime(j.LeaseDeadline)}
 	if j.State == job.StateProcessing {
-		ms := j.LeaseRemaining().Milliseconds()
+		ms := max(j.LeaseDeadline.Sub(j.Now), 0).Milliseconds()
 		out.LeaseRemainingMS = &ms
 	}
 	if j.Dead != nil {
@@ -171,7 +171,7 @@ func when(j *job.JobInfo) string {
 		}
 		return "due " + relative(j.ReadyAt, j.Now)
 	case job.StateProcessing:
-		if r := j.LeaseRemaining(); r > 0 {
+		if r := j.LeaseDeadline.Sub(j.Now); r > 0 {
 			return "lease " + fmtDur(r) + " left"
 		}
 		return "lease expired " + relative(j.LeaseDeadline, j.Now)

@@ -171,7 +171,7 @@ func (a *app) showStats(ctx context.Context, b *broker.Broker, queues []string, 
 		for i, s := range all {
 			out.Queues[i] = queueStatsJSON{
 				Queue: s.Queue, Scheduled: s.Scheduled, Due: s.Due, Processing: s.Processing, Dead: s.Dead,
-				OldestDue: jsonTime(s.OldestDue), LatenessMS: s.Lateness().Milliseconds(), NextReady: jsonTime(s.NextReady),
+				OldestDue: jsonTime(s.OldestDue), LatenessMS: waited(s).Milliseconds(), NextReady: jsonTime(s.NextReady),
 				Paused: s.Paused, FairKeys: s.FairKeys, Parked: s.Parked, ParkedByType: s.ParkedByType, deadTrimmedJSON: trimmedOf(s),
 				Served: len(procs.Serving(s.Queue)), HeldUnserved: heldUnserved(s, procs),
 			}
@@ -201,7 +201,7 @@ func (a *app) showStats(ctx context.Context, b *broker.Broker, queues []string, 
 	for _, s := range all {
 		late := "-"
 		if !s.OldestDue.IsZero() {
-			late = fmtDur(s.Lateness()) + " late"
+			late = fmtDur(s.Now.Sub(s.OldestDue)) + " late"
 		}
 		name := s.Queue
 		switch {
@@ -336,4 +336,12 @@ func (a *app) versionCommand() *cobra.Command {
 			return err
 		},
 	}
+}
+
+// waited is how long the oldest due job of s has waited, or 0.
+func waited(s job.QueueStats) time.Duration {
+	if s.OldestDue.IsZero() {
+		return 0
+	}
+	return max(s.Now.Sub(s.OldestDue), 0)
 }
