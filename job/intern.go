@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 )
 
-// typeNames holds the names of the types this program declared (NewType),
+// typeNames holds the names of the types this program declared (New),
 // so that Decode gives a stored job's type as the declared string instead
 // of allocating a copy per job. The map is replaced, never changed: reads
 // take no lock. At most maxTypeNames are kept; the others are copied.

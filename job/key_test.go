@@ -69,7 +69,7 @@ func TestKeyFromArgumentsAndPerJob(t *testing.T) {
 // TestBadKeysAreRefused: keys too long, empty or with characters the
 // scripts cannot carry are refused with an error naming the key, from
 // Key and from KeyFrom; a KeyFrom of another argument type is refused by
-// NewType naming both types.
+// New panicking with an error naming both types.
 func TestBadKeysAreRefused(t *testing.T) {
 	typ := job.New[sms]("sms.send", job.KeyFrom(func(a sms) string { return a.To }))
 	for _, k := range []string{"", strings.Repeat("a", naming.MaxKeyLen+1), "a b", `a"b`, "a{b}", "é", "a\nb", "a#b"} {
@@ -84,11 +84,11 @@ func TestBadKeysAreRefused(t *testing.T) {
 			t.Errorf("KeyFrom giving %q: err = %v, want ErrInvalid naming KeyFrom", k, err)
 		}
 	}
-	if _, err := job.NewType[sms]("x", job.KeyFrom(func(s string) string { return s })); !errors.Is(err, job.ErrInvalid) ||
+	if err := handlePanic(func() { job.New[sms]("x", job.KeyFrom(func(s string) string { return s })) }); !errors.Is(err, job.ErrInvalid) ||
 		!strings.Contains(err.Error(), "func(string) string") || !strings.Contains(err.Error(), "job_test.sms") {
 		t.Errorf("KeyFrom of another type: err = %v", err)
 	}
-	if _, err := job.NewType[sms]("x", job.KeyFrom[sms](nil)); !errors.Is(err, job.ErrInvalid) {
+	if err := handlePanic(func() { job.New[sms]("x", job.KeyFrom[sms](nil)) }); !errors.Is(err, job.ErrInvalid) {
 		t.Errorf("nil KeyFrom: err = %v", err)
 	}
 	for _, k := range []string{"a", "A.b_c-d:e/f@g+h=i", strings.Repeat("z", naming.MaxKeyLen)} {

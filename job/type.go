@@ -68,19 +68,20 @@ type Type[T any] struct {
 }
 
 // New defines a job type. Options set defaults for every job of the type
-// (queue, max retries, timeout, codec, retry policy). New panics when the name
-// or an option is invalid, as types are defined once, at package level; use
-// [NewType] to get an error instead.
+// (queue, max retries, timeout, codec, retry policy). New panics, with an
+// error wrapping [ErrInvalid] that names what is wrong, when the name or an
+// option is invalid: types are defined once, at package level, like
+// regexp.MustCompile's patterns.
 func New[T any](name string, opts ...TypeOption) *Type[T] {
-	t, err := NewType[T](name, opts...)
+	t, err := newType[T](name, opts...)
 	if err != nil {
 		panic(err)
 	}
 	return t
 }
 
-// NewType is [New] returning an error instead of panicking.
-func NewType[T any](name string, opts ...TypeOption) (*Type[T], error) {
+// newType is [New] returning its error.
+func newType[T any](name string, opts ...TypeOption) (*Type[T], error) {
 	if err := naming.Type(name); err != nil {
 		return nil, err
 	}
