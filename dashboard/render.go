@@ -15,7 +15,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/delayq/delayq/internal/naming"
-	"github.com/delayq/delayq/job"
 )
 
 // pageNames are the templates under templates/, each rendered inside
@@ -160,6 +159,7 @@ var funcs = template.FuncMap{
 	"result":    formatResult,
 	"pathq":     url.PathEscape, // a queue name as one path segment
 	"leaseLeft": leaseLeft,
+	"since":     since,
 	"queueOr":   queueOr,
 }
 
@@ -471,11 +471,17 @@ func firstLine(s string, n int) string {
 	return line
 }
 
-// leaseLeft is how long the lease of a processing job has left, 0 when it
-// ran out (or the job is not processing).
-func leaseLeft(j *job.JobInfo) time.Duration {
-	if j.State != job.StateProcessing {
+// since is how long now is after t (how long a due job has waited), 0 when
+// t is zero or not before now.
+func since(t, now time.Time) time.Duration {
+	if t.IsZero() {
 		return 0
 	}
-	return max(j.LeaseDeadline.Sub(j.Now), 0)
+	return max(now.Sub(t), 0)
+}
+
+// leaseLeft is how long a processing job's lease has left at now, 0 when it
+// ran out.
+func leaseLeft(deadline, now time.Time) time.Duration {
+	return max(deadline.Sub(now), 0)
 }
