@@ -3,9 +3,10 @@
 //
 //	var Report = job.New[ReportArgs]("report.nightly", job.Queue("reports"))
 //
+//	berlin, err := time.LoadLocation("Europe/Berlin")
 //	s, err := periodic.New(b, periodic.Options{})
 //	err = periodic.Add(s, "nightly-report", "30 2 * * *", Report, ReportArgs{Kind: "sales"},
-//		periodic.Zone("Europe/Berlin"), periodic.RunMissedOnce(6*time.Hour))
+//		periodic.Location(berlin), periodic.RunMissedOnce(6*time.Hour))
 //	go s.Run(ctx)
 //
 // and, in the worker, record each tick's outcome for `delayq periodic ls`

@@ -233,24 +233,16 @@ func parseMissed(s string) missPolicy {
 // Option configures one schedule.
 type Option func(*entry) error
 
-// Zone sets the schedule's time zone by its IANA name ("Europe/Berlin").
-// The default is UTC, so that every process reads the expression alike
-// whatever its local zone.
-func Zone(name string) Option {
-	return func(e *entry) error {
-		if name == "" {
-			return errors.New("time zone name is empty")
-		}
-		loc, err := time.LoadLocation(name)
-		if err != nil {
-			return fmt.Errorf("time zone %q: %v", name, err)
-		}
-		e.loc = loc
-		return nil
-	}
-}
-
-// Location sets the schedule's time zone.
+// Location sets the schedule's time zone. The default is UTC, so that
+// every process reads the expression alike whatever its local zone. Load a
+// zone by its IANA name with [time.LoadLocation], whose error names an
+// unknown zone:
+//
+//	berlin, err := time.LoadLocation("Europe/Berlin")
+//	if err != nil {
+//		return err // unknown time zone Europe/Berlin
+//	}
+//	err = periodic.Add(s, "nightly-report", "30 2 * * *", Report, args, periodic.Location(berlin))
 func Location(loc *time.Location) Option {
 	return func(e *entry) error {
 		if loc == nil {

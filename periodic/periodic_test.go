@@ -39,8 +39,6 @@ func TestBadDeclarations(t *testing.T) {
 	}{
 		{"nightly", "30 2 * *", nil, `schedule "nightly": cron expression "30 2 * *"`},
 		{"nightly", "@every 100ms", nil, "@every needs a whole number of seconds"},
-		{"nightly", "30 2 * * *", []periodic.Option{periodic.Zone("Nowhere/City")}, `time zone "Nowhere/City"`},
-		{"nightly", "30 2 * * *", []periodic.Option{periodic.Zone("")}, "time zone name is empty"},
 		{"nightly", "30 2 * * *", []periodic.Option{periodic.Location(nil)}, "nil *time.Location"},
 		{"nightly", "30 2 * * *", []periodic.Option{periodic.RunMissedOnce(0)}, "RunMissedOnce window 0s is not positive"},
 		{"nightly", "30 2 * * *", []periodic.Option{periodic.JobOptions(job.ID("x"))}, "ID, In and At are set by the scheduler"},

@@ -394,7 +394,7 @@ func TestDaylightSavingDays(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			sim := newSimulated(t, tc.from)
-			s := sim.scheduler(t, Options{}, func(s *Scheduler) { mustAdd(t, s, "s", tc.spec, Zone("America/New_York")) })
+			s := sim.scheduler(t, Options{}, func(s *Scheduler) { mustAdd(t, s, "s", tc.spec, Location(ny)) })
 			if got := sim.run(t, s, tc.to); !slices.Equal(got, tc.want) {
 				t.Errorf("jobs %v, want %v", got, tc.want)
 			}

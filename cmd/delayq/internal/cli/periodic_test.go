@@ -36,8 +36,12 @@ func seedPeriodic(t *testing.T, tb *testBundle) {
 		if err := periodic.Add(s, "hourly-digest", "3 * * * *", digestType, digestArgs{Week: 1}); err != nil {
 			return err
 		}
+		berlin, err := time.LoadLocation("Europe/Berlin")
+		if err != nil {
+			return err
+		}
 		return periodic.Add(s, "nightly-report", "30 2 * * *", digestType, digestArgs{Week: 2},
-			periodic.Zone("Europe/Berlin"), periodic.RunMissedOnce(6*time.Hour))
+			periodic.Location(berlin), periodic.RunMissedOnce(6*time.Hour))
 	}, func(l []periodic.Status) bool {
 		st := fixture.Find(l, "hourly-digest")
 		return st != nil && !st.Last.IsZero()
