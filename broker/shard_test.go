@@ -269,7 +269,7 @@ func TestDeadPageWithoutRecords(t *testing.T) {
 			}
 			for _, cur := range []protocol.DeadCursor{{DiedAt: epoch.Add(-time.Hour), ID: "z"}, {}} {
 				if cur.IsZero() {
-					if _, err := deadletter.New(tb.b).Purge(tb.ctx, "q"); err != nil {
+					if _, err := deadletter.New(tb.b).DeleteAll(tb.ctx, "q", deadletter.Filter{}, deadletter.BulkOptions{}); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -323,8 +323,8 @@ func TestShardedDeadLetters(t *testing.T) {
 	if dropped, err := deadletter.New(tb.b).Trim(tb.ctx, "q"); err != nil || dropped != 0 {
 		t.Fatalf("trim = %d, %v", dropped, err)
 	}
-	if purged, err := deadletter.New(tb.b).Purge(tb.ctx, "q"); err != nil || purged != n-5 {
-		t.Fatalf("purge = %d, %v; want %d", purged, err, n-5)
+	if purged, err := deadletter.New(tb.b).DeleteAll(tb.ctx, "q", deadletter.Filter{}, deadletter.BulkOptions{}); err != nil || purged.Done != n-5 {
+		t.Fatalf("purge = %+v, %v; want %d", purged, err, n-5)
 	}
 	if st, err := tb.b.Stats(tb.ctx, "q"); err != nil || st.Dead != 0 {
 		t.Fatalf("stats after purge %+v, %v", st, err)

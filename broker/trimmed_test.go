@@ -124,7 +124,7 @@ func TestTrimsCountedKeptAndWarned(t *testing.T) {
 	// A queue whose kept records wait is not forgotten.
 	tb.clock.Advance(time.Millisecond)
 	tb.killAll(t, c, batch(7, 3))
-	if _, err := deadletter.New(tb.b).Purge(tb.ctx, "q"); err != nil {
+	if _, err := deadletter.New(tb.b).DeleteAll(tb.ctx, "q", deadletter.Filter{}, deadletter.BulkOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := tb.b.Forget(tb.ctx, "q"); !errors.Is(err, broker.ErrQueueNotEmpty) || !strings.Contains(err.Error(), "OnDeadTrimmed") {

@@ -165,10 +165,10 @@ func (d *Dashboard) purge(w http.ResponseWriter, r *http.Request) {
 	if !d.confirmed(w, r, fmt.Sprintf("Delete every dead job of queue %q for good?", q), "Purge the dead letters", deadPath(q)) {
 		return
 	}
-	n, err := d.dl.Purge(r.Context(), q)
+	res, err := d.dl.DeleteAll(r.Context(), q, deadletter.Filter{}, deadletter.BulkOptions{})
 	if err != nil {
 		d.actionError(w, r, err)
 		return
 	}
-	d.redirect(w, r, "/dead", url.Values{"queue": {q}, "done": {"purged"}, "n": {strconv.FormatInt(n, 10)}})
+	d.redirect(w, r, "/dead", url.Values{"queue": {q}, "done": {"purged"}, "n": {strconv.Itoa(res.Done)}})
 }

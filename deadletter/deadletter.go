@@ -356,7 +356,8 @@ type BulkOptions struct {
 	// at once. Ignored by DeleteAll.
 	Delay time.Duration
 	// Batch is the most jobs moved by one script call, so that Redis stays
-	// responsive to other clients. 0 means 100, at most 1,000.
+	// responsive to other clients. 0 means 100, at most 1,000. DeleteAll
+	// with an empty Filter deletes no record by record and has no batches.
 	Batch int
 	// Progress, if not nil, is called after each batch with the running
 	// counts.
@@ -388,19 +389,65 @@ func (in *Inspector) RedriveAll(ctx context.Context, queue string, f Filter, opt
 
 // DeleteAll deletes every dead record of queue (of every queue when queue
 // is "") that matches the filter, in batches. See RedriveAll.
+//
+// With an empty Filter it empties each queue's store whole instead of
+// record by record: one transaction per queue (per shard of a sharded
+// queue) that counts the records and unlinks the store's two keys, O(1)
+// in Redis whatever the number of records (the memory is freed in the
+// background). Each store goes at once: a job that dies meanwhile is
+// deleted with the others or kept whole, never half; the queues (and the
+// shards of a sharded queue) are emptied one after the other, not
+// together. Done counts the records deleted, Failed is 0, and Progress is
+// called after each queue. A call whose reply was lost returns its error
+// with the counts so far; calling DeleteAll again deletes what is left.
 func (in *Inspector) DeleteAll(ctx context.Context, queue string, f Filter, opts BulkOptions) (BulkResult, error) {
+	if f == (Filter{}) {
+		return in.purge(ctx, queue, opts)
+	}
 	return in.bulk(ctx, queue, f, opts, func(q string, ids []string) error {
 		return in.d.Delete(ctx, q, ids...)
 	})
 }
 
+// purge is DeleteAll with an empty filter: each queue's store emptied in
+// one step.
+func (in *Inspector) purge(ctx context.Context, queue string, opts BulkOptions) (BulkResult, error) {
+	if err := checkBatch(opts.Batch); err != nil {
+		return BulkResult{}, err
+	}
+	queues, err := in.queues(ctx, queue)
+	if err != nil {
+		return BulkResult{}, err
+	}
+	var res BulkResult
+	for _, q := range queues {
+		n, err := in.d.Purge(ctx, q)
+		res.Done += int(n)
+		if err != nil {
+			return res, err
+		}
+		if opts.Progress != nil {
+			opts.Progress(res)
+		}
+	}
+	return res, nil
+}
+
+// checkBatch checks BulkOptions.Batch.
+func checkBatch(batch int) error {
+	if batch < 0 || batch > maxLimit {
+		return fmt.Errorf("deadletter: %w: batch %d is outside 1..%d", job.ErrInvalid, batch, maxLimit)
+	}
+	return nil
+}
+
 func (in *Inspector) bulk(ctx context.Context, queue string, f Filter, opts BulkOptions, apply func(q string, ids []string) error) (BulkResult, error) {
+	if err := checkBatch(opts.Batch); err != nil {
+		return BulkResult{}, err
+	}
 	batch := opts.Batch
-	switch {
-	case batch == 0:
+	if batch == 0 {
 		batch = 100
-	case batch < 0 || batch > maxLimit:
-		return BulkResult{}, fmt.Errorf("deadletter: %w: batch %d is outside 1..%d", job.ErrInvalid, batch, maxLimit)
 	}
 	queues, err := in.queues(ctx, queue)
 	if err != nil {
@@ -531,12 +578,6 @@ func (in *Inspector) Count(ctx context.Context, queue string, f Filter) (int64, 
 		}
 	}
 	return n, nil
-}
-
-// Purge removes every dead record of queue (of every queue when queue is
-// "") and returns how many there were.
-func (in *Inspector) Purge(ctx context.Context, queue string) (int64, error) {
-	return in.eachQueue(ctx, queue, in.d.Purge)
 }
 
 // Trim applies the broker's retention rules (broker.Options.DeadCap and

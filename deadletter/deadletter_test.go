@@ -475,12 +475,12 @@ func TestDeleteCountPurge(t *testing.T) {
 	if err != nil || res.Done != 20 || res.Failed != 0 {
 		t.Fatalf("DeleteAll = %+v, %v", res, err)
 	}
-	n, err := tb.in.Purge(tb.ctx, "b")
-	if err != nil || n != 10 {
-		t.Fatalf("Purge b = %d, %v", n, err)
+	res, err = tb.in.DeleteAll(tb.ctx, "b", deadletter.Filter{}, deadletter.BulkOptions{})
+	if err != nil || res.Done != 10 || res.Failed != 0 {
+		t.Fatalf("DeleteAll b, no filter = %+v, %v", res, err)
 	}
-	if n, err := tb.in.Purge(tb.ctx, ""); err != nil || n != 9 {
-		t.Fatalf("Purge all = %d, %v", n, err)
+	if res, err := tb.in.DeleteAll(tb.ctx, "", deadletter.Filter{}, deadletter.BulkOptions{}); err != nil || res.Done != 9 {
+		t.Fatalf("DeleteAll every queue, no filter = %+v, %v", res, err)
 	}
 	for _, q := range []string{"a", "b"} {
 		if n, _ := tb.rdb.Exists(tb.ctx, tb.key(q, "dead"), tb.key(q, "dead:index")).Result(); n != 0 {

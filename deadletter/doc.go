@@ -32,7 +32,8 @@
 // all of them takes about 0.7 s) and then returns what matched with
 // Page.Partial set and a cursor that continues the scan. Count,
 // RedriveAll and DeleteAll read every record that the filter's time bounds
-// allow.
+// allow; without a filter, Count reads each queue's count and DeleteAll
+// empties each queue's store in one step (the purge), reading no record.
 //
 // Dead records are written by workers through the broker. Retention (a cap
 // on records per queue and a max age, see broker.Options.DeadCap and

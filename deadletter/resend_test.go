@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,7 +73,9 @@ func TestBulkResendsALostBatch(t *testing.T) {
 			if op == "redrive" {
 				res, err = in.RedriveAll(ctx, "q", deadletter.Filter{}, opts)
 			} else {
-				res, err = in.DeleteAll(ctx, "q", deadletter.Filter{}, opts)
+				// A filter, for a delete record by record (an empty
+				// one empties the store whole, without batches).
+				res, err = in.DeleteAll(ctx, "q", deadletter.Filter{Type: "t"}, opts)
 			}
 			select {
 			case <-lost:
@@ -128,5 +131,55 @@ func TestInspectorResend(t *testing.T) {
 		if err := broker.Resend(ctx, err); err != nil {
 			t.Fatalf("%s resent: %v, want nil", c.name, err)
 		}
+	}
+}
+
+// DeleteAll with an empty filter empties a queue's store whole: one
+// transaction that counts the records and unlinks the store's keys, no
+// script call per batch of records, whatever their number.
+func TestDeleteAllWithoutFilterEmptiesTheStoreWhole(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	b := testkit.NewBroker(t, rdb, broker.Options{})
+	ids := make([]string, 250)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("j%03d", i)
+	}
+	killAll(t, b, ids...)
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var progress []deadletter.BulkResult
+	res, err := deadletter.New(b).DeleteAll(ctx, "q", deadletter.Filter{}, deadletter.BulkOptions{
+		Batch: 10, Progress: func(r deadletter.BulkResult) { progress = append(progress, r) }})
+	if err != nil || res.Done != 250 || res.Failed != 0 || res.Err != nil {
+		t.Fatalf("DeleteAll(empty filter) = %+v, %v; want 250 done", res, err)
+	}
+	if len(progress) != 1 || progress[0].Done != 250 {
+		t.Errorf("progress %+v, want one call after the queue, 250 done", progress)
+	}
+	stats, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"cmdstat_evalsha:", "cmdstat_eval:", "cmdstat_hdel:", "cmdstat_zrem:"} {
+		if strings.Contains(stats, cmd) {
+			t.Errorf("a record-by-record delete ran (%s):\n%s", cmd, stats)
+		}
+	}
+	if !strings.Contains(stats, "cmdstat_unlink:calls=1,") || !strings.Contains(stats, "cmdstat_multi:calls=1,") {
+		t.Errorf("want one transaction with one UNLINK:\n%s", stats)
+	}
+	st, err := b.Stats(ctx, "q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Dead != 0 {
+		t.Errorf("after DeleteAll: %+v", st)
+	}
+	if _, err := deadletter.New(b).DeleteAll(ctx, "q", deadletter.Filter{}, deadletter.BulkOptions{Batch: -1}); !errors.Is(err, job.ErrInvalid) {
+		t.Errorf("DeleteAll(empty filter, batch -1): %v, want job.ErrInvalid", err)
 	}
 }

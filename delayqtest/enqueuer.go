@@ -402,10 +402,10 @@ func near(got, want, within time.Duration) bool {
 	return d >= -within && d <= within
 }
 
-// All returns the recorded jobs of type typ, in order, with their
+// ofType returns the recorded jobs of type typ, in order, with their
 // arguments decoded by the type's own handler path (its codec). A payload
 // that does not decode fails the test.
-func All[T any](t testing.TB, e *Enqueuer, typ *job.Type[T]) []Enqueued[T] {
+func ofType[T any](t testing.TB, e *Enqueuer, typ *job.Type[T]) []Enqueued[T] {
 	t.Helper()
 	var out []Enqueued[T]
 	for _, r := range e.Jobs() {
@@ -426,7 +426,7 @@ func All[T any](t testing.TB, e *Enqueuer, typ *job.Type[T]) []Enqueued[T] {
 // lists what was recorded.
 func RequireEnqueuedN[T any](t testing.TB, e *Enqueuer, typ *job.Type[T], n int, checks ...Check) []Enqueued[T] {
 	t.Helper()
-	all := All(t, e, typ)
+	all := ofType(t, e, typ)
 	var match []Enqueued[T]
 	for _, j := range all {
 		if passes(&j.Recorded, j.Args, checks) {

@@ -175,7 +175,7 @@ func TestEnqueuerUndecodablePayload(t *testing.T) {
 	if err := e.Enqueue(ctx, &job.Envelope{Type: cancelUnpaid.Name(), ID: "bad", Payload: []byte(`"not an object"`)}); err != nil {
 		t.Fatal(err)
 	}
-	mustFail(t, func(tb testing.TB) { delayqtest.All(tb, e, cancelUnpaid) }, `recorded job order.cancel_unpaid "bad"`, "does not decode")
+	mustFail(t, func(tb testing.TB) { delayqtest.RequireEnqueuedN(tb, e, cancelUnpaid, 1) }, `recorded job order.cancel_unpaid "bad"`, "does not decode")
 	if _, err := delayqtest.Decode(cancelUnpaid, &job.Envelope{Payload: []byte(`{"id":"5"}`)}); err != nil {
 		t.Errorf("Decode: %v", err)
 	}

@@ -56,15 +56,15 @@ type Process struct {
 	Started time.Time     `json:"started"`
 	Seen    time.Time     `json:"seen"`
 	TTL     time.Duration `json:"ttl"`
+	// Expires is when the registration runs out unless the process
+	// records itself again: Seen + TTL, filled in by List (not part of the
+	// stored record).
+	Expires time.Time `json:"-"`
 	// Held is how many jobs the process held when it last recorded
 	// itself; HeldJobs lists at most 100 of them.
 	Held     int       `json:"held"`
 	HeldJobs []HeldJob `json:"held_jobs,omitempty"`
 }
-
-// Expires is when the registration runs out unless the process records
-// itself again.
-func (p Process) Expires() time.Time { return p.Seen.Add(p.TTL) }
 
 // serves reports whether the process claims jobs of queue.
 func (p Process) serves(queue string) bool {
@@ -172,7 +172,8 @@ func List(ctx context.Context, rdb redis.UniversalClient, ns string) (Snapshot, 
 			snap.Unreadable = append(snap.Unreadable, fmt.Sprintf("%s: does not decode: %v", recs[i], err))
 			continue
 		}
-		if p.Expires().Before(now) {
+		p.Expires = p.Seen.Add(p.TTL)
+		if p.Expires.Before(now) {
 			continue
 		}
 		snap.Processes = append(snap.Processes, p)
@@ -189,7 +190,7 @@ func List(ctx context.Context, rdb redis.UniversalClient, ns string) (Snapshot, 
 		}
 		if later.After(now) {
 			snap.Now = later
-			snap.Processes = slices.DeleteFunc(snap.Processes, func(p Process) bool { return p.Expires().Before(later) })
+			snap.Processes = slices.DeleteFunc(snap.Processes, func(p Process) bool { return p.Expires.Before(later) })
 		}
 	}
 	slices.Sort(snap.Unreadable)

@@ -51,6 +51,9 @@ func TestRegisterListDeregister(t *testing.T) {
 	if d := snap.Now.Sub(p.Seen); d < 0 || d > 10*time.Second {
 		t.Errorf("seen %s, server now %s: not the server's clock", p.Seen, snap.Now)
 	}
+	if !p.Expires.Equal(p.Seen.Add(p.TTL)) {
+		t.Errorf("expires %s, want seen %s + ttl %s", p.Expires, p.Seen, p.TTL)
+	}
 	if len(snap.Serving("orders")) != 1 || len(snap.Serving("mail")) != 0 {
 		t.Errorf("Serving(orders) %v, Serving(mail) %v", snap.Serving("orders"), snap.Serving("mail"))
 	}

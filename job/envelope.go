@@ -16,7 +16,7 @@ import (
 
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/rawjson"
-	"github.com/delayq/delayq/retry"
+	"github.com/delayq/delayq/internal/retrycheck"
 )
 
 // Envelope is one job as the broker stores it, plus where and when it goes.
@@ -105,10 +105,9 @@ type Backoff struct {
 }
 
 // validate reports whether b is a usable schedule, by the rules of
-// retry.Exponential.Validate. Errors wrap ErrInvalid.
+// retry.Exponential. Errors wrap ErrInvalid.
 func (b *Backoff) validate() error {
-	e := retry.Exponential{Initial: b.Initial, Multiplier: b.Multiplier, Max: b.Max, Jitter: b.Jitter}
-	if err := e.Validate(); err != nil {
+	if err := retrycheck.Exponential(b.Initial, b.Multiplier, b.Max, b.Jitter); err != nil {
 		return fmt.Errorf("job: %w: %v", ErrInvalid, err)
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/delayq/delayq/internal/naming"
+	"github.com/delayq/delayq/internal/retrycheck"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
 )
@@ -233,7 +234,7 @@ func FuzzOptions(f *testing.F) {
 			opts = append(opts, job.At(at))
 		}
 		valid := naming.ID(id) == nil && naming.Queue(queue) == nil && maxRetries >= 0 &&
-			timeout >= 0 && delay >= 0 && job.ValidateHeader(hk, hv) == nil && b.Validate() == nil && (atMS == 0 || !at.IsZero())
+			timeout >= 0 && delay >= 0 && job.ValidateHeader(hk, hv) == nil && retrycheck.Exponential(b.Initial, b.Multiplier, b.Max, b.Jitter) == nil && (atMS == 0 || !at.IsZero())
 		env, err := typ.Envelope(codecArgs{S: id}, opts...)
 		if (err == nil) != valid {
 			t.Fatalf("Envelope with %+v: error %v, want valid = %v", b, err, valid)

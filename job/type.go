@@ -9,6 +9,7 @@ import (
 
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/registry"
+	"github.com/delayq/delayq/internal/retrycheck"
 	"github.com/delayq/delayq/retry"
 )
 
@@ -401,7 +402,7 @@ func nonNegative[N int | time.Duration](what string, n N, set func(*settings)) S
 // policy for this job.
 func WithBackoff(b retry.Exponential) Option {
 	return jobOption(func(s *settings) error {
-		if err := b.Validate(); err != nil {
+		if err := retrycheck.Exponential(b.Initial, b.Multiplier, b.Max, b.Jitter); err != nil {
 			return fmt.Errorf("job: %w: %v", ErrInvalid, err)
 		}
 		s.backoff = &Backoff{Initial: b.Initial, Multiplier: b.Multiplier, Max: b.Max, Jitter: b.Jitter}

@@ -11,7 +11,7 @@ import (
 // with the driver of your choice (e.g. github.com/jackc/pgx/v5/stdlib or
 // modernc.org/sqlite).
 type Dialect struct {
-	name string
+	name string // "postgres" or "sqlite"; empty in the zero Dialect, which New refuses
 	// nowMS is an SQL expression for the database's clock in whole
 	// milliseconds since the Unix epoch, read when the statement runs.
 	nowMS string
@@ -92,14 +92,6 @@ var sqlite = Dialect{
 			fmt.Sprintf("CREATE INDEX IF NOT EXISTS %s ON %s (queue, job_id, seq)", idx, t.table),
 		}
 	},
-}
-
-// String returns the dialect's name: "postgres" or "sqlite".
-func (d Dialect) String() string {
-	if d.name == "" {
-		return "(no dialect)"
-	}
-	return d.name
 }
 
 // params returns the placeholders of arguments from..from+n-1, joined by

@@ -46,7 +46,7 @@ func TestPauseStopsTicksAcrossSchedulers(t *testing.T) {
 	}
 	a, b := sim.scheduler(t, Options{}, add), sim.scheduler(t, Options{}, add)
 	handled := map[string]int{}
-	second := func(i int) string { return TickID("every-second", start.Add(time.Duration(i)*time.Second)) }
+	second := func(i int) string { return tickID("every-second", start.Add(time.Duration(i)*time.Second)) }
 	for range 3 {
 		sim.clk.Advance(time.Second)
 		sim.step(t, a, b)
@@ -139,7 +139,7 @@ func TestPauseStopsTicksAcrossSchedulers(t *testing.T) {
 		}
 	}
 	// The other schedule ran on.
-	if handled[TickID("other", start.Add(30*time.Second))] != 1 {
+	if handled[tickID("other", start.Add(30*time.Second))] != 1 {
 		t.Errorf("the schedule not paused missed a tick")
 	}
 	if st := sim.status(t, "every-second"); st.Outcome.Result == ResultPaused && st.Outcome.Tick.After(resumedAt) {
@@ -176,8 +176,8 @@ func TestPauseSurvivesRestarts(t *testing.T) {
 	s = sim.scheduler(t, Options{}, add)
 	sim.step(t, s)
 	got := sim.pending(t)
-	want := []string{TickID("minutely", start.Add(time.Minute)), TickID("minutely", start.Add(12*time.Minute)),
-		TickID("minutely", start.Add(13*time.Minute)), TickID("minutely", start.Add(14*time.Minute))}
+	want := []string{tickID("minutely", start.Add(time.Minute)), tickID("minutely", start.Add(12*time.Minute)),
+		tickID("minutely", start.Add(13*time.Minute)), tickID("minutely", start.Add(14*time.Minute))}
 	if !slices.Equal(got, want) {
 		t.Errorf("jobs %v, want %v: RunAll from the resume at 03:15:30", got, want)
 	}
@@ -227,7 +227,7 @@ func TestRunNowEnqueuesOnce(t *testing.T) {
 	}
 	sim.set(start.Add(time.Minute))
 	sim.step(t, a, b)
-	tick := TickID("minutely", start.Add(time.Minute))
+	tick := tickID("minutely", start.Add(time.Minute))
 	info, err := sim.tb.B.Job(ctx, "reports", tick)
 	if err != nil {
 		t.Fatalf("the next tick: %v", err)

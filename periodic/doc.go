@@ -3,9 +3,10 @@
 //
 //	var Report = job.New[ReportArgs]("report.nightly", job.Queue("reports"))
 //
+//	berlin, err := time.LoadLocation("Europe/Berlin")
 //	s, err := periodic.New(b, periodic.Options{})
 //	err = periodic.Add(s, "nightly-report", "30 2 * * *", Report, ReportArgs{Kind: "sales"},
-//		periodic.Zone("Europe/Berlin"), periodic.RunMissedOnce(6*time.Hour))
+//		periodic.Location(berlin), periodic.RunMissedOnce(6*time.Hour))
 //	go s.Run(ctx)
 //
 // and, in the worker, record each tick's outcome for `delayq periodic ls`
@@ -21,7 +22,9 @@
 //
 // Run a Scheduler in as many processes as you like, all with the same
 // schedules. Each enqueues every tick; the job of a tick has the id
-// [TickID] (the schedule's name and the tick's time), and the broker stores
+// name@T, the schedule's name and the tick's time T in UTC to the second
+// ("nightly-report@2030-01-02T01:30:00Z"; [Status].LastID is the id of a
+// schedule's last tick), and the broker stores
 // one job per id: the others are refused as duplicates. The tick's queue is
 // claimed first, namespace-wide, by the first scheduler to reach it, and
 // every scheduler enqueues the tick there, so that processes that declare

@@ -18,7 +18,7 @@ const outcomeTimeout = 5 * time.Second
 // dead, with the error. [List] shows the latest as the schedule's last
 // outcome. Other jobs pass through untouched.
 //
-// A job counts as a tick's only when its id is the tick's ([TickID] of
+// A job counts as a tick's only when its id is the tick's (name@T, of
 // its headers delayq-periodic and delayq-periodic-tick) and its header
 // delayq-periodic-sig holds for its id and queue: schedulers sign their ticks' jobs with a key that only
 // they write (see docs/periodic.md). So a job that merely carries the

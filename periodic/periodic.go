@@ -20,6 +20,7 @@ import (
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/refusal"
+	"github.com/delayq/delayq/internal/tickid"
 	"github.com/delayq/delayq/job"
 )
 
@@ -115,7 +116,8 @@ type Options struct {
 // Scheduler enqueues the jobs of the schedules added to it, one job per
 // tick, however many processes run a Scheduler with the same schedules,
 // whatever queue each declares: a tick's job has an id made of the
-// schedule's name and the tick's time ([TickID]), goes to the queue of the
+// schedule's name and the tick's time (name@T, T in UTC to the second,
+// "nightly-report@2030-01-02T01:30:00Z"), goes to the queue of the
 // first scheduler that claimed the tick, and the broker refuses a second
 // job with that id there (see docs/periodic.md). There is no leader: every
 // scheduler enqueues every tick, and all but one are refused.
@@ -233,24 +235,16 @@ func parseMissed(s string) missPolicy {
 // Option configures one schedule.
 type Option func(*entry) error
 
-// Zone sets the schedule's time zone by its IANA name ("Europe/Berlin").
-// The default is UTC, so that every process reads the expression alike
-// whatever its local zone.
-func Zone(name string) Option {
-	return func(e *entry) error {
-		if name == "" {
-			return errors.New("time zone name is empty")
-		}
-		loc, err := time.LoadLocation(name)
-		if err != nil {
-			return fmt.Errorf("time zone %q: %v", name, err)
-		}
-		e.loc = loc
-		return nil
-	}
-}
-
-// Location sets the schedule's time zone.
+// Location sets the schedule's time zone. The default is UTC, so that
+// every process reads the expression alike whatever its local zone. Load a
+// zone by its IANA name with [time.LoadLocation], whose error names an
+// unknown zone:
+//
+//	berlin, err := time.LoadLocation("Europe/Berlin")
+//	if err != nil {
+//		return err // unknown time zone Europe/Berlin
+//	}
+//	err = periodic.Add(s, "nightly-report", "30 2 * * *", Report, args, periodic.Location(berlin))
 func Location(loc *time.Location) Option {
 	return func(e *entry) error {
 		if loc == nil {
@@ -337,7 +331,7 @@ type entry struct {
 // does not need Redis (job.Prepare, at now). An error says why the tick's
 // job cannot be enqueued; it wraps job.ErrInvalid.
 func (e *entry) tickJob(at, now time.Time, unique time.Duration) (*job.Envelope, error) {
-	opts := []job.Option{job.ID(TickID(e.name, at)), job.At(at),
+	opts := []job.Option{job.ID(tickID(e.name, at)), job.At(at),
 		job.Header(headerSchedule, e.name), job.Header(headerTick, at.UTC().Format(tickLayout))}
 	if unique > 0 {
 		opts = append(opts, job.Unique(unique), job.UniqueIncludeDead())
@@ -445,13 +439,11 @@ func validateName(name string) error {
 
 // tickLayout is the tick's time in ids and headers: UTC, whole seconds
 // (cron's resolution).
-const tickLayout = "2006-01-02T15:04:05Z"
+const tickLayout = tickid.Layout
 
-// TickID returns the job id of the tick at t of the schedule name:
+// tickID returns the job id of the tick at t of the schedule name:
 // "name@2030-01-02T03:04:05Z" (the tick's time in UTC).
-func TickID(name string, t time.Time) string {
-	return name + "@" + t.UTC().Format(tickLayout)
-}
+func tickID(name string, t time.Time) string { return tickid.ID(name, t) }
 
 // uniqueness is how long a tick's id is remembered after its job ended
 // (job.Unique, also after a dead ending): longer than any scheduler tries

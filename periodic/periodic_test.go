@@ -10,6 +10,7 @@ import (
 
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/testkit"
+	"github.com/delayq/delayq/internal/tickid"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/periodic"
 	"github.com/delayq/delayq/retry"
@@ -39,8 +40,6 @@ func TestBadDeclarations(t *testing.T) {
 	}{
 		{"nightly", "30 2 * *", nil, `schedule "nightly": cron expression "30 2 * *"`},
 		{"nightly", "@every 100ms", nil, "@every needs a whole number of seconds"},
-		{"nightly", "30 2 * * *", []periodic.Option{periodic.Zone("Nowhere/City")}, `time zone "Nowhere/City"`},
-		{"nightly", "30 2 * * *", []periodic.Option{periodic.Zone("")}, "time zone name is empty"},
 		{"nightly", "30 2 * * *", []periodic.Option{periodic.Location(nil)}, "nil *time.Location"},
 		{"nightly", "30 2 * * *", []periodic.Option{periodic.RunMissedOnce(0)}, "RunMissedOnce window 0s is not positive"},
 		{"nightly", "30 2 * * *", []periodic.Option{periodic.JobOptions(job.ID("x"))}, "ID, In and At are set by the scheduler"},
@@ -125,7 +124,7 @@ func TestRunRecordsOutcomes(t *testing.T) {
 		t.Errorf("ok: %+v, outcome %+v", good, good.Outcome)
 	}
 	for _, st := range list {
-		if st.Last.IsZero() || st.LastID != periodic.TickID(st.Name, st.Last) || !st.Next.After(st.Last) || st.Outcome.Tick.IsZero() || st.Outcome.Attempt != 1 {
+		if st.Last.IsZero() || st.LastID != tickid.ID(st.Name, st.Last) || !st.Next.After(st.Last) || st.Outcome.Tick.IsZero() || st.Outcome.Attempt != 1 {
 			t.Errorf("%s: last %s (%s), next %s, outcome %+v", st.Name, st.Last, st.LastID, st.Next, st.Outcome)
 		}
 	}
@@ -242,9 +241,9 @@ func TestForgedJobDoesNotChangeTheOutcome(t *testing.T) {
 	next := time.Now().UTC().AddDate(1, 0, 0).Truncate(time.Second)
 	tick := next.Format("2006-01-02T15:04:05Z")
 	for id, h := range map[string]map[string]string{
-		periodic.TickID("nightly", next):                {"delayq-periodic": "nightly", "delayq-periodic-tick": tick},
-		periodic.TickID("nightly", next.Add(time.Hour)): {"delayq-periodic": "nightly", "delayq-periodic-tick": next.Add(time.Hour).Format("2006-01-02T15:04:05Z"), "delayq-periodic-sig": "AAAAAAAAAAAAAAAAAAAAAA"},
-		periodic.TickID("ghost", next):                  {"delayq-periodic": "ghost", "delayq-periodic-tick": tick},
+		tickid.ID("nightly", next):                {"delayq-periodic": "nightly", "delayq-periodic-tick": tick},
+		tickid.ID("nightly", next.Add(time.Hour)): {"delayq-periodic": "nightly", "delayq-periodic-tick": next.Add(time.Hour).Format("2006-01-02T15:04:05Z"), "delayq-periodic-sig": "AAAAAAAAAAAAAAAAAAAAAA"},
+		tickid.ID("ghost", next):                  {"delayq-periodic": "ghost", "delayq-periodic-tick": tick},
 	} {
 		opts := []job.Option{job.ID(id)}
 		for k, v := range h {

@@ -186,7 +186,7 @@ func TestSchedulersEnqueueEachTickOnce(t *testing.T) {
 		sim.drain(t, handled)
 	}
 	for i := 1; i <= seconds; i++ {
-		id := TickID("every-second", start.Add(time.Duration(i)*time.Second))
+		id := tickID("every-second", start.Add(time.Duration(i)*time.Second))
 		if handled[id] != 1 {
 			t.Errorf("tick %s handled %d times, want 1", id, handled[id])
 		}
@@ -394,7 +394,7 @@ func TestDaylightSavingDays(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			sim := newSimulated(t, tc.from)
-			s := sim.scheduler(t, Options{}, func(s *Scheduler) { mustAdd(t, s, "s", tc.spec, Zone("America/New_York")) })
+			s := sim.scheduler(t, Options{}, func(s *Scheduler) { mustAdd(t, s, "s", tc.spec, Location(ny)) })
 			if got := sim.run(t, s, tc.to); !slices.Equal(got, tc.want) {
 				t.Errorf("jobs %v, want %v", got, tc.want)
 			}
@@ -504,7 +504,7 @@ func TestTickUniqueAfterItsJobEnded(t *testing.T) {
 	}
 	// Past the window the id is free again (no scheduler tries it by then).
 	sim.clk.Advance(late.uniqueness() + time.Minute)
-	env, err := reportType.Enqueue(sim.tb.Ctx, sim.tb.B, reportArgs{}, job.ID(TickID("s", start.Add(time.Second))), job.Unique(time.Minute))
+	env, err := reportType.Enqueue(sim.tb.Ctx, sim.tb.B, reportArgs{}, job.ID(tickID("s", start.Add(time.Second))), job.Unique(time.Minute))
 	if err != nil {
 		t.Fatalf("enqueue after the window: %v (%+v)", err, env)
 	}
@@ -552,15 +552,15 @@ func TestPoisonedScheduleIsSkipped(t *testing.T) {
 	for i := 1; i <= seconds; i++ {
 		at := start.Add(time.Duration(i) * time.Second)
 		for _, name := range []string{"healthy-a", "healthy-b"} {
-			if !got[TickID(name, at)] {
-				t.Errorf("tick %s not enqueued", TickID(name, at))
+			if !got[tickID(name, at)] {
+				t.Errorf("tick %s not enqueued", tickID(name, at))
 			}
 		}
-		if want := i <= 2; got[TickID("expiring", at)] != want {
-			t.Errorf("tick %s enqueued: %v, want %v (the expiry is at +2.5s)", TickID("expiring", at), !want, want)
+		if want := i <= 2; got[tickID("expiring", at)] != want {
+			t.Errorf("tick %s enqueued: %v, want %v (the expiry is at +2.5s)", tickID("expiring", at), !want, want)
 		}
-		if got[TickID("too-big", at)] {
-			t.Errorf("tick %s enqueued beyond the payload cap", TickID("too-big", at))
+		if got[tickID("too-big", at)] {
+			t.Errorf("tick %s enqueued beyond the payload cap", tickID("too-big", at))
 		}
 	}
 	if len(got) != 2*seconds+2 {
@@ -657,7 +657,7 @@ func TestQueueMoveRunsEachTickOnce(t *testing.T) {
 	// it: the new one enqueues it into qa.
 	sim.clk.Advance(time.Second)
 	seconds++
-	lost := TickID("mv", sim.clk.Now())
+	lost := tickID("mv", sim.clk.Now())
 	tk := &tick{e: old.entries[0], at: sim.clk.Now()}
 	var err error
 	if tk.env, err = tk.e.tickJob(tk.at, sim.clk.Now(), old.uniqueness()); err != nil {
@@ -676,7 +676,7 @@ func TestQueueMoveRunsEachTickOnce(t *testing.T) {
 	}
 
 	for i := 1; i <= seconds; i++ {
-		id := TickID("mv", start.Add(time.Duration(i)*time.Second))
+		id := tickID("mv", start.Add(time.Duration(i)*time.Second))
 		if handled[id] != 1 {
 			t.Errorf("tick %s handled %d times, want 1", id, handled[id])
 		}
@@ -716,7 +716,7 @@ func TestOnlyTheSchedulersJobRecordsAnOutcome(t *testing.T) {
 	t1, t2 := start.Add(time.Second), start.Add(2*time.Second)
 	stored := func(at time.Time) *job.Message {
 		t.Helper()
-		info, err := sim.tb.B.Job(sim.tb.Ctx, "reports", TickID("nightly", at))
+		info, err := sim.tb.B.Job(sim.tb.Ctx, "reports", tickID("nightly", at))
 		if err != nil || info.Envelope == nil {
 			t.Fatalf("the job of tick %s: %v", at, err)
 		}
@@ -763,11 +763,11 @@ func TestOnlyTheSchedulersJobRecordsAnOutcome(t *testing.T) {
 			Headers: map[string]string{headerSchedule: "nightly", headerTick: t2.Format(tickLayout)}}},
 		"the tick's id without the signature": clone(genuine2, func(c *job.Message) { delete(c.Headers, headerSignature) }),
 		"another tick's signature": clone(genuine1, func(c *job.Message) {
-			c.ID, c.Headers[headerTick] = TickID("nightly", later), later.Format(tickLayout)
+			c.ID, c.Headers[headerTick] = tickID("nightly", later), later.Format(tickLayout)
 		}),
 		"the signature on another queue": clone(genuine2, func(c *job.Message) { c.Queue = "other" }),
 		"another name": clone(genuine2, func(c *job.Message) {
-			c.ID, c.Headers[headerSchedule] = TickID("ghost", t2), "ghost"
+			c.ID, c.Headers[headerSchedule] = tickID("ghost", t2), "ghost"
 		}),
 		"a made-up signature": clone(genuine2, func(c *job.Message) { c.Headers[headerSignature] = "AAAAAAAAAAAAAAAAAAAAAA" }),
 	} {

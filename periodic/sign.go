@@ -78,13 +78,13 @@ type verifier struct {
 }
 
 // tick returns the schedule and tick of m when m is the job a scheduler
-// enqueued for that tick: its id is the tick's ([TickID] of its headers'
+// enqueued for that tick: its id is the tick's (tickID of its headers'
 // name and tick), or for a run-now job [runID] of its headers' name and
 // request, and its signature holds for its id and queue.
 func (v *verifier) tick(ctx context.Context, m *job.Message) (string, time.Time, bool) {
 	name, sig := m.Headers[headerSchedule], m.Headers[headerSignature]
 	at, err := time.Parse(tickLayout, m.Headers[headerTick])
-	want := TickID(name, at)
+	want := tickID(name, at)
 	if req := m.Headers[headerRun]; req != "" {
 		want = runID(name, req) // a run-now job: at is when it was requested
 	}

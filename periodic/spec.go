@@ -25,7 +25,7 @@ func parseSpec(spec string, loc *time.Location) (schedule, error) {
 	case s == "":
 		return nil, fmt.Errorf("the cron expression is empty")
 	case strings.HasPrefix(s, "TZ=") || strings.HasPrefix(s, "CRON_TZ="):
-		return nil, fmt.Errorf("cron expression %q sets a time zone; set it with periodic.Zone or periodic.Location", spec)
+		return nil, fmt.Errorf("cron expression %q sets a time zone; set it with periodic.Location", spec)
 	}
 	if rest, ok := strings.CutPrefix(s, "@every "); ok {
 		d, err := time.ParseDuration(strings.TrimSpace(rest))

@@ -132,7 +132,7 @@ func TestParseSpecErrors(t *testing.T) {
 		"@every 500ms":     "whole number of seconds",
 		"@every 1.5s":      "whole number of seconds",
 		"@every soon":      "whole number of seconds",
-		"TZ=UTC 0 * * * *": "periodic.Zone",
+		"TZ=UTC 0 * * * *": "periodic.Location",
 		"@fortnightly":     `"@fortnightly"`,
 	} {
 		_, err := parseSpec(spec, time.UTC)

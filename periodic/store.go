@@ -474,7 +474,7 @@ func List(ctx context.Context, b *broker.Broker, now time.Time) ([]Status, error
 			}
 		}
 		if !st.Last.IsZero() {
-			st.LastID = TickID(name, st.Last)
+			st.LastID = tickID(name, st.Last)
 		}
 		if raw, ok := outs.Val()[name]; ok {
 			var o outcome

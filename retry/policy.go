@@ -1,8 +1,6 @@
 package retry
 
 import (
-	"fmt"
-	"math"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -26,8 +24,11 @@ type Policy interface {
 //
 //	1s, 2s, 4s, 8s, 16s, 32s, 1m4s, 2m8s, 4m16s, 8m32s, 17m4s, 34m8s, 1h, 1h, …
 //
-// each within ±20 %. The zero value is not usable; set its fields (and
-// check them with [Exponential.Validate]) or take [Default]. An
+// each within ±20 %. The zero value is not usable; set its fields (each
+// comment says its range) or take [Default]. Where an Exponential is given
+// (job.WithBackoff, job.Retry, worker.Options.Retry), a parameter out of
+// range is refused, by job.WithBackoff or worker.New, with an error that
+// wraps job.ErrInvalid and names it. An
 // Exponential is immutable and safe for concurrent use: every call builds
 // its own backoff state.
 type Exponential struct {
@@ -41,21 +42,6 @@ type Exponential struct {
 // one: Initial 1s, Multiplier 2, Max 1h, Jitter 0.2.
 func Default() Exponential {
 	return Exponential{Initial: time.Second, Multiplier: 2, Max: time.Hour, Jitter: 0.2}
-}
-
-// Validate reports the first parameter that is out of range.
-func (e Exponential) Validate() error {
-	switch {
-	case e.Initial <= 0:
-		return fmt.Errorf("retry: exponential initial delay must be > 0, got %s", e.Initial)
-	case !(e.Multiplier >= 1) || math.IsInf(e.Multiplier, 1):
-		return fmt.Errorf("retry: exponential multiplier must be finite and >= 1, got %g", e.Multiplier)
-	case e.Max < e.Initial:
-		return fmt.Errorf("retry: exponential max delay %s is below the initial delay %s", e.Max, e.Initial)
-	case !(e.Jitter >= 0 && e.Jitter < 1):
-		return fmt.Errorf("retry: exponential jitter must be in [0, 1), got %g", e.Jitter)
-	}
-	return nil
 }
 
 // Delay returns the jittered delay after attempt (1 for the first failure).

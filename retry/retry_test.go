@@ -40,26 +40,6 @@ func TestExponentialWithoutJitterIsExact(t *testing.T) {
 	}
 }
 
-func TestExponentialValidate(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		e    retry.Exponential
-		want string
-	}{
-		{retry.Exponential{Multiplier: 2, Max: time.Second}, "initial delay must be > 0"},
-		{retry.Exponential{Initial: time.Second, Multiplier: 0.9, Max: time.Second}, "multiplier must be finite and >= 1"},
-		{retry.Exponential{Initial: time.Second, Multiplier: 2, Max: time.Millisecond}, "max delay 1ms is below the initial delay 1s"},
-		{retry.Exponential{Initial: time.Second, Multiplier: 2, Max: time.Second, Jitter: 1}, "jitter must be in [0, 1)"},
-	} {
-		if err := tc.e.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("Validate(%+v) = %v, want %q", tc.e, err, tc.want)
-		}
-	}
-	if err := (retry.Exponential{Initial: time.Second, Multiplier: 2, Max: time.Minute, Jitter: 0.5}).Validate(); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func ExampleExponential() {
 	p := retry.Exponential{Initial: time.Second, Multiplier: 2, Max: 10 * time.Second} // no jitter: exact
 	for attempt := 1; attempt <= 5; attempt++ {

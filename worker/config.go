@@ -16,6 +16,7 @@ import (
 	"github.com/delayq/delayq/internal/guard"
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/registry"
+	"github.com/delayq/delayq/internal/retrycheck"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
 )
@@ -117,7 +118,9 @@ type Options struct {
 	ShutdownTimeout time.Duration
 
 	// Retry is the policy for types and jobs that set none. Default
-	// retry.Default().
+	// retry.Default(). A retry.Exponential here, or set on a registered
+	// type with job.Retry, with a parameter out of range makes New fail
+	// with an error that names it.
 	Retry retry.Policy
 	// Timeout is the handler deadline for types and jobs that set none.
 	// 0 means none.
@@ -339,6 +342,17 @@ func (c Options) withDefaults() (Options, error) {
 	if c.Retry == nil {
 		c.Retry = retry.Default()
 	}
+	if err := checkPolicy(c.Retry); err != nil {
+		return c, fmt.Errorf("worker: %w: Options.Retry: %v", job.ErrInvalid, err)
+	}
+	t := c.Registry.Table(registry.Key{})
+	for _, typ := range t.Types() {
+		if e, _ := t.Lookup(typ); e.Retry != nil {
+			if err := checkPolicy(e.Retry); err != nil {
+				return c, fmt.Errorf("worker: %w: type %q: job.Retry: %v", job.ErrInvalid, typ, err)
+			}
+		}
+	}
 	if c.Logger == nil {
 		l := zerolog.New(os.Stderr).Level(zerolog.WarnLevel).With().Timestamp().Str("component", "delayq.worker").Logger()
 		c.Logger = &l
@@ -356,4 +370,18 @@ func (c Options) mostAhead() int {
 		return maxPrefetch
 	}
 	return 0
+}
+
+// checkPolicy checks the parameters of an exponential policy; other
+// policies are the user's own.
+func checkPolicy(p retry.Policy) error {
+	switch e := p.(type) {
+	case retry.Exponential:
+		return retrycheck.Exponential(e.Initial, e.Multiplier, e.Max, e.Jitter)
+	case *retry.Exponential:
+		if e != nil {
+			return retrycheck.Exponential(e.Initial, e.Multiplier, e.Max, e.Jitter)
+		}
+	}
+	return nil
 }

@@ -585,6 +585,16 @@ func TestConfigErrors(t *testing.T) {
 		{func(c *worker.Options) { c.Lease = time.Millisecond }, "Lease 1ms is below 10ms"},
 		{func(c *worker.Options) { c.Lease, c.HeartbeatInterval = 100*time.Millisecond, time.Second }, "HeartbeatInterval 1s is not below Lease 100ms"},
 		{func(c *worker.Options) { c.Lease, c.HeartbeatInterval = time.Second, time.Second }, "HeartbeatInterval 1s is not below Lease 1s"},
+		{func(c *worker.Options) {
+			c.Retry = retry.Exponential{Initial: time.Second, Multiplier: 0.5, Max: time.Hour}
+		},
+			"Options.Retry: retry: exponential multiplier must be finite and >= 1, got 0.5"},
+		{func(c *worker.Options) {
+			c.Registry = job.NewRegistry()
+			typ := job.New[payload]("bad.backoff", job.Retry(retry.Exponential{Initial: time.Minute, Multiplier: 2, Max: time.Second}))
+			typ.Handle(c.Registry, func(context.Context, *job.Job[payload]) error { return nil })
+		}, `type "bad.backoff": job.Retry: retry: exponential max delay 1s is below the initial delay 1m0s`},
+		{func(c *worker.Options) { c.Retry = retry.Exponential{} }, "exponential initial delay must be > 0, got 0s"},
 	} {
 		cfg := tb.config(t)
 		tc.mod(&cfg)

@@ -78,6 +78,10 @@ func run() error {
 	}
 
 	// Two replicas of the service declare the same schedules.
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		return err
+	}
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for _, replica := range []string{"replica-a", "replica-b"} {
@@ -91,7 +95,7 @@ func run() error {
 			return err
 		}
 		if err := periodic.Add(s, "nightly-sales", "30 2 * * *", BuildReport, Report{Kind: "sales"},
-			periodic.Zone("Europe/Berlin"), periodic.RunMissedOnce(6*time.Hour)); err != nil {
+			periodic.Location(berlin), periodic.RunMissedOnce(6*time.Hour)); err != nil {
 			stop()
 			return err
 		}
@@ -143,10 +147,11 @@ func run() error {
 			st.Name, st.Spec, st.Zone, st.Missed, st.Next.Format(time.RFC3339), last, outcome)
 	}
 
-	// Bad input fails at declaration, naming what is wrong; nothing is written.
+	// Bad input fails early, naming what is wrong: an unknown zone where it
+	// is loaded, a bad expression at declaration (nothing is written).
 	s, _ := periodic.New(b, periodic.Options{})
-	err = periodic.Add(s, "nightly-sales", "30 2 * * *", BuildReport, Report{}, periodic.Zone("Europe/Berlinn"))
-	clock.Printf("declaring a schedule in a zone that does not exist: %v", err)
+	_, err = time.LoadLocation("Europe/Berlinn")
+	clock.Printf("loading a zone that does not exist: %v", err)
 	err = periodic.Add(s, "every-minute", "61 * * * *", BuildReport, Report{})
 	clock.Printf("declaring a bad expression: %v", err)
 	clock.Printf("done")

@@ -39,7 +39,7 @@ func TestRunsWithoutRedisURL(t *testing.T) {
 		`schedule nightly-sales "30 2 * * *" zone Europe/Berlin missed: once`,
 		`schedule ping-billing  "@every 1s"  zone UTC           missed: once`,
 		"outcome success",
-		`declaring a schedule in a zone that does not exist: periodic: invalid: schedule "nightly-sales": time zone "Europe/Berlinn"`,
+		"loading a zone that does not exist: unknown time zone Europe/Berlinn",
 		`declaring a bad expression: periodic: invalid: schedule "every-minute": cron expression "61 * * * *"`,
 		"] done",
 	} {

@@ -139,7 +139,7 @@ func (s *suite) warmUp(t *testing.T, q string) {
 	_, _, err = protocol.Dead(b).Page(ctx, q, protocol.DeadCursor{}, 10)
 	must(err)
 	_ = deadletter.New(b).Delete(ctx, q, "warm-none") // not found, by design
-	_, err = deadletter.New(b).Purge(ctx, q)
+	_, err = deadletter.New(b).DeleteAll(ctx, q, deadletter.Filter{}, deadletter.BulkOptions{})
 	must(err)
 	if st, err := b.Stats(ctx, q); err != nil || st.Scheduled+st.Processing+st.Dead != 0 {
 		t.Fatalf("warm-up left %+v, %v", st, err)
@@ -247,11 +247,11 @@ func (s *suite) finish(t *testing.T, queues []string, extra ...string) (dead int
 		}
 	}
 	for _, q := range queues {
-		n, err := deadletter.New(s.b).Purge(s.ctx, q)
+		res, err := deadletter.New(s.b).DeleteAll(s.ctx, q, deadletter.Filter{}, deadletter.BulkOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		dead += n
+		dead += int64(res.Done)
 	}
 	// Call records and registry keys would expire by themselves.
 	if len(calls) > 0 {

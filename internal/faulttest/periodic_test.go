@@ -19,6 +19,7 @@ import (
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
+	"github.com/delayq/delayq/internal/tickid"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/periodic"
 	"github.com/delayq/delayq/worker"
@@ -173,7 +174,7 @@ func TestPeriodicSchedulers(t *testing.T) {
 	first, last := ticks[0], ticks[len(ticks)-1]
 	missing := 0
 	for at := first; !at.After(last); at = at.Add(time.Second) {
-		if handled[periodic.TickID("tick", at)] == 0 {
+		if handled[tickid.ID("tick", at)] == 0 {
 			missing++
 			t.Errorf("tick %s never handled", at.Format(time.RFC3339))
 		}
@@ -273,13 +274,13 @@ func (c *tickCounter) exactlyOnce(t *testing.T, name string) (span, missing, twi
 	defer c.mu.Unlock()
 	for at := ticks[0]; !at.After(ticks[len(ticks)-1]); at = at.Add(time.Second) {
 		span++
-		switch n := c.handled[periodic.TickID(name, at)]; {
+		switch n := c.handled[tickid.ID(name, at)]; {
 		case n == 0:
 			missing++
-			t.Errorf("tick %s never handled", periodic.TickID(name, at))
+			t.Errorf("tick %s never handled", tickid.ID(name, at))
 		case n > 1:
 			twice++
-			t.Errorf("tick %s handled %d times (queues %v)", periodic.TickID(name, at), n, c.queues[periodic.TickID(name, at)])
+			t.Errorf("tick %s handled %d times (queues %v)", tickid.ID(name, at), n, c.queues[tickid.ID(name, at)])
 		}
 	}
 	return span, missing, twice

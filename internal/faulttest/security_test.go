@@ -156,7 +156,7 @@ func coreFlow(t *testing.T, b *broker.Broker) {
 	if err := deadletter.New(b).Delete(ctx, q, dead[0].ID); err != nil {
 		t.Fatalf("dead-letter delete: %v", err)
 	}
-	if _, err := deadletter.New(b).Purge(ctx, q); err != nil {
+	if _, err := deadletter.New(b).DeleteAll(ctx, q, deadletter.Filter{}, deadletter.BulkOptions{}); err != nil {
 		t.Fatalf("dead-letter purge: %v", err)
 	}
 	if _, err := deadletter.New(b).Trim(ctx, q); err != nil {

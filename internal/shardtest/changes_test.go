@@ -304,12 +304,16 @@ func TestBrokerChanges(t *testing.T) {
 				errOut(deadletter.New(e.b).Delete(ctx, orders, deadID(1))), errOut(deadletter.New(e.b).Delete(ctx, "bad queue!", "x"))}
 		}},
 		{name: "DeadPurge", ask: func(t *testing.T, e *env) any {
-			n, err := deadletter.New(e.b).Purge(ctx, orders)
+			purge := func(q string) (int64, error) {
+				res, err := deadletter.New(e.b).DeleteAll(ctx, q, deadletter.Filter{}, deadletter.BulkOptions{})
+				return int64(res.Done), err
+			}
+			n, err := purge(orders)
 			if n != nDead {
 				t.Errorf("%s: DeadPurge(orders) = %d, %v; want %d", e.name, n, err, nDead)
 			}
-			again, errAgain := deadletter.New(e.b).Purge(ctx, orders)
-			m, errMail := deadletter.New(e.b).Purge(ctx, mail)
+			again, errAgain := purge(orders)
+			m, errMail := purge(mail)
 			return []any{n, errOut(err), again, errOut(errAgain), m, errOut(errMail)}
 		}},
 		{name: "DeadTrim/max age", ask: func(t *testing.T, e *env) any {
@@ -391,13 +395,13 @@ func TestInspectorChanges(t *testing.T) {
 			res, err := e.dl.DeleteAll(ctx, "", filters(e.base)["died before"], deadletter.BulkOptions{})
 			return bulk(res, err)
 		}},
-		{name: "Purge/every queue", ask: func(t *testing.T, e *env) any {
-			n, err := e.dl.Purge(ctx, "")
-			return []any{n, errOut(err)}
+		{name: "DeleteAll/every queue, no filter", ask: func(t *testing.T, e *env) any {
+			res, err := e.dl.DeleteAll(ctx, "", deadletter.Filter{}, deadletter.BulkOptions{})
+			return bulk(res, err)
 		}},
-		{name: "Purge/orders", ask: func(t *testing.T, e *env) any {
-			n, err := e.dl.Purge(ctx, orders)
-			return []any{n, errOut(err)}
+		{name: "DeleteAll/orders, no filter", ask: func(t *testing.T, e *env) any {
+			res, err := e.dl.DeleteAll(ctx, orders, deadletter.Filter{}, deadletter.BulkOptions{})
+			return bulk(res, err)
 		}},
 		{name: "Trim/every queue", ask: func(t *testing.T, e *env) any {
 			b := testkit.NewBroker(t, e.rdb, broker.Options{Namespace: e.ns, DeadCap: -1, DeadMaxAge: 25 * time.Minute})

@@ -481,9 +481,11 @@ func (a *app) deadPurgeCommand() *cobra.Command {
 				if err := a.confirm(yes, fmt.Sprintf("Delete all %d dead job(s) %s?", n, where)); err != nil {
 					return err
 				}
-				if n, err = insp.Purge(cmd.Context(), queue); err != nil {
+				res, err := insp.DeleteAll(cmd.Context(), queue, deadletter.Filter{}, deadletter.BulkOptions{})
+				if err != nil {
 					return err
 				}
+				n = int64(res.Done)
 			}
 			if a.json {
 				return a.printJSON(map[string]int64{"purged": n})

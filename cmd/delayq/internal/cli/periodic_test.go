@@ -11,6 +11,7 @@ import (
 
 	"github.com/delayq/delayq/internal/fixture"
 	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/tickid"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/periodic"
 )
@@ -36,15 +37,19 @@ func seedPeriodic(t *testing.T, tb *testBundle) {
 		if err := periodic.Add(s, "hourly-digest", "3 * * * *", digestType, digestArgs{Week: 1}); err != nil {
 			return err
 		}
+		berlin, err := time.LoadLocation("Europe/Berlin")
+		if err != nil {
+			return err
+		}
 		return periodic.Add(s, "nightly-report", "30 2 * * *", digestType, digestArgs{Week: 2},
-			periodic.Zone("Europe/Berlin"), periodic.RunMissedOnce(6*time.Hour))
+			periodic.Location(berlin), periodic.RunMissedOnce(6*time.Hour))
 	}, func(l []periodic.Status) bool {
 		st := fixture.Find(l, "hourly-digest")
 		return st != nil && !st.Last.IsZero()
 	})
 	// The tick's job failed, outside a worker: "failed" with its error.
 	tick := time.Date(2030, 1, 2, 3, 3, 0, 0, time.UTC)
-	m := fixture.TickMessage(t, tb.b, "mail", periodic.TickID("hourly-digest", tick), 1, t0.Add(-40*time.Second))
+	m := fixture.TickMessage(t, tb.b, "mail", tickid.ID("hourly-digest", tick), 1, t0.Add(-40*time.Second))
 	h := periodic.Outcomes(tb.b)(job.HandlerFunc(func(context.Context, *job.Message) error {
 		return errors.New("smtp: 550 mailbox unavailable")
 	}))

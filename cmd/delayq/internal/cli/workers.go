@@ -60,7 +60,7 @@ func (a *app) listWorkers(ctx context.Context, b *broker.Broker) error {
 		for i, p := range snap.Processes {
 			out[i] = processJSON{ID: p.ID, Role: p.Role, Host: p.Host, PID: p.PID, Version: p.Version,
 				Queues: p.Queues, Types: p.Types, Info: p.Info, Held: p.Held, HeldJobs: p.HeldJobs,
-				Started: jsonTime(p.Started), Seen: jsonTime(p.Seen), Expires: jsonTime(p.Expires()), TTLMillis: p.TTL.Milliseconds()}
+				Started: jsonTime(p.Started), Seen: jsonTime(p.Seen), Expires: jsonTime(p.Expires), TTLMillis: p.TTL.Milliseconds()}
 			if out[i].Queues == nil {
 				out[i].Queues = []fleet.Queue{}
 			}
