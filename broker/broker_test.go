@@ -407,7 +407,7 @@ func TestStats(t *testing.T) {
 		t.Fatal(err)
 	}
 	tb.claim(t, 0)
-	s, err := tb.b.Stats(tb.ctx, "q")
+	s, err := oneStats(tb.b.Stats(tb.ctx, "q"))
 	if err != nil {
 		t.Fatal(err)
 	}

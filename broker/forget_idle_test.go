@@ -85,7 +85,7 @@ func TestForgetIdleQueues(t *testing.T) {
 	if n := tb.rdb.HGet(tb.ctx, keyspace.ShardsKey(tb.ns), "idle").Val(); n != "1" {
 		t.Fatalf("shard count of idle after the enqueue: %q, want 1", n)
 	}
-	st, err := tb.b.Stats(tb.ctx, "idle")
+	st, err := oneStats(tb.b.Stats(tb.ctx, "idle"))
 	if err != nil || st.Scheduled != 1 {
 		t.Fatalf("stats of idle: %+v, %v; want its job", st, err)
 	}

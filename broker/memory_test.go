@@ -38,11 +38,11 @@ func TestQueueAndServerMemory(t *testing.T) {
 	if err := b.SetConcurrency(ctx, "big", "t", 1); err != nil {
 		t.Fatal(err)
 	}
-	stBig, err := b.Stats(ctx, "big")
+	stBig, err := oneStats(b.Stats(ctx, "big"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	stSmall, _ := b.Stats(ctx, "small")
+	stSmall, _ := oneStats(b.Stats(ctx, "small"))
 	big, err := b.QueueMemory(ctx, stBig)
 	if err != nil {
 		t.Fatal(err)

@@ -113,7 +113,7 @@ func TestShardedQueueSpreadsAndClaimsEveryJobOnce(t *testing.T) {
 	if len(seen) != n {
 		t.Fatalf("claimed %d jobs, want %d", len(seen), n)
 	}
-	st, err := tb.b.Stats(tb.ctx, "q")
+	st, err := oneStats(tb.b.Stats(tb.ctx, "q"))
 	if err != nil || st.Scheduled+st.Processing+st.Dead != 0 {
 		t.Fatalf("stats after acking everything: %+v, %v", st, err)
 	}
@@ -148,7 +148,7 @@ func TestShardedJobOperationsFindTheirShard(t *testing.T) {
 	if err != nil || !at.Equal(epoch) {
 		t.Fatalf("reschedule = %v, %v", at, err)
 	}
-	st, err := tb.b.Stats(tb.ctx, "q")
+	st, err := oneStats(tb.b.Stats(tb.ctx, "q"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +297,7 @@ func TestShardedDeadLetters(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	st, err := tb.b.Stats(tb.ctx, "q")
+	st, err := oneStats(tb.b.Stats(tb.ctx, "q"))
 	if err != nil || st.Dead != n {
 		t.Fatalf("stats %+v, %v; want %d dead", st, err, n)
 	}
@@ -326,7 +326,7 @@ func TestShardedDeadLetters(t *testing.T) {
 	if purged, err := deadletter.New(tb.b).Purge(tb.ctx, "q"); err != nil || purged != n-5 {
 		t.Fatalf("purge = %d, %v; want %d", purged, err, n-5)
 	}
-	if st, err := tb.b.Stats(tb.ctx, "q"); err != nil || st.Dead != 0 {
+	if st, err := oneStats(tb.b.Stats(tb.ctx, "q")); err != nil || st.Dead != 0 {
 		t.Fatalf("stats after purge %+v, %v", st, err)
 	}
 }
@@ -471,7 +471,7 @@ func TestDurableNeedsReplicas(t *testing.T) {
 	if ok, _ := rdb.HExists(ctx, "delayq:{q}:jobs", "a").Result(); !ok {
 		t.Fatal("the unconfirmed job is not stored on the master")
 	}
-	if _, err := b.Stats(ctx, "q"); err != nil {
+	if _, err := oneStats(b.Stats(ctx, "q")); err != nil {
 		t.Fatalf("stats waits for replicas: %v", err)
 	}
 
@@ -560,7 +560,7 @@ func TestShardedQueueReaders(t *testing.T) {
 			if _, err := tb.b.RescheduleAfter(tb.ctx, "q", "j6", 0); err != nil {
 				t.Fatal(err)
 			}
-			st, err := tb.b.StatsOf(tb.ctx, "q")
+			st, err := tb.b.Stats(tb.ctx, "q")
 			if err != nil || st[0].Scheduled != 7 || st[0].Due != 2 {
 				t.Fatalf("StatsOf = %+v, %v; want 7 scheduled, 2 due", st, err)
 			}
@@ -607,7 +607,7 @@ func TestDeadCapIsPerQueue(t *testing.T) {
 			if len(recs) > 3 {
 				t.Fatalf("%d shards keep %d dead records, want at most 3", n, len(recs))
 			}
-			if st, _ := tb.b.Stats(tb.ctx, "q"); st.Dead != int64(len(recs)) {
+			if st, _ := oneStats(tb.b.Stats(tb.ctx, "q")); st.Dead != int64(len(recs)) {
 				t.Fatalf("Stats.Dead = %d, DeadPage has %d", st.Dead, len(recs))
 			}
 		})

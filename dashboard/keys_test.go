@@ -462,7 +462,7 @@ func TestKeyFairTurns(t *testing.T) {
 	wantStatus(t, "fair turns off", r, http.StatusSeeOther)
 	mustContain(t, "after turning the turns off", tb.get(t, r.header.Get("Location")).body,
 		"Fair turns between keys off in queue &#34;imports&#34;: the jobs waiting for a turn went back to the schedule, claimed in ready order.")
-	if st, err := tb.b.Stats(tb.ctx, "imports"); err != nil || st.HeldByKey != 0 || st.Held != 0 {
+	if st, err := oneStats(tb.b.Stats(tb.ctx, "imports")); err != nil || st.HeldByKey != 0 || st.Held != 0 {
 		t.Fatalf("after turning the turns off: %+v, %v; want nothing held", st, err)
 	}
 	offForm("queue page with the turns off again", tb.get(t, "/queues/imports").body)

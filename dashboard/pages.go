@@ -55,7 +55,7 @@ type overviewData struct {
 // knownQueues returns the names in ns:queues that delayq could have
 // written, sorted, and the stats of each, in the same order.
 func (d *Dashboard) knownQueues(r *http.Request) ([]string, []job.QueueStats, error) {
-	stats, err := d.b.StatsOf(r.Context())
+	stats, err := d.b.Stats(r.Context())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -117,7 +117,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 	var stats []job.QueueStats
 	if len(names) > 0 { // StatsOf of no queue named reads every one
 		var err error
-		if stats, err = d.b.StatsOf(ctx, names...); err != nil {
+		if stats, err = d.b.Stats(ctx, names...); err != nil {
 			d.redisError(w, r, err)
 			return
 		}
@@ -246,11 +246,12 @@ func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
 	sc, pc := qv.Get("s"), qv.Get("p")
 	data.SchedCursor, data.ProcCursor = sc, pc
 	data.Paged = sc != "" || pc != ""
-	var err error
-	if data.Stats, err = d.b.Stats(ctx, q); err != nil {
+	sts, err := d.b.Stats(ctx, q)
+	if err != nil {
 		d.redisError(w, r, err)
 		return
 	}
+	data.Stats = sts[0]
 	v.Now = data.Stats.Now
 	data.Flow = flowOf(data.Stats)
 	if data.Keys, err = d.b.HeldKeys(ctx, q, heldKeysShown); err != nil {

@@ -18,7 +18,7 @@ func TestPauseAndResume(t *testing.T) {
 	tb.enqueue(t, "q", "b", "email.digest", `{}`, 0)
 	paused := func() (bool, []string, int64) {
 		t.Helper()
-		st, err := tb.b.Stats(tb.ctx, "q")
+		st, err := oneStats(tb.b.Stats(tb.ctx, "q"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -513,7 +513,7 @@ func (in *Inspector) Count(ctx context.Context, queue string, f Filter) (int64, 
 			if err != nil {
 				return 0, err
 			}
-			n += s.Dead
+			n += s[0].Dead
 			continue
 		}
 		s := &stream{d: in.d, queue: q}

@@ -82,7 +82,7 @@ func TestBulkResendsALostBatch(t *testing.T) {
 			if err != nil || res.Done != 30 || res.Failed != 0 {
 				t.Fatalf("%s with a lost reply: %+v, %v; want 30 done", op, res, err)
 			}
-			st, err := direct.Stats(ctx, "q")
+			st, err := oneStats(direct.Stats(ctx, "q"))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -193,7 +193,7 @@ func TestTracesFollowJobsThatJobsEnqueue(t *testing.T) {
 	// are distinct), and the counter counted each once.
 	for _, q := range []string{naming.DefaultQueue, "other", "ticks"} {
 		for {
-			st, err := tb.b.Stats(tb.ctx, q)
+			st, err := oneStats(tb.b.Stats(tb.ctx, q))
 			if err != nil {
 				t.Fatal(err)
 			}

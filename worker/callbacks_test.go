@@ -130,7 +130,7 @@ func TestBatchCallbackRefusedWhenDueIsDeadLettered(t *testing.T) {
 	if ttl, err := tb.rdb.PTTL(tb.ctx, keyspace.Batch(tb.ns, id).Meta).Result(); err != nil || ttl <= 0 {
 		t.Errorf("PTTL %s, %v; want the batch to expire", ttl, err)
 	}
-	if s, err := tb.b.Stats(tb.ctx, "cb"); err != nil || s.Dead != 1 || s.Scheduled != 0 {
+	if s, err := oneStats(tb.b.Stats(tb.ctx, "cb")); err != nil || s.Dead != 1 || s.Scheduled != 0 {
 		t.Errorf("callback queue %+v, %v; want one dead record", s, err)
 	}
 }

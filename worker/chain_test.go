@@ -114,7 +114,7 @@ func TestChainRunsNextJobsOnceAfterSuccess(t *testing.T) {
 	})
 	for _, q := range []string{"default", "other"} {
 		redistest.WaitFor(t, 10*time.Second, "queue "+q+" empty", func() bool {
-			st, err := tb.b.Stats(tb.ctx, q)
+			st, err := oneStats(tb.b.Stats(tb.ctx, q))
 			return err == nil && st.Scheduled == 0 && st.Processing == 0
 		})
 	}
@@ -178,7 +178,7 @@ func TestChainNothingWithoutSuccess(t *testing.T) {
 		t.Fatal(err)
 	}
 	redistest.WaitFor(t, 10*time.Second, "both parents ended", func() bool {
-		st, err := tb.b.Stats(tb.ctx, "default")
+		st, err := oneStats(tb.b.Stats(tb.ctx, "default"))
 		return err == nil && st.Scheduled == 0 && st.Processing == 0 && st.Dead == 1
 	})
 	runs, _ := log.snapshot()
@@ -267,7 +267,7 @@ func TestChainAfterALostAck(t *testing.T) {
 	})
 	for _, q := range []string{"default", "other"} {
 		redistest.WaitFor(t, 10*time.Second, "queue "+q+" empty", func() bool {
-			st, err := tb.b.Stats(tb.ctx, q)
+			st, err := oneStats(tb.b.Stats(tb.ctx, q))
 			return err == nil && st.Scheduled == 0 && st.Processing == 0
 		})
 	}

@@ -34,7 +34,7 @@ func TestDebouncedJobRunsOnce(t *testing.T) {
 		mu.Lock()
 		n := len(seen)
 		mu.Unlock()
-		st, err := tb.b.Stats(tb.ctx, "default")
+		st, err := oneStats(tb.b.Stats(tb.ctx, "default"))
 		return n > 0 && err == nil && st.Scheduled == 0 && st.Processing == 0
 	})
 	mu.Lock()

@@ -188,7 +188,7 @@ func TestBatchEndsWhateverEndsAMember(t *testing.T) {
 				}
 			}
 			redistest.WaitFor(t, 10*time.Second, "callback queue drained", func() bool {
-				st, err := tb.b.Stats(tb.ctx, "cb")
+				st, err := oneStats(tb.b.Stats(tb.ctx, "cb"))
 				return err == nil && st.Scheduled == 0 && st.Processing == 0
 			})
 			dead := deadByBatch(t, tb, queue)

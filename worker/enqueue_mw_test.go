@@ -149,7 +149,7 @@ func TestEnqueueMiddlewareRefusalFailsTheAttempt(t *testing.T) {
 	}
 	redistest.WaitFor(t, 5*time.Second, "the next job run", func() bool { return children.Load() == 1 })
 	redistest.WaitFor(t, 5*time.Second, "the queue emptied", func() bool {
-		st, err := tb.b.Stats(tb.ctx, "default")
+		st, err := oneStats(tb.b.Stats(tb.ctx, "default"))
 		return err == nil && st.Scheduled == 0 && st.Processing == 0
 	})
 	tb.queueKeysEmpty(t, "default")

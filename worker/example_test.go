@@ -56,7 +56,7 @@ func Example() {
 	stop() // graceful: running handlers finish, acks are flushed
 	fmt.Println("Run returned:", <-stopped)
 
-	st, err := b.Stats(ctx, "default")
+	st, err := oneStats(b.Stats(ctx, "default"))
 	if err != nil {
 		panic(err)
 	}

@@ -116,7 +116,7 @@ func TestRandomGarbageNeverStallsTheQueue(t *testing.T) {
 
 	in := deadletter.New(tb.b)
 	redistest.WaitFor(t, 30*time.Second, "every job handled or dead-lettered", func() bool {
-		st, err := tb.b.Stats(tb.ctx, "default")
+		st, err := oneStats(tb.b.Stats(tb.ctx, "default"))
 		return err == nil && st.Scheduled == 0 && st.Processing == 0
 	})
 	for _, e := range append(envs, &job.Envelope{ID: "slow-0"}, &job.Envelope{ID: "slow-1"}) {

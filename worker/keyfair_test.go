@@ -184,8 +184,8 @@ func TestKeyFairnessBatchMembersEndWhileWaiting(t *testing.T) {
 		mu.Lock()
 		done := ran[(id+":complete")] > 0
 		mu.Unlock()
-		st, err := tb.b.Stats(tb.ctx, "default")
-		cbst, cerr := tb.b.Stats(tb.ctx, "cb")
+		st, err := oneStats(tb.b.Stats(tb.ctx, "default"))
+		cbst, cerr := oneStats(tb.b.Stats(tb.ctx, "cb"))
 		return done && err == nil && cerr == nil && st.Scheduled == 0 && st.Processing == 0 && st.HeldByKey == 0 &&
 			cbst.Scheduled == 0 && cbst.Processing == 0
 	})

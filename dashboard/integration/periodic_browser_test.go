@@ -40,7 +40,7 @@ func periodicPauseAndRun(t *testing.T, ctx context.Context, b *broker.Broker, ba
 	bg := context.Background()
 	scheduled := func() int64 {
 		t.Helper()
-		st, err := b.Stats(bg, "reports")
+		st, err := oneStats(b.Stats(bg, "reports"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -63,7 +63,7 @@ func TestChainsUnderWorkerCrashes(t *testing.T) {
 	url := "redis://" + srv.Addr() + "/0"
 	drained := func() bool {
 		for _, q := range queues {
-			st, err := s.b.Stats(s.ctx, q)
+			st, err := oneStats(s.b.Stats(s.ctx, q))
 			if err != nil || st.Scheduled != 0 || st.Processing != 0 {
 				return false
 			}

@@ -172,7 +172,7 @@ func TestWorkerCrashes(t *testing.T) {
 	}
 	killed := map[string]bool{}
 	drained := func() bool {
-		st, err := s.b.Stats(s.ctx, queue)
+		st, err := oneStats(s.b.Stats(s.ctx, queue))
 		return err == nil && st.Scheduled == 0 && st.Processing == 0
 	}
 	deadline := time.Now().Add(90 * time.Second)

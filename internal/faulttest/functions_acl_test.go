@@ -296,7 +296,7 @@ func functionsFeatures(t *testing.T, b *broker.Broker) {
 		_, err := types["fn.capped"].Enqueue(ctx, b, fnArgs{N: 70 + n})
 		must("enqueue to the paused queue", err)
 	}
-	st, err := b.Stats(ctx, "fc")
+	st, err := oneStats(b.Stats(ctx, "fc"))
 	if err != nil || !st.Paused || len(st.PausedTypes) != 1 || st.Caps[""] != 2 || st.RateLimits["fn.capped"].Count != 50 {
 		t.Fatalf("stats of the controlled queue: %+v, %v", st, err)
 	}
@@ -491,7 +491,7 @@ func functionsDashboard(t *testing.T, b *broker.Broker) {
 	post("/dead/redrive-all", url.Values{"queue": {"dq2"}})
 	kill("x5")
 	post("/dead/dq2/purge", url.Values{})
-	if st, err := b.Stats(ctx, "dq2"); err != nil || st.Dead != 0 || st.Scheduled != 3 {
+	if st, err := oneStats(b.Stats(ctx, "dq2")); err != nil || st.Dead != 0 || st.Scheduled != 3 {
 		t.Fatalf("after the dashboard's dead-letter actions: %+v, %v, want 3 scheduled (x1, x3, x4) and none dead", st, err)
 	}
 }

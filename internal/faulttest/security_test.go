@@ -146,7 +146,7 @@ func coreFlow(t *testing.T, b *broker.Broker) {
 		t.Fatalf("redrive: %v", err)
 	}
 	redistest.WaitFor(t, 10*time.Second, "redriven job dead again", func() bool {
-		st, err := b.Stats(ctx, q)
+		st, err := oneStats(b.Stats(ctx, q))
 		if err != nil {
 			t.Fatalf("stats: %v", err)
 		}

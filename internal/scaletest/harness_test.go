@@ -93,7 +93,7 @@ func (l *ledger) tally(ctx context.Context, t *testing.T, b *broker.Broker, queu
 			r.redeliveries += n - 1
 		}
 	}
-	st, err := b.Stats(ctx, queue)
+	st, err := oneStats(b.Stats(ctx, queue))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -373,7 +373,7 @@ func TestBrokerFollowsPromotion(t *testing.T) {
 	start = time.Now()
 	redistest.WaitFor(t, 10*time.Second, "durable enqueue on the promoted replica", enqueued(durable, "after1"))
 	t.Logf("durable mode: enqueue works again %v after the old master rejoined", time.Since(start).Round(10*time.Millisecond))
-	st, err := plain.Stats(ctx, "q")
+	st, err := oneStats(plain.Stats(ctx, "q"))
 	if err != nil || st.Scheduled != 4 {
 		t.Fatalf("stats %+v, %v; want the 4 jobs", st, err)
 	}

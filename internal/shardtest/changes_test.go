@@ -69,7 +69,7 @@ func snapshot(t *testing.T, e *env) any {
 	ctx := context.Background()
 	queues, err := e.b.Queues(ctx)
 	slices.Sort(queues)
-	all, errAll := e.b.StatsOf(ctx)
+	all, errAll := e.b.Stats(ctx)
 	out := map[string]any{"queues": []any{queues, errOut(err)}, "stats": []any{all, errOut(errAll)}}
 	for _, q := range []string{orders, mail} {
 		var sch, proc, dead []string

@@ -59,10 +59,11 @@ keys, and one more round trip for the queue's stats.`,
 			if err != nil {
 				return err
 			}
-			st, err := b.Stats(cmd.Context(), q)
+			sts, err := b.Stats(cmd.Context(), q)
 			if err != nil {
 				return err
 			}
+			st := sts[0]
 			return a.printHeldKeys(q, hk, st.FairKeys)
 		},
 	}

@@ -557,7 +557,7 @@ type limitJSON struct {
 }
 
 func (a *app) listQueues(ctx context.Context, b *broker.Broker) error {
-	all, err := b.StatsOf(ctx)
+	all, err := b.Stats(ctx)
 	bad, err := leftOut(err)
 	if err != nil {
 		return err
