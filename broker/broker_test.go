@@ -415,7 +415,7 @@ func TestStats(t *testing.T) {
 		s.Lateness() != 3*time.Second || !s.NextReady.Equal(epoch.Add(time.Minute)) {
 		t.Fatalf("stats %+v lateness %v", s, s.Lateness())
 	}
-	qs, err := tb.b.Queues(tb.ctx)
+	qs, err := protocol.Admin(tb.b).Queues(tb.ctx)
 	if err != nil || len(qs) != 1 || qs[0] != "q" {
 		t.Fatalf("queues %v, %v", qs, err)
 	}

@@ -111,12 +111,12 @@
 //
 // # Redis users and functions
 //
-// [ACLRules] gives the ACL rules of a Redis user limited to one namespace.
+// `delayq acl` prints the ACL rules of a Redis user limited to one namespace.
 // They grant EVAL and EVALSHA, which run any code: where namespaces share a
 // server, an administrator loads the scripts once as a Redis 7 function
 // library (`delayq admin load-functions`), the brokers run
 // with Options.Functions (FCALL and FCALL_RO of that library) and their
-// user gets [FunctionsACLRules], which allow no code of its own. The
+// user gets those of `delayq acl --functions`, which allow no code of its own. The
 // library is named after a hash of the scripts, so versions coexist during
 // a rolling deploy; a missing one gives errors wrapping
 // [ErrFunctionsNotLoaded]. See docs/security.md.

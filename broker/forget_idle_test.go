@@ -57,7 +57,7 @@ func TestForgetIdleQueues(t *testing.T) {
 	if !slices.Equal(forgotten, []string{"idle", "sharded"}) {
 		t.Fatalf("forgotten %v, want [idle sharded]", forgotten)
 	}
-	listed, err := tb.b.Queues(tb.ctx)
+	listed, err := protocol.Admin(tb.b).Queues(tb.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/deadletter"
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
@@ -21,12 +22,12 @@ import (
 )
 
 // sharded declares queue "q" with n shards on the bundle's broker.
-func (tb *testBundle) sharded(t *testing.T, n int) []broker.Shard {
+func (tb *testBundle) sharded(t *testing.T, n int) []admin.Shard {
 	t.Helper()
 	if err := tb.b.DeclareQueue(tb.ctx, "q", n); err != nil {
 		t.Fatal(err)
 	}
-	shards, err := tb.b.Shards(tb.ctx, "q")
+	shards, err := protocol.Admin(tb.b).Shards(tb.ctx, "q")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +38,7 @@ func (tb *testBundle) sharded(t *testing.T, n int) []broker.Shard {
 }
 
 // shardOf returns the index of the shard whose key set holds id, or -1.
-func (tb *testBundle) shardOf(t *testing.T, shards []broker.Shard, set, id string) int {
+func (tb *testBundle) shardOf(t *testing.T, shards []admin.Shard, set, id string) int {
 	t.Helper()
 	found := -1
 	for i, s := range shards {
@@ -355,7 +356,7 @@ func TestDeclareQueue(t *testing.T) {
 	if err := tb.b.DeclareQueue(tb.ctx, "q", 4); !errors.Is(err, broker.ErrShardCount) || !strings.Contains(err.Error(), "has 3 shard(s), not 4") {
 		t.Fatalf("changing the count: %v", err)
 	}
-	qs, err := tb.b.Queues(tb.ctx)
+	qs, err := protocol.Admin(tb.b).Queues(tb.ctx)
 	if err != nil || !slices.Equal(qs, []string{"q"}) {
 		t.Fatalf("Queues = %v, %v; want the declared q", qs, err)
 	}
@@ -432,7 +433,7 @@ func TestShardNamesSpreadOverTheSlotSpace(t *testing.T) {
 		if err := tb.b.DeclareQueue(tb.ctx, q, n); err != nil {
 			t.Fatal(err)
 		}
-		shards, err := tb.b.Shards(tb.ctx, q)
+		shards, err := protocol.Admin(tb.b).Shards(tb.ctx, q)
 		if err != nil {
 			t.Fatal(err)
 		}

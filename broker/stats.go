@@ -31,7 +31,7 @@ import (
 // queue, read element 0 when the error is nil.
 func (b *Broker) Stats(ctx context.Context, queues ...string) ([]job.QueueStats, error) {
 	if len(queues) == 0 {
-		names, err := b.Queues(ctx)
+		names, err := b.queueNames(ctx)
 		if err != nil {
 			return nil, err
 		}

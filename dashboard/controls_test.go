@@ -9,8 +9,8 @@ import (
 
 	"github.com/delayq/delayq/dashboard"
 	"github.com/delayq/delayq/fleet"
-	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/fleetreg"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/job"
 )
 
@@ -75,7 +75,7 @@ func TestCapsAndLimits(t *testing.T) {
 		wantStatus(t, "POST "+path, r, http.StatusNotFound)
 		mustContain(t, "POST "+path, r.body, "nothing was ever enqueued to it")
 	}
-	if ok, _ := admin.For(tb.b).Known(tb.ctx, "smss"); ok {
+	if ok, _ := protocol.Admin(tb.b).Known(tb.ctx, "smss"); ok {
 		t.Fatal("an action on an unknown queue created it")
 	}
 

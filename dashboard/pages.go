@@ -14,7 +14,6 @@ import (
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/fleet"
-	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/relaystatus"
@@ -91,7 +90,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 		}
 		page = n
 	}
-	all, err := d.b.Queues(ctx)
+	all, err := protocol.Admin(d.b).Queues(ctx)
 	if err != nil {
 		d.redisError(w, r, err)
 		return
@@ -136,7 +135,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 	}
 	now := stats[0].Now
 	v.Now = now
-	hist, err := admin.For(d.b).History(ctx, names, now.Add(-historySpan), now)
+	hist, err := protocol.Admin(d.b).History(ctx, names, now.Add(-historySpan), now)
 	if err != nil {
 		d.redisError(w, r, err)
 		return
@@ -272,7 +271,7 @@ func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
 	}
 	data.Served = len(procs.Serving(q))
 	data.HeldUnserved = data.Stats.Processing > 0 && data.Served == 0
-	hist, err := admin.For(d.b).History(ctx, []string{q}, v.Now.Add(-span.Back), v.Now)
+	hist, err := protocol.Admin(d.b).History(ctx, []string{q}, v.Now.Add(-span.Back), v.Now)
 	if err != nil {
 		d.redisError(w, r, err)
 		return

@@ -200,7 +200,7 @@ func (in *Inspector) queues(ctx context.Context, queue string) ([]string, error)
 		}
 		return []string{queue}, nil
 	}
-	all, err := in.b.Queues(ctx)
+	all, err := protocol.Admin(in.b).Queues(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/admin"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/job"
 )
@@ -112,8 +114,8 @@ func TestClusterFailover(t *testing.T) {
 	needScale(t)
 	t.Parallel()
 	c := redistest.StartCluster(t)
-	crash := func(lagging bool) func(*testing.T, broker.Shard) {
-		return func(t *testing.T, shard broker.Shard) {
+	crash := func(lagging bool) func(*testing.T, admin.Shard) {
+		return func(t *testing.T, shard admin.Shard) {
 			node := c.MasterOf(t, "{"+shard.Name+"}")
 			if lagging {
 				heal := cutLink(t, node, c.ReplicaOf(t, node))
@@ -146,8 +148,8 @@ func TestSentinelFailover(t *testing.T) {
 	needScale(t)
 	t.Parallel()
 	s := redistest.StartSentinel(t)
-	crash := func(lagging bool) func(*testing.T, broker.Shard) {
-		return func(t *testing.T, _ broker.Shard) {
+	crash := func(lagging bool) func(*testing.T, admin.Shard) {
+		return func(t *testing.T, _ admin.Shard) {
 			m := s.Master(t)
 			if lagging {
 				replica := s.Servers()[0]
@@ -193,7 +195,7 @@ func mode(durable bool) string {
 // failover runs two producers and two workers, each with its own client,
 // over a three-shard queue, calls crash once a quarter of the jobs are in,
 // and reports what was lost and duplicated.
-func failover(t *testing.T, topo, scenario string, durable bool, client func() redis.UniversalClient, crash func(*testing.T, broker.Shard)) {
+func failover(t *testing.T, topo, scenario string, durable bool, client func() redis.UniversalClient, crash func(*testing.T, admin.Shard)) {
 	ctx := context.Background()
 	const n = 20_000
 	ns := "fo-" + scenario + "-" + mode(durable)
@@ -201,7 +203,7 @@ func failover(t *testing.T, topo, scenario string, durable bool, client func() r
 	if err := first.DeclareQueue(ctx, "hot", 3); err != nil {
 		t.Fatal(err)
 	}
-	shards, err := first.Shards(ctx, "hot")
+	shards, err := protocol.Admin(first).Shards(ctx, "hot")
 	if err != nil {
 		t.Fatal(err)
 	}

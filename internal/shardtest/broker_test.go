@@ -59,11 +59,11 @@ func brokerReads() []readCase {
 			return fmt.Sprintf("%T", e.b.Client())
 		}},
 		{"EvictionPolicy", func(t *testing.T, e *env) any {
-			p, err := admin.For(e.b).EvictionPolicy(ctx)
+			p, err := protocol.Admin(e.b).EvictionPolicy(ctx)
 			return []any{p, errOut(err)}
 		}},
 		{"Queues", func(t *testing.T, e *env) any {
-			qs, err := e.b.Queues(ctx)
+			qs, err := protocol.Admin(e.b).Queues(ctx)
 			slices.Sort(qs)
 			if err == nil && !slices.Equal(qs, []string{mail, orders}) {
 				t.Errorf("%s: Queues() = %v", e.name, qs)
@@ -139,7 +139,7 @@ func brokerReads() []readCase {
 			// the queue, in its own slot.
 			out := map[string]any{}
 			for _, q := range []string{orders, mail, "never-used", "bad queue!"} {
-				shards, err := e.b.Shards(ctx, q)
+				shards, err := protocol.Admin(e.b).Shards(ctx, q)
 				want := 1
 				if q == orders {
 					want = e.shards
@@ -180,7 +180,7 @@ func brokerReads() []readCase {
 		}},
 		{"History", func(t *testing.T, e *env) any {
 			now := e.now(t)
-			h, err := admin.For(e.b).History(ctx, []string{orders, mail, "never-used"}, now.Add(-59*time.Minute), now)
+			h, err := protocol.Admin(e.b).History(ctx, []string{orders, mail, "never-used"}, now.Add(-59*time.Minute), now)
 			if err == nil {
 				var sum admin.Minute
 				for _, m := range h[0] {
@@ -194,10 +194,10 @@ func brokerReads() []readCase {
 				}
 			}
 			// The seed's own minutes, whatever the clock.
-			seeded, errSeeded := admin.For(e.b).History(ctx, []string{orders}, e.base.Add(-31*time.Minute), e.base)
-			_, errOrder := admin.For(e.b).History(ctx, []string{orders}, e.base, e.base.Add(-time.Minute))
-			_, errSpan := admin.For(e.b).History(ctx, []string{orders}, e.base.Add(-25*time.Hour), e.base)
-			_, errBad := admin.For(e.b).History(ctx, []string{"bad queue!"}, e.base, e.base)
+			seeded, errSeeded := protocol.Admin(e.b).History(ctx, []string{orders}, e.base.Add(-31*time.Minute), e.base)
+			_, errOrder := protocol.Admin(e.b).History(ctx, []string{orders}, e.base, e.base.Add(-time.Minute))
+			_, errSpan := protocol.Admin(e.b).History(ctx, []string{orders}, e.base.Add(-25*time.Hour), e.base)
+			_, errBad := protocol.Admin(e.b).History(ctx, []string{"bad queue!"}, e.base, e.base)
 			return []any{h, errOut(err), seeded, errOut(errSeeded), errOut(errOrder), errOut(errSpan), errOut(errBad)}
 		}},
 	}

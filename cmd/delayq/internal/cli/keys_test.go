@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/broker"
-	"github.com/delayq/delayq/internal/admin"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
@@ -305,7 +305,7 @@ func TestKeysCap(t *testing.T) {
 	if after := tb.keyControls(t, "imports"); after != before {
 		t.Errorf("refused calls changed the key controls:\n%s\nto\n%s", before, after)
 	}
-	if ok, err := admin.For(tb.b).Known(tb.ctx, "nosuch"); ok || err != nil {
+	if ok, err := protocol.Admin(tb.b).Known(tb.ctx, "nosuch"); ok || err != nil {
 		t.Errorf("a refused cap made the unused queue known (%v)", err)
 	}
 
@@ -413,7 +413,7 @@ func TestKeysLimit(t *testing.T) {
 	if after := tb.keyControls(t, "sms"); after != before {
 		t.Errorf("refused calls changed the key controls:\n%s\nto\n%s", before, after)
 	}
-	if ok, err := admin.For(tb.b).Known(tb.ctx, "smss"); ok || err != nil {
+	if ok, err := protocol.Admin(tb.b).Known(tb.ctx, "smss"); ok || err != nil {
 		t.Errorf("a refused limit made the unused queue known (%v)", err)
 	}
 
@@ -542,7 +542,7 @@ func TestKeysFair(t *testing.T) {
 	if after := tb.keyControls(t, "imports"); after != before {
 		t.Errorf("refused calls changed the key controls:\n%s\nto\n%s", before, after)
 	}
-	if ok, err := admin.For(tb.b).Known(tb.ctx, "nosuch"); ok || err != nil {
+	if ok, err := protocol.Admin(tb.b).Known(tb.ctx, "nosuch"); ok || err != nil {
 		t.Errorf("a refused keys fair made the unused queue known (%v)", err)
 	}
 

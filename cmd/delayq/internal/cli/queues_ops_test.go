@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
@@ -46,7 +46,7 @@ func TestQueuesTypoRefused(t *testing.T) {
 	if out := tb.ok(t, "queues", "pause", "new", "--create"); out != "paused queue new\n" {
 		t.Errorf("pause --create: %q", out)
 	}
-	if ok, _ := admin.For(tb.b).Known(tb.ctx, "new"); !ok {
+	if ok, _ := protocol.Admin(tb.b).Known(tb.ctx, "new"); !ok {
 		t.Error("pause --create did not make the queue known")
 	}
 }
@@ -70,7 +70,7 @@ func TestQueuesForget(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stderr, "2 dead records") {
 		t.Errorf("forget of a queue with dead records: exit %d, stderr %q", r.code, r.stderr)
 	}
-	if ok, _ := admin.For(tb.b).Known(tb.ctx, "mail"); !ok {
+	if ok, _ := protocol.Admin(tb.b).Known(tb.ctx, "mail"); !ok {
 		t.Fatal("a refused forget removed the queue")
 	}
 	r = tb.run(t, "queues", "forget", "nosuch")
