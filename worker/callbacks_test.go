@@ -230,7 +230,7 @@ func TestAddToBatchRacingSealBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Total != 0 || !st.Sealed || !st.Complete() || !st.SuccessFired || !st.CompleteFired {
+	if st.Total != 0 || !st.Sealed || !st.Complete || !st.SuccessFired || !st.CompleteFired {
 		t.Fatalf("batch %+v; want it complete with no member and both callbacks fired", st)
 	}
 	for _, cid := range []string{(id + ":success"), (id + ":complete")} {

@@ -199,7 +199,7 @@ func TestBatchEndsWhateverEndsAMember(t *testing.T) {
 					t.Fatal(err)
 				}
 				total := c.succeeded + c.dead + c.gone
-				if st.Total != total || st.Succeeded != c.succeeded || st.Dead != c.dead || st.Gone != c.gone || st.Pending != 0 || !st.Complete() {
+				if st.Total != total || st.Succeeded != c.succeeded || st.Dead != c.dead || st.Gone != c.gone || st.Pending != 0 || !st.Complete {
 					t.Errorf("%s: %+v, want total %d, succeeded %d, dead %d, gone %d", c.name, st, total, c.succeeded, c.dead, c.gone)
 				}
 				if st.Dead != dead[id] {

@@ -190,7 +190,7 @@ func TestKeyFairnessBatchMembersEndWhileWaiting(t *testing.T) {
 			cbst.Scheduled == 0 && cbst.Processing == 0
 	})
 	st, err := tb.b.Batch(tb.ctx, id)
-	if err != nil || st.Total != 4 || st.Succeeded != 1 || st.Dead != 1 || st.Gone != 2 || !st.Complete() || !st.CompleteFired || st.SuccessFired {
+	if err != nil || st.Total != 4 || st.Succeeded != 1 || st.Dead != 1 || st.Gone != 2 || !st.Complete || !st.CompleteFired || st.SuccessFired {
 		t.Fatalf("batch %+v, %v; want 1 succeeded, 1 dead, 2 gone, the complete callback fired alone", st, err)
 	}
 	mu.Lock()
