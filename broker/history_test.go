@@ -146,7 +146,7 @@ func TestHistoryBadInput(t *testing.T) {
 	}
 }
 
-func TestStatsOf(t *testing.T) {
+func TestStatsOfSeveralQueues(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
 	tb.enqueue(t, env("a", 0), env("b", time.Minute))
@@ -164,7 +164,7 @@ func TestStatsOf(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !reflect.DeepEqual(got[i], want) {
-			t.Errorf("StatsOf %s = %+v, Stats = %+v", q, got[i], want)
+			t.Errorf("Stats(q, r, empty)[%s] = %+v, Stats(%s) = %+v", q, got[i], q, want)
 		}
 	}
 	if got[0].Scheduled != 2 || got[0].Due != 1 || got[1].Scheduled != 1 || got[2].Scheduled != 0 {
@@ -180,9 +180,9 @@ func TestStatsOf(t *testing.T) {
 	}
 }
 
-// StatsOf pipelines EVALSHA; a server that lost its script cache (restart,
+// Stats pipelines EVALSHA; a server that lost its script cache (restart,
 // SCRIPT FLUSH) gets the script loaded again.
-func TestStatsOfAfterScriptFlush(t *testing.T) {
+func TestStatsAfterScriptFlush(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)

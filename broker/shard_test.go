@@ -563,7 +563,7 @@ func TestShardedQueueReaders(t *testing.T) {
 			}
 			st, err := tb.b.Stats(tb.ctx, "q")
 			if err != nil || st[0].Scheduled != 7 || st[0].Due != 2 {
-				t.Fatalf("StatsOf = %+v, %v; want 7 scheduled, 2 due", st, err)
+				t.Fatalf("Stats = %+v, %v; want 7 scheduled, 2 due", st, err)
 			}
 			// A claim and an ack show in ProcessingPage and History.
 			claimed := tb.claim(t, 2)

@@ -114,7 +114,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 	lo := min((page-1)*queuesPerPage, len(names))
 	names = names[lo:min(lo+queuesPerPage, len(names))]
 	var stats []job.QueueStats
-	if len(names) > 0 { // StatsOf of no queue named reads every one
+	if len(names) > 0 { // Stats of no queue named reads every one
 		var err error
 		if stats, err = d.b.Stats(ctx, names...); err != nil {
 			d.redisError(w, r, err)

@@ -81,7 +81,7 @@ func brokerReads() []readCase {
 			}
 			return out
 		}},
-		{"StatsOf", func(t *testing.T, e *env) any {
+		{"Stats of several", func(t *testing.T, e *env) any {
 			st, err := e.b.Stats(ctx, mail, orders, "never-used", orders)
 			if err == nil {
 				checkStats(t, e, st[1], nil)
@@ -90,10 +90,10 @@ func brokerReads() []readCase {
 			_, errBad := e.b.Stats(ctx, orders, "bad queue!")
 			return []any{st, errOut(err), errOut(errBad)}
 		}},
-		{"StatsOf every queue", func(t *testing.T, e *env) any {
+		{"Stats of every queue", func(t *testing.T, e *env) any {
 			st, err := e.b.Stats(ctx)
 			if err == nil && (len(st) != 2 || st[1].Queue != orders) {
-				t.Errorf("%s: StatsOf() = %+v", e.name, st)
+				t.Errorf("%s: Stats() = %+v", e.name, st)
 			} else if err == nil {
 				checkStats(t, e, st[1], nil)
 			}
