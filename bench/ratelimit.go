@@ -147,10 +147,11 @@ wait:
 	if err != nil {
 		return rlResult{}, err
 	}
-	st, err := b.Stats(context.Background(), rlJob.Queue())
+	sts, err := b.Stats(context.Background(), rlJob.Queue())
 	if err != nil {
 		return rlResult{}, err
 	}
+	st := sts[0]
 	if len(got) < c.N {
 		return rlResult{}, fmt.Errorf("rate-limit run: %d of %d jobs handled within %v", len(got), c.N, c.Timeout)
 	}

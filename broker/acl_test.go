@@ -7,15 +7,15 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/delayq/delayq/broker"
+	dqadmin "github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/redistest"
 )
 
 // TestACLRecipesOnTheChannelDefaultOf62: Redis 6.2 starts a new user with
 // every channel (acl-pubsub-default allchannels; 7.0 changed the default to
 // none) and refuses a channel pattern after that. On a server with 6.2's
-// default, the namespace users of broker.ACLRules and
-// broker.FunctionsACLRules (docs/security.md) are accepted, and each may
+// default, the namespace users of admin.ACLRules and
+// admin.FunctionsACLRules (`delayq acl`, docs/security.md) are accepted, and each may
 // publish on its namespace's channels only.
 func TestACLRecipesOnTheChannelDefaultOf62(t *testing.T) {
 	t.Parallel()
@@ -38,8 +38,8 @@ func TestACLRecipesOnTheChannelDefaultOf62(t *testing.T) {
 		name, ns string
 		rules    []string
 	}{
-		{"ACLRules", "acl62", append([]string{"reset", "on", ">s3cret"}, strings.Fields(broker.ACLRules("acl62"))...)},
-		{"FunctionsACLRules", "acl62f", append([]string{"reset", "on", ">s3cret"}, strings.Fields(broker.FunctionsACLRules("acl62f"))...)},
+		{"ACLRules", "acl62", append([]string{"reset", "on", ">s3cret"}, strings.Fields(dqadmin.ACLRules("acl62"))...)},
+		{"FunctionsACLRules", "acl62f", append([]string{"reset", "on", ">s3cret"}, strings.Fields(dqadmin.FunctionsACLRules("acl62f"))...)},
 	} {
 		user := "u-" + tt.ns
 		if err := setUser(user, tt.rules...); err != nil {

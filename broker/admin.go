@@ -5,17 +5,15 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/internal/admin"
-	"github.com/delayq/delayq/job"
 )
 
 // The operator's side that only delayq's own programs use (the CLI and the
-// dashboard): internal/admin reaches it through Admin, whose argument only
-// delayq's own module can name, so that none of it is part of Broker's API.
+// dashboard): they reach it with protocol.Admin(b), through Seams, whose
+// argument only delayq's own module can name, so that none of it is part
+// of Broker's API.
 
-// Admin hands delayq's own programs the operator's side of the broker.
-// Its argument is internal to delayq: code outside delayq's module cannot
-// call it.
-func (b *Broker) Admin(admin.Key) admin.Broker { return adminSide{b} }
+// Admin returns the broker's operator's side (protocol.Admin calls it).
+func (s seams) Admin() admin.Broker { return adminSide{s.b} }
 
 // adminSide implements admin.Broker.
 type adminSide struct{ b *Broker }
@@ -26,8 +24,21 @@ func (a adminSide) History(ctx context.Context, queues []string, from, to time.T
 	return a.b.history(ctx, queues, from, to)
 }
 
-func (a adminSide) QueueMemory(ctx context.Context, st job.QueueStats) (admin.QueueMemory, error) {
-	return a.b.queueMemory(ctx, st)
+func (a adminSide) Queues(ctx context.Context) ([]string, error) { return a.b.queueNames(ctx) }
+
+func (a adminSide) Shards(ctx context.Context, queue string) ([]admin.Shard, error) {
+	return a.b.shards(ctx, queue)
+}
+
+func (a adminSide) QueueMemory(ctx context.Context, queue string) (admin.QueueMemory, error) {
+	sts, errs, err := a.b.statsOf(ctx, []string{queue})
+	if err != nil {
+		return admin.QueueMemory{}, err
+	}
+	if errs[0] != nil {
+		return admin.QueueMemory{}, errs[0]
+	}
+	return a.b.queueMemory(ctx, sts[0])
 }
 
 func (a adminSide) ServerMemory(ctx context.Context) (admin.ServerMemory, error) {

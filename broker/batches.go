@@ -31,8 +31,9 @@ var (
 // fired, when BatchSpec.Keep is 0.
 const defaultBatchKeep = admin.DefaultBatchKeep
 
-// BatchHeader is the header a batch's callback jobs carry: the batch id.
-const BatchHeader = "delayq-batch"
+// batchHeader is the header a batch's callback jobs carry: the batch id.
+// docs/batches.md names it for users (TestBatchHeaderInDoc).
+const batchHeader = "delayq-batch"
 
 // BatchSpec describes a new batch.
 type BatchSpec struct {
@@ -51,6 +52,7 @@ type BatchStatus struct {
 	ID         string
 	CreatedAt  time.Time
 	Sealed     bool // no more members; complete once every member ended
+	Complete   bool // sealed, and every member ended (Pending is 0)
 	Total      int  // members added
 	Pending    int  // Total - Succeeded - Dead - Gone
 	Succeeded  int
@@ -68,9 +70,6 @@ type BatchStatus struct {
 	ExpiresAt     time.Time // when the record goes; zero until the batch is complete and its callbacks fired
 	CompletedAt   time.Time // when the batch was first found complete (the server's clock); a callback's delay counts from then
 }
-
-// Complete reports whether the batch is sealed and every member ended.
-func (s *BatchStatus) Complete() bool { return s.Sealed && s.Pending == 0 }
 
 // successID and completeID are the ids of batch id's callback jobs, as
 // BatchSpec states them.
@@ -108,7 +107,7 @@ func (b *Broker) callback(env *job.Envelope, id string, keep time.Duration, now 
 	for k, v := range env.Headers {
 		cb.Headers[k] = v
 	}
-	cb.Headers[BatchHeader] = id[:strings.LastIndexByte(id, ':')]
+	cb.Headers[batchHeader] = id[:strings.LastIndexByte(id, ':')]
 	body, err = b.prepare(&cb, now)
 	if err != nil {
 		return "", nil, "", err
@@ -455,6 +454,7 @@ func batchStatus(id string, m map[string]string) *BatchStatus {
 		CompleteFired: m["cf"] == "1",
 	}
 	s.Pending = s.Total - s.Succeeded - s.Dead - s.Gone
+	s.Complete = s.Sealed && s.Pending == 0
 	if q := m["sq"]; q != "" {
 		s.OnSuccess = q + "/" + successID(id)
 	}

@@ -112,7 +112,7 @@ func TestBatchStatusCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, err := tb.b.Batch(tb.ctx, id)
-	if err != nil || s.Total != 2 || s.Pending != 2 || s.Sealed || s.Complete() {
+	if err != nil || s.Total != 2 || s.Pending != 2 || s.Sealed || s.Complete {
 		t.Fatalf("open batch: %+v, %v", s, err)
 	}
 	if s.OnSuccess != "q/"+(id+":success") || s.OnComplete != "q/"+(id+":complete") {
@@ -143,12 +143,12 @@ func TestBatchStatusCounts(t *testing.T) {
 	}
 	ack(res.Jobs[1])
 	s, _ = tb.b.Batch(tb.ctx, id)
-	if s.Succeeded != 2 || s.Pending != 0 || !s.Complete() || !s.SuccessFired || !s.CompleteFired || s.ExpiresAt.IsZero() {
+	if s.Succeeded != 2 || s.Pending != 0 || !s.Complete || !s.SuccessFired || !s.CompleteFired || s.ExpiresAt.IsZero() {
 		t.Fatalf("after both acks: %+v", s)
 	}
 	for _, cb := range []string{(id + ":success"), (id + ":complete")} {
 		info, err := tb.b.Job(tb.ctx, "q", cb)
-		if err != nil || info.Envelope.Headers[broker.BatchHeader] != id {
+		if err != nil || info.Envelope.Headers["delayq-batch"] != id {
 			t.Fatalf("callback %s: %+v, %v", cb, info, err)
 		}
 	}
@@ -220,7 +220,7 @@ func TestCallbackMiddleware(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.Headers["seen"] != want || got.Headers[broker.BatchHeader] != id {
+		if got.Headers["seen"] != want || got.Headers["delayq-batch"] != id {
 			t.Errorf("callback of %s stored with headers %v, want seen=%q and the batch header", id, got.Headers, want)
 		}
 	}

@@ -407,7 +407,7 @@ func TestStats(t *testing.T) {
 		t.Fatal(err)
 	}
 	tb.claim(t, 0)
-	s, err := tb.b.Stats(tb.ctx, "q")
+	s, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -415,7 +415,7 @@ func TestStats(t *testing.T) {
 		s.Now.Sub(s.OldestDue) != 3*time.Second || !s.NextReady.Equal(epoch.Add(time.Minute)) {
 		t.Fatalf("stats %+v", s)
 	}
-	qs, err := tb.b.Queues(tb.ctx)
+	qs, err := protocol.Admin(tb.b).Queues(tb.ctx)
 	if err != nil || len(qs) != 1 || qs[0] != "q" {
 		t.Fatalf("queues %v, %v", qs, err)
 	}

@@ -53,14 +53,14 @@ func TestQueueConcurrencyCap(t *testing.T) {
 	if res := tb.claim(t, 10); len(res.Jobs) != 2 {
 		t.Fatalf("after the leases ran out claimed %d, want 2", len(res.Jobs))
 	}
-	st, err := tb.b.Stats(tb.ctx, "q")
+	st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q"))
 	if err != nil || st.Caps[""] != 2 {
 		t.Fatalf("stats %+v, %v; want cap 2 shown", st, err)
 	}
 	if err := tb.b.SetConcurrency(tb.ctx, "q", "", 0); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := tb.b.Stats(tb.ctx, "q"); len(st.Caps) != 0 {
+	if st, _ := testkit.OneStats(tb.b.Stats(tb.ctx, "q")); len(st.Caps) != 0 {
 		t.Fatalf("cleared cap still shown: %v", st.Caps)
 	}
 	if res := tb.claim(t, 10); len(res.Jobs) != 1 {
@@ -83,7 +83,7 @@ func TestTypeConcurrencyCap(t *testing.T) {
 	}
 	r1, r2 := first.Jobs[2].Lease, first.Jobs[3].Lease
 	// The others are held aside, pending, with no attempt spent.
-	st, err := tb.b.Stats(tb.ctx, "q")
+	st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q"))
 	if err != nil || st.Held != 3 || st.Scheduled != 0 || st.Caps["report.build"] != 2 || len(st.HeldByCap) != 1 || st.HeldByCap["report.build"] != 3 {
 		t.Fatalf("stats %+v, %v; want 3 held, all of report.build", st, err)
 	}
@@ -150,7 +150,7 @@ func TestTypeConcurrencyCap(t *testing.T) {
 	if got := strings.Join(ids(claimAll(t, tb)), ","); got != "r7" {
 		t.Fatalf("after clearing the cap claimed %q, want r7", got)
 	}
-	if st, _ := tb.b.Stats(tb.ctx, "q"); st.Held != 0 || len(st.Caps) != 0 {
+	if st, _ := testkit.OneStats(tb.b.Stats(tb.ctx, "q")); st.Held != 0 || len(st.Caps) != 0 {
 		t.Fatalf("after clearing: %+v", st)
 	}
 }
@@ -197,7 +197,7 @@ func TestConcurrencyCapShards(t *testing.T) {
 	if !slices.Equal(got, []int{1, 2, 2}) {
 		t.Fatalf("claimed per shard %v, want shares 1, 2, 2", got)
 	}
-	if st, _ := tb.b.Stats(tb.ctx, "q"); st.Caps[""] != 5 || st.Processing != 5 {
+	if st, _ := testkit.OneStats(tb.b.Stats(tb.ctx, "q")); st.Caps[""] != 5 || st.Processing != 5 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -220,7 +220,7 @@ func TestConcurrencyBadInput(t *testing.T) {
 		}
 	}
 	// Nothing changed: the cap of 4 stands, the job is still there.
-	st, err := tb.b.Stats(tb.ctx, "q")
+	st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q"))
 	if err != nil || st.Caps[""] != 4 || len(st.Caps) != 1 || st.Scheduled != 1 {
 		t.Fatalf("after bad input: %+v, %v", st, err)
 	}
@@ -254,7 +254,7 @@ func TestHeldByCapCountsEachType(t *testing.T) {
 	if err != nil || len(res.Jobs) != 2+4+3 {
 		t.Fatalf("claimed %d, %v; want 2 a, 4 b and the 3 free", len(res.Jobs), err)
 	}
-	st, err := tb.b.Stats(tb.ctx, "q")
+	st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q"))
 	if err != nil || st.Held != 5+5 || !maps.Equal(st.HeldByCap, map[string]int64{"a": 5, "b": 5}) {
 		t.Fatalf("stats: held %d by type %v (%v); want 10: a 5, b 5", st.Held, st.HeldByCap, err)
 	}

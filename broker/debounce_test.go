@@ -268,7 +268,7 @@ func TestDebounceAfterTheWindow(t *testing.T) {
 	if res := tb.claim(t, 10); len(res.Jobs) != 1 || res.Jobs[0].ID != "running" {
 		t.Fatalf("claimed %v, want running alone", ids(res.Jobs))
 	}
-	if st, err := tb.b.Stats(tb.ctx, "q"); err != nil || st.Parked != 2 || st.Held != 1 {
+	if st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q")); err != nil || st.Parked != 2 || st.Held != 1 {
 		t.Fatalf("stats %+v, %v; want k and parked parked, held held", st, err)
 	}
 	for _, c := range []struct {
@@ -288,7 +288,7 @@ func TestDebounceAfterTheWindow(t *testing.T) {
 			t.Fatalf("%s after the debounce: %+v, %v", c.id, info, err)
 		}
 	}
-	if st, err := tb.b.Stats(tb.ctx, "q"); err != nil || st.Parked != 2 || st.Held != 1 {
+	if st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q")); err != nil || st.Parked != 2 || st.Held != 1 {
 		t.Fatalf("stats %+v, %v; want them where they were", st, err)
 	}
 }

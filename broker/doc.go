@@ -15,7 +15,7 @@
 //
 //	c, err := b.Cancel(ctx, "default", "order-1001")        // removed, or asked to stop (c.Running)
 //	_, err = b.Reschedule(ctx, "default", "order-1001", at) // move it
-//	st, err := b.Stats(ctx, "default")                      // counts and lateness
+//	st, err := b.Stats(ctx, "default")                      // counts and lateness: st[0]
 //
 // New reads the server's version once (INFO server; every master of a
 // cluster) and refuses a server older than Redis 6.2.0
@@ -94,7 +94,7 @@
 // slot); a job's shard is a hash of its id. Every method takes the queue's
 // own name and is correct on a sharded queue: methods that name a job go to
 // its shard, and those that read or change a queue as a whole visit every
-// shard and merge what they find (Stats and StatsOf sum, the pages and
+// shard and merge what they find (Stats sums, the pages and
 // History merge, DeadCap is shared). See docs/scaling.md.
 //
 // # Time and fencing
@@ -111,21 +111,22 @@
 //
 // # Redis users and functions
 //
-// [ACLRules] gives the ACL rules of a Redis user limited to one namespace.
+// `delayq acl` prints the ACL rules of a Redis user limited to one namespace.
 // They grant EVAL and EVALSHA, which run any code: where namespaces share a
 // server, an administrator loads the scripts once as a Redis 7 function
 // library (`delayq admin load-functions`), the brokers run
 // with Options.Functions (FCALL and FCALL_RO of that library) and their
-// user gets [FunctionsACLRules], which allow no code of its own. The
+// user gets those of `delayq acl --functions`, which allow no code of its own. The
 // library is named after a hash of the scripts, so versions coexist during
 // a rolling deploy; a missing one gives errors wrapping
 // [ErrFunctionsNotLoaded]. See docs/security.md.
 //
 // # Inspection
 //
-// Operators' tools read the queues without changing them: [Broker.Queues],
-// [Broker.Stats] and [Broker.StatsOf] (several queues, or every one) give
-// counts (scheduled, due, processing, dead), the oldest due job's lateness
+// Operators' tools read the queues without changing them: [Broker.Stats]
+// (of the queues named, or of every queue with none named; a queue that
+// cannot be read is named in a [*QueueErrors] that comes with the others'
+// stats) gives counts (scheduled, due, processing, dead), the oldest due job's lateness
 // and the next ready time in O(log N) per queue; [Broker.Page]
 // pages through jobs by ready time or lease deadline with a cursor;
 // [Broker.Job] finds one job in any state.

@@ -195,7 +195,7 @@ func TestSettleReplyLost(t *testing.T) {
 			if out[1].At.IsZero() || out[2].At.IsZero() {
 				t.Fatalf("retry and kill times missing: %+v", out)
 			}
-			if st, _ := l.b.Stats(l.ctx, "q"); st.Scheduled != 1 || st.Processing != 0 || st.Dead != 1 {
+			if st, _ := testkit.OneStats(l.b.Stats(l.ctx, "q")); st.Scheduled != 1 || st.Processing != 0 || st.Dead != 1 {
 				t.Fatalf("stats %+v, want 1 scheduled, 1 dead", st)
 			}
 			// A new call with the same ops is fenced: the leases are gone.
@@ -345,7 +345,7 @@ func TestWrongTypedKeyChangesNothing(t *testing.T) {
 			return err
 		}},
 		{"stats", map[string]string{"scheduled": "zset", "processing": "zset", "dead:index": "zset"}, func(tb *testBundle, _ []protocol.Claimed) error {
-			_, err := tb.b.Stats(tb.ctx, "q")
+			_, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q"))
 			return err
 		}},
 		{"job", map[string]string{"scheduled": "zset", "processing": "zset", "jobs": "hash", "attempts": "hash", "dead": "hash", "dead:index": "zset"}, func(tb *testBundle, _ []protocol.Claimed) error {

@@ -59,7 +59,7 @@ func TestLeaseHashesStayHashtables(t *testing.T) {
 	if a, l := encodings(); a != "hashtable" || l != "hashtable" {
 		t.Errorf("once every job ended: attempts %s, leases %s; want hashtable", a, l)
 	}
-	if n, err := tb.b.Stats(tb.ctx, "q"); err != nil || n.Processing != 0 || n.Scheduled != 0 {
+	if n, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q")); err != nil || n.Processing != 0 || n.Scheduled != 0 {
 		t.Errorf("stats %+v, %v; want an empty queue", n, err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
 
@@ -29,7 +30,7 @@ func TestReplaceOfAParkedOrHeldJob(t *testing.T) {
 	if len(res.Jobs) != 1 || res.Jobs[0].ID != "r1" {
 		t.Fatalf("claimed %v, want r1 alone", ids(res.Jobs))
 	}
-	st, err := tb.b.Stats(tb.ctx, "q")
+	st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q"))
 	if err != nil || st.Parked != 1 || st.Held != 1 {
 		t.Fatalf("stats %+v, %v; want one parked and one held", st, err)
 	}
@@ -50,7 +51,7 @@ func TestReplaceOfAParkedOrHeldJob(t *testing.T) {
 			t.Fatalf("replaced %s: %+v, %v", id, info, err)
 		}
 	}
-	st, err = tb.b.Stats(tb.ctx, "q")
+	st, err = testkit.OneStats(tb.b.Stats(tb.ctx, "q"))
 	if err != nil || st.Parked != 0 || st.Held != 0 || st.Scheduled != 2 {
 		t.Fatalf("stats after the replaces %+v, %v; want both scheduled", st, err)
 	}
@@ -69,7 +70,7 @@ func TestReplaceOfAParkedOrHeldJob(t *testing.T) {
 	if res := tb.claim(t, 10); len(res.Jobs) != 0 {
 		t.Fatalf("claimed %v; the type is paused and the other at its cap", ids(res.Jobs))
 	}
-	if st, err := tb.b.Stats(tb.ctx, "q"); err != nil || st.Parked != 1 || st.Held != 1 {
+	if st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q")); err != nil || st.Parked != 1 || st.Held != 1 {
 		t.Fatalf("stats %+v, %v; want parked and held again", st, err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
 
@@ -37,7 +38,7 @@ func ExampleBroker_Cancel() {
 	_, err = cancelUnpaid.Enqueue(ctx, b, Order{ID: "1001"}, job.ID("order-1001"), job.In(30*time.Minute))
 	fmt.Println("again:", errors.Is(err, broker.ErrDuplicate))
 
-	st, err := b.Stats(ctx, "default")
+	st, err := testkit.OneStats(b.Stats(ctx, "default"))
 	if err != nil {
 		panic(err)
 	}
@@ -145,7 +146,7 @@ func ExampleBroker_Enqueue_replace() {
 		panic(err)
 	}
 	fmt.Println("now ready in", time.Until(env.ReadyAt).Round(time.Minute))
-	st, _ := b.Stats(ctx, "orders")
+	st, _ := testkit.OneStats(b.Stats(ctx, "orders"))
 	fmt.Println("scheduled jobs:", st.Scheduled)
 	// A one-time password that is useless after five minutes never runs
 	// later than that, across retries too.

@@ -10,6 +10,7 @@ import (
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/protocol"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
 
@@ -57,7 +58,7 @@ func TestForgetIdleQueues(t *testing.T) {
 	if !slices.Equal(forgotten, []string{"idle", "sharded"}) {
 		t.Fatalf("forgotten %v, want [idle sharded]", forgotten)
 	}
-	listed, err := tb.b.Queues(tb.ctx)
+	listed, err := protocol.Admin(tb.b).Queues(tb.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +86,7 @@ func TestForgetIdleQueues(t *testing.T) {
 	if n := tb.rdb.HGet(tb.ctx, keyspace.ShardsKey(tb.ns), "idle").Val(); n != "1" {
 		t.Fatalf("shard count of idle after the enqueue: %q, want 1", n)
 	}
-	st, err := tb.b.Stats(tb.ctx, "idle")
+	st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "idle"))
 	if err != nil || st.Scheduled != 1 {
 		t.Fatalf("stats of idle: %+v, %v; want its job", st, err)
 	}

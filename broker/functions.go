@@ -23,7 +23,7 @@ import (
 // of its own (EVAL, EVALSHA, SCRIPT, FUNCTION): an administrator loads the
 // library once (LoadFunctions, `delayq admin load-functions`) and the
 // broker, with Options.Functions, calls its functions with FCALL and
-// FCALL_RO (FunctionsACLRules gives such a user's rules).
+// FCALL_RO (`delayq acl --functions` prints such a user's rules).
 //
 // The library holds one function per script, wrapping the very code EVAL
 // runs: `function(KEYS, ARGV) <prelude> <body> end`. Its name carries a

@@ -135,7 +135,7 @@ func TestLoadFunctions(t *testing.T) {
 	if err := testkit.Drive(b).Ack(ctx, res.Jobs[0].Lease); err != nil {
 		t.Fatal(err)
 	}
-	if st, err := b.Stats(ctx, "q"); err != nil || st.Scheduled+st.Processing != 0 {
+	if st, err := testkit.OneStats(b.Stats(ctx, "q")); err != nil || st.Scheduled+st.Processing != 0 {
 		t.Fatalf("stats through FCALL_RO: %+v, %v", st, err)
 	}
 }
@@ -158,7 +158,7 @@ func TestFunctionsNotLoaded(t *testing.T) {
 		if !errors.Is(err, broker.ErrFunctionsNotLoaded) || !strings.Contains(err.Error(), name) || !strings.Contains(err.Error(), "delayq admin load-functions") {
 			t.Errorf("%s: enqueue: %v, want ErrFunctionsNotLoaded naming %s and the command", what, err, name)
 		}
-		if _, err := b.Stats(ctx, "q"); !errors.Is(err, broker.ErrFunctionsNotLoaded) {
+		if _, err := testkit.OneStats(b.Stats(ctx, "q")); !errors.Is(err, broker.ErrFunctionsNotLoaded) {
 			t.Errorf("%s: stats: %v, want ErrFunctionsNotLoaded", what, err)
 		}
 		if keys, err := rdb.Keys(ctx, "delayq:{q}:*").Result(); err != nil || len(keys) != 0 {
@@ -233,7 +233,7 @@ func TestFunctionsDurable(t *testing.T) {
 	if ok, err := rdb.HExists(ctx, "delayq:{q}:jobs", "a").Result(); err != nil || !ok {
 		t.Fatalf("the unconfirmed job is not stored: %v, %v", ok, err)
 	}
-	if _, err := b.Stats(ctx, "q"); err != nil {
+	if _, err := testkit.OneStats(b.Stats(ctx, "q")); err != nil {
 		t.Fatalf("stats (read-only) waits for replicas: %v", err)
 	}
 }
@@ -294,7 +294,7 @@ func BenchmarkFunctions(b *testing.B) {
 			b.ReportAllocs()
 			usec0, calls0 := serverTime()
 			for b.Loop() {
-				if _, err := br.Stats(ctx, "bench"); err != nil {
+				if _, err := testkit.OneStats(br.Stats(ctx, "bench")); err != nil {
 					b.Fatal(err)
 				}
 			}

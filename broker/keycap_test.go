@@ -81,7 +81,7 @@ func TestKeyConcurrencyCap(t *testing.T) {
 		t.Fatalf("claimed %d (%d unkeyed), want 40 keyed and 10 unkeyed", len(claimed), got[""])
 	}
 	// The rest are held, counted in Stats.Held; the key cap is no pause.
-	if st, err := tb.b.Stats(tb.ctx, "q"); err != nil || st.Held != 60 || st.HeldByKey != 60 || len(st.HeldByCap) != 0 || st.Scheduled != 0 || len(st.PausedTypes) != 0 {
+	if st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q")); err != nil || st.Held != 60 || st.HeldByKey != 60 || len(st.HeldByCap) != 0 || st.Scheduled != 0 || len(st.PausedTypes) != 0 {
 		t.Fatalf("stats %+v, %v; want 60 held", st, err)
 	}
 	// The held: pending, scheduled as far as users see, no attempt spent.
@@ -210,7 +210,7 @@ func TestKeyConcurrencyChangeReleasesHeld(t *testing.T) {
 	if got := byKey(claimAll(t, tb)); got["a"] != 1 || got["b"] != 1 {
 		t.Fatalf("cap 1: claimed %v", got)
 	}
-	st, err := tb.b.Stats(tb.ctx, "q")
+	st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q"))
 	if err != nil || st.Scheduled != 0 || st.Held != 10 {
 		t.Fatalf("want 10 held, none scheduled: %+v, %v", st, err)
 	}

@@ -45,7 +45,7 @@ func TestKeyFairness(t *testing.T) {
 	if err := tb.b.SetKeyRateLimit(tb.ctx, "q", "", job.RateLimit{Count: 1000, Per: time.Second, Burst: 1000}); err != nil {
 		t.Fatal(err)
 	}
-	if st, err := tb.b.Stats(tb.ctx, "q"); err != nil || !st.FairKeys || len(st.PausedTypes) != 0 {
+	if st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q")); err != nil || !st.FairKeys || len(st.PausedTypes) != 0 {
 		t.Fatalf("stats fair %v, paused types %q, %v; want the turns on and no type paused", st.FairKeys, st.PausedTypes, err)
 	}
 	res := tb.claim(t, 10)
@@ -64,7 +64,7 @@ func TestKeyFairness(t *testing.T) {
 	if strings.Join(order, ",") != "A.000,A.001,A.002,A.003" {
 		t.Errorf("A's jobs claimed %v, want its first four in order", order)
 	}
-	st, err := tb.b.Stats(tb.ctx, "q")
+	st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q"))
 	if err != nil || st.HeldByKey != 96 {
 		t.Fatalf("stats %+v, %v; want A's 96 held waiting for a turn", st, err)
 	}
@@ -90,7 +90,7 @@ func TestKeyFairness(t *testing.T) {
 	if err := tb.b.SetKeyFairness(tb.ctx, "q", false); err != nil {
 		t.Fatal(err)
 	}
-	if st, err := tb.b.Stats(tb.ctx, "q"); err != nil || st.HeldByKey != 0 || st.Held != 0 || st.FairKeys {
+	if st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q")); err != nil || st.HeldByKey != 0 || st.Held != 0 || st.FairKeys {
 		t.Fatalf("after turning the turns off: %+v, %v; want nothing held and the turns off", st, err)
 	}
 	for {
@@ -221,7 +221,7 @@ func TestKeyFairnessEnqueue(t *testing.T) {
 	if got := where("B.1", "B"); got != "held" {
 		t.Errorf("replaced B.1 is %s, want held", got)
 	}
-	if st, err := tb.b.Stats(tb.ctx, "q"); err != nil || st.HeldByKey != 3 || st.Scheduled != 3 {
+	if st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q")); err != nil || st.HeldByKey != 3 || st.Scheduled != 3 {
 		t.Fatalf("stats held by key %d, scheduled %d, %v; want 3 and 3", st.HeldByKey, st.Scheduled, err)
 	}
 	res := tb.claim(t, 10)

@@ -49,7 +49,7 @@ func TestPauseKeyHoldsItsJobs(t *testing.T) {
 	if got["a"] != 0 || got["b"] != 3 || got[""] != 3 {
 		t.Fatalf("with a paused claimed %v, want b's 3 and the 3 unkeyed", got)
 	}
-	st, err := tb.b.Stats(tb.ctx, "q")
+	st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q"))
 	if err != nil || st.Held != 3 || st.HeldByKey != 3 || st.Paused || len(st.PausedTypes) != 0 {
 		t.Fatalf("stats %+v, %v; want a's 3 held by their key", st, err)
 	}
@@ -133,7 +133,7 @@ func TestPauseKeyWithCap(t *testing.T) {
 	if got := ids(res); !slices.Equal(got, []string{"a.1"}) {
 		t.Fatalf("after the resume claimed %v, want a.1 alone (the cap of 1)", got)
 	}
-	if st, err := tb.b.Stats(tb.ctx, "q"); err != nil || st.HeldByKey != 2 {
+	if st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q")); err != nil || st.HeldByKey != 2 {
 		t.Fatalf("stats %+v, %v; want 2 held by the cap", st, err)
 	}
 	if err := testkit.Drive(tb.b).Ack(tb.ctx, res[0].Lease); err != nil {
@@ -297,14 +297,14 @@ func TestPauseKeyDebounce(t *testing.T) {
 	if got := ids(claimAll(t, tb)); len(got) != 0 {
 		t.Fatalf("key paused: claimed %v", got)
 	}
-	if st, err := tb.b.Stats(tb.ctx, "q"); err != nil || st.HeldByKey != 1 || st.Scheduled != 0 {
+	if st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q")); err != nil || st.HeldByKey != 1 || st.Scheduled != 0 {
 		t.Fatalf("stats %+v, %v; want d held by its key", st, err)
 	}
 	third, err := enq(3)
 	if err != nil || !third.ReadyAt.Equal(second.ReadyAt) {
 		t.Fatalf("debounce of the held job: ready %v, %v; want %v kept", third.ReadyAt, err, second.ReadyAt)
 	}
-	if st, err := tb.b.Stats(tb.ctx, "q"); err != nil || st.HeldByKey != 1 || st.Scheduled != 0 || tb.storedJobs(t) != 1 {
+	if st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q")); err != nil || st.HeldByKey != 1 || st.Scheduled != 0 || tb.storedJobs(t) != 1 {
 		t.Fatalf("stats %+v, %v; want d still held, one job", st, err)
 	}
 	if n, err := tb.b.ResumeKey(tb.ctx, "q", "r"); err != nil || n != 1 {
@@ -412,7 +412,7 @@ func TestResumeKeyWakesWorkers(t *testing.T) {
 	testkit.StartWorker(t, cfg)
 	redistest.WaitFor(t, 10*time.Second, "beta's job, and acme's held", func() bool {
 		_, ok := runAt("beta.3")
-		st, err := bd.B.Stats(bd.Ctx, "imports")
+		st, err := testkit.OneStats(bd.B.Stats(bd.Ctx, "imports"))
 		return ok && err == nil && st.HeldByKey == 3
 	})
 	for i := range 3 {

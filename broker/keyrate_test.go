@@ -71,7 +71,7 @@ func TestKeyRateLimit(t *testing.T) {
 	if !res.Next.Equal(start.Add(time.Second)) {
 		t.Errorf("next %v, want the next tokens a second on", res.Next.Sub(start))
 	}
-	if st, err := tb.b.Stats(tb.ctx, "q"); err != nil || st.HeldByKey != 70 || st.Held != 70 || st.Scheduled != 0 {
+	if st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q")); err != nil || st.HeldByKey != 70 || st.Held != 70 || st.Scheduled != 0 {
 		t.Fatalf("stats held %d (by key %d), scheduled %d, %v; want 70 held by their keys' rate", st.Held, st.HeldByKey, st.Scheduled, err)
 	}
 	def := job.RateLimit{Count: 3, Per: time.Second, Strict: true}
@@ -128,7 +128,7 @@ func TestKeyRateLimit(t *testing.T) {
 	if len(res.Jobs) != 36 {
 		t.Fatalf("after the default was cleared claimed %d, want the 36 held", len(res.Jobs))
 	}
-	if st, err := tb.b.Stats(tb.ctx, "q"); err != nil || st.Held != 0 || st.HeldByKey != 0 {
+	if st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q")); err != nil || st.Held != 0 || st.HeldByKey != 0 {
 		t.Fatalf("stats %+v, %v; want none held", st, err)
 	}
 	for _, name := range []string{"keyheld", "keywait"} {

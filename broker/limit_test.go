@@ -36,7 +36,7 @@ func TestQueueRateLimit(t *testing.T) {
 	if res := tb.claim(t, 100); len(res.Jobs) != 2 {
 		t.Fatalf("after a quiet second claimed %d, want the burst of 2", len(res.Jobs))
 	}
-	st, err := tb.b.Stats(tb.ctx, "q")
+	st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q"))
 	if err != nil || st.RateLimits[""] != (job.RateLimit{Count: 10, Per: time.Second, Burst: 2}) || st.Scheduled != 15 {
 		t.Fatalf("stats %+v, %v", st, err)
 	}
@@ -247,7 +247,7 @@ func TestRateLimitHeldJobsStayDue(t *testing.T) {
 		if others == n && !checked {
 			// Every other job has started; the sms wait for tokens.
 			checked = true
-			st, err := tb.b.Stats(tb.ctx, "q")
+			st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -282,7 +282,7 @@ func TestRateLimitHeldJobsStayDue(t *testing.T) {
 	if last := tb.clock.Now().Sub(epoch.Add((n - 1) * 10 * time.Millisecond)); claimed != 2*n || held < n/2 || held >= n || lateMax != last {
 		t.Fatalf("history: %d claimed, %d held by the rate, lateness max %v; want %d, most sms, %v", claimed, held, lateMax, 2*n, last)
 	}
-	if st, _ := tb.b.Stats(tb.ctx, "q"); st.Due != 0 || len(st.HeldByRate) != 0 {
+	if st, _ := testkit.OneStats(tb.b.Stats(tb.ctx, "q")); st.Due != 0 || len(st.HeldByRate) != 0 {
 		t.Fatalf("after the drain: stats %+v", st)
 	}
 }
@@ -322,7 +322,7 @@ func TestStrictRateLimitWindow(t *testing.T) {
 			if err := tb.b.SetRateLimit(tb.ctx, "q", c.typ, c.limit); err != nil {
 				t.Fatal(err)
 			}
-			if st, err := tb.b.Stats(tb.ctx, "q"); err != nil || st.RateLimits[c.typ] != c.limit {
+			if st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q")); err != nil || st.RateLimits[c.typ] != c.limit {
 				t.Fatalf("stats show %+v, %v; want %+v", st.RateLimits, err, c.limit)
 			}
 			rng := rand.New(rand.NewPCG(1, uint64(c.shards)))
@@ -393,7 +393,7 @@ func TestStrictRateLimitWindow(t *testing.T) {
 				t.Errorf("%+v: %v, want ErrInvalid", r, err)
 			}
 		}
-		if st, err := tb.b.Stats(tb.ctx, "q"); err != nil || len(st.RateLimits) != 0 {
+		if st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q")); err != nil || len(st.RateLimits) != 0 {
 			t.Fatalf("after refused limits: %+v, %v", st.RateLimits, err)
 		}
 	})

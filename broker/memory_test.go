@@ -8,6 +8,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
 
@@ -38,11 +39,11 @@ func TestQueueAndServerMemory(t *testing.T) {
 	if err := b.SetConcurrency(ctx, "big", "t", 1); err != nil {
 		t.Fatal(err)
 	}
-	stBig, err := b.Stats(ctx, "big")
+	stBig, err := testkit.OneStats(b.Stats(ctx, "big"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	stSmall, _ := b.Stats(ctx, "small")
+	stSmall, _ := testkit.OneStats(b.Stats(ctx, "small"))
 	big, err := b.QueueMemory(ctx, stBig)
 	if err != nil {
 		t.Fatal(err)

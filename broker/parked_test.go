@@ -107,7 +107,7 @@ func TestParkedCountsFollowEveryPath(t *testing.T) {
 			sum += n
 		}
 		maxParked, maxTypes = max(maxParked, int(sum)), max(maxTypes, len(want))
-		st, err := tb.b.Stats(tb.ctx, "q")
+		st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -251,7 +251,7 @@ func TestParkedCountsFollowEveryPath(t *testing.T) {
 		}
 	}
 	for range 100 {
-		if st, err := tb.b.Stats(tb.ctx, "q"); err != nil || st.Scheduled+st.Processing+st.Parked+st.Held == 0 {
+		if st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q")); err != nil || st.Scheduled+st.Processing+st.Parked+st.Held == 0 {
 			break
 		}
 		res := tb.claim(t, 100)
@@ -296,14 +296,14 @@ func TestParkedByTypeOverShards(t *testing.T) {
 	if got := len(tb.claim(t, 200).Jobs); got != 30 {
 		t.Fatalf("claimed %d, want the 30 push jobs", got)
 	}
-	st, err := tb.b.Stats(tb.ctx, "q")
+	st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q"))
 	if want := map[string]int64{"sms": 30, "mail": 30}; err != nil || st.Parked != 60 || !maps.Equal(st.ParkedByType, want) {
 		t.Fatalf("stats parked %d by type %v, %v; want 60, %v", st.Parked, st.ParkedByType, err, want)
 	}
 	if n, err := tb.b.Resume(tb.ctx, "q", "sms"); err != nil || n != 30 {
 		t.Fatalf("resume sms: %d, %v", n, err)
 	}
-	st, err = tb.b.Stats(tb.ctx, "q")
+	st, err = testkit.OneStats(tb.b.Stats(tb.ctx, "q"))
 	if want := map[string]int64{"mail": 30}; err != nil || st.Parked != 30 || !maps.Equal(st.ParkedByType, want) {
 		t.Fatalf("after resuming sms: parked %d by type %v, %v; want 30, %v", st.Parked, st.ParkedByType, err, want)
 	}
@@ -334,7 +334,7 @@ func TestResumeRecountsParked(t *testing.T) {
 	if _, err := tb.b.Resume(tb.ctx, "q", "other"); err != nil {
 		t.Fatal(err)
 	}
-	st, err := tb.b.Stats(tb.ctx, "q")
+	st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q"))
 	if want := map[string]int64{"sms": 2, "mail": 1}; err != nil || st.Parked != 3 || !maps.Equal(st.ParkedByType, want) {
 		t.Fatalf("after a resume: parked %d by type %v, %v; want 3, %v", st.Parked, st.ParkedByType, err, want)
 	}
@@ -380,7 +380,7 @@ func TestParkedCountsWrongTypeChangesNothing(t *testing.T) {
 			t.Errorf("%s: %v, want an error naming %s", name, err, bad)
 		}
 	}
-	st, err := tb.b.Stats(tb.ctx, "q")
+	st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q"))
 	if err != nil || st.Parked != 2 || !slices.Equal(st.PausedTypes, []string{"sms"}) {
 		t.Fatalf("after the failed calls: %+v, %v; want 2 parked, sms paused", st, err)
 	}

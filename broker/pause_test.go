@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
 
@@ -34,7 +35,7 @@ func TestPauseQueue(t *testing.T) {
 			if len(res.Jobs) != 0 || !res.Paused || !res.Next.IsZero() {
 				t.Fatalf("claim of a paused queue: %v paused %v next %v", ids(res.Jobs), res.Paused, res.Next)
 			}
-			st, err := tb.b.Stats(tb.ctx, "q")
+			st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q"))
 			if err != nil || !st.Paused || st.Due != 3 {
 				t.Fatalf("stats %+v, %v", st, err)
 			}
@@ -50,7 +51,7 @@ func TestPauseQueue(t *testing.T) {
 			if got := strings.Join(ids(res.Jobs), ","); len(res.Jobs) != 3 || res.Paused {
 				t.Fatalf("after resume claimed %q", got)
 			}
-			if st, _ := tb.b.Stats(tb.ctx, "q"); st.Paused {
+			if st, _ := testkit.OneStats(tb.b.Stats(tb.ctx, "q")); st.Paused {
 				t.Fatal("still paused after resume")
 			}
 		})
@@ -69,7 +70,7 @@ func TestPauseType(t *testing.T) {
 	if got := strings.Join(ids(res.Jobs), ","); got != "m1,m2" {
 		t.Fatalf("claimed %q, want only the unpaused type", got)
 	}
-	st, err := tb.b.Stats(tb.ctx, "q")
+	st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q"))
 	if err != nil || st.Paused || !slices.Equal(st.PausedTypes, []string{"sms.send"}) || st.Parked != 2 || st.Scheduled != 0 {
 		t.Fatalf("stats %+v, %v", st, err)
 	}

@@ -16,13 +16,15 @@ import (
 )
 
 // The worker's side of the broker (internal/protocol): package worker gets
-// it with protocol.For(b), which calls Seams. Seams takes a protocol.Key,
+// it with protocol.For(b), which calls Seams (as protocol.Dead and
+// protocol.Admin do). Seams takes a protocol.Key,
 // which only delayq's own module can name, so no program can call it: the
 // protocol can change with the worker without breaking users.
 
 // Seams hands delayq's own packages the worker's side of the broker, its
-// dead-letter store and its test seams. Its argument is internal to
-// delayq: code outside delayq's module cannot call it.
+// dead-letter store, its operator's side (internal/admin, for the CLI and
+// the dashboard) and its test seams: the broker's one hatch. Its argument
+// is internal to delayq: code outside delayq's module cannot call it.
 func (b *Broker) Seams(protocol.Key) protocol.Seams { return seams{b} }
 
 // seams implements protocol.Seams.

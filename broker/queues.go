@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/job"
@@ -57,23 +58,15 @@ func (b *Broker) DeclareQueue(ctx context.Context, queue string, shards int) err
 	return nil
 }
 
-// Shard is one physical queue of a queue.
-type Shard struct {
-	Name string // "q" for an unsharded queue, "q#k" or "q#k.s" for shard k
-	Slot int    // the Redis Cluster hash slot of its keys
-}
-
-// Shards returns the physical queues of queue, shard k at index k: one
-// (the queue itself) unless it was declared with more. Its keys are
-// ns:{Name}:scheduled and so on.
-func (b *Broker) Shards(ctx context.Context, queue string) ([]Shard, error) {
+// shards returns the physical queues of queue (admin.Broker.Shards).
+func (b *Broker) shards(ctx context.Context, queue string) ([]admin.Shard, error) {
 	q, err := b.queue(ctx, queue)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Shard, len(q.Shards()))
+	out := make([]admin.Shard, len(q.Shards()))
 	for i, s := range q.Shards() {
-		out[i] = Shard{Name: s.Name(), Slot: s.Slot()}
+		out[i] = admin.Shard{Name: s.Name(), Slot: s.Slot()}
 	}
 	return out, nil
 }

@@ -203,7 +203,7 @@ func TestExpiry(t *testing.T) {
 	if _, err := deadletter.New(tb.b).Get(tb.ctx, "q", "drop"); !errors.Is(err, broker.ErrNotFound) {
 		t.Fatalf("dropped job in the dead letters: %v", err)
 	}
-	st, err := tb.b.Stats(tb.ctx, "q")
+	st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q"))
 	if err != nil || st.ExpiredDropped != 1 || st.Dead != 1 || st.Processing != 1 {
 		t.Fatalf("stats %+v, %v", st, err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/deadletter"
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
@@ -21,12 +22,12 @@ import (
 )
 
 // sharded declares queue "q" with n shards on the bundle's broker.
-func (tb *testBundle) sharded(t *testing.T, n int) []broker.Shard {
+func (tb *testBundle) sharded(t *testing.T, n int) []admin.Shard {
 	t.Helper()
 	if err := tb.b.DeclareQueue(tb.ctx, "q", n); err != nil {
 		t.Fatal(err)
 	}
-	shards, err := tb.b.Shards(tb.ctx, "q")
+	shards, err := protocol.Admin(tb.b).Shards(tb.ctx, "q")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +38,7 @@ func (tb *testBundle) sharded(t *testing.T, n int) []broker.Shard {
 }
 
 // shardOf returns the index of the shard whose key set holds id, or -1.
-func (tb *testBundle) shardOf(t *testing.T, shards []broker.Shard, set, id string) int {
+func (tb *testBundle) shardOf(t *testing.T, shards []admin.Shard, set, id string) int {
 	t.Helper()
 	found := -1
 	for i, s := range shards {
@@ -113,7 +114,7 @@ func TestShardedQueueSpreadsAndClaimsEveryJobOnce(t *testing.T) {
 	if len(seen) != n {
 		t.Fatalf("claimed %d jobs, want %d", len(seen), n)
 	}
-	st, err := tb.b.Stats(tb.ctx, "q")
+	st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q"))
 	if err != nil || st.Scheduled+st.Processing+st.Dead != 0 {
 		t.Fatalf("stats after acking everything: %+v, %v", st, err)
 	}
@@ -148,7 +149,7 @@ func TestShardedJobOperationsFindTheirShard(t *testing.T) {
 	if err != nil || !at.Equal(epoch) {
 		t.Fatalf("reschedule = %v, %v", at, err)
 	}
-	st, err := tb.b.Stats(tb.ctx, "q")
+	st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +298,7 @@ func TestShardedDeadLetters(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	st, err := tb.b.Stats(tb.ctx, "q")
+	st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q"))
 	if err != nil || st.Dead != n {
 		t.Fatalf("stats %+v, %v; want %d dead", st, err, n)
 	}
@@ -326,7 +327,7 @@ func TestShardedDeadLetters(t *testing.T) {
 	if purged, err := deadletter.New(tb.b).DeleteAll(tb.ctx, "q", deadletter.Filter{}, deadletter.BulkOptions{}); err != nil || purged.Done != n-5 {
 		t.Fatalf("purge = %+v, %v; want %d", purged, err, n-5)
 	}
-	if st, err := tb.b.Stats(tb.ctx, "q"); err != nil || st.Dead != 0 {
+	if st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q")); err != nil || st.Dead != 0 {
 		t.Fatalf("stats after purge %+v, %v", st, err)
 	}
 }
@@ -355,7 +356,7 @@ func TestDeclareQueue(t *testing.T) {
 	if err := tb.b.DeclareQueue(tb.ctx, "q", 4); !errors.Is(err, broker.ErrShardCount) || !strings.Contains(err.Error(), "has 3 shard(s), not 4") {
 		t.Fatalf("changing the count: %v", err)
 	}
-	qs, err := tb.b.Queues(tb.ctx)
+	qs, err := protocol.Admin(tb.b).Queues(tb.ctx)
 	if err != nil || !slices.Equal(qs, []string{"q"}) {
 		t.Fatalf("Queues = %v, %v; want the declared q", qs, err)
 	}
@@ -432,7 +433,7 @@ func TestShardNamesSpreadOverTheSlotSpace(t *testing.T) {
 		if err := tb.b.DeclareQueue(tb.ctx, q, n); err != nil {
 			t.Fatal(err)
 		}
-		shards, err := tb.b.Shards(tb.ctx, q)
+		shards, err := protocol.Admin(tb.b).Shards(tb.ctx, q)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -471,7 +472,7 @@ func TestDurableNeedsReplicas(t *testing.T) {
 	if ok, _ := rdb.HExists(ctx, "delayq:{q}:jobs", "a").Result(); !ok {
 		t.Fatal("the unconfirmed job is not stored on the master")
 	}
-	if _, err := b.Stats(ctx, "q"); err != nil {
+	if _, err := testkit.OneStats(b.Stats(ctx, "q")); err != nil {
 		t.Fatalf("stats waits for replicas: %v", err)
 	}
 
@@ -560,9 +561,9 @@ func TestShardedQueueReaders(t *testing.T) {
 			if _, err := tb.b.RescheduleAfter(tb.ctx, "q", "j6", 0); err != nil {
 				t.Fatal(err)
 			}
-			st, err := tb.b.StatsOf(tb.ctx, "q")
+			st, err := tb.b.Stats(tb.ctx, "q")
 			if err != nil || st[0].Scheduled != 7 || st[0].Due != 2 {
-				t.Fatalf("StatsOf = %+v, %v; want 7 scheduled, 2 due", st, err)
+				t.Fatalf("Stats = %+v, %v; want 7 scheduled, 2 due", st, err)
 			}
 			// A claim and an ack show in ProcessingPage and History.
 			claimed := tb.claim(t, 2)
@@ -607,7 +608,7 @@ func TestDeadCapIsPerQueue(t *testing.T) {
 			if len(recs) > 3 {
 				t.Fatalf("%d shards keep %d dead records, want at most 3", n, len(recs))
 			}
-			if st, _ := tb.b.Stats(tb.ctx, "q"); st.Dead != int64(len(recs)) {
+			if st, _ := testkit.OneStats(tb.b.Stats(tb.ctx, "q")); st.Dead != int64(len(recs)) {
 				t.Fatalf("Stats.Dead = %d, DeadPage has %d", st.Dead, len(recs))
 			}
 		})

@@ -15,33 +15,23 @@ import (
 	"github.com/delayq/delayq/job"
 )
 
-// Stats reads the counts of one queue in one script call (one per shard of
-// a sharded queue, pipelined, summed). StatsOf reads several.
-func (b *Broker) Stats(ctx context.Context, queue string) (job.QueueStats, error) {
-	out, errs, err := b.statsOf(ctx, []string{queue})
-	if err != nil {
-		return job.QueueStats{}, err
-	}
-	if errs[0] != nil {
-		return job.QueueStats{}, errs[0]
-	}
-	return out[0], nil
-}
-
-// StatsOf reads the stats of several queues in one pipelined round trip (two
-// when the server has not cached the script yet), in the order given; with
-// no queue named, of every known queue (see Queues) that delayq could have
-// written, sorted by name. Each shard costs the one O(log N) script call of
-// stats.lua. A queue that cannot be read (its shard count in ns:shards is
-// not a number, one of its keys holds the wrong type, ...) does not hide the
-// others: it is left out, and a *QueueErrors naming it and why comes with
-// the others' stats. It returns an error wrapping job.ErrInvalid for a bad
-// queue name, before contacting Redis; any other error comes with no stats.
-// An empty list reads every queue, as no argument does: a caller that
-// pages through names skips the call for an empty page.
-func (b *Broker) StatsOf(ctx context.Context, queues ...string) ([]job.QueueStats, error) {
+// Stats reads the stats of the queues named, in one pipelined round trip
+// (two when the server has not cached the script yet), in the order given;
+// with no queue named, of every known queue that delayq could have
+// written, sorted by name (an empty list reads every queue too: a caller
+// that pages through names skips the call for an empty page). Each shard
+// costs the one O(log N) script call of stats.lua; a sharded queue's
+// shards are summed. A queue that cannot be read (its shard count in
+// ns:shards is not a number, one of its keys holds the wrong type, the
+// connection failed for it, ...) does not hide the others: it is left out
+// of the slice, and a *QueueErrors naming it and why comes with the
+// others' stats (it unwraps to each queue's error, so errors.Is sees
+// them). It returns an error wrapping job.ErrInvalid for a bad queue name,
+// before contacting Redis; any other error comes with no stats. For one
+// queue, read element 0 when the error is nil.
+func (b *Broker) Stats(ctx context.Context, queues ...string) ([]job.QueueStats, error) {
 	if len(queues) == 0 {
-		names, err := b.Queues(ctx)
+		names, err := b.queueNames(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -130,7 +120,7 @@ func (b *Broker) statsOf(ctx context.Context, queues []string) (out []job.QueueS
 	return out, errs, nil
 }
 
-// QueueErrors is the error of a reader of several queues (StatsOf) that
+// QueueErrors is the error of a reader of several queues (Stats) that
 // could not read some of them: the others were read and are returned with
 // it. Errs maps each unreadable queue to why (a shard count that is not a
 // number, a key of the wrong type, ...), with the key or record named.

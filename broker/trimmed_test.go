@@ -78,7 +78,7 @@ func TestTrimsCountedKeptAndWarned(t *testing.T) {
 	if tr := tb.killAll(t, protocol.Caller{ID: "w2", Lease: time.Minute}, batch(6, 1)); tr == nil || tr.ByCap != 1 || !tr.Warn || tr.Kept != 0 || tr.Unarchived != 0 {
 		t.Fatalf("trims a minute after the warning by a worker without the hook: %+v; want 1 by the cap, the warning, nothing kept or unarchived", tr)
 	}
-	st, err := tb.b.Stats(tb.ctx, "q")
+	st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q"))
 	if err != nil || st.Dead != 2 || st.DeadTrimmedCap != 5 || st.DeadTrimmedAge != 0 || st.DeadTrimmedUnarchived != 2 {
 		t.Fatalf("stats %+v (%v): want 2 dead, 5 trimmed by the cap, 2 unarchived", st, err)
 	}
@@ -117,7 +117,7 @@ func TestTrimsCountedKeptAndWarned(t *testing.T) {
 	if n, err := deadletter.New(aged).Trim(tb.ctx, "q"); err != nil || n != 2 {
 		t.Fatalf("trim by age: %d, %v; want 2", n, err)
 	}
-	if st, err := tb.b.Stats(tb.ctx, "q"); err != nil || st.DeadTrimmedAge != 2 || st.DeadTrimmedCap != 5 || st.Dead != 0 {
+	if st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q")); err != nil || st.DeadTrimmedAge != 2 || st.DeadTrimmedCap != 5 || st.Dead != 0 {
 		t.Fatalf("stats %+v (%v): want 2 trimmed by age, 5 by the cap, none dead", st, err)
 	}
 

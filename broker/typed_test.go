@@ -9,6 +9,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/naming"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
 
@@ -87,7 +88,7 @@ func TestEnqueueItems(t *testing.T) {
 	if !envs[0].ReadyAt.Equal(epoch.Add(time.Minute)) || !envs[1].ReadyAt.Equal(epoch.Add(time.Hour)) || envs[3].ID == "" || envs[3].Queue != "orders" {
 		t.Fatalf("envelopes %+v %+v %+v", envs[0], envs[1], envs[3])
 	}
-	st, err := tb.b.Stats(tb.ctx, "orders")
+	st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "orders"))
 	if err != nil || st.Scheduled != 4 {
 		t.Fatalf("stats %+v, %v; want 4 scheduled", st, err)
 	}

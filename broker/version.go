@@ -46,7 +46,7 @@ const (
 	// minRedisVersion.
 	checkedByVersion checkMethod = "version"
 	// checkedByProbe: INFO was refused (renamed or disabled, or not
-	// allowed by an ACL such as ACLRules) or named no redis_version, and a
+	// allowed by an ACL such as that of `delayq acl`) or named no redis_version, and a
 	// ZMSCORE probe (the command with too few arguments) found that the
 	// server knows ZMSCORE.
 	checkedByProbe checkMethod = "probe"

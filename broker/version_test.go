@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/broker"
+	dqadmin "github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/redistest"
 )
 
@@ -209,7 +210,7 @@ func TestNewOnRealServerWithoutINFO(t *testing.T) {
 		srv := redistest.Start(t)
 		admin := srv.Client(t)
 		args := []any{"ACL", "SETUSER", "delayq-v", "reset", "on", ">s3cret"}
-		for _, r := range strings.Fields(broker.ACLRules("acl-v")) {
+		for _, r := range strings.Fields(dqadmin.ACLRules("acl-v")) {
 			args = append(args, r)
 		}
 		if err := admin.Do(ctx, args...).Err(); err != nil {

@@ -20,7 +20,7 @@ type batchRow struct{ *broker.BatchStatus }
 // complete.
 func (b batchRow) State() string {
 	switch {
-	case b.Complete():
+	case b.Complete:
 		return "complete"
 	case b.Sealed:
 		return "sealed"
@@ -50,7 +50,7 @@ func (b batchRow) Callbacks() []batchCallback {
 		switch {
 		case fired:
 			st = "fired"
-		case name == "success" && b.Complete() && (b.Dead > 0 || b.Gone > 0):
+		case name == "success" && b.Complete && (b.Dead > 0 || b.Gone > 0):
 			st = "skipped"
 		}
 		out = append(out, batchCallback{Name: name, Queue: q, ID: id, State: st})

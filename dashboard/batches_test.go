@@ -233,7 +233,7 @@ func TestBatchDeadMembers(t *testing.T) {
 	redistest.WaitFor(t, 30*time.Second, "both batches complete", func() bool {
 		bd, err1 := tb.b.Batch(ctx, "bd")
 		clean, err2 := tb.b.Batch(ctx, "clean")
-		return err1 == nil && err2 == nil && bd.Complete() && clean.Complete()
+		return err1 == nil && err2 == nil && bd.Complete && clean.Complete
 	})
 	stop()
 	tb.kill(t, "mail", "other.job", `{}`, map[string]string{"lone-2": "another failure"})

@@ -11,6 +11,7 @@ import (
 	"github.com/delayq/delayq/fleet"
 	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/naming"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/rules"
 	"github.com/delayq/delayq/job"
 )
@@ -19,7 +20,7 @@ import (
 // used in the namespace: an action on it would create it (a typo in a
 // crafted or stale form).
 func (d *Dashboard) mustKnow(w http.ResponseWriter, r *http.Request, q string) bool {
-	err := admin.For(d.b).MustKnow(r.Context(), q)
+	err := protocol.Admin(d.b).MustKnow(r.Context(), q)
 	switch {
 	case err == nil:
 		return true

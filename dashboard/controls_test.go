@@ -9,8 +9,9 @@ import (
 
 	"github.com/delayq/delayq/dashboard"
 	"github.com/delayq/delayq/fleet"
-	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/fleetreg"
+	"github.com/delayq/delayq/internal/protocol"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
 
@@ -24,7 +25,7 @@ func TestCapsAndLimits(t *testing.T) {
 	tb.enqueue(t, "sms", "a", "sms.send", `{}`, 0)
 	stats := func() job.QueueStats {
 		t.Helper()
-		st, err := tb.b.Stats(tb.ctx, "sms")
+		st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "sms"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,7 +76,7 @@ func TestCapsAndLimits(t *testing.T) {
 		wantStatus(t, "POST "+path, r, http.StatusNotFound)
 		mustContain(t, "POST "+path, r.body, "nothing was ever enqueued to it")
 	}
-	if ok, _ := admin.For(tb.b).Known(tb.ctx, "smss"); ok {
+	if ok, _ := protocol.Admin(tb.b).Known(tb.ctx, "smss"); ok {
 		t.Fatal("an action on an unknown queue created it")
 	}
 
@@ -150,7 +151,7 @@ func TestHeldBackShown(t *testing.T) {
 	if claimed != 3 {
 		t.Fatalf("claimed %d jobs, want 2 sms (the limit) and 1 report (the cap)", claimed)
 	}
-	st, err := tb.b.Stats(tb.ctx, "sms")
+	st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "sms"))
 	if err != nil || st.HeldByRate["sms.send"] != 3 || st.Held != 2 || st.Due != 3 {
 		t.Fatalf("stats %+v, %v: want 3 held by the rate, 2 by the cap, 3 due", st, err)
 	}
@@ -172,7 +173,7 @@ func TestHeldBackShown(t *testing.T) {
 	wantStatus(t, "strict limit", tb.post(t, "/queues/sms/limit", url.Values{"count": {"4"}, "per": {"1m"}, "strict": {"1"}, "slack": {"200ms"}}), http.StatusSeeOther)
 	r = tb.get(t, "/queues/sms")
 	mustContain(t, "queue page, strict", r.body, `<tr data-type="">`, "<td>4 in any 1m (&#43;200ms slack), strict</td>")
-	if st, err := tb.b.Stats(tb.ctx, "sms"); err != nil || st.RateLimits[""] != (job.RateLimit{Count: 4, Per: time.Minute, Strict: true, Slack: 200 * time.Millisecond}) {
+	if st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "sms")); err != nil || st.RateLimits[""] != (job.RateLimit{Count: 4, Per: time.Minute, Strict: true, Slack: 200 * time.Millisecond}) {
 		t.Fatalf("stored strict limit: %+v, %v", st.RateLimits, err)
 	}
 	// A strict limit with a burst, and a slack without strict, are refused
@@ -186,7 +187,7 @@ func TestHeldBackShown(t *testing.T) {
 		wantStatus(t, reason, r, http.StatusBadRequest)
 		mustContain(t, reason, r.body, reason)
 	}
-	if st, _ := tb.b.Stats(tb.ctx, "sms"); !st.RateLimits[""].Strict || st.RateLimits[""].Count != 4 {
+	if st, _ := testkit.OneStats(tb.b.Stats(tb.ctx, "sms")); !st.RateLimits[""].Strict || st.RateLimits[""].Count != 4 {
 		t.Fatalf("a refused limit changed the stored one: %+v", st.RateLimits)
 	}
 }
@@ -236,7 +237,7 @@ func TestHeldByKeysShown(t *testing.T) {
 	if n := len(tb.claim(t, "imports", 20).Jobs); n != 2 {
 		t.Fatalf("claimed %d, want one job of each key", n)
 	}
-	st, err := tb.b.Stats(tb.ctx, "imports")
+	st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "imports"))
 	if err != nil || st.Held != 3 || st.HeldByKey != 3 {
 		t.Fatalf("stats %+v, %v; want 3 held by the keys' caps", st, err)
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/dashboard"
-	"github.com/delayq/delayq/internal/admin"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
@@ -61,7 +61,7 @@ func TestKeysHoldingJobsBack(t *testing.T) {
 	wantStatus(t, "empty key", tb.post(t, "/queues/imports/keys/pause", url.Values{"key": {""}}), http.StatusBadRequest)
 	wantStatus(t, "bad key", tb.post(t, "/queues/imports/keys/pause", url.Values{"key": {"a#b"}}), http.StatusBadRequest)
 	wantStatus(t, "unused queue", tb.post(t, "/queues/nosuch/keys/pause", url.Values{"key": {"beta"}}), http.StatusNotFound)
-	if ok, _ := admin.For(tb.b).Known(tb.ctx, "nosuch"); ok {
+	if ok, _ := protocol.Admin(tb.b).Known(tb.ctx, "nosuch"); ok {
 		t.Fatal("a key pause on an unknown queue created it")
 	}
 	wantStatus(t, "GET of an action", tb.get(t, "/queues/imports/keys/pause"), http.StatusMethodNotAllowed)
@@ -224,7 +224,7 @@ func TestKeyCapsAndLimits(t *testing.T) {
 		wantStatus(t, "POST "+path, r, http.StatusNotFound)
 		mustContain(t, "POST "+path, r.body, "nothing was ever enqueued to it")
 	}
-	if ok, _ := admin.For(tb.b).Known(tb.ctx, "smss"); ok {
+	if ok, _ := protocol.Admin(tb.b).Known(tb.ctx, "smss"); ok {
 		t.Fatal("a key control on an unknown queue created it")
 	}
 	if after := tb.keyControls(t, "sms"); after != before {
@@ -405,7 +405,7 @@ func TestKeyFairTurns(t *testing.T) {
 	r = tb.post(t, "/queues/importz/keys/fair", url.Values{"on": {"1"}})
 	wantStatus(t, "unused queue", r, http.StatusNotFound)
 	mustContain(t, "unused queue", r.body, "nothing was ever enqueued to it")
-	if ok, _ := admin.For(tb.b).Known(tb.ctx, "importz"); ok {
+	if ok, _ := protocol.Admin(tb.b).Known(tb.ctx, "importz"); ok {
 		t.Fatal("fair turns on an unknown queue created it")
 	}
 	if after := tb.keyControls(t, "imports"); after != before {
@@ -462,7 +462,7 @@ func TestKeyFairTurns(t *testing.T) {
 	wantStatus(t, "fair turns off", r, http.StatusSeeOther)
 	mustContain(t, "after turning the turns off", tb.get(t, r.header.Get("Location")).body,
 		"Fair turns between keys off in queue &#34;imports&#34;: the jobs waiting for a turn went back to the schedule, claimed in ready order.")
-	if st, err := tb.b.Stats(tb.ctx, "imports"); err != nil || st.HeldByKey != 0 || st.Held != 0 {
+	if st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "imports")); err != nil || st.HeldByKey != 0 || st.Held != 0 {
 		t.Fatalf("after turning the turns off: %+v, %v; want nothing held", st, err)
 	}
 	offForm("queue page with the turns off again", tb.get(t, "/queues/imports").body)

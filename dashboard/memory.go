@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/delayq/delayq/internal/admin"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/job"
 )
 
@@ -21,7 +22,7 @@ type serverMemory struct {
 // hides it; the broker then asks no more) gives Err, not an error: the
 // page shows "not available".
 func (d *Dashboard) readServerMemory(ctx context.Context) serverMemory {
-	m, err := admin.For(d.b).ServerMemory(ctx)
+	m, err := protocol.Admin(d.b).ServerMemory(ctx)
 	if err != nil {
 		return serverMemory{Err: notAvailable(err)}
 	}
@@ -52,7 +53,7 @@ type queueMemory struct {
 // (admin.Broker.QueueMemory: a few dozen sampled MEMORY USAGE calls whatever the
 // queue holds).
 func (d *Dashboard) readQueueMemory(ctx context.Context, s job.QueueStats) queueMemory {
-	m, err := admin.For(d.b).QueueMemory(ctx, s)
+	m, err := protocol.Admin(d.b).QueueMemory(ctx, s.Queue)
 	if err != nil {
 		return queueMemory{Err: notAvailable(err)}
 	}

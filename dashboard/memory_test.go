@@ -12,6 +12,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/dashboard"
+	dqadmin "github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/job"
 )
@@ -62,7 +63,7 @@ func TestRedisMemory(t *testing.T) {
 	mustNotContain(t, "overview", r.body, "not available")
 }
 
-// TestRedisMemoryRefused: as a Redis user of broker.ACLRules, which may run
+// TestRedisMemoryRefused: as a Redis user of admin.ACLRules, which may run
 // MEMORY USAGE on its keys but not INFO, a queue page shows the queue's
 // memory and the overview answers 200 saying the server's memory is not
 // available; the broker asks for INFO once, not at every refresh.
@@ -72,7 +73,7 @@ func TestRedisMemoryRefused(t *testing.T) {
 	admin := srv.Client(t)
 	const ns = "memacl"
 	args := []any{"ACL", "SETUSER", "dash-" + ns, "reset", "on", ">s3cret-s3cret"}
-	for _, r := range strings.Fields(broker.ACLRules(ns)) {
+	for _, r := range strings.Fields(dqadmin.ACLRules(ns)) {
 		args = append(args, r)
 	}
 	if err := admin.Do(t.Context(), args...).Err(); err != nil {

@@ -14,7 +14,6 @@ import (
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/fleet"
-	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/relaystatus"
@@ -55,7 +54,7 @@ type overviewData struct {
 // knownQueues returns the names in ns:queues that delayq could have
 // written, sorted, and the stats of each, in the same order.
 func (d *Dashboard) knownQueues(r *http.Request) ([]string, []job.QueueStats, error) {
-	stats, err := d.b.StatsOf(r.Context())
+	stats, err := d.b.Stats(r.Context())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -91,7 +90,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 		}
 		page = n
 	}
-	all, err := d.b.Queues(ctx)
+	all, err := protocol.Admin(d.b).Queues(ctx)
 	if err != nil {
 		d.redisError(w, r, err)
 		return
@@ -115,9 +114,9 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 	lo := min((page-1)*queuesPerPage, len(names))
 	names = names[lo:min(lo+queuesPerPage, len(names))]
 	var stats []job.QueueStats
-	if len(names) > 0 { // StatsOf of no queue named reads every one
+	if len(names) > 0 { // Stats of no queue named reads every one
 		var err error
-		if stats, err = d.b.StatsOf(ctx, names...); err != nil {
+		if stats, err = d.b.Stats(ctx, names...); err != nil {
 			d.redisError(w, r, err)
 			return
 		}
@@ -136,7 +135,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 	}
 	now := stats[0].Now
 	v.Now = now
-	hist, err := admin.For(d.b).History(ctx, names, now.Add(-historySpan), now)
+	hist, err := protocol.Admin(d.b).History(ctx, names, now.Add(-historySpan), now)
 	if err != nil {
 		d.redisError(w, r, err)
 		return
@@ -246,11 +245,12 @@ func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
 	sc, pc := qv.Get("s"), qv.Get("p")
 	data.SchedCursor, data.ProcCursor = sc, pc
 	data.Paged = sc != "" || pc != ""
-	var err error
-	if data.Stats, err = d.b.Stats(ctx, q); err != nil {
+	sts, err := d.b.Stats(ctx, q)
+	if err != nil {
 		d.redisError(w, r, err)
 		return
 	}
+	data.Stats = sts[0]
 	v.Now = data.Stats.Now
 	data.Flow = flowOf(data.Stats)
 	if data.Keys, err = d.b.HeldKeys(ctx, q, heldKeysShown); err != nil {
@@ -271,7 +271,7 @@ func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
 	}
 	data.Served = len(procs.Serving(q))
 	data.HeldUnserved = data.Stats.Processing > 0 && data.Served == 0
-	hist, err := admin.For(d.b).History(ctx, []string{q}, v.Now.Add(-span.Back), v.Now)
+	hist, err := protocol.Admin(d.b).History(ctx, []string{q}, v.Now.Add(-span.Back), v.Now)
 	if err != nil {
 		d.redisError(w, r, err)
 		return

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/delayq/delayq/dashboard"
+	"github.com/delayq/delayq/internal/testkit"
 )
 
 // The queue page pauses and resumes a queue and a job type of it, behind
@@ -18,7 +19,7 @@ func TestPauseAndResume(t *testing.T) {
 	tb.enqueue(t, "q", "b", "email.digest", `{}`, 0)
 	paused := func() (bool, []string, int64) {
 		t.Helper()
-		st, err := tb.b.Stats(tb.ctx, "q")
+		st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "q"))
 		if err != nil {
 			t.Fatal(err)
 		}

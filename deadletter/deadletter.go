@@ -200,7 +200,7 @@ func (in *Inspector) queues(ctx context.Context, queue string) ([]string, error)
 		}
 		return []string{queue}, nil
 	}
-	all, err := in.b.Queues(ctx)
+	all, err := protocol.Admin(in.b).Queues(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -560,7 +560,7 @@ func (in *Inspector) Count(ctx context.Context, queue string, f Filter) (int64, 
 			if err != nil {
 				return 0, err
 			}
-			n += s.Dead
+			n += s[0].Dead
 			continue
 		}
 		s := &stream{d: in.d, queue: q}

@@ -85,7 +85,7 @@ func TestBulkResendsALostBatch(t *testing.T) {
 			if err != nil || res.Done != 30 || res.Failed != 0 {
 				t.Fatalf("%s with a lost reply: %+v, %v; want 30 done", op, res, err)
 			}
-			st, err := direct.Stats(ctx, "q")
+			st, err := testkit.OneStats(direct.Stats(ctx, "q"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -172,7 +172,7 @@ func TestDeleteAllWithoutFilterEmptiesTheStoreWhole(t *testing.T) {
 	if !strings.Contains(stats, "cmdstat_unlink:calls=1,") || !strings.Contains(stats, "cmdstat_multi:calls=1,") {
 		t.Errorf("want one transaction with one UNLINK:\n%s", stats)
 	}
-	st, err := b.Stats(ctx, "q")
+	st, err := testkit.OneStats(b.Stats(ctx, "q"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -324,13 +324,15 @@ func EnqueueMetrics(opts ...MetricsOption) job.EnqueueMiddleware {
 }
 
 // QueueStatsReader reads the state of queues; *broker.Broker implements it.
+// Stats returns the stats of the queues named, or of every queue with none
+// named; a queue that cannot be read is left out of the slice and named in
+// the error, which comes with the others' stats.
 type QueueStatsReader interface {
-	Queues(ctx context.Context) ([]string, error)
-	Stats(ctx context.Context, queue string) (job.QueueStats, error)
+	Stats(ctx context.Context, queues ...string) ([]job.QueueStats, error)
 }
 
 // ObserveQueues registers observable gauges of queue depths, read from r with
-// one Stats call per queue at each collection: delayq.queue.scheduled, .due,
+// one Stats call (every queue named, pipelined) at each collection: delayq.queue.scheduled, .due,
 // .processing, .dead, .held, .held_by_key, .parked (in jobs), .paused (0
 // or 1) and .lag (seconds the oldest due job has waited), each labelled
 // with the queue, .held_by_rate and .held_by_cap labelled with the type
@@ -338,7 +340,7 @@ type QueueStatsReader interface {
 // and the counters delayq.queue.dead_trimmed (labelled with the reason too)
 // and .dead_trimmed_unarchived, which Redis keeps for the whole fleet;
 // with WithServingProcesses, also .processes (live processes serving it). With no queues given it observes
-// every queue r knows (r.Queues) at each collection. A queue that cannot be
+// every queue r knows (r.Stats with none named) at each collection. A queue that cannot be
 // read is skipped for that collection and the error reported to the meter
 // provider's error handler. Call unregister to stop observing.
 func ObserveQueues(r QueueStatsReader, queues []string, opts ...MetricsOption) (unregister func() error, err error) {
@@ -391,13 +393,6 @@ func ObserveQueues(r QueueStatsReader, queues []string, opts ...MetricsOption) (
 		instruments = append(instruments, procs)
 	}
 	reg, err := meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
-		names := queues
-		if len(names) == 0 {
-			var err error
-			if names, err = r.Queues(ctx); err != nil {
-				return fmt.Errorf("delayq queue metrics: list queues: %w", err)
-			}
-		}
 		var errs []error
 		var serving map[string]int64
 		if cfg.serving != nil {
@@ -406,12 +401,12 @@ func ObserveQueues(r QueueStatsReader, queues []string, opts ...MetricsOption) (
 				errs = append(errs, fmt.Errorf("delayq queue metrics: live processes: %w", err))
 			}
 		}
-		for _, q := range names {
-			s, err := r.Stats(ctx, q)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("delayq queue metrics: %w", err))
-				continue
-			}
+		all, err := r.Stats(ctx, queues...)
+		if err != nil { // the queues that could be read come with it
+			errs = append(errs, fmt.Errorf("delayq queue metrics: %w", err))
+		}
+		for _, s := range all {
+			q := s.Queue
 			labels := metric.WithAttributeSet(attribute.NewSet(labelQueue.String(q)))
 			o.ObserveInt64(scheduled, s.Scheduled, labels)
 			o.ObserveInt64(due, s.Due, labels)

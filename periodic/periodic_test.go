@@ -254,7 +254,7 @@ func TestForgedJobDoesNotChangeTheOutcome(t *testing.T) {
 		}
 	}
 	if !waitFor(t, 30*time.Second, func() bool {
-		st, err := tb.B.Stats(tb.Ctx, "health")
+		st, err := testkit.OneStats(tb.B.Stats(tb.Ctx, "health"))
 		return err == nil && st.Dead == 3
 	}) {
 		t.Fatal("the forged jobs did not fail within 30s")

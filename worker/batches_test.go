@@ -52,8 +52,8 @@ func newBatchRun(t *testing.T, tb *testBundle, id string, members int, failing m
 		defer r.mu.Unlock()
 		r.callbacks[m.ID]++
 		r.ranBefore[m.ID] = int(r.ran.Load())
-		if m.Headers[broker.BatchHeader] != id {
-			t.Errorf("callback %s has batch header %q, want %q", m.ID, m.Headers[broker.BatchHeader], id)
+		if m.Headers["delayq-batch"] != id {
+			t.Errorf("callback %s has batch header %q, want %q", m.ID, m.Headers["delayq-batch"], id)
 		}
 		return nil
 	})
@@ -118,7 +118,7 @@ func TestBatchCallbacksFireOnceAfterTheLastMember(t *testing.T) {
 		return r.count((r.id+":success")) > 0 && r.count(complete) > 0 && err == nil && st.SuccessFired && st.CompleteFired
 	})
 	time.Sleep(200 * time.Millisecond) // a second enqueue would run by now
-	if st.Total != n || st.Succeeded != n || st.Dead != 0 || st.Pending != 0 || !st.SuccessFired || !st.CompleteFired || !st.Complete() {
+	if st.Total != n || st.Succeeded != n || st.Dead != 0 || st.Pending != 0 || !st.SuccessFired || !st.CompleteFired || !st.Complete {
 		t.Fatalf("status %+v, want %d succeeded and both callbacks fired", st, n)
 	}
 	r.mu.Lock()

@@ -17,6 +17,7 @@ import (
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/registry"
 	"github.com/delayq/delayq/internal/rules"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
 )
@@ -114,7 +115,7 @@ func TestChainRunsNextJobsOnceAfterSuccess(t *testing.T) {
 	})
 	for _, q := range []string{"default", "other"} {
 		redistest.WaitFor(t, 10*time.Second, "queue "+q+" empty", func() bool {
-			st, err := tb.b.Stats(tb.ctx, q)
+			st, err := testkit.OneStats(tb.b.Stats(tb.ctx, q))
 			return err == nil && st.Scheduled == 0 && st.Processing == 0
 		})
 	}
@@ -178,7 +179,7 @@ func TestChainNothingWithoutSuccess(t *testing.T) {
 		t.Fatal(err)
 	}
 	redistest.WaitFor(t, 10*time.Second, "both parents ended", func() bool {
-		st, err := tb.b.Stats(tb.ctx, "default")
+		st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "default"))
 		return err == nil && st.Scheduled == 0 && st.Processing == 0 && st.Dead == 1
 	})
 	runs, _ := log.snapshot()
@@ -267,7 +268,7 @@ func TestChainAfterALostAck(t *testing.T) {
 	})
 	for _, q := range []string{"default", "other"} {
 		redistest.WaitFor(t, 10*time.Second, "queue "+q+" empty", func() bool {
-			st, err := tb.b.Stats(tb.ctx, q)
+			st, err := testkit.OneStats(tb.b.Stats(tb.ctx, q))
 			return err == nil && st.Scheduled == 0 && st.Processing == 0
 		})
 	}

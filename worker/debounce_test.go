@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
 
@@ -34,7 +35,7 @@ func TestDebouncedJobRunsOnce(t *testing.T) {
 		mu.Lock()
 		n := len(seen)
 		mu.Unlock()
-		st, err := tb.b.Stats(tb.ctx, "default")
+		st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "default"))
 		return n > 0 && err == nil && st.Scheduled == 0 && st.Processing == 0
 	})
 	mu.Lock()

@@ -159,7 +159,7 @@ func (lw *lossyWorker) settledAfterLease(t *testing.T, ids ...string) {
 			t.Errorf("job %s attemptOutcomes %v, want one success", id, got)
 		}
 	}
-	if st, err := lw.b.Stats(lw.ctx, naming.DefaultQueue); err != nil || st.Scheduled+st.Processing+st.Dead != 0 {
+	if st, err := testkit.OneStats(lw.b.Stats(lw.ctx, naming.DefaultQueue)); err != nil || st.Scheduled+st.Processing+st.Dead != 0 {
 		t.Errorf("stats %+v, %v; want the queue empty, nothing dead", st, err)
 	}
 	if strings.Contains(lw.logs.String(), "lease lost") || strings.Contains(lw.logs.String(), "lease expired") {
@@ -196,7 +196,7 @@ func TestLostClaimReplyAtShutdownReleasesTheJobs(t *testing.T) {
 	stop := lw.start(t)
 	<-lost
 	stop()
-	if st, err := lw.b.Stats(lw.ctx, naming.DefaultQueue); err != nil || st.Scheduled != 1 || st.Processing != 0 {
+	if st, err := testkit.OneStats(lw.b.Stats(lw.ctx, naming.DefaultQueue)); err != nil || st.Scheduled != 1 || st.Processing != 0 {
 		t.Fatalf("after the stop: %+v, %v; want the job back in the schedule", st, err)
 	}
 	lw.start(t)
@@ -240,7 +240,7 @@ func TestDurableWithoutReplicaStillRunsJobs(t *testing.T) {
 			t.Errorf("job %s ran %d times, want 1", id, n)
 		}
 	}
-	if st, err := lw.b.Stats(lw.ctx, naming.DefaultQueue); err != nil || st.Scheduled+st.Processing+st.Dead != 0 {
+	if st, err := testkit.OneStats(lw.b.Stats(lw.ctx, naming.DefaultQueue)); err != nil || st.Scheduled+st.Processing+st.Dead != 0 {
 		t.Errorf("stats %+v, %v; want the queue empty", st, err)
 	}
 }

@@ -188,7 +188,7 @@ func TestBatchEndsWhateverEndsAMember(t *testing.T) {
 				}
 			}
 			redistest.WaitFor(t, 10*time.Second, "callback queue drained", func() bool {
-				st, err := tb.b.Stats(tb.ctx, "cb")
+				st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "cb"))
 				return err == nil && st.Scheduled == 0 && st.Processing == 0
 			})
 			dead := deadByBatch(t, tb, queue)
@@ -199,7 +199,7 @@ func TestBatchEndsWhateverEndsAMember(t *testing.T) {
 					t.Fatal(err)
 				}
 				total := c.succeeded + c.dead + c.gone
-				if st.Total != total || st.Succeeded != c.succeeded || st.Dead != c.dead || st.Gone != c.gone || st.Pending != 0 || !st.Complete() {
+				if st.Total != total || st.Succeeded != c.succeeded || st.Dead != c.dead || st.Gone != c.gone || st.Pending != 0 || !st.Complete {
 					t.Errorf("%s: %+v, want total %d, succeeded %d, dead %d, gone %d", c.name, st, total, c.succeeded, c.dead, c.gone)
 				}
 				if st.Dead != dead[id] {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
 
@@ -149,7 +150,7 @@ func TestEnqueueMiddlewareRefusalFailsTheAttempt(t *testing.T) {
 	}
 	redistest.WaitFor(t, 5*time.Second, "the next job run", func() bool { return children.Load() == 1 })
 	redistest.WaitFor(t, 5*time.Second, "the queue emptied", func() bool {
-		st, err := tb.b.Stats(tb.ctx, "default")
+		st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "default"))
 		return err == nil && st.Scheduled == 0 && st.Processing == 0
 	})
 	tb.queueKeysEmpty(t, "default")

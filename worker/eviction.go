@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/internal/admin"
+	"github.com/delayq/delayq/internal/protocol"
 )
 
 // evictionCheckTimeout bounds the check at start.
@@ -17,7 +18,7 @@ const evictionCheckTimeout = 5 * time.Second
 func (w *Worker) checkEviction(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, evictionCheckTimeout)
 	defer cancel()
-	policy, err := admin.For(w.cfg.Broker).EvictionPolicy(ctx)
+	policy, err := protocol.Admin(w.cfg.Broker).EvictionPolicy(ctx)
 	switch {
 	case errors.Is(err, admin.ErrConfigUnavailable):
 		w.log.Info().Err(err).Msg("cannot read the Redis maxmemory-policy; make sure it is noeviction so that jobs are never evicted")

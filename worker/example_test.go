@@ -9,6 +9,7 @@ import (
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
 	"github.com/delayq/delayq/worker"
@@ -56,7 +57,7 @@ func Example() {
 	stop() // graceful: running handlers finish, acks are flushed
 	fmt.Println("Run returned:", <-stopped)
 
-	st, err := b.Stats(ctx, "default")
+	st, err := testkit.OneStats(b.Stats(ctx, "default"))
 	if err != nil {
 		panic(err)
 	}

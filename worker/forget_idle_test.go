@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/broker"
-	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
@@ -44,10 +44,10 @@ func TestWorkerForgetsIdleQueues(t *testing.T) {
 	cfg.ForgetIdleQueues = time.Hour
 	start(t, cfg)
 	redistest.WaitFor(t, 10*time.Second, "the stale queue forgotten", func() bool {
-		ok, err := admin.For(tb.b).Known(tb.ctx, "stale")
+		ok, err := protocol.Admin(tb.b).Known(tb.ctx, "stale")
 		return err == nil && !ok
 	})
-	listed, err := tb.b.Queues(tb.ctx)
+	listed, err := protocol.Admin(tb.b).Queues(tb.ctx)
 	if err != nil || !slices.Contains(listed, "served") {
 		t.Fatalf("queues listed %v (%v): want the worker's own kept", listed, err)
 	}
@@ -58,7 +58,7 @@ func TestWorkerForgetsIdleQueues(t *testing.T) {
 	if _, err := (job.New[payload]("late", job.Queue("stale"))).Enqueue(tb.ctx, tb.b, payload{}); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := admin.For(tb.b).Known(tb.ctx, "stale"); err != nil || !ok {
+	if ok, err := protocol.Admin(tb.b).Known(tb.ctx, "stale"); err != nil || !ok {
 		t.Fatalf("after an enqueue the forgotten queue is listed: %v, %v", ok, err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
 
@@ -116,7 +117,7 @@ func TestRandomGarbageNeverStallsTheQueue(t *testing.T) {
 
 	in := deadletter.New(tb.b)
 	redistest.WaitFor(t, 30*time.Second, "every job handled or dead-lettered", func() bool {
-		st, err := tb.b.Stats(tb.ctx, "default")
+		st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "default"))
 		return err == nil && st.Scheduled == 0 && st.Processing == 0
 	})
 	for _, e := range append(envs, &job.Envelope{ID: "slow-0"}, &job.Envelope{ID: "slow-1"}) {

@@ -13,6 +13,7 @@ import (
 	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/registry"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
 )
@@ -184,13 +185,13 @@ func TestKeyFairnessBatchMembersEndWhileWaiting(t *testing.T) {
 		mu.Lock()
 		done := ran[(id+":complete")] > 0
 		mu.Unlock()
-		st, err := tb.b.Stats(tb.ctx, "default")
-		cbst, cerr := tb.b.Stats(tb.ctx, "cb")
+		st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "default"))
+		cbst, cerr := testkit.OneStats(tb.b.Stats(tb.ctx, "cb"))
 		return done && err == nil && cerr == nil && st.Scheduled == 0 && st.Processing == 0 && st.HeldByKey == 0 &&
 			cbst.Scheduled == 0 && cbst.Processing == 0
 	})
 	st, err := tb.b.Batch(tb.ctx, id)
-	if err != nil || st.Total != 4 || st.Succeeded != 1 || st.Dead != 1 || st.Gone != 2 || !st.Complete() || !st.CompleteFired || st.SuccessFired {
+	if err != nil || st.Total != 4 || st.Succeeded != 1 || st.Dead != 1 || st.Gone != 2 || !st.Complete || !st.CompleteFired || st.SuccessFired {
 		t.Fatalf("batch %+v, %v; want 1 succeeded, 1 dead, 2 gone, the complete callback fired alone", st, err)
 	}
 	mu.Lock()

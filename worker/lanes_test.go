@@ -61,7 +61,7 @@ func TestSlowShardDelaysNoOtherQueue(t *testing.T) {
 	}
 	redistest.WaitFor(t, 30*time.Second, "every job ran and its outcome recorded", func() bool {
 		for _, q := range []string{"qa", "qb"} {
-			st, err := lw.b.Stats(lw.ctx, q)
+			st, err := testkit.OneStats(lw.b.Stats(lw.ctx, q))
 			if err != nil || st.Scheduled+st.Processing+st.Dead > 0 {
 				return false
 			}
@@ -143,7 +143,7 @@ func TestStalePrefetchedJobNeverStarts(t *testing.T) {
 	}
 	close(release) // the stuck worker's goroutine is free again
 	redistest.WaitFor(t, 10*time.Second, "the queue drained", func() bool {
-		st, err := tb.b.Stats(tb.ctx, naming.DefaultQueue)
+		st, err := testkit.OneStats(tb.b.Stats(tb.ctx, naming.DefaultQueue))
 		return err == nil && st.Scheduled+st.Processing == 0
 	})
 	mu.Lock()

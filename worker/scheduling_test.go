@@ -11,6 +11,7 @@ import (
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/deadletter"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/retry"
 )
@@ -110,13 +111,13 @@ func TestExpiryBeforeFirstAttemptDropped(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // past the expiry: a lower bound, not a timed assertion
 	start(t, tb.config(t))
 	redistest.WaitFor(t, 10*time.Second, "dropped and counted", func() bool {
-		st, err := tb.b.Stats(tb.ctx, "default")
+		st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "default"))
 		return err == nil && st.ExpiredDropped == 1 && st.Scheduled == 0
 	})
 	if ran.Load() {
 		t.Fatal("an expired job ran")
 	}
-	if st, _ := tb.b.Stats(tb.ctx, "default"); st.Dead != 0 {
+	if st, _ := testkit.OneStats(tb.b.Stats(tb.ctx, "default")); st.Dead != 0 {
 		t.Fatalf("stats %+v: a dropped job is not dead-lettered", st)
 	}
 }

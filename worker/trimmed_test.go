@@ -79,12 +79,12 @@ func TestDeadTrimCountedWarnedKept(t *testing.T) {
 	cfg.OnDeadTrimmed = hook.add
 	stop := start(t, cfg)
 	redistest.WaitFor(t, 30*time.Second, "every job dead and 150 records handed to the hook", func() bool {
-		st, err := tb.b.Stats(tb.ctx, naming.DefaultQueue)
+		st, err := testkit.OneStats(tb.b.Stats(tb.ctx, naming.DefaultQueue))
 		return err == nil && st.Dead+st.DeadTrimmedCap == deaths && st.Scheduled == 0 && st.Processing == 0 && len(hook.all()) == deaths-100
 	})
 	stop()
 
-	st, err := tb.b.Stats(tb.ctx, naming.DefaultQueue)
+	st, err := testkit.OneStats(tb.b.Stats(tb.ctx, naming.DefaultQueue))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func TestDeadTrimHookBlockedNeverHoldsSettle(t *testing.T) {
 	var st job.QueueStats
 	redistest.WaitFor(t, 30*time.Second, "every job settled while the hook is blocked", func() bool {
 		var err error
-		st, err = tb.b.Stats(tb.ctx, naming.DefaultQueue)
+		st, err = testkit.OneStats(tb.b.Stats(tb.ctx, naming.DefaultQueue))
 		return err == nil && st.Scheduled == 0 && st.Processing == 0 && st.Dead == 10 && st.DeadTrimmedCap == deaths-10
 	})
 	if handed.Load() != 0 {

@@ -10,6 +10,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 	"github.com/delayq/delayq/periodic"
 )
@@ -40,7 +41,7 @@ func periodicPauseAndRun(t *testing.T, ctx context.Context, b *broker.Broker, ba
 	bg := context.Background()
 	scheduled := func() int64 {
 		t.Helper()
-		st, err := b.Stats(bg, "reports")
+		st, err := testkit.OneStats(b.Stats(bg, "reports"))
 		if err != nil {
 			t.Fatal(err)
 		}

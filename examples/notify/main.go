@@ -217,10 +217,11 @@ func run() error {
 	if err := <-workerDone; err != nil {
 		return err
 	}
-	st, err := b.Stats(context.Background(), "sms")
+	sts, err := b.Stats(context.Background(), "sms")
 	if err != nil {
 		return err
 	}
+	st := sts[0]
 	c := provider.Counts()
 	once := 0
 	for _, n := range c.Inbox {
@@ -284,10 +285,11 @@ func sendOTPs(ctx context.Context, b *broker.Broker, users *Directory, clock *de
 	if err := <-workerDone; err != nil {
 		return err
 	}
-	st, err := b.Stats(context.Background(), SendOTP.Queue())
+	sts, err := b.Stats(context.Background(), SendOTP.Queue())
 	if err != nil {
 		return err
 	}
+	st := sts[0]
 	clock.Printf("otp: the first code expired before a sender started it: dropped unsent (expired and dropped: %d); dead %d", st.ExpiredDropped, st.Dead)
 	return nil
 }
@@ -610,10 +612,11 @@ func sendBurst(ctx context.Context, b *broker.Broker, clock *demo.Clock) (BurstR
 	if err := <-workerDone; err != nil {
 		return res, err
 	}
-	st, err := b.Stats(context.Background(), SendAlert.Queue())
+	sts, err := b.Stats(context.Background(), SendAlert.Queue())
 	if err != nil {
 		return res, err
 	}
+	st := sts[0]
 	c := provider.Counts()
 	res.Delivered, res.Limited, res.Snoozed, res.Retried, res.Dead = len(c.Inbox), c.Limited, int(s.snoozed.Load()), int(s.retried.Load()), st.Dead
 	clock.Printf("burst: %d of %d alerts delivered in %.1fs (%.0f/s, limit %d/s); gateway answered 429 %d times (snoozed %d); attempts after the first: %d; dead %d",

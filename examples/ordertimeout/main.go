@@ -188,10 +188,11 @@ func run() error {
 	if err := <-workerDone; err != nil {
 		return err
 	}
-	st, err := b.Stats(context.Background(), CancelUnpaid.Queue())
+	sts, err := b.Stats(context.Background(), CancelUnpaid.Queue())
 	if err != nil {
 		return err
 	}
+	st := sts[0]
 	lag, err := store.Outbox().Lag(context.Background())
 	if err != nil {
 		return err

@@ -602,12 +602,12 @@ func (p *Pipeline) lastRan() {
 }
 
 // batch counts a callback's run and reads the batch it is about, named by
-// the callback's batch header.
+// the header delayq-batch of the callback (docs/batches.md).
 func (p *Pipeline) batch(ctx context.Context, j *job.Job[BatchArgs]) (*broker.BatchStatus, error) {
 	p.mu.Lock()
 	p.callbacks[j.ID]++
 	p.mu.Unlock()
-	return p.broker.Batch(ctx, j.Headers[broker.BatchHeader])
+	return p.broker.Batch(ctx, j.Headers["delayq-batch"])
 }
 
 // status describes the batch, for an error.

@@ -173,7 +173,7 @@ func TestBatchCallbacks(t *testing.T) {
 	ctx := context.Background()
 	callback := func(typ *job.Type[BatchArgs], id string) *delayqtest.Result {
 		t.Helper()
-		res, err := delayqtest.Run(ctx, rn, typ, BatchArgs{catalogue}, job.ID(id), job.Header(broker.BatchHeader, catalogue))
+		res, err := delayqtest.Run(ctx, rn, typ, BatchArgs{catalogue}, job.ID(id), job.Header("delayq-batch", catalogue))
 		if err != nil {
 			t.Fatal(err)
 		}

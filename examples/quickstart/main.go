@@ -162,10 +162,11 @@ func run() error {
 	if err := <-workerDone; err != nil {
 		return err
 	}
-	st, err := b.Stats(context.Background(), "default")
+	sts, err := b.Stats(context.Background(), "default")
 	if err != nil {
 		return err
 	}
+	st := sts[0]
 	clock.Printf("done: scheduled %d, processing %d, dead %d", st.Scheduled, st.Processing, st.Dead)
 	return nil
 }

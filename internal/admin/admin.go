@@ -4,23 +4,31 @@ import (
 	"context"
 	"errors"
 	"time"
-
-	"github.com/delayq/delayq/job"
 )
 
 // Broker is the operator's side of a *broker.Broker: what the CLI and the
-// dashboard read and do beyond its producer's API. [For] returns it.
+// dashboard read and do beyond its producer's API. A *broker.Broker hands
+// it out through its one hatch, Seams (internal/protocol's Admin returns
+// it), whose argument no other module can name.
 type Broker interface {
+	// Queues returns the names of every queue that was ever enqueued to
+	// (and not forgotten), unsorted, including names delayq did not write.
+	Queues(ctx context.Context) ([]string, error)
+	// Shards returns the physical queues of queue, shard k at index k: one
+	// (the queue itself) unless it was declared with more. Its keys are
+	// ns:{Name}:scheduled and so on.
+	Shards(ctx context.Context, queue string) ([]Shard, error)
 	// History returns the per-minute history of each queue from from to
 	// to (both included, at most 1,441 minutes per queue), one slice per
 	// queue in the order given; a minute without activity is zero but for
 	// its Start. Bad queue names, to before from, or a span over the most
 	// minutes give an error wrapping job.ErrInvalid.
 	History(ctx context.Context, queues []string, from, to time.Time) ([][]Minute, error)
-	// QueueMemory estimates what the queue st describes (st as Stats
-	// returned it) takes in Redis; a server that refuses MEMORY USAGE
-	// gives an error wrapping ErrMemoryNotReadable.
-	QueueMemory(ctx context.Context, st job.QueueStats) (QueueMemory, error)
+	// QueueMemory estimates what queue takes in Redis (it reads the
+	// queue's stats first, for the types whose held jobs it measures); a
+	// server that refuses MEMORY USAGE gives an error wrapping
+	// ErrMemoryNotReadable.
+	QueueMemory(ctx context.Context, queue string) (QueueMemory, error)
 	// ServerMemory reads INFO memory of the server, or of every master of
 	// a cluster; an error wraps ErrMemoryNotReadable when it does not
 	// tell.
@@ -57,13 +65,11 @@ type Broker interface {
 	DeleteFunctions(ctx context.Context, name string) error
 }
 
-// Key is the argument of the method by which a *broker.Broker hands out
-// its operator's side. Only delayq's own module can name it (the package
-// is internal), so no program can call that method.
-type Key struct{ _ [0]func() }
-
-// For returns the operator's side of b, a *broker.Broker.
-func For(b interface{ Admin(Key) Broker }) Broker { return b.Admin(Key{}) }
+// Shard is one physical queue of a queue, as Broker.Shards lists it.
+type Shard struct {
+	Name string // "q" for an unsharded queue, "q#k" or "q#k.s" for shard k
+	Slot int    // the Redis Cluster hash slot of its keys
+}
 
 // FunctionLibraryPrefix starts the name of every library LoadFunctions
 // loads; the rest is the version, a hash of the scripts.

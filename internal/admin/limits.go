@@ -1,7 +1,8 @@
 // Package admin is the operator's side of the broker that only delayq's
 // own programs use: the limits and defaults the delayq command checks its
-// flags against, and (see [For]) what the command and the dashboard read
-// and do beyond the producer's API of *broker.Broker.
+// flags against, the Redis ACL rules of a namespace's user, and ([Broker],
+// which internal/protocol's Admin returns) what the command and the
+// dashboard read and do beyond the producer's API of *broker.Broker.
 //
 // It is internal so that it can change with the command and the dashboard
 // without breaking users; package broker implements it.

@@ -17,6 +17,7 @@ import (
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
 
@@ -83,7 +84,7 @@ func TestBatchCallbacksUnderWorkerCrashes(t *testing.T) {
 				return false
 			}
 		}
-		st, err := s.b.Stats(s.ctx, queue)
+		st, err := testkit.OneStats(s.b.Stats(s.ctx, queue))
 		return err == nil && st.Scheduled == 0 && st.Processing == 0
 	}
 	procs, kills, deadline := crashLoop(rng, func(name string) *workerProc { return startWorkerProc(t, bin, url, ns, name) }, done)
@@ -278,7 +279,7 @@ func TestBatchEndingsUnderFaults(t *testing.T) {
 			return false
 		}
 		for _, q := range []string{queue, "chained"} {
-			if st, err := s.b.Stats(s.ctx, q); err != nil || st.Scheduled != 0 || st.Processing != 0 {
+			if st, err := testkit.OneStats(s.b.Stats(s.ctx, q)); err != nil || st.Scheduled != 0 || st.Processing != 0 {
 				return false
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/internal/naming"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
 
@@ -63,7 +64,7 @@ func TestChainsUnderWorkerCrashes(t *testing.T) {
 	url := "redis://" + srv.Addr() + "/0"
 	drained := func() bool {
 		for _, q := range queues {
-			st, err := s.b.Stats(s.ctx, q)
+			st, err := testkit.OneStats(s.b.Stats(s.ctx, q))
 			if err != nil || st.Scheduled != 0 || st.Processing != 0 {
 				return false
 			}

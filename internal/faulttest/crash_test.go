@@ -18,6 +18,7 @@ import (
 
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
 
@@ -172,7 +173,7 @@ func TestWorkerCrashes(t *testing.T) {
 	}
 	killed := map[string]bool{}
 	drained := func() bool {
-		st, err := s.b.Stats(s.ctx, queue)
+		st, err := testkit.OneStats(s.b.Stats(s.ctx, queue))
 		return err == nil && st.Scheduled == 0 && st.Processing == 0
 	}
 	deadline := time.Now().Add(90 * time.Second)

@@ -26,6 +26,7 @@ import (
 	"github.com/delayq/delayq/dashboard"
 	"github.com/delayq/delayq/deadletter"
 	dqadmin "github.com/delayq/delayq/internal/admin"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
@@ -39,7 +40,7 @@ type fnArgs struct {
 }
 
 // TestFunctionsACLUser: an administrator loads the function library; a
-// Redis user with broker.FunctionsACLRules (FCALL and FCALL_RO, no EVAL,
+// Redis user with admin.FunctionsACLRules (FCALL and FCALL_RO, no EVAL,
 // EVALSHA, SCRIPT or FUNCTION) then runs a worker, a producer, the CLI
 // binary and the dashboard through every feature: enqueue, claim, retry,
 // dead letters (list, get, redrive, delete, purge, trim), cancel (waiting
@@ -61,7 +62,7 @@ func TestFunctionsACLUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	const ns, user = "tenant-f", "delayq-f"
-	rdb := aclClient(t, srv, user, broker.FunctionsACLRules(ns))
+	rdb := aclClient(t, srv, user, dqadmin.FunctionsACLRules(ns))
 	if err := admin.Do(ctx, "ACL", "LOG", "RESET").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +297,7 @@ func functionsFeatures(t *testing.T, b *broker.Broker) {
 		_, err := types["fn.capped"].Enqueue(ctx, b, fnArgs{N: 70 + n})
 		must("enqueue to the paused queue", err)
 	}
-	st, err := b.Stats(ctx, "fc")
+	st, err := testkit.OneStats(b.Stats(ctx, "fc"))
 	if err != nil || !st.Paused || len(st.PausedTypes) != 1 || st.Caps[""] != 2 || st.RateLimits["fn.capped"].Count != 50 {
 		t.Fatalf("stats of the controlled queue: %+v, %v", st, err)
 	}
@@ -309,7 +310,7 @@ func functionsFeatures(t *testing.T, b *broker.Broker) {
 	})
 	must("clear the cap", b.SetConcurrency(ctx, "fc", "", 0))
 	must("clear the rate limit", b.SetRateLimit(ctx, "fc", "", job.RateLimit{}))
-	if _, err := dqadmin.For(b).History(ctx, []string{"fa", "fc"}, time.Now().Add(-time.Hour), time.Now()); err != nil {
+	if _, err := protocol.Admin(b).History(ctx, []string{"fa", "fc"}, time.Now().Add(-time.Hour), time.Now()); err != nil {
 		t.Fatalf("history: %v", err)
 	}
 }
@@ -491,7 +492,7 @@ func functionsDashboard(t *testing.T, b *broker.Broker) {
 	post("/dead/redrive-all", url.Values{"queue": {"dq2"}})
 	kill("x5")
 	post("/dead/dq2/purge", url.Values{})
-	if st, err := b.Stats(ctx, "dq2"); err != nil || st.Dead != 0 || st.Scheduled != 3 {
+	if st, err := testkit.OneStats(b.Stats(ctx, "dq2")); err != nil || st.Dead != 0 || st.Scheduled != 3 {
 		t.Fatalf("after the dashboard's dead-letter actions: %+v, %v, want 3 scheduled (x1, x3, x4) and none dead", st, err)
 	}
 }
@@ -503,5 +504,5 @@ func opsOn(t *testing.T, rdb redis.UniversalClient) dqadmin.Broker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return dqadmin.For(b)
+	return protocol.Admin(b)
 }

@@ -122,7 +122,7 @@ func (s *suite) warmUp(t *testing.T, q string) {
 	must(testkit.Drive(b).Release(ctx, c.Lease))
 	_, err = testkit.Drive(b).Reap(ctx, q, 10)
 	must(err)
-	_, err = b.Stats(ctx, q)
+	_, err = testkit.OneStats(b.Stats(ctx, q))
 	must(err)
 	_, err = b.Cancel(ctx, q, a.ID)
 	must(err)
@@ -141,7 +141,7 @@ func (s *suite) warmUp(t *testing.T, q string) {
 	_ = deadletter.New(b).Delete(ctx, q, "warm-none") // not found, by design
 	_, err = deadletter.New(b).DeleteAll(ctx, q, deadletter.Filter{}, deadletter.BulkOptions{})
 	must(err)
-	if st, err := b.Stats(ctx, q); err != nil || st.Scheduled+st.Processing+st.Dead != 0 {
+	if st, err := testkit.OneStats(b.Stats(ctx, q)); err != nil || st.Scheduled+st.Processing+st.Dead != 0 {
 		t.Fatalf("warm-up left %+v, %v", st, err)
 	}
 }
@@ -309,7 +309,7 @@ func (s *suite) waitDrained(t *testing.T, queue string, timeout time.Duration) {
 func waitDrained(t *testing.T, b *broker.Broker, queue string, timeout time.Duration) {
 	t.Helper()
 	redistest.WaitFor(t, timeout, "queue "+queue+" drained", func() bool {
-		st, err := b.Stats(context.Background(), queue)
+		st, err := testkit.OneStats(b.Stats(context.Background(), queue))
 		return err == nil && st.Scheduled == 0 && st.Processing == 0 && st.Parked == 0 && st.Held == 0
 	})
 }

@@ -290,7 +290,7 @@ func keyTurnsOnCluster(t *testing.T, c *redistest.Cluster) {
 	if err := b.Enqueue(ctx, envs...); err != nil {
 		t.Fatal(err)
 	}
-	if st, err := b.Stats(ctx, queue); err != nil || !st.FairKeys || st.HeldByKey != 606 {
+	if st, err := testkit.OneStats(b.Stats(ctx, queue)); err != nil || !st.FairKeys || st.HeldByKey != 606 {
 		t.Fatalf("stats %+v, %v; want the turns on and 606 jobs waiting for them", st, err)
 	}
 	// 10 a shard: each shard's B jobs (about 2) and the rest of A's.
@@ -365,7 +365,7 @@ func debounceOnCluster(t *testing.T, c *redistest.Cluster) {
 			perShard++
 		}
 	}
-	if st, err := b.Stats(ctx, queue); err != nil || st.Scheduled != keys {
+	if st, err := testkit.OneStats(b.Stats(ctx, queue)); err != nil || st.Scheduled != keys {
 		t.Fatalf("stats %+v, %v; want %d jobs scheduled", st, err, keys)
 	}
 	if perShard < 2 {

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delayq/delayq/broker"
+	dqadmin "github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/fixture"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/job"
@@ -19,7 +20,7 @@ import (
 
 // TestPeriodicUnderNamespaceACL: everything package periodic sends (the
 // schedules' sync, the stale schedule's removal in MULTI, the last tick's
-// ZADD GT, the outcome, List) is allowed by broker.ACLRules, as
+// ZADD GT, the outcome, List) is allowed by admin.ACLRules, as
 // docs/periodic.md says.
 func TestPeriodicUnderNamespaceACL(t *testing.T) {
 	t.Parallel()
@@ -28,7 +29,7 @@ func TestPeriodicUnderNamespaceACL(t *testing.T) {
 	admin := srv.Client(t)
 	const ns = "tenant-p"
 	args := []any{"ACL", "SETUSER", "delayq-p", "reset", "on", ">s3cret"}
-	for _, r := range strings.Fields(broker.ACLRules(ns)) {
+	for _, r := range strings.Fields(dqadmin.ACLRules(ns)) {
 		args = append(args, r)
 	}
 	if err := admin.Do(ctx, args...).Err(); err != nil {

@@ -31,6 +31,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/deadletter"
+	dqadmin "github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/naming"
 	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
@@ -146,7 +147,7 @@ func coreFlow(t *testing.T, b *broker.Broker) {
 		t.Fatalf("redrive: %v", err)
 	}
 	redistest.WaitFor(t, 10*time.Second, "redriven job dead again", func() bool {
-		st, err := b.Stats(ctx, q)
+		st, err := testkit.OneStats(b.Stats(ctx, q))
 		if err != nil {
 			t.Fatalf("stats: %v", err)
 		}
@@ -162,7 +163,7 @@ func coreFlow(t *testing.T, b *broker.Broker) {
 	if _, err := deadletter.New(b).Trim(ctx, q); err != nil {
 		t.Fatalf("dead-letter trim: %v", err)
 	}
-	if qs, err := b.Queues(ctx); err != nil || len(qs) != 1 || qs[0] != q {
+	if qs, err := protocol.Admin(b).Queues(ctx); err != nil || len(qs) != 1 || qs[0] != q {
 		t.Fatalf("queues = %v, %v", qs, err)
 	}
 }
@@ -203,7 +204,7 @@ func TestTLS(t *testing.T) {
 	}
 }
 
-// TestACLUserLimitedToNamespace creates a Redis user with broker.ACLRules
+// TestACLUserLimitedToNamespace creates a Redis user with admin.ACLRules
 // for one namespace and runs the core flow as that user; keys and channels
 // outside the namespace, and commands delayq does not send, are refused.
 func TestACLUserLimitedToNamespace(t *testing.T) {
@@ -213,11 +214,11 @@ func TestACLUserLimitedToNamespace(t *testing.T) {
 	admin := srv.Client(t)
 	const ns = "tenant-a"
 	args := []any{"ACL", "SETUSER", "delayq-a", "reset", "on", ">s3cret"}
-	for _, r := range strings.Fields(broker.ACLRules(ns)) {
+	for _, r := range strings.Fields(dqadmin.ACLRules(ns)) {
 		args = append(args, r)
 	}
 	if err := admin.Do(ctx, args...).Err(); err != nil {
-		t.Fatalf("ACL SETUSER with %q: %v", broker.ACLRules(ns), err)
+		t.Fatalf("ACL SETUSER with %q: %v", dqadmin.ACLRules(ns), err)
 	}
 	if err := admin.Set(ctx, "other:secret", "x", 0).Err(); err != nil {
 		t.Fatal(err)
@@ -314,14 +315,14 @@ func TestPayloadIsData(t *testing.T) {
 }
 
 // TestSecurityDocShowsACLRules keeps docs/security.md's ACL lines in step
-// with broker.ACLRules and broker.FunctionsACLRules.
+// with admin.ACLRules and admin.FunctionsACLRules.
 func TestSecurityDocShowsACLRules(t *testing.T) {
 	t.Parallel()
 	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "security.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, rules := range []string{broker.ACLRules("delayq"), broker.FunctionsACLRules("delayq")} {
+	for _, rules := range []string{dqadmin.ACLRules("delayq"), dqadmin.FunctionsACLRules("delayq")} {
 		if want := "ACL SETUSER delayq reset on >password " + rules + "\n"; !strings.Contains(string(doc), want) {
 			t.Errorf("docs/security.md does not show the line\n%s", want)
 		}
@@ -480,7 +481,7 @@ func TestDashboardSurvivesHostilePayloads(t *testing.T) {
 	}
 }
 
-// aclClient creates user with broker.ACLRules(ns) plus extra rules on srv
+// aclClient creates user with dqadmin.ACLRules(ns) plus extra rules on srv
 // and returns a client logged in as that user.
 func aclClient(t *testing.T, srv *redistest.Server, user, rules string) *redis.Client {
 	t.Helper()
@@ -507,7 +508,7 @@ func TestJobIDsInKeyNames(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Start(t)
 	const ns, q = "tenant-k", "kept"
-	rdb := aclClient(t, srv, "delayq-k", broker.ACLRules(ns))
+	rdb := aclClient(t, srv, "delayq-k", dqadmin.ACLRules(ns))
 	b, err := broker.New(rdb, broker.Options{Namespace: ns})
 	if err != nil {
 		t.Fatal(err)

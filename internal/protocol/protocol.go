@@ -7,7 +7,10 @@
 // *broker.Broker, and this protocol can change without breaking them.
 // Package broker implements it; [For] returns a broker's implementation,
 // which a *broker.Broker hands out through one method, Seams, whose
-// argument (a [Key]) no other module can name: no registry, no init.
+// argument (a [Key]) no other module can name: no registry, no init. The
+// same method hands out the broker's dead-letter store ([Dead]) and its
+// operator's side ([Admin], an internal/admin.Broker): it is the broker's
+// one hatch.
 //
 // Every operation works on one physical queue (a keyspace.Shard): the
 // worker resolves a queue's shards with [Broker.Shards], claims and reaps
@@ -22,6 +25,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/job"
 )
@@ -348,6 +352,8 @@ type Seams interface {
 	UseClock(now func() time.Time)
 	// DeadLetters returns the broker's dead-letter store.
 	DeadLetters() DeadStore
+	// Admin returns the broker's operator's side (internal/admin).
+	Admin() admin.Broker
 }
 
 // holder is a *broker.Broker, as this package sees it.
@@ -409,6 +415,11 @@ type DeadStore interface {
 // Dead returns the dead-letter store of b, a *broker.Broker. It panics for
 // anything else, as For does.
 func Dead(b any) DeadStore { return seams(b).DeadLetters() }
+
+// Admin returns the operator's side of b, a *broker.Broker: what the CLI
+// and the dashboard read and do beyond its producer's API. It panics for
+// anything else, as For does.
+func Admin(b any) admin.Broker { return seams(b).Admin() }
 
 // For returns the protocol of b, a *broker.Broker (wrapped, if a test
 // intercepts it). It panics for anything else: callers hold a broker by

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
@@ -93,14 +94,14 @@ func (l *ledger) tally(ctx context.Context, t *testing.T, b *broker.Broker, queu
 			r.redeliveries += n - 1
 		}
 	}
-	st, err := b.Stats(ctx, queue)
+	st, err := testkit.OneStats(b.Stats(ctx, queue))
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.dead = int(st.Dead)
 	r.stats = st
 	// A lost job still stored somewhere is stuck, not lost.
-	shards, err := b.Shards(ctx, queue)
+	shards, err := protocol.Admin(b).Shards(ctx, queue)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/delayq/delayq/broker"
+	"github.com/delayq/delayq/internal/admin"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
 
@@ -112,8 +115,8 @@ func TestClusterFailover(t *testing.T) {
 	needScale(t)
 	t.Parallel()
 	c := redistest.StartCluster(t)
-	crash := func(lagging bool) func(*testing.T, broker.Shard) {
-		return func(t *testing.T, shard broker.Shard) {
+	crash := func(lagging bool) func(*testing.T, admin.Shard) {
+		return func(t *testing.T, shard admin.Shard) {
 			node := c.MasterOf(t, "{"+shard.Name+"}")
 			if lagging {
 				heal := cutLink(t, node, c.ReplicaOf(t, node))
@@ -146,8 +149,8 @@ func TestSentinelFailover(t *testing.T) {
 	needScale(t)
 	t.Parallel()
 	s := redistest.StartSentinel(t)
-	crash := func(lagging bool) func(*testing.T, broker.Shard) {
-		return func(t *testing.T, _ broker.Shard) {
+	crash := func(lagging bool) func(*testing.T, admin.Shard) {
+		return func(t *testing.T, _ admin.Shard) {
 			m := s.Master(t)
 			if lagging {
 				replica := s.Servers()[0]
@@ -193,7 +196,7 @@ func mode(durable bool) string {
 // failover runs two producers and two workers, each with its own client,
 // over a three-shard queue, calls crash once a quarter of the jobs are in,
 // and reports what was lost and duplicated.
-func failover(t *testing.T, topo, scenario string, durable bool, client func() redis.UniversalClient, crash func(*testing.T, broker.Shard)) {
+func failover(t *testing.T, topo, scenario string, durable bool, client func() redis.UniversalClient, crash func(*testing.T, admin.Shard)) {
 	ctx := context.Background()
 	const n = 20_000
 	ns := "fo-" + scenario + "-" + mode(durable)
@@ -201,7 +204,7 @@ func failover(t *testing.T, topo, scenario string, durable bool, client func() r
 	if err := first.DeclareQueue(ctx, "hot", 3); err != nil {
 		t.Fatal(err)
 	}
-	shards, err := first.Shards(ctx, "hot")
+	shards, err := protocol.Admin(first).Shards(ctx, "hot")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,7 +376,7 @@ func TestBrokerFollowsPromotion(t *testing.T) {
 	start = time.Now()
 	redistest.WaitFor(t, 10*time.Second, "durable enqueue on the promoted replica", enqueued(durable, "after1"))
 	t.Logf("durable mode: enqueue works again %v after the old master rejoined", time.Since(start).Round(10*time.Millisecond))
-	st, err := plain.Stats(ctx, "q")
+	st, err := testkit.OneStats(plain.Stats(ctx, "q"))
 	if err != nil || st.Scheduled != 4 {
 		t.Fatalf("stats %+v, %v; want the 4 jobs", st, err)
 	}

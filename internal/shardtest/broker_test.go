@@ -14,6 +14,7 @@ import (
 	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/keyspace"
 	"github.com/delayq/delayq/internal/protocol"
+	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
 
@@ -59,11 +60,11 @@ func brokerReads() []readCase {
 			return fmt.Sprintf("%T", e.b.Client())
 		}},
 		{"EvictionPolicy", func(t *testing.T, e *env) any {
-			p, err := admin.For(e.b).EvictionPolicy(ctx)
+			p, err := protocol.Admin(e.b).EvictionPolicy(ctx)
 			return []any{p, errOut(err)}
 		}},
 		{"Queues", func(t *testing.T, e *env) any {
-			qs, err := e.b.Queues(ctx)
+			qs, err := protocol.Admin(e.b).Queues(ctx)
 			slices.Sort(qs)
 			if err == nil && !slices.Equal(qs, []string{mail, orders}) {
 				t.Errorf("%s: Queues() = %v", e.name, qs)
@@ -73,7 +74,7 @@ func brokerReads() []readCase {
 		{"Stats", func(t *testing.T, e *env) any {
 			var out []any
 			for _, q := range []string{orders, mail, "never-used", "bad queue!"} {
-				st, err := e.b.Stats(ctx, q)
+				st, err := testkit.OneStats(e.b.Stats(ctx, q))
 				if q == orders {
 					checkStats(t, e, st, err)
 				}
@@ -81,19 +82,19 @@ func brokerReads() []readCase {
 			}
 			return out
 		}},
-		{"StatsOf", func(t *testing.T, e *env) any {
-			st, err := e.b.StatsOf(ctx, mail, orders, "never-used", orders)
+		{"Stats of several", func(t *testing.T, e *env) any {
+			st, err := e.b.Stats(ctx, mail, orders, "never-used", orders)
 			if err == nil {
 				checkStats(t, e, st[1], nil)
 				checkStats(t, e, st[3], nil)
 			}
-			_, errBad := e.b.StatsOf(ctx, orders, "bad queue!")
+			_, errBad := e.b.Stats(ctx, orders, "bad queue!")
 			return []any{st, errOut(err), errOut(errBad)}
 		}},
-		{"StatsOf every queue", func(t *testing.T, e *env) any {
-			st, err := e.b.StatsOf(ctx)
+		{"Stats of every queue", func(t *testing.T, e *env) any {
+			st, err := e.b.Stats(ctx)
 			if err == nil && (len(st) != 2 || st[1].Queue != orders) {
-				t.Errorf("%s: StatsOf() = %+v", e.name, st)
+				t.Errorf("%s: Stats() = %+v", e.name, st)
 			} else if err == nil {
 				checkStats(t, e, st[1], nil)
 			}
@@ -139,7 +140,7 @@ func brokerReads() []readCase {
 			// the queue, in its own slot.
 			out := map[string]any{}
 			for _, q := range []string{orders, mail, "never-used", "bad queue!"} {
-				shards, err := e.b.Shards(ctx, q)
+				shards, err := protocol.Admin(e.b).Shards(ctx, q)
 				want := 1
 				if q == orders {
 					want = e.shards
@@ -180,7 +181,7 @@ func brokerReads() []readCase {
 		}},
 		{"History", func(t *testing.T, e *env) any {
 			now := e.now(t)
-			h, err := admin.For(e.b).History(ctx, []string{orders, mail, "never-used"}, now.Add(-59*time.Minute), now)
+			h, err := protocol.Admin(e.b).History(ctx, []string{orders, mail, "never-used"}, now.Add(-59*time.Minute), now)
 			if err == nil {
 				var sum admin.Minute
 				for _, m := range h[0] {
@@ -194,10 +195,10 @@ func brokerReads() []readCase {
 				}
 			}
 			// The seed's own minutes, whatever the clock.
-			seeded, errSeeded := admin.For(e.b).History(ctx, []string{orders}, e.base.Add(-31*time.Minute), e.base)
-			_, errOrder := admin.For(e.b).History(ctx, []string{orders}, e.base, e.base.Add(-time.Minute))
-			_, errSpan := admin.For(e.b).History(ctx, []string{orders}, e.base.Add(-25*time.Hour), e.base)
-			_, errBad := admin.For(e.b).History(ctx, []string{"bad queue!"}, e.base, e.base)
+			seeded, errSeeded := protocol.Admin(e.b).History(ctx, []string{orders}, e.base.Add(-31*time.Minute), e.base)
+			_, errOrder := protocol.Admin(e.b).History(ctx, []string{orders}, e.base, e.base.Add(-time.Minute))
+			_, errSpan := protocol.Admin(e.b).History(ctx, []string{orders}, e.base.Add(-25*time.Hour), e.base)
+			_, errBad := protocol.Admin(e.b).History(ctx, []string{"bad queue!"}, e.base, e.base)
 			return []any{h, errOut(err), seeded, errOut(errSeeded), errOut(errOrder), errOut(errSpan), errOut(errBad)}
 		}},
 	}

@@ -67,9 +67,9 @@ var touched = []string{
 func snapshot(t *testing.T, e *env) any {
 	t.Helper()
 	ctx := context.Background()
-	queues, err := e.b.Queues(ctx)
+	queues, err := protocol.Admin(e.b).Queues(ctx)
 	slices.Sort(queues)
-	all, errAll := e.b.StatsOf(ctx)
+	all, errAll := e.b.Stats(ctx)
 	out := map[string]any{"queues": []any{queues, errOut(err)}, "stats": []any{all, errOut(errAll)}}
 	for _, q := range []string{orders, mail} {
 		var sch, proc, dead []string
@@ -92,7 +92,7 @@ func snapshot(t *testing.T, e *env) any {
 	}
 	out["dead letters"] = list
 	now := e.now(t)
-	h, err := admin.For(e.b).History(ctx, []string{orders, mail}, now.Add(-59*time.Minute), now)
+	h, err := protocol.Admin(e.b).History(ctx, []string{orders, mail}, now.Add(-59*time.Minute), now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,7 +343,7 @@ func TestBrokerChanges(t *testing.T) {
 			freshAgain := e.b.DeclareQueue(ctx, "fresh", 2)
 			freshOther := e.b.DeclareQueue(ctx, "fresh", 3)
 			bad := e.b.DeclareQueue(ctx, "fresh2", 257) // one more than the most shards a queue may have
-			shards, err := e.b.Shards(ctx, "fresh")
+			shards, err := protocol.Admin(e.b).Shards(ctx, "fresh")
 			return []any{own, sentinels(other), fresh, freshAgain, sentinels(freshOther), errOut(bad), len(shards), errOut(err)}
 		}},
 	})

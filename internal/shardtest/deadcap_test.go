@@ -31,7 +31,7 @@ func TestDeadCapIsPerQueue(t *testing.T) {
 	ctx := context.Background()
 	p := newPair(t, seedOptions{deadCap: deadCap})
 	counts := func(t *testing.T, e *env) any {
-		st, err := e.b.Stats(ctx, orders)
+		st, err := testkit.OneStats(e.b.Stats(ctx, orders))
 		_, ids := walkDead(t, e.b, orders, protocol.DeadCursor{}, 1000)
 		n, errCount := e.dl.Count(ctx, orders, filters(e.base)["none"])
 		return map[string]any{"stats": st.Dead, "err": errOut(err), "listed": len(ids), "count": n, "countErr": errOut(errCount)}

@@ -398,3 +398,15 @@ func Items[T any](args []T, opts ...job.Option) []job.Item[T] {
 	}
 	return items
 }
+
+// OneStats is the stats of the one queue a Broker.Stats call named:
+// OneStats(b.Stats(ctx, "q")).
+func OneStats(sts []job.QueueStats, err error) (job.QueueStats, error) {
+	if err != nil {
+		return job.QueueStats{}, err
+	}
+	if len(sts) != 1 {
+		return job.QueueStats{}, errors.New("testkit: Stats returned " + strconv.Itoa(len(sts)) + " queues, want 1")
+	}
+	return sts[0], nil
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/admin"
+	"github.com/delayq/delayq/internal/protocol"
 )
 
 // envFunctions, set to 1, has the tool call the loaded function library
@@ -29,7 +30,7 @@ cluster: one Redis function per script of delayq, in a library named
 delayq_<version> after a hash of the scripts. Workers, producers, the tool and
 the dashboard then call them (FCALL) when started with --functions
 (broker.Options.Functions), as a Redis user that may not run code of its own
-(broker.FunctionsACLRules). A server that has the library keeps it; libraries
+(delayq acl --functions prints its rules). A server that has the library keeps it; libraries
 of other versions stay, for processes of other versions during a rolling
 deploy (delete-functions removes one).
 
@@ -147,5 +148,41 @@ func adminOf(rdb redis.UniversalClient) (admin.Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return admin.For(b), nil
+	return protocol.Admin(b), nil
+}
+
+// aclCommand is "acl": the Redis ACL rules of a user limited to the
+// namespace (docs/security.md).
+func (a *app) aclCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "acl",
+		Short: "Print the Redis ACL rules of a user limited to the namespace",
+		Long: `Print the Redis ACL rules that let a user do everything delayq's workers,
+producers, schedulers and this tool do in the namespace (--namespace), and
+nothing else: its keys and wake-up channels (ns:*) and the commands delayq
+sends. Give them to a user with ACL SETUSER (Redis 6.2 or later):
+
+  ACL SETUSER delayq reset on >password <rules>
+
+The rules allow EVAL and EVALSHA, which run any Lua code. With --functions
+(or $` + envFunctions + `=1) they allow FCALL and FCALL_RO instead, for processes
+that call the function library loaded by 'delayq admin load-functions': such a
+user can run no code of its own. It does not connect to Redis.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ns, bad := admin.Namespace(a.namespace)
+			if bad != "" {
+				return usagef("invalid --namespace: %s", bad)
+			}
+			rules := admin.ACLRules(ns)
+			if a.functions {
+				rules = admin.FunctionsACLRules(ns)
+			}
+			if a.json {
+				return a.printJSON(map[string]any{"namespace": ns, "functions": a.functions, "rules": rules})
+			}
+			_, err := fmt.Fprintln(a.stdout, rules)
+			return err
+		},
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/delayq/delayq/internal/admin"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/redistest"
 )
 
@@ -17,7 +18,7 @@ import (
 func TestAdminFunctions(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
-	lib, _ := admin.For(tb.b).FunctionLibrary()
+	lib, _ := protocol.Admin(tb.b).FunctionLibrary()
 	if out := tb.ok(t, "admin", "load-functions"); out != "loaded "+lib+"\n" {
 		t.Fatalf("admin load-functions: %q", out)
 	}

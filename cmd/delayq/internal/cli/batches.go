@@ -94,7 +94,7 @@ func toBatchJSON(s *broker.BatchStatus) batchJSON {
 // batchState is open, sealed or complete.
 func batchState(s *broker.BatchStatus) string {
 	switch {
-	case s.Complete():
+	case s.Complete:
 		return "complete"
 	case s.Sealed:
 		return "sealed"
@@ -113,7 +113,7 @@ func callbackState(s *broker.BatchStatus, success bool) string {
 	switch {
 	case fired:
 		return "fired"
-	case success && s.Complete() && (s.Dead > 0 || s.Gone > 0):
+	case success && s.Complete && (s.Dead > 0 || s.Gone > 0):
 		return "skipped"
 	}
 	return "waiting"

@@ -186,6 +186,7 @@ Output is a table for people, or JSON with --json. Exit status: 0 success,
 		a.batchesCommand(),
 		a.dashboardCommand(),
 		a.adminCommand(),
+		a.aclCommand(),
 		a.versionCommand(),
 	)
 	root.Args = func(cmd *cobra.Command, args []string) error {

@@ -14,7 +14,7 @@ import (
 // The subcommands a shell offers after "delayq", "delayq jobs" and
 // "delayq dead".
 var (
-	topCommands  = []string{"admin", "batches", "completion", "dashboard", "dead", "enqueue", "help", "jobs", "keys", "periodic", "queues", "stats", "version", "workers"}
+	topCommands  = []string{"acl", "admin", "batches", "completion", "dashboard", "dead", "enqueue", "help", "jobs", "keys", "periodic", "queues", "stats", "version", "workers"}
 	jobsCommands = []string{"cancel", "ls", "reschedule", "show"}
 	deadCommands = []string{"ls", "purge", "redrive", "rm", "show", "trim"}
 )

@@ -22,6 +22,7 @@ import (
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/naming"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/job"
 )
 
@@ -312,7 +313,7 @@ func (a *app) listAllJobs(ctx context.Context, b *broker.Broker, lists []job.Job
 		}
 		from = q
 	}
-	names, err := b.Queues(ctx)
+	names, err := protocol.Admin(b).Queues(ctx)
 	if err != nil {
 		return err
 	}
@@ -834,7 +835,7 @@ func (a *app) locate(ctx context.Context, b *broker.Broker, id string) (string, 
 // queue is searched, one read each. An id found in no queue, or in
 // several, is an error naming them.
 func (a *app) locateWith(ctx context.Context, b *broker.Broker, id string, has finder) (string, error) {
-	names, err := b.Queues(ctx)
+	names, err := protocol.Admin(b).Queues(ctx)
 	if err != nil {
 		return "", err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/delayq/delayq/broker"
 	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/naming"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/job"
 )
 
@@ -49,7 +50,7 @@ keys, and one more round trip for the queue's stats.`,
 			if err != nil {
 				return err
 			}
-			if err := admin.For(b).MustKnow(cmd.Context(), q); err != nil {
+			if err := protocol.Admin(b).MustKnow(cmd.Context(), q); err != nil {
 				if errors.Is(err, admin.ErrUnknownQueue) {
 					return fmt.Errorf("queue %q was never used in namespace %s (a typo? see delayq queues ls)", q, b.Namespace())
 				}
@@ -59,10 +60,11 @@ keys, and one more round trip for the queue's stats.`,
 			if err != nil {
 				return err
 			}
-			st, err := b.Stats(cmd.Context(), q)
+			sts, err := b.Stats(cmd.Context(), q)
 			if err != nil {
 				return err
 			}
+			st := sts[0]
 			return a.printHeldKeys(q, hk, st.FairKeys)
 		},
 	}

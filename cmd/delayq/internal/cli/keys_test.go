@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/delayq/delayq/broker"
-	"github.com/delayq/delayq/internal/admin"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
@@ -50,7 +50,7 @@ func TestKeysPauseResume(t *testing.T) {
 	if ids := tb.claimIDs(t, "imports"); !slices.Equal(ids, []string{"b1"}) {
 		t.Fatalf("claimed %v with acme paused, want [b1]", ids)
 	}
-	if st, err := tb.b.Stats(tb.ctx, "imports"); err != nil || st.HeldByKey != 2 {
+	if st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "imports")); err != nil || st.HeldByKey != 2 {
 		t.Fatalf("stats %+v, %v; want acme's 2 held", st, err)
 	}
 	var res struct {
@@ -305,7 +305,7 @@ func TestKeysCap(t *testing.T) {
 	if after := tb.keyControls(t, "imports"); after != before {
 		t.Errorf("refused calls changed the key controls:\n%s\nto\n%s", before, after)
 	}
-	if ok, err := admin.For(tb.b).Known(tb.ctx, "nosuch"); ok || err != nil {
+	if ok, err := protocol.Admin(tb.b).Known(tb.ctx, "nosuch"); ok || err != nil {
 		t.Errorf("a refused cap made the unused queue known (%v)", err)
 	}
 
@@ -413,7 +413,7 @@ func TestKeysLimit(t *testing.T) {
 	if after := tb.keyControls(t, "sms"); after != before {
 		t.Errorf("refused calls changed the key controls:\n%s\nto\n%s", before, after)
 	}
-	if ok, err := admin.For(tb.b).Known(tb.ctx, "smss"); ok || err != nil {
+	if ok, err := protocol.Admin(tb.b).Known(tb.ctx, "smss"); ok || err != nil {
 		t.Errorf("a refused limit made the unused queue known (%v)", err)
 	}
 
@@ -542,7 +542,7 @@ func TestKeysFair(t *testing.T) {
 	if after := tb.keyControls(t, "imports"); after != before {
 		t.Errorf("refused calls changed the key controls:\n%s\nto\n%s", before, after)
 	}
-	if ok, err := admin.For(tb.b).Known(tb.ctx, "nosuch"); ok || err != nil {
+	if ok, err := protocol.Admin(tb.b).Known(tb.ctx, "nosuch"); ok || err != nil {
 		t.Errorf("a refused keys fair made the unused queue known (%v)", err)
 	}
 
@@ -562,14 +562,14 @@ func TestKeysFair(t *testing.T) {
 	if !slices.Equal(ids, []string{"a0", "b0"}) {
 		t.Fatalf("a fair claim of 2 took %v, want a0 and b0 (one of each key)", ids)
 	}
-	if st, err := tb.b.Stats(tb.ctx, "imports"); err != nil || st.HeldByKey != 4 {
+	if st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "imports")); err != nil || st.HeldByKey != 4 {
 		t.Fatalf("stats %+v, %v; want 4 held waiting for a turn", st, err)
 	}
 	// A due job with a key enqueued now waits for its turn at once.
 	if err := tb.b.Enqueue(tb.ctx, keyedEnv("g0", "imports", "gamma")); err != nil {
 		t.Fatal(err)
 	}
-	if st, err := tb.b.Stats(tb.ctx, "imports"); err != nil || st.HeldByKey != 5 {
+	if st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "imports")); err != nil || st.HeldByKey != 5 {
 		t.Fatalf("stats %+v, %v; want gamma's new job held beside the 4", st, err)
 	}
 	if acme, _ := tb.heldKey(t, "imports", "acme"); acme.Held != 3 || !acme.WaitsForTurn || acme.Reason != "turn" {
@@ -599,7 +599,7 @@ func TestKeysFair(t *testing.T) {
 	if len(res2) != 2 || res2["queue"] != "imports" || res2["fair"] != false {
 		t.Errorf("keys fair off --json: %v, want exactly queue and fair", res2)
 	}
-	if st, err := tb.b.Stats(tb.ctx, "imports"); err != nil || st.HeldByKey != 0 || st.Held != 0 {
+	if st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "imports")); err != nil || st.HeldByKey != 0 || st.Held != 0 {
 		t.Fatalf("after keys fair off: %+v, %v; want nothing held", st, err)
 	}
 	tb.okJSON(t, &ls, "keys", "ls", "imports")

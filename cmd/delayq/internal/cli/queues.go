@@ -16,6 +16,7 @@ import (
 	"github.com/delayq/delayq/fleet"
 	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/naming"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/job"
 )
 
@@ -26,7 +27,49 @@ func (a *app) queuesCommand() *cobra.Command {
 		Args:  noArgs,
 		RunE:  a.onBroker(a.listQueues),
 	}
-	return group("queues", "List, pause, resume, cap, limit and forget queues", ls, a.pauseCommand(true), a.pauseCommand(false), a.capCommand(), a.limitCommand(), a.forgetCommand())
+	return group("queues", "List, pause, resume, cap, limit and forget queues, and list a queue's shards", ls, a.pauseCommand(true), a.pauseCommand(false), a.capCommand(), a.limitCommand(), a.forgetCommand(), a.shardsCommand())
+}
+
+// shardsCommand is "queues shards".
+func (a *app) shardsCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "shards QUEUE",
+		Short: "List the physical queues (shards) of a queue and the Redis Cluster hash slot of each",
+		Long: `List the physical queues of a queue, shard k on line k: one (the queue
+itself) unless it was declared with more shards. A shard's keys are
+ns:{NAME}:scheduled and so on, all in the hash slot SLOT; after resharding a
+cluster, check with CLUSTER SHARDS that the shards lie on different masters.`,
+		Args: exactArgs(1, "a queue name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := naming.Queue(args[0]); err != nil {
+				return usagef("%v", err)
+			}
+			b, err := a.broker(cmd.Context())
+			if err != nil {
+				return err
+			}
+			shards, err := protocol.Admin(b).Shards(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if a.json {
+				type shardJSON struct {
+					Name string `json:"name"`
+					Slot int    `json:"slot"`
+				}
+				out := make([]shardJSON, len(shards))
+				for i, s := range shards {
+					out[i] = shardJSON{Name: s.Name, Slot: s.Slot}
+				}
+				return a.printJSON(out)
+			}
+			t := newTable(a.stdout, "SHARD", "NAME", "SLOT")
+			for i, s := range shards {
+				t.row(strconv.Itoa(i), s.Name, strconv.Itoa(s.Slot))
+			}
+			return t.flush()
+		},
+	}
 }
 
 // createFlag is --create of the commands that change a queue's controls.
@@ -37,7 +80,7 @@ func knownQueue(ctx context.Context, b *broker.Broker, q string, create bool) er
 	if create {
 		return nil
 	}
-	if err := admin.For(b).MustKnow(ctx, q); err != nil {
+	if err := protocol.Admin(b).MustKnow(ctx, q); err != nil {
 		if errors.Is(err, admin.ErrUnknownQueue) {
 			return fmt.Errorf("queue %q was never used in namespace %s: nothing changed (a typo? see delayq queues ls; --create acts on it anyway)", q, b.Namespace())
 		}
@@ -263,7 +306,7 @@ rate limit or key cap set is unlisted, as workers do by themselves
 			if err != nil {
 				return err
 			}
-			if err := admin.For(b).Forget(cmd.Context(), q); err != nil {
+			if err := protocol.Admin(b).Forget(cmd.Context(), q); err != nil {
 				if errors.Is(err, admin.ErrUnknownQueue) {
 					return fmt.Errorf("queue %q is not known in namespace %s: nothing to forget", q, b.Namespace())
 				}
@@ -291,7 +334,7 @@ func (a *app) forgetIdle(ctx context.Context, v string) error {
 	if err != nil {
 		return err
 	}
-	forgotten, ferr := admin.For(b).ForgetIdle(ctx, idle)
+	forgotten, ferr := protocol.Admin(b).ForgetIdle(ctx, idle)
 	if a.json {
 		if forgotten == nil {
 			forgotten = []string{}
@@ -557,7 +600,7 @@ type limitJSON struct {
 }
 
 func (a *app) listQueues(ctx context.Context, b *broker.Broker) error {
-	all, err := b.StatsOf(ctx)
+	all, err := b.Stats(ctx)
 	bad, err := leftOut(err)
 	if err != nil {
 		return err

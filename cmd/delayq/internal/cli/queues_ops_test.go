@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/delayq/delayq/internal/admin"
 	"github.com/delayq/delayq/internal/keyspace"
+	"github.com/delayq/delayq/internal/protocol"
 	"github.com/delayq/delayq/internal/testkit"
 	"github.com/delayq/delayq/job"
 )
@@ -46,7 +46,7 @@ func TestQueuesTypoRefused(t *testing.T) {
 	if out := tb.ok(t, "queues", "pause", "new", "--create"); out != "paused queue new\n" {
 		t.Errorf("pause --create: %q", out)
 	}
-	if ok, _ := admin.For(tb.b).Known(tb.ctx, "new"); !ok {
+	if ok, _ := protocol.Admin(tb.b).Known(tb.ctx, "new"); !ok {
 		t.Error("pause --create did not make the queue known")
 	}
 }
@@ -70,7 +70,7 @@ func TestQueuesForget(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stderr, "2 dead records") {
 		t.Errorf("forget of a queue with dead records: exit %d, stderr %q", r.code, r.stderr)
 	}
-	if ok, _ := admin.For(tb.b).Known(tb.ctx, "mail"); !ok {
+	if ok, _ := protocol.Admin(tb.b).Known(tb.ctx, "mail"); !ok {
 		t.Fatal("a refused forget removed the queue")
 	}
 	r = tb.run(t, "queues", "forget", "nosuch")
@@ -101,7 +101,7 @@ func TestQueuesForget(t *testing.T) {
 	if err := tb.b.Enqueue(tb.ctx, &job.Envelope{ID: "b", Queue: "mail", Type: "mail.send", Payload: []byte(`{}`)}); err != nil {
 		t.Fatal(err)
 	}
-	st, err := tb.b.Stats(tb.ctx, "mail")
+	st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "mail"))
 	if err != nil || st.Paused || len(st.Caps) != 0 || st.Scheduled != 1 {
 		t.Errorf("after a new enqueue: %+v, %v", st, err)
 	}
@@ -122,7 +122,7 @@ func TestQueuesLimit(t *testing.T) {
 	if out := tb.ok(t, "queues", "limit", "sms", "--type", "sms.send", "5/1m", "--burst", "3"); out != "limited job type sms.send in queue sms to 5/1m burst 3\n" {
 		t.Errorf("limit --type: %q", out)
 	}
-	st, err := tb.b.Stats(tb.ctx, "sms")
+	st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "sms"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func TestQueuesLimit(t *testing.T) {
 	if out := tb.ok(t, "queues", "limit", "sms", "--clear"); out != "cleared the rate limit of queue sms\n" {
 		t.Errorf("clear: %q", out)
 	}
-	st, _ = tb.b.Stats(tb.ctx, "sms")
+	st, _ = testkit.OneStats(tb.b.Stats(tb.ctx, "sms"))
 	if _, ok := st.RateLimits[""]; ok || len(st.RateLimits) != 1 {
 		t.Errorf("after --clear: %+v", st.RateLimits)
 	}
@@ -173,7 +173,7 @@ func TestQueuesLimit(t *testing.T) {
 			t.Errorf("delayq %q: exit %d, stderr %q; want a usage error", args, r.code, r.stderr)
 		}
 	}
-	st2, _ := tb.b.Stats(tb.ctx, "sms")
+	st2, _ := testkit.OneStats(tb.b.Stats(tb.ctx, "sms"))
 	if len(st2.RateLimits) != 1 {
 		t.Errorf("refused limits changed what is stored: %+v", st2.RateLimits)
 	}
@@ -191,7 +191,7 @@ func TestQueuesLimit(t *testing.T) {
 	if out := tb.ok(t, "queues", "limit", "sms", "20/1s", "--strict", "--slack", "150ms"); out != "limited queue sms to 20/1s strict slack 150ms\n" {
 		t.Errorf("limit --strict: %q", out)
 	}
-	st, _ = tb.b.Stats(tb.ctx, "sms")
+	st, _ = testkit.OneStats(tb.b.Stats(tb.ctx, "sms"))
 	if r := st.RateLimits[""]; !r.Strict || r.Count != 20 || r.Per != time.Second || r.Slack != 150*time.Millisecond {
 		t.Errorf("stored strict limit %+v", r)
 	}

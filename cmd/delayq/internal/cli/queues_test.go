@@ -148,7 +148,7 @@ func TestQueuesCap(t *testing.T) {
 	if out := tb.ok(t, "queues", "cap", "reports", "0", "--type", "report.build"); out != "cleared the concurrency cap of job type report.build in queue reports\n" {
 		t.Errorf("cap 0: %q", out)
 	}
-	st, err := tb.b.Stats(tb.ctx, "reports")
+	st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "reports"))
 	if err != nil || st.Held != 0 || st.Scheduled != 2 || len(st.Caps) != 1 {
 		t.Errorf("after clearing the type's cap: %+v, %v", st, err)
 	}
@@ -386,7 +386,7 @@ func TestQueuesFairKeys(t *testing.T) {
 		if hk.FairKeys == nil || *hk.FairKeys != on {
 			t.Errorf("%s: keys ls --json: fair_keys %v, want %v", step, hk.FairKeys, on)
 		}
-		if st, err := tb.b.Stats(tb.ctx, "imports"); err != nil || st.FairKeys != on {
+		if st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "imports")); err != nil || st.FairKeys != on {
 			t.Fatalf("%s: Stats says FairKeys %v (%v), want %v (fair turns %s)", step, st.FairKeys, err, on, turns)
 		}
 	}

@@ -140,7 +140,7 @@ type queueStatsJSON struct {
 // *broker.QueueErrors, unless none of the queues named could be read: then
 // the error is why the first could not.
 func (a *app) readStats(ctx context.Context, b *broker.Broker, queues []string) ([]job.QueueStats, error) {
-	out, err := b.StatsOf(ctx, queues...)
+	out, err := b.Stats(ctx, queues...)
 	var bad *broker.QueueErrors
 	if len(queues) > 0 && len(out) == 0 && errors.As(err, &bad) {
 		return nil, bad.Errs[queues[0]]

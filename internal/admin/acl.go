@@ -1,11 +1,13 @@
-package broker
+package admin
 
 import (
 	"slices"
 	"strings"
+
+	"github.com/delayq/delayq/internal/keyspace"
 )
 
-// aclCommands are the Redis commands a broker sends, directly or from its
+// aclCommands are the Redis commands a *broker.Broker sends, directly or from its
 // scripts (Redis checks a script's commands against the caller's ACL too).
 var aclCommands = []string{
 	// sent by Go code
@@ -29,8 +31,9 @@ var aclCommands = []string{
 
 // ACLRules returns the Redis ACL rules that let a user do everything a
 // broker with namespace ns does, and nothing else: its keys (ns:*), its
-// wake-up channels (ns:*) and the commands it sends. Give them to a user
-// with ACL SETUSER, e.g. for the default namespace:
+// wake-up channels (ns:*) and the commands it sends. `delayq acl` prints
+// them (docs/security.md); give them to a user with ACL SETUSER, e.g. for
+// the default namespace:
 //
 //	ACL SETUSER delayq reset on >password <ACLRules("delayq")>
 //
@@ -46,7 +49,7 @@ func ACLRules(ns string) string {
 }
 
 // FunctionsACLRules returns the rules of ACLRules(ns) for a broker with
-// Options.Functions: FCALL and FCALL_RO, which call only the functions an
+// Options.Functions (`delayq acl --functions` prints them): FCALL and FCALL_RO, which call only the functions an
 // administrator loaded (`delayq admin load-functions`), instead of EVALSHA and EVAL. Such a
 // user can run no code of its own: neither EVAL nor EVALSHA, SCRIPT or
 // FUNCTION.
@@ -58,3 +61,7 @@ func FunctionsACLRules(ns string) string {
 func aclRuleString(ns string, cmds []string) string {
 	return "resetkeys ~" + ns + ":* resetchannels &" + ns + ":* -@all +" + strings.Join(cmds, " +")
 }
+
+// Namespace returns ns, or DefaultNamespace when ns is empty, and what is
+// wrong with it ("" when nothing is): the check broker.New makes.
+func Namespace(ns string) (string, string) { return keyspace.Namespace(ns) }
