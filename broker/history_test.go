@@ -146,7 +146,7 @@ func TestHistoryBadInput(t *testing.T) {
 	}
 }
 
-func TestStatsOfSeveralQueues(t *testing.T) {
+func TestStatsSeveralQueues(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
 	tb.enqueue(t, env("a", 0), env("b", time.Minute))
