@@ -73,9 +73,9 @@ type Options struct {
 	// Functions runs the scripts as the Redis functions of this build's
 	// library (FCALL, and FCALL_RO for those that change nothing) instead
 	// of EVALSHA, so that the broker's Redis user needs no right to run
-	// code of its own: give it the rules `delayq acl --functions` prints. The library must be
-	// loaded first, by a user allowed to (`delayq admin
-	// load-functions`); a call the server has no function for fails with
+	// code of its own: give it the rules `delayq acl --functions` prints.
+	// The library must be loaded first, by a user allowed to (`delayq
+	// admin load-functions`); a call the server has no function for fails with
 	// an error wrapping ErrFunctionsNotLoaded. Needs Redis 7. See
 	// docs/security.md.
 	Functions bool
@@ -125,8 +125,8 @@ var _ job.Enqueuer = (*Broker)(nil)
 // cluster, every master's) and refuses a server older than
 // Redis 6.2.0 with an error wrapping ErrServerTooOld that names the
 // server, its version and the minimum. A server that refuses INFO (renamed,
-// disabled, or not allowed to an ACL user such as one given the rules of `delayq acl`), and
-// every server when opts.Functions is set (its users are given no INFO),
+// disabled, or not allowed to an ACL user such as one given the rules of
+// `delayq acl`), and every server when opts.Functions is set (its users are given no INFO),
 // is checked instead by sending ZMSCORE without a member: the server's
 // "wrong number of arguments" tells it knows the command, and needs no
 // right. When neither answers, or the server cannot be reached within 5

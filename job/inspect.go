@@ -21,9 +21,14 @@ type JobInfo struct {
 	State JobState
 	Now   time.Time // the server's clock at the read
 
-	ReadyAt       time.Time // StateScheduled: when it is (or was) due; Now − ReadyAt, when over 0, is how long it has waited due
-	LeaseDeadline time.Time // StateProcessing: when its lease runs out; LeaseDeadline − Now is the lease left (≤ 0: it ran out, and a worker takes the job back)
-	Attempts      int       // attempts spent (claims, less releases)
+	// ReadyAt (StateScheduled): when it is (or was) due. Now − ReadyAt,
+	// when over 0, is how long it has waited due.
+	ReadyAt time.Time
+	// LeaseDeadline (StateProcessing): when its lease runs out.
+	// LeaseDeadline − Now is the lease left; at 0 or below it ran out,
+	// and a worker takes the job back.
+	LeaseDeadline time.Time
+	Attempts      int // attempts spent (claims, less releases)
 
 	Body     []byte    // the envelope as stored (the record's body when dead)
 	Envelope *Envelope // Body decoded; nil when Err is set

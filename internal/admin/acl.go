@@ -49,10 +49,10 @@ func ACLRules(ns string) string {
 }
 
 // FunctionsACLRules returns the rules of ACLRules(ns) for a broker with
-// Options.Functions (`delayq acl --functions` prints them): FCALL and FCALL_RO, which call only the functions an
-// administrator loaded (`delayq admin load-functions`), instead of EVALSHA and EVAL. Such a
-// user can run no code of its own: neither EVAL nor EVALSHA, SCRIPT or
-// FUNCTION.
+// Options.Functions (`delayq acl --functions` prints them): FCALL and
+// FCALL_RO, which call only the functions an administrator loaded
+// (`delayq admin load-functions`), instead of EVALSHA and EVAL. Such a user
+// can run no code of its own: neither EVAL nor EVALSHA, SCRIPT or FUNCTION.
 func FunctionsACLRules(ns string) string {
 	cmds := slices.DeleteFunc(slices.Clone(aclCommands), func(c string) bool { return c == "evalsha" || c == "eval" })
 	return aclRuleString(ns, append([]string{"fcall", "fcall_ro"}, cmds...))
