@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -221,5 +222,63 @@ func TestKeyFairnessBatchMembersEndWhileWaiting(t *testing.T) {
 	}
 	if hk, err := tb.b.HeldKeys(tb.ctx, "default", 10); err != nil || len(hk.Keys) != 0 {
 		t.Errorf("held keys after the drain: %+v, %v; want none", hk, err)
+	}
+}
+
+// TestKeyFairnessInThePrefetch: the jobs a worker claims ahead of its
+// runners start in turns between keys as well. One claim of 21 (one
+// runner, a prefetch of 20) takes 10 of A's backlog, B's one job, then 10
+// more of A's (the claim's turns); the worker starts B's job within one
+// job of A's after the running one, not behind A's ten.
+func TestKeyFairnessInThePrefetch(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	typ := job.New[payload]("notify.send")
+	var mu sync.Mutex
+	var order []string
+	gate := make(chan struct{})
+	first := true
+	typ.Handle(tb.reg, func(ctx context.Context, j *job.Job[payload]) error {
+		mu.Lock()
+		order = append(order, fmt.Sprintf("%s%d", j.Key, j.Args.N))
+		wait := first
+		first = false
+		mu.Unlock()
+		if wait {
+			<-gate // the first job runs until the claim's jobs are all held
+		}
+		return nil
+	})
+	if err := tb.b.SetKeyFairness(tb.ctx, "default", true); err != nil {
+		t.Fatal(err)
+	}
+	items := make([]job.Item[payload], 200)
+	for i := range items {
+		items[i] = job.Item[payload]{Args: payload{N: i}, Opts: []job.Option{job.Key("A")}}
+	}
+	if _, err := typ.EnqueueItems(tb.ctx, tb.b, items); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := typ.Enqueue(tb.ctx, tb.b, payload{N: 0}, job.Key("B")); err != nil {
+		t.Fatal(err)
+	}
+	cfg := tb.config(t)
+	cfg.Concurrency = 1
+	cfg.Prefetch = 20
+	start(t, cfg)
+	redistest.WaitFor(t, 10*time.Second, "the first claim's 21 jobs leased", func() bool {
+		st, err := testkit.OneStats(tb.b.Stats(tb.ctx, "default"))
+		return err == nil && st.Processing == 21
+	})
+	close(gate)
+	redistest.WaitFor(t, 10*time.Second, "B's job run", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Contains(order, "B0")
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if i := slices.Index(order, "B0"); i > 2 {
+		t.Fatalf("B's job started after %d of A's (%v), want at most 2: the one running and one turn of A's", i, order[:i+1])
 	}
 }

@@ -25,16 +25,26 @@ import (
 // between jobs; the shutdown stops them. A job handed to a parked runner
 // goes to it directly, never through the line: the line holds only the
 // jobs that wait because every runner is busy (the prefetched ones).
+//
+// The line takes its jobs in turns between their flow-control keys
+// (job.Key; the jobs without a key as one key), as the claim deals its
+// room out under fair turns: a job joins the line at the end of its key's
+// next turn (see turn), so a key whose job was just claimed waits behind
+// at most one job of each other key, not behind the whole prefetch of a
+// key with a backlog. Within a key, and when no job has a key, the line
+// is first in, first out.
 type slots struct {
 	lease, margin time.Duration // a job whose lease was confirmed more than lease - margin ago is stale
 	mu            sync.Mutex
 	inflight      map[leaseKey]*task
-	settling      int           // tasks of inflight that are settling
-	runners       int           // runners started and not stopped: at most Concurrency
-	parked        []*runner     // runners waiting for a job, the last parked last
-	line          []*task       // claimed jobs waiting for a runner, first first
-	freed         chan struct{} // a slot freed (buffered 1)
-	idle          chan struct{} // closed when inflight empties during shutdown
+	settling      int                // tasks of inflight that are settling
+	runners       int                // runners started and not stopped: at most Concurrency
+	parked        []*runner          // runners waiting for a job, the last parked last
+	line          []*task            // claimed jobs waiting for a runner, by turn, then first first
+	turns         map[string]keyTurn // the keys of the jobs in line
+	round         int64              // the turn of the job that left the line last
+	freed         chan struct{}      // a slot freed (buffered 1)
+	idle          chan struct{}      // closed when inflight empties during shutdown
 	closing       bool
 	// starved: a prefetched job went stale waiting in line for a runner
 	// (every runner held its job for about a lease). Nothing more is
@@ -82,6 +92,23 @@ type task struct {
 	msg     job.Message
 	attempt *attempt.Attempt[job.Envelope, job.Result, job.Progress]
 	result  job.Result
+	turn    int64 // its turn in line (see slots.turn)
+}
+
+// keyTurn is what the line holds of one key: its jobs in line and the
+// turn of the last of them.
+type keyTurn struct {
+	n    int
+	last int64
+}
+
+// key returns t's flow-control key: "" for none (or a job that did not
+// decode, which never waits in line for long).
+func (t *task) key() string {
+	if t.c.Envelope == nil {
+		return ""
+	}
+	return t.c.Envelope.Key
 }
 
 // A task is its handler's parent context: ctx's, carrying the task
@@ -152,8 +179,53 @@ func (s *slots) take(t *task, max int) (start bool) {
 		s.runners++
 		return true
 	}
-	s.line = append(s.line, t)
+	s.enter(t)
 	return false
+}
+
+// enter puts t in line at its turn: the turn after its key's last job in
+// line, or, when none of its key waits, the turn of the job that left the
+// line last. Jobs of one turn keep their order of arrival. s.mu is held.
+func (s *slots) enter(t *task) {
+	k := t.key()
+	kt, ok := s.turns[k]
+	t.turn = s.round
+	if ok {
+		t.turn = max(t.turn, kt.last+1)
+	}
+	if s.turns == nil {
+		s.turns = make(map[string]keyTurn)
+	}
+	s.turns[k] = keyTurn{n: kt.n + 1, last: t.turn}
+	i := len(s.line)
+	for i > 0 && s.line[i-1].turn > t.turn {
+		i--
+	}
+	s.line = slices.Insert(s.line, i, t)
+}
+
+// left records that t left the line (taken by a runner or handed back).
+// s.mu is held.
+func (s *slots) left(t *task) {
+	k := t.key()
+	kt := s.turns[k]
+	if kt.n <= 1 {
+		delete(s.turns, k)
+		return
+	}
+	kt.n--
+	s.turns[k] = kt
+}
+
+// unline takes out of line the jobs drop reports true for. s.mu is held.
+func (s *slots) unline(drop func(*task) bool) {
+	s.line = slices.DeleteFunc(s.line, func(t *task) bool {
+		if drop(t) {
+			s.left(t)
+			return true
+		}
+		return false
+	})
 }
 
 // serve is a runner: it runs t, then the first task in line or, when none
@@ -181,6 +253,8 @@ func (s *slots) next(r *runner) (t *task, park bool) {
 		t = s.line[0]
 		s.line[0] = nil
 		s.line = s.line[1:]
+		s.round = t.turn
+		s.left(t)
 		return t, false
 	}
 	s.line = nil
@@ -267,6 +341,7 @@ func (s *slots) trimLine(keep int) (back []*task) {
 		t := s.line[len(s.line)-1]
 		s.line[len(s.line)-1] = nil
 		s.line = s.line[:len(s.line)-1]
+		s.left(t)
 		s.handBack(t)
 		back = append(back, t)
 	}
@@ -295,7 +370,7 @@ func (s *slots) stale(now time.Time) (back []*task, cancelled int) {
 		back = append(back, t)
 	}
 	if len(back) > 0 {
-		s.line = slices.DeleteFunc(s.line, func(t *task) bool { return t.released })
+		s.unline(func(t *task) bool { return t.released })
 		s.starved = true
 	}
 	return back, cancelled
@@ -378,7 +453,7 @@ func (s *slots) lost(l *protocol.Lease, cause error) bool {
 		return true
 	}
 	t.released = true
-	s.line = slices.DeleteFunc(s.line, func(x *task) bool { return x == t })
+	s.unline(func(x *task) bool { return x == t })
 	s.mu.Unlock()
 	s.finish(t)
 	return true
@@ -416,6 +491,7 @@ func (s *slots) close() (waiting []*task, held int, idle <-chan struct{}) {
 	}
 	clear(s.line)
 	s.line = s.line[:0]
+	clear(s.turns)
 	for _, r := range s.parked {
 		r.wake <- nil
 	}

@@ -3,11 +3,13 @@ package worker
 import (
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/delayq/delayq/internal/protocol"
+	"github.com/delayq/delayq/job"
 )
 
 // runnerPool drives slots as the worker does, without Redis: it hands
@@ -193,5 +195,112 @@ func TestStaleLineStopsThePrefetchUntilARunnerFrees(t *testing.T) {
 		t.Fatal("the prefetch stayed stopped after the runner was done with its job")
 	}
 	s.close()
+	p.wg.Wait()
+}
+
+func keyedTask(n int, key string) *task {
+	t := newTask(n)
+	t.c.ID = key + strconv.Itoa(n)
+	t.c.Envelope = &job.Envelope{Key: key}
+	return t
+}
+
+// The line takes its jobs in turns between keys: a key whose job comes
+// after another key's backlog waits behind one job of each key ahead of
+// it, not behind the backlog; within a key, and for the jobs without a
+// key (one key, ""), first in, first out. Jobs handed back from the line
+// (the prefetch trimmed, a stale or lost lease, the shutdown) leave their
+// key's turn, and no key is remembered once none of its jobs waits.
+func TestLineTakesTurnsBetweenKeys(t *testing.T) {
+	var mu sync.Mutex
+	var ran []string
+	var gate chan struct{}
+	done := make(chan struct{}, 100)
+	p := &runnerPool{s: newSlots(time.Minute, time.Second), max: 1, run: func(t *task) {
+		mu.Lock()
+		g := gate
+		ran = append(ran, t.c.ID)
+		mu.Unlock()
+		done <- struct{}{}
+		<-g
+	}}
+	newGate := func() chan struct{} {
+		mu.Lock()
+		defer mu.Unlock()
+		gate = make(chan struct{})
+		return gate
+	}
+	// The one runner runs A0 and waits; the rest wait in line.
+	check := func(want ...string) {
+		t.Helper()
+		for range len(want) - 1 {
+			<-done
+		}
+		mu.Lock()
+		got := strings.Join(ran, " ")
+		ran = nil
+		mu.Unlock()
+		if got != strings.Join(want, " ") {
+			t.Fatalf("jobs ran in the order\n%s\nwant\n%s", got, strings.Join(want, " "))
+		}
+	}
+	g := newGate()
+	p.take(keyedTask(0, "A"))
+	<-done
+	for i := 1; i <= 5; i++ {
+		p.take(keyedTask(i, "A"))
+	}
+	p.take(keyedTask(1, "B"))
+	p.take(keyedTask(1, "C"))
+	p.take(keyedTask(6, "A"))
+	p.take(keyedTask(2, "B"))
+	p.take(keyedTask(1, ""))
+	p.take(keyedTask(2, ""))
+	close(g)
+	check("A0", "A1", "B1", "C1", "1", "A2", "B2", "2", "A3", "A4", "A5", "A6")
+	waitParked(t, p.s, 1)
+
+	// A key that comes back after the line emptied joins the turn of
+	// the job that left last; a new key joins it too.
+	g = newGate()
+	p.take(keyedTask(10, "X"))
+	<-done
+	p.take(keyedTask(11, "X"))
+	p.take(keyedTask(12, "X"))
+	p.take(keyedTask(13, "X"))
+	p.take(keyedTask(1, "Y"))
+	p.take(keyedTask(14, "A"))
+	// Handed back from the end of the line: the latest turns.
+	back := p.s.trimLine(4)
+	if len(back) != 1 || back[0].c.ID != "X13" {
+		t.Fatalf("trimmed %d jobs (%v), want X13", len(back), back)
+	}
+	p.s.mu.Lock()
+	x := p.s.turns["X"]
+	p.s.mu.Unlock()
+	if x.n != 2 {
+		t.Fatalf("X counts %d jobs in line after the trim, want 2", x.n)
+	}
+	close(g)
+	check("X10", "X11", "Y1", "A14", "X12")
+	waitParked(t, p.s, 1)
+	p.s.mu.Lock()
+	left := len(p.s.turns)
+	p.s.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d keys remembered with an empty line", left)
+	}
+
+	// The shutdown forgets the keys of the jobs it hands back.
+	g = newGate()
+	p.take(keyedTask(20, "A"))
+	<-done
+	p.take(keyedTask(21, "A"))
+	p.take(keyedTask(2, "Y"))
+	waiting, _, _ := p.s.close()
+	if len(waiting) != 2 || len(p.s.turns) != 0 {
+		t.Fatalf("at shutdown %d handed back and %d keys remembered, want 2 and 0", len(waiting), len(p.s.turns))
+	}
+	close(g)
 	p.wg.Wait()
 }
