@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -176,6 +177,85 @@ func TestNoPrefetchUnderCapOrLimit(t *testing.T) {
 				t.Fatalf("%d jobs scheduled, want the 8 not running", n)
 			}
 		})
+	}
+}
+
+// A key cap does not stop the prefetch: a job claimed ahead holds its
+// key's slot while it waits for a goroutine, so no key has more than its
+// cap of jobs leased (running or waiting in the worker), and no two jobs
+// of one key run at once. A worker of 2 goroutines and a prefetch of 8
+// leases 10 jobs of 10 keys capped at 1: 2 running, 8 waiting, each key
+// once; the rest stay held, and every job runs once; no slot is left.
+func TestPrefetchUnderKeyCap(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	typ := job.New[payload]("capped")
+	release := make(chan struct{})
+	var mu sync.Mutex
+	running, most, ran := map[string]int{}, 0, 0
+	typ.Handle(tb.reg, func(ctx context.Context, j *job.Job[payload]) error {
+		mu.Lock()
+		running[j.Key]++
+		most = max(most, running[j.Key])
+		mu.Unlock()
+		<-release
+		mu.Lock()
+		running[j.Key]--
+		ran++
+		mu.Unlock()
+		return nil
+	})
+	if err := tb.b.SetKeyConcurrency(tb.ctx, "default", "", 1); err != nil {
+		t.Fatal(err)
+	}
+	items := make([]job.Item[payload], 30)
+	for i := range items {
+		// Ids in the order of the schedule: the first claim's 10 are
+		// of the 10 keys.
+		items[i] = job.Item[payload]{Args: payload{N: i}, Opts: []job.Option{job.ID(fmt.Sprintf("c%02d", i)), job.Key(fmt.Sprintf("k%d", i%10))}}
+	}
+	if _, err := typ.EnqueueItems(tb.ctx, tb.b, items); err != nil {
+		t.Fatal(err)
+	}
+	cfg := tb.config(t)
+	cfg.Concurrency = 2
+	cfg.Prefetch = 8
+	stop := start(t, cfg)
+	processing := tb.key(naming.DefaultQueue, "processing")
+	redistest.WaitFor(t, 5*time.Second, "2 running and 8 prefetched", func() bool {
+		n, _ := tb.rdb.ZCard(tb.ctx, processing).Result()
+		return n == 10
+	})
+	keyrun := strings.TrimSuffix(tb.key(naming.DefaultQueue, "controls"), "controls") + "keyrun"
+	counts, err := tb.rdb.HGetAll(tb.ctx, keyrun).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(counts, keyspace.EncodingField)
+	if len(counts) != 10 {
+		t.Errorf("%d keys count leased jobs (%v), want the 10", len(counts), counts)
+	}
+	for k, v := range counts {
+		if v != "1" {
+			t.Errorf("key %s counts %s jobs leased, its cap is 1", k, v)
+		}
+	}
+	close(release)
+	redistest.WaitFor(t, 20*time.Second, "all 30 jobs run", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return ran == 30
+	})
+	stop()
+	if most != 1 {
+		t.Fatalf("%d jobs of one key ran at once under a cap of 1", most)
+	}
+	if err := tb.b.SetKeyConcurrency(tb.ctx, "default", "", 0); err != nil {
+		t.Fatal(err)
+	}
+	tb.queueKeysEmpty(t, naming.DefaultQueue)
+	if f, err := tb.rdb.HKeys(tb.ctx, keyrun).Result(); err != nil || len(f) > 1 || (len(f) == 1 && f[0] != keyspace.EncodingField) {
+		t.Errorf("keyrun holds %v (%v): slots left", f, err)
 	}
 }
 

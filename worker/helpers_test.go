@@ -59,7 +59,7 @@ func (tb *testBundle) queueKeysEmpty(t *testing.T, queue string) {
 	t.Helper()
 	ks := testkit.Keys(t, tb.b, queue)
 	for _, k := range ks.JobKeys() {
-		if k == ks.Attempts || k == ks.Leases {
+		if k == ks.Attempts || k == ks.Leases || k == ks.Running {
 			if f, err := tb.rdb.HKeys(tb.ctx, k).Result(); err != nil || len(f) > 1 || (len(f) == 1 && f[0] != keyspace.EncodingField) {
 				t.Errorf("%s holds %v (%v), want no job", k, f, err)
 			}

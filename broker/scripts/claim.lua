@@ -201,11 +201,15 @@
 -- cap (in KEYS[17] .. '#' .. key, no attempt spent, taking no slot of its
 -- type nor of its key) until ResumeKey sends the key's held jobs back.
 --
--- Prefetch: a shard with a concurrency cap or a rate limit (of the queue,
--- of any type or of keys) leases at most n - ahead, so that every lease it hands
--- out is a job that starts at once: a lease counted against a cap is a
--- running job, and a token is spent by a start. The reply's controlled
--- flag tells the worker so.
+-- Prefetch: a shard with a concurrency cap of the queue or of a type, or a
+-- rate limit (of the queue, of any type or of keys) leases at most
+-- n - ahead, so that every lease it hands out is a job that starts at
+-- once: a lease counted against such a cap is a running job, and a token
+-- is spent by a start. The reply's controlled flag tells the worker so. A
+-- key cap does not stop the prefetch: a job claimed ahead holds its key's
+-- slot while it waits in the worker, so its key stays within its cap, and
+-- the other keys' jobs are not held back by it (a queue's cap counts every
+-- lease against one n, which prefetched jobs would take from the running).
 --
 -- Returns {now µs, next, jobs, orphans, paused, controlled, unreadable}:
 -- next is the earliest ready time left in the scheduled set (-1 when
@@ -416,7 +420,7 @@ for i = 1, #pauses, 2 do
   end
 end
 local controlled = 0
-if qrate or any_rate or qcap or any_tcap or any_kcap or any_krate then
+if qrate or any_rate or qcap or any_tcap or any_krate then
   controlled = 1
   n = math.max(n - (tonumber(ARGV[8]) or 0), 0)
 end
