@@ -139,7 +139,7 @@ func (b *Broker) forgetShard(ctx context.Context, queue string, s keyspace.Shard
 		}
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			kk := keyCapKeysOf(k)
-			p.Del(ctx, append(k.JobKeys(), kk.Run, kk.Caps, kk.HeldKeys, kk.Paused, kk.ParkedTypes, kk.Rates, kk.Wait, kk.Turn)...)
+			p.Del(ctx, append(k.JobKeys(), kk.Run, kk.Caps, kk.HeldKeys, kk.Paused, kk.ParkedTypes, kk.Rates, kk.Wait, kk.Turn, kk.Weights)...)
 			return nil
 		})
 		if errors.Is(err, redis.TxFailedErr) {

@@ -52,7 +52,7 @@ var ErrFunctionsNotLoaded = errors.New("broker: the function library of this ver
 var addsData = map[string]bool{
 	"enqueue": true, "batch_create": true, "batch_add": true, "progress": true,
 	"pause": true, "limit": true, "cap": true, "keycap": true, "keypause": true,
-	"keyrate": true, "keyfair": true,
+	"keyrate": true, "keyfair": true, "keyweight": true,
 }
 
 // functionLibrary is the library built from allScripts.

@@ -58,7 +58,7 @@ func TestFunctionLibrary(t *testing.T) {
 	for _, s := range []string{"job", "page", "stats", "keys"} {
 		want[s] = "'no-writes'"
 	}
-	for _, s := range []string{"enqueue", "batch_create", "batch_add", "progress", "pause", "limit", "cap", "keycap", "keypause", "keyrate", "keyfair"} {
+	for _, s := range []string{"enqueue", "batch_create", "batch_add", "progress", "pause", "limit", "cap", "keycap", "keypause", "keyrate", "keyfair", "keyweight"} {
 		want[s] = "" // refused over maxmemory
 	}
 	for _, s := range []string{"claim", "settle", "extend", "reap", "cancel", "reschedule", "redrive", "dead_delete", "trim", "batch_end", "batch_fired", "batch_clear", "dead_add", "take_trimmed"} {

@@ -42,6 +42,9 @@ type HeldKey struct {
 	// WaitsForTurn: its held jobs wait for its turn (SetKeyFairness; on a
 	// sharded queue, on some shard).
 	WaitsForTurn bool
+	// Weight is its weight in the fair turns (SetKeyWeight): 1 unless
+	// set.
+	Weight int
 	// Reason says why its jobs wait: "paused" (which wins: a resume
 	// still leaves the cap and the rate; a paused key listed with nothing
 	// held says it too), else "cap" while its running jobs fill its cap,
@@ -70,14 +73,15 @@ type HeldKeys struct {
 // their key's concurrency cap, its rate limit or PauseKey, or waiting for
 // their turn under SetKeyFairness), with, per key, its held and running
 // jobs, its cap and rate limit (its own or the default), whether it is
-// paused, and why its jobs wait. While fewer than n keys hold jobs, paused
-// keys holding nothing fill the list.
+// paused, its weight in the fair turns (SetKeyWeight), and why its jobs
+// wait. While fewer than n keys hold jobs, paused keys holding nothing
+// fill the list.
 //
 // Its cost is bounded by n, whatever the number of keys: each shard keeps
 // the held count of every key holding jobs in a sorted set (ns:{q}:keyheld,
 // score = held jobs, written where jobs are held and released), so the top
 // n is one ZREVRANGE, O(log K + n) for K keys holding, and each key listed
-// costs O(1) (one ZMSCORE entry and three HMGET fields). On a sharded
+// costs O(1) (three ZMSCORE entries and five HMGET fields). On a sharded
 // queue each shard gives its n first; the union of those is then read on
 // every shard and summed, so a key's counts are exact, but a key that is
 // in no shard's top n can be missed although its sum would place it in
@@ -107,7 +111,7 @@ func (b *Broker) HeldKeys(ctx context.Context, queue string, n int) (HeldKeys, e
 		for _, e := range extra {
 			args = append(args, e)
 		}
-		res, err := b.run(ctx, keysScript, []string{k.Controls, kk.HeldKeys, kk.Run, kk.Caps, kk.Paused, kk.Rates, kk.Wait, kk.Turn}, args...)
+		res, err := b.run(ctx, keysScript, []string{k.Controls, kk.HeldKeys, kk.Run, kk.Caps, kk.Paused, kk.Rates, kk.Wait, kk.Turn, kk.Weights}, args...)
 		if err != nil {
 			return nil, queueErr(queue, err)
 		}
@@ -126,7 +130,7 @@ func (b *Broker) HeldKeys(ctx context.Context, queue string, n int) (HeldKeys, e
 		out.Holding = max(out.Holding, holding)
 		out.PausedKeys = max(out.PausedKeys, paused)
 		var got []string
-		for i := 0; i+7 < len(rows); i += 8 {
+		for i := 0; i+8 < len(rows); i += 9 {
 			key, _ := rows[i].(string)
 			held, _ := rows[i+1].(int64)
 			running, _ := rows[i+2].(int64)
@@ -135,6 +139,7 @@ func (b *Broker) HeldKeys(ctx context.Context, queue string, n int) (HeldKeys, e
 			ownRate, _ := rows[i+5].(string)
 			wait, _ := rows[i+6].(int64)
 			turn, _ := rows[i+7].(int64)
+			weight, _ := rows[i+8].(int64)
 			h := byKey[key]
 			if h == nil {
 				h = &HeldKey{Key: key}
@@ -152,6 +157,7 @@ func (b *Broker) HeldKeys(ctx context.Context, queue string, n int) (HeldKeys, e
 			}
 			h.WaitsForToken = h.WaitsForToken || wait >= 0
 			h.WaitsForTurn = h.WaitsForTurn || turn == 1
+			h.Weight = max(h.Weight, int(weight), 1)
 			got = append(got, key)
 		}
 		return got, nil

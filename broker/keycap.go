@@ -26,6 +26,7 @@ type keyCapKeys struct {
 	Wait     string // ZSET key -> ms of its next token: keys holding jobs for want of one
 	Tat      string // prefix of the STRINGs key -> GCRA state of its rate limit
 	Turn     string // ZSET key -> its place in the fair turns ('#': the jobs without a key)
+	Weights  string // HASH key -> its weight in the fair turns (only keys not of weight 1)
 	// ParkedTypes is not a per-key key but lives here for the same
 	// reason: built once per shard. HASH type -> its jobs in the parked
 	// set (jobs of paused types set aside by the claim).
@@ -42,7 +43,7 @@ func keyCapKeysOf(k keyspace.Keys) keyCapKeys {
 	}
 	p := strings.TrimSuffix(k.Held, "held:")
 	kk := keyCapKeys{Run: p + "keyrun", Caps: p + "keycaps", HeldKeys: p + "keyheld", Paused: p + "keypaused",
-		Rates: p + "keyrates", Wait: p + "keywait", Tat: p + "keytat:", Turn: p + "keyturn", ParkedTypes: p + "parkedtypes"}
+		Rates: p + "keyrates", Wait: p + "keywait", Tat: p + "keytat:", Turn: p + "keyturn", Weights: p + "keyweights", ParkedTypes: p + "parkedtypes"}
 	if keyCapCached.Add(1) <= maxKeyCapCache {
 		keyCapCache.Store(k.Held, kk)
 	}
@@ -205,6 +206,60 @@ func (b *Broker) SetKeyFairness(ctx context.Context, queue string, on bool) erro
 		k := s.Keys()
 		kk := keyCapKeysOf(k)
 		_, err := b.run(ctx, keyFairScript, []string{k.Controls, kk.Turn, kk.HeldKeys, k.Scheduled, k.Held}, flag(on), k.Wake)
+		return 0, err
+	})
+	return err
+}
+
+// maxKeyWeight is the highest weight SetKeyWeight takes.
+const maxKeyWeight = 1000
+
+// SetKeyWeight sets the weight of key in the fair turns between the keys
+// of queue (SetKeyFairness): its share of each turn relative to the other
+// keys', so that a key of weight 3 starts 3 jobs for each 1 of a key of
+// weight 1 while both have due jobs and the claim has room for them. w is
+// 1 to 1000; every key's weight is 1 unless set, and setting 1 removes
+// the key's own weight. A weight may be set whether the turns are on or
+// off, and takes effect while they are on, from the next claim; it
+// changes no other control (the key's pause, cap and rate limit still
+// apply to the jobs its turns choose).
+//
+// Weights act within each claim call: the claim deals its room out to the
+// keys at the front of the turns in proportion to their weights (each
+// key's take is its weight times the room over the sum of the weights, at
+// least its weight), so the split follows the weights when claims have
+// room for several keys' shares; a claim with room for a single job takes
+// it from the key at the front, whatever its weight.
+//
+// It applies on every shard of a sharded queue (a key's jobs are spread
+// over the shards, and each shard deals its own turns). Setting the same
+// weight again changes nothing, so a call whose reply was lost can be
+// sent again. Bad input (a bad queue name, a key that is empty or not a
+// valid key, w out of 1 to 1000) is refused with an error wrapping
+// job.ErrInvalid, and nothing changes. While some key of a shard has a
+// weight, a claim there with the turns on reads the weights of the keys
+// it deals to with one HMGET. See
+// docs/flow-control.md#fair-turns-between-keys.
+func (b *Broker) SetKeyWeight(ctx context.Context, queue, key string, w int) error {
+	if key == "" {
+		return fmt.Errorf("broker: %w: key weight: key is empty", job.ErrInvalid)
+	}
+	if err := naming.Key(key); err != nil {
+		return err
+	}
+	if w < 1 || w > maxKeyWeight {
+		return fmt.Errorf("broker: %w: key weight %d of key %q is not 1 to %d", job.ErrInvalid, w, key, maxKeyWeight)
+	}
+	if err := naming.Queue(queue); err != nil {
+		return err
+	}
+	if _, err := b.route.Place(ctx, queue); err != nil {
+		return queueErr(queue, err)
+	}
+	_, err := b.sumShards(ctx, queue, func(_ keyspace.Queue, s keyspace.Shard) (int64, error) {
+		k := s.Keys()
+		kk := keyCapKeysOf(k)
+		_, err := b.run(ctx, keyWeightScript, []string{k.Controls, kk.Weights}, key, w)
 		return 0, err
 	})
 	return err

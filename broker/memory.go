@@ -40,7 +40,7 @@ func (b *Broker) queueMemory(ctx context.Context, st job.QueueStats) (admin.Queu
 		k := sh.Keys()
 		kk := keyCapKeysOf(k)
 		keys = append(keys, k.JobKeys()...)
-		keys = append(keys, kk.Run, kk.Caps, kk.HeldKeys, kk.Paused, kk.ParkedTypes, kk.Rates, kk.Wait, kk.Turn)
+		keys = append(keys, kk.Run, kk.Caps, kk.HeldKeys, kk.Paused, kk.ParkedTypes, kk.Rates, kk.Wait, kk.Turn, kk.Weights)
 		for t := range st.Caps {
 			if t != "" {
 				keys = append(keys, k.Held+t)

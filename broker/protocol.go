@@ -114,7 +114,7 @@ func (w workerSide) Claim(ctx context.Context, s keyspace.Shard, c protocol.Call
 	kk := keyCapKeysOf(k)
 	res, err := w.b.run(ctx, claimScript, []string{k.Scheduled, k.Processing, k.Jobs, k.Attempts, k.Leases, k.Seq, k.Hist, k.Workers + c.ID,
 		k.Dead, k.DeadIndex, k.Unique, k.Counts, k.Controls, k.Parked, k.Rate, k.Running, k.Held, k.Batched, k.Window, k.Trimmed,
-		kk.Run, kk.Caps, kk.HeldKeys, kk.Paused, kk.ParkedTypes, kk.Rates, kk.Wait, kk.Tat, kk.Turn},
+		kk.Run, kk.Caps, kk.HeldKeys, kk.Paused, kk.ParkedTypes, kk.Rates, kk.Wait, kk.Tat, kk.Turn, kk.Weights},
 		n, durMS(lease), id, s.Queue(), w.b.deadCap(q, s), durMS(w.b.opts.DeadMaxAge), max(c.Ahead, 0), recordMS(c), max(c.KeepTrimmed, 0))
 	parts, perr := replyParts(s, "claim", res, refused(err), 7)
 	if perr != nil {

@@ -189,6 +189,7 @@ var (
 	keyPauseScript    = load("keypause")
 	keyRateScript     = load("keyrate")
 	keyFairScript     = load("keyfair")
+	keyWeightScript   = load("keyweight")
 	keysScript        = load("keys")
 	claimScript       = load("claim")
 	settleScript      = load("settle")

@@ -456,6 +456,14 @@ func TestKeyFairTurns(t *testing.T) {
   <td class="rate">—</td>
   <td>fair turns: waiting for its turn</td>`,
 		"<li>4 held by their keys: a key&#39;s concurrency cap, pause or rate limit, or its wait for a fair turn (see the keys holding jobs back)</li>")
+	// A key's weight in the turns shows beside its reason.
+	if err := tb.b.SetKeyWeight(tb.ctx, "imports", "acme", 3); err != nil {
+		t.Fatal(err)
+	}
+	r = tb.get(t, "/queues/imports")
+	mustContain(t, "queue page with a weighted key", r.body,
+		`<td>fair turns: waiting for its turn <span class="key-weight">(weight 3 in the fair turns)</span></td>`,
+		`<td>fair turns: waiting for its turn</td>`)
 
 	// Off: the jobs waiting for a turn go back to the schedule.
 	r = tb.post(t, "/queues/imports/keys/fair", url.Values{"on": {" 0 "}})

@@ -31,22 +31,31 @@ import (
 // until the last handler has run, so ns/op is per drain of 10,000 jobs and
 // jobs/s is the drain rate; redis-us/job is the server's CPU per job over
 // the same span; jobs/claim and jobs/ack are the mean batch sizes. Compare runs with benchstat.
-func BenchmarkBurstDrain(b *testing.B) { benchDrain(b, 10_000, 0) }
+func BenchmarkBurstDrain(b *testing.B) { benchDrain(b, 10_000, 0, keyCap) }
 
 // BenchmarkDrainKeys is the cost of per-key flow control at 100,000 active
 // keys: 200,000 due jobs drained as BenchmarkBurstDrain drains, "unkeyed"
 // without keys or key caps, "100k-keys" two jobs for each of 100,000 keys
 // (job.Key) under a default key cap of 1 (SetKeyConcurrency), so that each
-// key's second job is held while its first runs and released by its ack.
-// With -count, the two run alternately; compare their jobs/s.
+// key's second job is held while its first runs and released by its ack,
+// "100k-keys-turns" the same keyed jobs under fair turns between keys
+// (SetKeyFairness) and no cap. With -count, they run alternately; compare
+// their jobs/s.
 func BenchmarkDrainKeys(b *testing.B) {
-	b.Run("unkeyed", func(b *testing.B) { benchDrain(b, 200_000, 0) })
-	b.Run("100k-keys", func(b *testing.B) { benchDrain(b, 200_000, 100_000) })
+	b.Run("unkeyed", func(b *testing.B) { benchDrain(b, 200_000, 0, keyCap) })
+	b.Run("100k-keys", func(b *testing.B) { benchDrain(b, 200_000, 100_000, keyCap) })
+	b.Run("100k-keys-turns", func(b *testing.B) { benchDrain(b, 200_000, 100_000, keyTurns) })
 }
 
+// The control the keyed jobs of benchDrain run under.
+const (
+	keyCap   = iota // every key a cap of 1
+	keyTurns        // fair turns between keys, no cap
+)
+
 // benchDrain drains jobs due jobs with one worker at concurrency 100; with
-// keys > 0, job i has key i mod keys and every key a cap of 1.
-func benchDrain(b *testing.B, jobs, keys int) {
+// keys > 0, job i has key i mod keys, under control (keyCap or keyTurns).
+func benchDrain(b *testing.B, jobs, keys, control int) {
 	rdb, ns := redistest.New(b)
 	br, err := broker.New(rdb, broker.Options{Namespace: ns})
 	if err != nil {
@@ -67,8 +76,13 @@ func benchDrain(b *testing.B, jobs, keys int) {
 		items[i].Args = json.RawMessage(`{"order_id":"ord-000123","amount_cents":4599}`)
 	}
 	ctx := context.Background()
-	if keys > 0 {
+	switch {
+	case keys > 0 && control == keyCap:
 		if err := br.SetKeyConcurrency(ctx, naming.DefaultQueue, "", 1); err != nil {
+			b.Fatal(err)
+		}
+	case keys > 0 && control == keyTurns:
+		if err := br.SetKeyFairness(ctx, naming.DefaultQueue, true); err != nil {
 			b.Fatal(err)
 		}
 	}

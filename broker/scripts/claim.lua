@@ -79,6 +79,9 @@
 --                               for a turn, and '#' for the jobs without a
 --                               key (touched only while field "kf" of
 --                               KEYS[13] is set)
+-- KEYS[30] -> ns:{q}:keyweights HASH key -> its weight in the fair turns
+--                               (touched only while fields "kf" and "kw"
+--                               of KEYS[13] are both set)
 --
 -- Expiry (job.ExpireAt): a due job whose envelope ends in ,"x":"<ms>"} (or
 -- "<ms>d"}) with <ms> <= now is not leased: it goes to the dead letters with
@@ -192,7 +195,11 @@
 -- one turn of the keys ahead of it. Cost: one ZRANGEBYSCORE, one HMGET
 -- of the scanned bodies and, per key moved, one ZADD and two ZINCRBY;
 -- per key served one ZPOPMIN per round; one ZADD and one ZREM of the
--- turns.
+-- turns. Weights (Broker.SetKeyWeight): while field "kw" of KEYS[13] is
+-- set too, one HMGET of KEYS[30] reads the weights of the keys dealt to
+-- (1 for a key not there), and each round gives each key its weight
+-- times the room over the sum of their weights (at least its weight),
+-- bounded by the room left; with "kw" unset nothing more is read.
 --
 -- Paused keys (Broker.PauseKey): field "kp" of KEYS[13] is there while
 -- some key is paused (KEYS[24]). Then keys are read as for key caps, and
@@ -361,7 +368,7 @@ local qrate, trates, any_rate = nil, {}, false
 local qcap, tcaps, any_tcap = nil, {}, false
 local kdefault, any_kcap, any_kpause = nil, false, false
 local krdefault, any_krate = '', false
-local any_fair = false
+local any_fair, any_weight = false, false
 local function parse_cap(v)
   local share = tonumber((string.match(v, '^(%d+)/%d+$')))
   if share and share >= 1 then
@@ -408,6 +415,8 @@ for i = 1, #pauses, 2 do
     krdefault = pauses[i + 1]
   elseif f == 'kf' then
     any_fair = true
+  elseif f == 'kw' then
+    any_weight = true
   elseif string.sub(f, 1, 2) == 'c:' then
     local cap = parse_cap(pauses[i + 1])
     if cap then
@@ -734,7 +743,12 @@ end
 local FAIR_SCAN = 1000
 local fair_plain = {}
 if any_fair and n > #pops / 2 then
-  bad = expect({KEYS[29], 'zset', KEYS[23], 'zset'})
+  local spec = {KEYS[29], 'zset', KEYS[23], 'zset'}
+  if any_weight then
+    spec[#spec + 1] = KEYS[30]
+    spec[#spec + 1] = 'hash'
+  end
+  bad = expect(spec)
   if bad then
     return bad
   end
@@ -778,16 +792,34 @@ if any_fair and n > #pops / 2 then
   -- Deal the room out in turns.
   local room = n - #pops / 2
   local active = redis.call('ZRANGE', KEYS[29], 0, room - 1)
+  -- Weights: weight[key] for the keys of another weight than 1.
+  local weight = {}
+  if any_weight and #active > 0 then
+    local ws = hmget(KEYS[30], active)
+    for j, key in ipairs(active) do
+      local w = tonumber(ws[j])
+      if w and w >= 1 then
+        weight[key] = math.floor(w)
+      end
+    end
+  end
   local served, gone, taken_by = {}, {}, {}
   local plain_next = 1
   while room > 0 and #active > 0 do
-    local share = math.max(math.floor(room / #active), 1)
+    local sum = #active
+    if any_weight then
+      sum = 0
+      for _, key in ipairs(active) do
+        sum = sum + (weight[key] or 1)
+      end
+    end
+    local share = math.max(math.floor(room / sum), 1)
     local still = {}
     for _, key in ipairs(active) do
       if room < 1 then
         break
       end
-      local take, got = math.min(share, room), 0
+      local take, got = math.min(share * (weight[key] or 1), room), 0
       if key == '#' then
         while got < take and plain_next < #plain do
           fair_plain[#fair_plain + 1] = plain[plain_next]

@@ -12,6 +12,8 @@
 -- KEYS[7] -> ns:{q}:keywait     ZSET key -> ms of its next token (keys
 --                               holding jobs for want of one)
 -- KEYS[8] -> ns:{q}:keyturn     ZSET key -> its place in the fair turns
+-- KEYS[9] -> ns:{q}:keyweights  HASH key -> its weight in the fair turns
+--                               (only keys not of weight 1)
 -- ARGV[1] -> now ms (unused)
 -- ARGV[2] -> n: how many of the keys holding the most to list (0: none)
 -- ARGV[3..] -> keys to report as well (another shard's top keys)
@@ -19,13 +21,14 @@
 -- Returns {default cap or "", keys holding jobs, paused keys, rows,
 -- default rate limit or ""}: rows is a flat list of key, held, running,
 -- own cap ("" none), paused (1/0), own rate limit ("" none), next token
--- ms (-1 when it waits for none), waiting for a turn (1/0),
+-- ms (-1 when it waits for none), waiting for a turn (1/0), weight in
+-- the fair turns (1 unless set),
 -- for the n keys of KEYS[2] with the highest counts (ZREVRANGE, ties by
 -- key, last first), the keys of ARGV[3..], and, while fewer than n were
 -- listed, paused keys holding nothing (one HSCAN page of n). Cost:
--- O(log K + n) for K keys holding, plus O(1) per key reported (three
+-- O(log K + n) for K keys holding, plus O(1) per key reported (five
 -- HMGET and three ZMSCORE): bounded by n, whatever K is.
-local bad = expect({KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[4], 'hash', KEYS[5], 'hash', KEYS[6], 'hash', KEYS[7], 'zset', KEYS[8], 'zset'})
+local bad = expect({KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[4], 'hash', KEYS[5], 'hash', KEYS[6], 'hash', KEYS[7], 'zset', KEYS[8], 'zset', KEYS[9], 'hash'})
 if bad then
   return bad
 end
@@ -73,6 +76,7 @@ if #list > 0 then
     end
   end
   local run, own, paused, rate = hmget(KEYS[3], list), hmget(KEYS[4], list), hmget(KEYS[5], list), hmget(KEYS[6], list)
+  local weight = hmget(KEYS[9], list)
   for j, key in ipairs(list) do
     rows[#rows + 1] = key
     rows[#rows + 1] = tonumber(held[j]) or 0
@@ -82,6 +86,7 @@ if #list > 0 then
     rows[#rows + 1] = rate[j] or ''
     rows[#rows + 1] = tonumber(wait[j]) or -1
     rows[#rows + 1] = turn[j] and 1 or 0
+    rows[#rows + 1] = tonumber(weight[j]) or 1
   end
 end
 local default = redis.call('HGET', KEYS[1], 'k')

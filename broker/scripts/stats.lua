@@ -72,9 +72,9 @@ for i = 1, #controls, 2 do
     if f ~= 'r' then
       limited[string.sub(f, 3)] = true
     end
-  elseif f == 'k' or f == 'kp' or f == 'kr' then
+  elseif f == 'k' or f == 'kp' or f == 'kr' or f == 'kw' then
     -- A per-key cap, paused keys or per-key rate limits: their held jobs
-    -- are counted below, from KEYS[8].
+    -- are counted below, from KEYS[8]. Key weights hold nothing.
   elseif f == 'kf' then
     fair = 1
   elseif f == 'c' or string.sub(f, 1, 2) == 'c:' then

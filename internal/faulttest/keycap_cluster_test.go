@@ -37,7 +37,10 @@ import (
 //   - turns: with fair turns on, 600 due jobs of key A enqueued before 6
 //     of key B on a queue of 3 shards: the first claim of 30 over the
 //     shards takes every one of B's jobs, each shard dealing its turns
-//     over its own jobs; turned off, nothing is left held on any master.
+//     over its own jobs; then key C of weight 3 (SetKeyWeight, written on
+//     every master) with 60 due jobs: each shard's next claim of 8 takes
+//     6 of C's and 2 of A's; turned off, nothing is left held on any
+//     master, and weight 1 leaves no weight there.
 //   - debounce: 50 debounced enqueues of each of 20 keys, 10 ms apart by
 //     the broker's simulated clock, leave one job per key in the shard its
 //     key routes to, with the 50th arguments, due one window after the 50th
@@ -309,7 +312,47 @@ func keyTurnsOnCluster(t *testing.T, c *redistest.Cluster) {
 			t.Errorf("%s not claimed by the first claim of each shard (claimed %d jobs)", id, len(seen))
 		}
 	}
+	// Weights: C of weight 3 joins the turns behind A on every shard; a
+	// claim of 8 deals A 2 and C 6 (the room over the weights, 4, times
+	// each key's weight).
+	if err := b.SetKeyWeight(ctx, queue, "C", 3); err != nil {
+		t.Fatal(err)
+	}
+	envs = envs[:0]
+	for i := range 60 {
+		e, err := typ.Envelope(crashArgs{N: i}, job.ID(fmt.Sprintf("C-%02d", i)), job.Key("C"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		envs = append(envs, e)
+	}
+	if err := b.Enqueue(ctx, envs...); err != nil {
+		t.Fatal(err)
+	}
+	for i, sh := range testkit.Shards(t, b, queue) {
+		held := sh.Keys().Held
+		if n := rdb.ZCard(ctx, held+"#C").Val(); n < 6 {
+			t.Fatalf("shard %d holds %d of C's jobs; the test needs 6", i, n)
+		}
+		if w := rdb.HGet(ctx, strings.TrimSuffix(held, "held:")+"keyweights", "C").Val(); w != "3" {
+			t.Errorf("shard %d: C's weight %q, want 3", i, w)
+		}
+		res, err := testkit.Drive(b).ClaimShard(ctx, sh, 8, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		by := map[string]int{}
+		for _, j := range res.Jobs {
+			by[j.ID[:1]]++
+		}
+		if by["A"] != 2 || by["C"] != 6 || len(by) != 2 {
+			t.Errorf("shard %d: a claim of 8 with C of weight 3 took %v by key, want A 2 and C 6", i, by)
+		}
+	}
 	if err := b.SetKeyFairness(ctx, queue, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SetKeyWeight(ctx, queue, "C", 1); err != nil {
 		t.Fatal(err)
 	}
 	for _, m := range c.Masters(t) {
@@ -320,8 +363,11 @@ func keyTurnsOnCluster(t *testing.T, c *redistest.Cluster) {
 		if left := redistest.Keys(t, node, ns+":{*}:keyturn"); len(left) > 0 {
 			t.Errorf("master %s holds %v after the turns were turned off", m.Addr(), left)
 		}
+		if left := redistest.Keys(t, node, ns+":{*}:keyweights"); len(left) > 0 {
+			t.Errorf("master %s holds %v after C's weight went back to 1", m.Addr(), left)
+		}
 	}
-	summary(t, "jobs", 606, "shards", 3, "masters", 3, "jobs of B claimed in the first claims", 6)
+	summary(t, "jobs", 666, "shards", 3, "masters", 3, "jobs of B claimed in the first claims", 6, "weighted claims of 8 split 2:6", 3)
 }
 
 func debounceOnCluster(t *testing.T, c *redistest.Cluster) {

@@ -16,8 +16,8 @@ import (
 )
 
 func (a *app) keysCommand() *cobra.Command {
-	return group("keys", "List the flow-control keys holding jobs back and why; cap, rate-limit, pause and resume the jobs of keys; fair turns between keys",
-		a.keysListCommand(), a.keyCapCommand(), a.keyLimitCommand(), a.keyPauseCommand(true), a.keyPauseCommand(false), a.keyFairCommand())
+	return group("keys", "List the flow-control keys holding jobs back and why; cap, rate-limit, pause and resume the jobs of keys; fair turns between keys and their weights",
+		a.keysListCommand(), a.keyCapCommand(), a.keyLimitCommand(), a.keyPauseCommand(true), a.keyPauseCommand(false), a.keyFairCommand(), a.keyWeightCommand())
 }
 
 // keysListCommand is "keys ls".
@@ -32,6 +32,8 @@ cap), its concurrency cap and its rate limit (each its own, marked (own), or
 the queue's default), whether it is paused, and why its jobs wait: paused,
 cap (its running jobs fill its cap), rate (they wait for its next token) or
 turn (fair turns are on and they wait for its turn: delayq keys fair).
+A WEIGHT column gives the keys' weights in the fair turns (delayq keys
+weight) when a listed key's is not 1; --json always gives weight.
 While fewer than N keys hold jobs, paused keys holding nothing are listed
 too. The last line gives the queue's default key cap and key rate limit
 (delayq keys cap, delayq keys limit) and whether fair turns between keys are
@@ -87,9 +89,12 @@ type heldKeyJSON struct {
 	// WaitsForToken: some of its held jobs wait for its next token.
 	WaitsForToken bool `json:"waits_for_token"`
 	// WaitsForTurn: its held jobs wait for its turn (keys fair).
-	WaitsForTurn bool   `json:"waits_for_turn"`
-	Paused       bool   `json:"paused"`
-	Reason       string `json:"reason"`
+	WaitsForTurn bool `json:"waits_for_turn"`
+	// Weight: the key's weight in the fair turns (keys weight), 1
+	// unless set.
+	Weight int    `json:"weight"`
+	Paused bool   `json:"paused"`
+	Reason string `json:"reason"`
 }
 
 // keyRateText is a key rate limit as in queues ls ("10/1s burst 5",
@@ -108,7 +113,7 @@ func (a *app) printHeldKeys(q string, hk broker.HeldKeys, fair bool) error {
 		keys := make([]heldKeyJSON, len(hk.Keys))
 		for i, k := range hk.Keys {
 			keys[i] = heldKeyJSON{Key: k.Key, Held: k.Held, Running: k.Running, Cap: k.Cap, OwnCap: k.OwnCap, Rate: keyRateText(k.Rate), OwnRate: k.OwnRate,
-				WaitsForToken: k.WaitsForToken, WaitsForTurn: k.WaitsForTurn, Paused: k.Paused, Reason: k.Reason}
+				WaitsForToken: k.WaitsForToken, WaitsForTurn: k.WaitsForTurn, Weight: max(k.Weight, 1), Paused: k.Paused, Reason: k.Reason}
 		}
 		return a.printJSON(map[string]any{"queue": q, "holding": hk.Holding, "paused_keys": hk.PausedKeys, "default_cap": hk.DefaultCap,
 			"default_rate": keyRateText(hk.DefaultRate), "fair_keys": fair, "keys": keys})
@@ -133,7 +138,16 @@ func (a *app) printHeldKeys(q string, hk broker.HeldKeys, fair bool) error {
 		_, err := fmt.Fprintln(a.stdout, termSafe(msg, false))
 		return err
 	}
-	t := newTable(a.stdout, "KEY", "HELD", "RUNNING", "CAP", "RATE", "PAUSED", "REASON")
+	// WEIGHT only when some key listed has a weight of its own.
+	weighted := false
+	for _, k := range hk.Keys {
+		weighted = weighted || k.Weight > 1
+	}
+	cols := []string{"KEY", "HELD", "RUNNING", "CAP", "RATE", "PAUSED", "REASON"}
+	if weighted {
+		cols = []string{"KEY", "HELD", "RUNNING", "CAP", "RATE", "WEIGHT", "PAUSED", "REASON"}
+	}
+	t := newTable(a.stdout, cols...)
 	for _, k := range hk.Keys {
 		c := "-"
 		if k.Cap > 0 {
@@ -152,6 +166,10 @@ func (a *app) printHeldKeys(q string, hk broker.HeldKeys, fair bool) error {
 		paused := "no"
 		if k.Paused {
 			paused = "yes"
+		}
+		if weighted {
+			t.row(k.Key, num(k.Held), num(k.Running), c, rate, strconv.Itoa(max(k.Weight, 1)), paused, k.Reason)
+			continue
 		}
 		t.row(k.Key, num(k.Held), num(k.Running), c, rate, paused, k.Reason)
 	}
@@ -460,3 +478,58 @@ for their turn.`,
 	cmd.Flags().BoolVar(&create, "create", false, createUsage)
 	return cmd
 }
+
+// keyWeightCommand is "keys weight".
+func (a *app) keyWeightCommand() *cobra.Command {
+	var create bool
+	cmd := &cobra.Command{
+		Use:   "weight QUEUE KEY N",
+		Short: "Set the weight of one key in the fair turns between the keys of a queue",
+		Long: `Set the weight of one key (job.Key, job.KeyFrom) in the fair turns between the
+keys of a queue (delayq keys fair), on every shard: its share of each turn
+relative to the other keys', so that a key of weight 3 starts 3 jobs for
+each 1 of a key of weight 1 while both have due jobs and the claim has room
+for them. N is 1 to 1000; every key's weight is 1 unless set, and N = 1
+removes the key's own weight. A weight may be set whether the turns are on
+or off, and takes effect while they are on. The split holds within each
+claim: a worker claiming one job at a time takes it from the key at the
+front of the turns, whatever its weight. Setting the same weight again
+changes nothing. keys ls shows the weights of the keys it lists.`,
+		Args: exactArgs(3, "a queue name, a key and a weight"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			q, key := args[0], args[1]
+			if err := checkQueueKey(q, key); err != nil {
+				return err
+			}
+			w, err := strconv.Atoi(args[2])
+			if err != nil || w < 1 || w > maxKeyWeight {
+				return usagef("invalid weight %q: want a whole number 1 to %d (1 removes the key's own weight)", args[2], maxKeyWeight)
+			}
+			b, err := a.broker(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if err := knownQueue(cmd.Context(), b, q, create); err != nil {
+				return err
+			}
+			if err := b.SetKeyWeight(cmd.Context(), q, key, w); err != nil {
+				return err
+			}
+			if a.json {
+				return a.printJSON(map[string]any{"queue": q, "key": key, "weight": w})
+			}
+			msg := fmt.Sprintf("set the weight of key %s in queue %s to %d in the fair turns", key, q, w)
+			if w == 1 {
+				msg = "key " + key + " in queue " + q + " back to weight 1 in the fair turns"
+			}
+			_, err = fmt.Fprintln(a.stdout, termSafe(msg, false))
+			return err
+		},
+	}
+	cmd.Flags().BoolVar(&create, "create", false, createUsage)
+	return cmd
+}
+
+// maxKeyWeight is the highest weight keys weight takes, as
+// Broker.SetKeyWeight.
+const maxKeyWeight = 1000

@@ -183,6 +183,7 @@ type heldKeysOut struct {
 		OwnRate       *bool   `json:"own_rate"`
 		WaitsForToken *bool   `json:"waits_for_token"`
 		WaitsForTurn  *bool   `json:"waits_for_turn"`
+		Weight        *int    `json:"weight"`
 		Paused        bool    `json:"paused"`
 		Reason        string  `json:"reason"`
 	} `json:"keys"`
@@ -197,7 +198,7 @@ func (tb *testBundle) keyControls(t *testing.T, q string) string {
 	controls := tb.key(q, "controls")
 	prefix := strings.TrimSuffix(controls, "controls")
 	var b strings.Builder
-	for _, h := range []string{controls, prefix + "keycaps", prefix + "keyrates"} {
+	for _, h := range []string{controls, prefix + "keycaps", prefix + "keyrates", prefix + "keyweights"} {
 		m, err := tb.rdb.HGetAll(tb.ctx, h).Result()
 		if err != nil {
 			t.Fatal(err)
@@ -621,5 +622,114 @@ func TestKeysFair(t *testing.T) {
 	}
 	if v, err := tb.rdb.HGet(tb.ctx, tb.key("nosuch", "controls"), "kf").Result(); err != nil || v != "1" {
 		t.Errorf("keys fair --create stored kf %q, %v; want 1", v, err)
+	}
+}
+
+// TestKeysWeight: delayq keys weight sets a key's weight in the fair
+// turns: with acme at 3 a claim of 4 takes 3 of acme's for 1 of beta's;
+// keys ls adds a WEIGHT column and --json a weight; 1 removes the weight
+// (and the column). --json prints queue, key and weight. Bad input exits
+// 2 naming what was wrong, a queue never used exits 1 (unless --create);
+// neither changes anything.
+func TestKeysWeight(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	var all []*job.Envelope
+	for i := range 8 {
+		all = append(all, keyedEnv(fmt.Sprintf("a%d", i), "imports", "acme"), keyedEnv(fmt.Sprintf("b%d", i), "imports", "beta"))
+	}
+	if err := tb.b.Enqueue(tb.ctx, all...); err != nil {
+		t.Fatal(err)
+	}
+
+	// Bad input: exit 2, the error names it, nothing changes.
+	before := tb.keyControls(t, "imports")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"keys", "weight", "imports", "acme"}, "expected a queue name, a key and a weight"},
+		{[]string{"keys", "weight", "imports", "acme", "3", "4"}, "expected a queue name, a key and a weight"},
+		{[]string{"keys", "weight", "imports", "acme", "0"}, `invalid weight "0": want a whole number 1 to 1000`},
+		{[]string{"keys", "weight", "imports", "acme", "1001"}, `invalid weight "1001"`},
+		{[]string{"keys", "weight", "imports", "acme", "-2"}, "in -2"},
+		{[]string{"keys", "weight", "imports", "acme", "1.5"}, `invalid weight "1.5"`},
+		{[]string{"keys", "weight", "imports", "acme", "x"}, `invalid weight "x"`},
+		{[]string{"keys", "weight", "imports", "", "3"}, "invalid key"},
+		{[]string{"keys", "weight", "imports", "a b", "3"}, "invalid key"},
+		{[]string{"keys", "weight", "no spaces", "acme", "3"}, "invalid queue"},
+	} {
+		r := tb.run(t, c.args...)
+		if r.code != 2 || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("delayq %q: exit %d, stderr %q; want 2 and %q", c.args, r.code, r.stderr, c.want)
+		}
+	}
+	if r := tb.run(t, "keys", "weight", "nosuch", "acme", "3"); r.code != 1 || !strings.Contains(r.stderr, `queue "nosuch" was never used`) || !strings.Contains(r.stderr, "--create") {
+		t.Errorf("keys weight of an unused queue: exit %d (%q), want 1", r.code, r.stderr)
+	}
+	if after := tb.keyControls(t, "imports"); after != before {
+		t.Errorf("refused calls changed the key controls:\n%s\nto\n%s", before, after)
+	}
+	if ok, err := protocol.Admin(tb.b).Known(tb.ctx, "nosuch"); ok || err != nil {
+		t.Errorf("a refused keys weight made the unused queue known (%v)", err)
+	}
+
+	if out := tb.ok(t, "keys", "weight", "imports", "acme", "3"); out != "set the weight of key acme in queue imports to 3 in the fair turns\n" {
+		t.Errorf("keys weight: %q", out)
+	}
+	tb.ok(t, "keys", "fair", "imports", "on")
+	res, err := testkit.Drive(tb.b).Claim(tb.ctx, "imports", 4, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, c := range res.Jobs {
+		ids = append(ids, c.ID)
+	}
+	slices.Sort(ids)
+	if !slices.Equal(ids, []string{"a0", "a1", "a2", "b0"}) {
+		t.Fatalf("a fair claim of 4 with acme at weight 3 took %v, want a0, a1, a2 and b0", ids)
+	}
+	out := tb.ok(t, "keys", "ls", "imports")
+	want := "KEY   HELD  RUNNING  CAP  RATE  WEIGHT  PAUSED  REASON\n" +
+		"beta  7     0        -    -     1       no      turn\n" +
+		"acme  5     0        -    -     3       no      turn\n" +
+		"2 keys hold jobs back, 0 paused; default key cap none, default key rate none, fair turns on\n"
+	if out != want {
+		t.Errorf("keys ls:\n%s\nwant\n%s", out, want)
+	}
+	var ls heldKeysOut
+	tb.okJSON(t, &ls, "keys", "ls", "imports")
+	got := map[string]int{}
+	for _, k := range ls.Keys {
+		if k.Weight == nil {
+			t.Fatalf("keys ls --json: key %s without a weight", k.Key)
+		}
+		got[k.Key] = *k.Weight
+	}
+	if got["acme"] != 3 || got["beta"] != 1 || len(got) != 2 {
+		t.Errorf("keys ls --json weights %v, want acme 3 and beta 1", got)
+	}
+
+	// 1 removes it: no weight stored, no WEIGHT column.
+	var res2 map[string]any
+	tb.okJSON(t, &res2, "keys", "weight", "imports", "acme", "1")
+	if len(res2) != 3 || res2["queue"] != "imports" || res2["key"] != "acme" || res2["weight"] != float64(1) {
+		t.Errorf("keys weight --json: %v, want exactly queue, key and weight", res2)
+	}
+	if n, err := tb.rdb.Exists(tb.ctx, strings.TrimSuffix(tb.key("imports", "controls"), "controls")+"keyweights").Result(); err != nil || n != 0 {
+		t.Errorf("keyweights left after weight 1: %d, %v", n, err)
+	}
+	if out := tb.ok(t, "keys", "ls", "imports"); strings.Contains(out, "WEIGHT") {
+		t.Errorf("keys ls with no weight set:\n%s", out)
+	}
+	if out := tb.ok(t, "keys", "weight", "imports", "acme", "1"); out != "key acme in queue imports back to weight 1 in the fair turns\n" {
+		t.Errorf("keys weight 1: %q", out)
+	}
+	if out := tb.ok(t, "keys", "weight", "nosuch", "acme", "2", "--create"); out != "set the weight of key acme in queue nosuch to 2 in the fair turns\n" {
+		t.Errorf("keys weight --create: %q", out)
+	}
+	if v, err := tb.rdb.HGet(tb.ctx, tb.key("nosuch", "controls"), "kw").Result(); err != nil || v != "1" {
+		t.Errorf("keys weight --create stored kw %q, %v; want 1", v, err)
 	}
 }
