@@ -215,6 +215,19 @@ local function hmget(key, fields)
   return out
 end
 
+-- zmscore is ZMSCORE of key for any number of members, CHUNK at a time:
+-- the scores in the order of members, false for a missing member.
+local function zmscore(key, members)
+  local out = {}
+  for i = 1, #members, CHUNK do
+    local part = redis.call('ZMSCORE', key, unpack(members, i, math.min(i + CHUNK - 1, #members)))
+    for j = 1, #part do
+      out[#out + 1] = part[j]
+    end
+  end
+  return out
+end
+
 -- The score of the earliest member of a sorted set, or nil when it is empty.
 local function earliest(zset)
   local first = redis.call('ZRANGE', zset, 0, 0, 'WITHSCORES')
@@ -597,8 +610,10 @@ end
 -- key, earliest ready time first) go back to scheduled with their ready
 -- times, first in line for the next claim; heldkeys (ZSET key -> its
 -- held jobs, see held_add) counts them out. Returns how many went back.
--- One HMGET, then per distinct key one ZPOPMIN, and when it moved jobs
--- one ZADD and held_add's two ZINCRBY; and one HSET and HDEL.
+-- One HMGET and one ZMSCORE of heldkeys (which counts every key's held
+-- jobs exactly, so a key it does not list holds none), then per distinct
+-- key holding jobs one ZPOPMIN, one ZADD and held_add's two ZINCRBY; and
+-- one HSET and HDEL.
 local function key_release(run, held, heldkeys, scheduled, keys)
   local by, list = {}, {}
   for _, k in ipairs(keys) do
@@ -612,6 +627,7 @@ local function key_release(run, held, heldkeys, scheduled, keys)
     return 0
   end
   local cur = hmget(run, list)
+  local holding = zmscore(heldkeys, list)
   local set, gone, back = {}, {}, 0
   for j, k in ipairs(list) do
     local left = (tonumber(cur[j]) or 0) - by[k]
@@ -621,8 +637,10 @@ local function key_release(run, held, heldkeys, scheduled, keys)
     else
       gone[#gone + 1] = k
     end
-    local zset = held .. '#' .. k
-    local got = redis.call('ZPOPMIN', zset, by[k])
+    local got, zset = {}, held .. '#' .. k
+    if holding[j] then
+      got = redis.call('ZPOPMIN', zset, by[k])
+    end
     if #got > 0 then
       local members = {}
       for i = 1, #got, 2 do
