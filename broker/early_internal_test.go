@@ -90,7 +90,7 @@ func TestNoJobIsClaimedEarlyOnTheServersClock(t *testing.T) {
 			wait[c.ID] = delay(g*group + j + 7)
 			ops[j] = protocol.Op{Kind: protocol.OpRetry, Lease: c.Lease, Delay: wait[c.ID], Env: c.Envelope}
 		}
-		res, err := b.runArgv(ctx, settleScript, settleKeys(s, caller), settleArgs(t, b, q, s, caller, id(), ops))
+		res, err := b.runFrame(ctx, settleScript, settleArgs(t, b, q, s, caller, id(), ops))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,7 +105,7 @@ func TestNoJobIsClaimedEarlyOnTheServersClock(t *testing.T) {
 		for j, c := range claimed {
 			ops[j] = protocol.Op{Kind: protocol.OpRetry, Lease: c.Lease, Delay: time.Hour, Env: c.Envelope}
 		}
-		if _, err := b.runArgv(ctx, settleScript, settleKeys(s, caller), settleArgs(t, b, q, s, caller, id(), ops)); err != nil {
+		if _, err := b.runFrame(ctx, settleScript, settleArgs(t, b, q, s, caller, id(), ops)); err != nil {
 			t.Fatal(err)
 		}
 		for j, c := range claimed {
@@ -123,7 +123,7 @@ func TestNoJobIsClaimedEarlyOnTheServersClock(t *testing.T) {
 	}
 }
 
-// settleArgs are the arguments Settle sends for ops, for a test that reads
+// settleArgs is the command Settle sends for ops, for a test that reads
 // the script's whole reply (its server time).
 func settleArgs(t *testing.T, b *Broker, q keyspace.Queue, s keyspace.Shard, c protocol.Caller, id string, ops []protocol.Op) []any {
 	t.Helper()

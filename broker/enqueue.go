@@ -115,7 +115,8 @@ func (b *Broker) enqueueShard(ctx context.Context, s keyspace.Shard, envs []*job
 	k := s.Keys()
 	for start := 0; start < len(idx); start += enqueueChunk {
 		part := idx[start:min(start+enqueueChunk, len(idx))]
-		args := make([]any, 1, 4+enqueueWidth*len(part)) // args[0]: now, set by runArgv
+		kk := keyCapKeysOf(k)
+		args := frame([]string{k.Scheduled, k.Jobs, k.Unique, k.Calls, k.Parked, k.Held, kk.HeldKeys, kk.ParkedTypes, k.Controls, kk.Turn}, 3+enqueueWidth*len(part))
 		chunk := ""
 		if whole != "" {
 			chunk = whole + "." + strconv.Itoa(start/enqueueChunk)
@@ -136,8 +137,7 @@ func (b *Broker) enqueueShard(ctx context.Context, s keyspace.Shard, envs []*job
 			}
 			args = append(args, envs[i].ID, bodies[i], at, durUS(delay), enqueueFlags(envs[i]), cid)
 		}
-		kk := keyCapKeysOf(k)
-		res, err := b.runArgv(ctx, enqueueScript, []string{k.Scheduled, k.Jobs, k.Unique, k.Calls, k.Parked, k.Held, kk.HeldKeys, kk.ParkedTypes, k.Controls, kk.Turn}, args)
+		res, err := b.runFrame(ctx, enqueueScript, args)
 		if res == nil && !unsure(err) {
 			return queueErr(s.Queue(), err)
 		}

@@ -220,11 +220,11 @@ func (w workerSide) Settle(ctx context.Context, s keyspace.Shard, c protocol.Cal
 	if err != nil {
 		return nil, err
 	}
-	args, err := w.b.settleArgs(q, s, c, lane, id, ops)
+	f, err := w.b.settleArgs(q, s, c, lane, id, ops)
 	if err != nil {
 		return nil, err
 	}
-	res, err := w.b.runArgv(ctx, settleScript, settleKeys(s, c), args)
+	res, err := w.b.runFrame(ctx, settleScript, f)
 	parts, perr := replyParts(s, "settle", res, refused(err), 3)
 	if perr != nil {
 		return nil, perr
@@ -407,11 +407,11 @@ func replyParts(s keyspace.Shard, name string, res any, err error, n int) ([]any
 	return parts, nil
 }
 
-// settleArgs is the ARGV of settle.lua for ops, all of shard s of queue
-// q, with the place of ARGV[1] (now) left for runArgv.
+// settleArgs is the call of settle.lua for ops, all of shard s of queue
+// q: its frame (see frame) with the ARGV appended, for runFrame.
 func (b *Broker) settleArgs(q keyspace.Queue, s keyspace.Shard, c protocol.Caller, lane protocol.Lane, id string, ops []protocol.Op) ([]any, error) {
 	k := s.Keys()
-	args := make([]any, 1, 9+opWidth*len(ops))
+	args := frame(settleKeys(s, c), 8+opWidth*len(ops))
 	args = append(args, string(lane), id, recordMS(c), k.Wake, b.deadCap(q, s), durMS(b.opts.DeadMaxAge), max(c.KeepTrimmed, 0), durMS(trimWarnEvery))
 	for _, op := range ops {
 		if op.Lease.Shard.Name() != s.Name() {

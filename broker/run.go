@@ -13,7 +13,8 @@ import (
 
 // Running scripts.
 //
-// Every script call goes through run (one call) or runReads (many
+// Every script call goes through run (one call; runFrame for the calls
+// per batch of jobs, which build the command whole) or runReads (many
 // read-only calls in one round trip). Both send EVALSHA and fall back to
 // EVAL or SCRIPT LOAD when the server's script cache lacks the script
 // (after a restart or SCRIPT FLUSH), ask a cluster client to reload its
@@ -76,36 +77,60 @@ func (b *Broker) nowArg() string {
 // replicas fall short, the script's result comes with an error wrapping
 // ErrNotReplicated.
 func (b *Broker) run(ctx context.Context, s *script, keys []string, args ...any) (any, error) {
-	return b.runArgv(ctx, s, keys, append([]any{nil}, args...))
+	return b.runFrame(ctx, s, append(frame(keys, len(args)), args...))
 }
 
-// runArgv is run with the whole ARGV, whose first value it sets to now:
-// the calls made per batch of jobs (enqueue, settle) build their ARGV with
-// that place free, so that it is not copied to put now in front.
-func (b *Broker) runArgv(ctx context.Context, s *script, keys []string, argv []any) (any, error) {
-	argv[0] = b.nowArg()
+// frame returns the command a script call sends, up to ARGV[1]: the
+// command and the script's name (set by runFrame), the number of keys,
+// keys and now (set by runFrame), with room for n more ARGV values. The
+// calls made per batch of jobs (enqueue, settle) append their ARGV to it
+// and send it with runFrame, so that go-redis sends it as it is instead
+// of copying a few thousand values per call into a command of its own.
+func frame(keys []string, n int) []any {
+	f := make([]any, 3, 4+len(keys)+n)
+	f[2] = len(keys)
+	for _, k := range keys {
+		f = append(f, k)
+	}
+	return append(f, nil)
+}
+
+// runFrame is run of f, a frame with its ARGV appended. It sends EVALSHA
+// of s (FCALL of its function with Options.Functions), EVAL when the
+// server lacks the script, as run does.
+func (b *Broker) runFrame(ctx context.Context, s *script, f []any) (any, error) {
+	nkeys := f[2].(int)
+	var key string // the first: the pipeline of a durable call goes to its server
+	if nkeys > 0 {
+		key = f[3].(string)
+	}
+	f[3+nkeys] = b.nowArg()
+	if b.opts.Functions {
+		library() // names the functions
+		f[0], f[1] = "fcall", s.fn
+		if s.readOnly {
+			f[0] = "fcall_ro"
+		}
+	} else {
+		f[0], f[1] = "evalsha", s.lua().Hash()
+	}
 	if b.opts.WaitReplicas <= 0 || s.readOnly {
+		res, err := b.rdb.Do(ctx, f...).Result()
+		if !b.opts.Functions && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			f[0], f[1] = "eval", s.prepared().src
+			res, err = b.rdb.Do(ctx, f...).Result()
+		}
+		b.observe(err)
 		if b.opts.Functions {
-			res, err := fcall(ctx, b.rdb, s, keys, argv).Result()
-			b.observe(err)
 			return res, functionErr(s, err)
 		}
-		res, err := s.lua().Run(ctx, b.rdb, keys, argv...).Result()
-		b.observe(err)
 		return res, err
 	}
-	send := func(load bool) (any, error) {
+	send := func() (any, error) {
 		var cmd *redis.Cmd
-		err := b.pipelined(ctx, keys[0], func(p redis.Pipeliner) {
-			switch {
-			case b.opts.Functions:
-				cmd = fcall(ctx, p, s, keys, argv)
-			case load:
-				cmd = s.lua().Eval(ctx, p, keys, argv...)
-			default:
-				cmd = s.lua().EvalSha(ctx, p, keys, argv...)
-			}
-			p.IncrBy(ctx, seqKeyOf(keys[0]), 0) // see the note at the top
+		err := b.pipelined(ctx, key, func(p redis.Pipeliner) {
+			cmd = p.Do(ctx, f...)
+			p.IncrBy(ctx, seqKeyOf(key), 0) // see the note at the top
 		})
 		if err != nil && !errors.Is(err, ErrNotReplicated) {
 			return nil, err
@@ -114,12 +139,13 @@ func (b *Broker) runArgv(ctx context.Context, s *script, keys []string, argv []a
 		// comes with the error.
 		return cmd.Val(), err
 	}
-	res, err := send(false)
+	res, err := send()
 	if b.opts.Functions {
 		return res, functionErr(s, err)
 	}
 	if redis.HasErrorPrefix(err, "NOSCRIPT") {
-		res, err = send(true)
+		f[0], f[1] = "eval", s.prepared().src
+		res, err = send()
 	}
 	return res, err
 }
