@@ -29,7 +29,7 @@ import (
 // The line takes its jobs in turns between their flow-control keys
 // (job.Key; the jobs without a key as one key), as the claim deals its
 // room out under fair turns: a job joins the line at the end of its key's
-// next turn (see turn), so a key whose job was just claimed waits behind
+// next turn (see enter), so a key whose job was just claimed waits behind
 // at most one job of each other key, not behind the whole prefetch of a
 // key with a backlog. Within a key, and when no job has a key, the line
 // is first in, first out.
@@ -42,7 +42,7 @@ type slots struct {
 	parked        []*runner          // runners waiting for a job, the last parked last
 	line          []*task            // claimed jobs waiting for a runner, by turn, then first first
 	turns         map[string]keyTurn // the keys of the jobs in line
-	round         int64              // the turn of the job that left the line last
+	round         int64              // the turn of the job a runner took from the line last
 	freed         chan struct{}      // a slot freed (buffered 1)
 	idle          chan struct{}      // closed when inflight empties during shutdown
 	closing       bool
@@ -184,8 +184,8 @@ func (s *slots) take(t *task, max int) (start bool) {
 }
 
 // enter puts t in line at its turn: the turn after its key's last job in
-// line, or, when none of its key waits, the turn of the job that left the
-// line last. Jobs of one turn keep their order of arrival. s.mu is held.
+// line, or, when none of its key waits, the turn of the job a runner took
+// from the line last. Jobs of one turn keep their order of arrival. s.mu is held.
 func (s *slots) enter(t *task) {
 	k := t.key()
 	kt, ok := s.turns[k]
