@@ -224,12 +224,12 @@ const maxKeyWeight = 1000
 // changes no other control (the key's pause, cap and rate limit still
 // apply to the jobs its turns choose).
 //
-// Weights act within each claim call: the claim deals its room out to the
-// keys at the front of the turns in proportion to their weights (each
-// key's take is its weight times the room over the sum of the weights, at
-// least its weight), so the split follows the weights when claims have
-// room for several keys' shares; a claim with room for a single job takes
-// it from the key at the front, whatever its weight.
+// A claim deals its room out to the keys at the front of the turns in
+// proportion to their weights (each key's take is its weight times the
+// room over the sum of the weights, at least its weight). A turn that the
+// claim's room cuts short goes on in the next claim: the key keeps its
+// place at the front with the jobs it took, so claims of a few jobs, one
+// at a time even, keep to the weights as well.
 //
 // It applies on every shard of a sharded queue (a key's jobs are spread
 // over the shards, and each shard deals its own turns). Setting the same
@@ -238,7 +238,8 @@ const maxKeyWeight = 1000
 // valid key, w out of 1 to 1000) is refused with an error wrapping
 // job.ErrInvalid, and nothing changes. While some key of a shard has a
 // weight, a claim there with the turns on reads the weights of the keys
-// it deals to with one HMGET. See
+// it deals to (and the turn a claim cut short) with one HMGET, and writes
+// that turn with one HSET or HDEL when one is cut short or ends. See
 // docs/flow-control.md#fair-turns-between-keys.
 func (b *Broker) SetKeyWeight(ctx context.Context, queue, key string, w int) error {
 	if key == "" {

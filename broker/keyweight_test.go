@@ -356,3 +356,59 @@ func TestKeyWeightsClaimCost(t *testing.T) {
 		t.Errorf("claim with a weight ran %v, want %v (one HMGET and one TYPE more)", weighted, want)
 	}
 }
+
+// TestKeyWeightsSmallClaims: a turn that a claim's room cuts short goes
+// on in the next claim, so claims of one or two jobs keep to the weights
+// as larger ones do. A of weight 3 and B of weight 1, deep backlogs:
+// claims of one job take A, A, A, B over and over; claims of two take
+// A A, then A B; claims of three keep to 3:1 within a job. Once A's
+// weight is set back to 1 the kept turn goes with the weights (no
+// keyweights key is left) and the claims alternate again.
+func TestKeyWeightsSmallClaims(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	weightedJobs(t, tb, []string{"A", "B"}, 60, 0)
+	if err := tb.b.SetKeyFairness(tb.ctx, "q", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.b.SetKeyWeight(tb.ctx, "q", "A", 3); err != nil {
+		t.Fatal(err)
+	}
+	seq := func(n, claims int) string {
+		t.Helper()
+		var parts []string
+		for range claims {
+			var p string
+			for _, j := range tb.claim(t, n).Jobs {
+				k, _, _ := strings.Cut(j.ID, ".")
+				p += k
+			}
+			parts = append(parts, p)
+		}
+		return strings.Join(parts, " ")
+	}
+	if got, want := seq(1, 12), "A A A B A A A B A A A B"; got != want {
+		t.Fatalf("claims of one job took %s, want %s", got, want)
+	}
+	if got, want := seq(2, 6), "AA AB AA AB AA AB"; got != want {
+		t.Fatalf("claims of two jobs took %s, want %s", got, want)
+	}
+	got := byKey(nil)
+	for range 8 {
+		for k, v := range byKey(tb.claim(t, 3).Jobs) {
+			got[k] += v
+		}
+	}
+	if got["A"] < 17 || got["A"] > 19 || got["A"]+got["B"] != 24 {
+		t.Fatalf("8 claims of three jobs took %v, want A 18 ± 1 of 24", got)
+	}
+	if err := tb.b.SetKeyWeight(tb.ctx, "q", "A", 1); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := tb.rdb.Exists(tb.ctx, keyKey(tb, "keyweights")).Result(); n != 0 {
+		t.Fatalf("keyweights left after the last weight went")
+	}
+	if got := seq(1, 4); got != "A B A B" && got != "B A B A" {
+		t.Fatalf("claims of one job without weights took %s, want A and B in turn", got)
+	}
+}

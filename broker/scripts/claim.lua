@@ -199,7 +199,9 @@
 -- set too, one HMGET of KEYS[30] reads the weights of the keys dealt to
 -- (1 for a key not there), and each round gives each key its weight
 -- times the room over the sum of their weights (at least its weight),
--- bounded by the room left; with "kw" unset nothing more is read.
+-- bounded by the room left; a turn the room cut short goes on in the next
+-- claim (field '#turn' of KEYS[30], read by the same HMGET, written by
+-- one HSET or HDEL); with "kw" unset nothing more is read.
 --
 -- Paused keys (Broker.PauseKey): field "kp" of KEYS[13] is there while
 -- some key is paused (KEYS[24]). Then keys are read as for key caps, and
@@ -792,19 +794,37 @@ if any_fair and n > #pops / 2 then
   -- Deal the room out in turns.
   local room = n - #pops / 2
   local active = redis.call('ZRANGE', KEYS[29], 0, room - 1)
-  -- Weights: weight[key] for the keys of another weight than 1.
-  local weight = {}
+  -- Weights: weight[key] for the keys of another weight than 1. A turn
+  -- that a claim's room cut short goes on in the next claim: field
+  -- TURN_FIELD of the weights (no key can be named so) holds the key
+  -- whose turn it is, at the front, and the jobs it took in that turn
+  -- (credit_key, credit), so that claims of a few jobs keep to the
+  -- weights as larger ones do.
+  local weight, credit_key, credit, turn_kept = {}, nil, 0, false
+  local TURN_FIELD = '#turn'
   if any_weight and #active > 0 then
-    local ws = hmget(KEYS[30], active)
+    local fields = {}
+    for j, key in ipairs(active) do
+      fields[j] = key
+    end
+    fields[#fields + 1] = TURN_FIELD
+    local ws = hmget(KEYS[30], fields)
     for j, key in ipairs(active) do
       local w = tonumber(ws[j])
       if w and w >= 1 then
         weight[key] = math.floor(w)
       end
     end
+    turn_kept = ws[#fields] and true or false
+    local k, c = string.match(ws[#fields] or '', '^(.*)\n(%d+)$')
+    if k and k == active[1] then
+      credit_key, credit = k, tonumber(c)
+    end
   end
   local served, gone, taken_by = {}, {}, {}
   local plain_next = 1
+  local cut, cut_taken -- the key whose turn the room cut short, and its jobs in that turn
+  local first_round = true
   while room > 0 and #active > 0 do
     local sum = #active
     if any_weight then
@@ -819,7 +839,12 @@ if any_fair and n > #pops / 2 then
       if room < 1 then
         break
       end
-      local take, got = math.min(share * (weight[key] or 1), room), 0
+      local quota = share * (weight[key] or 1)
+      local before = 0 -- jobs the key took earlier in this turn
+      if first_round and key == credit_key then
+        before = math.min(credit, quota)
+      end
+      local take, got = math.min(quota - before, room), 0
       if key == '#' then
         while got < take and plain_next < #plain do
           fair_plain[#fair_plain + 1] = plain[plain_next]
@@ -844,9 +869,13 @@ if any_fair and n > #pops / 2 then
         gone[key] = true
       else
         still[#still + 1] = key
+        if room < 1 and any_weight and before + got < quota then
+          cut, cut_taken = key, before + got
+        end
       end
     end
     active = still
+    first_round = false
   end
   local back, leave = {}, {}
   for _, key in ipairs(served) do
@@ -855,11 +884,18 @@ if any_fair and n > #pops / 2 then
     end
     if gone[key] then
       leave[#leave + 1] = key
-    else
+    elseif key ~= cut then
       top = top + 1
       back[#back + 1] = top
       back[#back + 1] = key
     end
+  end
+  -- The key whose turn was cut short keeps its place, before the keys
+  -- that went to the back, and its turn goes on in the next claim.
+  if cut then
+    redis.call('HSET', KEYS[30], TURN_FIELD, cut .. '\n' .. string.format('%d', cut_taken))
+  elseif turn_kept then
+    redis.call('HDEL', KEYS[30], TURN_FIELD)
   end
   if #back > 0 then
     call_chunked('ZADD', KEYS[29], back)

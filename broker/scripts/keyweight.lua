@@ -3,7 +3,9 @@
 --
 -- KEYS[1] -> ns:{q}:controls    HASH "kw" -> "1" while some key has a
 --                               weight (the claim reads weights only then)
--- KEYS[2] -> ns:{q}:keyweights  HASH key -> its weight, 2 to 1000
+-- KEYS[2] -> ns:{q}:keyweights  HASH key -> its weight, 2 to 1000, and
+--                               '#turn' -> the key whose turn a claim cut
+--                               short and the jobs it took (claim.lua)
 -- ARGV[1] -> now ms (unused)
 -- ARGV[2] -> the key
 -- ARGV[3] -> its weight, 1 to 1000: 1 removes the key's own weight
@@ -23,7 +25,11 @@ end
 local changed = 0
 if w == 1 then
   changed = redis.call('HDEL', KEYS[2], key)
-  if redis.call('HLEN', KEYS[2]) == 0 then
+  -- The last weight gone (a turn the claims keep, field '#turn', goes
+  -- with it): the claims read no weights.
+  local left = redis.call('HLEN', KEYS[2])
+  if left == 0 or (left == 1 and redis.call('HEXISTS', KEYS[2], '#turn') == 1) then
+    redis.call('DEL', KEYS[2])
     redis.call('HDEL', KEYS[1], 'kw')
   end
 else

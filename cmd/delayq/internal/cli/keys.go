@@ -491,10 +491,10 @@ relative to the other keys', so that a key of weight 3 starts 3 jobs for
 each 1 of a key of weight 1 while both have due jobs and the claim has room
 for them. N is 1 to 1000; every key's weight is 1 unless set, and N = 1
 removes the key's own weight. A weight may be set whether the turns are on
-or off, and takes effect while they are on. The split holds within each
-claim: a worker claiming one job at a time takes it from the key at the
-front of the turns, whatever its weight. Setting the same weight again
-changes nothing. keys ls shows the weights of the keys it lists.`,
+or off, and takes effect while they are on. A turn that a claim's room
+cuts short goes on in the next claim, so workers claiming one job at a
+time keep to the weights too. Setting the same weight again changes
+nothing. keys ls shows the weights of the keys it lists.`,
 		Args: exactArgs(3, "a queue name, a key and a weight"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			q, key := args[0], args[1]
