@@ -196,19 +196,28 @@ func (b *Broker) SetKeyRateLimit(ctx context.Context, queue, key string, r job.R
 // queue names are refused with an error wrapping job.ErrInvalid. See
 // docs/flow-control.md#fair-turns-between-keys.
 func (b *Broker) SetKeyFairness(ctx context.Context, queue string, on bool) error {
-	if err := naming.Queue(queue); err != nil {
-		return err
-	}
-	if _, err := b.route.Place(ctx, queue); err != nil {
-		return queueErr(queue, err)
-	}
-	_, err := b.sumShards(ctx, queue, func(_ keyspace.Queue, s keyspace.Shard) (int64, error) {
-		k := s.Keys()
-		kk := keyCapKeysOf(k)
+	_, err := b.onPlacedShards(ctx, queue, func(k keyspace.Keys, kk keyCapKeys) (int64, error) {
 		_, err := b.run(ctx, keyFairScript, []string{k.Controls, kk.Turn, kk.HeldKeys, k.Scheduled, k.Held}, flag(on), k.Wake)
 		return 0, err
 	})
 	return err
+}
+
+// onPlacedShards checks the queue name, places the queue (gives a queue
+// not used yet its shard count, so that a control covers the shards its
+// jobs will use) and runs op on each of its shards, summing what op
+// returns.
+func (b *Broker) onPlacedShards(ctx context.Context, queue string, op func(k keyspace.Keys, kk keyCapKeys) (int64, error)) (int64, error) {
+	if err := naming.Queue(queue); err != nil {
+		return 0, err
+	}
+	if _, err := b.route.Place(ctx, queue); err != nil {
+		return 0, queueErr(queue, err)
+	}
+	return b.sumShards(ctx, queue, func(_ keyspace.Queue, s keyspace.Shard) (int64, error) {
+		k := s.Keys()
+		return op(k, keyCapKeysOf(k))
+	})
 }
 
 // maxKeyWeight is the highest weight SetKeyWeight takes.
@@ -251,15 +260,7 @@ func (b *Broker) SetKeyWeight(ctx context.Context, queue, key string, w int) err
 	if w < 1 || w > maxKeyWeight {
 		return fmt.Errorf("broker: %w: key weight %d of key %q is not 1 to %d", job.ErrInvalid, w, key, maxKeyWeight)
 	}
-	if err := naming.Queue(queue); err != nil {
-		return err
-	}
-	if _, err := b.route.Place(ctx, queue); err != nil {
-		return queueErr(queue, err)
-	}
-	_, err := b.sumShards(ctx, queue, func(_ keyspace.Queue, s keyspace.Shard) (int64, error) {
-		k := s.Keys()
-		kk := keyCapKeysOf(k)
+	_, err := b.onPlacedShards(ctx, queue, func(k keyspace.Keys, kk keyCapKeys) (int64, error) {
 		_, err := b.run(ctx, keyWeightScript, []string{k.Controls, kk.Weights}, key, w)
 		return 0, err
 	})
@@ -315,15 +316,7 @@ func (b *Broker) pauseKey(ctx context.Context, queue, key string, on bool) (int6
 	if err := naming.Key(key); err != nil {
 		return 0, err
 	}
-	if err := naming.Queue(queue); err != nil {
-		return 0, err
-	}
-	if _, err := b.route.Place(ctx, queue); err != nil {
-		return 0, queueErr(queue, err)
-	}
-	return b.sumShards(ctx, queue, func(_ keyspace.Queue, s keyspace.Shard) (int64, error) {
-		k := s.Keys()
-		kk := keyCapKeysOf(k)
+	return b.onPlacedShards(ctx, queue, func(k keyspace.Keys, kk keyCapKeys) (int64, error) {
 		res, err := b.run(ctx, keyPauseScript, []string{k.Controls, kk.Paused, kk.HeldKeys, k.Scheduled, k.Held}, key, flag(on), k.Wake)
 		if err != nil {
 			return 0, err

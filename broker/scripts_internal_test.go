@@ -39,7 +39,7 @@ var (
 	prefixedRE = regexp.MustCompile(`^(KEYS\[\d+\]) \.\. (?:'#' \.\. )?\w+$`)
 	keysUseRE  = regexp.MustCompile(`KEYS\[\d+\]`)
 	// prelude helpers and how many leading arguments of each are keys.
-	helperRE = regexp.MustCompile(`\b(holds|lease_state|held|wake_if_earliest|trim_dead|tidy_unique|call_chunked|hmget|earliest|next_ready|history|recorded|record|endings|release_held|key_release|held_add|key_hold|turn_join|zmscore)\(([^)]*)\)`)
+	helperRE = regexp.MustCompile(`\b(holds|lease_state|held|wake_if_earliest|trim_dead|tidy_unique|call_chunked|hmget|earliest|next_ready|history|recorded|record|endings|release_held|key_release|held_add|key_hold|turn_join|zmscore|read_chunked)\(([^)]*)\)`)
 )
 
 // helperKeys gives, for each prelude helper, the positions of its key
@@ -47,7 +47,7 @@ var (
 var helperKeys = map[string][]int{
 	"holds": {0}, "lease_state": {0, 1}, "held": {0}, "wake_if_earliest": {0}, "trim_dead": {0, 1}, "tidy_unique": {0}, "call_chunked": {1},
 	"hmget": {0}, "earliest": {0}, "next_ready": {0}, "history": {0}, "recorded": {0}, "record": {0}, "endings": {0, 1}, "release_held": {0, 1},
-	"key_release": {0, 1, 2, 3}, "held_add": {0}, "key_hold": {0, 1}, "turn_join": {0}, "zmscore": {0},
+	"key_release": {0, 1, 2, 3}, "held_add": {0}, "key_hold": {0, 1}, "turn_join": {0}, "zmscore": {0}, "read_chunked": {1},
 }
 
 // TestScriptsTouchOnlyDeclaredKeys checks statically that every key a

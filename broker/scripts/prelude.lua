@@ -203,11 +203,13 @@ local function holds_fields(key)
   return n > 1 or (n == 1 and redis.call('HEXISTS', key, HASHTABLE_FIELD) == 0)
 end
 
--- HMGET of many fields, in chunks; missing fields are false.
-local function hmget(key, fields)
+-- read_chunked runs cmd, a read of key that answers one value per
+-- argument (HMGET, ZMSCORE), for any number of arguments, CHUNK at a
+-- time, and returns the values in the order of args.
+local function read_chunked(cmd, key, args)
   local out = {}
-  for i = 1, #fields, CHUNK do
-    local part = redis.call('HMGET', key, unpack(fields, i, math.min(i + CHUNK - 1, #fields)))
+  for i = 1, #args, CHUNK do
+    local part = redis.call(cmd, key, unpack(args, i, math.min(i + CHUNK - 1, #args)))
     for j = 1, #part do
       out[#out + 1] = part[j]
     end
@@ -215,17 +217,14 @@ local function hmget(key, fields)
   return out
 end
 
--- zmscore is ZMSCORE of key for any number of members, CHUNK at a time:
--- the scores in the order of members, false for a missing member.
+-- HMGET of many fields, in chunks; missing fields are false.
+local function hmget(key, fields)
+  return read_chunked('HMGET', key, fields)
+end
+
+-- ZMSCORE of many members, in chunks; missing members are false.
 local function zmscore(key, members)
-  local out = {}
-  for i = 1, #members, CHUNK do
-    local part = redis.call('ZMSCORE', key, unpack(members, i, math.min(i + CHUNK - 1, #members)))
-    for j = 1, #part do
-      out[#out + 1] = part[j]
-    end
-  end
-  return out
+  return read_chunked('ZMSCORE', key, members)
 end
 
 -- The score of the earliest member of a sorted set, or nil when it is empty.
