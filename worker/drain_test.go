@@ -259,6 +259,90 @@ func TestPrefetchUnderKeyCap(t *testing.T) {
 	}
 }
 
+// Under a key cap, the shutdown hands the prefetched jobs back with their
+// keys' slots: 2 running and 8 prefetched jobs of 10 keys capped at 1;
+// once the 8 are back in the schedule only the 2 running keys count a
+// slot, and a second worker then runs every job, each once, with no two
+// of one key at once and no slot left.
+func TestPrefetchUnderKeyCapHandedBackAtShutdown(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	typ := job.New[payload]("capped")
+	release := make(chan struct{})
+	var mu sync.Mutex
+	running, most := map[string]int{}, 0
+	ran := map[int]int{}
+	typ.Handle(tb.reg, func(ctx context.Context, j *job.Job[payload]) error {
+		mu.Lock()
+		running[j.Key]++
+		most = max(most, running[j.Key])
+		mu.Unlock()
+		<-release
+		mu.Lock()
+		running[j.Key]--
+		ran[j.Args.N]++
+		mu.Unlock()
+		return nil
+	})
+	if err := tb.b.SetKeyConcurrency(tb.ctx, "default", "", 1); err != nil {
+		t.Fatal(err)
+	}
+	items := make([]job.Item[payload], 30)
+	for i := range items {
+		items[i] = job.Item[payload]{Args: payload{N: i}, Opts: []job.Option{job.ID(fmt.Sprintf("c%02d", i)), job.Key(fmt.Sprintf("k%d", i%10))}}
+	}
+	if _, err := typ.EnqueueItems(tb.ctx, tb.b, items); err != nil {
+		t.Fatal(err)
+	}
+	cfg := tb.config(t)
+	cfg.Concurrency = 2
+	cfg.Prefetch = 8
+	cfg.ShutdownTimeout = 10 * time.Second
+	stop := start(t, cfg)
+	processing := tb.key(naming.DefaultQueue, "processing")
+	keyrun := strings.TrimSuffix(tb.key(naming.DefaultQueue, "controls"), "controls") + "keyrun"
+	redistest.WaitFor(t, 5*time.Second, "2 running and 8 prefetched", func() bool {
+		n, _ := tb.rdb.ZCard(tb.ctx, processing).Result()
+		return n == 10
+	})
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	redistest.WaitFor(t, 5*time.Second, "the 8 prefetched handed back while 2 run", func() bool {
+		n, _ := tb.rdb.ZCard(tb.ctx, processing).Result()
+		return n == 2
+	})
+	counts, err := tb.rdb.HGetAll(tb.ctx, keyrun).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(counts, keyspace.EncodingField)
+	if len(counts) != 2 {
+		t.Fatalf("keys counting a slot after the hand-back: %v, want the 2 running", counts)
+	}
+	close(release)
+	<-stopped
+	start(t, cfg)
+	redistest.WaitFor(t, 20*time.Second, "every job run", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(ran) == 30
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for n, c := range ran {
+		if c != 1 {
+			t.Errorf("job %d ran %d times", n, c)
+		}
+	}
+	if most != 1 {
+		t.Fatalf("%d jobs of one key ran at once under a cap of 1", most)
+	}
+	redistest.WaitFor(t, 5*time.Second, "no slot left", func() bool {
+		f, err := tb.rdb.HKeys(tb.ctx, keyrun).Result()
+		return err == nil && (len(f) == 0 || (len(f) == 1 && f[0] == keyspace.EncodingField))
+	})
+}
+
 // Without a cap or limit, the same worker prefetches: the control above
 // is what stops it.
 func TestFixedPrefetchWithoutControls(t *testing.T) {
